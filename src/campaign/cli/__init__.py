@@ -1,0 +1,51 @@
+"""The `campaign` command: a thin typer layer over the library (parse -> call -> render)."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..errors import CampaignError
+from . import cards, guide, kv, memory, models
+
+app = typer.Typer(
+    name="campaign", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Estimate, measure and record what a GPU compute campaign needs. Start with `campaign guide`.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+for module in (guide, memory, kv, cards, models):
+    module.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: CampaignError -> one line on stderr and exit 2 (traceback only with --debug)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    if debug:
+        args.remove("--debug")
+    try:
+        code = app(args=args, prog_name="campaign", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except CampaignError as e:
+        if debug:
+            raise
+        sys.stderr.write(f"campaign: error: {e}\n")
+        sys.exit(e.exit_code)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write("campaign: interrupted\n")
+        sys.exit(130)
+    except Exception as e:  # click usage errors and anything unexpected
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        if debug:
+            raise
+        sys.stderr.write(f"campaign: internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback)\n")
+        sys.exit(3)

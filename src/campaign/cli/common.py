@@ -1,0 +1,56 @@
+"""Shared CLI pieces: option types reused across commands, JSON output, and the error boundary."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, Optional
+
+import typer
+
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).")]
+Model = Annotated[str, typer.Argument(help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
+Train = Annotated[Optional[bool], typer.Option("--train/--infer", help="Training step (default) or inference.")]
+Method = Annotated[str, typer.Option(help="full | lora | qlora | frozen.")]
+Dtype = Annotated[str, typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq.")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (default: compute dtype).")]
+GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
+Batch = Annotated[Optional[int], typer.Option(help="Micro-batch per card (training) or concurrent sequences (inference).")]
+SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per sequence (training).")]
+Context = Annotated[Optional[int], typer.Option(help="Tokens per sequence, prompt + output (inference).")]
+Sequences = Annotated[Optional[int], typer.Option(help="Concurrent sequences (inference; same as --batch).")]
+Optimizer = Annotated[Optional[str], typer.Option(help="adamw | adamw-8bit | adafactor | sgd | none.")]
+Mixed = Annotated[bool, typer.Option("--mixed-precision", help="Autocast: 16-bit compute; fp32 master weights, grads and states for what trains.")]
+Ckpt = Annotated[bool, typer.Option("--grad-checkpointing", help="Recompute activations in backward (one tensor kept per layer).")]
+Attention = Annotated[str, typer.Option(help="sdpa (flash-style) | eager (materialized scores).")]
+LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
+LoraTargets = Annotated[str, typer.Option("--lora-targets", help="Comma-separated module names, or all-linear.")]
+Gpus = Annotated[int, typer.Option(help="Number of cards.")]
+Shard = Annotated[str, typer.Option(help="none (DDP) | zero1 | zero2 | zero3 | fsdp | tp (inference).")]
+CardOpt = Annotated[Optional[str], typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
+PrefillChunk = Annotated[int, typer.Option("--prefill-chunk", help="Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context).")]
+Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
+
+
+def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: str | None, group_size: int,
+                    batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
+                    optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
+                    lora_rank: int, lora_targets: str, gpus: int, shard: str,
+                    prefill_chunk: int = 8192) -> dict[str, Any]:
+    """Map CLI options onto make_workload's keywords (inference reads --context/--sequences)."""
+    mode = "infer" if train is False else "train"
+    if mode == "infer":
+        length = context or seq_len or 4096
+        count = sequences or batch or 1
+    else:
+        length = seq_len or context or 2048
+        count = batch or sequences or 1
+    return dict(mode=mode, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=count,
+                seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),
+                mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing, attention=attention,
+                lora_rank=lora_rank, lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
+                prefill_chunk=prefill_chunk)
+
+
+def print_json(data: Any) -> None:
+    """JSON to stdout, 2-space indent."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")

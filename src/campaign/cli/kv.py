@@ -1,0 +1,64 @@
+"""`campaign kv MODEL`: the KV cache by context, KV heads, sequences and precision, and what fits a card."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("kv", epilog="Example: campaign kv qwen2.5-7b --context 32768 --sequences 8 --kv-dtype fp8 --card l40s")(kv)
+
+
+def kv(
+    model: o.Model,
+    context: Annotated[int, typer.Option(help="Tokens per sequence (prompt + output).")] = 4096,
+    sequences: Annotated[int, typer.Option(help="Concurrent sequences.")] = 1,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp32 | bf16 | fp16 | fp8 | int8.")] = "bf16",
+    static: Annotated[bool, typer.Option("--static", help="Preallocate max context x max sequences.")] = False,
+    max_context: Annotated[Optional[int], typer.Option("--max-context", help="Static cache length.")] = None,
+    max_sequences: Annotated[Optional[int], typer.Option("--max-sequences", help="Static cache batch.")] = None,
+    block_size: Annotated[int, typer.Option("--block-size", help="Paged blocks in tokens (vLLM: 16); 1 = none.")] = 1,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel cards the KV heads split over.")] = 1,
+    card: o.CardOpt = None,
+    weights_dtype: Annotated[str, typer.Option("--dtype", help="Weight dtype, for what is left on --card.")] = "bf16",
+    reserve: o.Reserve = "10%",
+    as_json: o.Json = False,
+) -> None:
+    """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
+    from ..hardware.cards import find_card
+    from ..memory import estimate_kv, make_workload, max_context_for, max_sequences_for
+    from ..memory.fit import kv_budget
+    from ..memory.estimate import CUDA_CONTEXT_BYTES
+    from ..units import fmt_gib
+    from .render import kv as render_kv
+
+    from ..models import load_spec
+
+    spec = load_spec(model)
+    est = estimate_kv(spec, context=context, sequences=sequences, dtype=kv_dtype, static=static,
+                      max_context=max_context, max_sequences=max_sequences, block_size=block_size, tp=tp)
+    data = est.to_dict()
+    line = None
+    if card:
+        c = find_card(card)
+        w = make_workload(mode="infer", dtype=weights_dtype, kv_dtype=kv_dtype, batch=sequences, seq_len=context,
+                          gpus=tp, shard="tp" if tp > 1 else "none")
+        budget = kv_budget(spec, w, c.memory_bytes, reserve=reserve)
+        longest = max_context_for(spec, budget, sequences=sequences, dtype=kv_dtype, block_size=block_size, tp=tp,
+                                  limit=spec.max_position)
+        most = max_sequences_for(spec, budget, context=context, dtype=kv_dtype, block_size=block_size, tp=tp)
+        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "kv_budget_bytes": budget,
+                        "max_context": longest, "max_sequences": most, "fits": est.bytes <= budget,
+                        "context_overhead_bytes": CUDA_CONTEXT_BYTES}
+        line = (f"{c.name}: {fmt_gib(budget)} left for the cache after weights, temporaries, context and reserve — "
+                f"{'fits' if est.bytes <= budget else 'does not fit'}; longest context at {sequences} sequence(s): "
+                f"{longest:,}{' (the model maximum)' if longest == spec.max_position else ''}; most sequences at {context:,} tokens: {most:,}")
+    if as_json:
+        o.print_json(data)
+    else:
+        render_kv(est, line)
+    if card and not data["card"]["fits"]:
+        raise typer.Exit(1)

@@ -1,0 +1,80 @@
+"""`campaign models [MODEL]`: the catalog, or one model's architecture facts and parameter count."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from . import common as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models", epilog="Example: campaign models qwen3-30b-a3b")(models)
+
+
+def models(
+    model: Annotated[Optional[str], typer.Argument(help="A model to describe; omit to list the catalog.")] = None,
+    exact: Annotated[bool, typer.Option("--exact", help="Also count with transformers on the meta device.")] = False,
+    as_json: o.Json = False,
+) -> None:
+    """List the bundled models, or show one model's spec: layers, heads, KV heads, MoE, MLA, windows, params."""
+    from rich.table import Table
+
+    from ..models import catalog_names, load_spec, published_counts
+    from ..units import fmt_count
+    from .render import console
+
+    if model is None:
+        specs = [load_spec(name) for name in catalog_names()]
+        if as_json:
+            o.print_json({"schema": "campaign.models/1", "models": [
+                {"name": s.name, "model_type": s.model_type, "params": s.params, "active_params": s.active_params}
+                for s in specs]})
+            return
+        table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
+                      title_justify="left")
+        for col in ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention"):
+            table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right")
+        for s in specs:
+            table.add_row(s.name, s.model_type, fmt_count(s.params),
+                          fmt_count(s.active_params) if s.moe else "", str(s.num_layers),
+                          f"{s.num_heads}/{s.num_kv_heads}", f"{s.vocab_size:,}", _attention(s))
+        console.print(table)
+        return
+    spec = load_spec(model, exact=exact)
+    published = published_counts().get(spec.name, {})
+    if as_json:
+        data = spec.to_dict()
+        data["published"] = published or None
+        o.print_json(data)
+        return
+    console.print(f"[bold]{spec.name}[/bold] ({spec.architecture}, {spec.model_type}) from {spec.source}")
+    console.print(f"[bold]{spec.params:,}[/bold] parameters ({fmt_count(spec.params)}; {spec.params_method})"
+                  + (f", {spec.active_params:,} active per token" if spec.moe else "")
+                  + (f"; published: {published.get('params_text')}" if published else ""))
+    facts = [("layers", spec.num_layers), ("hidden", spec.hidden_size), ("heads", spec.num_heads),
+             ("KV heads", spec.num_kv_heads), ("head dim", spec.head_dim), ("intermediate", spec.intermediate_size),
+             ("vocab", f"{spec.vocab_size:,}"), ("tied embeddings", spec.tie_embeddings),
+             ("max positions", f"{spec.max_position:,}"), ("attention", _attention(spec)),
+             ("checkpoint dtype", spec.torch_dtype)]
+    if spec.moe:
+        facts.append(("MoE", f"{spec.moe.num_experts} experts, {spec.moe.experts_per_token} per token, "
+                             f"{spec.moe.moe_layers} MoE layers, expert size {spec.moe.expert_intermediate_size}"))
+    if spec.mla:
+        facts.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, rope {spec.mla.qk_rope_head_dim}"))
+    table = Table(show_header=False)
+    for k, v in facts:
+        table.add_row(k, str(v))
+    console.print(table)
+    for note in spec.notes:
+        console.print(f"[dim]- {note}[/dim]")
+
+
+def _attention(spec) -> str:  # type: ignore[no-untyped-def]
+    if spec.mla:
+        return "MLA"
+    sliding = [a for a in spec.attention if a.kind == "sliding"]
+    kind = "MQA" if spec.num_kv_heads == 1 else "GQA" if spec.num_kv_heads < spec.num_heads else "MHA"
+    if sliding:
+        return f"{kind}, {len(sliding)}/{spec.num_layers} sliding ({sliding[0].window})"
+    return kind

@@ -1,0 +1,99 @@
+"""Rich rendering of result objects: the verdict first, then the table, then the notes."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from ..memory.estimate import Fit, MemoryEstimate
+from ..memory.kv import KVEstimate
+from ..units import GiB, fmt_count, fmt_gib
+
+# Pipes and captured output get 120 columns rather than rich's 80, so tables stay readable in logs.
+console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
+
+VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
+
+
+def g(n: int | float) -> str:
+    """GiB with two decimals, no unit (tables say GiB in the header)."""
+    return f"{n / GiB:,.2f}"
+
+
+def describe(est: MemoryEstimate) -> str:
+    w = est.workload
+    if w.training:
+        what = f"train {w.method} ({w.dtype}{', mixed precision' if w.mixed_precision else ''}, {w.optimizer})"
+        shape = f"batch {w.batch} x {w.seq_len} tokens" + (", grad checkpointing" if w.grad_checkpointing else "")
+    else:
+        what = f"inference ({w.dtype} weights, {w.cache_dtype} KV)"
+        shape = f"{w.batch} sequence{'s' if w.batch > 1 else ''} x {w.seq_len} tokens"
+    cards = f"{w.gpus} cards, {w.shard}" if w.gpus > 1 else "1 card"
+    return f"{est.model} · {what} · {shape} · {cards} · {w.attention}"
+
+
+def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> None:
+    """Verdict, breakdown at the peak, phases, card fit, notes."""
+    console.print(f"[bold]{describe(est)}[/bold]")
+    params = f"{fmt_count(est.params)} params"
+    if est.workload.training:
+        params += f", {fmt_count(est.trainable_params)} trainable"
+    console.print(f"{params}. Peak [bold]{fmt_gib(est.peak_allocated_bytes)}[/bold] allocated in the "
+                  f"[bold]{est.peak_phase}[/bold]; [bold]{fmt_gib(est.device_bytes)}[/bold] on the device; "
+                  f"[bold]{fmt_gib(est.required_bytes)}[/bold] with the reserve (per card).")
+    if card_name and fits:
+        f = fits[0]
+        style = VERDICT_STYLE[f.verdict]
+        console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {g(f.memory_bytes)} GiB usable, headroom "
+                      f"{g(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch}, max seq {f.max_seq_len:,}"
+                                                     if f.max_batch is not None else ""))
+    table = Table(title=f"Breakdown at the peak ({est.peak_phase})", title_justify="left")
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    table.add_column("formula", overflow="fold", max_width=90)
+    for item in est.items:
+        if item.category == "overhead" and item.name.startswith("CUDA"):
+            table.add_row("[dim]= peak reserved[/dim]", f"[dim]{g(est.peak_reserved_bytes)}[/dim]", "", end_section=True)
+        if item.category == "reserve":
+            table.add_row("[dim]= device (nvidia-smi)[/dim]", f"[dim]{g(est.device_bytes)}[/dim]", "", end_section=True)
+        table.add_row(item.name, g(item.bytes), item.formula)
+        if item is est.items[len(est.items) - 4]:
+            table.add_row("[dim]= peak allocated[/dim]", f"[dim]{g(est.peak_allocated_bytes)}[/dim]", "",
+                          end_section=True)
+    table.add_row("[bold]required[/bold]", f"[bold]{g(est.required_bytes)}[/bold]", "")
+    console.print(table)
+    phases = "  ".join(f"{p.name} {g(p.bytes)}" + (" [bold]<- peak[/bold]" if p.name == est.peak_phase else "")
+                       for p in est.phases)
+    console.print(f"Phases (allocated GiB): {phases}")
+    if fits and not card_name:
+        fit_table(fits)
+    for note in est.notes:
+        console.print(f"[dim]- {note}[/dim]")
+
+
+def fit_table(fits: Sequence[Fit]) -> None:
+    table = Table(title="Fit per card (per-card figures, reserve included)", title_justify="left")
+    for col, just in (("card", "left"), ("usable GiB", "right"), ("verdict", "left"), ("headroom GiB", "right"),
+                      ("max batch", "right"), ("max seq", "right")):
+        table.add_column(col, justify=just)
+    for f in fits:
+        style = VERDICT_STYLE[f.verdict]
+        table.add_row(f.card, g(f.memory_bytes), f"[{style}]{f.verdict}[/{style}]", g(f.headroom_bytes),
+                      "-" if not f.max_batch else str(f.max_batch), "-" if not f.max_seq_len else f"{f.max_seq_len:,}")
+    console.print(table)
+
+
+def kv(est: KVEstimate, card_line: str | None) -> None:
+    console.print(f"[bold]{est.model}[/bold] · KV cache ({est.kind.upper()}, {est.dtype}) · {est.sequences} "
+                  f"sequence{'s' if est.sequences > 1 else ''} x {est.context:,} tokens"
+                  + (" · static" if est.static else " · dynamic") + (f" · tp {est.tp}" if est.tp > 1 else ""))
+    console.print(f"[bold]{fmt_gib(est.bytes)}[/bold] — {est.bytes_per_token:,.0f} bytes per token "
+                  f"({est.bytes_per_token / 1024:,.1f} KiB) over {est.layers_full + est.layers_sliding} layers"
+                  + (f"; {est.layers_sliding} sliding layers capped at {est.window:,}" if est.layers_sliding else ""))
+    if card_line:
+        console.print(card_line)
+    for note in est.notes:
+        console.print(f"[dim]- {note}[/dim]")

@@ -1,0 +1,41 @@
+"""The one exception hierarchy: every message is one line that quotes the bad value and ends with the fix."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class CampaignError(Exception):
+    """Base of every error a user can cause; the CLI prints it as one line and exits 2."""
+
+    exit_code = 2
+
+
+class ConfigError(CampaignError):
+    """A model config (config.json) is malformed, incomplete or inconsistent."""
+
+
+class InputError(CampaignError):
+    """A command-line value or input file is invalid (negative size, unknown dtype, ...)."""
+
+
+class UnknownNameError(CampaignError):
+    """A name (model, card, dtype) is not known; the message suggests close matches."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str], hint: str = "") -> None:
+        known = list(known)
+        close = difflib.get_close_matches(name.lower(), [k.lower() for k in known], n=3, cutoff=0.6)
+        lookup = {k.lower(): k for k in known}
+        msg = f"unknown {kind} {name!r}"
+        if close:
+            msg += "; did you mean " + " or ".join(repr(lookup[c]) for c in close) + "?"
+        if hint:
+            msg += f" {hint}"
+        super().__init__(msg)
+
+
+class MissingDependencyError(CampaignError):
+    """An optional extra (torch, data, report) is needed for this command."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(f"this needs {package!r}, which is not installed; install it with: pip install 'campaign[{extra}]'")

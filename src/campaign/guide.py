@@ -1,0 +1,62 @@
+"""The map of the user's five questions to the commands that answer them (`campaign guide`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    command: str
+    does: str
+
+
+@dataclass(frozen=True)
+class Question:
+    number: int
+    question: str
+    outcome: str
+    steps: tuple[Step, ...]
+
+
+QUESTIONS: tuple[Question, ...] = (
+    Question(1, "My model has never run. Where do I start?", "a memory envelope and an input for the first test run", (
+        Step("models", "what the model is: layers, heads, KV heads, MoE/MLA, exact parameter count"),
+        Step("memory", "GPU memory per card: weights, gradients, optimizer, activations, logits, KV, overheads, reserve; fit per card"),
+        Step("kv", "the KV cache by context, KV heads, sequences, precision, static vs dynamic; what fits a card"),
+        Step("cards", "GPUs with memory as the driver reports it, bandwidth, bf16 FLOP/s"),
+        Step("trace", "the peak traced phase by phase without a GPU (fake tensors)"),
+        Step("measure", "the peak measured phase by phase on the card: allocated vs reserved"),
+        Step("explain", "estimate vs measured, the gap attributed, a safety margin"),
+    )),
+    Question(2, "The score goes up, but can I trust it?", "a separate evaluation set, errors reviewed, a quantified difference", (
+        Step("split", "group-, duplicate- and label-aware splits with a manifest"),
+        Step("leaks", "exact and near duplicates, shared groups and label conflicts across splits"),
+        Step("usage", "a ledger of how each split was used; warns when the test set chose settings"),
+        Step("errors", "confusion matrix, per-class metrics, extraction validity, review sheet, taxonomy"),
+        Step("regress", "baseline vs candidate: flips, McNemar, guards on what must not get worse"),
+        Step("seeds", "paired seeds: intervals, tests, a useful-effect threshold, seeds needed"),
+    )),
+    Question(3, "I am about to train. What must I check first?", "a full update, a clear batch, usable traces", (
+        Step("check", "one complete step changes exactly the intended parameters; reload and resume"),
+        Step("inspect", "a batch after the exact preprocessing: tokens, truncation, loss positions"),
+        Step("batch", "effective batch, gradient accumulation and loss normalization"),
+        Step("run", "a run manifest: data, code, parameters, environment, predictions, decision"),
+        Step("runs", "runs listed and compared, failed and stopped ones included"),
+    )),
+    Question(4, "Fine-tune or compress: which variant?", "a reference, a controlled change, equal quality", (
+        Step("check", "adapters bound to their exact base model, reload checked"),
+        Step("quant", "quantization formats compared on the same data: memory and quality"),
+        Step("ablate", "an ablation plan: controls, factors, interactions, budget"),
+    )),
+    Question(5, "My budget is limited. What do I run first?", "an order of experiments, cost against useful results", (
+        Step("budget", "a campaign split into phases, costed in USD against 3/7/30-day packages"),
+        Step("bench", "cost compared at equal quality"),
+    )),
+)
+
+
+def built_commands() -> set[str]:
+    """Commands the CLI has today (the guide marks the others as planned)."""
+    from .cli import app
+
+    return {c.name for c in app.registered_commands if c.name}

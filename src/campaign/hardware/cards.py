@@ -1,0 +1,59 @@
+"""The bundled card catalog (cards.json): usable memory in bytes as nvidia-smi/rocm-smi report it."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from ..errors import UnknownNameError
+from ..units import parse_size
+
+
+@dataclass(frozen=True)
+class Card:
+    """A GPU model. `memory_bytes` is the total the driver reports, not the marketed GB."""
+
+    name: str
+    vendor: str
+    stack: str
+    memory_bytes: int
+    marketed_memory: str
+    bandwidth_bytes_per_s: int | None
+    bf16_dense_flops: int | None
+    aliases: tuple[str, ...] = ()
+    typical_rental: bool = False
+    memory_source: str = ""
+    source: str = ""
+    year: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@lru_cache(maxsize=1)
+def all_cards() -> tuple[Card, ...]:
+    """Every card in the catalog, in file order."""
+    data = json.loads((resources.files("campaign.hardware") / "cards.json").read_text(encoding="utf-8"))
+    fields = Card.__dataclass_fields__
+    return tuple(Card(**{k: (tuple(v) if k == "aliases" else v) for k, v in c.items() if k in fields})
+                 for c in data["cards"])
+
+
+def find_card(name: str) -> Card:
+    """A card by name or alias (case-insensitive), or a custom size: 'custom:24GiB' / a bare size like '80GB'.
+
+    Raises:
+        UnknownNameError: with close matches.
+    """
+    key = name.strip().lower()
+    for card in all_cards():
+        if key == card.name.lower() or key in (a.lower() for a in card.aliases):
+            return card
+    size_text = key.split(":", 1)[1] if key.startswith("custom:") else key
+    if size_text[:1].isdigit():
+        size = parse_size(size_text, what="card memory")
+        return Card(f"custom-{size_text}", "unknown", "cuda", size, size_text, None, None)
+    known = [c.name for c in all_cards()] + [a for c in all_cards() for a in c.aliases]
+    raise UnknownNameError("card", name, known, "See campaign cards, or give a size such as custom:24GiB.")

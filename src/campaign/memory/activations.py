@@ -1,0 +1,219 @@
+"""Activation memory: the tensors autograd saves per layer, per token, read off the HF implementations.
+
+Training keeps, per decoder layer, what each op's backward needs (PyTorch saves an input only when
+the other operand requires a gradient, so a frozen base saves less). Inference keeps nothing between
+layers; its peak is the largest temporary inside one layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.spec import ModelSpec
+from .dtypes import ELEMENT_BYTES
+from .states import lora_groups
+from .workload import Workload
+
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Saved bytes per token of one layer (a weighted mean over dense/MoE and sliding/full layers)."""
+
+    per_token: float
+    attention_per_token: float  # part that depends on sequence length (eager scores), per token per key
+    terms: tuple[tuple[str, float], ...]
+
+
+def _targets(spec: ModelSpec, w: Workload) -> dict[str, int]:
+    """LoRA-targeted module name -> in_features, when adapters train."""
+    if not (w.training and w.adapters):
+        return {}
+    return {g.module: g.shape[1] for g in lora_groups(spec, w)}
+
+
+def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
+    """Bytes saved for backward per token in one transformer layer (no checkpointing).
+
+    Sources: transformers' Llama/Qwen/Mistral/Gemma modeling (RMSNorm upcast to fp32, SDPA saving q, k, v,
+    output and logsumexp, the contiguous transpose before o_proj, SiLU-gated MLP), peft's LoRA forward
+    (input cast to the fp32 adapter dtype, lora_A output saved), and Korthikanti et al. 2022 (arXiv:2205.05198)
+    for the LayerNorm/GELU/dropout terms of GPT-2 and BERT.
+    """
+    c = ELEMENT_BYTES[w.compute_dtype]
+    h, nh, hd, I = spec.hidden_size, spec.num_heads, spec.head_dim, spec.intermediate_size
+    full = w.base_trainable
+    tg = _targets(spec, w)
+    r = w.lora_rank
+    terms: list[tuple[str, float]] = []
+
+    # peft casts each adapter's input to the adapter dtype (fp32); under autocast (--mixed-precision) the
+    # matmul then keeps a 16-bit copy instead. Each targeted module keeps its own copy, plus lora_A's output.
+    lora_in = c if w.mixed_precision else FP32
+
+    def lora(module: str) -> float:
+        return lora_in * (tg[module] + r) if module in tg else 0.0
+
+    decoder = spec.mlp == "gated"
+    drop = spec.dropout > 0 and w.training
+    if decoder:
+        if spec.model_type == "gemma2":
+            # GemmaRMSNorm computes in fp32 and multiplies by (1 + w) in fp32: the normalized tensor it keeps is
+            # fp32. Input and pre-feedforward norms feed a Linear; the post norms feed the residual add.
+            fp32_norm = FP32 * h + FP32 + (FP32 * h if full else 0.0)
+            norms = 2 * (fp32_norm + (c * h if full else 0.0)) + 2 * fp32_norm
+        else:
+            norms = 2 * rmsnorm_saved(h, c, full)
+        terms.append(("rmsnorm inputs (fp32) and outputs", norms))
+        if spec.model_type in ("qwen3", "qwen3_moe"):
+            heads = spec.num_heads + spec.num_kv_heads  # q_norm / k_norm over each head's vector, before RoPE
+            terms.append(("q/k norms (fp32 inputs)", FP32 * heads * (hd + 1) + (c * heads * hd if full else 0.0)))
+    else:
+        # LayerNorm saves its input and mean/rstd; the linear after it saves the LN output.
+        terms.append(("layernorm inputs and outputs", 2 * (c * h + 8 + (c * h if full else 0.0))))
+
+    # attention
+    if spec.mla is not None:
+        m = spec.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        latent = (m.q_lora_rank or 0) + m.kv_lora_rank
+        terms.append(("MLA latents (q_a, kv_a) and their norms", latent * (c + FP32) + c * m.qk_rope_head_dim))
+        q_bytes, k_bytes, v_bytes, out_bytes = c * nh * qk, c * nh * qk, c * nh * m.v_head_dim, c * nh * m.v_head_dim
+    else:
+        kv_heads = spec.num_kv_heads if w.attention == "sdpa" else nh  # eager repeats KV heads before matmul
+        q_bytes, k_bytes, v_bytes, out_bytes = c * nh * hd, c * kv_heads * hd, c * kv_heads * hd, c * nh * hd
+    terms.append(("attention q, k, v (after RoPE)", q_bytes + k_bytes + v_bytes))
+    # The attention output is kept by SDPA's backward and is also o_proj's input: flash kernels write it
+    # (b, s, heads, dim)-contiguous, so the transpose + contiguous before o_proj is free. Eager attention
+    # keeps it only when o_proj trains.
+    o_name = "o_proj" if decoder else ("c_proj" if spec.model_type == "gpt2" else "dense")
+    if w.attention == "sdpa":
+        terms.append(("attention output (= o_proj input) + logsumexp", out_bytes + FP32 * nh))
+    elif full:
+        terms.append(("attention output (o_proj input)", out_bytes))
+    if o_name in tg:
+        terms.append(("LoRA on o_proj (fp32 cast, lora_A output)", lora(o_name)))
+    qkv_lora = sum(lora(m) for m in ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", "key", "value",
+                                      "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"))
+    if qkv_lora:
+        terms.append(("LoRA on attention inputs (fp32 casts, lora_A outputs)", qkv_lora))
+
+    # MLP: dense or MoE, weighted by how many layers are which
+    # GPT-2's gelu_new is written with elementwise ops, each keeping its input: x, tanh(.), 0.5x, 1 + tanh(.)
+    act_saves = 4 if spec.activation in ("gelu_new", "gelu_fast") else 1
+
+    def dense_mlp(inter: int) -> float:
+        if decoder:
+            # gate output (activation input), activation output and up output (kept by the mul), product (down input)
+            return c * inter * (2 + act_saves) + (c * inter if full else 0.0)
+        # GPT-2/BERT: fc output (GELU input, + gelu_new's intermediates), GELU output (fc2 input)
+        return c * inter * act_saves + (c * inter if full else 0.0)
+
+    mlp_lora = sum(lora(m) for m in ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "c_fc"))
+    if spec.moe is not None:
+        moe = spec.moe
+        k, E = moe.experts_per_token, moe.num_experts
+        routed = k * (c * h + dense_mlp(moe.expert_intermediate_size) + c * h)
+        shared = dense_mlp(moe.shared_intermediate_size) if moe.shared_intermediate_size else 0.0
+        router = (c + FP32) * E
+        moe_bytes = routed + shared + router
+        dense_bytes = dense_mlp(I)
+        frac = moe.moe_layers / spec.num_layers
+        terms.append((f"MoE MLP: router, {k} of {E} experts per token (token copies, gate/up/act/product)",
+                      frac * moe_bytes))
+        if frac < 1:
+            terms.append(("dense MLP layers", (1 - frac) * dense_bytes))
+    else:
+        terms.append(("MLP gate/up/activation/product" if decoder else "MLP fc output and GELU", dense_mlp(I)))
+    if mlp_lora:
+        terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
+
+    attention_scores = 0.0
+    if w.attention == "eager":
+        if decoder:
+            # softmax saves its fp32 output; the 16-bit probabilities feed the matmul with V (HF eager attention);
+            # Gemma 2's logit soft-capping keeps a tanh output too.
+            attention_scores = nh * (FP32 + c + (c if spec.model_type == "gemma2" else 0))
+        else:
+            # GPT-2/BERT: softmax in the compute dtype, then attention dropout's output feeds the matmul with V
+            attention_scores = nh * c * (2 if drop else 1)
+    return LayerActivations(sum(t for _, t in terms), attention_scores, tuple(terms))
+
+
+def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
+    """Bytes per token an HF RMSNorm keeps for backward.
+
+    The fp32 upcast of its input (pow and the mul by rsqrt) and the rsqrt itself always; when weights
+    train, also the normalized 16-bit tensor (kept by `weight * x`) and the output (kept by the next Linear).
+    """
+    return FP32 * h + FP32 + (2 * c * h if trains else 0.0)
+
+
+def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
+    """(bytes saved over all layers at the end of forward, bytes of one layer, formula) per card."""
+    tokens = w.batch * w.seq_len
+    layer = layer_saved(spec, w)
+    one_layer = tokens * (layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len))
+    c = ELEMENT_BYTES[w.compute_dtype]
+    # after the blocks: the final norm (its output is the LM head's input)
+    final = tokens * (rmsnorm_saved(spec.hidden_size, c, w.base_trainable) if spec.mlp == "gated"
+                      else c * spec.hidden_size + 8 + (c * spec.hidden_size if w.base_trainable else 0))
+    if w.grad_checkpointing:
+        saved = spec.num_layers * tokens * c * spec.hidden_size + final
+        formula = (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
+                   f"{spec.hidden_size} x {c:g}, + final norm; one layer is recomputed in backward")
+        return int(saved), int(one_layer), formula
+    formula = (f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
+               + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
+               + f" = {spec.num_layers} x {tokens} tokens; terms: "
+               + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v))
+    return int(spec.num_layers * one_layer + final), int(one_layer), formula
+
+
+def _mean_keys(spec: ModelSpec, seq_len: int) -> float:
+    """Mean keys attended per query row materialized by eager attention (sliding layers cap at the window)."""
+    total = 0
+    for a in spec.attention:
+        total += min(seq_len, a.window) if a.kind == "sliding" and a.window else seq_len
+    return total / max(1, len(spec.attention))
+
+
+def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
+    """Logits and the loss: b x s x V in compute dtype, plus the fp32 upcast and log_softmax output (training).
+
+    transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy; log_softmax saves its fp32
+    output. Encoders (MLM) compute the loss in the compute dtype. Generation keeps only the last position.
+    """
+    c = ELEMENT_BYTES[w.compute_dtype]
+    V = spec.vocab_size
+    encoder = spec.model_type in ("bert", "roberta", "xlm-roberta")
+    if encoder and not spec.architecture.endswith(("ForMaskedLM", "ForPreTraining")):
+        return 0, "no vocabulary-sized output (a task head)"
+    if not w.training:
+        positions = w.batch
+        return int(positions * V * (c + FP32)), (f"last position only (generate): b x V x ({c:g} + 4 fp32 copy) = "
+                                                 f"{w.batch} x {V}")
+    positions = w.batch * w.seq_len
+    if encoder:
+        return int(positions * V * 2 * c), f"b x s x V x 2 x {c:g} B (logits + log_softmax) = {positions} x {V}"
+    per = c + 2 * FP32
+    if spec.model_type == "gemma2":
+        per += c  # final logit soft-capping keeps tanh's output
+    return int(positions * V * per), (f"b x s x V x ({c:g} + 4 fp32 upcast + 4 log_softmax) B = {positions} x {V} "
+                                      f"x {per:g}")
+
+
+def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, str]:
+    """Largest transient inside one layer when `tokens` positions (over all sequences) go through at once."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    h, I = spec.hidden_size, spec.intermediate_size
+    if spec.moe is not None:
+        I = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token, spec.moe.shared_intermediate_size)
+    mlp = tokens * c * (3 * I + 2 * h)
+    formula = f"MLP of one layer: tokens x (3 x I + 2 x h) x {c:g} B = {tokens} x (3 x {I} + 2 x {h})"
+    if w.attention == "eager":
+        # a chunk of `tokens` query rows attends to up to the whole context
+        scores = spec.num_heads * tokens * _mean_keys(spec, w.seq_len) * (FP32 + c)
+        if scores > mlp:
+            return int(scores), f"eager attention scores: b x heads x s x keys x (4 + {c:g}) B"
+    return int(mlp), formula

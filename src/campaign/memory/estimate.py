@@ -1,0 +1,380 @@
+"""The analytic memory estimate: a breakdown per phase whose items sum to the headline figures.
+
+Headline figures (per card): peak_allocated_bytes (tensors alive at the peak), peak_reserved_bytes (what
+PyTorch's caching allocator holds), device_bytes (plus the CUDA context: what nvidia-smi shows) and
+required_bytes (plus the explicit reserve). `items` are the peak phase's items plus those three overheads,
+so sum(items) == required_bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ..errors import InputError
+from ..models.spec import ModelSpec
+from ..units import MiB, parse_size
+from .activations import inference_temporaries, logits_bytes, training_activations
+from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
+from .kv import estimate_kv
+from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, trainable_tensors,
+                     weight_bytes)
+from .workload import Workload
+
+SCHEMA = "campaign.memory/1"
+# CUDA context + cuBLAS/cuDNN handles with lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since
+# CUDA 11.7 with PyTorch); measured 300-600 MiB on A100/H100. Override with context_bytes.
+CUDA_CONTEXT_BYTES = 500 * MiB
+# Share of transient memory (activations, logits, temporaries, a growing cache) the caching allocator holds
+# beyond what is allocated, from block splitting and freed blocks that do not fit the next request.
+FRAGMENTATION = 0.10
+# Large tensors get their own 2 MiB-rounded segment; the unusable tail averages 0.5 MiB (remainders over
+# 1 MiB are split off and reused). PyTorch c10/cuda/CUDACachingAllocator.cpp: kRoundLarge, kSmallSize.
+LARGE_TENSOR_WASTE = MiB // 2
+LARGE_TENSOR = MiB
+_TRANSIENT = ("activations", "logits", "temporaries", "kv")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One term of the breakdown: bytes, the formula in words and where it comes from."""
+
+    name: str
+    bytes: int
+    formula: str
+    category: str
+    source: str = "formula"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Tensors alive at the peak moment of one phase."""
+
+    name: str
+    items: tuple[Item, ...]
+    moment: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.bytes for i in self.items)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "moment": self.moment,
+                "items": [asdict(i) for i in self.items]}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Does the workload fit one card, with what headroom, and what is the most it could take."""
+
+    card: str
+    memory_bytes: int
+    verdict: str  # fits | tight | does not fit
+    headroom_bytes: int
+    max_batch: int | None = None
+    max_seq_len: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The analytic estimate of one workload on one card of `workload.gpus`; all bytes are per card."""
+
+    model: str
+    workload: Workload
+    params: int
+    trainable_params: int
+    phases: tuple[Phase, ...]
+    peak_phase: str
+    items: tuple[Item, ...]
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    device_bytes: int
+    required_bytes: int
+    reserve_bytes: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    method: str = "formula"
+    schema: str = SCHEMA
+
+    def verdict(self, memory_bytes: int) -> str:
+        """fits / tight (inside the reserve) / does not fit, for a card of `memory_bytes`."""
+        if self.required_bytes <= memory_bytes:
+            return "fits"
+        if self.device_bytes <= memory_bytes:
+            return "tight"
+        return "does not fit"
+
+    def dominant(self) -> Item:
+        """The largest item at the peak."""
+        return max(self.items, key=lambda i: i.bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema, "model": self.model, "method": self.method,
+            "workload": self.workload.to_dict(), "params": self.params, "trainable_params": self.trainable_params,
+            "peak_phase": self.peak_phase, "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes, "device_bytes": self.device_bytes,
+            "required_bytes": self.required_bytes, "reserve_bytes": self.reserve_bytes,
+            "items": [asdict(i) for i in self.items], "phases": [p.to_dict() for p in self.phases],
+            "notes": list(self.notes),
+        }
+
+
+def parse_reserve(reserve: str | float | int) -> tuple[float, int]:
+    """'10%' or 0.1 -> (fraction of device bytes, 0); '4GiB' -> (0, bytes)."""
+    if isinstance(reserve, (int, float)) and not isinstance(reserve, bool):
+        if not 0 <= reserve < 1:
+            raise InputError(f"reserve {reserve!r} as a number is a fraction in [0, 1); write e.g. 0.1, '10%' or '4GiB'")
+        return float(reserve), 0
+    text = str(reserve).strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            raise InputError(f"reserve {reserve!r} is not a percentage; write e.g. '10%' or '4GiB'") from None
+        if not 0 <= pct < 100:
+            raise InputError(f"reserve {reserve!r} must be between 0% and 100%")
+        return pct / 100, 0
+    try:
+        value = float(text)
+    except ValueError:
+        return 0.0, parse_size(text, what="reserve")
+    return parse_reserve(value)
+
+
+def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float = "10%",
+                    context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION) -> MemoryEstimate:
+    """Estimate per-card GPU memory of a workload, phase by phase.
+
+    Args:
+        spec: the model (see campaign.models.load_spec).
+        workload: a validated Workload (see make_workload).
+        reserve: explicit safety margin, a fraction of device bytes ('10%') or a size ('4GiB').
+        context_bytes: CUDA/ROCm context and library handles outside PyTorch's allocator.
+        fragmentation: share of transient bytes the caching allocator holds beyond allocations.
+    """
+    w = workload
+    phases = _training_phases(spec, w) if w.training else _inference_phases(spec, w)
+    peak = max(phases, key=lambda p: p.bytes)
+    allocated = peak.bytes
+    # Freed activation blocks stay cached and are reused later, so fragmentation follows the largest
+    # transient working set of any phase, not only the peak phase's.
+    transient = max(sum(i.bytes for i in p.items if i.category in _TRANSIENT) for p in phases)
+    persistent_big = _large_tensor_count(spec, w)
+    frag = int(fragmentation * transient) + persistent_big * LARGE_TENSOR_WASTE
+    reserved = allocated + frag
+    device = reserved + context_bytes
+    fraction, absolute = parse_reserve(reserve)
+    reserve_bytes = absolute or int(round(device * fraction))
+    items = peak.items + (
+        Item("allocator overhead (reserved - allocated)", frag,
+             f"{fragmentation:.0%} of transient tensors ({transient:,} B) + 0.5 MiB x {persistent_big} large "
+             "tensors (2 MiB segment rounding)", "overhead", "PyTorch caching allocator"),
+        Item("CUDA context and libraries", context_bytes, "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)",
+             "overhead", "typical 300-600 MiB on A100/H100"),
+        Item("reserve", reserve_bytes, f"{fraction:.0%} of device bytes" if not absolute else "explicit size",
+             "reserve", "your safety margin"),
+    )
+    return MemoryEstimate(
+        model=spec.name, workload=w, params=spec.inventory_params, trainable_params=trainable_params(spec, w),
+        phases=phases, peak_phase=peak.name, items=items, peak_allocated_bytes=allocated,
+        peak_reserved_bytes=reserved, device_bytes=device, required_bytes=device + reserve_bytes,
+        reserve_bytes=reserve_bytes, notes=_notes(spec, w, peak),
+    )
+
+
+def _div(n: int | float, parts: int) -> int:
+    return int(-(-int(n) // parts))
+
+
+def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
+    """Base weights on one card: quantized part, its metadata, what stays 16-bit; sharded when asked."""
+    wb = weight_bytes(spec, w)
+    n = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
+    split = f" / {n} cards ({w.shard})" if n > 1 else ""
+    items = []
+    if w.dtype in QUANTIZED:
+        items.append(Item(f"weights, {w.dtype} linear layers", _div(wb.quantized, n),
+                          f"{format_note(w.dtype, w.group_size)}: data{split}", "weights", "format layout"))
+        items.append(Item("quantization scales/zeros", _div(wb.quant_overhead, n),
+                          f"metadata of {format_note(w.dtype, w.group_size)}{split}", "weights", "format layout"))
+        kept = ", ".join(wb.dense_names[:6]) + ("..." if len(wb.dense_names) > 6 else "")
+        items.append(Item("weights kept 16-bit", _div(wb.dense, n),
+                          f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",
+                          "not converted by the quantizer"))
+    else:
+        amp = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3")
+        dt = "fp32" if amp else w.dtype
+        label = "weights (fp32, AMP master)" if amp else "weights"
+        items.append(Item(label, _div(wb.total, n), f"params x {ELEMENT_BYTES[dt]:g} B ({dt}) = "
+                          f"{spec.inventory_params:,} x {ELEMENT_BYTES[dt]:g}{split}", "weights", "config inventory"))
+    return items
+
+
+def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
+    P = spec.inventory_params
+    Pt = trainable_params(spec, w)
+    s = state_bytes_per_element(w)
+    N = w.gpus
+    zero = w.shard in ("zero1", "zero2", "zero3")
+    weights = _weights_items(spec, w)
+    extra: list[Item] = []  # persistent items beside the weights
+    fwd_only: list[Item] = []  # alive in forward and backward
+    if w.adapters:
+        extra.append(Item("LoRA adapter weights (fp32)", 4 * Pt,
+                          f"r x (in + out) per target x 4 B = {Pt:,} x 4 (rank {w.lora_rank}, "
+                          f"targets {','.join(w.lora_targets)})", "weights", "peft"))
+    if w.mixed_precision and w.base_trainable:
+        if zero:
+            div = N if w.gpus > 1 else 1
+            extra.append(Item("fp32 master weights", _div(4 * Pt, div),
+                              f"4 B x trainable params{f' / {N} cards' if div > 1 else ''} (ZeRO keeps them with the "
+                              "optimizer)", "optimizer", "ZeRO paper, sec. 3"))
+        else:
+            unit = _largest_layer_params(spec)
+            copies = 2 * (unit * 2 if w.shard == "fsdp" and N > 1 else P)
+            fwd_only.append(Item("16-bit working copies (autocast)", copies,
+                                 "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
+                                 else "2 B x params of the gathered unit and the prefetched one", "weights",
+                                 "torch.autocast weight cache"))
+    if w.shard in ("zero3", "fsdp") and N > 1:
+        unit = _largest_layer_params(spec)
+        fwd_only.append(Item("all-gathered layer (current + prefetch)", 2 * unit * ELEMENT_BYTES[w.compute_dtype],
+                             "2 x largest layer's params x compute bytes", "temporaries", "FSDP/ZeRO-3 prefetch"))
+    grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
+    grad_s = 2 if zero and w.mixed_precision else s
+    grads = Item("gradients", _div(grad_s * Pt, grad_div),
+                 f"trainable params x {grad_s:g} B = {Pt:,} x {grad_s:g}" + (f" / {N} cards" if grad_div > 1 else ""),
+                 "gradients", "one gradient per trainable parameter")
+    opt_div = N if w.shard in ("zero1", "zero2", "zero3", "fsdp") else 1
+    opt_b, opt_formula = optimizer_bytes(spec, w, Pt)
+    optimizer = Item("optimizer states", _div(opt_b, opt_div),
+                     opt_formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
+    acts, one_layer, act_formula = training_activations(spec, w)
+    activations = Item("activations", acts, act_formula, "activations", "saved tensors, per layer")
+    lg, lg_formula = logits_bytes(spec, w)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    V, tokens = spec.vocab_size, w.batch * w.seq_len
+    causal = spec.mlp == "gated" or spec.model_type == "gpt2"  # fp32 upcast before the loss
+    logits_saved = int(lg * (c + 4) / (c + 8)) if causal else lg
+    logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+    states = weights + extra
+    persist = [x for x in (optimizer,) if x.bytes]
+    load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
+    if Pt == 0:
+        forward = Phase("forward", tuple(states + [Item("forward temporaries (no grad)",
+                                                        *inference_temporaries(spec, w, tokens), "temporaries")]),
+                        "no trainable parameters: a forward without autograd")
+        return load, forward
+    forward = Phase("forward", tuple(states + persist + fwd_only + [activations, logits]),
+                    "end of forward, during the loss (optimizer states exist from step 2)")
+    bwd_start = list(states + persist + fwd_only + [activations])
+    if lg:
+        bwd_start += [Item("logits (saved for backward)", logits_saved, "b x s x V x (compute + 4 B log_softmax output)",
+                           "logits", "transformers ForCausalLMLoss"),
+                      Item("logits gradients", int(tokens * V * (8 if causal else c)), "fp32 grad into and out of log_softmax: b x s x V x 8 B",
+                           "logits", "autograd")]
+    bwd_transient = one_layer if w.grad_checkpointing else 0
+    bwd_end = list(states + persist + fwd_only + [grads])
+    layer_grads = _layer_grad_temporaries(spec, w)
+    bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
+                        "activation gradients of one layer" + (" + its recomputed activations" if bwd_transient else ""),
+                        "temporaries", "autograd"))
+    start_b, end_b = sum(i.bytes for i in bwd_start), sum(i.bytes for i in bwd_end)
+    backward = (Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients")
+                if start_b >= end_b else
+                Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed"))
+    step_tmp, step_formula = _step_temporaries(spec, w, Pt)
+    step = Phase("optimizer step", tuple(states + [grads] + persist + (
+        [Item("optimizer temporaries", _div(step_tmp, opt_div), step_formula, "temporaries", "torch.optim")]
+        if step_tmp else [])), "inside optimizer.step(), gradients still alive")
+    return load, forward, backward, step
+
+
+def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
+    tp = w.gpus if w.shard == "tp" else 1
+    weights = _weights_items(spec, w)
+    kv = estimate_kv(spec, context=w.seq_len, sequences=w.batch, dtype=w.cache_dtype, tp=tp)
+    kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
+                   f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else ""),
+                   "kv", "campaign kv")
+    lg, lg_formula = logits_bytes(spec, w)
+    logits = Item("logits", lg, lg_formula, "logits", "transformers generate")
+    pre_tmp, pre_formula = inference_temporaries(spec, w, min(w.batch * w.seq_len, w.prefill_chunk))
+    dec_tmp, dec_formula = inference_temporaries(spec, w, w.batch)
+    split = f" / {tp} cards" if tp > 1 else ""
+    load = Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card")
+    prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp, tp),
+                                                              pre_formula + split, "temporaries"), logits]),
+                    f"prefill in chunks of {min(w.batch * w.seq_len, w.prefill_chunk):,} tokens, cache filled")
+    decode = Phase("decode", tuple(weights + [kv_item, Item("decode temporaries", _div(dec_tmp, tp),
+                                                            dec_formula + split, "temporaries"), logits]),
+                   "last token, cache full")
+    return load, prefill, decode
+
+
+def _load_items(spec: ModelSpec, w: Workload) -> list[Item]:
+    """Quantizing on load brings each tensor in 16-bit before converting it."""
+    if w.dtype in QUANTIZED:
+        return [Item("load temporaries", weight_bytes(spec, w).largest_tensor,
+                     "largest tensor in 16-bit before quantization", "temporaries", "quantize on load")]
+    return []
+
+
+def _largest_layer_params(spec: ModelSpec) -> int:
+    """Parameters in one transformer block (the FSDP wrapping unit)."""
+    block = sum(g.params for g in spec.groups if g.in_blocks)
+    return block // max(1, spec.num_layers)
+
+
+def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:
+    """Activation gradients alive while one layer's backward runs: the MLP's widest tensors."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    inter = spec.intermediate_size
+    if spec.moe is not None:
+        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    return int(w.batch * w.seq_len * c * (2 * inter + 2 * spec.hidden_size))
+
+
+def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
+    s = state_bytes_per_element(w)
+    if w.optimizer == "adamw":
+        return int(s * Pt), f"foreach AdamW (the CUDA default): one state-sized temporary, sqrt(exp_avg_sq) = {s:g} B x {Pt:,}"
+    if w.optimizer == "adafactor":
+        big = max((g.numel for g in spec.groups), default=0) if w.method == "full" else 0
+        return int(3 * 4 * big), "Adafactor loops over tensors: ~3 fp32 copies of the largest one"
+    return 0, ""
+
+
+def _large_tensor_count(spec: ModelSpec, w: Workload) -> int:
+    """Tensors over 1 MiB that live for the whole run (weights, and grads + states of trainable ones)."""
+    big = sum(g.count for g in spec.groups if g.numel * 2 > LARGE_TENSOR)
+    if w.training and w.method == "full":
+        per_param = 1 + (2 if w.optimizer in ("adamw", "adamw-8bit") else 1 if w.optimizer != "none" else 0)
+        big *= 1 + per_param
+    return big
+
+
+def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
+    notes = list(w.notes) + list(spec.notes)
+    dom = max(peak.items, key=lambda i: i.bytes)
+    notes.append(f"largest term at the peak ({peak.name}): {dom.name}")
+    if w.dtype in QUANTIZED:
+        notes.append("quantized weights: embeddings and the LM head stay 16-bit; for small models they dominate")
+    if w.training and spec.vocab_size >= 100_000 and w.method != "frozen":
+        notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
+                     "cross-entropy (Liger, torchtune) removes most of it")
+    if w.training and not w.grad_checkpointing and w.method != "frozen":
+        notes.append("gradient checkpointing keeps one tensor per layer instead of all activations")
+    if w.training and w.gpus > 1 and w.shard == "none":
+        notes.append(f"DDP over {w.gpus} cards: each holds a full replica; ZeRO/FSDP shards the state")
+    if w.attention == "eager":
+        notes.append("eager attention materializes b x heads x s x s scores; sdpa (flash) does not")
+    notes.append("GiB = 2**30 bytes; an '80 GB' card is 80e9 bytes or less as the driver reports it")
+    return tuple(notes)
+
+
+def with_workload(workload: Workload, **changes: Any) -> Workload:
+    """A copy of the workload with some fields changed (for the solvers)."""
+    return replace(workload, **changes)

@@ -1,0 +1,56 @@
+"""Card fit: the verdict per card, and the inverse solves (largest batch, longest context that fit)."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from ..hardware.cards import Card
+from ..models.spec import ModelSpec
+from .estimate import FRAGMENTATION, Fit, MemoryEstimate, estimate_memory, parse_reserve
+from .kv import _largest
+from .workload import Workload
+
+
+def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
+              **options: Any) -> int:
+    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1)."""
+    cache: dict[int, bool] = {}
+
+    def ok(n: int) -> bool:
+        if n not in cache:
+            est = estimate_memory(spec, replace(workload, **{field: n}), **options)
+            cache[n] = est.required_bytes <= memory_bytes
+        return cache[n]
+
+    return _largest(ok, limit)
+
+
+def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,
+              estimate: MemoryEstimate | None = None, **options: Any) -> list[Fit]:
+    """Verdict, headroom and (optionally) the largest batch and longest context per card."""
+    est = estimate or estimate_memory(spec, workload, **options)
+    seq_limit = max(spec.max_position, workload.seq_len)
+    out = []
+    for card in cards:
+        mb = mc = None
+        if solve:
+            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, **options)
+            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, **options)
+        out.append(Fit(card.name, card.memory_bytes, est.verdict(card.memory_bytes),
+                       card.memory_bytes - est.required_bytes, mb, mc))
+    return out
+
+
+def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve: str | float = "10%") -> int:
+    """Bytes a KV cache may take on a card of `memory_bytes` after everything else an inference holds.
+
+    Solves required = (device_without_kv + kv x (1 + fragmentation)) x (1 + reserve share) + absolute reserve
+    <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out).
+    """
+    est = estimate_memory(spec, workload, reserve=reserve)
+    kv_now = next(i.bytes for i in est.items if i.category == "kv")
+    without = est.device_bytes - int(kv_now * (1 + FRAGMENTATION))
+    fraction, absolute = parse_reserve(reserve)
+    room = (memory_bytes - absolute) / (1 + fraction) - without
+    return max(0, int(room / (1 + FRAGMENTATION)))

@@ -1,0 +1,146 @@
+"""KV cache sizing: per token and per layer from KV heads (GQA/MQA), MLA latents and sliding windows."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import InputError
+from ..models.spec import ModelSpec
+from .dtypes import ELEMENT_BYTES, parse_dtype
+
+SCHEMA = "campaign.kv/1"
+
+
+def _kv_element_bytes(dtype: str) -> float:
+    return ELEMENT_BYTES[dtype]
+
+
+def layer_bytes_per_token(spec: ModelSpec, dtype: str, *, tp: int = 1) -> list[float]:
+    """Cache bytes one token adds in each layer (before window caps), on one of `tp` tensor-parallel cards.
+
+    Full/sliding attention: K and V, each num_kv_heads x head_dim. KV heads split over tp cards, and are
+    replicated when there are fewer KV heads than cards (vLLM's rule). MLA caches the compressed latent
+    kv_lora_rank + qk_rope_head_dim once per token per layer (as vLLM and SGLang serve DeepSeek), which
+    cannot be split over cards.
+    """
+    b = _kv_element_bytes(dtype)
+    if spec.mla is not None:
+        return [(spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * b] * spec.num_layers
+    kv_heads = max(1, -(-spec.num_kv_heads // tp))
+    return [2 * kv_heads * spec.head_dim * b] * spec.num_layers
+
+
+@dataclass(frozen=True)
+class KVEstimate:
+    """A KV cache size with how it was reached; `bytes` is for all sequences on one card."""
+
+    model: str
+    dtype: str
+    context: int
+    sequences: int
+    static: bool
+    block_size: int
+    bytes_per_token: float
+    bytes: int
+    cached_tokens_per_sequence: int
+    layers_full: int
+    layers_sliding: int
+    window: int | None
+    kind: str
+    tp: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str = "bf16",
+                static: bool = False, max_context: int | None = None, max_sequences: int | None = None,
+                block_size: int = 1, tp: int = 1) -> KVEstimate:
+    """KV cache bytes for `sequences` concurrent sequences of `context` tokens.
+
+    Args:
+        context: tokens per sequence (prompt + generated).
+        static: preallocate max_context x max_sequences (a static cache or CUDA graphs) instead of growing.
+        block_size: paged attention block in tokens (vLLM: 16); each sequence rounds up to whole blocks.
+        tp: tensor-parallel cards the heads are split over.
+    Returns:
+        KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
+    """
+    for label, value in (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{label} must be a positive integer, got {value!r}")
+    dtype = parse_dtype(dtype, what="kv dtype")
+    if dtype in ("nf4", "gptq", "awq", "int4"):
+        raise InputError(f"kv dtype {dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
+    notes: list[str] = []
+    tokens, seqs = context, sequences
+    if static:
+        tokens = max_context or context
+        seqs = max_sequences or sequences
+        if tokens < context or seqs < sequences:
+            raise InputError(f"a static cache of {tokens} tokens x {seqs} sequences cannot hold "
+                             f"{context} x {sequences}; raise --max-context/--max-sequences")
+        notes.append(f"static cache: preallocated for {tokens} tokens x {seqs} sequences, whatever is used")
+    per_layer = layer_bytes_per_token(spec, dtype, tp=tp)
+    total = 0.0
+    for rate, layer in zip(per_layer, spec.attention):
+        cached = min(tokens, layer.window) if layer.kind == "sliding" and layer.window else tokens
+        if block_size > 1:
+            cached = -(-cached // block_size) * block_size
+        total += rate * cached * seqs
+    sliding = [a for a in spec.attention if a.kind == "sliding"]
+    window = sliding[0].window if sliding else None
+    if sliding and tokens > (window or 0):
+        notes.append(f"{len(sliding)} of {spec.num_layers} layers use a sliding window of {window} tokens: "
+                     "their cache stops growing there")
+    if spec.mla is not None:
+        notes.append("MLA: the compressed latent is cached (vLLM/SGLang); transformers' eager path caches "
+                     "decompressed K and V, many times larger")
+        kind = "mla"
+    elif spec.num_kv_heads == 1:
+        kind = "mqa"
+    elif spec.num_kv_heads < spec.num_heads:
+        kind = "gqa"
+        notes.append(f"GQA: {spec.num_kv_heads} KV heads for {spec.num_heads} query heads, "
+                     f"{spec.num_heads // spec.num_kv_heads}x smaller than full multi-head attention")
+    else:
+        kind = "mha"
+    if tp > 1 and spec.mla is None and spec.num_kv_heads < tp:
+        notes.append(f"{spec.num_kv_heads} KV heads over {tp} cards: heads are replicated, not split further")
+    cached_tokens = min(tokens, window) if sliding and len(sliding) == spec.num_layers else tokens
+    return KVEstimate(
+        model=spec.name, dtype=dtype, context=context, sequences=sequences, static=static, block_size=block_size,
+        bytes_per_token=sum(per_layer), bytes=int(round(total)), cached_tokens_per_sequence=cached_tokens,
+        layers_full=spec.num_layers - len(sliding), layers_sliding=len(sliding), window=window, kind=kind,
+        tp=tp, notes=tuple(notes),
+    )
+
+
+def max_context_for(spec: ModelSpec, budget_bytes: int, *, sequences: int = 1, dtype: str = "bf16",
+                    block_size: int = 1, tp: int = 1, limit: int = 10_000_000) -> int:
+    """Longest context per sequence whose cache fits `budget_bytes` (0 if not even one token)."""
+    return _largest(lambda n: estimate_kv(spec, context=n, sequences=sequences, dtype=dtype,
+                                          block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
+
+
+def max_sequences_for(spec: ModelSpec, budget_bytes: int, *, context: int, dtype: str = "bf16",
+                      block_size: int = 1, tp: int = 1, limit: int = 1_000_000) -> int:
+    """Most concurrent sequences of `context` tokens whose cache fits `budget_bytes`."""
+    return _largest(lambda n: estimate_kv(spec, context=context, sequences=n, dtype=dtype,
+                                          block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
+
+
+def _largest(ok: Any, limit: int) -> int:
+    """Largest n in [0, limit] with ok(n) true, for a monotone predicate (exponential then binary search)."""
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo

@@ -1,0 +1,127 @@
+"""Persistent state: weights (with quantization metadata), trainable parameters, gradients, optimizer states."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..models.spec import ModelSpec, ParamGroup
+from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
+from .workload import Workload
+
+ADAPTER_BYTES = 4  # peft creates LoRA weights in fp32 (autocast_adapter_dtype=True) on a 16-bit base
+BNB_8BIT_BLOCK = 256  # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per block
+
+
+def is_router(g: ParamGroup) -> bool:
+    """MoE routers stay in 16-bit under weight quantizers (modules_to_not_convert) and are not LoRA targets."""
+    return g.module in ("gate", "shared_expert_gate")
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Where the weight bytes go: quantized data, its scales/zeros, and what stays 16-bit (named)."""
+
+    quantized: int
+    quant_overhead: int
+    dense: int
+    dense_names: tuple[str, ...]
+    largest_tensor: int
+
+    @property
+    def total(self) -> int:
+        return self.quantized + self.quant_overhead + self.dense
+
+
+def weight_bytes(spec: ModelSpec, w: Workload) -> WeightBytes:
+    """Bytes of the base weights as stored on the card (before sharding).
+
+    Quantized formats convert the Linear layers inside the blocks; embeddings, the LM head, norms,
+    biases and MoE routers stay in 16-bit (bf16), as bitsandbytes, GPTQ and AWQ leave them.
+    Mixed precision (AMP) keeps trainable weights in fp32.
+    """
+    quantized = overhead = dense = largest = 0
+    names: list[str] = []
+    amp_fp32 = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3")
+    dense_dtype = "fp32" if amp_fp32 else (w.dtype if w.dtype in ("fp32", "bf16", "fp16") else "bf16")
+    for g in spec.groups:
+        if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks and not is_router(g):
+            lb = linear_bytes(w.dtype, g.shape[0], g.shape[1], group_size=w.group_size)
+            quantized += lb.data * g.count
+            overhead += lb.overhead * g.count
+            largest = max(largest, g.numel * 2)  # loaded in 16-bit, then quantized
+        else:
+            n = int(g.params * ELEMENT_BYTES[dense_dtype])
+            dense += n
+            largest = max(largest, int(g.numel * ELEMENT_BYTES[dense_dtype]))
+            if w.dtype in QUANTIZED and g.role in ("embedding", "linear") and g.module not in names:
+                names.append(g.module)
+    return WeightBytes(quantized, overhead, dense, tuple(names), largest)
+
+
+def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
+    """The Linear groups LoRA adapts: 'all-linear' = every block Linear except MoE routers and routed experts."""
+    linears = [g for g in spec.groups if g.role == "linear" and g.in_blocks and not is_router(g)]
+    if "all-linear" in w.lora_targets:
+        return [g for g in linears if not g.expert]
+    chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
+    known = {g.module for g in linears}
+    unknown = [t for t in w.lora_targets if t not in known and not any(g.name == t for g in linears)]
+    if unknown:
+        raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
+                         f"choose from {', '.join(sorted(known))} or all-linear")
+    return chosen
+
+
+def trainable_params(spec: ModelSpec, w: Workload) -> int:
+    """Parameters that receive gradients: all (full), the adapters r*(in+out) per target (LoRA), or none."""
+    if not w.training or w.method == "frozen":
+        return 0
+    if w.method == "full":
+        return spec.inventory_params
+    return sum(w.lora_rank * (g.shape[0] + g.shape[1]) * g.count for g in lora_groups(spec, w))
+
+
+def trainable_tensors(spec: ModelSpec, w: Workload) -> int:
+    """How many separate trainable tensors there are (allocator rounding is per tensor)."""
+    if not w.training or w.method == "frozen":
+        return 0
+    if w.method == "full":
+        return sum(g.count for g in spec.groups)
+    return 2 * sum(g.count for g in lora_groups(spec, w))
+
+
+def state_bytes_per_element(w: Workload) -> float:
+    """dtype of gradients and optimizer states: fp32 for adapters and mixed precision, else the weight dtype."""
+    if w.adapters or w.mixed_precision:
+        return 4
+    return ELEMENT_BYTES[w.dtype]
+
+
+def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, str]:
+    """Optimizer state bytes for `trainable` parameters, and the formula in words."""
+    s = state_bytes_per_element(w)
+    if w.optimizer == "adamw":
+        return int(2 * s * trainable), f"AdamW: exp_avg + exp_avg_sq = 2 x {s:g} B x trainable params"
+    if w.optimizer == "adamw-8bit":
+        per = 2 * (1 + 4 / BNB_8BIT_BLOCK)
+        return int(per * trainable), (f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per {BNB_8BIT_BLOCK} "
+                                      f"= {per:.4f} B x trainable params")
+    if w.optimizer == "sgd":
+        return int(s * trainable), f"SGD with momentum: 1 buffer x {s:g} B x trainable params"
+    if w.optimizer == "adafactor":
+        total = 0
+        for g in _trainable_shapes(spec, w):
+            shape, count = g
+            total += 4 * count * ((shape[0] + shape[1]) if len(shape) == 2 else shape[0])
+        return total, "Adafactor (no momentum): fp32 row + column second moments per matrix, full for vectors"
+    return 0, "no optimizer"
+
+
+def _trainable_shapes(spec: ModelSpec, w: Workload) -> list[tuple[tuple[int, ...], int]]:
+    if w.method == "full":
+        return [(g.shape, g.count) for g in spec.groups]
+    out: list[tuple[tuple[int, ...], int]] = []
+    for g in lora_groups(spec, w):
+        out.append(((w.lora_rank, g.shape[1]), g.count))
+        out.append(((g.shape[0], w.lora_rank), g.count))
+    return out

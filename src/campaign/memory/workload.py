@@ -1,0 +1,124 @@
+"""Workload: what is done with the model (inference or training, method, dtypes, batch, sharding)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from ..errors import InputError
+from .dtypes import HALF, QUANTIZED, parse_dtype
+
+Mode = Literal["train", "infer"]
+METHODS = ("full", "lora", "qlora", "frozen")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd", "none")
+SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
+ATTENTION = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A training step or an inference pass, fully specified.
+
+    `batch` x `seq_len` is the micro-batch per card for training; for inference `batch` is the number
+    of concurrent sequences and `seq_len` the context each reaches (prompt + generated tokens).
+    `prefill_chunk` caps the tokens one prefill forward processes (vLLM's chunked prefill; HF generate
+    prefills the whole batch at once: set it to batch x seq_len). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
+    and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
+    """
+
+    mode: Mode = "train"
+    method: str = "full"
+    dtype: str = "bf16"
+    kv_dtype: str | None = None
+    group_size: int = 128
+    batch: int = 1
+    seq_len: int = 2048
+    optimizer: str = "adamw"
+    mixed_precision: bool = False
+    grad_checkpointing: bool = False
+    attention: str = "sdpa"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    gpus: int = 1
+    shard: str = "none"
+    static_cache: bool = False
+    prefill_chunk: int = 8192
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "train"
+
+    @property
+    def compute_dtype(self) -> str:
+        """Dtype of activations: fp32 only for plain fp32 training/inference, else the 16-bit compute dtype."""
+        if self.dtype == "fp32" and not self.mixed_precision:
+            return "fp32"
+        return "fp16" if self.dtype == "fp16" else "bf16"
+
+    @property
+    def cache_dtype(self) -> str:
+        """KV cache dtype: --kv-dtype, else the compute dtype."""
+        return self.kv_dtype or self.compute_dtype
+
+    @property
+    def base_trainable(self) -> bool:
+        """Whether the base model's weights receive gradients."""
+        return self.training and self.method == "full"
+
+    @property
+    def adapters(self) -> bool:
+        return self.method in ("lora", "qlora")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_workload(**kwargs: Any) -> Workload:
+    """Validate and normalize a Workload from loose values (CLI or notebook); one-line errors on bad input."""
+    w = Workload(**{k: v for k, v in kwargs.items() if v is not None})
+    if w.mode not in ("train", "infer"):
+        raise InputError(f"mode {w.mode!r} is not 'train' or 'infer'")
+    if w.method not in METHODS:
+        raise InputError(f"method {w.method!r} is unknown; choose one of {', '.join(METHODS)}")
+    if w.optimizer not in OPTIMIZERS:
+        raise InputError(f"optimizer {w.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")
+    if w.shard not in SHARDS:
+        raise InputError(f"shard {w.shard!r} is unknown; choose one of {', '.join(SHARDS)}")
+    if w.attention not in ATTENTION:
+        raise InputError(f"attention {w.attention!r} is unknown; choose sdpa (flash-style) or eager (materialized scores)")
+    for name in ("batch", "seq_len", "gpus", "lora_rank", "group_size", "prefill_chunk"):
+        value = getattr(w, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+    notes = list(w.notes)
+    dtype = parse_dtype(w.dtype)
+    kv = parse_dtype(w.kv_dtype, what="kv dtype") if w.kv_dtype else None
+    if kv in ("nf4", "gptq", "awq", "int4"):
+        raise InputError(f"kv dtype {w.kv_dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
+    method, mode, optimizer = w.method, w.mode, w.optimizer
+    if mode == "infer":
+        if method not in ("full", "frozen"):
+            notes.append(f"inference with a {method} adapter: the adapter's few weights are ignored")
+        method, optimizer = "frozen", "none"
+    if method == "qlora":
+        if dtype not in ("nf4", "int4", "gptq", "awq"):
+            if dtype in HALF or dtype == "fp32":
+                notes.append("QLoRA stores the base in 4-bit: using nf4 weights")
+                dtype = "nf4"
+    if mode == "train" and method == "full" and dtype in QUANTIZED:
+        raise InputError(f"full fine-tuning cannot update {dtype} weights; use --method qlora, or a bf16/fp32 dtype")
+    if w.mixed_precision and dtype in QUANTIZED:
+        notes.append("mixed precision applies to trainable weights only; the quantized base stays as it is")
+    if w.mixed_precision and dtype == "fp32":
+        notes.append("mixed precision: fp32 weights with 16-bit autocast compute")
+    if mode == "train" and w.shard == "tp":
+        raise InputError("shard 'tp' (tensor parallel) is for inference; for training use zero1, zero2, zero3 or fsdp")
+    shard = w.shard
+    if w.gpus == 1 and shard != "none":
+        notes.append(f"{shard} over 1 GPU shards nothing")
+    if w.gpus > 1 and shard == "none" and mode == "infer":
+        shard = "tp"
+        notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
+    targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)
+    return replace(w, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
+                   lora_targets=targets, notes=tuple(notes))

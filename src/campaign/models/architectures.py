@@ -1,0 +1,314 @@
+"""config.json -> ModelSpec, for the families whose module layout we know tensor by tensor.
+
+Each builder lists the parameter tensors exactly as the Hugging Face transformers implementation
+creates them (biases, norms, routers, tied heads), so the inventory sum equals the checkpoint's count.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .spec import MLA, AttentionLayer, ModelSpec, MoE, ParamGroup
+
+DECODER_TYPES = {
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3",
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2",
+}
+ENCODER_TYPES = {"bert", "roberta", "xlm-roberta"}
+SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | {"gpt2"})
+
+
+class _Cfg:
+    """Typed access to a config dict; every error names the field and the file."""
+
+    def __init__(self, cfg: dict[str, Any], where: str) -> None:
+        self.cfg, self.where = cfg, where
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.cfg.get(key, default)
+        return default if value is None else value
+
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.cfg.get(key, default)
+        if value is None:
+            raise ConfigError(f"{self.where}: missing field {key!r}; a complete config.json has it")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{self.where}: field {key!r} must be an integer, got {value!r}")
+        if value < minimum:
+            raise ConfigError(f"{self.where}: field {key!r} must be >= {minimum}, got {value}")
+        return value
+
+
+def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json.
+
+    Raises:
+        ConfigError: a missing or invalid field, heads that do not divide, or an unknown architecture.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{source}: config must be a JSON object, got {type(cfg).__name__}")
+    if "text_config" in cfg and "model_type" in cfg.get("text_config", {}):
+        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+    model_type = cfg.get("model_type")
+    if not model_type:
+        raise ConfigError(f"{source}: missing field 'model_type'; a complete config.json has it")
+    c = _Cfg(cfg, source)
+    if model_type in DECODER_TYPES:
+        fields = _decoder(c, model_type)
+    elif model_type == "gpt2":
+        fields = _gpt2(c)
+    elif model_type in ENCODER_TYPES:
+        fields = _encoder(c, model_type)
+    else:
+        raise ConfigError(
+            f"{source}: architecture {model_type!r} is not understood by the memory model; "
+            f"supported: {', '.join(SUPPORTED_TYPES)}"
+        )
+    architectures = cfg.get("architectures") or [model_type]
+    quant = cfg.get("quantization_config")
+    return ModelSpec(
+        name=name, model_type=model_type, architecture=str(architectures[0]), source=source,
+        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32"),
+        checkpoint_quant=quant if isinstance(quant, dict) else None, **fields,
+    )
+
+
+def _heads(c: _Cfg, hidden: int, heads_key: str = "num_attention_heads") -> tuple[int, int, int]:
+    nh = c.int(heads_key)
+    nkv = c.int("num_key_value_heads", nh)
+    if nh % nkv:
+        raise ConfigError(f"{c.where}: num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}; "
+                          "check the config")
+    if c.get("head_dim") is not None:
+        hd = c.int("head_dim")
+    else:
+        if hidden % nh:
+            raise ConfigError(f"{c.where}: hidden_size {hidden} is not divisible by num_attention_heads {nh}; "
+                              "check the config or give head_dim")
+        hd = hidden // nh
+    return nh, nkv, hd
+
+
+def _lin(name: str, out_f: int, in_f: int, count: int, *, bias: bool = False, module: str | None = None,
+         expert: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
+    """A Linear layer's weight (and bias) as inventory groups."""
+    module = module or name.rsplit(".", 1)[-1]
+    groups = [ParamGroup(name, "linear", (out_f, in_f), count, module, in_blocks, expert)]
+    if bias:
+        groups.append(ParamGroup(name + ".bias", "bias", (out_f,), count, module, in_blocks, expert))
+    return groups
+
+
+def _norm(name: str, size: int, count: int, *, bias: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
+    groups = [ParamGroup(name, "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks)]
+    if bias:
+        groups.append(ParamGroup(name + ".bias", "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks))
+    return groups
+
+
+def _attention_layers(c: _Cfg, model_type: str, layers: int) -> tuple[AttentionLayer, ...]:
+    """Per-layer attention kind: from layer_types when present, else the family's rule."""
+    window = c.get("sliding_window")
+    types = c.get("layer_types")
+    if model_type in ("deepseek_v3", "deepseek_v2"):
+        return tuple(AttentionLayer("mla") for _ in range(layers))
+    if types is None:
+        if model_type == "gemma2":
+            window = window or 4096
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+        elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+            on = bool(c.get("use_sliding_window", False)) and window is not None
+            first = c.get("max_window_layers", layers)
+            types = ["sliding_attention" if on and i >= first else "full_attention" for i in range(layers)]
+        elif model_type in ("mistral", "mixtral", "phi3") and window is not None:
+            types = ["sliding_attention"] * layers
+        else:
+            types = ["full_attention"] * layers
+    if len(types) != layers:
+        raise ConfigError(f"{c.where}: layer_types has {len(types)} entries but num_hidden_layers is {layers}")
+    out = []
+    for t in types:
+        if t in ("sliding_attention", "chunked_attention"):
+            if not isinstance(window, int) or window <= 0:
+                raise ConfigError(f"{c.where}: a sliding layer needs a positive 'sliding_window', got {window!r}")
+            out.append(AttentionLayer("sliding", window))
+        else:
+            out.append(AttentionLayer("full"))
+    return tuple(out)
+
+
+def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
+    """Llama-like decoders: Llama, Mistral, Qwen2/3, Gemma/Gemma 2, Phi-3, and the MoE and MLA variants."""
+    h = c.int("hidden_size")
+    L = c.int("num_hidden_layers")
+    V = c.int("vocab_size")
+    nh, nkv, hd = _heads(c, h)
+    inter = c.int("intermediate_size")
+    tie = bool(c.get("tie_word_embeddings", mt in ("gemma", "gemma2")))
+    g: list[ParamGroup] = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
+    mla: MLA | None = None
+
+    # attention
+    if mt in ("deepseek_v3", "deepseek_v2"):
+        q_lora = c.get("q_lora_rank")
+        mla = MLA(c.int("kv_lora_rank"), q_lora if q_lora else None, c.int("qk_nope_head_dim"),
+                  c.int("qk_rope_head_dim"), c.int("v_head_dim"))
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        bias = bool(c.get("attention_bias", False))
+        if mla.q_lora_rank:
+            g += _lin("self_attn.q_a_proj", mla.q_lora_rank, h, L, bias=bias)
+            g += _norm("self_attn.q_a_layernorm", mla.q_lora_rank, L)
+            g += _lin("self_attn.q_b_proj", nh * qk, mla.q_lora_rank, L)
+        else:
+            g += _lin("self_attn.q_proj", nh * qk, h, L)
+        g += _lin("self_attn.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, L, bias=bias)
+        g += _norm("self_attn.kv_a_layernorm", mla.kv_lora_rank, L)
+        g += _lin("self_attn.kv_b_proj", nh * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, L)
+        g += _lin("self_attn.o_proj", h, nh * mla.v_head_dim, L, bias=bias)
+    elif mt == "phi3":
+        g += _lin("self_attn.qkv_proj", (nh + 2 * nkv) * hd, h, L)
+        g += _lin("self_attn.o_proj", h, nh * hd, L)
+    else:
+        qkv_bias = mt in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias", False))
+        o_bias = mt not in ("qwen2", "qwen2_moe") and bool(c.get("attention_bias", False))
+        g += _lin("self_attn.q_proj", nh * hd, h, L, bias=qkv_bias)
+        g += _lin("self_attn.k_proj", nkv * hd, h, L, bias=qkv_bias)
+        g += _lin("self_attn.v_proj", nkv * hd, h, L, bias=qkv_bias)
+        g += _lin("self_attn.o_proj", h, nh * hd, L, bias=o_bias)
+        if mt in ("qwen3", "qwen3_moe"):
+            g += _norm("self_attn.q_norm", hd, L) + _norm("self_attn.k_norm", hd, L)
+
+    # norms around attention and MLP
+    g += _norm("input_layernorm", h, L) + _norm("post_attention_layernorm", h, L)
+    if mt == "gemma2":
+        g += _norm("pre_feedforward_layernorm", h, L) + _norm("post_feedforward_layernorm", h, L)
+
+    # MLP: dense layers and MoE layers
+    moe: MoE | None = None
+    mlp_bias = bool(c.get("mlp_bias", False))
+    moe_layers = 0
+    if mt == "mixtral":
+        E, k = c.int("num_local_experts"), c.int("num_experts_per_tok")
+        moe_layers, dense_layers = L, 0
+        g += _lin("block_sparse_moe.gate", E, h, L, module="gate")
+        g += _lin("experts.w1", inter, h, L * E, expert=True) + _lin("experts.w3", inter, h, L * E, expert=True)
+        g += _lin("experts.w2", h, inter, L * E, expert=True)
+        moe = MoE(E, k, inter, moe_layers)
+    elif mt in ("qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2"):
+        if mt.startswith("deepseek"):
+            E, k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
+            first_dense = c.int("first_k_dense_replace", 0, minimum=0)
+            freq = c.int("moe_layer_freq", 1)
+            is_moe = [i >= first_dense and i % freq == 0 for i in range(L)]
+            shared = c.int("moe_intermediate_size") * c.int("n_shared_experts", 0, minimum=0)
+        else:
+            E, k = c.int("num_experts"), c.int("num_experts_per_tok")
+            step = c.int("decoder_sparse_step", 1)
+            only = set(c.get("mlp_only_layers", []) or [])
+            is_moe = [(i not in only) and (i + 1) % step == 0 for i in range(L)]
+            shared = c.int("shared_expert_intermediate_size", 0, minimum=0) if mt == "qwen2_moe" else 0
+        moe_inter = c.int("moe_intermediate_size")
+        moe_layers = sum(is_moe)
+        dense_layers = L - moe_layers
+        if moe_layers:
+            g += _lin("mlp.gate", E, h, moe_layers, module="gate")
+            for proj, (o, i) in (("gate_proj", (moe_inter, h)), ("up_proj", (moe_inter, h)), ("down_proj", (h, moe_inter))):
+                g += _lin(f"mlp.experts.{proj}", o, i, moe_layers * E, expert=True)
+            if shared:
+                for proj, (o, i) in (("gate_proj", (shared, h)), ("up_proj", (shared, h)), ("down_proj", (h, shared))):
+                    g += _lin(f"mlp.shared_expert.{proj}", o, i, moe_layers)
+            if mt == "qwen2_moe":
+                g += _lin("mlp.shared_expert_gate", 1, h, moe_layers, module="shared_expert_gate")
+        moe = MoE(E, k, moe_inter, moe_layers, shared)
+    else:
+        dense_layers = L
+    if dense_layers:
+        if mt == "phi3":
+            g += _lin("mlp.gate_up_proj", 2 * inter, h, dense_layers)
+            g += _lin("mlp.down_proj", h, inter, dense_layers)
+        else:
+            g += _lin("mlp.gate_proj", inter, h, dense_layers, bias=mlp_bias)
+            g += _lin("mlp.up_proj", inter, h, dense_layers, bias=mlp_bias)
+            g += _lin("mlp.down_proj", h, inter, dense_layers, bias=mlp_bias)
+
+    g += _norm("norm", h, 1, in_blocks=False)
+    if not tie:
+        g.append(ParamGroup("lm_head", "embedding", (V, h), 1, "lm_head", False))
+    notes = []
+    if mt.startswith("deepseek") and c.get("num_nextn_predict_layers"):
+        notes.append(f"{c.get('num_nextn_predict_layers')} multi-token-prediction layer(s) in the checkpoint are "
+                     "not counted: transformers does not build them")
+    return dict(
+        hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nkv if mla is None else nh,
+        head_dim=hd if mla is None else mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+        intermediate_size=inter, vocab_size=V, max_position=c.int("max_position_embeddings", 2048),
+        tie_embeddings=tie, mlp="gated", groups=tuple(g), attention=_attention_layers(c, mt, L),
+        mla=mla, moe=moe, dropout=float(c.get("attention_dropout", 0.0) or 0.0), notes=tuple(notes),
+        activation=str(c.get("hidden_activation") or c.get("hidden_act", "silu")),
+    )
+
+
+def _gpt2(c: _Cfg) -> dict[str, Any]:
+    """GPT-2: Conv1D layers (same element counts as Linear), learned positions, LayerNorm with bias, tied head."""
+    h, L, V = c.int("n_embd"), c.int("n_layer"), c.int("vocab_size")
+    nh = c.int("n_head")
+    if h % nh:
+        raise ConfigError(f"{c.where}: n_embd {h} is not divisible by n_head {nh}; check the config")
+    inner = c.get("n_inner") or 4 * h
+    P = c.int("n_positions", 1024)
+    g = [ParamGroup("wte", "embedding", (V, h), 1, "wte"), ParamGroup("wpe", "embedding", (P, h), 1, "wpe")]
+    g += _norm("ln_1", h, L, bias=True)
+    g += _lin("attn.c_attn", 3 * h, h, L, bias=True) + _lin("attn.c_proj", h, h, L, bias=True)
+    g += _norm("ln_2", h, L, bias=True)
+    g += _lin("mlp.c_fc", inner, h, L, bias=True) + _lin("mlp.c_proj", h, inner, L, bias=True)
+    g += _norm("ln_f", h, 1, bias=True, in_blocks=False)
+    drop = max(float(c.get("attn_pdrop", 0.1)), float(c.get("resid_pdrop", 0.1)))
+    return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
+                intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
+                groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
+                activation=str(c.get("activation_function", "gelu_new")))
+
+
+def _encoder(c: _Cfg, mt: str) -> dict[str, Any]:
+    """BERT / RoBERTa: the encoder plus the head named in `architectures[0]` (pooler, MLM, NSP, classifier)."""
+    h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
+    nh = c.int("num_attention_heads")
+    if h % nh:
+        raise ConfigError(f"{c.where}: hidden_size {h} is not divisible by num_attention_heads {nh}; check the config")
+    inter, P = c.int("intermediate_size"), c.int("max_position_embeddings", 512)
+    T = c.int("type_vocab_size", 2, minimum=0)
+    arch = (c.get("architectures") or [""])[0]
+    labels = len(c.get("id2label", {})) or 2
+    g = [ParamGroup("word_embeddings", "embedding", (V, h), 1, "word_embeddings"),
+         ParamGroup("position_embeddings", "embedding", (P, h), 1, "position_embeddings")]
+    if T:
+        g.append(ParamGroup("token_type_embeddings", "embedding", (T, h), 1, "token_type_embeddings"))
+    g += _norm("embeddings.LayerNorm", h, 1, bias=True, in_blocks=False)
+    for proj in ("query", "key", "value"):
+        g += _lin(f"attention.self.{proj}", h, h, L, bias=True)
+    g += _lin("attention.output.dense", h, h, L, bias=True, module="dense")
+    g += _norm("attention.output.LayerNorm", h, L, bias=True)
+    g += _lin("intermediate.dense", inter, h, L, bias=True, module="dense")
+    g += _lin("output.dense", h, inter, L, bias=True, module="dense")
+    g += _norm("output.LayerNorm", h, L, bias=True)
+    roberta = mt != "bert"
+    has_pooler = arch.endswith(("Model", "ForPreTraining", "ForNextSentencePrediction", "ForMultipleChoice")) or (
+        not roberta and arch.endswith("ForSequenceClassification"))
+    head = lambda name, o, i: _lin(name, o, i, 1, bias=True, in_blocks=False)  # noqa: E731
+    if has_pooler:
+        g += head("pooler.dense", h, h)
+    if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForCausalLM")):
+        g += head("lm_head.dense", h, h) + _norm("lm_head.layer_norm", h, 1, bias=True, in_blocks=False)
+        g.append(ParamGroup("lm_head.decoder.bias", "bias", (V,), 1, "decoder"))  # decoder weight is tied
+    if arch.endswith("ForPreTraining"):
+        g += head("cls.seq_relationship", 2, h)
+    if arch.endswith("ForSequenceClassification"):
+        g += (head("classifier.dense", h, h) + head("classifier.out_proj", labels, h)) if roberta else head(
+            "classifier", labels, h)
+    if arch.endswith("ForTokenClassification"):
+        g += head("classifier", labels, h)
+    drop = max(float(c.get("attention_probs_dropout_prob", 0.1)), float(c.get("hidden_dropout_prob", 0.1)))
+    return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
+                intermediate_size=inter, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
+                groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
+                activation=str(c.get("hidden_act", "gelu")))

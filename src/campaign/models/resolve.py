@@ -1,0 +1,115 @@
+"""Find a model by what the user typed: a local dir or config.json, a repo id in the local HF cache, or a catalog name."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, InputError
+from .architectures import spec_from_config
+from .catalog import find_in_catalog, load_catalog_config, unknown_model
+from .safetensors_header import tensor_stats
+from .spec import ModelSpec
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """Parse a config.json with one-line errors for non-UTF-8 and malformed JSON."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 (byte {e.start}); save the config as UTF-8 JSON") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: config must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where the local Hugging Face hub cache may be ($HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)."""
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        dirs.append(Path(os.environ["HUGGINGFACE_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def find_in_hf_cache(repo_id: str) -> Path | None:
+    """The snapshot dir of repo_id in the local HF cache (refs/main when present, else the newest), or None."""
+    if "/" not in repo_id:
+        return None
+    folder_name = "models--" + repo_id.replace("/", "--")
+    for cache in hf_cache_dirs():
+        repo = cache / folder_name
+        snapshots = repo / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        ref = repo / "refs" / "main"
+        if ref.is_file():
+            snap = snapshots / ref.read_text(encoding="utf-8").strip()
+            if (snap / "config.json").is_file():
+                return snap
+        candidates = [s for s in snapshots.iterdir() if (s / "config.json").is_file()]
+        if candidates:
+            return max(candidates, key=lambda s: s.stat().st_mtime)
+    return None
+
+
+def load_spec(model: str, *, exact: bool = False) -> ModelSpec:
+    """Resolve a model reference to a ModelSpec, fully offline.
+
+    Args:
+        model: a local model dir, a config.json path, an HF repo id in the local cache, or a catalog name.
+        exact: also count parameters with transformers on the meta device (needs the torch extra).
+    Raises:
+        ConfigError, UnknownNameError: a bad config or a name that matches nothing (with suggestions).
+    """
+    if not model or not model.strip():
+        raise InputError("no model given; name a catalog model (campaign models), a model dir or a config.json")
+    path = Path(model).expanduser()
+    directory: Path | None = None
+    if path.exists():
+        if path.is_dir():
+            directory = path
+            if not (path / "config.json").is_file():
+                raise ConfigError(f"{path}: no config.json in this directory; point at a model dir or a config.json")
+            cfg, source = read_config(path / "config.json"), str(path / "config.json")
+        else:
+            cfg, source = read_config(path), str(path)
+            directory = path.parent if path.name == "config.json" else None
+        name = str(cfg.get("_name_or_path") or (directory.name if directory else path.stem))
+    elif (snap := find_in_hf_cache(model)) is not None:
+        directory, cfg, source, name = snap, read_config(snap / "config.json"), f"hf-cache:{snap}", model
+    elif (repo_id := find_in_catalog(model)) is not None:
+        cfg, source, name = load_catalog_config(repo_id), f"catalog:{repo_id}", repo_id
+    else:
+        raise unknown_model(model)
+    spec = spec_from_config(cfg, name=name, source=source)
+    if directory is not None:
+        stats = tensor_stats(directory)
+        if stats is not None and stats.params is not None:
+            spec = _with_exact(spec, stats.params, "safetensors")
+    if exact:
+        from .meta import count_with_transformers
+
+        spec = _with_exact(spec, count_with_transformers(cfg), "transformers")
+    return spec
+
+
+def _with_exact(spec: ModelSpec, count: int, method: str) -> ModelSpec:
+    """Attach an exact count; note when it differs from the architecture's inventory."""
+    notes = spec.notes
+    if count != spec.inventory_params:
+        notes += (f"{method} counts {count:,} parameters, the {spec.architecture} layout {spec.inventory_params:,} "
+                  f"({count - spec.inventory_params:+,}); memory uses the layout, which is what gets loaded",)
+    return replace(spec, params_exact=count, params_method=method, notes=notes)

@@ -1,0 +1,150 @@
+"""ModelSpec: the architecture facts that memory depends on, with a parameter inventory.
+
+The inventory (`groups`) lists every parameter tensor kind once with how many copies the model
+holds, so parameter counts, LoRA sizes, quantized sizes and sharding all read one source.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from math import prod
+from typing import Any, Literal
+
+Role = Literal["linear", "bias", "embedding", "norm", "router", "other"]
+AttentionKind = Literal["full", "sliding", "mla"]
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    """One kind of parameter tensor: `count` copies of `shape` (torch layout: out, in for linears).
+
+    `module` is the short module name peft matches (q_proj, down_proj, c_attn...); `in_blocks` marks
+    tensors inside the repeated transformer blocks (what quantizers convert); `expert` marks routed
+    MoE expert weights, of which only experts_per_token / num_experts are active per token.
+    """
+
+    name: str
+    role: Role
+    shape: tuple[int, ...]
+    count: int = 1
+    module: str = ""
+    in_blocks: bool = False
+    expert: bool = False
+
+    @property
+    def numel(self) -> int:
+        """Elements in one tensor."""
+        return prod(self.shape)
+
+    @property
+    def params(self) -> int:
+        """Elements over all copies."""
+        return self.numel * self.count
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """How one layer attends: full, sliding (with its window) or MLA (latent cache)."""
+
+    kind: AttentionKind
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention dims (DeepSeek-V2/V3): what is cached is the latent, not K and V."""
+
+    kv_lora_rank: int
+    q_lora_rank: int | None
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Mixture of experts: routed experts per MoE layer, active per token, shared experts."""
+
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    moe_layers: int
+    shared_intermediate_size: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model IS for memory purposes, read from its config.json.
+
+    Sizes are element counts; `params` is exact when `params_method` is 'safetensors' or
+    'transformers', and equal to the inventory sum when it is 'config'.
+    """
+
+    name: str
+    model_type: str
+    architecture: str
+    source: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position: int
+    tie_embeddings: bool
+    mlp: Literal["gated", "plain"]
+    groups: tuple[ParamGroup, ...]
+    attention: tuple[AttentionLayer, ...]
+    torch_dtype: str = "float32"
+    mla: MLA | None = None
+    moe: MoE | None = None
+    dropout: float = 0.0
+    activation: str = "silu"
+    checkpoint_quant: dict[str, Any] | None = None
+    params_exact: int | None = None
+    params_method: str = "config"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def params(self) -> int:
+        """Total parameter count (exact when known, else from the inventory)."""
+        return self.params_exact if self.params_exact is not None else self.inventory_params
+
+    @property
+    def inventory_params(self) -> int:
+        """Sum over the inventory: the count derived from config fields."""
+        return sum(g.params for g in self.groups)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters used per token: MoE routed experts count k/E of their weight."""
+        if self.moe is None:
+            return self.inventory_params
+        dense = sum(g.params for g in self.groups if not g.expert)
+        routed = sum(g.params for g in self.groups if g.expert)
+        return dense + routed * self.moe.experts_per_token // self.moe.num_experts
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embeddings and an untied LM head (what stays 16-bit under most quantizers)."""
+        return sum(g.params for g in self.groups if g.role == "embedding")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict, with the derived counts."""
+        d = asdict(self)
+        d["groups"] = [asdict(g) | {"params": g.params} for g in self.groups]
+        d["attention"] = _compress_layers(self.attention)
+        d.update(params=self.params, inventory_params=self.inventory_params,
+                 active_params=self.active_params, embedding_params=self.embedding_params)
+        return d
+
+
+def _compress_layers(layers: tuple[AttentionLayer, ...]) -> list[dict[str, Any]]:
+    """Run-length encode per-layer attention kinds for JSON."""
+    out: list[dict[str, Any]] = []
+    for layer in layers:
+        if out and out[-1]["kind"] == layer.kind and out[-1]["window"] == layer.window:
+            out[-1]["layers"] += 1
+        else:
+            out.append({"kind": layer.kind, "window": layer.window, "layers": 1})
+    return out

@@ -1,0 +1,125 @@
+"""The CLI as a user meets it: help with examples, JSON headlines, exit codes, one-line errors."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_llama
+
+COMMANDS = ["guide", "memory", "kv", "cards", "models"]
+
+
+def test_help_lists_commands(cli):
+    r = cli("--help")
+    assert r.code == 0
+    for c in COMMANDS:
+        assert c in r.out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_has_help_ending_with_an_example(cli, command):
+    r = cli(command, "--help")
+    assert r.code == 0 and "Example: campaign " + command in r.out
+
+
+def test_memory_json_headlines(cli):
+    r = cli("memory", "llama-3.1-8b", "--method", "qlora", "--batch", "2", "--json", "--no-solve")
+    assert r.code == 0
+    d = r.json()
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "required_bytes", "params", "items",
+                "phases", "fits"):
+        assert key in d
+    assert sum(i["bytes"] for i in d["items"]) == d["required_bytes"]
+    assert d["workload"]["dtype"] == "nf4"
+
+
+def test_memory_card_exit_codes(cli):
+    fits = cli("memory", "gpt2", "--card", "h100")
+    assert fits.code == 0 and "fits" in fits.out
+    no = cli("memory", "llama-3.1-8b", "--card", "t4", "--no-solve")
+    assert no.code == 1 and "does not fit" in no.out
+
+
+def test_memory_inference_reads_context_and_sequences(cli):
+    d = cli("memory", "llama-3.1-8b", "--infer", "--context", "8192", "--sequences", "4", "--json", "--no-solve").json()
+    assert d["workload"]["mode"] == "infer" and d["workload"]["seq_len"] == 8192 and d["workload"]["batch"] == 4
+    kv = next(i for p in d["phases"] if p["name"] == "decode" for i in p["items"] if i["name"] == "KV cache")
+    assert kv["bytes"] == 131_072 * 8192 * 4
+
+
+def test_kv_json_and_card(cli):
+    d = cli("kv", "llama-3.1-8b", "--context", "8192", "--sequences", "2", "--json").json()
+    assert d["bytes"] == 131_072 * 8192 * 2 and d["bytes_per_token"] == 131_072
+    r = cli("kv", "qwen2.5-7b", "--context", "32768", "--card", "l4", "--json")
+    card = r.json()["card"]
+    assert card["max_context"] > 0 and card["max_sequences"] >= 0
+
+
+def test_cards_are_driver_reported_bytes(cli):
+    d = cli("cards", "--json").json()
+    assert len(d["cards"]) >= 20
+    h100 = next(c for c in d["cards"] if c["name"] == "H100-SXM-80GB")
+    assert h100["memory_bytes"] == 81559 * 2**20 < 80 * 2**30
+    assert {c["vendor"] for c in d["cards"]} == {"nvidia", "amd"}
+
+
+def test_models_list_and_one(cli):
+    assert "Llama-3.1-8B" in cli("models").out
+    d = cli("models", "qwen3-30b-a3b", "--json").json()
+    assert d["params"] == 30_532_122_624 and d["active_params"] == 3_353_032_704
+
+
+def test_guide_marks_what_is_built(cli):
+    d = cli("guide", "--json").json()
+    steps = {s["command"]: s["built"] for q in d["questions"] for s in q["steps"]}
+    assert steps["campaign memory"] and steps["campaign kv"] and not steps["campaign seeds"]
+    assert len(d["questions"]) == 5
+
+
+def one_line_error(r, *fragments):
+    assert r.code == 2, (r.code, r.out, r.err)
+    lines = [line for line in r.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("campaign: error:"), r.err
+    assert "Traceback" not in r.err
+    for f in fragments:
+        assert f in lines[0]
+
+
+def test_bad_input_gets_one_line_and_exit_2(cli, tmp_path, write_config):
+    one_line_error(cli("memory", "llama-3.1-8c"), "did you mean")
+    one_line_error(cli("memory", "gpt2", "--dtype", "int3"), "unknown dtype 'int3'")
+    one_line_error(cli("memory", "gpt2", "--batch", "-2"), "batch must be a positive integer")
+    one_line_error(cli("memory", "gpt2", "--card", "h1000"), "unknown card 'h1000'")
+    one_line_error(cli("kv", "gpt2", "--context", "0"), "context must be a positive integer")
+    one_line_error(cli("memory", "gpt2", "--reserve", "-3GB"), "negative")
+    bad = tmp_path / "broken.json"
+    bad.write_text("{ not json", encoding="utf-8")
+    one_line_error(cli("memory", str(bad)), "malformed JSON at line 1")
+    d = write_config(tiny_llama(num_key_value_heads=3), "badheads")
+    one_line_error(cli("memory", str(d)), "not a multiple of num_key_value_heads")
+    d2 = write_config({"model_type": "llama", "hidden_size": 64}, "incomplete")
+    one_line_error(cli("memory", str(d2)), "missing field")
+
+
+def test_debug_shows_the_traceback(cli):
+    with pytest.raises(Exception, match="unknown model"):
+        cli("memory", "nope-model", "--debug")
+
+
+def readme_commands() -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    return [m.group(1) for m in re.finditer(r"^\$ campaign (.+)$", text, flags=re.M)]
+
+
+def test_readme_has_examples():
+    assert len(readme_commands()) >= 4
+
+
+@pytest.mark.parametrize("line", readme_commands())
+def test_readme_examples_run(cli, line):
+    r = cli(*shlex.split(line))
+    assert r.code in (0, 1), r.err

@@ -1,0 +1,155 @@
+"""The estimate: items sum to the headline figures, persistent state worked out by hand, sharding, fit, solvers."""
+from __future__ import annotations
+
+import pytest
+
+from campaign import plan_memory
+from campaign.errors import InputError
+from campaign.memory import estimate_memory, fit_cards, make_workload, max_value
+from campaign.memory.estimate import CUDA_CONTEXT_BYTES
+from campaign.memory.states import trainable_params
+from campaign.models import load_spec
+from campaign.models.architectures import spec_from_config
+from tests.conftest import tiny_llama
+
+P8B = 8_030_261_248
+
+WORKLOADS = [
+    dict(mode="train"), dict(mode="train", grad_checkpointing=True), dict(mode="train", method="lora"),
+    dict(mode="train", method="qlora", batch=4), dict(mode="train", mixed_precision=True, dtype="fp32"),
+    dict(mode="train", optimizer="adafactor"), dict(mode="train", gpus=8, shard="zero3", mixed_precision=True),
+    dict(mode="train", gpus=4, shard="fsdp"), dict(mode="infer", seq_len=8192, batch=16),
+    dict(mode="infer", dtype="gptq", kv_dtype="fp8"), dict(mode="infer", gpus=4), dict(mode="train", attention="eager"),
+]
+
+
+@pytest.mark.parametrize("kw", WORKLOADS)
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt2", "deepseek-v3"])
+def test_items_sum_to_required_and_headlines_nest(model, kw):
+    est = plan_memory(model, **kw)
+    assert sum(i.bytes for i in est.items) == est.required_bytes
+    assert est.peak_allocated_bytes == max(p.bytes for p in est.phases)
+    assert est.peak_allocated_bytes <= est.peak_reserved_bytes < est.device_bytes <= est.required_bytes
+    assert est.device_bytes - est.peak_reserved_bytes == CUDA_CONTEXT_BYTES
+    d = est.to_dict()
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "required_bytes", "params",
+                "items", "phases"):
+        assert key in d
+
+
+def test_full_bf16_adamw_step_by_hand():
+    # pure bf16 AdamW: weights 2P, grads 2P, exp_avg + exp_avg_sq 4P, foreach sqrt temporary 2P
+    est = plan_memory("llama-3.1-8b")
+    step = next(p for p in est.phases if p.name == "optimizer step")
+    assert step.bytes == 10 * P8B and est.peak_phase == "optimizer step"
+    load = next(p for p in est.phases if p.name == "load")
+    assert load.bytes == 2 * P8B
+
+
+def test_mixed_precision_is_the_hf_18_bytes_per_param_in_the_step():
+    # AMP: fp32 weights 4 + fp32 grads 4 + Adam 8 = 16 B/param persistent, + a 4 B/param foreach temporary
+    est = plan_memory("llama-3.1-8b", dtype="fp32", mixed_precision=True)
+    step = next(p for p in est.phases if p.name == "optimizer step")
+    assert step.bytes == 20 * P8B
+    fwd = next(p for p in est.phases if p.name == "forward")
+    working = next(i for i in fwd.items if i.name.startswith("16-bit working"))
+    assert working.bytes == 2 * P8B
+
+
+def test_zero_stages_divide_what_they_shard():
+    # ZeRO with mixed precision: bf16 weights 2P, bf16 grads 2P, fp32 master 4P + Adam 8P (ZeRO paper: 2+2+12)
+    spec, N = load_spec("llama-3.1-8b"), 8
+    by_stage = {}
+    for stage in ("none", "zero1", "zero2", "zero3"):
+        w = make_workload(gpus=N, shard=stage, mixed_precision=True, optimizer="adamw")
+        step = next(p for p in estimate_memory(spec, w).phases if p.name == "optimizer step")
+        by_stage[stage] = {i.name: i.bytes for i in step.items}
+    z1, z2, z3 = by_stage["zero1"], by_stage["zero2"], by_stage["zero3"]
+    assert z1["weights"] == 2 * P8B and z1["gradients"] == 2 * P8B
+    assert z1["fp32 master weights"] == -(-4 * P8B // N) and z1["optimizer states"] == -(-8 * P8B // N)
+    assert z2["gradients"] == -(-2 * P8B // N) and z2["weights"] == 2 * P8B
+    assert z3["weights"] == -(-2 * P8B // N)
+
+
+def test_lora_trainable_params_by_hand_and_with_peft():
+    spec = load_spec("llama-3.2-1b")  # 16 layers, h 2048, 8 KV heads x 64
+    w = make_workload(method="lora", lora_rank=16, lora_targets=("q_proj", "v_proj"))
+    assert trainable_params(spec, w) == 16 * 16 * ((2048 + 2048) + (2048 + 512))
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = tiny_llama(num_hidden_layers=3)
+    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = peft.get_peft_model(transformers.LlamaForCausalLM(config),
+                                    peft.LoraConfig(r=8, target_modules="all-linear"))
+    counted = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    tiny = spec_from_config(cfg, name="tiny", source="test")
+    assert trainable_params(tiny, make_workload(method="lora", lora_rank=8)) == counted
+
+
+def test_qlora_keeps_embeddings_and_head_16bit():
+    est = plan_memory("llama-3.1-8b", method="qlora")
+    load = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "load").items}
+    V, h = 128256, 4096
+    norms = 32 * 2 * h + h
+    assert load["weights kept 16-bit"] == 2 * (2 * V * h + norms)
+    block_linear = P8B - 2 * V * h - norms
+    assert load["weights, nf4 linear layers"] == block_linear // 2
+    assert load["quantization scales/zeros"] == pytest.approx(block_linear * (1 / 64 + 4 / (64 * 256)), rel=1e-4)
+
+
+def test_inference_tensor_parallel_splits_weights_and_kv():
+    one = plan_memory("llama-3.1-8b", mode="infer", seq_len=4096, batch=8)
+    four = plan_memory("llama-3.1-8b", mode="infer", seq_len=4096, batch=8, gpus=4)
+    item = lambda e, n: next(i.bytes for i in next(p for p in e.phases if p.name == "decode").items if i.name == n)
+    assert item(four, "weights") == -(-item(one, "weights") // 4)
+    assert item(four, "KV cache") * 4 == item(one, "KV cache") == 131_072 * 4096 * 8
+
+
+def test_fit_verdicts_and_solvers_agree_with_direct_estimates():
+    spec = load_spec("llama-3.1-8b")
+    w = make_workload(method="qlora", batch=1, seq_len=1024)
+    from campaign.hardware import find_card
+
+    card = find_card("rtx-4090")
+    fit = fit_cards(spec, w, [card])[0]
+    est = estimate_memory(spec, w)
+    assert fit.headroom_bytes == card.memory_bytes - est.required_bytes
+    assert fit.verdict == ("fits" if est.required_bytes <= card.memory_bytes else "tight")
+    b = fit.max_batch
+    assert estimate_memory(spec, make_workload(method="qlora", batch=b, seq_len=1024)).required_bytes <= card.memory_bytes
+    assert estimate_memory(spec, make_workload(method="qlora", batch=b + 1, seq_len=1024)).required_bytes > card.memory_bytes
+    s = max_value(spec, w, card.memory_bytes, "seq_len", limit=1 << 20)
+    assert estimate_memory(spec, make_workload(method="qlora", seq_len=s)).required_bytes <= card.memory_bytes
+    assert estimate_memory(spec, make_workload(method="qlora", seq_len=s + 1)).required_bytes > card.memory_bytes
+
+
+def test_tight_means_inside_the_reserve():
+    est = plan_memory("llama-3.1-8b", method="qlora")
+    assert est.verdict(est.device_bytes) == "tight"
+    assert est.verdict(est.required_bytes) == "fits"
+    assert est.verdict(est.device_bytes - 1) == "does not fit"
+
+
+def test_reserve_as_fraction_or_size():
+    a = plan_memory("gpt2", reserve="20%")
+    assert a.reserve_bytes == round(a.device_bytes * 0.2)
+    b = plan_memory("gpt2", reserve="2GiB")
+    assert b.reserve_bytes == 2 * 2**30
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(batch=0), "batch must be a positive integer"), (dict(seq_len=-4), "seq-len must be a positive integer"),
+    (dict(dtype="bf61"), "unknown dtype"), (dict(method="dora"), "method 'dora' is unknown"),
+    (dict(optimizer="lion"), "optimizer 'lion' is unknown"), (dict(dtype="nf4"), "full fine-tuning cannot update"),
+    (dict(shard="zero4"), "shard 'zero4' is unknown"),
+])
+def test_bad_workloads(kw, message):
+    with pytest.raises(Exception, match=message):
+        make_workload(**kw)
+
+
+def test_unknown_lora_target_lists_the_modules():
+    with pytest.raises(InputError, match="choose from .*q_proj"):
+        plan_memory("llama-3.1-8b", method="lora", lora_targets=("qproj",))

@@ -19,6 +19,7 @@ SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per seq
 Context = Annotated[Optional[int], typer.Option(help="Tokens per sequence, prompt + output (inference).")]
 Sequences = Annotated[Optional[int], typer.Option(help="Concurrent sequences (inference; same as --batch).")]
 Optimizer = Annotated[Optional[str], typer.Option(help="adamw | adamw-8bit | adafactor | sgd | none.")]
+OptimizerImpl = Annotated[str, typer.Option("--optimizer-impl", help="foreach (default) | fused | loop: foreach keeps a state-sized temporary in the step.")]
 Mixed = Annotated[bool, typer.Option("--mixed-precision", help="Autocast: 16-bit compute; fp32 master weights, grads and states for what trains.")]
 Ckpt = Annotated[bool, typer.Option("--grad-checkpointing", help="Recompute activations in backward (one tensor kept per layer).")]
 Attention = Annotated[str, typer.Option(help="sdpa (flash-style) | eager (materialized scores).")]
@@ -35,7 +36,7 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: st
                     batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
                     optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
                     lora_rank: int, lora_targets: str, gpus: int, shard: str,
-                    prefill_chunk: int = 8192) -> dict[str, Any]:
+                    prefill_chunk: int = 8192, optimizer_impl: str = "foreach") -> dict[str, Any]:
     """Map CLI options onto make_workload's keywords (inference reads --context/--sequences)."""
     mode = "infer" if train is False else "train"
     if mode == "infer":
@@ -48,7 +49,7 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: st
                 seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),
                 mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing, attention=attention,
                 lora_rank=lora_rank, lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
-                prefill_chunk=prefill_chunk)
+                prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl)
 
 
 def print_json(data: Any) -> None:

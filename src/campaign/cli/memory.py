@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 def memory(
     model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16",
     kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, batch: o.Batch = None, seq_len: o.SeqLen = None,
-    context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None,
+    context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach",
     mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa",
     lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear", gpus: o.Gpus = 1,
     shard: o.Shard = "none", prefill_chunk: o.PrefillChunk = 8192, card: o.CardOpt = None, reserve: o.Reserve = "10%",
@@ -41,7 +41,7 @@ def memory(
         train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=batch,
         seq_len=seq_len, context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
         grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
-        gpus=gpus, shard=shard, prefill_chunk=prefill_chunk))
+        gpus=gpus, shard=shard, prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
     est = estimate_memory(spec, w, reserve=reserve)
     if card:
         cards = [find_card(card)]

@@ -69,8 +69,12 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             heads = spec.num_heads + spec.num_kv_heads  # q_norm / k_norm over each head's vector, before RoPE
             terms.append(("q/k norms (fp32 inputs)", FP32 * heads * (hd + 1) + (c * heads * hd if full else 0.0)))
     else:
-        # LayerNorm saves its input and mean/rstd; the linear after it saves the LN output.
-        terms.append(("layernorm inputs and outputs", 2 * (c * h + 8 + (c * h if full else 0.0))))
+        # LayerNorm saves its input and mean/rstd (fp32 under autocast, which runs layer_norm in fp32); the
+        # Linear after it saves the output in the compute dtype. Residual dropouts keep 1-byte masks (CUDA).
+        ln_in = FP32 if w.mixed_precision else c
+        terms.append(("layernorm inputs and outputs", 2 * (ln_in * h + 8 + (c * h if full else 0.0))))
+        if drop:
+            terms.append(("residual dropout masks", 2 * h))
 
     # attention
     if spec.mla is not None:
@@ -135,8 +139,10 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             # Gemma 2's logit soft-capping keeps a tanh output too.
             attention_scores = nh * (FP32 + c + (c if spec.model_type == "gemma2" else 0))
         else:
-            # GPT-2/BERT: softmax in the compute dtype, then attention dropout's output feeds the matmul with V
-            attention_scores = nh * c * (2 if drop else 1)
+            # GPT-2/BERT: softmax output (fp32 under autocast, which lists softmax as fp32), attention dropout's
+            # output and 1-byte mask, and the compute-dtype copy autocast makes for the matmul with V.
+            soft = FP32 if w.mixed_precision else c
+            attention_scores = nh * (soft + ((soft + 1) if drop else 0) + (c if soft != c else 0))
     return LayerActivations(sum(t for _, t in terms), attention_scores, tuple(terms))
 
 

@@ -340,11 +340,24 @@ def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:
 def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
     s = state_bytes_per_element(w)
     if w.optimizer == "adamw":
-        return int(s * Pt), f"foreach AdamW (the CUDA default): one state-sized temporary, sqrt(exp_avg_sq) = {s:g} B x {Pt:,}"
+        if w.optimizer_impl == "foreach":
+            return int(s * Pt), (f"foreach AdamW (the CUDA default since torch 2.0): one state-sized temporary, "
+                                 f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}")
+        largest = _largest_trainable(spec, w)
+        if w.optimizer_impl == "loop":
+            return int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})"
+        return 0, ""
+
     if w.optimizer == "adafactor":
         big = max((g.numel for g in spec.groups), default=0) if w.method == "full" else 0
         return int(3 * 4 * big), "Adafactor loops over tensors: ~3 fp32 copies of the largest one"
     return 0, ""
+
+
+def _largest_trainable(spec: ModelSpec, w: Workload) -> int:
+    if w.method == "full":
+        return max(g.numel for g in spec.groups)
+    return max((w.lora_rank * max(g.shape) for g in spec.groups if g.role == "linear"), default=0)
 
 
 def _large_tensor_count(spec: ModelSpec, w: Workload) -> int:

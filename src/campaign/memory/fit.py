@@ -42,13 +42,14 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     return out
 
 
-def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve: str | float = "10%") -> int:
+def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve: str | float = "10%",
+              **options: Any) -> int:
     """Bytes a KV cache may take on a card of `memory_bytes` after everything else an inference holds.
 
     Solves required = (device_without_kv + kv x (1 + fragmentation)) x (1 + reserve share) + absolute reserve
     <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out).
     """
-    est = estimate_memory(spec, workload, reserve=reserve)
+    est = estimate_memory(spec, workload, reserve=reserve, **options)
     kv_now = next(i.bytes for i in est.items if i.category == "kv")
     without = est.device_bytes - int(kv_now * (1 + FRAGMENTATION))
     fraction, absolute = parse_reserve(reserve)

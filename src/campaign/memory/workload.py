@@ -10,6 +10,7 @@ from .dtypes import HALF, QUANTIZED, parse_dtype
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
 OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd", "none")
+OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 
@@ -33,6 +34,7 @@ class Workload:
     batch: int = 1
     seq_len: int = 2048
     optimizer: str = "adamw"
+    optimizer_impl: str = "foreach"
     mixed_precision: bool = False
     grad_checkpointing: bool = False
     attention: str = "sdpa"
@@ -82,6 +84,9 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"method {w.method!r} is unknown; choose one of {', '.join(METHODS)}")
     if w.optimizer not in OPTIMIZERS:
         raise InputError(f"optimizer {w.optimizer!r} is unknown; choose one of {', '.join(OPTIMIZERS)}")
+    if w.optimizer_impl not in OPTIMIZER_IMPLS:
+        raise InputError(f"optimizer implementation {w.optimizer_impl!r} is unknown; choose foreach (the CUDA default "
+                         "since torch 2.0), fused or loop")
     if w.shard not in SHARDS:
         raise InputError(f"shard {w.shard!r} is unknown; choose one of {', '.join(SHARDS)}")
     if w.attention not in ATTENTION:

@@ -1,0 +1,161 @@
+"""Estimates against published measured GPU memory, entry by entry (goal: every ratio within +-10%).
+
+Reads benchmarks/memory_reference_data.json (each entry: model, fully specified workload, measured figures with
+their source) and prints, per measured figure, our matching headline (allocated, reserved, nvidia-smi, weights)
+and the ratio estimate / measured. Entries whose architecture the memory model does not cover are listed as
+skipped, never silently dropped. Usage: python benchmarks/memory_reference.py [--json]
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from campaign.errors import CampaignError
+from campaign.memory import estimate_memory, make_workload
+from campaign.memory.estimate import CUDA_CONTEXT_BYTES
+from campaign.memory.fit import kv_budget
+from campaign.models import load_spec
+from campaign.models.architectures import spec_from_config
+
+HERE = Path(__file__).resolve().parent
+GiB = 2**30
+
+# Public architecture facts for models outside the catalog (their config.json fields).
+LLAMA2 = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=32000, max_position_embeddings=4096,
+              tie_word_embeddings=False)
+EXTRA_CONFIGS = {
+    "meta-llama/Llama-2-7b-hf": LLAMA2 | dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                              num_attention_heads=32, num_key_value_heads=32),
+    "meta-llama/Llama-2-13b-hf": LLAMA2 | dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                                               num_attention_heads=40, num_key_value_heads=40),
+    "meta-llama/Llama-2-70b-hf": LLAMA2 | dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                               num_attention_heads=64, num_key_value_heads=8),
+    "codellama/CodeLlama-34b-hf": LLAMA2 | dict(hidden_size=8192, intermediate_size=22016, num_hidden_layers=48,
+                                                num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+                                                max_position_embeddings=16384),
+    "meta-llama/Meta-Llama-3-8B": None,  # same architecture as Llama-3.1-8B (catalog)
+    "meta-llama/Llama-3.1-8B-Instruct": None,
+    "google-bert/bert-large-uncased": dict(model_type="bert", architectures=["BertForSequenceClassification"],
+                                           hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                                           num_attention_heads=16, vocab_size=30522, max_position_embeddings=512,
+                                           type_vocab_size=2),
+}
+ALIASES = {"meta-llama/Meta-Llama-3-8B": "meta-llama/Llama-3.1-8B",
+           "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B"}
+
+
+def spec_for(model: str):
+    model = ALIASES.get(model, model)
+    cfg = EXTRA_CONFIGS.get(model)
+    if cfg is not None:
+        return spec_from_config(cfg, name=model, source="benchmark")
+    return load_spec(model)
+
+
+def workload_for(entry: dict):
+    w = dict(entry["workload"])
+    method = w.get("method", "full")
+    optimizer = str(w.get("optimizer", "adamw")).split(" ")[0]
+    optimizer = {"adamw-8bit": "adamw-8bit", "adamw": "adamw", "adafactor": "adafactor"}.get(optimizer, "adamw")
+    targets = w.get("lora_targets") or ["all-linear"]
+    targets = tuple("q_proj" if t.startswith("q") else "v_proj" if t.startswith("v") else
+                    {"k_proj": "k_proj", "output_proj": "o_proj", "w1": "gate_proj", "w2": "down_proj",
+                     "w3": "up_proj"}.get(t, t) for t in targets)
+    gc = w.get("grad_checkpointing")
+    if isinstance(gc, str):
+        raise CampaignError(f"{gc} activation checkpointing is not modeled")
+    mode = w.get("mode", "train")
+    seq = w.get("context") if mode == "infer" else w.get("seq_len")
+    batch = w.get("sequences") if mode == "infer" else w.get("batch")
+    return make_workload(
+        mode=mode, method=method if mode == "train" else "frozen", dtype=w.get("dtype", "bf16"),
+        batch=batch or 1, seq_len=seq or 1, optimizer=optimizer if mode == "train" else "none",
+        mixed_precision=bool(w.get("mixed_precision")), grad_checkpointing=bool(gc),
+        attention="eager" if w.get("attention") == "eager" else "sdpa", lora_rank=w.get("lora_rank", 16),
+        lora_targets=targets, gpus=w.get("gpus", 1), shard=w.get("shard", "none"),
+        prefill_chunk=w.get("max_num_batched_tokens", 8192), optimizer_impl=w.get("optimizer_impl", "foreach"))
+
+
+def ours(metric: str, est, spec, w, measured: dict, entry: dict) -> int | None:
+    if metric == "peak_allocated":
+        if "activation peak" in measured.get("as_published", ""):
+            # vLLM's profile run: weights + activations of one chunk, before any KV cache exists
+            prefill = next(p for p in est.phases if p.name == "prefill")
+            return sum(i.bytes for i in prefill.items if i.category != "kv")
+        return est.peak_allocated_bytes
+    if metric == "peak_reserved":
+        return est.peak_reserved_bytes
+    if metric == "nvidia_smi":
+        return est.device_bytes
+    if metric == "weights_only":
+        load = next(p for p in est.phases if p.name == "load")
+        return sum(i.bytes for i in load.items if i.category == "weights")
+    if metric == "steady_allocated":
+        step = next(p for p in est.phases if p.name == "optimizer step")
+        return sum(i.bytes for i in step.items if i.category in ("weights", "gradients", "optimizer"))
+    if metric == "kv_cache":
+        total = entry["workload"].get("gpu_total_bytes")
+        if total is None:
+            return None
+        # vLLM's gpu_memory_utilization 0.9 keeps 10% of the card: as a size, that is our absolute reserve
+        return kv_budget(spec, w, total, reserve=f"{int(0.1 * total)}B",
+                         context_bytes=measured.get("includes_cuda_context_bytes", CUDA_CONTEXT_BYTES))
+    return None
+
+
+def main() -> None:
+    data = json.loads((HERE / "memory_reference_data.json").read_text(encoding="utf-8"))
+    rows, bracketed, skipped = [], [], []
+    for entry in data["entries"]:
+        if entry.get("not_comparable"):
+            skipped.append((entry["id"], entry["not_comparable"]))
+            continue
+        try:
+            spec = spec_for(entry["model"])
+            w = workload_for(entry)
+        except CampaignError as e:
+            skipped.append((entry["id"], str(e)))
+            continue
+        bounds = entry["workload"].get("seq_len_bounds")
+        for m in entry["measured"]:
+            context = m.get("includes_cuda_context_bytes", CUDA_CONTEXT_BYTES)
+            if bounds and m["metric"].startswith("peak"):
+                low, high = (ours(m["metric"], estimate_memory(spec, replace(w, seq_len=n), context_bytes=context),
+                                  spec, w, m, entry) for n in bounds)
+                bracketed.append(dict(id=entry["id"], metric=m["metric"], measured=m["bytes"], low=low, high=high,
+                                      bounds=bounds, scope=m.get("scope", "")))
+                continue
+            est = estimate_memory(spec, w, context_bytes=context)
+            value = ours(m["metric"], est, spec, w, m, entry)
+            if value is None:
+                skipped.append((f"{entry['id']} [{m['metric']}]", "no matching headline"))
+                continue
+            rows.append(dict(id=entry["id"], metric=m["metric"], measured=m["bytes"], estimate=value,
+                             ratio=value / m["bytes"], derived=bool(m.get("derived")), scope=m.get("scope", ""),
+                             confidence=entry.get("confidence", "")))
+    if "--json" in sys.argv:
+        print(json.dumps({"rows": rows, "bracketed": bracketed, "skipped": skipped}, indent=2))
+        return
+    print(f"{'entry':58s} {'metric':17s} {'measured GiB':>12s} {'ours GiB':>9s} {'ratio':>6s}")
+    for r in rows:
+        flag = "" if abs(r["ratio"] - 1) <= 0.10 else "  <- outside +-10%"
+        print(f"{r['id'][:58]:58s} {r['metric']:17s} {r['measured'] / GiB:12.2f} {r['estimate'] / GiB:9.2f} "
+              f"{r['ratio']:6.2f}{flag}")
+    inside = sum(abs(r["ratio"] - 1) <= 0.10 for r in rows)
+    print(f"\n{inside}/{len(rows)} figures within +-10%")
+    if bracketed:
+        print("\nSequence length of the peak batch unknown: our estimate at the two bounds")
+    for b in bracketed:
+        lo, hi = b["bounds"]
+        within = b["low"] <= b["measured"] <= b["high"]
+        print(f"{b['id'][:58]:58s} {b['metric']:14s} measured {b['measured'] / GiB:6.2f} GiB; ours {b['low'] / GiB:6.2f} "
+              f"at {lo} tokens .. {b['high'] / GiB:6.2f} at {hi}: {'bracketed' if within else 'NOT bracketed'}")
+    print()
+    for sid, why in skipped:
+        print(f"skipped {sid}: {why}")
+
+
+if __name__ == "__main__":
+    main()

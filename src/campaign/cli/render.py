@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +24,20 @@ def g(n: int | float) -> str:
     return f"{n / GiB:,.2f}"
 
 
+@contextmanager
+def progress_reporter(label: str) -> Iterator[Callable[[str], None]]:
+    """A spinner with the current phase on stderr when it is a terminal; a no-op otherwise."""
+    if not sys.stderr.isatty():
+        yield lambda _phase: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label)
+        yield lambda phase: bar.update(task, description=f"{label}: {phase}")
+
+
 def describe(est: MemoryEstimate) -> str:
     w = est.workload
     if w.training:
@@ -37,7 +52,7 @@ def describe(est: MemoryEstimate) -> str:
 
 def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> None:
     """Verdict, breakdown at the peak, phases, card fit, notes."""
-    console.print(f"[bold]{describe(est)}[/bold]")
+    console.print(f"[bold]{describe(est)}[/bold]" + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
     params = f"{fmt_count(est.params)} params"
     if est.workload.training:
         params += f", {fmt_count(est.trainable_params)} trainable"

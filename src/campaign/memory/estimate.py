@@ -95,6 +95,7 @@ class MemoryEstimate:
     reserve_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
     method: str = "formula"
+    top_modules: tuple[tuple[str, int], ...] = ()
     schema: str = SCHEMA
 
     def verdict(self, memory_bytes: int) -> str:
@@ -118,6 +119,7 @@ class MemoryEstimate:
             "required_bytes": self.required_bytes, "reserve_bytes": self.reserve_bytes,
             "items": [asdict(i) for i in self.items], "phases": [p.to_dict() for p in self.phases],
             "notes": list(self.notes),
+            "top_modules": [{"module": m, "peak_bytes": b} for m, b in self.top_modules],
         }
 
 
@@ -156,6 +158,17 @@ def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float
     """
     w = workload
     phases = _training_phases(spec, w) if w.training else _inference_phases(spec, w)
+    return finish_estimate(spec, w, phases, reserve=reserve, context_bytes=context_bytes,
+                           fragmentation=fragmentation, method="formula", notes=_notes)
+
+
+def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
+                    context_bytes: int, fragmentation: float, method: str, notes: Any,
+                    top_modules: tuple[tuple[str, int], ...] = ()) -> MemoryEstimate:
+    """Headline figures from per-phase allocations: the allocator model, the context and the reserve.
+
+    Shared by the analytic estimate and the trace, so both give the same JSON shape.
+    """
     peak = max(phases, key=lambda p: p.bytes)
     allocated = peak.bytes
     # Freed activation blocks stay cached and are reused later, so fragmentation follows the largest
@@ -180,7 +193,7 @@ def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float
         model=spec.name, workload=w, params=spec.inventory_params, trainable_params=trainable_params(spec, w),
         phases=phases, peak_phase=peak.name, items=items, peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved, device_bytes=device, required_bytes=device + reserve_bytes,
-        reserve_bytes=reserve_bytes, notes=_notes(spec, w, peak),
+        reserve_bytes=reserve_bytes, notes=notes(spec, w, peak), method=method, top_modules=top_modules,
     )
 
 
@@ -317,8 +330,8 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
 def _load_items(spec: ModelSpec, w: Workload) -> list[Item]:
     """Quantizing on load brings each tensor in 16-bit before converting it."""
     if w.dtype in QUANTIZED:
-        return [Item("load temporaries", weight_bytes(spec, w).largest_tensor,
-                     "largest tensor in 16-bit before quantization", "temporaries", "quantize on load")]
+        return [Item("load temporaries", weight_bytes(spec, w).largest_quantized_16bit,
+                     "largest quantized tensor, in 16-bit before conversion", "temporaries", "quantize on load")]
     return []
 
 

@@ -25,7 +25,7 @@ class WeightBytes:
     quant_overhead: int
     dense: int
     dense_names: tuple[str, ...]
-    largest_tensor: int
+    largest_quantized_16bit: int  # the largest converted tensor, briefly in 16-bit while it is quantized
 
     @property
     def total(self) -> int:
@@ -50,9 +50,7 @@ def weight_bytes(spec: ModelSpec, w: Workload) -> WeightBytes:
             overhead += lb.overhead * g.count
             largest = max(largest, g.numel * 2)  # loaded in 16-bit, then quantized
         else:
-            n = int(g.params * ELEMENT_BYTES[dense_dtype])
-            dense += n
-            largest = max(largest, int(g.numel * ELEMENT_BYTES[dense_dtype]))
+            dense += int(g.params * ELEMENT_BYTES[dense_dtype])
             if w.dtype in QUANTIZED and g.role in ("embedding", "linear") and g.module not in names:
                 names.append(g.module)
     return WeightBytes(quantized, overhead, dense, tuple(names), largest)

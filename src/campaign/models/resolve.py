@@ -74,6 +74,21 @@ def load_spec(model: str, *, exact: bool = False) -> ModelSpec:
     Raises:
         ConfigError, UnknownNameError: a bad config or a name that matches nothing (with suggestions).
     """
+    cfg, source, name, directory = resolve_config(model)
+    spec = spec_from_config(cfg, name=name, source=source)
+    if directory is not None:
+        stats = tensor_stats(directory)
+        if stats is not None and stats.params is not None:
+            spec = _with_exact(spec, stats.params, "safetensors")
+    if exact:
+        from .meta import count_with_transformers
+
+        spec = _with_exact(spec, count_with_transformers(cfg), "transformers")
+    return spec
+
+
+def resolve_config(model: str) -> tuple[dict[str, Any], str, str, Path | None]:
+    """(config dict, source, display name, model dir or None) for what the user typed; see load_spec."""
     if not model or not model.strip():
         raise InputError("no model given; name a catalog model (campaign models), a model dir or a config.json")
     path = Path(model).expanduser()
@@ -94,16 +109,7 @@ def load_spec(model: str, *, exact: bool = False) -> ModelSpec:
         cfg, source, name = load_catalog_config(repo_id), f"catalog:{repo_id}", repo_id
     else:
         raise unknown_model(model)
-    spec = spec_from_config(cfg, name=name, source=source)
-    if directory is not None:
-        stats = tensor_stats(directory)
-        if stats is not None and stats.params is not None:
-            spec = _with_exact(spec, stats.params, "safetensors")
-    if exact:
-        from .meta import count_with_transformers
-
-        spec = _with_exact(spec, count_with_transformers(cfg), "transformers")
-    return spec
+    return cfg, source, name, directory
 
 
 def _with_exact(spec: ModelSpec, count: int, method: str) -> ModelSpec:

@@ -1,0 +1,55 @@
+"""`campaign trace MODEL`: the peak per phase, traced on fake tensors with the real transformers code."""
+from __future__ import annotations
+
+import typer
+
+from . import common as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace", epilog="Example: campaign trace llama-3.1-8b --seq-len 2048 --json")(trace)
+
+
+def trace(
+    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16",
+    kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, batch: o.Batch = None, seq_len: o.SeqLen = None,
+    context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None,
+    optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
+    attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
+    prefill_chunk: o.PrefillChunk = 8192, card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
+) -> None:
+    """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
+
+    Builds the model from its config on the meta device (no weights), runs transformers' and peft's own code
+    under PyTorch's FakeTensorMode, and tracks every storage's lifetime. Same JSON shape as `campaign memory`.
+    Needs the torch extra. Exit 1 when it does not fit the --card.
+    """
+    from ..hardware.cards import find_card
+    from ..memory import make_workload
+    from ..memory.trace import trace_memory
+    from .render import console, memory as render_memory, progress_reporter
+
+    w = make_workload(**o.workload_kwargs(
+        train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=batch,
+        seq_len=seq_len, context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
+        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
+        gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+    with progress_reporter("tracing") as tell:
+        est = trace_memory(model, w, reserve=reserve, progress=tell)
+    fits = []
+    if card:
+        from ..memory.estimate import Fit
+
+        c = find_card(card)
+        fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)]
+    if as_json:
+        data = est.to_dict()
+        data["fits"] = [f.to_dict() for f in fits]
+        o.print_json(data)
+    else:
+        render_memory(est, fits, card)
+        if est.top_modules:
+            console.print(f"Activations alive at the {est.peak_phase} peak, by the module that made them (all layers): "
+                          + ", ".join(f"{m} {b / 2**30:.2f} GiB" for m, b in est.top_modules[:6]))
+    if card and fits[0].verdict != "fits":
+        raise typer.Exit(1)

@@ -1,0 +1,261 @@
+"""Leaks between existing splits: exact duplicates, near duplicates, shared groups, the same text with different
+labels. Each earlier split is indexed and every later split queried (train -> eval, train -> test, eval -> test).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from .dedup import DedupConfig, Sketches, cross_duplicates, sketch
+from .read import Dataset, Fields, read_dataset
+
+SCHEMA = "campaign.leaks/1"
+EXACT, NEAR, GROUP, LABEL = "leak.exact_duplicate", "leak.near_duplicate", "leak.group_overlap", "leak.label_conflict"
+CHECK_IDS = (EXACT, NEAR, GROUP, LABEL)
+SNIPPET = 100  # characters of text shown in an example
+
+_WHY = {
+    EXACT: ("the same text (after normalization) is in both splits",
+            "the model has seen the answer; the score measures memory, not generalization",
+            "drop the copies from the later split, or re-split with `campaign split`"),
+    NEAR: ("near-duplicate texts (Jaccard of shingles >= the threshold) are in both splits",
+           "a few edited words still give the answer away; scores come out optimistic",
+           "drop them from the later split, or re-split with `campaign split` (clusters stay on one side)"),
+    GROUP: ("a group value (user, document, source, patient...) has rows in both splits",
+            "the model learns the group's quirks and is scored on the same group: an optimistic score",
+            "split by group with `campaign split --group FIELD`"),
+    LABEL: ("the same text carries different labels in the two splits",
+            "label noise or a task ambiguity: one of the two is counted wrong whatever the model does",
+            "fix the labels, or drop the conflicting rows"),
+}
+
+
+@dataclass(frozen=True)
+class LeakExample:
+    """One leaking pair: where each side came from, a snippet of each, and what links them."""
+
+    index_ref: str
+    query_ref: str
+    index_text: str
+    query_text: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index_ref": self.index_ref, "query_ref": self.query_ref, "index_text": self.index_text,
+                "query_text": self.query_text, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class PairLeak:
+    """A check between an indexed split and a queried later split.
+
+    rows: rows of the queried split that leak; rate = rows / query_rows; links: pairs of rows (duplicates,
+    conflicts) or shared group values (group overlap).
+    """
+
+    index: str
+    query: str
+    rows: int
+    query_rows: int
+    links: int
+    examples: tuple[LeakExample, ...] = ()
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.query_rows if self.query_rows else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "query": self.query, "rows": self.rows, "query_rows": self.query_rows,
+                "rate": round(self.rate, 6), "links": self.links, "examples": [e.to_dict() for e in self.examples]}
+
+
+@dataclass(frozen=True)
+class LeakCheck:
+    """One kind of leak over every split pair. status: pass, fail (a pair's rate exceeds the threshold) or
+    skipped (no label or group field to check), with what was seen, why it matters and the fix."""
+
+    id: str
+    status: str
+    rows: int
+    rate: float
+    pairs: tuple[PairLeak, ...]
+    seen: str
+    why: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "rows": self.rows, "rate": round(self.rate, 6),
+                "seen": self.seen, "why": self.why, "fix": self.fix, "pairs": [p.to_dict() for p in self.pairs]}
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    name: str
+    path: str
+    rows: int
+    sha256: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "rows": self.rows, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    """Leak checks between splits; `passed` when no check fails."""
+
+    splits: tuple[SplitInfo, ...]
+    checks: tuple[LeakCheck, ...]
+    threshold: float
+    config: DedupConfig
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def status(self) -> str:
+        return "pass" if self.passed else "fail"
+
+    def check(self, check_id: str) -> LeakCheck:
+        return next(c for c in self.checks if c.id == check_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
+        return {"schema": self.schema, "campaign_version": __version__, "status": self.status,
+                "threshold": self.threshold, "splits": [s.to_dict() for s in self.splits],
+                "checks": [c.to_dict() for c in self.checks], "config": self.config.to_dict(),
+                "notes": list(self.notes)}
+
+
+def _snippet(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
+
+
+def _example(ia: Dataset, i: int, qb: Dataset, q: int, detail: str) -> LeakExample:
+    return LeakExample(ia.ref(i), qb.ref(q), _snippet(ia.texts[i]), _snippet(qb.texts[q]), detail)
+
+
+def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: float = 0.0,
+               config: DedupConfig | None = None, examples: int = 3, progress: bool | None = None) -> LeakReport:
+    """Check every earlier split against every later one (the first is indexed, the others queried).
+
+    Args:
+        splits: {name: Dataset} in order (train first), or Datasets named by their file name.
+        threshold: the largest tolerated rate (leaking rows / rows of the queried split); 0 fails on any leak.
+        config: near-duplicate settings (threshold, shingles, seed).
+        examples: example pairs kept per split pair and check.
+    Returns:
+        LeakReport with the checks leak.exact_duplicate, leak.near_duplicate, leak.group_overlap,
+        leak.label_conflict.
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise InputError(f"leak threshold {threshold!r} is a rate of rows and must be in [0, 1]; use e.g. 0 or 0.01")
+    named = dict(splits) if isinstance(splits, Mapping) else {d.name: d for d in splits}
+    if len(named) < 2:
+        raise InputError(f"need at least two splits to compare, got {len(named)}; give e.g. TRAIN EVAL [TEST]")
+    config = config or DedupConfig()
+    names = list(named)
+    sketches: dict[str, Sketches] = {n: sketch(named[n].texts, config, progress=progress, description=f"MinHash {n}")
+                                     for n in names}
+    by_check: dict[str, list[PairLeak]] = {c: [] for c in CHECK_IDS}
+    notes: list[str] = []
+    has_labels = all(named[n].labels is not None for n in names)
+    group_fields = [g for g in named[names[0]].fields.group if all(g in named[n].fields.group for n in names)]
+    for ai, a in enumerate(names):
+        for b in names[ai + 1:]:
+            da, db = named[a], named[b]
+            m = cross_duplicates(sketches[a], sketches[b])
+            if m.capped_buckets:
+                notes.append(f"{a} -> {b}: {m.capped_buckets} crowded LSH bucket(s) were only partly checked")
+            # exact
+            ex_rows = sorted({q for _, q in m.exact})
+            by_check[EXACT].append(PairLeak(a, b, len(ex_rows), len(db), len(m.exact), tuple(
+                _example(da, i, db, q, "same normalized text") for i, q in m.exact[:examples])))
+            # near
+            near_rows = sorted({q for _, q, _ in m.near})
+            near_sorted = sorted(m.near, key=lambda t: (t[1], -t[2]))
+            by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
+                _example(da, i, db, q, f"Jaccard {j:.2f}") for i, q, j in near_sorted[:examples])))
+            # label conflicts among exact copies
+            if has_labels:
+                conflicts = [(i, q) for i, q in m.exact
+                             if da.labels[i] is not None and db.labels[q] is not None and da.labels[i] != db.labels[q]]
+                rows = len({q for _, q in conflicts})
+                by_check[LABEL].append(PairLeak(a, b, rows, len(db), len(conflicts), tuple(
+                    _example(da, i, db, q, f"label {da.labels[i]!r} vs {db.labels[q]!r}")
+                    for i, q in conflicts[:examples])))
+            # shared groups
+            if group_fields:
+                by_check[GROUP].append(_group_overlap(da, db, a, b, group_fields, examples))
+    checks = []
+    for cid in CHECK_IDS:
+        pairs = tuple(by_check[cid])
+        seen, why, fix = _WHY[cid]
+        if cid == LABEL and not has_labels:
+            checks.append(LeakCheck(cid, "skipped", 0, 0.0, (), "no label field given", why, "pass --label FIELD"))
+            continue
+        if cid == GROUP and not group_fields:
+            checks.append(LeakCheck(cid, "skipped", 0, 0.0, (), "no group field given", why, "pass --group FIELD"))
+            continue
+        rows = sum(p.rows for p in pairs)
+        rate = max((p.rate for p in pairs), default=0.0)
+        status = "fail" if any(p.rows and p.rate > threshold for p in pairs) else "pass"
+        if rows:
+            seen = f"{rows} row(s) in later splits: {seen}"
+        else:
+            seen = "none found"
+        checks.append(LeakCheck(cid, status, rows, rate, pairs, seen, why, fix))
+    infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
+    return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
+
+
+def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[str], examples: int) -> PairLeak:
+    """Group values (per field) with rows on both sides; rows of db in such a group leak."""
+    leaking: set[int] = set()
+    links = 0
+    ex: list[LeakExample] = []
+    for f in group_fields:
+        col_a = da.groups[da.fields.group.index(f)]
+        col_b = db.groups[db.fields.group.index(f)]
+        first_a: dict[str, int] = {}
+        for i, v in enumerate(col_a):
+            if v is not None:
+                first_a.setdefault(v, i)
+        shared: dict[str, int] = {}
+        for q, v in enumerate(col_b):
+            if v is not None and v in first_a:
+                leaking.add(q)
+                if v not in shared:
+                    shared[v] = q
+                    if len(ex) < examples:
+                        ex.append(_example(da, first_a[v], db, q, f"{f} = {v!r}"))
+        links += len(shared)
+    return PairLeak(a, b, len(leaking), len(db), links, tuple(ex))
+
+
+def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,
+                threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
+                progress: bool | None = None) -> LeakReport:
+    """Read the split files (train first) and check them for leaks; splits are named by their file names."""
+    datasets = [read_dataset(p, fields, skip_bad=skip_bad) for p in paths]
+    named: dict[str, Dataset] = {}
+    for d in datasets:
+        key = d.name if d.name not in named else d.path
+        named[key] = d
+    report = find_leaks(named, threshold=threshold, config=config, examples=examples, progress=progress)
+    skipped = [f"{d.path}: {d.n_bad} bad record(s) skipped" for d in datasets if d.n_bad]
+    if skipped:
+        report = LeakReport(report.splits, report.checks, report.threshold, report.config,
+                            report.notes + tuple(skipped))
+    return report
+
+
+__all__ = ["CHECK_IDS", "LeakCheck", "LeakExample", "LeakReport", "PairLeak", "SplitInfo", "check_files",
+           "find_leaks"]

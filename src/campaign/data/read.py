@@ -1,0 +1,459 @@
+"""Read JSONL, CSV/TSV and Parquet datasets into columns: text (one or more fields joined), label, group(s), id,
+date. A malformed or non-UTF-8 record stops reading with its file and line (or skips and counts, skip_bad=True).
+Files are only ever opened for reading.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet",
+           ".pq": "parquet"}
+DELIMITERS = {"csv": ",", "tsv": "\t"}
+SKIP_HINT = "fix it, or skip bad records with --skip-bad (skip_bad=True)"
+MAX_KEPT_BAD = 20  # bad records kept for the report; all are counted
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Which fields (JSONL keys, CSV header names, Parquet columns) play which role."""
+
+    text: tuple[str, ...] = ("text",)
+    label: str | None = None
+    group: tuple[str, ...] = ()
+    id: str | None = None
+    date: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.text, str) or isinstance(self.group, str):
+            raise InputError("text and group fields are tuples of names, e.g. text=('question', 'answer')")
+        if not self.text or not all(self.text):
+            raise InputError(f"text fields {self.text!r} are empty; name at least one, e.g. --text text")
+
+    @property
+    def names(self) -> list[str]:
+        """Every field read, in order, without repeats."""
+        out: list[str] = []
+        for n in (*self.text, self.label, *self.group, self.id, self.date):
+            if n and n not in out:
+                out.append(n)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": list(self.text), "label": self.label, "group": list(self.group), "id": self.id,
+                "date": self.date}
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """A record that could not be read: where (1-based line, or row for Parquet) and why."""
+
+    line: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset as columns, one entry per accepted record, in file order.
+
+    labels/ids: str or None (missing); JSON numbers and booleans become their JSON text ("1", "true").
+    groups: one tuple per group field, each with one value (or None) per record. dates: POSIX seconds (UTC).
+    lines: each record's 1-based line in the file (Parquet: row number).
+    """
+
+    path: str
+    format: str
+    fields: Fields
+    texts: tuple[str, ...] = field(repr=False)
+    labels: tuple[str | None, ...] | None = field(default=None, repr=False)
+    groups: tuple[tuple[str | None, ...], ...] = field(default=(), repr=False)
+    ids: tuple[str | None, ...] | None = field(default=None, repr=False)
+    dates: tuple[float, ...] | None = field(default=None, repr=False)
+    lines: tuple[int, ...] = field(default=(), repr=False)
+    bad: tuple[BadRecord, ...] = ()
+    n_bad: int = 0
+    sha256: str | None = None
+    columns: tuple[str, ...] = ()  # every field name seen, in first-seen order (a CSV's header)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def ref(self, i: int) -> str:
+        """Where record i came from: 'file:line' (Parquet: 'file row N')."""
+        if not self.lines:
+            return f"{self.path}#{i}"
+        return f"{self.path} row {self.lines[i]}" if self.format == "parquet" else f"{self.path}:{self.lines[i]}"
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "sha256": self.sha256, "rows": len(self),
+                "fields": self.fields.to_dict(), "bad_records": self.n_bad, "bad": [b.to_dict() for b in self.bad]}
+
+
+def make_dataset(texts: Sequence[str], *, labels: Sequence[Any] | None = None,
+                 groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, ids: Sequence[Any] | None = None,
+                 dates: Sequence[Any] | None = None, name: str = "<memory>") -> Dataset:
+    """A Dataset from in-memory columns (a notebook, a test). groups: one column, or {field name: column}."""
+    n = len(texts)
+    if groups is None:
+        named: dict[str, Sequence[Any]] = {}
+    elif isinstance(groups, Mapping):
+        named = dict(groups)
+    else:
+        named = {"group": groups}
+    for what, col in (("labels", labels), ("ids", ids), ("dates", dates), *named.items()):
+        if col is not None and len(col) != n:
+            raise InputError(f"{what} has {len(col)} values for {n} texts; give one per text")
+    fields = Fields(label="label" if labels is not None else None, group=tuple(named),
+                    id="id" if ids is not None else None, date="date" if dates is not None else None)
+    return Dataset(path=name, format="memory", fields=fields, texts=tuple(str(t) for t in texts),
+                   labels=None if labels is None else tuple(_scalar(v) for v in labels),
+                   groups=tuple(tuple(_scalar(v) for v in col) for col in named.values()),
+                   ids=None if ids is None else tuple(_scalar(v) for v in ids),
+                   dates=None if dates is None else tuple(_parse_date(v) for v in dates),
+                   lines=tuple(range(1, n + 1)))
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """'jsonl', 'csv', 'tsv' or 'parquet' from the file extension."""
+    ext = Path(path).suffix.lower()
+    if ext not in FORMATS:
+        raise InputError(f"{path}: unknown data format {ext or '(no extension)'!r}; use .jsonl, .csv, .tsv or .parquet")
+    return FORMATS[ext]
+
+
+def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, skip_bad: bool = False) -> Dataset:
+    """Read a JSONL, CSV/TSV or Parquet file into a Dataset.
+
+    Raises:
+        InputError: missing file, unknown format, a field that no record has, or (unless skip_bad) the first bad
+            record: "file:line: what is wrong; the fix".
+    """
+    fields = fields or Fields()
+    path = str(path)
+    fmt = detect_format(path)
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file; check the path")
+    cols: dict[str, list[Any]] = {"text": [], "label": [], "id": [], "date": [], "line": []}
+    groups: list[list[str | None]] = [[] for _ in fields.group]
+    bad: list[BadRecord] = []
+    n_bad = 0
+    seen: set[str] = set()
+    scan = _scan(path, fmt, fields)
+    for item in scan.records():
+        if isinstance(item, BadRecord):
+            if not skip_bad:
+                where = f"row {item.line}" if fmt == "parquet" else str(item.line)
+                sep = ": " if fmt == "parquet" else ":"
+                raise InputError(f"{path}{sep}{where}: {item.reason}; {SKIP_HINT}")
+            n_bad += 1
+            if len(bad) < MAX_KEPT_BAD:
+                bad.append(item)
+            continue
+        line, rec = item
+        seen.update(rec["present"])
+        cols["text"].append(rec["text"])
+        cols["label"].append(rec["label"])
+        cols["id"].append(rec["id"])
+        cols["date"].append(rec["date"])
+        cols["line"].append(line)
+        for g, v in zip(groups, rec["groups"]):
+            g.append(v)
+    for role, name in (("label", fields.label), ("id", fields.id), *(("group", g) for g in fields.group)):
+        if name and cols["line"] and name not in seen:
+            raise InputError(f"{path}: no record has the {role} field {name!r}; fields seen: "
+                             f"{', '.join(sorted(scan.columns)) or '(none)'}; check the spelling")
+    return Dataset(path=path, format=fmt, fields=fields, texts=tuple(cols["text"]),
+                   labels=tuple(cols["label"]) if fields.label else None,
+                   groups=tuple(tuple(g) for g in groups), ids=tuple(cols["id"]) if fields.id else None,
+                   dates=tuple(cols["date"]) if fields.date else None, lines=tuple(cols["line"]),
+                   bad=tuple(bad), n_bad=n_bad, sha256=scan.sha256, columns=tuple(scan.columns))
+
+
+# --------------------------------------------------------------------------------------------------- values
+
+
+def _scalar(value: Any) -> str | None:
+    """A label/group/id value as text: None and '' are missing; numbers and booleans as JSON writes them."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value if value != "" else None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # CSV/pandas round trips turn 1 into 1.0; a label stays "1"
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _parse_date(value: Any) -> float:
+    """POSIX seconds from an ISO 8601 string, a date/datetime, or a number of seconds; naive times are UTC."""
+    if isinstance(value, bool) or value is None or value == "":
+        raise ValueError("missing date")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"date {value!r} is not finite")
+        return float(value)
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, date):
+        dt = datetime(value.year, value.month, value.day)
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"date {value!r} is not ISO 8601 (e.g. 2024-05-01 or 2024-05-01T12:00:00Z)") from None
+    else:
+        raise ValueError(f"date {value!r} is not a date")
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _record(get: Any, fields: Fields) -> dict[str, Any]:
+    """Pick the roles out of one record; raises ValueError with a one-line reason."""
+    parts = []
+    for name in fields.text:
+        value = get(name)
+        if value is _MISSING:
+            raise ValueError(f"no text field {name!r}")
+        if not isinstance(value, str):
+            raise ValueError(f"text field {name!r} is {type(value).__name__ if value is not None else 'null'}, "
+                             "not a string")
+        parts.append(value)
+    out: dict[str, Any] = {"text": "\n".join(parts), "present": set()}
+    for role, name in (("label", fields.label), ("id", fields.id)):
+        value = get(name) if name else _MISSING
+        if value is not _MISSING:
+            out["present"].add(name)
+        out[role] = None if value is _MISSING else _scalar(value)
+    out["groups"] = []
+    for name in fields.group:
+        value = get(name)
+        if value is not _MISSING:
+            out["present"].add(name)
+        out["groups"].append(None if value is _MISSING else _scalar(value))
+    out["date"] = None
+    if fields.date:
+        value = get(fields.date)
+        if value is _MISSING:
+            raise ValueError(f"no date field {fields.date!r}")
+        out["date"] = _parse_date(value)
+    return out
+
+
+_MISSING = object()
+
+
+# --------------------------------------------------------------------------------------------------- scanning
+
+
+class _scan:
+    """One pass over a file: yields (line, record) or BadRecord in file order; raw rows for rewriting."""
+
+    def __init__(self, path: str, fmt: str, fields: Fields) -> None:
+        self.path, self.fmt, self.fields = path, fmt, fields
+        self.columns: dict[str, None] = {}  # in first-seen order
+        self.sha256: str | None = None
+
+    def records(self) -> Iterator[tuple[int, dict[str, Any]] | BadRecord]:
+        for line, raw, item in self.raw():
+            yield item if isinstance(item, BadRecord) else (line, item)
+
+    def raw(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        """(line, raw row, record or BadRecord): raw is the line's bytes (JSONL), the row's values (CSV/TSV) or
+        the row index (Parquet)."""
+        if self.fmt == "jsonl":
+            yield from self._jsonl()
+        elif self.fmt in DELIMITERS:
+            yield from self._csv()
+        else:
+            yield from self._parquet()
+
+    def _jsonl(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        h = hashlib.sha256()
+        with open(self.path, "rb") as f:
+            for no, raw in enumerate(f, 1):
+                h.update(raw)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    yield no, raw, BadRecord(no, f"not valid UTF-8 (byte {e.start + 1} of the line: "
+                                                 f"{raw[e.start:e.start + 4]!r})")
+                    continue
+                if no == 1:
+                    text = text.removeprefix("\ufeff")
+                if not text.strip():
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as e:
+                    yield no, raw, BadRecord(no, f"not valid JSON ({e.msg} at column {e.colno})")
+                    continue
+                if not isinstance(obj, dict):
+                    yield no, raw, BadRecord(no, f"is a JSON {type(obj).__name__}, not an object")
+                    continue
+                self.columns.update(dict.fromkeys(obj))
+                try:
+                    rec = _record(lambda k: obj.get(k, _MISSING), self.fields)
+                except ValueError as e:
+                    yield no, raw, BadRecord(no, str(e))
+                    continue
+                yield no, raw, rec
+        self.sha256 = h.hexdigest()
+
+    def _csv(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        h = hashlib.sha256()
+        bad_lines: dict[int, str] = {}
+
+        def lines(f: Any) -> Iterator[str]:
+            for no, raw in enumerate(f, 1):
+                h.update(raw)
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    bad_lines[no] = f"not valid UTF-8 (byte {e.start + 1} of line {no}: {raw[e.start:e.start + 4]!r})"
+                    text = raw.decode("utf-8", "replace")
+                yield text.removeprefix("\ufeff") if no == 1 else text
+
+        with open(self.path, "rb") as f, _field_limit():
+            reader = csv.reader(lines(f), delimiter=DELIMITERS[self.fmt])
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise InputError(f"{self.path}: the file is empty; a CSV needs a header line") from None
+            except csv.Error as e:
+                raise InputError(f"{self.path}:1: the header is not valid CSV ({e}); fix the header line") from None
+            if 1 in bad_lines:
+                raise InputError(f"{self.path}:1: the header is {bad_lines[1]}; save the file as UTF-8")
+            self.columns.update(dict.fromkeys(header))
+            missing = [n for n in self.fields.names if n not in header]
+            if missing:
+                raise InputError(f"{self.path}: no column {missing[0]!r}; the header has {', '.join(header)}; "
+                                 "name an existing column")
+            index = {n: header.index(n) for n in self.fields.names}
+            end = reader.line_num
+            while True:
+                start = end + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as e:
+                    end = reader.line_num
+                    yield start, None, BadRecord(start, f"not valid CSV ({e})")
+                    continue
+                end = reader.line_num
+                if not row:
+                    continue
+                bad = next((bad_lines[n] for n in range(start, end + 1) if n in bad_lines), None)
+                if bad:
+                    yield start, row, BadRecord(start, bad)
+                    continue
+                if len(row) != len(header):
+                    yield start, row, BadRecord(start, f"has {len(row)} fields, the header has {len(header)}")
+                    continue
+                try:
+                    rec = _record(lambda k: row[index[k]] if k in index else _MISSING, self.fields)
+                except ValueError as e:
+                    yield start, row, BadRecord(start, str(e))
+                    continue
+                rec["present"] = set(self.fields.names)
+                yield start, row, rec
+        self.sha256 = h.hexdigest()
+
+    def _parquet(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        pq = _parquet()
+        from ..io import sha256_file
+
+        try:
+            pf = pq.ParquetFile(self.path)
+        except Exception as e:  # pyarrow raises several types for a corrupt file
+            raise InputError(f"{self.path}: not a readable Parquet file ({str(e).splitlines()[0]}); "
+                             "check the file or rewrite it with pyarrow") from None
+        names = pf.schema_arrow.names
+        self.columns.update(dict.fromkeys(names))
+        missing = [n for n in self.fields.names if n not in names]
+        if missing:
+            raise InputError(f"{self.path}: no column {missing[0]!r}; the columns are {', '.join(names)}; "
+                             "name an existing column")
+        table = pf.read(columns=self.fields.names)
+        data = {n: table.column(n).to_pylist() for n in self.fields.names}
+        for r in range(table.num_rows):
+            row = {}
+            for n in self.fields.names:
+                v = data[n][r]
+                if isinstance(v, bytes):
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        yield r + 1, r, BadRecord(r + 1, f"column {n!r} is not valid UTF-8 (byte {e.start + 1})")
+                        break
+                row[n] = v
+            else:
+                try:
+                    rec = _record(lambda k: row.get(k, _MISSING), self.fields)
+                except ValueError as e:
+                    yield r + 1, r, BadRecord(r + 1, str(e))
+                    continue
+                rec["present"] = {n for n in self.fields.names if row[n] is not None}
+                yield r + 1, r, rec
+        self.sha256 = sha256_file(self.path)
+
+
+@contextlib.contextmanager
+def _field_limit() -> Iterator[None]:
+    """Allow long CSV fields (documents) while reading; restore the global limit afterwards."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
+
+
+def _parquet():
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("pyarrow", "data") from e
+    return pq
+
+
+def raw_rows(ds: Dataset) -> Iterator[tuple[int, Any]]:
+    """Re-read ds's file and yield (record index, raw row) for the records ds accepted, in order: JSONL line bytes,
+    CSV/TSV value lists, Parquet row indices.
+
+    Raises:
+        InputError: the file changed since it was read (another hash, or other records).
+    """
+    scan = _scan(ds.path, ds.format, ds.fields)
+    i = 0
+    for line, raw, item in scan.raw():
+        if isinstance(item, BadRecord):
+            continue
+        if i >= len(ds) or ds.lines[i] != line:
+            raise InputError(f"{ds.path}: the file changed while it was being split; run the command again")
+        yield i, raw
+        i += 1
+    if i != len(ds) or (ds.sha256 and scan.sha256 != ds.sha256):
+        raise InputError(f"{ds.path}: the file changed while it was being split; run the command again")

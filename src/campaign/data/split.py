@@ -1,0 +1,496 @@
+"""Leak-free splits: groups and duplicate clusters are atomic units; ratios are met as fractions of rows (per label
+when stratified); a temporal split orders units by date. Writes the split files in the input's format and a
+manifest that records parameters, counts, hashes and the leak check of the written files.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from .dedup import DedupConfig, DedupResult, _mix64, _mix_int, connected_components, find_duplicates
+from .leaks import LeakReport, check_files
+from .normalize import normalizer_id
+from .read import DELIMITERS, Dataset, Fields, _parquet, raw_rows, read_dataset
+
+if TYPE_CHECKING:
+    import numpy as np
+
+SCHEMA = "campaign.split/1"
+MANIFEST_NAME = "split_manifest.json"
+DEFAULT_NAMES = {1: ("all",), 2: ("train", "test"), 3: ("train", "val", "test")}
+_NO_LABEL = "(none)"
+
+
+def parse_ratios(ratios: str | Sequence[float]) -> tuple[float, ...]:
+    """'80/10/10', '0.8,0.1,0.1', '8:1:1' or numbers -> fractions summing to 1."""
+    if isinstance(ratios, str):
+        parts = [p for p in re.split(r"[/,:\s]+", ratios.strip()) if p]
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            raise InputError(f"ratios {ratios!r} are not numbers; write e.g. 80/10/10 or 0.8,0.1,0.1") from None
+    else:
+        values = [float(v) for v in ratios]
+    if len(values) < 2 or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise InputError(f"ratios {ratios!r} need two or more positive parts; write e.g. 80/10/10")
+    total = sum(values)
+    return tuple(v / total for v in values)
+
+
+def split_names(names: str | Sequence[str] | None, k: int) -> tuple[str, ...]:
+    """Names of the k splits: given ('train,val,test'), or train/test, train/val/test, split1..k."""
+    if names is None:
+        return DEFAULT_NAMES.get(k, tuple(f"split{i + 1}" for i in range(k)))
+    out = tuple(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
+    if len(out) != k or len(set(out)) != k or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in out):
+        raise InputError(f"split names {names!r} must be {k} distinct names of letters, digits, '_', '-' or '.' "
+                         f"(one per ratio); write e.g. train,val,test")
+    return out
+
+
+def _seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
+    """n pseudo-random uint64 keys, the same on every machine for (seed, salt): the tie-break order."""
+    import numpy as np
+
+    return _mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(_mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
+
+
+def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (), cluster_of: Sequence[int] | None = None) -> "np.ndarray":
+    """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field) or a
+    duplicate cluster are one unit, transitively. Missing group values (None) link nothing."""
+    import numpy as np
+
+    a, b = [], []
+    for col in groups:
+        first: dict[Any, int] = {}
+        for i, v in enumerate(col):
+            if v is not None:
+                j = first.setdefault(v, i)
+                if j != i:
+                    a.append(i)
+                    b.append(j)
+    aa = np.asarray(a, dtype=np.int64)
+    bb = np.asarray(b, dtype=np.int64)
+    if cluster_of is not None:
+        c = np.asarray(cluster_of, dtype=np.int64)
+        moved = np.flatnonzero(c != np.arange(n))
+        aa, bb = np.concatenate((aa, moved)), np.concatenate((bb, c[moved]))
+    return connected_components(n, aa, bb)
+
+
+def assign_units(unit_of: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
+                 seed: int = 0) -> "np.ndarray":
+    """Split index per row, moving whole units: largest units first (ties in a seeded order), each to the split
+    where it most reduces the squared shortfall against the targets, in rows and, with labels, in rows per label.
+
+    Targets are ratio x rows (and ratio x rows of each label); each label's term is weighted by its share of rows,
+    so every row counts the same. Small units placed last fill the remainders, which is what meets the ratios.
+    """
+    import numpy as np
+
+    n = len(unit_of)
+    k = len(ratios)
+    _, unit = np.unique(unit_of, return_inverse=True)
+    n_units = int(unit.max()) + 1 if n else 0
+    size = np.bincount(unit, minlength=n_units)
+    if labels is not None:
+        lab_names, lab = np.unique(np.asarray([_NO_LABEL if v is None else str(v) for v in labels], dtype=object),
+                                   return_inverse=True)
+    else:
+        lab_names, lab = np.array([_NO_LABEL], dtype=object), np.zeros(n, dtype=np.int64)
+    n_lab = len(lab_names)
+    # per-unit (label, count) lists
+    pair = unit.astype(np.int64) * n_lab + lab
+    upair, ucount = np.unique(pair, return_counts=True)
+    pu, pl = upair // n_lab, upair % n_lab
+    starts = np.searchsorted(pu, np.arange(n_units))
+    ends = np.searchsorted(pu, np.arange(n_units), side="right")
+    label_total = np.bincount(lab, minlength=n_lab).astype(float)
+    order = np.lexsort((_seeded_keys(n_units, seed, 1), -size))
+    target = [r * n for r in ratios]
+    ltarget = [[r * t for t in label_total] for r in ratios]
+    count = [0.0] * k
+    lcount = [[0.0] * n_lab for _ in range(k)]
+    w_total = 1.0 / max(n, 1) ** 2
+    w_label = [1.0 / (max(n, 1) * t) if t else 0.0 for t in label_total]
+    stratified = labels is not None
+    out_unit = np.empty(n_units, dtype=np.int64)
+    pl_list, pc_list = pl.tolist(), ucount.tolist()
+    starts_l, ends_l, size_l = starts.tolist(), ends.tolist(), size.tolist()
+    for u in order.tolist():
+        z = size_l[u]
+        best, best_key = 0, None
+        for s in range(k):
+            cost = w_total * z * (2 * (count[s] - target[s]) + z)
+            if stratified:
+                for p in range(starts_l[u], ends_l[u]):
+                    lbl, c = pl_list[p], pc_list[p]
+                    cost += w_label[lbl] * c * (2 * (lcount[s][lbl] - ltarget[s][lbl]) + c)
+            key = (cost, -(target[s] - count[s]) / target[s])
+            if best_key is None or key < best_key:
+                best, best_key = s, key
+        out_unit[u] = best
+        count[best] += z
+        for p in range(starts_l[u], ends_l[u]):
+            lcount[best][pl_list[p]] += pc_list[p]
+    return out_unit[unit]
+
+
+def assign_temporal(unit_of: "np.ndarray", dates: Sequence[float], ratios: Sequence[float], *,
+                    seed: int = 0) -> "np.ndarray":
+    """Split index per row for a temporal split: units ordered by their latest date (ties in a seeded order) fill
+    the splits in order; a unit goes to the next split once its middle row would pass the current split's
+    cumulative target. Every earlier split's units end no later than any later split's units end."""
+    import numpy as np
+
+    n = len(unit_of)
+    _, unit = np.unique(unit_of, return_inverse=True)
+    n_units = int(unit.max()) + 1 if n else 0
+    size = np.bincount(unit, minlength=n_units)
+    latest = np.full(n_units, -np.inf)
+    np.maximum.at(latest, unit, np.asarray(dates, dtype=float))
+    order = np.lexsort((_seeded_keys(n_units, seed, 2), latest))
+    bounds = np.cumsum(ratios) * n
+    out_unit = np.empty(n_units, dtype=np.int64)
+    done, s = 0.0, 0
+    for u in order.tolist():
+        z = size[u]
+        while s < len(ratios) - 1 and done + z / 2 > bounds[s]:
+            s += 1
+        out_unit[u] = s
+        done += z
+    return out_unit[unit]
+
+
+class LeakFreeSplitter:
+    """scikit-learn style splitter: `split(X, y=None, groups=None)` yields one tuple of row-index arrays, one per
+    ratio (train, val, test). Rows sharing a group or a duplicate cluster (exact or near, found in X) never
+    straddle splits; with `stratify`, ratios hold per label of y; with `temporal`, pass `dates=` to split().
+
+    Attributes after split(): `units_` (unit id per row), `dedup_` (the DedupResult).
+    """
+
+    def __init__(self, ratios: str | Sequence[float] = (0.8, 0.1, 0.1), *, stratify: bool = True,
+                 temporal: bool = False, seed: int = 0, dedup: DedupConfig | None = None,
+                 progress: bool | None = None) -> None:
+        self.ratios = parse_ratios(ratios)
+        self.stratify, self.temporal, self.seed = stratify, temporal, seed
+        self.dedup = dedup or DedupConfig(seed=seed)
+        self.progress = progress
+        self.units_: np.ndarray | None = None
+        self.dedup_: DedupResult | None = None
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        return 1
+
+    def split(self, X: Sequence[str], y: Sequence[Any] | None = None,
+              groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
+              dates: Sequence[Any] | None = None) -> Iterator[tuple["np.ndarray", ...]]:
+        """X: texts; y: labels (stratification); groups: one column or {field: column}; dates: temporal split."""
+        import numpy as np
+
+        assign = self.assign(X, y, groups, dates=dates)
+        yield tuple(np.flatnonzero(assign == s) for s in range(len(self.ratios)))
+
+    def assign(self, X: Sequence[str], y: Sequence[Any] | None = None,
+               groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
+               dates: Sequence[Any] | None = None) -> "np.ndarray":
+        """Split index per row (the same partition split() yields)."""
+        from .read import _parse_date
+
+        n = len(X)
+        cols: list[Sequence[Any]] = []
+        if groups is not None:
+            cols = list(groups.values()) if isinstance(groups, Mapping) else [groups]
+        for what, col in (("y", y), ("dates", dates), *(("groups", c) for c in cols)):
+            if col is not None and len(col) != n:
+                raise InputError(f"{what} has {len(col)} values for {n} texts; give one per text")
+        if self.temporal and dates is None:
+            raise InputError("a temporal split needs dates; pass dates= (the CLI: --date FIELD)")
+        self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
+        self.units_ = atomic_units(n, groups=[[None if v is None else v for v in c] for c in cols],
+                                   cluster_of=self.dedup_.cluster_of)
+        if self.temporal:
+            stamps = [d if isinstance(d, float) else _parse_date(d) for d in dates]  # type: ignore[union-attr]
+            return assign_temporal(self.units_, stamps, self.ratios, seed=self.seed)
+        return assign_units(self.units_, self.ratios, labels=y if self.stratify else None, seed=self.seed)
+
+
+# --------------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """One written split: rows against the target, rows per label, distinct groups per field, date range."""
+
+    name: str
+    path: str
+    sha256: str
+    rows: int
+    target_fraction: float
+    fraction: float
+    labels: dict[str, int] = field(default_factory=dict)
+    label_fractions: dict[str, float] = field(default_factory=dict)  # share of each label's rows in this split
+    groups: dict[str, int] = field(default_factory=dict)
+    first_date: str | None = None
+    last_date: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "sha256": self.sha256, "rows": self.rows,
+                "target_fraction": round(self.target_fraction, 6), "fraction": round(self.fraction, 6),
+                "labels": dict(self.labels), "label_fractions": {k: round(v, 6) for k, v in self.label_fractions.items()},
+                "groups": dict(self.groups), "first_date": self.first_date, "last_date": self.last_date}
+
+
+@dataclass(frozen=True)
+class SplitCheck:
+    """A check on the split itself (split.ratio, split.label_ratio): pass / fail / skipped, and what was seen."""
+
+    id: str
+    status: str
+    seen: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "seen": self.seen}
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """What `campaign split` did; to_dict() is the split manifest."""
+
+    input: dict[str, Any]
+    parameters: dict[str, Any]
+    normalizer: str
+    seed: int
+    parts: tuple[SplitPart, ...]
+    units: int
+    largest_unit: int
+    duplicates: dict[str, int]
+    checks: tuple[SplitCheck, ...]
+    leaks: LeakReport
+    manifest: str
+    created: str = ""
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return self.leaks.passed and all(c.status != "fail" for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
+        return {"schema": self.schema, "campaign_version": __version__,
+                "created": self.created,
+                "status": "pass" if self.passed else "fail", "input": self.input, "parameters": self.parameters,
+                "normalizer": self.normalizer, "seed": self.seed, "splits": [p.to_dict() for p in self.parts],
+                "units": self.units, "largest_unit": self.largest_unit, "duplicates": self.duplicates,
+                "checks": [c.to_dict() for c in self.checks], "leaks": self.leaks.to_dict(),
+                "manifest": self.manifest, "notes": list(self.notes)}
+
+
+# --------------------------------------------------------------------------------------------------- files
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_parts(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> None:
+    """Write each split's rows in the input's format through temporary files in the output folder, then rename
+    them all into place (a failure leaves no partial file)."""
+    out_dir = paths[0].parent
+    tmps: list[str] = []
+    try:
+        for p in paths:
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{p.name}.", suffix=".tmp")
+            os.close(fd)
+            tmps.append(tmp)
+        if ds.format == "parquet":
+            pq = _parquet()
+            import numpy as np
+
+            table = pq.read_table(ds.path)
+            rows = np.asarray(ds.lines, dtype=np.int64) - 1
+            for s, tmp in enumerate(tmps):
+                pq.write_table(table.take(rows[assign == s]), tmp)
+        else:
+            handles = [open(t, "wb" if ds.format == "jsonl" else "w", **({} if ds.format == "jsonl" else
+                       {"encoding": "utf-8", "newline": ""})) for t in tmps]
+            try:
+                writers = None
+                if ds.format in DELIMITERS:
+                    writers = [csv.writer(h, delimiter=DELIMITERS[ds.format], lineterminator="\n") for h in handles]
+                    for w in writers:
+                        w.writerow(ds.columns)
+                for i, raw in raw_rows(ds):
+                    s = int(assign[i])
+                    if writers is None:
+                        handles[s].write(raw if raw.endswith(b"\n") else raw + b"\n")
+                    else:
+                        writers[s].writerow(raw)
+                for h in handles:
+                    h.flush()
+                    os.fsync(h.fileno())
+            finally:
+                for h in handles:
+                    h.close()
+        for tmp, p in zip(tmps, paths):
+            os.replace(tmp, p)
+        tmps = []
+    finally:
+        for tmp in tmps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fields: Fields | None = None, *,
+               ratios: str | Sequence[float] = (0.8, 0.1, 0.1), names: str | Sequence[str] | None = None,
+               stratify: bool | None = None, seed: int = 0, dedup: DedupConfig | None = None,
+               tolerance: float = 0.01, skip_bad: bool = False, force: bool = False,
+               progress: bool | None = None) -> SplitResult:
+    """Split a data file into leak-free splits, write them and the manifest (out_dir/split_manifest.json).
+
+    Args:
+        fields: text/label/group/id/date fields; a date field makes the split temporal (oldest data first).
+        ratios: fractions of rows per split ('80/10/10').
+        stratify: keep each label's ratios (default: when a label field is given and the split is not temporal).
+        dedup: near-duplicate settings; its seed is replaced by `seed`.
+        tolerance: largest |achieved - target| row fraction for the split.ratio check (0.01 = 1 point).
+        force: replace an existing split manifest in out_dir.
+    Raises:
+        InputError: bad input (file, line, what, fix), or out_dir would overwrite the input or an existing split.
+    """
+    import numpy as np
+
+    fields = fields or Fields()
+    ratio_t = parse_ratios(ratios)
+    name_t = split_names(names, len(ratio_t))
+    temporal = fields.date is not None
+    if stratify and temporal:
+        raise InputError("a temporal split (--date) cannot also be stratified; drop --stratify or --date")
+    if stratify and not fields.label:
+        raise InputError("stratifying needs a label field; pass --label FIELD or --no-stratify")
+    stratify = bool(fields.label) and not temporal if stratify is None else stratify
+    if not 0 < tolerance < 1:
+        raise InputError(f"tolerance {tolerance!r} must be a fraction in (0, 1); use e.g. 0.01 for one point")
+    config = replace(dedup or DedupConfig(), seed=seed)
+    out = Path(out_dir)
+    ext = Path(path).suffix.lower()
+    paths = [out / f"{n}{ext}" for n in name_t]
+    manifest = out / MANIFEST_NAME
+    src = Path(path).resolve()
+    for p in (*paths, manifest):
+        if p.resolve() == src:
+            raise InputError(f"{p}: writing the split there would overwrite the input; choose another --out")
+    if manifest.exists() and not force:
+        raise InputError(f"{manifest} already exists (an earlier split); pass --force to replace it, or choose "
+                         "another --out")
+    ds = read_dataset(path, fields, skip_bad=skip_bad)
+    if len(ds) < len(name_t):
+        raise InputError(f"{path}: {len(ds)} usable record(s) cannot fill {len(name_t)} splits; add data")
+    splitter = LeakFreeSplitter(ratio_t, stratify=stratify, temporal=temporal, seed=seed, dedup=config,
+                                progress=progress)
+    group_cols = {f: ds.groups[i] for i, f in enumerate(fields.group)}
+    assign = splitter.assign(ds.texts, ds.labels, group_cols or None, dates=ds.dates)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_parts(ds, assign, paths)
+
+    from ..io import atomic_write_json, sha256_file
+
+    n = len(ds)
+    labels = np.asarray([_NO_LABEL if v is None else v for v in ds.labels], dtype=object) if ds.labels else None
+    label_names = sorted(set(labels.tolist())) if labels is not None else []
+    label_total = {lbl: int((labels == lbl).sum()) for lbl in label_names} if labels is not None else {}
+    parts = []
+    for s, (name, p) in enumerate(zip(name_t, paths)):
+        rows = np.flatnonzero(assign == s)
+        lab = {lbl: int((labels[rows] == lbl).sum()) for lbl in label_names} if labels is not None else {}
+        groups = {f: len({ds.groups[i][r] for r in rows.tolist()} - {None}) for i, f in enumerate(fields.group)}
+        dates = [ds.dates[r] for r in rows.tolist()] if ds.dates else []
+        parts.append(SplitPart(name=name, path=str(p), sha256=sha256_file(p), rows=len(rows),
+                               target_fraction=ratio_t[s], fraction=len(rows) / n, labels=lab,
+                               label_fractions={k: v / label_total[k] for k, v in lab.items() if label_total[k]},
+                               groups=groups, first_date=_iso(min(dates)) if dates else None,
+                               last_date=_iso(max(dates)) if dates else None))
+    checks, notes = _checks(parts, label_total, tolerance, stratify)
+    d = splitter.dedup_
+    unit_sizes = np.bincount(np.unique(splitter.units_, return_inverse=True)[1])
+    leaks = check_files(paths, fields, config=config, progress=progress)
+    if ds.n_bad:
+        notes.append(f"{ds.n_bad} bad record(s) skipped (first: line {ds.bad[0].line}: {ds.bad[0].reason})")
+    notes.extend(d.notes)
+    if unit_sizes.max() > tolerance * n:
+        notes.append(f"the largest unit (group or duplicate cluster) has {int(unit_sizes.max())} rows "
+                     f"({unit_sizes.max() / n:.1%} of the data); it moves as one piece")
+    result = SplitResult(
+        input={**ds.to_dict(), "bad": [b.to_dict() for b in ds.bad]},
+        parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": stratify, "temporal": temporal,
+                    "fields": fields.to_dict(), "dedup": config.to_dict(), "tolerance": tolerance,
+                    "skip_bad": skip_bad},
+        normalizer=normalizer_id(strip_punctuation=config.strip_punctuation), seed=seed, parts=tuple(parts),
+        units=len(unit_sizes), largest_unit=int(unit_sizes.max()),
+        duplicates={"exact_duplicates": d.exact_duplicates, "near_pairs": len(d.near_pairs),
+                    "clusters": len(d.clusters), "rows_in_clusters": sum(len(c) for c in d.clusters),
+                    "empty_texts": d.n_empty},
+        checks=tuple(checks), leaks=leaks, manifest=str(manifest),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
+    atomic_write_json(manifest, result.to_dict())
+    return result
+
+
+def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,
+            stratify: bool) -> tuple[list[SplitCheck], list[str]]:
+    notes: list[str] = []
+    worst = max(parts, key=lambda p: abs(p.fraction - p.target_fraction))
+    dev = abs(worst.fraction - worst.target_fraction)
+    checks = [SplitCheck("split.ratio", "pass" if dev <= tolerance else "fail",
+                         f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
+                         f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")]
+    if not stratify:
+        checks.append(SplitCheck("split.label_ratio", "skipped", "not stratified"))
+        return checks, notes
+    # one row moves a label's fraction by 1/rows: labels with fewer than 2/tolerance rows cannot be held to it
+    checkable = [lbl for lbl, t in label_total.items() if t >= 2 / tolerance]
+    small = [lbl for lbl in label_total if lbl not in checkable]
+    if small:
+        notes.append(f"{len(small)} label(s) have fewer than {math.ceil(2 / tolerance)} rows and are not held to the "
+                     f"tolerance: {', '.join(map(str, small[:5]))}{' ...' if len(small) > 5 else ''}")
+    gaps = [(abs(p.label_fractions.get(lbl, 0.0) - p.target_fraction), lbl, p) for lbl in checkable for p in parts]
+    if not gaps:
+        checks.append(SplitCheck("split.label_ratio", "skipped", "no label has enough rows to check"))
+        return checks, notes
+    gap, lbl, p = max(gaps, key=lambda g: g[0])
+    checks.append(SplitCheck("split.label_ratio", "pass" if gap <= tolerance else "fail",
+                             f"largest gap {gap * 100:.2f} points (label {lbl!r} in {p.name}: "
+                             f"{p.label_fractions.get(lbl, 0.0):.2%} for {p.target_fraction:.2%})"))
+    return checks, notes
+
+
+def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A split manifest as written by split_file (validated: schema and split names)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such split manifest; give the split_manifest.json written by `campaign split`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: not valid JSON ({e}); give the split_manifest.json written by `campaign split`") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("campaign.split/"):
+        raise InputError(f"{p}: not a campaign split manifest (schema {data.get('schema') if isinstance(data, dict) else None!r}); "
+                         "give the split_manifest.json written by `campaign split`")
+    return data

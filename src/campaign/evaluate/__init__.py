@@ -1,0 +1,20 @@
+"""Can I trust the score? Error analysis, regressions between two models, seed variance.
+
+- `analyze_errors(path, task=...)`: classification (confusion, per-class, slices) or extraction (validity, fields).
+- `regress(baseline, candidate, guards=...)`: flips, per-class deltas, McNemar, guards on what must not drop.
+- `compare_seeds(results, min_effect=...)`: paired statistics over seeds and a verdict against a useful effect.
+numpy, scipy and scikit-learn (the `data` extra) and matplotlib (`report`) are imported only when used.
+"""
+from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
+from .errors import ClassificationReport, ErrorsReport, analyze_classification, analyze_errors
+from .extraction import ExtractionReport, analyze_extraction, normalize, schema_errors
+from .predictions import Prediction, PredictionSet, read_predictions, read_rows
+from .regress import Guard, RegressionReport, parse_guard, regress
+from .seeds import SeedsReport, compare_paired, compare_seeds
+from .stats import mcnemar, paired_t, power_paired_t, seeds_for_power, sign_test, wilcoxon
+
+__all__ = ["BootstrapInterval", "ClassificationReport", "ErrorsReport", "ExampleBootstrap", "ExtractionReport",
+           "Guard", "Prediction", "PredictionSet", "RegressionReport", "SeedsReport", "analyze_classification",
+           "analyze_errors", "analyze_extraction", "bootstrap_mean", "compare_paired", "compare_seeds", "mcnemar",
+           "normalize", "paired_bootstrap", "paired_t", "parse_guard", "power_paired_t", "read_predictions",
+           "read_rows", "regress", "schema_errors", "seeds_for_power", "sign_test", "wilcoxon"]

@@ -1,0 +1,229 @@
+"""Bootstrap intervals of a mean difference: over seeds (percentile and BCa), and over seeds x examples.
+
+`bootstrap_mean` resamples n values exactly as scipy.stats.bootstrap does (rng.integers(0, n, (B, n)) from a
+numpy Generator), so with the same seed and batch=None it reproduces scipy's percentile and BCa intervals.
+`paired_bootstrap` resamples per-example differences D (shape (seeds, examples)) two-level and *crossed*: each
+replicate draws seeds with replacement and, within them, examples with replacement, the same examples for
+every drawn seed because all seeds were scored on the same test set. The statistic is the mean of D over the
+drawn seeds x drawn examples. Nesting (fresh examples per seed) would average the test-set noise away over
+seeds and give too narrow an interval.
+
+Speed: D's columns take few distinct patterns in practice (0/1 correctness: at most 3**seeds), so a replicate
+is multinomial counts over distinct patterns (O(patterns)) instead of `examples` random indices; this is the
+same resampling distribution, drawn with a different random stream. Otherwise indices are drawn in chunks on
+several threads; each chunk has its own generator spawned from the seed, so the thread count does not matter.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import InputError
+from .stats import check_alternative, numpy
+
+CHUNK_ELEMENTS = 1 << 22      # random indices drawn per chunk (16 MiB of uint32)
+MAX_THREADS = 8
+
+
+def _cpus() -> int:
+    try:
+        return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
+    except AttributeError:  # macOS, Windows
+        return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class BootstrapInterval:
+    """Percentile and BCa intervals of the mean; `low`/`high` are the BCa ones, or the percentile ones when
+    BCa is undefined (`note` says why). One-sided intervals have None on the open side."""
+
+    method: str
+    low: float | None
+    high: float | None
+    percentile_low: float | None
+    percentile_high: float | None
+    bca_low: float | None
+    bca_high: float | None
+    n_resamples: int
+    seed: int
+    confidence: float
+    alternative: str
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _levels(confidence: float, alternative: str) -> float:
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+    return (1 - confidence) / 2 if alternative == "two-sided" else 1 - confidence
+
+
+def _ends(lo: float, hi: float, alternative: str) -> tuple[float | None, float | None]:
+    return (None if alternative == "less" else lo), (None if alternative == "greater" else hi)
+
+
+def resample_means(x: Any, n_resamples: int, seed: int) -> Any:
+    """Means of n_resamples resamples of x (shape (n,)) -> shape (n_resamples,), drawn as scipy draws them."""
+    np = numpy()
+    x = np.asarray(x, dtype=float)
+    rng = np.random.default_rng(seed)
+    n = x.size
+    rows = max(1, CHUNK_ELEMENTS // max(n, 1))
+    out = np.empty(n_resamples)
+    for start in range(0, n_resamples, rows):
+        stop = min(n_resamples, start + rows)
+        out[start:stop] = x[rng.integers(0, n, (stop - start, n))].mean(axis=-1)
+    return out
+
+
+def bootstrap_mean(x: Sequence[float], *, n_resamples: int = 10_000, confidence: float = 0.95,
+                   alternative: str = "two-sided", seed: int = 0) -> BootstrapInterval:
+    """Percentile and BCa bootstrap intervals of mean(x), x of shape (n,) (Efron & Tibshirani 1993, 14.3).
+
+    BCa is undefined when every resample mean lies on one side of the mean (the bias correction is
+    infinite) or every jackknife mean is equal (the acceleration is 0/0): then the percentile interval is used.
+    """
+    np = numpy()
+    from scipy.special import ndtr, ndtri
+
+    check_alternative(alternative)
+    alpha = _levels(confidence, alternative)
+    if n_resamples < 1:
+        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
+    x = np.asarray(x, dtype=float)
+    if x.size == 0:
+        raise InputError("nothing to bootstrap; give at least one value")
+    theta_b = resample_means(x, n_resamples, seed)
+    p_lo, p_hi = (float(v) for v in np.quantile(theta_b, [alpha, 1 - alpha]))
+    pct = _ends(p_lo, p_hi, alternative)
+    theta = float(np.mean(x))
+    share = (np.count_nonzero(theta_b < theta) + np.count_nonzero(theta_b <= theta)) / (2 * n_resamples)
+    note = ""
+    bca: tuple[float | None, float | None] = (None, None)
+    if x.size < 2:
+        note = "one value: every resample is the same, so the interval is the point and BCa is undefined"
+    elif share in (0.0, 1.0):
+        note = "BCa undefined: every resample mean is on one side of the mean (e.g. all differences equal)"
+    else:
+        z0 = float(ndtri(share))
+        jack = (x.sum() - x) / (x.size - 1)                      # leave-one-out means
+        u = (x.size - 1) * (jack.mean() - jack)
+        den = float((u**2).sum())
+        if den == 0:
+            note = "BCa undefined: all leave-one-out means are equal (acceleration 0/0)"
+        else:
+            a = float((u**3).sum()) / (6 * den**1.5)
+            levels = []
+            for z in (float(ndtri(alpha)), -float(ndtri(alpha))):
+                levels.append(float(ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))))
+            if all(math.isfinite(v) for v in levels):
+                lo, hi = (float(v) for v in np.quantile(theta_b, levels))
+                bca = _ends(lo, hi, alternative)
+            else:
+                note = "BCa undefined: the adjusted levels are not finite"
+    if note:
+        return BootstrapInterval("percentile", *pct, *pct, None, None, n_resamples, seed, confidence, alternative,
+                                 note + "; the percentile interval is used")
+    return BootstrapInterval("bca", *bca, *pct, *bca, n_resamples, seed, confidence, alternative)
+
+
+@dataclass(frozen=True)
+class ExampleBootstrap:
+    """The crossed seeds x examples bootstrap interval of the mean per-example difference."""
+
+    seeds: int
+    examples: int
+    mean_diff: float
+    low: float | None
+    high: float | None
+    n_resamples: int
+    seed: int
+    confidence: float
+    alternative: str
+    patterns: int           # distinct columns of D: the resampling runs over these when few
+    method: str = "crossed bootstrap: seeds with replacement, and the same resampled examples within each"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def paired_distribution(diffs: Any, *, n_resamples: int = 10_000, seed: int = 0) -> tuple[Any, int]:
+    """Bootstrap distribution (shape (n_resamples,)) of the mean of D over resampled seeds x examples.
+
+    Args:
+        diffs: D, shape (seeds, examples) or (examples,): candidate minus baseline score per seed and example.
+    Returns:
+        (resample means, number of distinct example patterns).
+    """
+    np = numpy()
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim == 1:
+        d = d[None, :]
+    if d.ndim != 2 or d.size == 0:
+        raise InputError("per-example differences must form a non-empty seeds x examples table")
+    n_s, n_e = d.shape
+    rng = np.random.default_rng(seed)
+    patterns, counts = np.unique(d.T, axis=0, return_counts=True)          # (k, n_s), (k,)
+    k = patterns.shape[0]
+    out = np.empty(n_resamples)
+    if k * 8 <= n_e:
+        # Multinomial counts over the k patterns: the same law as drawing n_e example indices.
+        p = counts / n_e
+        rows = max(1, CHUNK_ELEMENTS // max(k + n_s, 1))
+        for start in range(0, n_resamples, rows):
+            m = min(n_resamples, start + rows) - start
+            ce = rng.multinomial(n_e, p, size=m)                              # (m, k)
+            cs = rng.multinomial(n_s, np.full(n_s, 1 / n_s), size=m)         # (m, n_s)
+            out[start:start + m] = ((ce @ patterns) * cs).sum(axis=1) / (n_s * n_e)
+        return out, k
+    # Chunks of replicates, each with its own generator spawned from `seed`: the result does not depend on
+    # the number of threads, and numpy releases the GIL while drawing and gathering, so threads run in parallel.
+    rows = max(1, CHUNK_ELEMENTS // (n_e * n_s))
+    starts = list(range(0, n_resamples, rows))
+    streams = np.random.SeedSequence(seed).spawn(len(starts))
+    dtype = np.uint32 if n_e < 2**32 else np.int64
+
+    def run(i: int) -> None:
+        r = np.random.default_rng(streams[i])
+        start = starts[i]
+        m = min(n_resamples, start + rows) - start
+        ie = r.integers(0, n_e, (m, n_e), dtype=dtype)
+        if n_s == 1:
+            out[start:start + m] = d[0][ie].mean(axis=1)
+            return
+        per_seed = np.stack([d[s][ie].sum(axis=1) for s in range(n_s)], axis=1)    # (m, n_s)
+        cs = r.multinomial(n_s, np.full(n_s, 1 / n_s), size=m)
+        out[start:start + m] = (per_seed * cs).sum(axis=1) / (n_s * n_e)
+
+    workers = min(len(starts), _cpus())
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(run, range(len(starts))))
+    else:
+        for i in range(len(starts)):
+            run(i)
+    return out, k
+
+
+def paired_bootstrap(diffs: Any, *, n_resamples: int = 10_000, confidence: float = 0.95,
+                     alternative: str = "two-sided", seed: int = 0) -> ExampleBootstrap:
+    """Percentile interval of the mean per-example difference, resampling seeds x examples (crossed)."""
+    np = numpy()
+    check_alternative(alternative)
+    alpha = _levels(confidence, alternative)
+    if n_resamples < 1:
+        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
+    d = np.asarray(diffs, dtype=float)
+    d2 = d[None, :] if d.ndim == 1 else d
+    dist, k = paired_distribution(d2, n_resamples=n_resamples, seed=seed)
+    lo, hi = (float(v) for v in np.quantile(dist, [alpha, 1 - alpha]))
+    low, high = _ends(lo, hi, alternative)
+    return ExampleBootstrap(d2.shape[0], d2.shape[1], float(d2.mean()), low, high, n_resamples, seed, confidence,
+                            alternative, k)

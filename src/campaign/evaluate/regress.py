@@ -1,0 +1,220 @@
+"""Baseline vs candidate on the same examples: flips, per-class deltas, McNemar's test, guards.
+
+A guard states what must not get worse, as a bound on the change (candidate - baseline) of one metric:
+`f1[refund]>=-0.01` (F1 of class refund may drop by at most 0.01), `valid_json>=0` (no drop at all).
+Metric names are those of the reports' `metrics()`: accuracy, macro_f1, f1[c], precision[c], recall[c]
+(classification); valid_json, schema_valid, required_all, required[f], exact[f], match[f] (extraction).
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import InputError
+from .errors import ClassificationReport, analyze_classification, labels_of
+from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
+from .predictions import PredictionSet, label_of, read_predictions
+from .stats import McNemar, mcnemar
+
+SCHEMA = "campaign.regress/1"
+_GUARD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]+\])?)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
+EPS = 1e-12   # deltas are differences of rates: 0.1 - 0.1 must pass ">= 0" despite float noise
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One guard evaluated: passed when delta (candidate - baseline) `op` threshold."""
+
+    expression: str
+    metric: str
+    op: str
+    threshold: float
+    baseline: float
+    candidate: float
+    delta: float
+    passed: bool
+
+    def describe(self) -> str:
+        verb = "fell" if self.delta < 0 else "rose"
+        return (f"{self.metric} {verb} by {abs(self.delta):.4f} ({self.baseline:.4f} -> {self.candidate:.4f}); "
+                f"the guard requires a change {self.op} {self.threshold:g}")
+
+
+def parse_guard(text: str) -> tuple[str, str, float]:
+    """'f1[refund]>=-0.01' -> ('f1[refund]', '>=', -0.01)."""
+    m = _GUARD.match(text)
+    if not m:
+        raise InputError(f"guard {text!r} is not of the form METRIC OP NUMBER; write e.g. \"f1[refund]>=-0.01\" "
+                         f"or \"valid_json>=0\"")
+    return m.group(1), m.group(2), float(m.group(3))
+
+
+def evaluate_guards(guards: Sequence[str], base: dict[str, float], cand: dict[str, float]) -> tuple[Guard, ...]:
+    out = []
+    for text in guards:
+        name, op, threshold = parse_guard(text)
+        if name not in base and name not in cand:
+            known = sorted(set(base) | set(cand))
+            prefix = name.split("[")[0]
+            close = [k for k in known if k.startswith(prefix)][:6] or known[:6]
+            raise InputError(f"guard {text!r}: no metric {name!r}; known metrics include "
+                             f"{', '.join(close)}; fix the name (class names are case-sensitive)")
+        b, c = base.get(name, 0.0), cand.get(name, 0.0)
+        delta = c - b
+        slack = {">=": -EPS, ">": EPS, "<=": EPS, "<": -EPS}[op]
+        passed = _OPS[op](delta, threshold + slack)
+        out.append(Guard(text, name, op, threshold, b, c, delta, passed))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    name: str
+    baseline: float
+    candidate: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class FieldDelta:
+    """Per-field exact and normalized match rates of both models (extraction): (baseline, candidate)."""
+
+    field: str
+    gold_examples: int
+    exact: tuple[float, float]
+    match: tuple[float, float]
+    delta_match: float
+
+
+@dataclass(frozen=True)
+class ClassDelta:
+    """Per-class precision, recall and F1 of both models (classification): (baseline, candidate)."""
+
+    label: str
+    support: int
+    precision: tuple[float, float]
+    recall: tuple[float, float]
+    f1: tuple[float, float]
+    delta_f1: float
+
+
+@dataclass(frozen=True)
+class RegressionReport:
+    """What changed between two prediction files on the same examples; `passed` is False if a guard failed."""
+
+    task: str
+    baseline: dict[str, Any]
+    candidate: dict[str, Any]
+    examples: int
+    accuracy_baseline: float
+    accuracy_candidate: float
+    both_right: int
+    both_wrong: int
+    right_to_wrong: tuple[str, ...]
+    wrong_to_right: tuple[str, ...]
+    mcnemar: McNemar
+    per_class: tuple[ClassDelta, ...]
+    per_field: tuple[FieldDelta, ...]
+    deltas: tuple[MetricDelta, ...]
+    guards: tuple[Guard, ...]
+    passed: bool
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def failed_guards(self) -> tuple[Guard, ...]:
+        return tuple(g for g in self.guards if not g.passed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_same_examples(a: PredictionSet, b: PredictionSet, task: str) -> None:
+    ia, ib = set(a.ids), set(b.ids)
+    if ia != ib:
+        only_a, only_b = sorted(ia - ib), sorted(ib - ia)
+        eg = repr((only_a or only_b)[0])
+        raise InputError(f"{len(only_a) + len(only_b)} ids differ ({len(only_a)} only in the baseline, {len(only_b)} "
+                         f"only in the candidate, e.g. {eg}); compare predictions on the same examples")
+    bb = b.by_id()
+    for p in a.predictions:
+        q = bb[p.id]
+        if task == "classification":
+            same = label_of(p.gold, where=a.where(p), what="gold") == label_of(q.gold, where=b.where(q), what="gold")
+        else:
+            same = canonical(parse_object(p.gold)) == canonical(parse_object(q.gold))
+        if not same:
+            raise InputError(f"gold of id {p.id!r} differs ({a.where(p)} vs {b.where(q)}); both files must carry "
+                             f"the same gold labels")
+
+
+def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | os.PathLike[str] | PredictionSet, *,
+            task: str = "classification", guards: Sequence[str] = (), schema: Any = None,
+            required: Sequence[str] | None = None, id_field: str = "id", gold_field: str = "gold",
+            pred_field: str = "pred") -> RegressionReport:
+    """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards.
+
+    Raises:
+        InputError: different ids or gold values, an unknown task, a malformed guard or unknown metric.
+    """
+    if task not in ("classification", "extraction"):
+        raise InputError(f"task {task!r} is not known; use classification or extraction")
+    kw = dict(id_field=id_field, gold_field=gold_field, pred_field=pred_field)
+    a = baseline if isinstance(baseline, PredictionSet) else read_predictions(baseline, **kw)
+    b = candidate if isinstance(candidate, PredictionSet) else read_predictions(candidate, **kw)
+    for g in guards:
+        parse_guard(g)                       # malformed guards fail before any work
+    _check_same_examples(a, b, task)
+    order = a.ids
+    rep_a: ClassificationReport | ExtractionReport
+    rep_b: ClassificationReport | ExtractionReport
+    per_class: list[ClassDelta] = []
+    per_field: list[FieldDelta] = []
+    if task == "classification":
+        if schema is not None or required:
+            raise InputError("--schema and --required describe structured outputs; add --task extraction")
+        rep_a, rep_b = analyze_classification(a), analyze_classification(b)
+        ga, pa = labels_of(a)
+        gb, pb = labels_of(b)
+        right_a = dict(zip(a.ids, (x == y for x, y in zip(ga, pa))))
+        right_b = dict(zip(b.ids, (x == y for x, y in zip(gb, pb))))
+        ca = {c.label: c for c in rep_a.per_class}
+        cb = {c.label: c for c in rep_b.per_class}
+        labels = list(rep_a.labels) + [lab for lab in rep_b.labels if lab not in ca]
+        for lab in labels:
+            x, y = ca.get(lab), cb.get(lab)
+            px, rx, fx = (x.precision, x.recall, x.f1) if x else (0.0, 0.0, 0.0)
+            py, ry, fy = (y.precision, y.recall, y.f1) if y else (0.0, 0.0, 0.0)
+            support = x.support if x else (y.support if y else 0)
+            per_class.append(ClassDelta(lab, support, (px, py), (rx, ry), (fx, fy), fy - fx))
+    else:
+        rep_a = analyze_extraction(a, schema=schema, required=required)
+        rep_b = analyze_extraction(b, schema=schema, required=required)
+        right_a = {r.id: r.correct for r in rep_a.per_example}
+        right_b = {r.id: r.correct for r in rep_b.per_example}
+        fb = {f.field: f for f in rep_b.fields}
+        per_field = [FieldDelta(f.field, f.gold_examples, (f.exact_rate, fb[f.field].exact_rate),
+                                (f.normalized_rate, fb[f.field].normalized_rate),
+                                fb[f.field].normalized_rate - f.normalized_rate) for f in rep_a.fields]
+    r2w = tuple(i for i in order if right_a[i] and not right_b[i])
+    w2r = tuple(i for i in order if not right_a[i] and right_b[i])
+    both_right = sum(1 for i in order if right_a[i] and right_b[i])
+    both_wrong = len(order) - both_right - len(r2w) - len(w2r)
+    ma, mb = rep_a.metrics(), rep_b.metrics()
+    deltas = tuple(MetricDelta(k, ma.get(k, 0.0), mb.get(k, 0.0), mb.get(k, 0.0) - ma.get(k, 0.0))
+                   for k in list(ma) + [k for k in mb if k not in ma])
+    checked = evaluate_guards(guards, ma, mb)
+    notes = []
+    if not guards:
+        notes.append("no --guard: state what must not get worse (e.g. --guard \"f1[refund]>=-0.01\")")
+    test = mcnemar(len(r2w), len(w2r))
+    return RegressionReport(
+        task=task, baseline=a.to_dict(), candidate=b.to_dict(), examples=len(order),
+        accuracy_baseline=rep_a.accuracy, accuracy_candidate=rep_b.accuracy, both_right=both_right,
+        both_wrong=both_wrong, right_to_wrong=r2w, wrong_to_right=w2r, mcnemar=test,
+        per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked, passed=all(g.passed for g in checked),
+        notes=tuple(notes))

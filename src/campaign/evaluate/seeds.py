@@ -1,0 +1,308 @@
+"""Is the difference between two variants larger than seed noise? Paired by seed, against a useful effect.
+
+Input rows: variant, seed, metric (two variants paired by seed); optionally per-example scores
+(variant, seed, id, score) for the same examples in every run. Differences are candidate - baseline
+(baseline - candidate with higher_is_better=False), so a positive difference is always an improvement.
+
+The verdict uses the t interval (the bootstrap over 3-10 seeds is known to be too narrow): `convincing` when
+the interval lies entirely above the minimum useful effect, `no useful effect` when entirely below it,
+`inconclusive` otherwise. Seeds needed: the paired t-test's sample size for 80% power (two-sided, alpha =
+1 - confidence) to detect the minimum effect (or, without one, the observed mean) at the observed SD.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import InputError
+from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
+from .predictions import label_of, number_of, read_rows, require_columns
+from .stats import (RankTest, SignTest, TTest, check_alternative, numpy, paired_t, power_paired_t,
+                    seeds_for_power, sign_test, snap, wilcoxon)
+
+SCHEMA = "campaign.seeds/1"
+FEW_SEEDS = 5
+TARGET_POWER = 0.80
+VERDICTS = ("convincing", "no useful effect", "inconclusive")
+
+
+@dataclass(frozen=True)
+class SeedResults:
+    """Metric per variant and seed, as read: values[variant][seed] (variants and seeds in file order)."""
+
+    path: str
+    sha256: str
+    metric: str
+    values: dict[str, dict[str, float]]
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+
+def _text(value: Any, where: str, what: str) -> str:
+    if isinstance(value, (dict, list)):
+        raise InputError(f"{what} at {where} is not a single value; write a name or a number")
+    text = label_of(value, where=where, what=what)
+    if text is None:
+        raise InputError(f"{what} at {where} is empty; fill it in")
+    return text
+
+
+def read_seed_results(path: str | os.PathLike[str], *, metric: str = "metric", variant_field: str = "variant",
+                      seed_field: str = "seed") -> SeedResults:
+    """Rows of variant, seed, metric from a CSV or JSONL file; one row per (variant, seed)."""
+    rows, digest = read_rows(path, what="results")
+    require_columns(rows, [variant_field, seed_field, metric], path,
+                    options={metric: "--metric", variant_field: "--variant-field", seed_field: "--seed-field"})
+    values: dict[str, dict[str, float]] = {}
+    lines: dict[tuple[str, str], int] = {}
+    for row in rows:
+        where = f"{path} line {row.line}"
+        v = _text(row.fields[variant_field], where, "variant")
+        s = _text(row.fields[seed_field], where, "seed")
+        if (v, s) in lines:
+            raise InputError(f"variant {v!r} seed {s!r} appears twice ({path} lines {lines[v, s]} and {row.line}); "
+                             f"keep one row per variant and seed")
+        lines[v, s] = row.line
+        values.setdefault(v, {})[s] = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
+    return SeedResults(str(path), digest, metric, values)
+
+
+def pick_variants(variants: Sequence[str], baseline: str | None, candidate: str | None,
+                  source: str) -> tuple[str, str]:
+    """The (baseline, candidate) pair: named, or the two variants of the file in order of appearance."""
+    for name in (baseline, candidate):
+        if name is not None and name not in variants:
+            raise InputError(f"variant {name!r} is not in {source} (variants: {', '.join(map(repr, variants))}); "
+                             f"pass one of them")
+    if baseline and candidate:
+        if baseline == candidate:
+            raise InputError(f"baseline and candidate are both {baseline!r}; compare two different variants")
+        return baseline, candidate
+    named = baseline or candidate
+    rest = [v for v in variants if v != named]
+    if len(variants) < 2 or (named is None and len(variants) != 2) or (named is not None and len(rest) != 1):
+        raise InputError(f"{source} has {len(variants)} variant(s) ({', '.join(map(repr, variants))}); "
+                         f"seeds compares two: pass --baseline and --candidate")
+    if baseline:
+        return baseline, rest[0]
+    if candidate:
+        return rest[0], candidate
+    return variants[0], variants[1]
+
+
+def pair_seeds(results: SeedResults, baseline: str, candidate: str) -> tuple[list[str], list[float], list[float]]:
+    """Seeds present for both variants, with their values; unpaired seeds are bad input."""
+    a, b = results.values[baseline], results.values[candidate]
+    only_a, only_b = [s for s in a if s not in b], [s for s in b if s not in a]
+    if only_a or only_b:
+        parts = [f"{len(x)} seed(s) only in {v!r} (e.g. {x[0]!r})" for x, v in ((only_a, baseline), (only_b, candidate)) if x]
+        raise InputError(f"unpaired seeds in {results.path}: {'; '.join(parts)}; run both variants on the same seeds "
+                         f"or drop the unpaired rows")
+    seeds = list(a)
+    return seeds, [a[s] for s in seeds], [b[s] for s in seeds]
+
+
+def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], baseline: str, candidate: str, *,
+                        score: str = "score", variant_field: str = "variant", seed_field: str = "seed",
+                        id_field: str = "id") -> tuple[Any, int]:
+    """Per-example differences D (shape (seeds, examples)) from rows of variant, seed, id, score.
+
+    Every (variant, seed) of the pair must score the same example ids once each.
+    """
+    np = numpy()
+    rows, _ = read_rows(path, what="per-example scores")
+    require_columns(rows, [variant_field, seed_field, id_field, score], path, options={score: "--score-field"})
+    table: dict[tuple[str, str], dict[str, float]] = {}
+    for row in rows:
+        where = f"{path} line {row.line}"
+        v = _text(row.fields[variant_field], where, "variant")
+        if v not in (baseline, candidate):
+            continue
+        key = (v, _text(row.fields[seed_field], where, "seed"))
+        ident = _text(row.fields[id_field], where, "id")
+        cell = table.setdefault(key, {})
+        if ident in cell:
+            raise InputError(f"{path} line {row.line}: id {ident!r} is scored twice for variant {key[0]!r} seed "
+                             f"{key[1]!r}; keep one score per example and run")
+        cell[ident] = number_of(row.fields[score], where=where, what=f"score {score!r}")
+    ids: list[str] | None = None
+    diffs = []
+    for s in seeds:
+        for v in (baseline, candidate):
+            if (v, s) not in table:
+                raise InputError(f"{path} has no per-example scores for variant {v!r} seed {s!r}; score every seed "
+                                 f"of both variants or leave out --examples")
+        base, cand = table[baseline, s], table[candidate, s]
+        if ids is None:
+            ids = list(base)
+        for v, cell in ((baseline, base), (candidate, cand)):
+            if set(cell) != set(ids):
+                n = len(set(cell) ^ set(ids))
+                raise InputError(f"{path}: variant {v!r} seed {s!r} scores a different set of examples ({n} ids "
+                                 f"differ); score the same examples in every run")
+        diffs.append([cand[i] - base[i] for i in ids])
+    return np.asarray(diffs, dtype=float), len(ids or [])
+
+
+@dataclass(frozen=True)
+class SeedsReport:
+    """Paired comparison of two variants over seeds; mean_diff > 0 means the candidate is better."""
+
+    baseline: str
+    candidate: str
+    metric: str
+    higher_is_better: bool
+    seeds: tuple[str, ...]
+    baseline_values: tuple[float, ...]
+    candidate_values: tuple[float, ...]
+    differences: tuple[float, ...]
+    n_seeds: int
+    mean_diff: float
+    sd_diff: float | None
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    alternative: str
+    t_statistic: float | str | None
+    t_pvalue: float | None
+    wilcoxon_statistic: float
+    wilcoxon_pvalue: float
+    wilcoxon_method: str
+    sign_pvalue: float
+    min_effect: float
+    verdict: str
+    power: float | None
+    power_effect: float | None
+    seeds_needed: int | None
+    t_test: TTest
+    bootstrap: BootstrapInterval
+    wilcoxon: RankTest
+    sign: SignTest
+    examples: ExampleBootstrap | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["t_test"] = self.t_test.to_dict()
+        return d
+
+
+def verdict_of(low: float | None, high: float | None, min_effect: float) -> str:
+    """convincing: the interval lies above min_effect; no useful effect: below it; else inconclusive."""
+    if low is not None and low > min_effect:
+        return "convincing"
+    if high is not None and high < min_effect:
+        return "no useful effect"
+    return "inconclusive"
+
+
+def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[float], *,
+                   seeds: Sequence[str] | None = None, baseline: str = "baseline", candidate: str = "candidate",
+                   metric: str = "metric", min_effect: float = 0.0, confidence: float = 0.95,
+                   alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
+                   seed: int = 0, example_diffs: Any = None, source: dict[str, Any] | None = None) -> SeedsReport:
+    """All paired statistics for metric values of two variants on the same seeds (equal-length sequences).
+
+    Args:
+        example_diffs: optional per-example differences, shape (seeds, examples), for the crossed bootstrap
+            (already oriented: candidate - baseline, or the reverse when lower is better).
+        seed: seeds the bootstrap's numpy Generator.
+    """
+    np = numpy()
+    check_alternative(alternative)
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+    a, b = np.asarray(baseline_values, dtype=float), np.asarray(candidate_values, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise InputError("baseline and candidate need one value per seed each, for the same seeds")
+    seeds = tuple(str(s) for s in (seeds if seeds is not None else range(a.size)))
+    raw = (b - a) if higher_is_better else (a - b)
+    d = snap(raw, float(max(np.abs(a).max(), np.abs(b).max())))
+    n = int(d.size)
+    t = paired_t(d, confidence=confidence, alternative=alternative)
+    w = wilcoxon(d, alternative=alternative)
+    sg = sign_test(d, alternative=alternative)
+    boot = bootstrap_mean(d, n_resamples=n_resamples, confidence=confidence, alternative=alternative, seed=seed)
+    ex = None
+    if example_diffs is not None:
+        ex = paired_bootstrap(example_diffs, n_resamples=n_resamples, confidence=confidence, alternative=alternative,
+                              seed=seed)
+    verdict = verdict_of(t.ci_low, t.ci_high, min_effect) if n >= 2 else "inconclusive"
+    effect = abs(min_effect) if min_effect else abs(t.mean)
+    alpha = 1 - confidence
+    power = seeds_needed = None
+    warnings: list[str] = []
+    notes: list[str] = []
+    if n >= 2 and effect > 0:
+        power = power_paired_t(n, effect, t.sd or 0.0, alpha=alpha)
+        seeds_needed = seeds_for_power(effect, t.sd or 0.0, alpha=alpha, power=TARGET_POWER)
+    what = f"{effect:g} ({'--min-effect' if min_effect else 'the observed mean difference'})"
+    if n == 1:
+        warnings.append("1 seed: no spread can be estimated, so no interval, t-test or power; run at least "
+                        f"{FEW_SEEDS} seeds per variant")
+    elif n < FEW_SEEDS:
+        detail = (f"{power:.0%} power to detect {what} at the observed SD {t.sd:.4g}" if power is not None
+                  else "no power to speak of (no effect to detect)")
+        need = f"; {seeds_needed} seeds give 80%" if seeds_needed else ""
+        warnings.append(f"only {n} seeds: a paired t-test has {detail}{need}")
+    if t.degenerate and n > 1:
+        notes.append(t.degenerate)
+    if boot.note:
+        notes.append(boot.note)
+    if w.zeros:
+        notes.append(f"{w.zeros} seed(s) with no difference are left out of the Wilcoxon and sign tests")
+    if w.method == "normal":
+        notes.append("Wilcoxon p-value from the normal approximation (over 50 non-zero differences)")
+    if n >= 2 and effect > 0 and seeds_needed is None:
+        notes.append(f"more than 100,000 seeds would be needed for 80% power to detect {what}")
+    if not min_effect:
+        notes.append("no --min-effect: the verdict compares the interval with 0; give the smallest difference "
+                     "worth having in metric units")
+    if ex is not None:
+        notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples} examples: {ex.method}")
+    return SeedsReport(
+        baseline=baseline, candidate=candidate, metric=metric, higher_is_better=higher_is_better, seeds=seeds,
+        baseline_values=tuple(map(float, a)), candidate_values=tuple(map(float, b)),
+        differences=tuple(map(float, d)), n_seeds=n, mean_diff=t.mean, sd_diff=t.sd, ci_low=t.ci_low,
+        ci_high=t.ci_high, confidence=confidence, alternative=alternative,
+        t_statistic=t.to_dict()["statistic"], t_pvalue=t.p_value, wilcoxon_statistic=w.statistic,
+        wilcoxon_pvalue=w.p_value, wilcoxon_method=w.method, sign_pvalue=sg.p_value, min_effect=min_effect,
+        verdict=verdict, power=power, power_effect=effect if effect > 0 else None, seeds_needed=seeds_needed,
+        t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, source=source or {},
+        warnings=tuple(warnings), notes=tuple(notes))
+
+
+def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", baseline: str | None = None,
+                  candidate: str | None = None, examples: str | os.PathLike[str] | None = None,
+                  score_field: str = "score", min_effect: float = 0.0, confidence: float = 0.95,
+                  alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
+                  seed: int = 0) -> SeedsReport:
+    """Read a results file (variant, seed, metric) and compare two variants paired by seed.
+
+    Raises:
+        InputError: missing columns, a non-numeric metric, unpaired seeds, not exactly two variants.
+    """
+    res = read_seed_results(results, metric=metric)
+    base, cand = pick_variants(res.variants, baseline, candidate, str(results))
+    seeds, a, b = pair_seeds(res, base, cand)
+    ex = None
+    source: dict[str, Any] = {"results": {"path": res.path, "sha256": res.sha256}}
+    if examples is not None:
+        ex, n_ex = read_example_scores(examples, seeds, base, cand, score=score_field)
+        if not higher_is_better:
+            ex = -ex
+        source["examples"] = {"path": str(examples), "examples": n_ex}
+    return compare_paired(a, b, seeds=seeds, baseline=base, candidate=cand, metric=metric, min_effect=min_effect,
+                          confidence=confidence, alternative=alternative, higher_is_better=higher_is_better,
+                          n_resamples=n_resamples, seed=seed, example_diffs=ex, source=source)
+
+
+__all__ = ["SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds", "pair_seeds",
+           "pick_variants", "read_example_scores", "read_seed_results", "verdict_of"]

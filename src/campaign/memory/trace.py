@@ -1,0 +1,270 @@
+"""Trace real steps on fake tensors: build the model from its config, run it under PyTorch's FakeTensorMode and
+a storage-lifetime tracker, and report the peak per phase by category. No GPU, no weights, no memory beyond bookkeeping.
+
+A light storage tracker (campaign.memory.tracker) counts every storage's lifetime. What runs is the real
+transformers (and peft) code, so the saved tensors, temporaries, optimizer states and
+gradients are the ones a real step makes. Limits, stated in the result's notes: the fake device is the CPU
+(CPU SDPA and autocast policies), and 4-bit/8-bit kernels cannot run on fake tensors, so a quantized base is
+traced in bf16 and its weight bytes are replaced by the format's layout.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ConfigError, InputError, MissingDependencyError
+from ..models.architectures import spec_from_config
+from ..models.resolve import resolve_config
+from .dtypes import ELEMENT_BYTES, QUANTIZED
+from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
+from .states import is_router, weight_bytes
+from .workload import Workload
+
+TRACE_STEPS = 2  # optimizer states exist from the second step on
+
+
+def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%",
+                 context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION,
+                 progress: Callable[[str], None] | None = None) -> MemoryEstimate:
+    """Peak memory per phase, traced on fake tensors; same shape as estimate_memory (method 'traced').
+
+    Args:
+        model: catalog name, model dir, config.json or cached repo id (as everywhere).
+        workload: from make_workload; adamw-8bit and multi-card sharding are not traceable here.
+        progress: called with the name of each phase as it starts.
+    Raises:
+        MissingDependencyError: without the torch extra. InputError: an untraceable workload.
+        ConfigError: an architecture transformers cannot build.
+    """
+    try:
+        import torch
+        import transformers
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from .tracker import StorageTracker
+    except ImportError:
+        raise MissingDependencyError("torch and transformers", "torch") from None
+    w = workload
+    if w.optimizer == "adamw-8bit":
+        raise InputError("adamw-8bit cannot be traced (bitsandbytes kernels do not run on fake tensors); "
+                         "use campaign memory, or trace with --optimizer adamw")
+    if w.gpus > 1:
+        raise InputError(f"tracing over {w.gpus} cards is not supported yet; trace one card (--gpus 1) "
+                         "or use campaign memory for sharded estimates")
+    cfg, source, name, _ = resolve_config(model)
+    spec = spec_from_config(cfg, name=name, source=source)
+    notes: list[str] = ["traced on fake CPU tensors: CPU SDPA picks its flash kernel (saves output and logsumexp, "
+                        "like flash/memory-efficient attention on a GPU)"]
+    base_dtype = _torch_dtype(torch, w)
+    if w.dtype in QUANTIZED:
+        notes.append(f"{w.dtype} base traced in bf16 (quantized kernels cannot run on fake tensors); its weight "
+                     "bytes are replaced by the format's layout")
+    if w.mixed_precision:
+        notes.append("autocast traced with the CPU policy (bf16); CUDA's policy keeps a few more ops in fp32")
+
+    tell = progress or (lambda _phase: None)
+    phases: list[Phase] = []
+    with FakeTensorMode():
+        tell("build")
+        net = _build(torch, transformers, cfg, spec.architecture, base_dtype, w)
+        optimizer = _optimizer(torch, net, w) if w.training and w.method != "frozen" else None
+        tracker = StorageTracker()
+        tracker.modules_at_peak = {}
+        for t in [*net.parameters(), *net.buffers()]:
+            tracker.register(t, "weights")
+        tracker.track_gradients(net.parameters())
+        ids = torch.randint(0, spec.vocab_size, (w.batch, w.seq_len))
+        with tracker:
+            tracker.phase("activations")
+            phases.append(_phase(tracker, "load", "weights on the card"))
+            if w.training and optimizer is not None:
+                for step in range(TRACE_STEPS):
+                    last = step == TRACE_STEPS - 1
+                    tracker.phase("activations")
+                    tell(f"forward (step {step + 1})")
+                    with _autocast(torch, w):
+                        out = net(input_ids=ids, labels=ids, use_cache=False)
+                    fwd = _phase(tracker, "forward", "peak of the forward, loss included")
+                    tracker.phase("temporaries")
+                    tell(f"backward (step {step + 1})")
+                    out.loss.backward()
+                    del out
+                    bwd = _phase(tracker, "backward", "peak of the backward")
+                    tracker.phase("temporaries")
+                    tell(f"optimizer step (step {step + 1})")
+                    optimizer.step()
+                    st = _phase(tracker, "optimizer step", "peak inside optimizer.step()")
+                    for state in optimizer.state.values():
+                        for value in state.values():
+                            if isinstance(value, torch.Tensor):
+                                tracker.register(value, "optimizer states")
+                    optimizer.zero_grad(set_to_none=True)
+                    if last:
+                        phases += [fwd, bwd, st]
+            else:
+                with torch.no_grad():
+                    phases += _trace_inference(transformers, net, tracker, ids, w, tell)
+    peak_name = max(phases, key=lambda p: p.bytes).name
+    top = tuple(sorted(((m, b) for m, b in tracker.modules_at_peak.get(peak_name, {}).items() if b > 0),
+                       key=lambda r: -r[1])[:8])
+    phases = [_requantize(p, spec, w) for p in phases] if w.dtype in QUANTIZED else phases
+
+    def traced_notes(spec_: Any, w_: Workload, peak: Phase) -> tuple[str, ...]:
+        return tuple(notes) + _notes(spec_, w_, peak)
+
+    return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
+                           fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top)
+
+
+def _torch_dtype(torch: Any, w: Workload) -> Any:
+    if w.dtype == "fp32" or (w.mixed_precision and w.base_trainable):
+        return torch.float32
+    return torch.float16 if w.dtype == "fp16" else torch.bfloat16
+
+
+def _build(torch: Any, transformers: Any, cfg: dict[str, Any], arch: str, dtype: Any, w: Workload) -> Any:
+    """The transformers model from its config (never remote code), with LoRA and checkpointing as asked."""
+    cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
+    model_type = cfg.pop("model_type")
+    try:
+        config = transformers.AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as e:
+        raise ConfigError(f"transformers cannot build model_type {model_type!r} ({e})") from None
+    config._attn_implementation = w.attention
+    cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
+    # Built on the meta device (dtype conversions of fake parameters are not supported), then every parameter
+    # and buffer is replaced by a fake CPU tensor of the same shape and dtype, ties preserved.
+    with _no_fake(), torch.device("meta"):
+        net = cls._from_config(config, dtype=dtype)
+        if not w.training or w.method in ("lora", "qlora", "frozen"):
+            net.requires_grad_(False)
+        if w.training and w.adapters:
+            import peft
+
+            targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
+            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
+    _fakeify(torch, net)
+    if w.training and w.grad_checkpointing:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    net.train(w.training)
+    return net
+
+
+class _no_fake:
+    """Leave the active FakeTensorMode for a block (meta construction), re-entering it afterwards."""
+
+    def __enter__(self) -> None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        self.ctx = unset_fake_temporarily()
+        self.ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.ctx.__exit__(*exc)
+
+
+def _fakeify(torch: Any, net: Any) -> None:
+    """Swap meta parameters and buffers for fake CPU tensors (inside the active FakeTensorMode)."""
+    memo: dict[int, Any] = {}
+    for module in net.modules():
+        for name, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+            module._parameters[name] = memo[id(p)]
+        for name, b in list(module._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                memo[id(b)] = torch.zeros(b.shape, dtype=b.dtype)
+            module._buffers[name] = memo[id(b)]
+
+
+def _optimizer(torch: Any, net: Any, w: Workload) -> Any:
+    params = [p for p in net.parameters() if p.requires_grad]
+    if w.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=w.optimizer_impl == "foreach")
+    if w.optimizer == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-3)
+    impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]
+    return torch.optim.AdamW(params, lr=1e-4, **impl)
+
+
+class _autocast:
+    """torch.autocast on the fake device when mixed precision is asked, else nothing."""
+
+    def __init__(self, torch: Any, w: Workload) -> None:
+        self.ctx = torch.autocast("cpu", dtype=torch.bfloat16) if w.mixed_precision else None
+
+    def __enter__(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+_LABELS = {"weights": "weights", "optimizer states": "optimizer", "gradients": "gradients",
+           "activations": "activations", "temporaries": "temporaries", "kv": "kv"}
+
+
+def _phase(tracker: Any, name: str, moment: str, kv_bytes: int = 0) -> Phase:
+    """The tracker's current phase peak as items by category (KV cache split out when given)."""
+    _total, categories, modules = tracker.snapshot()
+    tracker.modules_at_peak[name] = modules
+    items = []
+    for label, value in categories.items():
+        if label == "activations" and kv_bytes:
+            items.append(Item("KV cache", kv_bytes, "traced: the cache tensors at the end of the phase", "kv",
+                              "transformers DynamicCache"))
+            value -= kv_bytes
+            label = "temporaries"
+        items.append(Item(label, int(value), f"traced: live {label} at the phase peak", _LABELS.get(label, label),
+                          "storage tracker on fake tensors"))
+    return Phase(name, tuple(items), moment)
+
+
+def _trace_inference(transformers: Any, net: Any, tracker: Any, ids: Any, w: Workload,
+                     tell: Callable[[str], None]) -> list[Phase]:
+    """Prefill the context in chunks into a DynamicCache, then decode one token."""
+    cache = transformers.DynamicCache(config=net.config)
+    chunk = max(1, min(w.prefill_chunk // max(1, w.batch), w.seq_len - 1))
+    tracker.phase("activations")
+    tell("prefill")
+    pos = 0
+    while pos < w.seq_len - 1:
+        end = min(pos + chunk, w.seq_len - 1)
+        net(input_ids=ids[:, pos:end], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        pos = end
+    prefill = _phase(tracker, "prefill", f"prefill in chunks of {chunk} tokens per sequence, cache filled",
+                     _cache_bytes(cache))
+    tracker.phase("activations")
+    tell("decode")
+    net(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    decode = _phase(tracker, "decode", "one token with the cache full", _cache_bytes(cache))
+    return [prefill, decode]
+
+
+def _cache_bytes(cache: Any) -> int:
+    return sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values)
+               if t is not None)
+
+
+def _requantize(phase: Phase, spec: Any, w: Workload) -> Phase:
+    """Replace the bf16 bytes of the quantized Linear weights by the format's data + metadata."""
+    bf16_linear = sum(g.params for g in spec.groups
+                      if g.role == "linear" and g.in_blocks and not is_router(g)) * ELEMENT_BYTES["bf16"]
+    wb = weight_bytes(spec, w)
+    items = []
+    for item in phase.items:
+        if item.name == "weights":
+            items.append(Item("weights (traced, quantized linears excluded)", item.bytes - bf16_linear,
+                              "traced parameters minus the bf16 bytes of the Linear layers a quantizer converts",
+                              "weights", "storage tracker on fake tensors"))
+            items.append(Item(f"weights, {w.dtype} linear layers", wb.quantized + wb.quant_overhead,
+                              "format layout: packed data + scales/zeros", "weights", "format layout"))
+        else:
+            items.append(item)
+    return Phase(phase.name, tuple(items), phase.moment)

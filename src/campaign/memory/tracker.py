@@ -1,0 +1,133 @@
+"""A light storage-lifetime tracker for traced steps: live bytes by category and by module, and phase peaks.
+
+A TorchDispatchMode sees every tensor an op creates; each new storage is counted (rounded up to the CUDA
+caching allocator's 512-byte granularity) until a weak reference to it fires. Categories follow PyTorch's
+MemTracker: parameters and optimizer states registered up front, storages created in forward are activations,
+in backward or the optimizer step temporaries, and gradients are re-labelled when they are accumulated. It does
+one dictionary update per storage instead of MemTracker's per-module snapshots, so an 8B step traces in seconds.
+"""
+from __future__ import annotations
+
+import re
+import weakref
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+ALLOC_GRANULARITY = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize
+_LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _rounded(nbytes: int) -> int:
+    return -(-nbytes // ALLOC_GRANULARITY) * ALLOC_GRANULARITY
+
+
+class StorageTracker(TorchDispatchMode):
+    """Track live storages; `phase(name)` starts a new peak; `snapshot()` returns the phase's peak breakdown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._info: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storage -> [bytes, category, module, ref]
+        self.by_category: dict[str, int] = defaultdict(int)
+        self.by_module: dict[str, int] = defaultdict(int)
+        self.total = 0
+        self.category = "activations"
+        self.peak_total = 0
+        self.peak_categories: dict[str, int] = {}
+        self.peak_modules: dict[str, int] = {}
+        self.mods = ModTracker()
+
+    # -- registration -------------------------------------------------------------------------------------
+    def register(self, tensor: torch.Tensor, category: str) -> None:
+        """Count a tensor made outside the mode (parameters, optimizer states), or re-label a counted one."""
+        st = tensor.untyped_storage()
+        info = self._info.get(st)
+        if info is None:
+            self._add(st, category, "")
+        elif info[1] != category:
+            self.by_category[info[1]] -= info[0]
+            self.by_category[category] += info[0]
+            info[1] = category
+
+    def track_gradients(self, params: Any) -> None:
+        """Re-label each trainable parameter's .grad as a gradient once it is accumulated."""
+        for p in params:
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda q: self.register(q.grad, "gradients"))
+
+    # -- phases ---------------------------------------------------------------------------------------------
+    def phase(self, category: str) -> None:
+        """Start a phase: new storages get `category`; the peak restarts from what is live now."""
+        self.category = category
+        self.peak_total = self.total
+        self.peak_categories = dict(self.by_category)
+        self.peak_modules = dict(self.by_module)
+
+    def snapshot(self) -> tuple[int, dict[str, int], dict[str, int]]:
+        """(peak bytes, bytes by category, activation bytes by module) at the current phase's peak."""
+        return self.peak_total, {k: v for k, v in self.peak_categories.items() if v}, dict(self.peak_modules)
+
+    # -- internals ------------------------------------------------------------------------------------------
+    def _module(self) -> str:
+        """The innermost running module, its root class name dropped and layer indices folded ('layers.*.mlp')."""
+        parents = [p for p in self.mods.parents if p != "Global"]
+        if not parents:
+            return "(outside modules: loss, autograd, optimizer)"
+        name = max(parents, key=len)
+        if "." not in name:
+            return f"{name} (top level: logits, loss)"
+        name = name.split(".", 1)[1]
+        for prefix in ("base_model.model.", "model."):
+            while name.startswith(prefix):
+                name = name[len(prefix):]
+        return _LAYER_INDEX.sub(".*", name)
+
+    def _add(self, st: Any, category: str, module: str) -> None:
+        nbytes = _rounded(st.nbytes())
+        if nbytes == 0:
+            return
+        module = module if category == "activations" else ""
+        info = [nbytes, category, module, None]
+
+        def free(_ref: Any, info: list = info) -> None:
+            self.total -= info[0]
+            self.by_category[info[1]] -= info[0]
+            if info[2]:
+                self.by_module[info[2]] -= info[0]
+
+        info[3] = weakref.ref(st, free)
+        self._info[st] = info
+        self.total += nbytes
+        self.by_category[category] += nbytes
+        if module:
+            self.by_module[module] += nbytes
+        if self.total > self.peak_total:
+            self.peak_total = self.total
+            self.peak_categories = dict(self.by_category)
+            self.peak_modules = dict(self.by_module)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        module = None
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                if st not in self._info:
+                    if module is None:
+                        module = self._module()
+                    self._add(st, self.category, module)
+        return out
+
+    def __enter__(self) -> StorageTracker:
+        self.mods.__enter__()
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self.mods.__exit__(*exc)

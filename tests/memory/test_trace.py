@@ -1,0 +1,107 @@
+"""The trace: real transformers code on fake tensors; per-phase bytes checked against counts made in the test."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from campaign import plan_memory
+from campaign.errors import InputError
+from campaign.memory import make_workload
+from tests.conftest import tiny_llama
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from campaign.memory.trace import trace_memory  # noqa: E402
+
+
+def r512(nbytes: int) -> int:
+    """The CUDA caching allocator's granularity: every block is a multiple of 512 bytes."""
+    return -(-nbytes // 512) * 512
+
+
+def _real_tiny(cfg: dict):
+    config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
+    return transformers.LlamaForCausalLM._from_config(config, dtype=torch.bfloat16)
+
+
+def _stored(model) -> tuple[int, int]:
+    """(parameter bytes, buffer bytes) of a real model, each tensor rounded to the allocator's 512 B."""
+    return (sum(r512(p.numel() * p.element_size()) for p in model.parameters()),
+            sum(r512(b.numel() * b.element_size()) for b in model.buffers()))
+
+
+def _items(phase):
+    return {i.name: i.bytes for i in phase.items}
+
+
+@pytest.fixture
+def tiny_dir(write_config):
+    return write_config(tiny_llama(), "tiny")
+
+
+def test_full_step_weights_grads_and_adamw_states_by_count(tiny_dir):
+    est = trace_memory(str(tiny_dir), make_workload(batch=2, seq_len=32))
+    model = _real_tiny(tiny_llama())
+    params = list(model.parameters())
+    weights, buffers = _stored(model)  # buffers: RoPE inverse frequencies
+    phases = {p.name: p for p in est.phases}
+    assert _items(phases["load"])["weights"] == weights + buffers
+    step = _items(phases["optimizer step"])
+    assert step["gradients"] == weights  # bf16 gradients, one per parameter
+    # exp_avg and exp_avg_sq in bf16 per parameter, and AdamW's fp32 scalar step counter per parameter
+    assert step["optimizer states"] == 2 * weights + len(params) * 512
+    assert step["temporaries"] >= weights  # foreach: sqrt(exp_avg_sq) for every parameter at once
+    assert est.method == "traced" and sum(i.bytes for i in est.items) == est.required_bytes
+
+
+def test_lora_trains_only_fp32_adapters(tiny_dir):
+    est = trace_memory(str(tiny_dir), make_workload(method="lora", lora_rank=4, lora_targets=("q_proj", "v_proj"),
+                                                    batch=2, seq_len=32))
+    # q_proj 64->64, v_proj 64->32 in two layers: A (r x in) and B (out x r), fp32
+    shapes = [(4, 64), (64, 4), (4, 64), (32, 4)] * 2
+    adapters = sum(r512(a * b * 4) for a, b in shapes)
+    step = _items(next(p for p in est.phases if p.name == "optimizer step"))
+    assert step["gradients"] == adapters
+    assert step["optimizer states"] == 2 * adapters + len(shapes) * 512
+    base, buffers = _stored(_real_tiny(tiny_llama()))
+    assert step["weights"] == base + buffers + adapters
+
+
+def test_inference_kv_matches_a_real_dynamic_cache(tiny_dir):
+    est = trace_memory(str(tiny_dir), make_workload(mode="infer", batch=3, seq_len=40, prefill_chunk=64))
+    model = _real_tiny(tiny_llama()).eval()
+    ids = torch.randint(0, 1000, (3, 40))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    decode = _items(next(p for p in est.phases if p.name == "decode"))
+    assert decode["KV cache"] == real
+
+
+def test_traced_and_analytic_agree_on_a_real_size_model():
+    w = make_workload(batch=1, seq_len=1024)
+    traced = trace_memory("llama-3.2-1b", w)
+    analytic = plan_memory("llama-3.2-1b", batch=1, seq_len=1024)
+    t, a = ({p.name: _items(p) for p in e.phases} for e in (traced, analytic))
+    # parameters, gradients and optimizer moments agree exactly (the trace adds 512 B step counters)
+    assert t["load"]["weights"] == pytest.approx(a["load"]["weights"], rel=1e-3)
+    assert t["optimizer step"]["gradients"] == pytest.approx(a["optimizer step"]["gradients"], rel=1e-3)
+    assert t["optimizer step"]["optimizer states"] == pytest.approx(a["optimizer step"]["optimizer states"], rel=1e-3)
+    assert traced.peak_allocated_bytes == pytest.approx(analytic.peak_allocated_bytes, rel=0.05)
+
+
+def test_untraceable_workloads_say_why(tiny_dir):
+    with pytest.raises(InputError, match="adamw-8bit cannot be traced"):
+        trace_memory(str(tiny_dir), make_workload(optimizer="adamw-8bit"))
+    with pytest.raises(InputError, match="over 4 cards"):
+        trace_memory(str(tiny_dir), make_workload(gpus=4, shard="fsdp"))
+
+
+def test_cli_trace_json_has_the_memory_shape(cli, tiny_dir):
+    r = cli("trace", str(tiny_dir), "--batch", "2", "--seq-len", "32", "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["method"] == "traced"
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "required_bytes", "phases", "items"):
+        assert key in d

@@ -7,9 +7,16 @@ from .models import ModelSpec, load_spec
 
 __version__ = "0.1.0"
 
+
+def current_meter():  # type: ignore[no-untyped-def]
+    """The MemoryMeter a `campaign measure --script` run measures under (needs the torch extra)."""
+    from .memory.protocol import current_meter as meter
+
+    return meter()
+
 __all__ = ["CampaignError", "Card", "ConfigError", "Fit", "InputError", "KVEstimate", "MemoryEstimate",
            "ModelSpec", "UnknownNameError", "Workload", "__version__", "all_cards", "estimate_kv",
-           "estimate_memory", "find_card", "fit_cards", "load_spec", "make_workload", "plan_memory"]
+           "current_meter", "estimate_memory", "find_card", "fit_cards", "load_spec", "make_workload", "plan_memory"]
 
 
 def plan_memory(model: str, *, reserve: str | float = "10%", **workload: object) -> MemoryEstimate:

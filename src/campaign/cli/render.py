@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..memory.estimate import Fit, MemoryEstimate
+from ..memory.explain import Explanation
+from ..memory.measure import Measurement
 from ..memory.kv import KVEstimate
 from ..units import GiB, fmt_count, fmt_gib
 
@@ -111,4 +113,50 @@ def kv(est: KVEstimate, card_line: str | None) -> None:
     if card_line:
         console.print(card_line)
     for note in est.notes:
+        console.print(f"[dim]- {note}[/dim]")
+
+
+def measurement(m: Measurement, saved: object = None) -> None:
+    env = m.environment
+    versions = ", ".join(x for x in (f"torch {env.torch}", f"CUDA {env.cuda}" if env.cuda else "",
+                                     f"HIP {env.hip}" if env.hip else "", f"driver {env.driver}" if env.driver else "") if x)
+    console.print(f"[bold]{m.label}[/bold] measured on {env.device_name} ({env.device}; {versions})")
+    console.print(f"Peak [bold]{fmt_gib(m.peak_allocated_bytes)}[/bold] allocated in the [bold]{m.peak_phase}[/bold], "
+                  f"{fmt_gib(m.peak_reserved_bytes)} reserved" + (f", {fmt_gib(m.device_bytes)} on the device"
+                                                                     if m.device_bytes is not None else ""))
+    table = Table(title="Per phase (GiB; peaks reset at each phase start)", title_justify="left")
+    for col in ("phase", "allocated", "peak allocated", "reserved", "peak reserved", "device used", "seconds"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for p in m.phases:
+        table.add_row(p.name, g(p.allocated_bytes), g(p.peak_allocated_bytes), g(p.reserved_bytes),
+                      g(p.peak_reserved_bytes), "-" if p.device_used_bytes is None else g(p.device_used_bytes),
+                      f"{p.seconds:.2f}")
+    console.print(table)
+    if env.device == "cpu":
+        console.print("[dim]- CPU: no caching allocator (reserved = allocated) and no device context[/dim]")
+    if saved:
+        console.print(f"[dim]- saved to {saved}[/dim]")
+
+
+def explanation(e: Explanation) -> None:
+    console.print(f"[bold]{e.label}[/bold] on {e.device}: plan with a [bold]{e.margin:.0%}[/bold] margin "
+                  f"-> {fmt_gib(e.planned_device_bytes)} per card ({e.margin_reason})")
+    table = Table(title="Per phase: peak allocated (GiB)", title_justify="left")
+    for col in ("phase", "analytic", "traced", "measured", "analytic / measured"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for r in e.rows:
+        table.add_row(r.phase, "-" if r.analytic_bytes is None else g(r.analytic_bytes),
+                      "-" if r.traced_bytes is None else g(r.traced_bytes), g(r.measured_bytes),
+                      "-" if r.ratio is None else f"{r.ratio:.2f}")
+    console.print(table)
+    gaps = Table(title="The gap at the peak, attributed (GiB)", title_justify="left")
+    for col in ("part", "estimated", "measured", "measured - estimated"):
+        gaps.add_column(col, justify="left" if col == "part" else "right")
+    for gap in e.gaps:
+        gaps.add_row(gap.name, g(gap.estimated_bytes), g(gap.measured_bytes), f"{gap.difference_bytes / GiB:+,.2f}")
+    console.print(gaps)
+    if e.verdicts:
+        console.print("Verdict with this margin: " + "; ".join(
+            f"[{VERDICT_STYLE[v]}]{c} {v}[/{VERDICT_STYLE[v]}]" for c, _m, v in e.verdicts))
+    for note in e.notes:
         console.print(f"[dim]- {note}[/dim]")

@@ -1,0 +1,120 @@
+"""`campaign measure` and `campaign explain`: the peak measured phase by phase, and the gap to the estimate."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import common as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("measure", epilog="Example: campaign measure llama-3.2-1b --batch 4 --seq-len 1024 --out measured.json")(measure)
+    app.command("explain", epilog="Example: campaign explain llama-3.2-1b --batch 4 --seq-len 1024 --measured measured.json --trace")(explain)
+
+
+Out = Annotated[Optional[Path], typer.Option("--out", help="Save the measurement as JSON (atomic write).")]
+Script = Annotated[Optional[Path], typer.Option("--script", help="Measure a Python script instead of a built model.")]
+Device = Annotated[Optional[str], typer.Option(help="cuda (NVIDIA or ROCm) or cpu; default: cuda when visible.")]
+
+
+def measure(
+    model: Annotated[Optional[str], typer.Argument(help="Model to build with random weights (omit with --script).")] = None,
+    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16", batch: o.Batch = None,
+    seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
+    optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
+    grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
+    lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
+    script: Script = None, device: Device = None, out: Out = None, as_json: o.Json = False,
+    script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments after -- go to the script.")] = None,
+) -> None:
+    """Measure allocated, reserved and device memory per phase on the card (or the CPU) and save it.
+
+    A built model runs load, then two training steps (the second is kept) or prefill and decode. A --script runs
+    in this process; it may mark phases with campaign.current_meter().phase("forward"). Exit 2 if it crashes,
+    with the phase it reached; the phases measured before are saved.
+    """
+    from ..memory import make_workload
+    from ..memory.protocol import ScriptFailed, measure_script, measure_workload
+    from .render import measurement as render_measurement
+    from .render import progress_reporter
+
+    if script is not None:
+        try:
+            m = measure_script(script, script_args or [], device=device)
+        except ScriptFailed as failed:
+            if out:
+                failed.measurement.save(out)
+            raise
+    else:
+        if not model:
+            from ..errors import InputError
+
+            raise InputError("give a MODEL to build, or --script train.py")
+        w = make_workload(**o.workload_kwargs(
+            train=train, method=method, dtype=dtype, kv_dtype=None, group_size=128, batch=batch, seq_len=seq_len,
+            context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
+            grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+            lora_targets=lora_targets, gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+        with progress_reporter("measuring") as tell:
+            m = measure_workload(model, w, device=device, progress=tell)
+    if out:
+        m.save(out)
+    if as_json:
+        o.print_json(m.to_dict())
+    else:
+        render_measurement(m, out)
+
+
+def explain(
+    first: Annotated[str, typer.Argument(help="ESTIMATE.json (from campaign memory --json), or a MODEL.")],
+    second: Annotated[Optional[Path], typer.Argument(help="MEASURED.json when the first argument is an estimate.")] = None,
+    measured: Annotated[Optional[Path], typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
+    traced_file: Annotated[Optional[Path], typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
+    trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).")] = False,
+    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16", batch: o.Batch = None,
+    seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
+    optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
+    grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
+    lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
+    card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
+) -> None:
+    """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card."""
+    from ..errors import InputError
+    from ..hardware.cards import find_card
+    from ..memory import estimate_memory, make_workload
+    from ..memory.explain import explain as explain_gap
+    from ..memory.explain import load_estimate
+    from ..memory.measure import load_measurement
+    from ..models import load_spec
+    from .memory import FEATURED_CARDS
+    from .render import explanation as render_explanation
+
+    if second is not None:
+        analytic = load_estimate(first)
+        m = load_measurement(second)
+        traced = load_estimate(traced_file) if traced_file else None
+    else:
+        if measured is None:
+            raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
+        m = load_measurement(measured)
+        w = make_workload(**o.workload_kwargs(
+            train=train, method=method, dtype=dtype, kv_dtype=None, group_size=128, batch=batch, seq_len=seq_len,
+            context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
+            grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+            lora_targets=lora_targets, gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+        analytic = estimate_memory(load_spec(first), w, reserve=reserve)
+        traced = None
+        if trace_now:
+            from ..memory.trace import trace_memory
+
+            traced = trace_memory(first, w, reserve=reserve)
+        elif traced_file:
+            traced = load_estimate(traced_file)
+    cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
+    result = explain_gap(analytic, m, traced=traced, cards=cards)
+    if as_json:
+        o.print_json(result.to_dict())
+    else:
+        render_explanation(result)

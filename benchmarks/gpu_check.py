@@ -1,0 +1,92 @@
+"""The GPU check: measure 6 workloads on one card and print analytic, traced and measured figures side by side.
+
+Runs in well under 8 minutes on one H100/H200-class GPU (random weights, two training steps or prefill + decode
+per workload). Prints, per workload and phase, peak allocated (analytic / traced / measured) and their ratios,
+then reserved and device totals against the estimate. Writes everything to $OUT/gpu_check.json when OUT is set.
+
+Usage: python benchmarks/gpu_check.py            # on the GPU machine
+       python benchmarks/gpu_check.py --dry-run  # tiny models on the CPU, to check the script itself
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from campaign import plan_memory
+from campaign.memory import make_workload
+from campaign.memory.protocol import measure_workload
+from campaign.memory.trace import trace_memory
+
+GiB = 2**30
+WORKLOADS = [
+    ("llama-3.2-1b", dict(batch=4, seq_len=1024)),
+    ("llama-3.2-1b", dict(batch=8, seq_len=2048, grad_checkpointing=True)),
+    ("llama-3.1-8b", dict(method="lora", batch=2, seq_len=2048, lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"))),
+    ("qwen3-8b", dict(method="lora", batch=4, seq_len=2048, grad_checkpointing=True)),
+    ("llama-3.1-8b", dict(mode="infer", batch=8, seq_len=4096)),
+    ("gpt2", dict(batch=16, seq_len=1024, dtype="fp32", mixed_precision=True)),
+]
+
+
+def tiny_model() -> str:
+    cfg = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=128, intermediate_size=352,
+               num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2, vocab_size=512,
+               max_position_embeddings=512, torch_dtype="bfloat16")
+    folder = Path(tempfile.mkdtemp()) / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return str(folder)
+
+
+def main() -> None:
+    dry = "--dry-run" in sys.argv
+    device = "cpu" if dry else "cuda"
+    rows = []
+    started = time.perf_counter()
+    for model, kw in WORKLOADS:
+        if dry:
+            model, kw = tiny_model(), {**kw, "batch": 2, "seq_len": 64}
+            if kw.get("lora_targets"):
+                kw["lora_targets"] = ("q_proj", "v_proj")
+        w = make_workload(**kw)
+        t0 = time.perf_counter()
+        analytic = plan_memory(model, **kw)
+        traced = trace_memory(model, w)
+        measured = measure_workload(model, w, device=device)
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        label = f"{Path(model).name if dry else model} {w.mode} {w.method} b{w.batch}x{w.seq_len}" + (
+            " ckpt" if w.grad_checkpointing else "") + (" amp" if w.mixed_precision else "")
+        print(f"\n{label}  ({time.perf_counter() - t0:.0f} s) on {measured.environment.device_name}")
+        print(f"  {'phase':15s} {'analytic':>9s} {'traced':>9s} {'measured':>9s} {'a/m':>6s} {'t/m':>6s}")
+        by_a = {p.name: p.bytes for p in analytic.phases}
+        by_t = {p.name: p.bytes for p in traced.phases}
+        phases = []
+        for p in measured.phases:
+            a, t, m = by_a.get(p.name, 0), by_t.get(p.name, 0), p.peak_allocated_bytes
+            print(f"  {p.name:15s} {a / GiB:9.2f} {t / GiB:9.2f} {m / GiB:9.2f} {a / m if m else 0:6.2f} "
+                  f"{t / m if m else 0:6.2f}")
+            phases.append(dict(phase=p.name, analytic=a, traced=t, measured=m,
+                               measured_reserved=p.peak_reserved_bytes, device_used=p.device_used_bytes))
+        if measured.device_bytes is not None:
+            print(f"  reserved: estimated {analytic.peak_reserved_bytes / GiB:.2f}, measured "
+                  f"{measured.peak_reserved_bytes / GiB:.2f} GiB; device: estimated {analytic.device_bytes / GiB:.2f}, "
+                  f"measured {measured.device_bytes / GiB:.2f} GiB")
+        rows.append(dict(label=label, phases=phases, environment=measured.to_dict()["environment"],
+                         estimate=dict(peak_allocated=analytic.peak_allocated_bytes,
+                                       peak_reserved=analytic.peak_reserved_bytes, device=analytic.device_bytes),
+                         measured=dict(peak_allocated=measured.peak_allocated_bytes,
+                                       peak_reserved=measured.peak_reserved_bytes, device=measured.device_bytes)))
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "gpu_check.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

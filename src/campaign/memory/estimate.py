@@ -164,7 +164,8 @@ def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float
 
 def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
                     context_bytes: int, fragmentation: float, method: str, notes: Any,
-                    top_modules: tuple[tuple[str, int], ...] = ()) -> MemoryEstimate:
+                    top_modules: tuple[tuple[str, int], ...] = (),
+                    simulated_reserved: int | None = None) -> MemoryEstimate:
     """Headline figures from per-phase allocations: the allocator model, the context and the reserve.
 
     Shared by the analytic estimate and the trace, so both give the same JSON shape.
@@ -176,14 +177,20 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     transient = max(sum(i.bytes for i in p.items if i.category in _TRANSIENT) for p in phases)
     persistent_big = _large_tensor_count(spec, w)
     frag = int(fragmentation * transient) + persistent_big * LARGE_TENSOR_WASTE
+    frag_formula = (f"{fragmentation:.0%} of transient tensors ({transient:,} B) + 0.5 MiB x {persistent_big} large "
+                    "tensors (2 MiB segment rounding)")
+    frag_source = "PyTorch caching allocator"
+    if simulated_reserved is not None:
+        frag = max(0, simulated_reserved - allocated)
+        frag_formula = ("the traced allocations replayed through a model of the caching allocator (512 B blocks, "
+                        "2 MiB small / 20 MiB large segments, best fit, splitting, merging)")
+        frag_source = "simulated CUDACachingAllocator"
     reserved = allocated + frag
     device = reserved + context_bytes
     fraction, absolute = parse_reserve(reserve)
     reserve_bytes = absolute or int(round(device * fraction))
     items = peak.items + (
-        Item("allocator overhead (reserved - allocated)", frag,
-             f"{fragmentation:.0%} of transient tensors ({transient:,} B) + 0.5 MiB x {persistent_big} large "
-             "tensors (2 MiB segment rounding)", "overhead", "PyTorch caching allocator"),
+        Item("allocator overhead (reserved - allocated)", frag, frag_formula, "overhead", frag_source),
         Item("CUDA context and libraries", context_bytes, "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)",
              "overhead", "typical 300-600 MiB on A100/H100"),
         Item("reserve", reserve_bytes, f"{fraction:.0%} of device bytes" if not absolute else "explicit size",

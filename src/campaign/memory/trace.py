@@ -107,13 +107,18 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     peak_name = max(phases, key=lambda p: p.bytes).name
     top = tuple(sorted(((m, b) for m, b in tracker.modules_at_peak.get(peak_name, {}).items() if b > 0),
                        key=lambda r: -r[1])[:8])
+    _raw_load = phases[:1]
     phases = [_requantize(p, spec, w) for p in phases] if w.dtype in QUANTIZED else phases
 
     def traced_notes(spec_: Any, w_: Workload, peak: Phase) -> tuple[str, ...]:
         return tuple(notes) + _notes(spec_, w_, peak)
 
+    reserved = tracker.allocator.peak_reserved
+    if w.dtype in QUANTIZED:  # the simulation saw bf16 linears; shift by what the format saves
+        reserved -= sum(p.bytes for p in _raw_load) - sum(p.bytes for p in phases[:1])
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
-                           fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top)
+                           fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top,
+                           simulated_reserved=reserved)
 
 
 def _torch_dtype(torch: Any, w: Workload) -> Any:

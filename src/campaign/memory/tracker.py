@@ -41,6 +41,9 @@ class StorageTracker(TorchDispatchMode):
         self.peak_categories: dict[str, int] = {}
         self.peak_modules: dict[str, int] = {}
         self.mods = ModTracker()
+        from .allocator import CachingAllocator
+
+        self.allocator = CachingAllocator()  # the same allocations replayed through the caching-allocator model
 
     # -- registration -------------------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor, category: str) -> None:
@@ -95,6 +98,7 @@ class StorageTracker(TorchDispatchMode):
         info = [nbytes, category, module, None]
 
         def free(_ref: Any, info: list = info) -> None:
+            self.allocator.free(id(info))
             self.total -= info[0]
             self.by_category[info[1]] -= info[0]
             if info[2]:
@@ -102,6 +106,7 @@ class StorageTracker(TorchDispatchMode):
 
         info[3] = weakref.ref(st, free)
         self._info[st] = info
+        self.allocator.malloc(id(info), nbytes)
         self.total += nbytes
         self.by_category[category] += nbytes
         if module:

@@ -52,6 +52,20 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: st
                 prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl)
 
 
+_WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "batch", "seq_len", "context", "sequences",
+                     "optimizer", "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets",
+                     "gpus", "shard", "prefill_chunk", "optimizer_impl")
+_DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach")
+
+
+def workload_from(options: dict[str, Any]) -> Any:
+    """The validated Workload from a command's workload options (pass the command's locals())."""
+    from ..memory import make_workload
+
+    picked = {**_DEFAULTS, **{k: v for k, v in options.items() if k in _WORKLOAD_OPTIONS}}
+    return make_workload(**workload_kwargs(**picked))
+
+
 def print_json(data: Any) -> None:
     """JSON to stdout, 2-space indent."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")

@@ -35,7 +35,6 @@ def measure(
     in this process; it may mark phases with campaign.current_meter().phase("forward"). Exit 2 if it crashes,
     with the phase it reached; the phases measured before are saved.
     """
-    from ..memory import make_workload
     from ..memory.protocol import ScriptFailed, measure_script, measure_workload
     from .render import measurement as render_measurement
     from .render import progress_reporter
@@ -52,11 +51,7 @@ def measure(
             from ..errors import InputError
 
             raise InputError("give a MODEL to build, or --script train.py")
-        w = make_workload(**o.workload_kwargs(
-            train=train, method=method, dtype=dtype, kv_dtype=None, group_size=128, batch=batch, seq_len=seq_len,
-            context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
-            grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
-            lora_targets=lora_targets, gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+        w = o.workload_from(locals())
         with progress_reporter("measuring") as tell:
             m = measure_workload(model, w, device=device, progress=tell)
     if out:
@@ -83,7 +78,7 @@ def explain(
     """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card."""
     from ..errors import InputError
     from ..hardware.cards import find_card
-    from ..memory import estimate_memory, make_workload
+    from ..memory import estimate_memory
     from ..memory.explain import explain as explain_gap
     from ..memory.explain import load_estimate
     from ..memory.measure import load_measurement
@@ -99,11 +94,7 @@ def explain(
         if measured is None:
             raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
         m = load_measurement(measured)
-        w = make_workload(**o.workload_kwargs(
-            train=train, method=method, dtype=dtype, kv_dtype=None, group_size=128, batch=batch, seq_len=seq_len,
-            context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
-            grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
-            lora_targets=lora_targets, gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+        w = o.workload_from(locals())
         analytic = estimate_memory(load_spec(first), w, reserve=reserve)
         traced = None
         if trace_now:

@@ -33,15 +33,11 @@ def memory(
     """
     from ..hardware.cards import all_cards as catalog_cards
     from ..hardware.cards import find_card
-    from ..memory import estimate_memory, fit_cards, make_workload
+    from ..memory import estimate_memory, fit_cards
     from ..models import load_spec
 
     spec = load_spec(model)
-    w = make_workload(**o.workload_kwargs(
-        train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=batch,
-        seq_len=seq_len, context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
-        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
-        gpus=gpus, shard=shard, prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+    w = o.workload_from(locals())
     est = estimate_memory(spec, w, reserve=reserve)
     if card:
         cards = [find_card(card)]

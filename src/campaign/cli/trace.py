@@ -25,15 +25,10 @@ def trace(
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
     from ..hardware.cards import find_card
-    from ..memory import make_workload
     from ..memory.trace import trace_memory
     from .render import console, memory as render_memory, progress_reporter
 
-    w = make_workload(**o.workload_kwargs(
-        train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=batch,
-        seq_len=seq_len, context=context, sequences=sequences, optimizer=optimizer, mixed_precision=mixed_precision,
-        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
-        gpus=1, shard="none", prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl))
+    w = o.workload_from(locals())
     with progress_reporter("tracing") as tell:
         est = trace_memory(model, w, reserve=reserve, progress=tell)
     fits = []

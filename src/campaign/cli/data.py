@@ -1,0 +1,256 @@
+"""`campaign split`, `campaign leaks`, `campaign usage`: leak-free evaluation sets, leaks between splits, and how
+often the final test split has been used to decide."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from . import common as o
+
+if TYPE_CHECKING:
+    from ..data.dedup import DedupConfig
+    from ..data.leaks import LeakReport
+    from ..data.read import Fields
+    from ..data.split import SplitResult
+    from ..data.usage import UsageReport
+
+Text = Annotated[Optional[list[str]], typer.Option("--text", help="Text field (repeat to join several with a newline). Default: text.")]
+Label = Annotated[Optional[str], typer.Option("--label", help="Label field (stratification, label conflicts).")]
+Group = Annotated[Optional[list[str]], typer.Option("--group", help="Group field: user, document, source... (repeatable); a group never straddles splits.")]
+IdField = Annotated[Optional[str], typer.Option("--id", help="Id field (kept in the files).")]
+SkipBad = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed or non-UTF-8 records instead of stopping.")]
+NearThreshold = Annotated[float, typer.Option("--near-threshold", help="Jaccard similarity of shingles from which two texts are near duplicates.")]
+Shingle = Annotated[str, typer.Option("--shingle", help="char (character n-grams) | word (word n-grams).")]
+Ngram = Annotated[int, typer.Option("--ngram", help="n of the shingles.")]
+StripPunct = Annotated[bool, typer.Option("--strip-punctuation", help="Ignore punctuation when comparing texts.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the hashes and of the tie-breaks.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("split", epilog="Example: campaign split data.jsonl --out splits --label label --group user")(split)
+    app.command("leaks", epilog="Example: campaign leaks train.jsonl val.jsonl test.jsonl --group user")(leaks)
+    app.command("usage", epilog="Example: campaign usage splits --record test --purpose final-test")(usage)
+
+
+def _fields(text: list[str] | None, label: str | None, group: list[str] | None, id_: str | None,
+            date: str | None = None) -> "Fields":
+    from ..data.read import Fields
+
+    return Fields(text=tuple(text or ("text",)), label=label, group=tuple(group or ()), id=id_, date=date)
+
+
+def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int) -> "DedupConfig":
+    from ..data.dedup import DedupConfig
+
+    return DedupConfig(threshold=near_threshold, shingle=shingle, ngram=ngram, strip_punctuation=strip_punctuation,
+                       seed=seed)
+
+
+def split(
+    data: Annotated[Path, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet (never modified).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the split files and split_manifest.json.")],
+    text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
+    date: Annotated[Optional[str], typer.Option("--date", help="Date field: a temporal split, oldest data first.")] = None,
+    ratios: Annotated[str, typer.Option("--ratios", help="Fractions of rows per split, e.g. 80/10/10 or 0.9,0.1.")] = "80/10/10",
+    names: Annotated[Optional[str], typer.Option("--names", help="Split names, e.g. train,val,test (default from the number of ratios).")] = None,
+    stratify: Annotated[Optional[bool], typer.Option("--stratify/--no-stratify", help="Keep each label's ratios (default: on with --label, off with --date).")] = None,
+    seed: Seed = 0,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Largest gap between target and achieved row fraction (0.01 = 1 point).")] = 0.01,
+    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    skip_bad: SkipBad = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out.")] = False,
+    as_json: o.Json = False,
+) -> None:
+    """Split a dataset so that no group and no exact or near duplicate crosses splits; write the files and a manifest.
+
+    Ratios are met as fractions of rows (per label when stratified). Exit 0 when the split passes its checks
+    (ratios within the tolerance, no leak in the written files), 1 when one fails, 2 on bad input.
+    """
+    from ..data.split import split_file
+
+    result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
+                        stratify=stratify, seed=seed, dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed),
+                        tolerance=tolerance, skip_bad=skip_bad, force=force)
+    if as_json:
+        o.print_json(result.to_dict())
+    else:
+        render_split(result)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def leaks(
+    files: Annotated[list[Path], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...].")],
+    text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later split (0 = any leak fails).")] = 0.0,
+    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    seed: Seed = 0,
+    examples: Annotated[int, typer.Option("--examples", help="Example pairs shown per check and split pair.")] = 3,
+    skip_bad: SkipBad = False,
+    as_json: o.Json = False,
+) -> None:
+    """Leaks between existing splits: exact and near duplicates, shared groups, the same text with different labels.
+
+    The first file is indexed and every later file queried (then the second against the later ones). Exit 0 when
+    no check exceeds the threshold, 1 when one does, 2 on bad input.
+    """
+    from ..data.leaks import check_files
+    from ..errors import InputError
+
+    if len(files) < 2:
+        raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
+    report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
+                         config=_config(near_threshold, shingle, ngram, strip_punctuation, seed), examples=examples)
+    if as_json:
+        o.print_json(report.to_dict())
+    else:
+        render_leaks(report)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def usage(
+    manifest: Annotated[Path, typer.Argument(help="The split_manifest.json written by `campaign split` (or its folder).")],
+    record: Annotated[Optional[str], typer.Option("--record", help="Record one use of this split (with --purpose).")] = None,
+    purpose: Annotated[Optional[str], typer.Option("--purpose", help="training | model-selection | final-test.")] = None,
+    note: Annotated[str, typer.Option("--note", help="What the use decided (kept in the ledger).")] = "",
+    run: Annotated[Optional[str], typer.Option("--run", help="Run id the use belongs to.")] = None,
+    max_final_uses: Annotated[int, typer.Option("--max-final-uses", help="Decisions the final split may inform before the check fails.")] = 1,
+    final_split: Annotated[Optional[str], typer.Option("--final-split", help="The held-out split (default: the manifest's last).")] = None,
+    as_json: o.Json = False,
+) -> None:
+    """The usage ledger of a split: which split each evaluation used and for what; warns when the final test split
+    has informed more decisions than allowed.
+
+    Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
+    """
+    from ..data.usage import use_split
+
+    report = use_split(manifest, split=record, purpose=purpose, note=note, run=run, max_final_uses=max_final_uses,
+                       final_split=final_split)
+    if as_json:
+        o.print_json(report.to_dict())
+    else:
+        render_usage(report)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------------------------------- rendering
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "skipped": "yellow"}
+
+
+def _status(s: str) -> str:
+    return f"[{STATUS_STYLE.get(s, 'white')}]{s}[/{STATUS_STYLE.get(s, 'white')}]"
+
+
+def _console():
+    from .render import console
+
+    return console
+
+
+def render_split(r: "SplitResult") -> None:
+    """Verdict, the splits (target vs achieved, labels, groups), the checks, the leak check, notes."""
+    from rich.table import Table
+
+    c = _console()
+    n = sum(p.rows for p in r.parts)
+    how = "temporal" if r.parameters["temporal"] else ("stratified" if r.parameters["stratify"] else "by rows")
+    verdict = "[green]PASS[/green]" if r.passed else "[red]FAIL[/red]"
+    c.print(f"{verdict} {r.input['path']}: {n:,} rows into {len(r.parts)} splits ({how}, seed {r.seed}); "
+            f"{r.units:,} atomic units (groups + duplicate clusters), largest {r.largest_unit:,} rows")
+    t = Table(title="Splits (fractions of rows)", title_justify="left")
+    for col, just in (("split", "left"), ("rows", "right"), ("target", "right"), ("achieved", "right"),
+                      ("groups", "right"), ("dates", "left"), ("file", "left")):
+        t.add_column(col, justify=just)
+    for p in r.parts:
+        dates = f"{p.first_date[:10]} .. {p.last_date[:10]}" if p.first_date and p.last_date else ""
+        t.add_row(p.name, f"{p.rows:,}", f"{p.target_fraction:.2%}", f"{p.fraction:.2%}",
+                  ", ".join(f"{k} {v:,}" for k, v in p.groups.items()), dates, f"{Path(p.path).name}")
+    c.print(t)
+    labels = sorted({k for p in r.parts for k in p.labels})
+    if labels:
+        lt = Table(title="Per label: rows (share of the label's rows; target in the header)", title_justify="left")
+        lt.add_column("label")
+        for p in r.parts:
+            lt.add_column(f"{p.name} ({p.target_fraction:.0%})", justify="right")
+        for lbl in labels:
+            lt.add_row(lbl, *(f"{p.labels.get(lbl, 0):,} ({p.label_fractions.get(lbl, 0.0):.1%})" for p in r.parts))
+        c.print(lt)
+    d = r.duplicates
+    c.print(f"Duplicates kept together: {d['exact_duplicates']:,} exact copies, {d['near_pairs']:,} near pairs, "
+            f"{d['clusters']:,} clusters ({d['rows_in_clusters']:,} rows)")
+    for ch in r.checks:
+        c.print(f"{ch.id}: {_status(ch.status)} — {ch.seen}")
+    c.print(f"leak check of the written files: {_status(r.leaks.status)} — "
+            + ", ".join(f"{ch.id} {ch.status}" for ch in r.leaks.checks))
+    for note in r.notes:
+        c.print(f"[dim]- {note}[/dim]")
+    c.print(f"[dim]manifest: {r.manifest}[/dim]")
+
+
+def render_leaks(r: "LeakReport") -> None:
+    """Verdict, one row per check and split pair, example pairs, notes."""
+    from rich.table import Table
+
+    c = _console()
+    failed = [ch for ch in r.checks if ch.status == "fail"]
+    limit = "any leak fails" if r.threshold == 0 else f"threshold {r.threshold:.2%} of a split's rows"
+    sizes = ", ".join(f"{s.name} {s.rows:,}" for s in r.splits)
+    if failed:
+        c.print(f"[red]LEAKS FOUND[/red] — {len(failed)} of {len(r.checks)} checks fail ({limit}); rows: {sizes}")
+    else:
+        c.print(f"[green]NO LEAKS[/green] — {sum(ch.status == 'pass' for ch in r.checks)} checks pass, "
+                f"{sum(ch.status == 'skipped' for ch in r.checks)} skipped ({limit}); rows: {sizes}")
+    t = Table(title_justify="left")
+    for col, just in (("check", "left"), ("status", "left"), ("between", "left"), ("rows", "right"),
+                      ("rate", "right"), ("links", "right")):
+        t.add_column(col, justify=just)
+    for ch in r.checks:
+        if not ch.pairs:
+            t.add_row(ch.id, _status(ch.status), ch.seen, "", "", "", end_section=True)
+            continue
+        for i, p in enumerate(ch.pairs):
+            t.add_row(ch.id if i == 0 else "", _status(ch.status) if i == 0 else "", f"{p.index} -> {p.query}",
+                      f"{p.rows:,}", f"{p.rate:.2%}", f"{p.links:,}", end_section=i == len(ch.pairs) - 1)
+    c.print(t)
+    for ch in failed:
+        c.print(f"[bold]{ch.id}[/bold]: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
+        for p in ch.pairs:
+            for e in p.examples:
+                c.print(f"  {e.detail}: {e.index_ref}  <->  {e.query_ref}")
+                c.print(f"[dim]    {e.index_text}\n    {e.query_text}[/dim]")
+    for note in r.notes:
+        c.print(f"[dim]- {note}[/dim]")
+
+
+def render_usage(r: "UsageReport") -> None:
+    """Verdict on the final split, the counts per split and purpose, the recorded entry, warnings."""
+    from rich.table import Table
+
+    from ..data.usage import PURPOSES
+
+    c = _console()
+    if r.recorded:
+        e = r.recorded
+        c.print(f"recorded: {e.split} for {e.purpose.replace('_', ' ')}" + (f" — {e.note}" if e.note else ""))
+    if r.passed:
+        c.print(f"[green]OK[/green] — the final split {r.final_split!r} informed {r.final_decisions} decision(s) "
+                f"of {r.max_final_uses} allowed")
+    else:
+        for ch in r.checks:
+            if ch.status == "fail":
+                c.print(f"[red]WARNING[/red] {ch.id}: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
+    t = Table(title=f"Uses per split ({len(r.entries)} in {Path(r.ledger).name})", title_justify="left")
+    t.add_column("split")
+    for p in PURPOSES:
+        t.add_column(p.replace("_", " "), justify="right")
+    for s in r.splits:
+        t.add_row(s + (" (final)" if s == r.final_split else ""), *(str(r.counts[s][p]) for p in PURPOSES))
+    c.print(t)
+    for w in r.warnings:
+        c.print(f"[dim]- {w}[/dim]")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import tiny_llama
 
-COMMANDS = ["guide", "memory", "kv", "cards", "models"]
+COMMANDS = ["guide", "memory", "kv", "cards", "models", "trace", "measure", "explain", "errors", "regress", "seeds"]
 
 
 def test_help_lists_commands(cli):
@@ -76,7 +76,8 @@ def test_models_list_and_one(cli):
 def test_guide_marks_what_is_built(cli):
     d = cli("guide", "--json").json()
     steps = {s["command"]: s["built"] for q in d["questions"] for s in q["steps"]}
-    assert steps["campaign memory"] and steps["campaign kv"] and not steps["campaign seeds"]
+    assert steps["campaign memory"] and steps["campaign kv"] and steps["campaign seeds"]
+    assert not steps["campaign budget"]  # planned: issue not taken yet
     assert len(d["questions"]) == 5
 
 

@@ -7,7 +7,7 @@ numpy, scipy and scikit-learn (the `data` extra) and matplotlib (`report`) are i
 """
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .errors import ClassificationReport, ErrorsReport, analyze_classification, analyze_errors
-from .extraction import ExtractionReport, analyze_extraction, normalize, schema_errors
+from .extraction import ExtractionReport, analyze_extraction, normalize, same_normalized, schema_errors
 from .predictions import Prediction, PredictionSet, read_predictions, read_rows
 from .regress import Guard, RegressionReport, parse_guard, regress
 from .seeds import SeedsReport, compare_paired, compare_seeds
@@ -17,4 +17,4 @@ __all__ = ["BootstrapInterval", "ClassificationReport", "ErrorsReport", "Example
            "Guard", "Prediction", "PredictionSet", "RegressionReport", "SeedsReport", "analyze_classification",
            "analyze_errors", "analyze_extraction", "bootstrap_mean", "compare_paired", "compare_seeds", "mcnemar",
            "normalize", "paired_bootstrap", "paired_t", "parse_guard", "power_paired_t", "read_predictions",
-           "read_rows", "regress", "schema_errors", "seeds_for_power", "sign_test", "wilcoxon"]
+           "read_rows", "regress", "same_normalized", "schema_errors", "seeds_for_power", "sign_test", "wilcoxon"]

@@ -172,8 +172,13 @@ def normalize(v: Any) -> Any:
     if isinstance(v, list):
         return sorted((normalize(x) for x in v), key=canonical)
     if isinstance(v, dict):
-        return {normalize(k) if isinstance(k, str) else k: normalize(x) for k, x in v.items()}
+        return {" ".join(unicodedata.normalize("NFKC", str(k)).casefold().split()): normalize(x) for k, x in v.items()}
     return v
+
+
+def same_normalized(a: Any, b: Any) -> bool:
+    """Normalized match; compared as canonical JSON, so true != 1 (Python would say True == 1.0)."""
+    return canonical(normalize(a)) == canonical(normalize(b))
 
 
 def parse_object(value: Any) -> dict[str, Any] | None:
@@ -325,7 +330,7 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
             if obj is not None and k in obj:
                 s[1] += 1
                 s[2] += canonical(obj[k]) == canonical(g[k])
-            same = obj is not None and normalize(obj.get(k)) == normalize(g[k])
+            same = obj is not None and same_normalized(obj.get(k), g[k])
             s[3] += same
             if not same:
                 mismatched.append(k)
@@ -361,14 +366,14 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
                               key=lambda s: (s.accuracy, s.value)))
     sheet, sheet_rows = None, 0
     if review_sheet is not None:
-        cands = [ReviewCandidate(r.id, as_text(p.gold), as_text(p.pred), _cell(r), not r.correct, p.meta)
+        cands = [ReviewCandidate(r.id, as_text(p.gold), as_text(p.pred), _cell(r), _is_error(r), p.meta)
                  for p, r in zip(preds.predictions, results)]
         chosen = sample_for_review(cands, per_cell=per_cell, correct_per_cell=correct_per_cell, seed=seed)
         sheet = str(write_review_sheet(review_sheet, chosen, inputs=[preds.path] + ([taxonomy] if taxonomy else [])))
         sheet_rows = len(chosen)
     tax = None
     if taxonomy:
-        tax = summarize_taxonomy(taxonomy, ids=preds.ids, error_ids=[r.id for r in results if not r.correct])
+        tax = summarize_taxonomy(taxonomy, ids=preds.ids, error_ids=[r.id for r in results if _is_error(r)])
     return ExtractionReport(
         source=preds.to_dict(), examples=n, parsed=parsed, valid_json=parsed / n, schema_checked=sch is not None,
         schema_valid_count=schema_ok_count if sch is not None else None,
@@ -382,6 +387,11 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
         correct=correct, accuracy=correct / n, invalid_ids=tuple(r.id for r in results if not r.parsed)[:10],
         slice_field=slice_by, slices=slices, taxonomy=tax, review_sheet=sheet, review_rows=sheet_rows,
         notes=tuple(notes), per_example=tuple(results))
+
+
+def _is_error(r: ExampleResult) -> bool:
+    """For review and tags: a wrong field or a schema violation (a consumer would reject the output)."""
+    return not r.correct or r.schema_ok is False
 
 
 def _cell(r: ExampleResult) -> str:

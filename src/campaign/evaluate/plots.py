@@ -96,7 +96,7 @@ def plot_seeds(report: SeedsReport, path: str | os.PathLike[str]) -> Path:
     """Left: each seed's metric for both variants, joined per seed. Right: the differences with their mean,
     the t and bootstrap intervals, zero and the minimum useful effect."""
     p = _check_path(path)
-    fig = _figure(10, 4.2)
+    fig = _figure(11, 4.2)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.2, 1]})
     for a, b in zip(report.baseline_values, report.candidate_values):
         left.plot([0, 1], [a, b], color="0.6", lw=1, marker="o", ms=4)
@@ -123,5 +123,5 @@ def plot_seeds(report: SeedsReport, path: str | os.PathLike[str]) -> Path:
     sign = "candidate - baseline" if report.higher_is_better else "baseline - candidate"
     right.set_ylabel(f"difference ({sign})")
     right.set_title(f"{report.verdict}: mean {report.mean_diff:+.4g}")
-    right.legend(fontsize=8, loc="best")
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     return _save(fig, p)

@@ -51,14 +51,14 @@ def sample_for_review(candidates: Sequence[ReviewCandidate], *, per_cell: int = 
         raise InputError(f"per-cell count must be >= 1 (got {per_cell}); correct per cell >= 0 (got {correct_per_cell})")
     np = numpy()
     rng = np.random.default_rng(seed)
-    cells: dict[str, list[int]] = {}
+    cells: dict[tuple[bool, str], list[int]] = {}
     for i, c in enumerate(candidates):
-        cells.setdefault(c.cell, []).append(i)
-    order = sorted(cells, key=lambda k: (not candidates[cells[k][0]].error, -len(cells[k]), k))
+        cells.setdefault((c.error, c.cell), []).append(i)
+    order = sorted(cells, key=lambda k: (not k[0], -len(cells[k]), k[1]))
     out: list[ReviewCandidate] = []
-    for cell in order:
-        members = cells[cell]
-        want = per_cell if candidates[members[0]].error else correct_per_cell
+    for key in order:
+        members = cells[key]
+        want = per_cell if key[0] else correct_per_cell
         if want == 0:
             continue
         chosen = sorted(rng.choice(len(members), size=min(want, len(members)), replace=False))

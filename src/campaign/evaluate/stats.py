@@ -87,11 +87,12 @@ def paired_t(d: Sequence[float], *, confidence: float = 0.95, alternative: str =
     n = int(d.size)
     if n == 0:
         raise InputError("no paired differences; give at least one seed for both variants")
-    mean = float(d.mean())
+    equal = bool(np.all(d == d[0]))
+    mean = float(d[0]) if equal else float(d.mean())     # the mean of equal floats can be 1 ulp off
     if n == 1:
         return TTest(1, mean, None, None, None, None, None, None, None, confidence, alternative,
                      "one value: no spread, so no interval or test")
-    sd = float(d.std(ddof=1))
+    sd = 0.0 if equal else float(d.std(ddof=1))
     se = sd / math.sqrt(n)
     df = n - 1
     alpha = 1 - confidence
@@ -108,7 +109,8 @@ def paired_t(d: Sequence[float], *, confidence: float = 0.95, alternative: str =
         else:
             p = 0.0 if (sign > 0) == (alternative == "greater") else 1.0
         return TTest(n, mean, 0.0, 0.0, df, stat, p, low, high, confidence, alternative,
-                     "all differences are equal: the interval is the point and the t statistic is infinite")
+                     "all differences are equal: the interval is the point, the t statistic is infinite, and "
+                     "power and seeds needed are optimistic (other seeds will vary)")
     t = mean / se
     if alternative == "two-sided":
         p = float(2 * st.t.sf(abs(t), df))
@@ -250,7 +252,10 @@ def power_paired_t(n: int, effect: float, sd: float, *, alpha: float = 0.05) -> 
     df = n - 1
     nc = abs(effect) / (sd / math.sqrt(n))
     tc = float(st.t.ppf(1 - alpha / 2, df))
-    return float(st.nct.sf(tc, df, nc) + st.nct.cdf(-tc, df, nc))
+    power = float(st.nct.sf(tc, df, nc) + st.nct.cdf(-tc, df, nc))
+    if not math.isfinite(power):        # scipy's nct gives NaN for huge noncentrality (SD ~1e-12 x the effect)
+        return 1.0 if nc > tc else alpha
+    return power
 
 
 def seeds_for_power(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.80,

@@ -1,0 +1,133 @@
+"""Bootstrap intervals: identical to scipy.stats.bootstrap on the same stream; the crossed seeds x examples
+bootstrap has the variance derived by hand; fallbacks when BCa is undefined."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from campaign.evaluate import bootstrap as bs
+from campaign.evaluate.bootstrap import bootstrap_mean, paired_bootstrap, paired_distribution
+
+ALTS = ["two-sided", "greater", "less"]
+
+
+@pytest.mark.parametrize("alternative", ALTS)
+@pytest.mark.parametrize("n", [3, 8, 30])
+def test_percentile_and_bca_equal_scipy_with_the_same_seed(alternative, n):
+    x = np.random.default_rng(n).gamma(2.0, 1.0, n) - 1.5            # skewed: BCa differs from percentile
+    ours = bootstrap_mean(x, n_resamples=4000, seed=11, alternative=alternative, confidence=0.9)
+    for method, lo, hi in (("percentile", ours.percentile_low, ours.percentile_high),
+                           ("BCa", ours.bca_low, ours.bca_high)):
+        ref = stats.bootstrap((x,), np.mean, n_resamples=4000, rng=np.random.default_rng(11), method=method,
+                              alternative=alternative, confidence_level=0.9).confidence_interval
+        assert (-np.inf if lo is None else lo) == pytest.approx(ref.low, rel=1e-9, abs=1e-12)
+        assert (np.inf if hi is None else hi) == pytest.approx(ref.high, rel=1e-9, abs=1e-12)
+    assert ours.method == "bca" and (ours.low, ours.high) == (ours.bca_low, ours.bca_high)
+
+
+def test_chunked_resampling_draws_the_same_stream(monkeypatch):
+    x = np.random.default_rng(0).normal(size=50)
+    whole = bs.resample_means(x, 1000, 3)
+    monkeypatch.setattr(bs, "CHUNK_ELEMENTS", 50 * 7)                 # 7 resamples per chunk
+    assert np.array_equal(bs.resample_means(x, 1000, 3), whole)
+
+
+def test_bca_falls_back_to_percentile_when_undefined():
+    same = bootstrap_mean([0.5, 0.5, 0.5], n_resamples=500)
+    assert same.method == "percentile" and same.bca_low is None and (same.low, same.high) == (0.5, 0.5)
+    assert "BCa undefined" in same.note
+    one = bootstrap_mean([0.2], n_resamples=100)
+    assert one.method == "percentile" and (one.low, one.high) == (0.2, 0.2) and "one value" in one.note
+
+
+def crossed_variance(d: np.ndarray) -> float:
+    """Var of the crossed bootstrap mean, derived by hand: with D = mu + a_s + b_e + r_se (row effects a,
+    column effects b, residual r), multinomial seed counts and example counts are independent, and
+    Var = var(a) / S + var(b) / E + mean(r**2) / (S E)  (population variances)."""
+    s, e = d.shape
+    a = d.mean(axis=1) - d.mean()
+    b = d.mean(axis=0) - d.mean()
+    r = d - d.mean(axis=1, keepdims=True) - d.mean(axis=0, keepdims=True) + d.mean()
+    return float((a**2).mean() / s + (b**2).mean() / e + (r**2).mean() / (s * e))
+
+
+def nested_variance(d: np.ndarray) -> float:
+    """The same for a nested bootstrap (fresh examples for every drawn seed): the example term shrinks by S."""
+    s, e = d.shape
+    a = d.mean(axis=1) - d.mean()
+    return float((a**2).mean() / s + ((d - d.mean(axis=1, keepdims=True))**2).mean() / (s * e))
+
+
+def test_crossed_bootstrap_variance_pattern_path():
+    # Per-example correctness mostly decided by the example (seeds flip 5% of outcomes): the test set, not
+    # the seed, is the main source of noise, which a nested bootstrap would divide by the number of seeds.
+    rng = np.random.default_rng(5)
+    base_e = rng.random(20_000) < 0.70
+    cand_e = np.where(rng.random(20_000) < 0.9, base_e, rng.random(20_000) < 0.8)
+    flips = lambda: rng.random((3, 20_000)) < 0.05                      # noqa: E731
+    d = (cand_e ^ flips()).astype(float) - (base_e ^ flips()).astype(float)
+    dist, k = paired_distribution(d, n_resamples=20_000, seed=1)
+    assert k <= 27                                                      # 3 values per seed: multinomial path
+    expected = crossed_variance(d)
+    assert abs(nested_variance(d) - expected) > 0.3 * expected         # the check tells the two designs apart
+    assert dist.mean() == pytest.approx(d.mean(), abs=4 * dist.std() / np.sqrt(20_000))
+    assert dist.var(ddof=1) == pytest.approx(expected, rel=0.05)       # 1.0% MC error: 5 sigma
+
+
+def test_crossed_bootstrap_variance_index_path():
+    rng = np.random.default_rng(6)
+    d = rng.normal(0.1, 0.3, (4, 3000)) + rng.normal(0, 0.05, (4, 1)) + rng.normal(0, 1.0, (1, 3000))
+    dist, k = paired_distribution(d, n_resamples=8000, seed=2)
+    assert k == 3000                                                    # continuous: index path
+    expected = crossed_variance(d)
+    assert abs(nested_variance(d) - expected) > 0.3 * expected
+    assert dist.var(ddof=1) == pytest.approx(expected, rel=0.08)       # 1.6% MC error: 5 sigma
+
+
+def test_single_seed_interval_agrees_with_scipy_paired_bootstrap():
+    rng = np.random.default_rng(9)
+    base = (rng.random(5000) < 0.7).astype(float)
+    cand = np.where(rng.random(5000) < 0.9, base, 1 - base)
+    ours = paired_bootstrap(cand - base, n_resamples=5000, seed=0)
+    ref = stats.bootstrap((base, cand), lambda a, b, axis=-1: np.mean(b, axis=axis) - np.mean(a, axis=axis),
+                          paired=True, vectorized=True, n_resamples=5000, method="percentile",
+                          rng=np.random.default_rng(0)).confidence_interval
+    se = np.std(cand - base) / np.sqrt(5000)
+    assert ours.low == pytest.approx(ref.low, abs=0.25 * se)           # Monte Carlo error of an end: ~0.05 se
+    assert ours.high == pytest.approx(ref.high, abs=0.25 * se)
+    assert ours.patterns == 3 and ours.mean_diff == pytest.approx(np.mean(cand - base))
+
+
+def test_thread_count_does_not_change_the_result(monkeypatch):
+    d = np.random.default_rng(4).normal(size=(2, 2000))
+    monkeypatch.setattr(bs, "CHUNK_ELEMENTS", 2000 * 2 * 50)           # 20 chunks of 50 resamples
+    monkeypatch.setattr(bs, "_cpus", lambda: 1)
+    one, _ = paired_distribution(d, n_resamples=1000, seed=8)
+    monkeypatch.setattr(bs, "_cpus", lambda: 4)
+    four, _ = paired_distribution(d, n_resamples=1000, seed=8)
+    assert np.array_equal(one, four)
+    other, _ = paired_distribution(d, n_resamples=1000, seed=9)
+    assert not np.array_equal(one, other)
+
+
+@pytest.mark.parametrize("alternative", ["greater", "less"])
+def test_one_sided_example_interval_is_open_on_one_side(alternative):
+    d = np.random.default_rng(1).normal(0.05, 1, 3000)
+    two = paired_bootstrap(d, n_resamples=3000, seed=0)
+    one = paired_bootstrap(d, n_resamples=3000, seed=0, alternative=alternative)
+    if alternative == "greater":
+        assert one.high is None and two.low < one.low < d.mean()
+    else:
+        assert one.low is None and d.mean() < one.high < two.high
+
+
+def test_bad_arguments():
+    from campaign.errors import InputError
+
+    with pytest.raises(InputError, match="confidence"):
+        bootstrap_mean([1, 2], confidence=95)
+    with pytest.raises(InputError, match="alternative"):
+        paired_bootstrap([1, 2], alternative="bigger")
+    with pytest.raises(InputError, match="resamples"):
+        bootstrap_mean([1, 2], n_resamples=0)

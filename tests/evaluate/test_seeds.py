@@ -1,0 +1,198 @@
+"""Seed variance: reading results, pairing, verdicts against a useful effect, power, degenerate inputs."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from campaign.errors import InputError
+from campaign.evaluate.seeds import compare_paired, compare_seeds
+
+SLEEP = [1.2, 2.4, 1.3, 1.3, 0.0, 1.0, 1.8, 0.8, 4.6, 1.4]     # R `sleep`: t CI [0.7001142, 2.4598858]
+
+
+def results_csv(path, base, cand, *, names=("base", "cand"), metric="metric"):
+    lines = [f"variant,seed,{metric}"]
+    for s, (a, b) in enumerate(zip(base, cand)):
+        lines += [f"{names[0]},{s},{a}", f"{names[1]},{s},{b}"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def sleep_file(tmp_path):
+    base = [70.0 + i for i in range(10)]
+    return results_csv(tmp_path / "r.csv", base, [b + d for b, d in zip(base, SLEEP)])
+
+
+@pytest.mark.parametrize("min_effect,verdict", [(0.5, "convincing"), (1.0, "inconclusive"), (3.0, "no useful effect")])
+def test_verdict_against_the_t_interval(sleep_file, min_effect, verdict):
+    r = compare_seeds(sleep_file, min_effect=min_effect, n_resamples=2000)
+    assert (r.baseline, r.candidate, r.n_seeds) == ("base", "cand", 10)
+    assert r.mean_diff == pytest.approx(1.58) and r.ci_low == pytest.approx(0.7001142, abs=1e-6)
+    assert r.ci_high == pytest.approx(2.4598858, abs=1e-6) and r.t_pvalue == pytest.approx(0.002833, abs=1e-6)
+    assert r.verdict == verdict
+
+
+def test_seeds_needed_and_power_match_statsmodels(sleep_file):
+    from statsmodels.stats.power import TTestPower
+
+    r = compare_seeds(sleep_file, min_effect=1.0, n_resamples=2000)
+    sd = float(np.std(SLEEP, ddof=1))
+    assert r.sd_diff == pytest.approx(sd)
+    n = TTestPower().solve_power(effect_size=1.0 / sd, alpha=0.05, power=0.8)
+    assert r.seeds_needed == math.ceil(n) and r.power_effect == 1.0
+    assert r.power == pytest.approx(TTestPower().power(effect_size=1.0 / sd, nobs=10, alpha=0.05), rel=1e-6)
+    assert r.warnings == ()                                            # 10 seeds: no small-sample warning
+
+
+def test_json_headline_keys(sleep_file):
+    d = json.loads(json.dumps(compare_seeds(sleep_file, min_effect=0.5, n_resamples=1000).to_dict(), allow_nan=False))
+    for key in ("mean_diff", "ci_low", "ci_high", "t_pvalue", "wilcoxon_pvalue", "verdict", "seeds_needed"):
+        assert key in d
+    assert d["schema"] == "campaign.seeds/1" and d["bootstrap"]["n_resamples"] == 1000
+    assert d["source"]["results"]["sha256"]
+
+
+def test_wilcoxon_and_sign_in_the_report(tmp_path):
+    # differences 1..5 (no ties): exact two-sided Wilcoxon 2/32, sign test 2/32.
+    p = results_csv(tmp_path / "r.csv", [0.5] * 5, [1.5, 2.5, 3.5, 4.5, 5.5])
+    r = compare_seeds(p, n_resamples=500)
+    assert r.wilcoxon_method == "exact" and r.wilcoxon_pvalue == pytest.approx(2 / 32)
+    assert r.sign_pvalue == pytest.approx(2 / 32) and r.wilcoxon_statistic == 15
+
+
+def test_fewer_than_five_seeds_warns_with_the_power_available(tmp_path):
+    from statsmodels.stats.power import TTestPower
+
+    p = results_csv(tmp_path / "r.csv", [10.0, 10.0, 10.0], [11.0, 12.0, 13.0])     # differences 1, 2, 3: SD 1
+    r = compare_seeds(p, min_effect=0.5, n_resamples=500)
+    power = TTestPower().power(effect_size=0.5, nobs=3, alpha=0.05)
+    assert len(r.warnings) == 1 and r.warnings[0].startswith("only 3 seeds")
+    assert f"{power:.0%} power to detect 0.5" in r.warnings[0]
+    assert f"{math.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))} seeds give 80%" in r.warnings[0]
+    # t interval 2 +/- 4.302653 / sqrt(3): [-0.4841, 4.4841] -> inconclusive.
+    assert r.ci_low == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-6) and r.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize("alternative", ["greater", "less"])
+def test_one_sided_alternatives(sleep_file, alternative):
+    r = compare_seeds(sleep_file, alternative=alternative, min_effect=0.5, n_resamples=1000)
+    if alternative == "greater":
+        assert r.ci_high is None and r.t_pvalue == pytest.approx(0.002833 / 2, abs=1e-6) and r.verdict == "convincing"
+        assert r.wilcoxon_pvalue < 0.01 and r.bootstrap.high is None
+    else:
+        assert r.ci_low is None and r.t_pvalue > 0.99 and r.verdict == "inconclusive"
+        assert r.wilcoxon_pvalue > 0.99 and r.bootstrap.low is None
+
+
+def test_lower_is_better_flips_the_sign(tmp_path):
+    p = results_csv(tmp_path / "r.csv", [2.0 + d for d in SLEEP], [2.0] * 10)        # the candidate has lower loss
+    r = compare_seeds(p, higher_is_better=False, min_effect=0.5, n_resamples=500)
+    assert r.mean_diff == pytest.approx(1.58) and r.verdict == "convincing"
+    assert r.differences[0] == pytest.approx(1.2)
+
+
+def test_all_differences_equal_is_defined(tmp_path):
+    p = results_csv(tmp_path / "r.csv", [0.1, 0.2, 0.3, 0.4, 0.5], [0.6, 0.7, 0.8, 0.9, 1.0])
+    r = compare_seeds(p, min_effect=0.4, n_resamples=500)
+    assert set(r.differences) == {0.5} and r.sd_diff == 0.0
+    assert (r.ci_low, r.ci_high) == (0.5, 0.5) and r.t_pvalue == 0.0 and r.verdict == "convincing"
+    assert r.bootstrap.method == "percentile" and r.seeds_needed == 2
+    # five tied |d| (midrank 3 each), all positive: 1 pattern of 32 at the top; two-sided 2/32.
+    assert r.wilcoxon_pvalue == pytest.approx(2 / 32)
+    assert any("all differences are equal" in n for n in r.notes)
+    assert json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_a_single_seed_is_defined(tmp_path):
+    r = compare_seeds(results_csv(tmp_path / "r.csv", [0.7], [0.8]), min_effect=0.05, n_resamples=200)
+    assert r.n_seeds == 1 and r.mean_diff == pytest.approx(0.1)
+    assert r.ci_low is None and r.t_pvalue is None and r.seeds_needed is None and r.power is None
+    assert r.verdict == "inconclusive" and r.wilcoxon_pvalue == 1.0 and r.sign_pvalue == 1.0
+    assert r.warnings[0].startswith("1 seed: no spread")
+
+
+def test_no_difference_at_all(tmp_path):
+    r = compare_seeds(results_csv(tmp_path / "r.csv", [0.7, 0.8, 0.9], [0.7, 0.8, 0.9]), n_resamples=200)
+    assert r.mean_diff == 0 and r.t_pvalue == 1.0 and r.wilcoxon_pvalue == 1.0 and r.seeds_needed is None
+    assert r.verdict == "inconclusive"
+
+
+def test_jsonl_input_and_named_variants(tmp_path):
+    p = tmp_path / "r.jsonl"
+    rows = [{"variant": v, "seed": s, "acc": x} for s in range(3) for v, x in (("a", 0.5), ("b", 0.6 + s / 100), ("c", 0.1))]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    r = compare_seeds(p, metric="acc", baseline="a", candidate="b", n_resamples=200)
+    assert r.differences == pytest.approx((0.1, 0.11, 0.12)) and r.metric == "acc"
+    r2 = compare_seeds(p, metric="acc", candidate="c", baseline="b", n_resamples=200)
+    assert r2.baseline == "b" and r2.mean_diff < 0
+    with pytest.raises(InputError, match=r"has 3 variant\(s\) \('a', 'b', 'c'\); .*--baseline and --candidate"):
+        compare_seeds(p, metric="acc")
+    with pytest.raises(InputError, match="variant 'z' is not in"):
+        compare_seeds(p, metric="acc", baseline="z", candidate="a")
+
+
+def test_bad_input(tmp_path):
+    unpaired = tmp_path / "u.csv"
+    unpaired.write_text("variant,seed,metric\na,1,0.5\nb,1,0.6\na,2,0.5\nb,3,0.7\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"unpaired seeds .*1 seed\(s\) only in 'a' \(e.g. '2'\); 1 seed\(s\) only in 'b'"):
+        compare_seeds(unpaired)
+    text = tmp_path / "t.csv"
+    text.write_text("variant,seed,metric\na,1,0.5\nb,1,high\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"metric 'metric' 'high' at .*t\.csv line 3 is not a number"):
+        compare_seeds(text)
+    missing = tmp_path / "m.csv"
+    missing.write_text("variant,seed,acc\na,1,0.5\nb,1,0.6\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"line 2 has no 'metric' field .*--metric NAME"):
+        compare_seeds(missing)
+    dup = tmp_path / "d.csv"
+    dup.write_text("variant,seed,metric\na,1,0.5\na,1,0.6\n", encoding="utf-8")
+    with pytest.raises(InputError, match="variant 'a' seed '1' appears twice"):
+        compare_seeds(dup)
+    nan = tmp_path / "n.csv"
+    nan.write_text("variant,seed,metric\na,1,nan\nb,1,0.6\n", encoding="utf-8")
+    with pytest.raises(InputError, match="is not finite"):
+        compare_seeds(nan)
+    one = tmp_path / "o.csv"
+    one.write_text("variant,seed,metric\na,1,0.5\na,2,0.6\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"has 1 variant\(s\)"):
+        compare_seeds(one)
+
+
+def per_example_file(path, seeds, ids, scores):
+    """scores[(variant, seed)] -> list of per-example scores in ids order."""
+    path.write_text("variant,seed,id,score\n" + "".join(
+        f"{v},{s},{i},{x}\n" for (v, s), xs in scores.items() for i, x in zip(ids, xs)), encoding="utf-8")
+    return path
+
+
+def test_per_example_bootstrap_over_seeds_and_examples(tmp_path):
+    rng = np.random.default_rng(0)
+    ids = [f"q{i}" for i in range(400)]
+    scores = {}
+    for s in range(3):
+        scores["base", s] = (rng.random(400) < 0.6).astype(int).tolist()
+        scores["cand", s] = (rng.random(400) < 0.7).astype(int).tolist()
+    ex = per_example_file(tmp_path / "ex.csv", range(3), ids, scores)
+    base = [float(np.mean(scores["base", s])) for s in range(3)]
+    cand = [float(np.mean(scores["cand", s])) for s in range(3)]
+    r = compare_seeds(results_csv(tmp_path / "r.csv", base, cand), examples=ex, n_resamples=2000)
+    e = r.examples
+    assert (e.seeds, e.examples) == (3, 400)
+    assert e.mean_diff == pytest.approx(np.mean(cand) - np.mean(base)) == pytest.approx(r.mean_diff)
+    assert e.low < e.mean_diff < e.high
+    worse = dict(scores)
+    worse["cand", 2] = worse["cand", 2][:-1]
+    bad = per_example_file(tmp_path / "bad.csv", range(3), ids, worse)
+    with pytest.raises(InputError, match="variant 'cand' seed '2' scores a different set of examples"):
+        compare_seeds(tmp_path / "r.csv", examples=bad, n_resamples=100)
+
+
+def test_compare_paired_from_a_notebook():
+    r = compare_paired([0.70, 0.71, 0.69, 0.72, 0.70], [0.74, 0.73, 0.72, 0.75, 0.73], min_effect=0.01,
+                       n_resamples=1000, seed=3)
+    assert r.mean_diff == pytest.approx(0.03) and r.verdict == "convincing" and r.n_seeds == 5
+    assert r.bootstrap.seed == 3

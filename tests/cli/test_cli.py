@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import tiny_llama
 
-COMMANDS = ["guide", "memory", "kv", "cards", "models", "trace", "measure", "explain", "errors", "regress", "seeds"]
+COMMANDS = ["guide", "memory", "kv", "cards", "models", "trace", "measure", "explain", "errors", "regress", "seeds", "split", "leaks", "usage"]
 
 
 def test_help_lists_commands(cli):
@@ -123,6 +123,9 @@ def test_readme_has_examples():
 
 
 @pytest.mark.parametrize("line", readme_commands())
-def test_readme_examples_run(cli, line):
+def test_readme_examples_run(cli, line, monkeypatch, tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # examples/data paths are relative to the repository
+    line = line.replace("OUT/", f"{tmp_path}/")  # outputs go to a temporary folder
     r = cli(*shlex.split(line))
     assert r.code in (0, 1), r.err

@@ -1,17 +1,25 @@
 """Exact and near-duplicate detection: a content hash for exact copies; MinHash + LSH banding for near copies,
 confirmed by the exact Jaccard similarity of the shingle sets, and clustered with union-find.
 
-Everything is vectorized with numpy over chunks of documents (streaming: only the normalized texts and the band
-keys are kept, a few hundred bytes per document beyond the text). The MinHash signature is one-permutation hashing
-with optimal densification (Shrivastava, ICML 2017): each shingle is hashed once and falls in one of `num_perm`
-bins, the minimum per bin is the signature; empty bins borrow from a non-empty bin picked by a fixed hash sequence.
-Its collision probability per slot is the Jaccard similarity, as for `num_perm` independent permutations, at a
-cost per shingle instead of per shingle and permutation. All hashing is 64-bit integer arithmetic with fixed
-constants, so results are the same on every run and machine for a given seed (never Python's hash()).
+Everything is vectorized with numpy over chunks of documents (streaming: per document only the normalized text,
+its content hash, the LSH band keys and a 32-bit copy of the signature are kept, ~700 bytes beyond the text).
+
+- Shingles: polynomial hashes of character or word n-grams computed with prefix sums (no Python loop per shingle).
+- MinHash: one-permutation hashing with optimal densification (Shrivastava, ICML 2017): each shingle is hashed
+  once and falls in one of `num_perm` bins, the minimum per bin is the signature; an empty bin borrows from the
+  first non-empty bin of a fixed probe sequence. P(slot i equal) = Jaccard, as with `num_perm` independent
+  permutations, at a cost per shingle instead of per shingle and permutation.
+- Candidates: documents sharing any LSH band key (bands x rows chosen for recall at the threshold).
+- Confirmation: candidates whose MinHash estimate is hopelessly low are dropped (P < 1e-6 for a true pair, see
+  prefilter); the rest get the exact Jaccard of their shingle sets, and pairs >= threshold are kept.
+
+All hashing is 64-bit integer arithmetic with fixed constants, so results are the same on every run and machine
+for a given seed (never Python's hash()).
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -175,9 +183,10 @@ def _window_hashes(values: "np.ndarray", starts: "np.ndarray", lengths: "np.ndar
     return (prefix[starts + lengths] - prefix[starts]) * ipw[starts]
 
 
-def _windows(doc_starts: "np.ndarray", doc_lengths: "np.ndarray", n: int) -> tuple["np.ndarray", "np.ndarray"]:
+def _windows(doc_starts: "np.ndarray", doc_lengths: "np.ndarray",
+             n: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
     """Start and length of every n-window inside each doc [start, start+length); a doc shorter than n is one
-    window; an empty doc has none. Returns (starts, lengths), grouped by doc in order."""
+    window; an empty doc has none. Returns (starts, lengths, windows per doc), grouped by doc in order."""
     np = _np()
     count = np.where(doc_lengths >= n, doc_lengths - n + 1, (doc_lengths > 0).astype(np.int64))
     total = int(count.sum())
@@ -225,6 +234,9 @@ def shingle_hashes(norm_texts: Sequence[str], config: DedupConfig) -> tuple["np.
 # --------------------------------------------------------------------------------------------------- sketches
 
 
+_MAX_PROBES = 4096
+
+
 class _Densify:
     """Fixed probe sequences for empty bins: probe[a, i] is the a-th bin that empty bin i borrows from."""
 
@@ -258,6 +270,10 @@ def minhash_signatures(hashes: "np.ndarray", counts: "np.ndarray", config: Dedup
     densify = densify or _Densify(k, config.seed)
     attempt = 0
     while len(rows):
+        if attempt == _MAX_PROBES:  # (1 - 1/k)**4096 < 1e-13 per bin for k = 128: a guard, not a path
+            first = np.argmax(orig[rows] != empty_value, axis=1)
+            sig[rows, cols] = orig[rows, first]
+            break
         probes = densify.probes(attempt + 1)
         j = probes[attempt, cols]
         v = orig[rows, j]
@@ -281,15 +297,17 @@ def band_keys(sig: "np.ndarray", bands: int, rows: int) -> "np.ndarray":
 
 
 class Sketches:
-    """Normalized texts, content hashes and LSH band keys of a collection, built in chunks (streaming)."""
+    """A collection's normalized texts, content hashes, shingle counts, MinHash signatures (low 32 bits of each
+    slot) and LSH band keys, built chunk by chunk (streaming): about 4 x num_perm + 8 x bands bytes per document
+    beyond its text."""
 
     def __init__(self, config: DedupConfig) -> None:
         self.config = config
         self.texts: list[str] = []
         self._digests: list[bytes] = []
-        self._keys: list[np.ndarray] = []
+        self._parts: dict[str, list[np.ndarray]] = {"keys": [], "sigs": [], "counts": []}
         self._densify = _Densify(config.num_perm, config.seed)
-        self._band_keys = None
+        self._cache: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -297,6 +315,7 @@ class Sketches:
     def add(self, texts: Iterable[str], *, chunk_size: int = 4096, progress: bool | None = None,
             total: int | None = None, description: str = "MinHash") -> "Sketches":
         """Normalize, hash and sketch texts, consuming the iterable chunk by chunk."""
+        np = _np()
         bands, rows = self.config.banding()
         strip = self.config.strip_punctuation
         if total is None and hasattr(texts, "__len__"):
@@ -307,21 +326,49 @@ class Sketches:
                 self._digests.extend(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in norm)
                 h, counts = shingle_hashes(norm, self.config)
                 sig = minhash_signatures(h, counts, self.config, self._densify)
-                self._keys.append(band_keys(sig, bands, rows))
+                self._parts["keys"].append(band_keys(sig, bands, rows))
+                self._parts["sigs"].append(sig.astype(np.uint32))
+                self._parts["counts"].append(counts.astype(np.int32))
                 self.texts.extend(norm)
-                self._band_keys = None
+                self._cache.clear()
                 advance(len(chunk))
         return self
 
+    def _joined(self, name: str, shape: tuple[int, ...], dtype: str) -> "np.ndarray":
+        np = _np()
+        if name not in self._cache:
+            parts = self._parts[name]
+            self._cache[name] = np.concatenate(parts) if parts else np.zeros(shape, dtype=dtype)
+            self._parts[name] = [self._cache[name]]
+        return self._cache[name]
+
     @property
     def band_keys(self) -> "np.ndarray":
+        """(D, bands) uint64."""
+        return self._joined("keys", (0, self.config.banding()[0]), "uint64")
+
+    @property
+    def signatures(self) -> "np.ndarray":
+        """(D, num_perm) uint32: the low 32 bits of each MinHash slot (enough to compare slots)."""
+        return self._joined("sigs", (0, self.config.num_perm), "uint32")
+
+    def signature_rows(self, idx: "np.ndarray") -> "np.ndarray":
+        """signatures[idx], gathered from the per-chunk arrays (no copy of the whole matrix: streaming memory)."""
         np = _np()
-        if self._band_keys is None:
-            bands, _ = self.config.banding()
-            self._band_keys = (np.concatenate(self._keys) if self._keys
-                               else np.zeros((0, bands), dtype=np.uint64))
-            self._keys = [self._band_keys]
-        return self._band_keys
+        parts = self._parts["sigs"]
+        out = np.empty((len(idx), self.config.num_perm), dtype=np.uint32)
+        bounds = np.cumsum([0] + [len(p) for p in parts])
+        which = np.searchsorted(bounds, idx, side="right") - 1
+        for k, part in enumerate(parts):
+            sel = np.flatnonzero(which == k)
+            if len(sel):
+                out[sel] = part[idx[sel] - bounds[k]]
+        return out
+
+    @property
+    def counts(self) -> "np.ndarray":
+        """(D,) int32: shingles per document (repeats included)."""
+        return self._joined("counts", (0,), "int32")
 
     @property
     def digests(self) -> list[bytes]:
@@ -332,6 +379,28 @@ class Sketches:
     def empty(self) -> "np.ndarray":
         np = _np()
         return np.fromiter((not t for t in self.texts), dtype=bool, count=len(self.texts))
+
+
+def prefilter(index: Sketches, query: Sketches, a: "np.ndarray", b: "np.ndarray") -> "np.ndarray":
+    """Mask of candidate pairs worth an exact check: drops pairs whose MinHash estimate is so far below the
+    threshold that a true near duplicate would give it with probability < 1e-6.
+
+    Only pairs where both texts have >= num_perm shingles are filtered: then >= 63% of the bins hold a shingle
+    and the estimate's standard deviation at J = threshold is at most sqrt(t(1-t) / (0.63 num_perm)); the cut is
+    6 of those below the threshold, minus one slot. Shorter texts (few bins filled) always go to the exact check.
+    """
+    np = _np()
+    c = index.config
+    if not len(a):
+        return np.zeros(0, dtype=bool)
+    est = np.empty(len(a), dtype=np.float64)
+    for start in range(0, len(a), 1 << 16):  # bounded memory: 64k pairs at a time
+        sl = slice(start, start + (1 << 16))
+        est[sl] = (index.signature_rows(a[sl]) == query.signature_rows(b[sl])).mean(axis=1)
+    sd = math.sqrt(c.threshold * (1 - c.threshold) / (0.63 * c.num_perm))
+    cut = c.threshold - 6 * sd - 1 / c.num_perm
+    long_enough = (index.counts[a] >= c.num_perm) & (query.counts[b] >= c.num_perm)
+    return ~long_enough | (est >= cut)
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -372,7 +441,8 @@ class progress_bar:
 # --------------------------------------------------------------------------------------------------- candidates
 
 
-def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray", max_bucket: int) -> tuple["np.ndarray", "np.ndarray", int]:
+def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
+                          max_bucket: int) -> tuple["np.ndarray", "np.ndarray", int]:
     """All (i, j) pairs of items sharing a key, from items sorted by key; buckets larger than max_bucket pair each
     item with its next max_bucket items only. Returns (a, b, number of capped buckets)."""
     np = _np()
@@ -465,50 +535,64 @@ def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray
     return a, b, capped
 
 
-def _unique_shingle_sets(texts: Sequence[str], config: DedupConfig) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
-    """CSR of each text's distinct shingle hashes: (values, offsets (D+1,), sizes (D,))."""
-    np = _np()
-    h, counts = shingle_hashes(texts, config)
-    doc = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
-    order = np.lexsort((h, doc))
-    h, doc = h[order], doc[order]
-    keep = np.ones(len(h), dtype=bool)
-    keep[1:] = (h[1:] != h[:-1]) | (doc[1:] != doc[:-1])
-    h, doc = h[keep], doc[keep]
-    sizes = np.bincount(doc, minlength=len(texts)).astype(np.int64)
-    offsets = np.concatenate(([0], np.cumsum(sizes)))
-    return h, offsets, sizes
+_FP_BITS = 44  # shingle fingerprint bits in the exact check; the pair id takes the high bits of the sort key
 
 
 def exact_jaccard(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.ndarray", b: "np.ndarray",
-                  config: DedupConfig, *, batch_elements: int = 1 << 22) -> "np.ndarray":
-    """Exact Jaccard similarity |A & B| / |A | B| of the shingle sets (64-bit hashed shingles) of pairs
-    (texts_a[a[p]], texts_b[b[p]]). Texts are already normalized. Returns (P,) float64."""
+                  config: DedupConfig, *, batch_pairs: int = 2048) -> "np.ndarray":
+    """Jaccard similarity of the shingle sets of pairs (texts_a[a[p]], texts_b[b[p]]) (see _exact_jaccard_batch),
+    in batches of pairs so that only the shingles of a few thousand texts are held at once. Returns (P,) float64."""
+    np = _np()
+    out = np.zeros(len(a), dtype=np.float64)
+    order = np.argsort(a, kind="stable")
+    for start in range(0, len(a), batch_pairs):
+        sel = order[start:start + batch_pairs]
+        out[sel] = _exact_jaccard_batch(texts_a, texts_b, a[sel], b[sel], config)
+    return out
+
+
+def _exact_jaccard_batch(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.ndarray", b: "np.ndarray",
+                         config: DedupConfig, *, batch_elements: int = 1 << 23) -> "np.ndarray":
+    """Jaccard similarity |A & B| / |A | B| of the shingle sets of pairs (texts_a[a[p]], texts_b[b[p]]), computed
+    exactly over 44-bit shingle fingerprints (two different shingles of a pair share one with probability
+    ~|A||B| / 2**44, about 1e-8 for two 500-shingle texts). Texts are already normalized. Returns (P,) float64.
+
+    One sort per batch: key = pair id | fingerprint | side (0 for A, 1 for B); equal neighbours with the same side
+    are repeats inside a text (dropped), equal neighbours across sides are the intersection.
+    """
     np = _np()
     out = np.zeros(len(a), dtype=np.float64)
     if not len(a):
         return out
     ua, inv_a = np.unique(a, return_inverse=True)
     ub, inv_b = np.unique(b, return_inverse=True)
-    va, oa, sa = _unique_shingle_sets([texts_a[i] for i in ua], config)
-    vb, ob, sb = _unique_shingle_sets([texts_b[i] for i in ub], config)
-    la, lb = sa[inv_a], sb[inv_b]
-    per_pair = la + lb
+    ha, ca = shingle_hashes([texts_a[i] for i in ua], config)
+    hb, cb = shingle_hashes([texts_b[i] for i in ub], config)
+    drop = np.uint64(64 - _FP_BITS)
+    fa = (ha >> drop) << np.uint64(1)  # side bit 0
+    fb = ((hb >> drop) << np.uint64(1)) | np.uint64(1)  # side bit 1
+    oa, ob = np.cumsum(ca) - ca, np.cumsum(cb) - cb
+    la, lb = ca[inv_a], cb[inv_b]
+    max_pairs = 1 << (63 - _FP_BITS)
     start = 0
     while start < len(a):
-        stop = start + max(1, int(np.searchsorted(np.cumsum(per_pair[start:]), batch_elements)))
+        stop = min(len(a), start + max_pairs,
+                   start + max(1, int(np.searchsorted(np.cumsum(la[start:] + lb[start:]), batch_elements))))
         sl = slice(start, stop)
-        pid_a = np.repeat(np.arange(start, stop), la[sl])
-        pid_b = np.repeat(np.arange(start, stop), lb[sl])
-        ga = np.repeat(oa[inv_a[sl]], la[sl]) + (np.arange(len(pid_a)) - np.repeat(np.cumsum(la[sl]) - la[sl], la[sl]))
-        gb = np.repeat(ob[inv_b[sl]], lb[sl]) + (np.arange(len(pid_b)) - np.repeat(np.cumsum(lb[sl]) - lb[sl], lb[sl]))
-        vals = np.concatenate((va[ga], vb[gb]))
-        pid = np.concatenate((pid_a, pid_b))
-        order = np.lexsort((vals, pid))
-        vals, pid = vals[order], pid[order]
-        both = (vals[1:] == vals[:-1]) & (pid[1:] == pid[:-1])
-        inter = np.bincount(pid[1:][both] - start, minlength=stop - start)
-        union = la[sl] + lb[sl] - inter
+        parts = []
+        for f, off, ln in ((fa, oa[inv_a[sl]], la[sl]), (fb, ob[inv_b[sl]], lb[sl])):
+            pid = np.repeat(np.arange(stop - start, dtype=np.uint64), ln)
+            first = np.cumsum(ln) - ln
+            idx = np.repeat(off, ln) + (np.arange(len(pid)) - np.repeat(first, ln))
+            parts.append((pid << np.uint64(_FP_BITS + 1)) | f[idx])
+        key = np.sort(np.concatenate(parts))
+        new = np.ones(len(key), dtype=bool)
+        new[1:] = key[1:] != key[:-1]
+        key = key[new]  # distinct (pair, fingerprint, side)
+        pid = (key >> np.uint64(_FP_BITS + 1)).astype(np.int64)
+        both = (key[1:] >> np.uint64(1)) == (key[:-1] >> np.uint64(1))
+        inter = np.bincount(pid[1:][both], minlength=stop - start)
+        union = np.bincount(pid, minlength=stop - start) - inter
         out[sl] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
         start = stop
     return out
@@ -563,6 +647,7 @@ class DedupResult:
     near_pairs: tuple[NearPair, ...]
     cluster_of: tuple[int, ...] = field(repr=False)
     candidates: int
+    checked: int
     capped_buckets: int
     config: DedupConfig
     notes: tuple[str, ...] = ()
@@ -582,6 +667,7 @@ class DedupResult:
                 "exact_duplicates": self.exact_duplicates, "near_pairs": [p.to_dict() for p in self.near_pairs],
                 "clusters": clusters, "docs_in_clusters": sum(len(c) for c in clusters),
                 "largest_cluster": max((len(c) for c in clusters), default=1), "candidates": self.candidates,
+                "checked_exactly": self.checked,
                 "capped_buckets": self.capped_buckets, "config": self.config.to_dict(), "notes": list(self.notes)}
 
 
@@ -619,6 +705,9 @@ def find_duplicates(texts: Iterable[str] | Sketches, config: DedupConfig | None 
     rep_arr = np.asarray(rep, dtype=np.int64)
     is_rep = rep_arr == np.arange(n)
     a, b, capped = candidate_pairs(sk, mask=is_rep)
+    n_candidates = len(a)
+    keep = prefilter(sk, sk, a, b)
+    a, b = a[keep], b[keep]
     jac = exact_jaccard(sk.texts, sk.texts, a, b, config)
     hit = jac >= config.threshold
     pa, pb, pj = a[hit], b[hit], jac[hit]
@@ -633,7 +722,8 @@ def find_duplicates(texts: Iterable[str] | Sketches, config: DedupConfig | None 
         notes.append(f"{int(empty.sum())} empty text(s) are never counted as duplicates")
     pairs = tuple(NearPair(int(x), int(y), float(j)) for x, y, j in zip(pa, pb, pj))
     return DedupResult(n_docs=n, n_empty=int(empty.sum()), exact_duplicates=n_exact, near_pairs=pairs,
-                       cluster_of=tuple(int(x) for x in labels), candidates=len(a), capped_buckets=capped,
+                       cluster_of=tuple(int(x) for x in labels), candidates=n_candidates, checked=len(a),
+                       capped_buckets=capped,
                        config=config, notes=tuple(notes))
 
 
@@ -642,7 +732,7 @@ class CrossMatches:
     """Documents of a query collection that duplicate documents of an index collection.
 
     exact: (index id, query id) pairs with equal normalized text. near: (index id, query id, jaccard) pairs with
-    Jaccard >= threshold and different normalized text.
+    Jaccard >= threshold and different normalized text. candidates: pairs sharing an LSH band.
     """
 
     exact: tuple[tuple[int, int], ...]
@@ -660,6 +750,9 @@ def cross_duplicates(index: Sketches, query: Sketches) -> CrossMatches:
             by_digest.setdefault(d, []).append(i)
     exact = [(i, q) for q, (d, t) in enumerate(zip(query.digests, query.texts)) if t for i in by_digest.get(d, ())]
     a, b, capped = cross_candidate_pairs(index, query)
+    n_candidates = len(a)
+    keep = prefilter(index, query, a, b)
+    a, b = a[keep], b[keep]
     if len(a):
         ida = [index.digests[i] for i in a.tolist()]
         idb = [query.digests[q] for q in b.tolist()]
@@ -668,7 +761,7 @@ def cross_duplicates(index: Sketches, query: Sketches) -> CrossMatches:
     jac = exact_jaccard(index.texts, query.texts, a, b, index.config)
     hit = jac >= index.config.threshold
     near = tuple((int(i), int(q), float(j)) for i, q, j in zip(a[hit], b[hit], jac[hit]))
-    return CrossMatches(exact=tuple(exact), near=near, candidates=len(a), capped_buckets=capped)
+    return CrossMatches(exact=tuple(exact), near=near, candidates=n_candidates, capped_buckets=capped)
 
 
 def estimate_jaccard(sig_a: "np.ndarray", sig_b: "np.ndarray") -> float:

@@ -242,12 +242,13 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
 
 def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
-                progress: bool | None = None) -> LeakReport:
-    """Read the split files (train first) and check them for leaks; splits are named by their file names."""
+                names: Sequence[str] | None = None, progress: bool | None = None) -> LeakReport:
+    """Read the split files (train first) and check them for leaks; splits are named by `names` or their file
+    names."""
     datasets = [read_dataset(p, fields, skip_bad=skip_bad) for p in paths]
     named: dict[str, Dataset] = {}
-    for d in datasets:
-        key = d.name if d.name not in named else d.path
+    for i, d in enumerate(datasets):
+        key = names[i] if names else (d.name if d.name not in named else d.path)
         named[key] = d
     report = find_leaks(named, threshold=threshold, config=config, examples=examples, progress=progress)
     skipped = [f"{d.path}: {d.n_bad} bad record(s) skipped" for d in datasets if d.n_bad]

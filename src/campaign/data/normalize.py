@@ -55,4 +55,5 @@ def normalizer_id(*, strip_punctuation: bool = False) -> str:
 def content_hash(text: str, *, strip_punctuation: bool = False) -> str:
     """SHA-256 (hex) of the normalized text's UTF-8 bytes: equal for texts that differ only in case, width,
     compatibility forms or spacing; stable across runs, processes and machines (never Python's hash())."""
-    return hashlib.sha256(normalize(text, strip_punctuation=strip_punctuation).encode("utf-8")).hexdigest()
+    data = normalize(text, strip_punctuation=strip_punctuation).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()

@@ -93,10 +93,11 @@ class Dataset:
         return len(self.texts)
 
     def ref(self, i: int) -> str:
-        """Where record i came from: 'file:line' (Parquet: 'file row N')."""
-        if not self.lines:
-            return f"{self.path}#{i}"
-        return f"{self.path} row {self.lines[i]}" if self.format == "parquet" else f"{self.path}:{self.lines[i]}"
+        """Where record i came from: 'file:line' (Parquet: 'file row N'), with its id when there is one."""
+        where = f"{self.path} row {self.lines[i]}" if self.format == "parquet" else f"{self.path}:{self.lines[i]}"
+        if self.ids is not None and self.ids[i] is not None:
+            where += f" (id {self.ids[i]})"
+        return where
 
     @property
     def name(self) -> str:
@@ -274,7 +275,7 @@ class _scan:
         self.sha256: str | None = None
 
     def records(self) -> Iterator[tuple[int, dict[str, Any]] | BadRecord]:
-        for line, raw, item in self.raw():
+        for line, _raw, item in self.raw():
             yield item if isinstance(item, BadRecord) else (line, item)
 
     def raw(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
@@ -312,7 +313,7 @@ class _scan:
                     continue
                 self.columns.update(dict.fromkeys(obj))
                 try:
-                    rec = _record(lambda k: obj.get(k, _MISSING), self.fields)
+                    rec = _record(lambda k, o=obj: o.get(k, _MISSING), self.fields)
                 except ValueError as e:
                     yield no, raw, BadRecord(no, str(e))
                     continue
@@ -371,7 +372,7 @@ class _scan:
                     yield start, row, BadRecord(start, f"has {len(row)} fields, the header has {len(header)}")
                     continue
                 try:
-                    rec = _record(lambda k: row[index[k]] if k in index else _MISSING, self.fields)
+                    rec = _record(lambda k, r=row: r[index[k]] if k in index else _MISSING, self.fields)
                 except ValueError as e:
                     yield start, row, BadRecord(start, str(e))
                     continue
@@ -409,7 +410,7 @@ class _scan:
                 row[n] = v
             else:
                 try:
-                    rec = _record(lambda k: row.get(k, _MISSING), self.fields)
+                    rec = _record(lambda k, r=row: r.get(k, _MISSING), self.fields)
                 except ValueError as e:
                     yield r + 1, r, BadRecord(r + 1, str(e))
                     continue

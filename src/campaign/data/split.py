@@ -65,7 +65,8 @@ def _seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
     return _mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(_mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
 
 
-def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (), cluster_of: Sequence[int] | None = None) -> "np.ndarray":
+def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
+                 cluster_of: Sequence[int] | None = None) -> "np.ndarray":
     """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field) or a
     duplicate cluster are one unit, transitively. Missing group values (None) link nothing."""
     import numpy as np
@@ -206,7 +207,7 @@ class LeakFreeSplitter:
                groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
                dates: Sequence[Any] | None = None) -> "np.ndarray":
         """Split index per row (the same partition split() yields)."""
-        from .read import _parse_date
+        from .read import _parse_date, _scalar
 
         n = len(X)
         cols: list[Sequence[Any]] = []
@@ -218,7 +219,8 @@ class LeakFreeSplitter:
         if self.temporal and dates is None:
             raise InputError("a temporal split needs dates; pass dates= (the CLI: --date FIELD)")
         self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
-        self.units_ = atomic_units(n, groups=[[None if v is None else v for v in c] for c in cols],
+        # None, "" and NaN are missing group values: they link nothing
+        self.units_ = atomic_units(n, groups=[[_scalar(v) for v in c] for c in cols],
                                    cluster_of=self.dedup_.cluster_of)
         if self.temporal:
             stamps = [d if isinstance(d, float) else _parse_date(d) for d in dates]  # type: ignore[union-attr]
@@ -248,7 +250,8 @@ class SplitPart:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "sha256": self.sha256, "rows": self.rows,
                 "target_fraction": round(self.target_fraction, 6), "fraction": round(self.fraction, 6),
-                "labels": dict(self.labels), "label_fractions": {k: round(v, 6) for k, v in self.label_fractions.items()},
+                "labels": dict(self.labels),
+                "label_fractions": {k: round(v, 6) for k, v in self.label_fractions.items()},
                 "groups": dict(self.groups), "first_date": self.first_date, "last_date": self.last_date}
 
 
@@ -428,7 +431,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     checks, notes = _checks(parts, label_total, tolerance, stratify)
     d = splitter.dedup_
     unit_sizes = np.bincount(np.unique(splitter.units_, return_inverse=True)[1])
-    leaks = check_files(paths, fields, config=config, progress=progress)
+    leaks = check_files(paths, fields, config=config, names=name_t, progress=progress)
     if ds.n_bad:
         notes.append(f"{ds.n_bad} bad record(s) skipped (first: line {ds.bad[0].line}: {ds.bad[0].reason})")
     notes.extend(d.notes)
@@ -436,7 +439,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         notes.append(f"the largest unit (group or duplicate cluster) has {int(unit_sizes.max())} rows "
                      f"({unit_sizes.max() / n:.1%} of the data); it moves as one piece")
     result = SplitResult(
-        input={**ds.to_dict(), "bad": [b.to_dict() for b in ds.bad]},
+        input=ds.to_dict(),
         parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": stratify, "temporal": temporal,
                     "fields": fields.to_dict(), "dedup": config.to_dict(), "tolerance": tolerance,
                     "skip_bad": skip_bad},
@@ -484,13 +487,14 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
+    fix = "give the split_manifest.json written by `campaign split`"
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError(f"{p}: no such split manifest; give the split_manifest.json written by `campaign split`") from None
+        raise InputError(f"{p}: no such split manifest; {fix}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: not valid JSON ({e}); give the split_manifest.json written by `campaign split`") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("campaign.split/"):
-        raise InputError(f"{p}: not a campaign split manifest (schema {data.get('schema') if isinstance(data, dict) else None!r}); "
-                         "give the split_manifest.json written by `campaign split`")
+        raise InputError(f"{p}: not valid JSON ({e}); {fix}") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not str(schema or "").startswith("campaign.split/"):
+        raise InputError(f"{p}: not a campaign split manifest (schema {schema!r}); {fix}")
     return data

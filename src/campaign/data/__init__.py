@@ -1,0 +1,17 @@
+"""Leak-free evaluation data: read, normalize, deduplicate (exact and near), split, check leaks, track test use.
+
+numpy, pyarrow and scikit-learn (the `data` extra) are imported inside the functions that need them, so importing
+this package stays light.
+"""
+from .dedup import DedupConfig, DedupResult, NearPair, choose_banding, find_duplicates, sketch
+from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
+from .normalize import NORMALIZER_VERSION, content_hash, normalize
+from .read import Dataset, Fields, make_dataset, read_dataset
+from .split import LeakFreeSplitter, SplitResult, load_manifest, parse_ratios, split_file
+from .usage import PURPOSES, UsageEntry, UsageReport, record_usage, usage_report, use_split
+
+__all__ = ["CHECK_IDS", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
+           "LeakReport", "NORMALIZER_VERSION", "NearPair", "PURPOSES", "SplitResult", "UsageEntry", "UsageReport",
+           "check_files", "choose_banding", "content_hash", "find_duplicates", "find_leaks", "load_manifest",
+           "make_dataset", "normalize", "parse_ratios", "read_dataset", "record_usage", "sketch", "split_file",
+           "usage_report", "use_split"]

@@ -1,0 +1,240 @@
+"""Test-set usage ledger: which split each evaluation used and for what (training, model selection, final test).
+
+Each look at the final test split that informs a choice weakens it as an unbiased estimate; the ledger counts
+those looks and warns past a set number. One JSON-lines file per split manifest, next to it
+(split_manifest.usage.jsonl); entries are appended under an exclusive lock with one write each, so concurrent
+writers never interleave and a crash leaves at most one torn last line, which reading reports and skips.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .split import MANIFEST_NAME, load_manifest
+
+SCHEMA = "campaign.usage/1"
+ENTRY_SCHEMA = "campaign.usage_entry/1"
+PURPOSES = ("training", "model_selection", "final_test")
+DECISIONS = ("model_selection", "final_test")  # uses of the final split that count against it
+CHECK_REUSE = "usage.final_test_reuse"
+CHECK_TRAINING = "usage.final_test_training"
+
+
+def parse_purpose(purpose: str) -> str:
+    """'training', 'model-selection' / 'model_selection', 'final-test' / 'final_test'."""
+    p = purpose.strip().lower().replace("-", "_").replace(" ", "_")
+    if p not in PURPOSES:
+        raise InputError(f"purpose {purpose!r} is unknown; use training, model-selection or final-test")
+    return p
+
+
+def ledger_path(manifest: str | os.PathLike[str]) -> Path:
+    """The ledger next to a manifest: split_manifest.json -> split_manifest.usage.jsonl."""
+    p = Path(manifest)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    return p.with_name(p.stem + ".usage.jsonl")
+
+
+def _manifest_path(manifest: str | os.PathLike[str]) -> Path:
+    p = Path(manifest)
+    return p / MANIFEST_NAME if p.is_dir() else p
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    """One evaluation: when, which split, for what, an optional note and run id, and the manifest it refers to."""
+
+    time: str
+    split: str
+    purpose: str
+    note: str = ""
+    run: str | None = None
+    manifest_sha256: str | None = None
+    schema: str = ENTRY_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "time": self.time, "split": self.split, "purpose": self.purpose,
+                "note": self.note, "run": self.run, "manifest_sha256": self.manifest_sha256}
+
+
+@dataclass(frozen=True)
+class UsageCheck:
+    id: str
+    status: str
+    seen: str
+    why: str
+    fix: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """The ledger of one split manifest: counts per split and purpose, decisions made on the final split, checks."""
+
+    manifest: str
+    ledger: str
+    splits: tuple[str, ...]
+    final_split: str
+    max_final_uses: int
+    entries: tuple[UsageEntry, ...]
+    counts: dict[str, dict[str, int]]
+    final_decisions: int
+    checks: tuple[UsageCheck, ...]
+    warnings: tuple[str, ...] = ()
+    recorded: UsageEntry | None = None
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "status": "pass" if self.passed else "fail", "manifest": self.manifest,
+                "ledger": self.ledger, "splits": list(self.splits), "final_split": self.final_split,
+                "max_final_uses": self.max_final_uses, "final_decisions": self.final_decisions,
+                "counts": self.counts, "checks": [c.to_dict() for c in self.checks],
+                "warnings": list(self.warnings), "recorded": self.recorded.to_dict() if self.recorded else None,
+                "entries": [e.to_dict() for e in self.entries]}
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append one line with a single write under an exclusive lock; repair a torn last line first."""
+    data = line.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows: O_APPEND alone
+            pass
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    data = b"\n" + data  # the previous writer died mid-line: close that line
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, note: str = "",
+                 run: str | None = None, when: datetime | None = None) -> UsageEntry:
+    """Append one use of `split` for `purpose` to the manifest's ledger and return the entry.
+
+    Raises:
+        InputError: no such manifest, an unknown split name or purpose.
+    """
+    from ..io import sha256_file
+
+    mpath = _manifest_path(manifest)
+    data = load_manifest(mpath)
+    names = [s["name"] for s in data.get("splits", [])]
+    if split not in names:
+        raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(names)}); name one of them")
+    entry = UsageEntry(time=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"), split=split,
+                       purpose=parse_purpose(purpose), note=" ".join(note.split()), run=run,
+                       manifest_sha256=sha256_file(mpath))
+    _append_line(ledger_path(mpath), json.dumps(entry.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
+    return entry
+
+
+def read_ledger(manifest: str | os.PathLike[str]) -> tuple[list[UsageEntry], list[str]]:
+    """Entries of the manifest's ledger (none when it does not exist yet), and warnings for unreadable lines."""
+    path = ledger_path(manifest)
+    entries: list[UsageEntry] = []
+    warnings: list[str] = []
+    if not path.exists():
+        return entries, warnings
+    with open(path, "rb") as f:
+        for no, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                d = json.loads(raw.decode("utf-8"))
+                entries.append(UsageEntry(time=d["time"], split=d["split"], purpose=parse_purpose(d["purpose"]),
+                                          note=d.get("note", ""), run=d.get("run"),
+                                          manifest_sha256=d.get("manifest_sha256")))
+            except (ValueError, KeyError, TypeError, InputError, AttributeError):
+                warnings.append(f"{path}:{no}: not a usage entry (a torn write?); ignored")
+    return entries, warnings
+
+
+def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, final_split: str | None = None,
+                 recorded: UsageEntry | None = None) -> UsageReport:
+    """Counts of the ledger per split and purpose, and the checks on the final split.
+
+    Args:
+        max_final_uses: decisions (model selection or final test) the final split may inform before it fails.
+        final_split: the held-out split (default: the manifest's last split, e.g. 'test').
+    Returns:
+        UsageReport with checks usage.final_test_reuse (fails past max_final_uses decisions) and
+        usage.final_test_training (fails when the final split was used to train).
+    """
+    from ..io import sha256_file
+
+    if isinstance(max_final_uses, bool) or not isinstance(max_final_uses, int) or max_final_uses < 0:
+        raise InputError(f"max final uses must be an integer >= 0, got {max_final_uses!r}")
+    mpath = _manifest_path(manifest)
+    data = load_manifest(mpath)
+    names = tuple(s["name"] for s in data.get("splits", []))
+    final = final_split or (names[-1] if names else "test")
+    if final not in names:
+        raise InputError(f"final split {final!r} is not in {mpath} (its splits: {', '.join(names)}); name one of them")
+    entries, warnings = read_ledger(mpath)
+    counts = {n: {p: 0 for p in PURPOSES} for n in names}
+    current = sha256_file(mpath)
+    stale = 0
+    for e in entries:
+        if e.split in counts:
+            counts[e.split][e.purpose] += 1
+        else:
+            warnings.append(f"an entry names split {e.split!r}, which this manifest does not have")
+        if e.manifest_sha256 and e.manifest_sha256 != current:
+            stale += 1
+    if stale:
+        warnings.append(f"{stale} entr{'y was' if stale == 1 else 'ies were'} recorded against an earlier version of "
+                        "the manifest (the data was re-split); they still count")
+    decisions = sum(counts[final][p] for p in DECISIONS)
+    trained = counts[final]["training"]
+    reuse = UsageCheck(
+        CHECK_REUSE, "fail" if decisions > max_final_uses else "pass",
+        f"the final split {final!r} informed {decisions} decision(s); the limit is {max_final_uses}",
+        "each look at the test score that changes a setting fits the settings to the test set; its score "
+        "becomes optimistic",
+        "choose settings on the validation split; keep the test split for one final report, or re-split and "
+        "collect a fresh test set")
+    training = UsageCheck(
+        CHECK_TRAINING, "fail" if trained else "pass",
+        f"the final split {final!r} was used for training {trained} time(s)",
+        "a model trained on the test split is scored on data it has seen",
+        "train on the training split only")
+    return UsageReport(manifest=str(mpath), ledger=str(ledger_path(mpath)), splits=names, final_split=final,
+                       max_final_uses=max_final_uses, entries=tuple(entries), counts=counts,
+                       final_decisions=decisions, checks=(reuse, training), warnings=tuple(warnings),
+                       recorded=recorded)
+
+
+def use_split(manifest: str | os.PathLike[str], *, split: str | None = None, purpose: str | None = None,
+              note: str = "", run: str | None = None, max_final_uses: int = 1,
+              final_split: str | None = None) -> UsageReport:
+    """Record one use (when split and purpose are given), then report the ledger: the CLI's one library call."""
+    if (split is None) != (purpose is None):
+        raise InputError("recording a use needs both the split and the purpose; "
+                         "e.g. --record test --purpose final-test")
+    if isinstance(max_final_uses, bool) or not isinstance(max_final_uses, int) or max_final_uses < 0:
+        raise InputError(f"max final uses must be an integer >= 0, got {max_final_uses!r}")
+    entry = record_usage(manifest, split=split, purpose=purpose, note=note, run=run) if split else None
+    return usage_report(manifest, max_final_uses=max_final_uses, final_split=final_split, recorded=entry)

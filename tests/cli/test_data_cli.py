@@ -1,0 +1,89 @@
+"""`campaign split`, `leaks`, `usage` as a user meets them: help with examples, exit codes 0/1/2, --json, one-line
+errors naming file and line. The commands are registered on a fresh typer app and run through the real
+error boundary (campaign.cli.main)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import typer
+
+import campaign.cli
+from campaign.cli import data
+from tests.data.conftest import edit, sentence, write_jsonl
+
+
+@pytest.fixture
+def cli(cli, monkeypatch):
+    app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    data.register(app)
+    monkeypatch.setattr(campaign.cli, "app", app)
+    return cli
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    rng = random.Random(3)
+    rows = [{"text": sentence(rng), "label": rng.choice(["pos", "neg"]), "user": f"u{i // 3}"} for i in range(300)]
+    for i in range(10):
+        rows.append({"text": edit(rng, rows[i]["text"], 1), "label": rows[i]["label"], "user": f"x{i}"})
+    return write_jsonl(tmp_path / "data.jsonl", rows)
+
+
+@pytest.mark.parametrize("command", ["split", "leaks", "usage"])
+def test_help_ends_with_an_example(cli, command):
+    r = cli(command, "--help")
+    assert r.code == 0 and f"Example: campaign {command}" in r.out
+
+
+def test_split_then_leaks_then_usage(cli, dataset, tmp_path):
+    out = tmp_path / "splits"
+    r = cli("split", str(dataset), "--out", str(out), "--label", "label", "--group", "user", "--json")
+    assert r.code == 0, r.err
+    m = r.json()
+    assert m["schema"] == "campaign.split/1" and [s["name"] for s in m["splits"]] == ["train", "val", "test"]
+    assert sum(s["rows"] for s in m["splits"]) == 310 and m["leaks"]["status"] == "pass"
+    human = cli("split", str(dataset), "--out", str(out), "--label", "label", "--group", "user", "--force")
+    assert human.code == 0 and human.out.startswith("PASS") and "split.ratio" in human.out
+
+    files = [str(out / f"{n}.jsonl") for n in ("train", "val", "test")]
+    clean = cli("leaks", *files, "--label", "label", "--group", "user")
+    assert clean.code == 0 and clean.out.startswith("NO LEAKS")
+
+    u1 = cli("usage", str(out), "--record", "test", "--purpose", "final-test", "--json")
+    assert u1.code == 0 and u1.json()["final_decisions"] == 1
+    u2 = cli("usage", str(out / "split_manifest.json"), "--record", "test", "--purpose", "model-selection")
+    assert u2.code == 1 and "WARNING usage.final_test_reuse" in u2.out
+    assert cli("usage", str(out), "--max-final-uses", "2").code == 0
+
+
+def test_leaks_exit_1_with_json(cli, dataset, tmp_path):
+    rows = [json.loads(x) for x in dataset.read_text().splitlines()]
+    train = write_jsonl(tmp_path / "train.jsonl", rows[:250])
+    test = write_jsonl(tmp_path / "test.jsonl", rows[250:])  # users u83.. cross the cut; copies of rows 0-9 too
+    r = cli("leaks", str(train), str(test), "--group", "user", "--json")
+    assert r.code == 1
+    checks = {c["id"]: c for c in r.json()["checks"]}
+    group = checks["leak.group_overlap"]
+    assert group["status"] == "fail" and group["rows"] == 2 and group["pairs"][0]["links"] == 1  # u83: rows 249-251
+    assert checks["leak.near_duplicate"]["rows"] == 10
+    assert checks["leak.label_conflict"]["status"] == "skipped"
+    human = cli("leaks", str(train), str(test), "--group", "user")
+    assert human.code == 1 and human.out.startswith("LEAKS FOUND") and "Jaccard" in human.out
+    assert cli("leaks", str(train), str(test), "--group", "user", "--threshold", "0.2").code == 0
+
+
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b'{"text": "fine"}\n{"text": "also fine"}\n{"text": \xff}\n')
+    r = cli("split", str(p), "--out", str(tmp_path / "o"))
+    assert r.code == 2 and r.out == ""
+    assert r.err.count("\n") == 1 and f"{p}:3: not valid UTF-8" in r.err and "--skip-bad" in r.err
+    assert not (tmp_path / "o").exists()
+    ok = cli("split", str(p), "--out", str(tmp_path / "o"), "--skip-bad", "--ratios", "50/50", "--json")
+    assert ok.code == 0 and ok.json()["input"]["bad_records"] == 1
+    assert cli("leaks", str(p)).code == 2
+    assert cli("split", str(p), "--out", str(tmp_path / "x"), "--ratios", "80/oops").code == 2
+    missing = cli("usage", str(tmp_path / "nothing.json"))
+    assert missing.code == 2 and "no such split manifest" in missing.err

@@ -1,0 +1,275 @@
+"""Splits: groups and duplicate clusters never straddle, ratios of rows within one point, temporal order, the
+sklearn protocol, files in the input's format written atomically, and a manifest that checks out."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from campaign.data.read import Fields
+from campaign.data.split import LeakFreeSplitter, parse_ratios, split_file, split_names
+from campaign.errors import InputError
+
+from .conftest import edit, jaccard, sentence, shingles, write_jsonl
+
+RATIOS = (0.8, 0.1, 0.1)
+
+
+def realistic_rows(n_users=2000, seed=1):
+    """Users with 1..40 rows (geometric sizes), labels 60/30/10, 2% near copies of another user's row."""
+    rng = random.Random(seed)
+    rows = []
+    for u in range(n_users):
+        size = 1
+        while rng.random() < 0.62 and size < 40:
+            size += 1
+        for _ in range(size):
+            rows.append({"id": len(rows), "text": sentence(rng), "user": f"u{u}",
+                         "label": rng.choices(["pos", "neg", "neu"], [6, 3, 1])[0]})
+    planted = []
+    for _ in range(len(rows) // 50):
+        src = rng.choice(rows[: len(rows)])
+        copy = {"id": len(rows), "text": edit(rng, src["text"], 1), "user": f"c{len(rows)}", "label": src["label"]}
+        planted.append((src["id"], copy["id"]))
+        rows.append(copy)
+    rng.shuffle(rows)
+    return rows, planted
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def realistic_split(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("split")
+    rows, planted = realistic_rows()
+    data = write_jsonl(tmp / "data.jsonl", rows)
+    before = hashlib.sha256(data.read_bytes()).hexdigest()
+    result = split_file(data, tmp / "out", Fields(label="label", group=("user",), id="id"), ratios="80/10/10", seed=0)
+    return rows, planted, data, before, result
+
+
+def test_ratios_of_rows_within_one_point_overall_and_per_label(realistic_split):
+    rows, _, _, _, result = realistic_split
+    n = len(rows)
+    assert n > 5000
+    label_total = Counter(r["label"] for r in rows)
+    for part, target in zip(result.parts, RATIOS):
+        got = read_jsonl(Path(part.path))
+        assert abs(len(got) / n - target) <= 0.01
+        per_label = Counter(r["label"] for r in got)
+        for label, total in label_total.items():
+            assert abs(per_label[label] / total - target) <= 0.01, (part.name, label)
+        assert part.rows == len(got) and dict(part.labels) == dict(per_label)
+    assert [c.status for c in result.checks] == ["pass", "pass"]
+
+
+def test_groups_and_planted_clusters_never_straddle(realistic_split):
+    rows, planted, _, _, result = realistic_split
+    split_of = {}
+    for part in result.parts:
+        for r in read_jsonl(Path(part.path)):
+            split_of[r["id"]] = part.name
+    assert len(split_of) == len(rows)  # every row written once
+    by_user = defaultdict(set)
+    for r in rows:
+        by_user[r["user"]].add(split_of[r["id"]])
+    assert all(len(s) == 1 for s in by_user.values())
+    text = {r["id"]: r["text"] for r in rows}
+    strong = [(a, b) for a, b in planted if jaccard(shingles(text[a]), shingles(text[b])) >= 0.8]
+    assert len(strong) > 100
+    assert all(split_of[a] == split_of[b] for a, b in strong)
+
+
+def test_manifest_hashes_counts_and_leak_check(realistic_split):
+    rows, _, data, before, result = realistic_split
+    manifest = json.loads(Path(result.manifest).read_text())
+    assert manifest["schema"] == "campaign.split/1" and manifest["status"] == "pass"
+    assert manifest["seed"] == 0 and "NFKC" in manifest["normalizer"]
+    assert manifest["input"]["sha256"] == before == hashlib.sha256(data.read_bytes()).hexdigest()
+    for s in manifest["splits"]:
+        body = Path(s["path"]).read_bytes()
+        assert s["sha256"] == hashlib.sha256(body).hexdigest()
+        users = {r["user"] for r in read_jsonl(Path(s["path"]))}
+        assert s["groups"] == {"user": len(users)}
+    assert manifest["parameters"]["ratios"] == pytest.approx(list(RATIOS))
+    assert {c["id"]: c["status"] for c in manifest["leaks"]["checks"]} == {
+        "leak.exact_duplicate": "pass", "leak.near_duplicate": "pass", "leak.group_overlap": "pass",
+        "leak.label_conflict": "pass"}
+    assert not list(Path(result.manifest).parent.glob(".*.tmp"))
+
+
+def test_split_of_a_small_set_has_no_near_duplicate_across_by_brute_force(tmp_path):
+    rng = random.Random(5)
+    rows = [{"text": sentence(rng), "label": rng.choice("ab")} for _ in range(300)]
+    for i in range(30):
+        rows.append({"text": edit(rng, rows[i]["text"], 1), "label": rows[i]["label"]})
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", Fields(label="label"), ratios="70/30")
+    train = [shingles(r["text"]) for r in read_jsonl(Path(res.parts[0].path))]
+    test = [shingles(r["text"]) for r in read_jsonl(Path(res.parts[1].path))]
+    assert max(jaccard(a, b) for a in train for b in test) < 0.8
+
+
+def test_sklearn_digits_stratified(tmp_path):
+    datasets = pytest.importorskip("sklearn.datasets")
+    digits = datasets.load_digits()
+    X = [" ".join(str(int(v)) for v in row) for row in digits.data]
+    y = digits.target.tolist()
+    splitter = LeakFreeSplitter((0.8, 0.1, 0.1), seed=0)
+    assert splitter.get_n_splits() == 1
+    (train, val, test), = list(splitter.split(X, y))
+    assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(len(X)))
+    for idx, target in zip((train, val, test), RATIOS):
+        assert abs(len(idx) / len(X) - target) <= 0.01
+        counts = Counter(digits.target[idx].tolist())
+        for label, total in Counter(y).items():
+            assert abs(counts[label] / total - target) <= 0.01
+    # with groups of three consecutive rows (labels mixed inside a group) the ratios still hold for rows
+    groups = np.arange(len(X)) // 3  # a numpy array, as sklearn users pass it
+    (train, val, test), = LeakFreeSplitter((0.8, 0.1, 0.1), seed=1).split(X, y, groups)
+    g_split = defaultdict(set)
+    for s, idx in enumerate((train, val, test)):
+        for i in idx.tolist():
+            g_split[groups[i]].add(s)
+    assert all(len(v) == 1 for v in g_split.values())
+    for idx, target in zip((train, val, test), RATIOS):
+        assert abs(len(idx) / len(X) - target) <= 0.01
+
+
+def test_temporal_split_orders_by_date(tmp_path):
+    rng = random.Random(3)
+    rows = [{"text": sentence(rng), "user": f"u{rng.randint(0, 300)}",
+             "t": f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00"}
+            for _ in range(1500)]
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", Fields(date="t"), ratios="80/20")
+    train, test = (read_jsonl(Path(p.path)) for p in res.parts)
+    assert max(r["t"] for r in train) <= min(r["t"] for r in test)  # ISO strings sort as dates
+    assert abs(len(train) / 1500 - 0.8) <= 0.01
+    assert res.parameters["temporal"] and not res.parameters["stratify"]
+    assert res.parts[0].last_date[:10] == max(r["t"] for r in train)[:10]
+    # with groups: every train unit ends no later than any test unit ends
+    res = split_file(tmp_path / "d.jsonl", tmp_path / "g", Fields(date="t", group=("user",)), ratios="80/20")
+    split_of = {}
+    for p in res.parts:
+        for r in read_jsonl(Path(p.path)):
+            split_of.setdefault(r["user"], set()).add(p.name)
+    assert all(len(s) == 1 for s in split_of.values())
+    last = defaultdict(str)
+    for r in rows:
+        last[r["user"]] = max(last[r["user"]], r["t"])
+    train_users = [u for u, s in split_of.items() if s == {"train"}]
+    test_users = [u for u, s in split_of.items() if s == {"test"}]
+    assert max(last[u] for u in train_users) <= min(last[u] for u in test_users)
+
+
+def test_csv_and_parquet_outputs_keep_the_format(tmp_path):
+    rng = random.Random(9)
+    rows = [{"text": sentence(rng, 5, 12) + (", with a comma" if i % 7 == 0 else ""), "label": str(i % 3),
+             "user": f"u{i % 40}"} for i in range(400)]
+    csv_path = tmp_path / "d.csv"
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=["text", "label", "user"])
+        w.writeheader()
+        w.writerows(rows)
+    res = split_file(csv_path, tmp_path / "c", Fields(label="label", group=("user",)), ratios="75/25", seed=2)
+    back = []
+    for p in res.parts:
+        assert p.path.endswith(".csv")
+        with open(p.path, newline="", encoding="utf-8") as f:
+            back += list(csv.DictReader(f))
+    assert sorted(map(lambda r: tuple(r.values()), back)) == sorted(tuple(r.values()) for r in rows)
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq_path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), pq_path)
+    res = split_file(pq_path, tmp_path / "p", Fields(label="label", group=("user",)), ratios="75/25", seed=2)
+    tables = [pq.read_table(p.path) for p in res.parts]
+    assert tables[0].schema == pq.read_table(pq_path).schema
+    assert sorted(r for t in tables for r in map(lambda d: tuple(d.values()), t.to_pylist())) == \
+        sorted(tuple(r.values()) for r in rows)
+    assert [t.num_rows for t in tables] == [p.rows for p in res.parts]
+
+
+def test_same_seed_same_files_other_seed_other_split(tmp_path):
+    rng = random.Random(4)
+    rows = [{"text": sentence(rng), "label": rng.choice("xy")} for _ in range(500)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    a = split_file(data, tmp_path / "a", Fields(label="label"), seed=7)
+    b = split_file(data, tmp_path / "b", Fields(label="label"), seed=7)
+    c = split_file(data, tmp_path / "c", Fields(label="label"), seed=8)
+    assert [p.sha256 for p in a.parts] == [p.sha256 for p in b.parts]
+    assert [p.sha256 for p in a.parts] != [p.sha256 for p in c.parts]
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    import campaign.data.split as split_mod
+
+    rows = [{"text": f"row number {i} " * 3} for i in range(50)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    real = split_mod.raw_rows
+
+    def failing(ds):
+        for k, item in enumerate(real(ds)):
+            if k == 25:
+                raise OSError("disk full")
+            yield item
+
+    monkeypatch.setattr(split_mod, "raw_rows", failing)
+    with pytest.raises(OSError, match="disk full"):
+        split_file(data, tmp_path / "o")
+    assert list((tmp_path / "o").iterdir()) == []
+
+
+def test_refuses_to_overwrite_input_or_an_earlier_split(tmp_path):
+    rows = [{"text": f"text {i} is here"} for i in range(30)]
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(InputError, match="would overwrite the input"):
+        split_file(data, tmp_path)
+    split_file(data, tmp_path / "o")
+    with pytest.raises(InputError, match="already exists .* --force"):
+        split_file(data, tmp_path / "o")
+    assert split_file(data, tmp_path / "o", force=True).passed
+
+
+def test_skip_bad_records_are_left_out_and_counted(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b"".join(json.dumps({"text": f"text number {i}"}).encode() + b"\n" for i in range(20))
+                  + b'{"text": broken\n' + b'{"text": "caf\xe9"}\n')
+    with pytest.raises(InputError, match=r"d\.jsonl:21: not valid JSON"):
+        split_file(p, tmp_path / "o")
+    res = split_file(p, tmp_path / "o", skip_bad=True, ratios="50/50")
+    assert res.input["bad_records"] == 2 and sum(x.rows for x in res.parts) == 20
+    assert any("2 bad record(s) skipped" in n for n in res.notes)
+
+
+def test_a_giant_group_fails_the_ratio_check_honestly(tmp_path):
+    rng = random.Random(2)
+    rows = [{"text": sentence(rng), "user": "big" if i < 80 else f"u{i}"} for i in range(100)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    res = split_file(data, tmp_path / "o", Fields(group=("user",)), ratios="80/10/10")
+    assert res.checks[0].id == "split.ratio" and res.checks[0].status == "pass"  # 80 rows fill train exactly
+    assert res.largest_unit == 80
+    res = split_file(data, tmp_path / "o2", Fields(group=("user",)), ratios="30/70")
+    # 80 rows move together: the best is 20/80, ten points off
+    assert [p.rows for p in res.parts] == [20, 80]
+    assert res.checks[0].status == "fail" and not res.passed
+
+
+def test_parse_ratios_and_names():
+    assert parse_ratios("80/10/10") == pytest.approx((0.8, 0.1, 0.1))
+    assert parse_ratios("8:1:1") == pytest.approx((0.8, 0.1, 0.1))
+    assert parse_ratios([3, 1]) == (0.75, 0.25)
+    assert split_names(None, 3) == ("train", "val", "test")
+    for bad in ("80", "80/-10", "a/b"):
+        with pytest.raises(InputError):
+            parse_ratios(bad)
+    with pytest.raises(InputError, match="must be 2 distinct names"):
+        split_names("train,train", 2)

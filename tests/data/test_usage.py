@@ -1,0 +1,97 @@
+"""The usage ledger: entries appended next to the manifest, counts per split and purpose, the final-test limit,
+concurrent appends, torn lines, bad input."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+
+import pytest
+
+from campaign.data.read import Fields
+from campaign.data.split import split_file
+from campaign.data.usage import ledger_path, read_ledger, record_usage, usage_report, use_split
+from campaign.errors import InputError
+
+from .conftest import sentence, write_jsonl
+
+
+@pytest.fixture
+def manifest(tmp_path):
+    rng = random.Random(1)
+    rows = [{"text": sentence(rng), "label": rng.choice("ab")} for _ in range(60)]
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "splits", Fields(label="label"))
+    return res.manifest
+
+
+def test_ledger_counts_and_the_final_test_limit(manifest):
+    assert usage_report(manifest).entries == ()  # no ledger yet: nothing used
+    record_usage(manifest, split="train", purpose="training")
+    record_usage(manifest, split="val", purpose="model-selection", note="lr 3e-4 beats 1e-3")
+    r = use_split(manifest, split="test", purpose="final-test", note="final report")
+    assert r.passed and r.final_split == "test" and r.final_decisions == 1
+    assert r.counts == {"train": {"training": 1, "model_selection": 0, "final_test": 0},
+                        "val": {"training": 0, "model_selection": 1, "final_test": 0},
+                        "test": {"training": 0, "model_selection": 0, "final_test": 1}}
+    r = use_split(manifest, split="test", purpose="model_selection", note="peeked to pick a checkpoint")
+    assert not r.passed and r.final_decisions == 2
+    assert {c.id: c.status for c in r.checks} == {"usage.final_test_reuse": "fail", "usage.final_test_training": "pass"}
+    assert usage_report(manifest, max_final_uses=2).passed
+    lines = ledger_path(manifest).read_text().splitlines()
+    assert ledger_path(manifest).name == "split_manifest.usage.jsonl"
+    assert [json.loads(x)["purpose"] for x in lines] == ["training", "model_selection", "final_test", "model_selection"]
+    assert json.loads(lines[1])["note"] == "lr 3e-4 beats 1e-3"
+
+
+def test_training_on_the_final_split_fails(manifest):
+    r = use_split(manifest, split="test", purpose="training")
+    assert {c.id: c.status for c in r.checks} == {"usage.final_test_reuse": "pass", "usage.final_test_training": "fail"}
+
+
+def _append_many(manifest: str, k: int) -> None:
+    for i in range(k):
+        record_usage(manifest, split="val", purpose="model_selection", note=f"worker entry {i} " + "x" * 200)
+
+
+def test_concurrent_appends_do_not_interleave(manifest):
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(manifest, 25)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    entries, warnings = read_ledger(manifest)
+    assert len(entries) == 100 and warnings == []
+    assert usage_report(manifest).counts["val"]["model_selection"] == 100
+
+
+def test_a_torn_last_line_is_reported_and_the_next_entry_is_kept(manifest):
+    record_usage(manifest, split="val", purpose="model_selection")
+    with open(ledger_path(manifest), "a") as f:
+        f.write('{"schema": "campaign.usage_entry/1", "split": "te')  # a writer died mid-line
+    record_usage(manifest, split="test", purpose="final_test")
+    r = usage_report(manifest)
+    assert len(r.entries) == 2 and r.counts["test"]["final_test"] == 1
+    assert len(r.warnings) == 1 and ":2: not a usage entry" in r.warnings[0]
+
+
+def test_a_changed_manifest_is_flagged(manifest):
+    record_usage(manifest, split="test", purpose="final_test")
+    with open(manifest, "a") as f:
+        f.write("\n")
+    assert any("earlier version of the manifest" in w for w in usage_report(manifest).warnings)
+
+
+def test_bad_input(manifest, tmp_path):
+    with pytest.raises(InputError, match=r"split 'dev' is not in .*train, val, test"):
+        record_usage(manifest, split="dev", purpose="training")
+    with pytest.raises(InputError, match="purpose 'tuning' is unknown"):
+        record_usage(manifest, split="val", purpose="tuning")
+    with pytest.raises(InputError, match="no such split manifest"):
+        usage_report(tmp_path / "nope.json")
+    (tmp_path / "x.json").write_text('{"schema": "campaign.kv/1"}')
+    with pytest.raises(InputError, match="not a campaign split manifest"):
+        usage_report(tmp_path / "x.json")
+    with pytest.raises(InputError, match="needs both the split and the purpose"):
+        use_split(manifest, split="test")
+    assert not ledger_path(manifest).exists()  # nothing was recorded by the failed calls

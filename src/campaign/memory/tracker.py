@@ -128,11 +128,45 @@ class StorageTracker(TorchDispatchMode):
                     self._add(st, self.category, module)
         return out
 
+    def _resized(self, st: Any) -> None:
+        """FSDP frees and refills unsharded parameters with storage.resize_(): follow the new size."""
+        info = self._info.get(st)
+        nbytes = _rounded(st.nbytes())
+        if info is None:
+            if nbytes:
+                self._add(st, self.category, self._module())
+            return
+        delta = nbytes - info[0]
+        if delta == 0:
+            return
+        self.allocator.free(id(info))
+        info[0] = nbytes
+        if nbytes:
+            self.allocator.malloc(id(info), nbytes)
+        self.total += delta
+        self.by_category[info[1]] += delta
+        if info[2]:
+            self.by_module[info[2]] += delta
+        if self.total > self.peak_total:
+            self.peak_total = self.total
+            self.peak_categories = dict(self.by_category)
+            self.peak_modules = dict(self.by_module)
+
     def __enter__(self) -> StorageTracker:
         self.mods.__enter__()
+        original = self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(st: Any, size: int) -> Any:
+            result = original(st, size)
+            tracker._resized(st)
+            return result
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
         super().__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
         self.mods.__exit__(*exc)

@@ -106,6 +106,23 @@ def test_bad_input_gets_one_line_and_exit_2(cli, tmp_path, write_config):
     one_line_error(cli("memory", str(d2)), "missing field")
 
 
+@pytest.mark.parametrize("args", [("memory", "gpt2", "--nope"), ("memory",), ("memory", "gpt2", "--batch", "abc"),
+                                  ("seeds", "x.csv", "--unknown-flag")])
+def test_usage_errors_exit_2_without_traceback(cli, args):
+    r = cli(*args)
+    assert r.code == 2 and "Traceback" not in r.err and "internal error" not in r.err
+
+
+def test_unwritable_output_is_one_line(cli, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    target = blocker / "sub" / "sheet.csv"  # a folder cannot be made under a regular file
+    data = Path(__file__).resolve().parents[2] / "examples" / "data" / "candidate.jsonl"
+    r = cli("errors", str(data), "--review-sheet", str(target))
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+    assert blocker.read_text() == "x"
+
+
 def test_debug_shows_the_traceback(cli):
     with pytest.raises(Exception, match="unknown model"):
         cli("memory", "nope-model", "--debug")

@@ -37,13 +37,18 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.stderr.write("campaign: interrupted\n")
         sys.exit(130)
-    except Exception as e:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except OSError as e:  # an output path that cannot be written, a disk that is full
+        if debug:
+            raise
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        sys.stderr.write(f"campaign: error: {where}{e.strerror or e}; check the path and its permissions\n")
+        sys.exit(2)
+    except Exception as e:
+        # usage errors (unknown option, missing argument, bad value) come from click, which typer may bundle
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             sys.exit(130)
         if debug:
             raise

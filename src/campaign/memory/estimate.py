@@ -260,8 +260,11 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                                  "torch.autocast weight cache"))
     if w.shard in ("zero3", "fsdp") and N > 1:
         unit = _largest_layer_params(spec)
-        fwd_only.append(Item("all-gathered layer (current + prefetch)", 2 * unit * ELEMENT_BYTES[w.compute_dtype],
-                             "2 x largest layer's params x compute bytes", "temporaries", "FSDP/ZeRO-3 prefetch"))
+        root = sum(g.params for g in spec.groups if not g.in_blocks)
+        fwd_only.append(Item("all-gathered parameters", (2 * unit + root) * ELEMENT_BYTES[w.compute_dtype],
+                             "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
+                             "kept gathered between forward and backward) x compute bytes", "temporaries",
+                             "FSDP2 fully_shard per block + root"))
     grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
     grad_s = 2 if zero and w.mixed_precision else s
     grads = Item("gradients", _div(grad_s * Pt, grad_div),

@@ -48,9 +48,9 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     if w.optimizer == "adamw-8bit":
         raise InputError("adamw-8bit cannot be traced (bitsandbytes kernels do not run on fake tensors); "
                          "use campaign memory, or trace with --optimizer adamw")
-    if w.gpus > 1:
-        raise InputError(f"tracing over {w.gpus} cards is not supported yet; trace one card (--gpus 1) "
-                         "or use campaign memory for sharded estimates")
+    if w.gpus > 1 and w.shard not in ("fsdp", "zero3"):
+        raise InputError(f"tracing {w.shard} over {w.gpus} cards is not supported; trace --shard fsdp (or zero3, "
+                         "traced as FSDP full sharding), or use campaign memory for DDP, ZeRO-1/2 and tensor parallel")
     cfg, source, name, _ = resolve_config(model)
     spec = spec_from_config(cfg, name=name, source=source)
     notes: list[str] = ["traced on fake CPU tensors: CPU SDPA picks its flash kernel (saves output and logsumexp, "
@@ -64,9 +64,14 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
 
     tell = progress or (lambda _phase: None)
     phases: list[Phase] = []
+    mesh = _fake_mesh(w.gpus) if w.gpus > 1 else None
+    if mesh is not None:
+        notes.append(f"FSDP2 full sharding over {w.gpus} fake ranks (fake process group): per-card figures")
     with FakeTensorMode():
         tell("build")
         net = _build(torch, transformers, cfg, spec.architecture, base_dtype, w)
+        if mesh is not None:
+            _shard(torch, net, mesh, w)
         optimizer = _optimizer(torch, net, w) if w.training and w.method != "frozen" else None
         tracker = StorageTracker()
         tracker.modules_at_peak = {}
@@ -90,6 +95,9 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                     out.loss.backward()
                     del out
                     bwd = _phase(tracker, "backward", "peak of the backward")
+                    for p in net.parameters():  # FSDP assigns .grad itself, past the accumulate hooks
+                        if p.grad is not None:
+                            tracker.register(p.grad, "gradients")
                     tracker.phase("temporaries")
                     tell(f"optimizer step (step {step + 1})")
                     optimizer.step()
@@ -113,12 +121,43 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     def traced_notes(spec_: Any, w_: Workload, peak: Phase) -> tuple[str, ...]:
         return tuple(notes) + _notes(spec_, w_, peak)
 
+    if mesh is not None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     reserved = tracker.allocator.peak_reserved
     if w.dtype in QUANTIZED:  # the simulation saw bf16 linears; shift by what the format saves
         reserved -= sum(p.bytes for p in _raw_load) - sum(p.bytes for p in phases[:1])
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top,
                            simulated_reserved=reserved)
+
+
+def _fake_mesh(world: int) -> Any:
+    """A device mesh over a fake process group: collectives return at once with tensors of the right shape."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # the fake backend's store
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    return init_device_mesh("cpu", (world,))
+
+
+def _shard(torch: Any, net: Any, mesh: Any, w: Workload) -> None:
+    """FSDP2: each transformer block is a unit (transformers' _no_split_modules), then the root."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    blocks = set()
+    for module in net.modules():
+        blocks.update(getattr(module, "_no_split_modules", None) or [])
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if w.mixed_precision \
+        else MixedPrecisionPolicy()
+    for module in list(net.modules()):
+        if type(module).__name__ in blocks:
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+    fully_shard(net, mesh=mesh, mp_policy=policy)
 
 
 def _torch_dtype(torch: Any, w: Workload) -> Any:

@@ -15,12 +15,22 @@ from typing import Any
 
 import torch
 from torch.distributed._tools.mod_tracker import ModTracker
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 ALLOC_GRANULARITY = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def storages(t: torch.Tensor) -> list[Any]:
+    """The real storages behind a tensor: a wrapper subclass (DTensor, FSDP's sharded parameters) holds none of
+    its own, only its inner tensors do (a DTensor's local shard)."""
+    if is_traceable_wrapper_subclass(t):
+        attrs, _ = t.__tensor_flatten__()
+        inner = (getattr(t, a) for a in attrs)
+        return [st for x in inner if isinstance(x, torch.Tensor) for st in storages(x)]
+    return [t.untyped_storage()]
 
 
 def _rounded(nbytes: int) -> int:
@@ -48,14 +58,14 @@ class StorageTracker(TorchDispatchMode):
     # -- registration -------------------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor, category: str) -> None:
         """Count a tensor made outside the mode (parameters, optimizer states), or re-label a counted one."""
-        st = tensor.untyped_storage()
-        info = self._info.get(st)
-        if info is None:
-            self._add(st, category, "")
-        elif info[1] != category:
-            self.by_category[info[1]] -= info[0]
-            self.by_category[category] += info[0]
-            info[1] = category
+        for st in storages(tensor):
+            info = self._info.get(st)
+            if info is None:
+                self._add(st, category, "")
+            elif info[1] != category:
+                self.by_category[info[1]] -= info[0]
+                self.by_category[category] += info[0]
+                info[1] = category
 
     def track_gradients(self, params: Any) -> None:
         """Re-label each trainable parameter's .grad as a gradient once it is accumulated."""
@@ -121,11 +131,11 @@ class StorageTracker(TorchDispatchMode):
         module = None
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                st = t.untyped_storage()
-                if st not in self._info:
-                    if module is None:
-                        module = self._module()
-                    self._add(st, self.category, module)
+                for st in storages(t):
+                    if st not in self._info:
+                        if module is None:
+                            module = self._module()
+                        self._add(st, self.category, module)
         return out
 
     def _resized(self, st: Any) -> None:

@@ -16,12 +16,13 @@ def trace(
     context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None,
     optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
     attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
-    prefill_chunk: o.PrefillChunk = 8192, card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
+    prefill_chunk: o.PrefillChunk = 8192, gpus: o.Gpus = 1, shard: o.Shard = "none", card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 
     Builds the model from its config on the meta device (no weights), runs transformers' and peft's own code
     under PyTorch's FakeTensorMode, and tracks every storage's lifetime. Same JSON shape as `campaign memory`.
+    --gpus N --shard fsdp traces FSDP2 full sharding over a fake process group (per-card figures).
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
     from ..hardware.cards import find_card

@@ -87,3 +87,40 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
     assert cli("split", str(p), "--out", str(tmp_path / "x"), "--ratios", "80/oops").code == 2
     missing = cli("usage", str(tmp_path / "nothing.json"))
     assert missing.code == 2 and "no such split manifest" in missing.err
+
+
+@pytest.mark.parametrize("count", ["-1", "0"])
+def test_leaks_examples_must_be_positive(cli, dataset, tmp_path, count):
+    rows = [json.loads(x) for x in dataset.read_text().splitlines()]
+    train = write_jsonl(tmp_path / "train.jsonl", rows[:250])
+    test = write_jsonl(tmp_path / "test.jsonl", rows[250:])
+    r = cli("leaks", str(train), str(test), "--examples", count)
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert f"examples {count}" in r.err and "positive" in r.err
+
+
+def test_split_refuses_stray_split_files_and_force_removes_the_old_names(cli, dataset, tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "val.jsonl").write_text("mine\n", encoding="utf-8")
+    r = cli("split", str(dataset), "--out", str(out))
+    assert r.code == 2 and r.err.count("\n") == 1 and "val.jsonl already exists" in r.err and "--force" in r.err
+    assert (out / "val.jsonl").read_text() == "mine\n"
+    assert cli("split", str(dataset), "--out", str(out), "--ratios", "50/50", "--names", "x,y", "--force").code == 0
+    again = cli("split", str(dataset), "--out", str(out), "--ratios", "50/50", "--force", "--json")
+    assert again.code == 0 and again.json()["campaign_version"]
+    # x, y (listed by the earlier manifest) are gone; val.jsonl was never campaign's and stays untouched
+    assert sorted(p.name for p in out.iterdir()) == ["split_manifest.json", "test.jsonl", "train.jsonl", "val.jsonl"]
+    assert (out / "val.jsonl").read_text() == "mine\n"
+
+
+def test_leaks_says_when_the_near_duplicate_search_was_partial(cli, tmp_path):
+    rng = random.Random(11)
+    crowd = sentence(rng)
+    train = write_jsonl(tmp_path / "train.jsonl", [{"text": crowd}] * 5 + [{"text": sentence(rng)} for _ in range(20)])
+    test = write_jsonl(tmp_path / "test.jsonl", [{"text": crowd}] + [{"text": sentence(rng)} for _ in range(5)])
+    r = cli("leaks", str(train), str(test), "--max-bucket", "2")
+    assert r.code == 1 and "leak.near_duplicate skipped: incomplete:" in " ".join(r.out.split())
+    d = cli("leaks", str(train), str(test), "--max-bucket", "2", "--json").json()
+    assert {c["id"]: c["status"] for c in d["checks"]}["leak.near_duplicate"] == "skipped"
+    assert d["config"]["max_bucket"] == 2

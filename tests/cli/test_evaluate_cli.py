@@ -170,3 +170,22 @@ def test_cli_module_imports_nothing_heavy():
             "print(sorted(m for m in ('numpy', 'scipy', 'sklearn', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_seeds_column_options_named_in_the_errors_exist(run, tmp_path):
+    f = tmp_path / "r.csv"
+    f.write_text("model,run,acc\n" + "".join(f"base,{s},{70 + s}\ncand,{s},{70 + s + d}\n"
+                                            for s, d in enumerate(SLEEP)), encoding="utf-8")
+    one_line_error(run("seeds", str(f)), "no 'variant' field", "pass --variant-field NAME")
+    one_line_error(run("seeds", str(f), "--variant-field", "model"), "no 'seed' field", "pass --seed-field NAME")
+    one_line_error(run("seeds", str(f), "--variant-field", "model", "--seed-field", "run"), "no 'metric' field",
+                   "pass --metric-field NAME")
+    r = run("seeds", str(f), "--variant-field", "model", "--seed-field", "run", "--metric-field", "acc",
+            "--resamples", "500", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["metric"] == "acc" and d["n_seeds"] == 10 and d["mean_diff"] == pytest.approx(1.58)
+    assert d["campaign_version"]
+    # --metric still works
+    assert run("seeds", str(f), "--variant-field", "model", "--seed-field", "run", "--metric", "acc",
+               "--resamples", "200").code == 0

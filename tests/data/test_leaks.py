@@ -91,7 +91,8 @@ def test_three_splits_check_every_earlier_split(tmp_path):
     r = check_files(files)
     pairs = {(p.index, p.query): p.rows for p in r.check("leak.exact_duplicate").pairs}
     assert pairs == {("train.jsonl", "val.jsonl"): 0, ("train.jsonl", "test.jsonl"): 1, ("val.jsonl", "test.jsonl"): 1}
-    assert r.check("leak.exact_duplicate").rows == 2 and r.check("leak.exact_duplicate").rate == 0.05
+    # two distinct test rows leak (one from val, one from train): 2 of test's 20 rows
+    assert r.check("leak.exact_duplicate").rows == 2 and r.check("leak.exact_duplicate").rate == 0.10
     assert r.check("leak.label_conflict").status == "skipped" and r.check("leak.group_overlap").status == "skipped"
 
 
@@ -111,3 +112,70 @@ def test_clean_splits_report_zero(tmp_path):
 def test_needs_two_splits():
     with pytest.raises(InputError, match="at least two splits"):
         find_leaks({"only": make_dataset(["a"])})
+
+
+def test_a_row_leaking_from_two_earlier_splits_counts_once():
+    rng = random.Random(6)
+    shared = sentence(rng)
+    train = [shared] + [sentence(rng) for _ in range(9)]
+    val = [shared] + [sentence(rng) for _ in range(4)]
+    test = [shared, sentence(rng), sentence(rng), sentence(rng)]
+    users = {"train": ["u"] + [f"t{i}" for i in range(9)], "val": ["u"] + [f"v{i}" for i in range(4)],
+             "test": ["u", "s1", "s2", "s3"]}
+    named = {n: make_dataset(t, groups={"user": users[n]}, name=n)
+             for n, t in (("train", train), ("val", val), ("test", test))}
+    r = find_leaks(named, threshold=0.2)
+    for cid in ("leak.exact_duplicate", "leak.group_overlap"):
+        c = r.check(cid)
+        assert [(p.index, p.query, p.rows) for p in c.pairs] == [("train", "val", 1), ("train", "test", 1),
+                                                                 ("val", "test", 1)]
+        # distinct rows: val row 0 and test row 0, not 3; rate: test's 1 of 4 rows (val: 1 of 5)
+        assert c.rows == 2 and c.rate == 0.25 and c.status == "fail"
+
+
+def test_exact_copies_are_counted_not_listed():
+    from campaign.data.dedup import MAX_EXACT_EXAMPLES, cross_duplicates, sketch
+
+    text = "the very same sentence, copied many times over"
+    rng = random.Random(9)
+    # train: 300 copies (100 labelled a, 200 b) and 20 others; test: 200 copies (50 a, 150 b) and 10 others
+    train = make_dataset([text] * 300 + [sentence(rng) for _ in range(20)],
+                         labels=["a"] * 100 + ["b"] * 200 + ["c"] * 20, name="train")
+    test = make_dataset([text] * 200 + [sentence(rng) for _ in range(10)],
+                        labels=["a"] * 50 + ["b"] * 150 + ["c"] * 10, name="test")
+    m = cross_duplicates(sketch(train.texts), sketch(test.texts), max_exact_examples=25)
+    assert m.exact_links == 300 * 200 and m.exact_rows == tuple(range(200))
+    assert len(m.exact) == 25 and all(i == 0 for i, _ in m.exact)       # one example per test row: its first copy
+    assert len(cross_duplicates(sketch(train.texts), sketch(test.texts)).exact) == min(200, MAX_EXACT_EXAMPLES)
+    r = find_leaks([train, test])
+    ex = r.check("leak.exact_duplicate").pairs[0]
+    assert (ex.rows, ex.links, len(ex.examples)) == (200, 60_000, 3)
+    # conflicting pairs: 50 test 'a' x 200 train 'b' + 150 test 'b' x 100 train 'a'; every copy conflicts
+    lab = r.check("leak.label_conflict").pairs[0]
+    assert (lab.rows, lab.links, len(lab.examples)) == (200, 50 * 200 + 150 * 100, 3)
+    assert lab.examples[0].detail == "label 'b' vs 'a'" and lab.examples[0].index_ref == "train:101"
+
+
+def test_a_partial_near_duplicate_search_is_skipped_not_passed():
+    from campaign.data.dedup import DedupConfig
+
+    rng = random.Random(10)
+    crowd = sentence(rng)
+    # 5 copies of one text crowd every LSH bucket of the test copy beyond max_bucket = 2
+    train = make_dataset([crowd] * 5 + [sentence(rng) for _ in range(20)], name="train")
+    test = make_dataset([crowd] + [sentence(rng) for _ in range(10)], name="test")
+    r = find_leaks([train, test], config=DedupConfig(max_bucket=2))
+    near = r.check("leak.near_duplicate")
+    assert near.status == "skipped" and near.seen.startswith("incomplete: ") and "--max-bucket" in near.fix
+    assert any("only partly searched" in n for n in r.notes)
+    assert r.check("leak.exact_duplicate").status == "fail"
+    assert find_leaks([train, test]).check("leak.near_duplicate").status == "pass"   # default cap: searched fully
+    # a leak found in the part searched still fails
+    test2 = make_dataset([edit(rng, crowd, 1)] + [sentence(rng) for _ in range(10)], name="test")
+    assert find_leaks([train, test2], config=DedupConfig(max_bucket=2)).check("leak.near_duplicate").status == "fail"
+
+
+@pytest.mark.parametrize("examples", [0, -1, 1.5, True])
+def test_examples_must_be_a_positive_count(examples):
+    with pytest.raises(InputError, match=f"examples {examples!r} must be a positive number"):
+        find_leaks([make_dataset(["a b c d e"], name="a"), make_dataset(["f g h i j"], name="b")], examples=examples)

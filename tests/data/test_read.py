@@ -130,3 +130,27 @@ def test_refs_name_file_line_and_id(tmp_path):
     p = write_jsonl(tmp_path / "d.jsonl", [{"text": "a", "id": "x1"}, {"text": "b"}])
     ds = read_dataset(p, Fields(id="id"))
     assert ds.ref(0) == f"{p}:1 (id x1)" and ds.ref(1) == f"{p}:2"
+
+
+@pytest.mark.parametrize("header,fragment", [
+    ("text,label,text", "names the column 'text' twice (columns 1 and 3)"),
+    ("text,,label", "column 2 of the header has no name"),
+    ("text,label,note,note", "names the column 'note' twice (columns 3 and 4)"),
+])
+def test_csv_header_with_a_repeated_or_empty_name_is_refused(tmp_path, header, fragment):
+    # the split rewrites whole rows under the header: a lost column name would shift every value after it
+    p = tmp_path / "d.csv"
+    width = header.count(",") + 1
+    p.write_text(header + "\n" + "".join(",".join(f"v{r}{c}" for c in range(width)) + "\n" for r in range(4)),
+                 encoding="utf-8")
+    before = sha(p)
+    with pytest.raises(InputError) as e:
+        read_dataset(p, Fields(label="label"))
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:1: ") and fragment in msg and "\n" not in msg
+    assert "unique" in msg or "name every column" in msg
+    from campaign.data.split import split_file
+
+    with pytest.raises(InputError, match="header"):
+        split_file(p, tmp_path / "out", Fields(label="label"), ratios="50/50")
+    assert not (tmp_path / "out").exists() and sha(p) == before

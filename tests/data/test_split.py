@@ -273,3 +273,56 @@ def test_parse_ratios_and_names():
             parse_ratios(bad)
     with pytest.raises(InputError, match="must be 2 distinct names"):
         split_names("train,train", 2)
+
+
+def test_refuses_to_overwrite_split_files_without_a_manifest(tmp_path):
+    rows = [{"text": f"text {i} is here"} for i in range(30)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "test.jsonl").write_text("my own file\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"test\.jsonl already exists .*--force"):
+        split_file(data, out)
+    assert (out / "test.jsonl").read_text(encoding="utf-8") == "my own file\n"
+    assert sorted(p.name for p in out.iterdir()) == ["test.jsonl"]
+    res = split_file(data, out, force=True)
+    assert sum(p.rows for p in res.parts) == 30 and "my own file" not in (out / "test.jsonl").read_text()
+
+
+def test_force_with_other_names_removes_the_earlier_split_files(tmp_path):
+    rows = [{"text": f"text {i} is here"} for i in range(30)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o"
+    split_file(data, out, ratios="50/50", names="a,b")
+    (out / "notes.txt").write_text("keep me\n", encoding="utf-8")
+    res = split_file(data, out, ratios="80/10/10", force=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "split_manifest.json", "test.jsonl",
+                                                     "train.jsonl", "val.jsonl"]
+    assert any("removed 2 split file(s) of the earlier split: a.jsonl, b.jsonl" in n for n in res.notes)
+    assert sum(len(read_jsonl(Path(p.path))) for p in res.parts) == 30
+
+
+def test_the_leak_check_of_the_written_files_uses_other_hashes(tmp_path):
+    """A weak LSH (1 band of 16 rows: a pair at Jaccard 0.85 is a candidate with probability 0.85**16 = 7%) misses
+    most planted near copies, so they straddle the splits. Rechecking with the split's own hashes would miss the
+    very same pairs; the check with seed + 1 finds some of them, confirmed here by brute force."""
+    from campaign.data.dedup import DedupConfig
+
+    rng = random.Random(4)
+    rows = [{"text": sentence(rng, 50, 60)} for _ in range(150)]
+    rows += [{"text": edit(rng, r["text"], 2)} for r in rows]
+    weak = DedupConfig(num_perm=16, bands=1, rows=16)
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", ratios="50/50", seed=3, dedup=weak)
+    assert res.parameters["dedup"]["seed"] == 3 and res.parameters["leak_check_seed"] == 4
+    assert res.leaks.config.seed == 4 and res.leaks.to_dict()["config"]["seed"] == 4
+    assert any("MinHash seed 4, not the split's 3" in n for n in res.notes)
+    train = read_jsonl(Path(res.parts[0].path))
+    test = read_jsonl(Path(res.parts[1].path))
+    sh_a, sh_b = [shingles(r["text"]) for r in train], [shingles(r["text"]) for r in test]
+    straddling = {(i, q) for i in range(len(train)) for q in range(len(test)) if jaccard(sh_a[i], sh_b[q]) >= 0.8}
+    near = res.leaks.check("leak.near_duplicate")
+    found = {(int(e.index_ref.rsplit(":", 1)[1]) - 1, int(e.query_ref.rsplit(":", 1)[1]) - 1)
+             for e in near.pairs[0].examples}
+    assert len(straddling) > 20                      # the weak split left many near copies across
+    assert near.status == "fail" and 0 < near.rows <= len({q for _, q in straddling}) and not res.passed
+    assert found and found <= straddling             # what the check reports is real

@@ -95,3 +95,23 @@ def test_bad_input(manifest, tmp_path):
     with pytest.raises(InputError, match="needs both the split and the purpose"):
         use_split(manifest, split="test")
     assert not ledger_path(manifest).exists()  # nothing was recorded by the failed calls
+
+
+@pytest.mark.parametrize("splits,fragment", [
+    (None, "'splits' is null, not a list of splits"),
+    ("train,test", "'splits' is \"train,test\", not a list of splits"),
+    ([], "'splits' is [], not a list of splits"),
+    ([{"path": "train.jsonl"}], "split 1 in 'splits'"),
+    ([{"name": "train"}, "test"], "split 2 in 'splits'"),
+    ([{"name": "test"}, {"name": "test"}], "split 2 in 'splits'"),
+    ([{"name": 3}], "split 1 in 'splits'"),
+])
+def test_a_malformed_manifest_is_one_line(tmp_path, splits, fragment):
+    m = tmp_path / "split_manifest.json"
+    m.write_text(json.dumps({"schema": "campaign.split/1", "splits": splits}), encoding="utf-8")
+    for call in (lambda: usage_report(m), lambda: record_usage(m, split="test", purpose="final-test")):
+        with pytest.raises(InputError) as e:
+            call()
+        msg = str(e.value)
+        assert fragment in msg and str(m) in msg and "\n" not in msg and "campaign split" in msg
+    assert not ledger_path(m).exists()

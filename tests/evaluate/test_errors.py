@@ -143,6 +143,9 @@ def test_object_gold_is_refused_for_classification(tmp_path):
 def test_json_round_trip(preds):
     d = json.loads(json.dumps(analyze_errors(preds, slice_by="lang").to_dict()))
     assert d["schema"] == "campaign.errors/1" and d["task"] == "classification" and d["matrix"][0] == [2, 1, 1]
+    from campaign import __version__
+
+    assert d["campaign_version"] == __version__
 
 
 def test_missing_extras_name_the_install_command(preds, monkeypatch, tmp_path):

@@ -58,6 +58,9 @@ def test_validity_required_and_fields_by_hand(preds):
     assert m["exact[amount]"] == 0.2 and m["match[amount]"] == 0.6
     d = r.to_dict()
     assert "per_example" not in d and json.loads(json.dumps(d))["task"] == "extraction"
+    from campaign import __version__
+
+    assert d["campaign_version"] == __version__
 
 
 def test_required_option_overrides_the_schema(preds):
@@ -133,3 +136,26 @@ def test_extraction_review_sheet_cells(preds, tmp_path):
     # a is right on every field but breaks the schema; c is the only clean example, so it is not on the sheet.
     assert cells == {"a": "schema invalid", "d": "schema invalid", "e": "schema invalid", "b": "invalid JSON"}
     assert r.review_rows == 4
+
+
+@pytest.mark.parametrize("keyword,value,fix", [
+    ("properties", [{"name": {"type": "string"}}], "an object of field schemas"),
+    ("required", "name", "a list of field names"),
+    ("enum", 5, "a list of the allowed values"),
+    ("minimum", "5", "a number"),
+    ("maxLength", -1, "an integer >= 0"),
+    ("items", [{"type": "string"}], "one schema object for every item"),
+    ("anyOf", {"type": "string"}, "a non-empty list of schemas"),
+])
+def test_malformed_keyword_values_are_one_line_errors(tmp_path, keyword, value, fix):
+    path = tmp_path / "bad_schema.json"
+    sub = {"type": "string", keyword: value} if keyword not in ("properties", "required") else {}
+    doc = {"type": "object", keyword: value} if keyword in ("properties", "required") else \
+        {"type": "object", "properties": {"name": sub}}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        load_schema(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and repr(keyword) in msg and fix in msg
+    assert msg.endswith("fix the schema")
+    assert ("$.name" in msg) == (keyword not in ("properties", "required"))

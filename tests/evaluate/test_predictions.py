@@ -116,3 +116,18 @@ def test_missing_prediction_is_a_label_of_its_own(tmp_path):
     p.write_text("id,gold,pred\n1,a,\n2,b,b\n", encoding="utf-8")
     gold, pred = labels_of(read_predictions(p))
     assert gold == ["a", "b"] and pred == [NO_PREDICTION, "b"]
+
+
+def test_unicode_line_separators_inside_strings_do_not_split_records(tmp_path):
+    # json.dumps(ensure_ascii=False) writes U+2028, U+2029 and U+0085 raw inside strings: still one record per line.
+    rows = [{"id": "a", "gold": "x\u2028y", "pred": "p\u2029q"}, {"id": "b", "gold": "n\x85m", "pred": "z"},
+            {"id": "c", "gold": "w", "pred": "w"}]
+    p = tmp_path / "p.jsonl"
+    body = json.dumps(rows[0], ensure_ascii=False) + "\n" + json.dumps(rows[1], ensure_ascii=False) + "\r\n" \
+        + json.dumps(rows[2], ensure_ascii=False) + "\r\n"
+    p.write_bytes(body.encode("utf-8"))
+    assert "\u2028".encode() in p.read_bytes()
+    got, _ = read_rows(p)
+    assert [(r.line, r.fields) for r in got] == [(1, rows[0]), (2, rows[1]), (3, rows[2])]
+    s = read_predictions(p)
+    assert s.ids == ("a", "b", "c") and s.predictions[0].gold == "x\u2028y"

@@ -32,6 +32,10 @@ def test_flips_and_counts_by_hand(pair):
     assert (r.accuracy_baseline, r.accuracy_candidate) == (0.6, 0.7)
     # McNemar exact on b = 2, c = 3: two-sided binomial 2 x P(X <= 2 | 5) = 2 x 16/32 > 1 -> 1.
     assert r.mcnemar.method == "exact binomial" and r.mcnemar.p_value == 1.0 and (r.mcnemar.b, r.mcnemar.c) == (2, 3)
+    from campaign import __version__
+
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["schema"].startswith("campaign.regress/") and d["campaign_version"] == __version__
 
 
 def test_mcnemar_agrees_with_statsmodels_on_larger_files(tmp_path):

@@ -104,6 +104,9 @@ def test_all_differences_equal_is_defined(tmp_path):
     # five tied |d| (midrank 3 each), all positive: 1 pattern of 32 at the top; two-sided 2/32.
     assert r.wilcoxon_pvalue == pytest.approx(2 / 32)
     assert any("all differences are equal" in n for n in r.notes)
+    # not only a note: a warning says the interval has zero width because the differences do not vary
+    zero = [w for w in r.warnings if w.startswith("all 5 differences are +0.5")]
+    assert len(zero) == 1 and "do not vary" in zero[0] and "zero width" in zero[0]
     assert json.dumps(r.to_dict(), allow_nan=False)
 
 
@@ -146,7 +149,7 @@ def test_bad_input(tmp_path):
         compare_seeds(text)
     missing = tmp_path / "m.csv"
     missing.write_text("variant,seed,acc\na,1,0.5\nb,1,0.6\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"line 2 has no 'metric' field .*--metric NAME"):
+    with pytest.raises(InputError, match=r"line 2 has no 'metric' field .*--metric-field NAME"):
         compare_seeds(missing)
     dup = tmp_path / "d.csv"
     dup.write_text("variant,seed,metric\na,1,0.5\na,1,0.6\n", encoding="utf-8")
@@ -196,3 +199,31 @@ def test_compare_paired_from_a_notebook():
                        n_resamples=1000, seed=3)
     assert r.mean_diff == pytest.approx(0.03) and r.verdict == "convincing" and r.n_seeds == 5
     assert r.bootstrap.seed == 3
+
+
+@pytest.mark.parametrize("alternative,sm_alternative,sign", [("greater", "larger", 1), ("less", "smaller", -1)])
+def test_one_sided_power_and_seeds_needed_match_statsmodels(sleep_file, alternative, sm_alternative, sign):
+    from statsmodels.stats.power import TTestPower
+
+    r = compare_seeds(sleep_file, alternative=alternative, min_effect=1.0, n_resamples=500)
+    es = sign * 1.0 / float(np.std(SLEEP, ddof=1))   # the effect in the direction the one-sided test looks
+    assert r.power == pytest.approx(TTestPower().power(effect_size=es, nobs=10, alpha=0.05,
+                                                       alternative=sm_alternative), rel=1e-6)
+    n = TTestPower().solve_power(effect_size=es, alpha=0.05, power=0.8, alternative=sm_alternative)
+    assert r.seeds_needed == math.ceil(n) and r.power_effect == sign * 1.0
+    two = compare_seeds(sleep_file, min_effect=1.0, n_resamples=500)
+    assert r.power > two.power and r.seeds_needed < two.seeds_needed   # one-sided tests need fewer seeds
+
+
+def test_columns_named_by_option_and_version_in_json(tmp_path):
+    p = tmp_path / "r.csv"
+    p.write_text("model,run,acc\nbase,1,0.50\ncand,1,0.55\nbase,2,0.60\ncand,2,0.62\n", encoding="utf-8")
+    with pytest.raises(InputError, match="--variant-field NAME"):
+        compare_seeds(p, metric="acc")
+    with pytest.raises(InputError, match="--seed-field NAME"):
+        compare_seeds(p, metric="acc", variant_field="model")
+    r = compare_seeds(p, metric="acc", variant_field="model", seed_field="run", n_resamples=200)
+    assert r.seeds == ("1", "2") and r.differences == pytest.approx((0.05, 0.02))
+    from campaign import __version__
+
+    assert r.to_dict()["campaign_version"] == __version__

@@ -178,3 +178,19 @@ def test_snap_makes_float_noise_ties():
     raw = np.array([0.6, 0.7, 0.8]) - np.array([0.1, 0.2, 0.3])
     assert len(set(raw.tolist())) > 1                     # 0.5, 0.49999999999999994, 0.5
     assert set(snap(raw, 0.8).tolist()) == {0.5}
+
+
+@pytest.mark.parametrize("alternative,sm_alternative,sign", [("greater", "larger", 1), ("less", "smaller", -1)])
+def test_one_sided_power_matches_statsmodels(alternative, sm_alternative, sign):
+    from statsmodels.stats.power import TTestPower
+
+    for effect, sd in ((0.5, 1.0), (1.0, 0.7), (0.2, 0.5)):
+        es = sign * effect / sd
+        n = TTestPower().solve_power(effect_size=es, alpha=0.05, power=0.8, alternative=sm_alternative)
+        assert seeds_for_power(sign * effect, sd, alternative=alternative) == max(2, math.ceil(n - 1e-9))
+        for k in (2, 5, 12):
+            ref = TTestPower().power(effect_size=es, nobs=k, alpha=0.05, alternative=sm_alternative)
+            assert power_paired_t(k, sign * effect, sd, alternative=alternative) == pytest.approx(ref, rel=1e-6)
+    # an effect pointing away from the one-sided alternative is never detected
+    assert power_paired_t(10, -sign * 0.5, 1.0, alternative=alternative) < 0.05
+    assert seeds_for_power(-sign * 0.5, 1.0, alternative=alternative) is None

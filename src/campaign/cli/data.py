@@ -26,6 +26,7 @@ Shingle = Annotated[str, typer.Option("--shingle", help="char (character n-grams
 Ngram = Annotated[int, typer.Option("--ngram", help="n of the shingles.")]
 StripPunct = Annotated[bool, typer.Option("--strip-punctuation", help="Ignore punctuation when comparing texts.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the hashes and of the tie-breaks.")]
+MaxBucket = Annotated[int, typer.Option("--max-bucket", help="LSH bucket size beyond which texts are compared with their next neighbours only (a partial near-duplicate search is reported, never passed).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -41,11 +42,12 @@ def _fields(text: list[str] | None, label: str | None, group: list[str] | None, 
     return Fields(text=tuple(text or ("text",)), label=label, group=tuple(group or ()), id=id_, date=date)
 
 
-def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int) -> "DedupConfig":
+def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int,
+            max_bucket: int = 256) -> "DedupConfig":
     from ..data.dedup import DedupConfig
 
     return DedupConfig(threshold=near_threshold, shingle=shingle, ngram=ngram, strip_punctuation=strip_punctuation,
-                       seed=seed)
+                       seed=seed, max_bucket=max_bucket)
 
 
 def split(
@@ -59,8 +61,9 @@ def split(
     seed: Seed = 0,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Largest gap between target and achieved row fraction (0.01 = 1 point).")] = 0.01,
     near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    max_bucket: MaxBucket = 256,
     skip_bad: SkipBad = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out: overwrite its files and remove the split files its manifest lists.")] = False,
     as_json: o.Json = False,
 ) -> None:
     """Split a dataset so that no group and no exact or near duplicate crosses splits; write the files and a manifest.
@@ -71,7 +74,8 @@ def split(
     from ..data.split import split_file
 
     result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
-                        stratify=stratify, seed=seed, dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed),
+                        stratify=stratify, seed=seed,
+                        dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                         tolerance=tolerance, skip_bad=skip_bad, force=force)
     if as_json:
         o.print_json(result.to_dict())
@@ -86,6 +90,7 @@ def leaks(
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later split (0 = any leak fails).")] = 0.0,
     near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    max_bucket: MaxBucket = 256,
     seed: Seed = 0,
     examples: Annotated[int, typer.Option("--examples", help="Example pairs shown per check and split pair.")] = 3,
     skip_bad: SkipBad = False,
@@ -102,7 +107,8 @@ def leaks(
     if len(files) < 2:
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
-                         config=_config(near_threshold, shingle, ngram, strip_punctuation, seed), examples=examples)
+                         config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
+                         examples=examples)
     if as_json:
         o.print_json(report.to_dict())
     else:
@@ -218,6 +224,9 @@ def render_leaks(r: "LeakReport") -> None:
             t.add_row(ch.id if i == 0 else "", _status(ch.status) if i == 0 else "", f"{p.index} -> {p.query}",
                       f"{p.rows:,}", f"{p.rate:.2%}", f"{p.links:,}", end_section=i == len(ch.pairs) - 1)
     c.print(t)
+    for ch in r.checks:
+        if ch.status == "skipped" and ch.pairs:  # a search that could not be completed: say so, never imply a pass
+            c.print(f"[yellow]{ch.id} skipped[/yellow]: {ch.seen}. Fix: {ch.fix}.")
     for ch in failed:
         c.print(f"[bold]{ch.id}[/bold]: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
         for p in ch.pairs:

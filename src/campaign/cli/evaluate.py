@@ -94,12 +94,15 @@ def regress(
 
 def seeds(
     results: Annotated[str, typer.Argument(help="CSV or JSONL with rows of variant, seed, metric.")],
-    metric: Annotated[str, typer.Option(help="Column holding the metric.")] = "metric",
+    metric: Annotated[str, typer.Option("--metric-field", "--metric", help="Column holding the metric.")] = "metric",
+    variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.")] = "variant",
+    seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.")] = "seed",
     baseline: Annotated[Optional[str], typer.Option(help="Baseline variant (default: the first in the file).")] = None,
     candidate: Annotated[Optional[str], typer.Option(help="Candidate variant (default: the other one).")] = None,
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest improvement worth having, in metric units.")] = 0.0,
     examples: Annotated[Optional[str], typer.Option("--examples", help="Per-example scores (variant, seed, id, score) for a seeds x examples bootstrap.")] = None,
     score_field: Annotated[str, typer.Option("--score-field", help="Column of the per-example score.")] = "score",
+    id_field: Annotated[str, typer.Option("--id-field", help="Column of the example id in the per-example scores.")] = "id",
     lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error rate: improvement = baseline - candidate.")] = False,
     confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
     alternative: Annotated[str, typer.Option(help="two-sided | greater (candidate better) | less.")] = "two-sided",
@@ -117,7 +120,7 @@ def seeds(
     rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
                         score_field=score_field, min_effect=min_effect, confidence=confidence,
                         alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
-                        seed=seed)
+                        seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
     plot_path = None
     if plot:
         from ..evaluate.plots import plot_seeds

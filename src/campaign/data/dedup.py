@@ -727,28 +727,59 @@ def find_duplicates(texts: Iterable[str] | Sketches, config: DedupConfig | None 
                        config=config, notes=tuple(notes))
 
 
+MAX_EXACT_EXAMPLES = 1000  # exact (index, query) pairs listed by cross_duplicates; all are counted
+
+
 @dataclass(frozen=True)
 class CrossMatches:
     """Documents of a query collection that duplicate documents of an index collection.
 
-    exact: (index id, query id) pairs with equal normalized text. near: (index id, query id, jaccard) pairs with
-    Jaccard >= threshold and different normalized text. candidates: pairs sharing an LSH band.
+    exact: example (index id, query id) pairs with equal normalized text: one per matching query document (its
+    first copy in the index), at most `max_exact_examples`; exact_rows: every query id with an exact copy in the
+    index; exact_links: the number of (index, query) pairs with equal text, counted per content hash, never
+    listed (k copies in the index and m in the query are k x m pairs). near: (index id, query id, jaccard) pairs
+    with Jaccard >= threshold and different normalized text. candidates: pairs sharing an LSH band.
+    capped_buckets: query band lookups whose bucket held more than max_bucket index documents (only the first
+    max_bucket were compared: the near-duplicate search was partial).
     """
 
     exact: tuple[tuple[int, int], ...]
     near: tuple[tuple[int, int, float], ...]
     candidates: int
     capped_buckets: int
+    exact_rows: tuple[int, ...] = ()
+    exact_links: int = 0
 
 
-def cross_duplicates(index: Sketches, query: Sketches) -> CrossMatches:
-    """Index one collection (train), query another (eval, test) for exact and near duplicates."""
-    np = _np()
-    by_digest: dict[bytes, list[int]] = {}
-    for i, (d, t) in enumerate(zip(index.digests, index.texts)):
+def exact_index(sk: Sketches) -> dict[bytes, tuple[int, int]]:
+    """{content hash: (first document id, number of documents)} over the non-empty documents of a collection."""
+    out: dict[bytes, tuple[int, int]] = {}
+    for i, (d, t) in enumerate(zip(sk.digests, sk.texts)):
         if t:
-            by_digest.setdefault(d, []).append(i)
-    exact = [(i, q) for q, (d, t) in enumerate(zip(query.digests, query.texts)) if t for i in by_digest.get(d, ())]
+            first, count = out.get(d, (i, 0))
+            out[d] = (first, count + 1)
+    return out
+
+
+def cross_duplicates(index: Sketches, query: Sketches, *,
+                     max_exact_examples: int = MAX_EXACT_EXAMPLES) -> CrossMatches:
+    """Index one collection (train), query another (eval, test) for exact and near duplicates.
+
+    Exact copies are matched by content hash and counted, so k x m copies cost O(k + m), not O(k x m).
+    """
+    np = _np()
+    by_digest = exact_index(index)
+    exact: list[tuple[int, int]] = []
+    rows: list[int] = []
+    links = 0
+    for q, (d, t) in enumerate(zip(query.digests, query.texts)):
+        hit = by_digest.get(d) if t else None
+        if hit is None:
+            continue
+        rows.append(q)
+        links += hit[1]
+        if len(exact) < max_exact_examples:
+            exact.append((hit[0], q))
     a, b, capped = cross_candidate_pairs(index, query)
     n_candidates = len(a)
     keep = prefilter(index, query, a, b)
@@ -761,7 +792,8 @@ def cross_duplicates(index: Sketches, query: Sketches) -> CrossMatches:
     jac = exact_jaccard(index.texts, query.texts, a, b, index.config)
     hit = jac >= index.config.threshold
     near = tuple((int(i), int(q), float(j)) for i, q, j in zip(a[hit], b[hit], jac[hit]))
-    return CrossMatches(exact=tuple(exact), near=near, candidates=n_candidates, capped_buckets=capped)
+    return CrossMatches(exact=tuple(exact), near=near, candidates=n_candidates, capped_buckets=capped,
+                        exact_rows=tuple(rows), exact_links=links)
 
 
 def estimate_jaccard(sig_a: "np.ndarray", sig_b: "np.ndarray") -> float:
@@ -784,7 +816,7 @@ def signatures(texts: Sequence[str], config: DedupConfig | None = None) -> "np.n
     return minhash_signatures(h, counts, config)
 
 
-__all__ = ["CrossMatches", "DedupConfig", "DedupResult", "NearPair", "Sketches", "candidate_pairs",
-           "candidate_probability", "choose_banding", "connected_components", "cross_candidate_pairs",
-           "cross_duplicates", "estimate_jaccard", "exact_jaccard", "find_duplicates", "shingle_hashes",
-           "signatures", "sketch"]
+__all__ = ["MAX_EXACT_EXAMPLES", "CrossMatches", "DedupConfig", "DedupResult", "NearPair", "Sketches",
+           "candidate_pairs", "candidate_probability", "choose_banding", "connected_components",
+           "cross_candidate_pairs", "cross_duplicates", "estimate_jaccard", "exact_index", "exact_jaccard",
+           "find_duplicates", "shingle_hashes", "signatures", "sketch"]

@@ -74,8 +74,10 @@ class PairLeak:
 
 @dataclass(frozen=True)
 class LeakCheck:
-    """One kind of leak over every split pair. status: pass, fail (a pair's rate exceeds the threshold) or
-    skipped (no label or group field to check), with what was seen, why it matters and the fix."""
+    """One kind of leak over every split pair. rows: distinct leaking rows summed over the later splits (a row
+    leaking from two earlier splits counts once); rate: the largest share of leaking rows in a later split.
+    status: pass, fail (a later split's rate exceeds the threshold) or skipped (no label or group field to check,
+    or a search that could not be completed), with what was seen, why it matters and the fix."""
 
     id: str
     status: str
@@ -148,15 +150,20 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
 
     Args:
         splits: {name: Dataset} in order (train first), or Datasets named by their file name.
-        threshold: the largest tolerated rate (leaking rows / rows of the queried split); 0 fails on any leak.
+        threshold: the largest tolerated rate of a later split: its distinct leaking rows (from any earlier
+            split) / its rows; 0 fails on any leak.
         config: near-duplicate settings (threshold, shingles, seed).
-        examples: example pairs kept per split pair and check.
+        examples: example pairs kept per split pair and check (>= 1).
     Returns:
         LeakReport with the checks leak.exact_duplicate, leak.near_duplicate, leak.group_overlap,
-        leak.label_conflict.
+        leak.label_conflict. A check's rows count each row of a later split once, however many earlier splits
+        it leaks from; its rate is the largest such share of a later split. The near-duplicate check is
+        `skipped` (never `pass`) when crowded LSH buckets were only partly searched and nothing was found.
     """
     if not 0.0 <= threshold <= 1.0:
         raise InputError(f"leak threshold {threshold!r} is a rate of rows and must be in [0, 1]; use e.g. 0 or 0.01")
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise InputError(f"examples {examples!r} must be a positive number of example pairs per check; use e.g. 3")
     named = dict(splits) if isinstance(splits, Mapping) else {d.name: d for d in splits}
     if len(named) < 2:
         raise InputError(f"need at least two splits to compare, got {len(named)}; give e.g. TRAIN EVAL [TEST]")
@@ -165,35 +172,38 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
     sketches: dict[str, Sketches] = {n: sketch(named[n].texts, config, progress=progress, description=f"MinHash {n}")
                                      for n in names}
     by_check: dict[str, list[PairLeak]] = {c: [] for c in CHECK_IDS}
+    # distinct leaking rows of each later split, per check (a row leaking from train and val counts once)
+    leaking: dict[str, dict[str, set[int]]] = {c: {n: set() for n in names[1:]} for c in CHECK_IDS}
     notes: list[str] = []
+    capped = 0
     has_labels = all(named[n].labels is not None for n in names)
     group_fields = [g for g in named[names[0]].fields.group if all(g in named[n].fields.group for n in names)]
     for ai, a in enumerate(names):
+        labels_by_digest = _labels_by_digest(named[a], sketches[a]) if has_labels else {}
         for b in names[ai + 1:]:
             da, db = named[a], named[b]
             m = cross_duplicates(sketches[a], sketches[b])
             if m.capped_buckets:
-                notes.append(f"{a} -> {b}: {m.capped_buckets} crowded LSH bucket(s) were only partly checked")
-            # exact
-            ex_rows = sorted({q for _, q in m.exact})
-            by_check[EXACT].append(PairLeak(a, b, len(ex_rows), len(db), len(m.exact), tuple(
+                capped += m.capped_buckets
+                notes.append(f"{a} -> {b}: {m.capped_buckets} crowded LSH bucket(s) held more than "
+                             f"{config.max_bucket} texts and were only partly searched for near duplicates")
+            # exact: counted per content hash
+            leaking[EXACT][b].update(m.exact_rows)
+            by_check[EXACT].append(PairLeak(a, b, len(m.exact_rows), len(db), m.exact_links, tuple(
                 _example(da, i, db, q, "same normalized text") for i, q in m.exact[:examples])))
             # near
-            near_rows = sorted({q for _, q, _ in m.near})
+            near_rows = {q for _, q, _ in m.near}
+            leaking[NEAR][b].update(near_rows)
             near_sorted = sorted(m.near, key=lambda t: (t[1], -t[2]))
             by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
                 _example(da, i, db, q, f"Jaccard {j:.2f}") for i, q, j in near_sorted[:examples])))
-            # label conflicts among exact copies
+            # label conflicts among exact copies, counted from the labels per content hash
             if has_labels:
-                conflicts = [(i, q) for i, q in m.exact
-                             if da.labels[i] is not None and db.labels[q] is not None and da.labels[i] != db.labels[q]]
-                rows = len({q for _, q in conflicts})
-                by_check[LABEL].append(PairLeak(a, b, rows, len(db), len(conflicts), tuple(
-                    _example(da, i, db, q, f"label {da.labels[i]!r} vs {db.labels[q]!r}")
-                    for i, q in conflicts[:examples])))
+                by_check[LABEL].append(_label_conflicts(labels_by_digest, sketches[b], m.exact_rows, da, db, a, b,
+                                                        examples, leaking[LABEL][b]))
             # shared groups
             if group_fields:
-                by_check[GROUP].append(_group_overlap(da, db, a, b, group_fields, examples))
+                by_check[GROUP].append(_group_overlap(da, db, a, b, group_fields, examples, leaking[GROUP][b]))
     checks = []
     for cid in CHECK_IDS:
         pairs = tuple(by_check[cid])
@@ -204,20 +214,64 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
         if cid == GROUP and not group_fields:
             checks.append(LeakCheck(cid, "skipped", 0, 0.0, (), "no group field given", why, "pass --group FIELD"))
             continue
-        rows = sum(p.rows for p in pairs)
-        rate = max((p.rate for p in pairs), default=0.0)
-        status = "fail" if any(p.rows and p.rate > threshold for p in pairs) else "pass"
+        per_split = {n: len(rows) for n, rows in leaking[cid].items()}
+        rows = sum(per_split.values())
+        rate = max((k / len(named[n]) for n, k in per_split.items() if len(named[n])), default=0.0)
+        status = "fail" if any(k and k / len(named[n]) > threshold for n, k in per_split.items()) else "pass"
         if rows:
             seen = f"{rows} row(s) in later splits: {seen}"
         else:
             seen = "none found"
+        if cid == NEAR and capped and status == "pass":
+            # a partial search is never shown as passed
+            status = "skipped"
+            seen = (f"incomplete: {capped} crowded LSH bucket(s) were only partly searched; "
+                    f"{'none found' if not rows else seen} in the part searched")
+            fix = (f"raise the bucket cap above {config.max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
+                   "drop the mass-repeated boilerplate texts that crowd the buckets")
         checks.append(LeakCheck(cid, status, rows, rate, pairs, seen, why, fix))
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
     return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
 
 
-def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[str], examples: int) -> PairLeak:
-    """Group values (per field) with rows on both sides; rows of db in such a group leak."""
+def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:
+    """{content hash: {label: (first row, rows)}} over the labelled, non-empty rows of a split."""
+    out: dict[bytes, dict[str, tuple[int, int]]] = {}
+    for i, (d, t, lab) in enumerate(zip(sk.digests, sk.texts, da.labels or ())):
+        if t and lab is not None:
+            per = out.setdefault(d, {})
+            first, count = per.get(lab, (i, 0))
+            per[lab] = (first, count + 1)
+    return out
+
+
+def _label_conflicts(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], query: Sketches,
+                     exact_rows: Sequence[int], da: Dataset, db: Dataset, a: str, b: str, examples: int,
+                     leaking: set[int]) -> PairLeak:
+    """Rows of db whose exact copies in da carry another label; links = such (da row, db row) pairs, counted."""
+    rows = links = 0
+    ex: list[LeakExample] = []
+    for q in exact_rows:
+        lq = db.labels[q] if db.labels is not None else None
+        per = labels_by_digest.get(query.digests[q])
+        if lq is None or not per:
+            continue
+        other = [(lab, first, count) for lab, (first, count) in per.items() if lab != lq]
+        if not other:
+            continue
+        rows += 1
+        links += sum(count for _, _, count in other)
+        leaking.add(q)
+        if len(ex) < examples:
+            lab, first, _ = min(other, key=lambda o: o[1])
+            ex.append(_example(da, first, db, q, f"label {lab!r} vs {lq!r}"))
+    return PairLeak(a, b, rows, len(db), links, tuple(ex))
+
+
+def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[str], examples: int,
+                   leaking_rows: set[int] | None = None) -> PairLeak:
+    """Group values (per field) with rows on both sides; rows of db in such a group leak (and are added to
+    leaking_rows, the later split's distinct leaking rows)."""
     leaking: set[int] = set()
     links = 0
     ex: list[LeakExample] = []
@@ -237,6 +291,8 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
                     if len(ex) < examples:
                         ex.append(_example(da, first_a[v], db, q, f"{f} = {v!r}"))
         links += len(shared)
+    if leaking_rows is not None:
+        leaking_rows.update(leaking)
     return PairLeak(a, b, len(leaking), len(db), links, tuple(ex))
 
 

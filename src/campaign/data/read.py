@@ -344,6 +344,7 @@ class _scan:
                 raise InputError(f"{self.path}:1: the header is not valid CSV ({e}); fix the header line") from None
             if 1 in bad_lines:
                 raise InputError(f"{self.path}:1: the header is {bad_lines[1]}; save the file as UTF-8")
+            _check_header(self.path, header)
             self.columns.update(dict.fromkeys(header))
             missing = [n for n in self.fields.names if n not in header]
             if missing:
@@ -417,6 +418,20 @@ class _scan:
                 rec["present"] = {n for n in self.fields.names if row[n] is not None}
                 yield r + 1, r, rec
         self.sha256 = sha256_file(self.path)
+
+
+def _check_header(path: str, header: Sequence[str]) -> None:
+    """Every column needs a unique, non-empty name: rows are rewritten whole under the header, so a repeated or
+    empty name would shift or lose a column in the written splits."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, 1):
+        if not name.strip():
+            raise InputError(f"{path}:1: column {i} of the header has no name; name every column (or delete the "
+                             "empty column)")
+        if name in seen:
+            raise InputError(f"{path}:1: the header names the column {name!r} twice (columns {seen[name]} and {i}); "
+                             "rename one so every column name is unique")
+        seen[name] = i
 
 
 @contextlib.contextmanager

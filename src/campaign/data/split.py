@@ -372,9 +372,14 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         stratify: keep each label's ratios (default: when a label field is given and the split is not temporal).
         dedup: near-duplicate settings; its seed is replaced by `seed`.
         tolerance: largest |achieved - target| row fraction for the split.ratio check (0.01 = 1 point).
-        force: replace an existing split manifest in out_dir.
+        force: replace an earlier split in out_dir: the files it would write, and the split files the earlier
+            manifest lists (removed, so a split with other --names leaves no stale file behind).
     Raises:
-        InputError: bad input (file, line, what, fix), or out_dir would overwrite the input or an existing split.
+        InputError: bad input (file, line, what, fix), or out_dir would overwrite the input, or (without force)
+            a file it would write (a split file or the manifest) already exists.
+
+    The leak check of the written files uses MinHash seed `seed + 1` (other hash functions than the split's):
+    a near-duplicate pair the split's LSH missed is searched for again with independent odds.
     """
     import numpy as np
 
@@ -398,9 +403,12 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     for p in (*paths, manifest):
         if p.resolve() == src:
             raise InputError(f"{p}: writing the split there would overwrite the input; choose another --out")
-    if manifest.exists() and not force:
-        raise InputError(f"{manifest} already exists (an earlier split); pass --force to replace it, or choose "
+    existing = [p for p in (manifest, *paths) if p.exists()]
+    if existing and not force:
+        what = "an earlier split" if manifest.exists() else "it would be overwritten"
+        raise InputError(f"{existing[0]} already exists ({what}); pass --force to replace it, or choose "
                          "another --out")
+    stale, stale_note = _earlier_split_files(manifest, paths, src) if force else ([], None)
     ds = read_dataset(path, fields, skip_bad=skip_bad)
     if len(ds) < len(name_t):
         raise InputError(f"{path}: {len(ds)} usable record(s) cannot fill {len(name_t)} splits; add data")
@@ -410,6 +418,8 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     assign = splitter.assign(ds.texts, ds.labels, group_cols or None, dates=ds.dates)
     out.mkdir(parents=True, exist_ok=True)
     _write_parts(ds, assign, paths)
+    for p in stale:  # only once the new files are in place
+        p.unlink(missing_ok=True)
 
     from ..io import atomic_write_json, sha256_file
 
@@ -431,7 +441,15 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     checks, notes = _checks(parts, label_total, tolerance, stratify)
     d = splitter.dedup_
     unit_sizes = np.bincount(np.unique(splitter.units_, return_inverse=True)[1])
-    leaks = check_files(paths, fields, config=config, names=name_t, progress=progress)
+    check_config = replace(config, seed=seed + 1)
+    leaks = check_files(paths, fields, config=check_config, names=name_t, progress=progress)
+    notes.append(f"the leak check of the written files used MinHash seed {seed + 1}, not the split's {seed}: "
+                 "a near-duplicate pair the split's hashes missed gets a second, independent search")
+    if stale:
+        notes.append(f"removed {len(stale)} split file(s) of the earlier split: "
+                     f"{', '.join(p.name for p in stale)}")
+    if stale_note:
+        notes.append(stale_note)
     if ds.n_bad:
         notes.append(f"{ds.n_bad} bad record(s) skipped (first: line {ds.bad[0].line}: {ds.bad[0].reason})")
     notes.extend(d.notes)
@@ -442,7 +460,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         input=ds.to_dict(),
         parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": stratify, "temporal": temporal,
                     "fields": fields.to_dict(), "dedup": config.to_dict(), "tolerance": tolerance,
-                    "skip_bad": skip_bad},
+                    "skip_bad": skip_bad, "leak_check_seed": check_config.seed},
         normalizer=normalizer_id(strip_punctuation=config.strip_punctuation), seed=seed, parts=tuple(parts),
         units=len(unit_sizes), largest_unit=int(unit_sizes.max()),
         duplicates={"exact_duplicates": d.exact_duplicates, "near_pairs": len(d.near_pairs),
@@ -452,6 +470,25 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
     atomic_write_json(manifest, result.to_dict())
     return result
+
+
+def _earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tuple[list[Path], str | None]:
+    """The split files an earlier manifest in the output folder lists that this split will not rewrite (looked up
+    by file name inside the folder; never the input), and a note when that manifest cannot be read."""
+    if not manifest.exists():
+        return [], None
+    try:
+        old = load_manifest(manifest)
+    except InputError:
+        return [], f"the earlier {manifest.name} could not be read; split files it listed were left in place"
+    keep = {p.name for p in paths} | {manifest.name}
+    out = []
+    for s in old["splits"]:
+        name = Path(s.get("path", "")).name
+        p = manifest.parent / name
+        if name and name not in keep and p.is_file() and p.resolve() != src:
+            out.append(p)
+    return out, None
 
 
 def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,
@@ -497,4 +534,16 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     schema = data.get("schema") if isinstance(data, dict) else None
     if not str(schema or "").startswith("campaign.split/"):
         raise InputError(f"{p}: not a campaign split manifest (schema {schema!r}); {fix}")
+    splits = data.get("splits")
+    if not isinstance(splits, list) or not splits:
+        raise InputError(f"{p}: 'splits' is {json.dumps(splits)[:40]}, not a list of splits; {fix} "
+                         "(or rerun `campaign split --force`)")
+    names: set[str] = set()
+    for i, s in enumerate(splits):
+        name = s.get("name") if isinstance(s, dict) else None
+        path = s.get("path", "") if isinstance(s, dict) else None
+        if not isinstance(name, str) or not name or not isinstance(path, str) or name in names:
+            raise InputError(f"{p}: split {i + 1} in 'splits' ({json.dumps(s)[:60]}) needs a unique 'name' and a "
+                             f"'path' string; {fix} (or rerun `campaign split --force`)")
+        names.add(name)
     return data

@@ -86,7 +86,9 @@ class ClassificationReport:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        from .. import __version__
+
+        return {**asdict(self), "campaign_version": __version__}
 
     def metrics(self) -> dict[str, float]:
         """Flat metric names for guards: accuracy, macro_f1, f1[label], precision[label], recall[label], ..."""

@@ -10,6 +10,7 @@ Schemas: a JSON Schema subset (SUPPORTED below); other keywords are refused rath
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import string
@@ -64,6 +65,8 @@ def _check_keywords(s: Any, path: str, where: str) -> None:
     if unknown:
         raise InputError(f"{where} uses {unknown[0]!r} at {path}, which campaign does not check; supported: "
                          f"{', '.join(sorted(SUPPORTED))}; rewrite the schema with those")
+    for key, value in s.items():
+        _check_value(key, value, path, where)
     types = s.get("type", [])
     for t in types if isinstance(types, list) else [types]:
         if t not in TYPES:
@@ -71,7 +74,7 @@ def _check_keywords(s: Any, path: str, where: str) -> None:
     if "pattern" in s:
         try:
             re.compile(s["pattern"])
-        except (re.error, TypeError) as e:
+        except re.error as e:
             raise InputError(f"{where} has an invalid pattern {s['pattern']!r} at {path} ({e}); fix the regex") from None
     for k, sub in s.get("properties", {}).items():
         _check_keywords(sub, f"{path}.{k}", where)
@@ -81,6 +84,49 @@ def _check_keywords(s: Any, path: str, where: str) -> None:
     for key in ("anyOf", "oneOf", "allOf"):
         for i, sub in enumerate(s.get(key, [])):
             _check_keywords(sub, f"{path}.{key}[{i}]", where)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# What each keyword's value must be (JSON Schema draft 2020-12), as (test, what to write).
+_VALUE_RULES: dict[str, tuple[Any, str]] = {
+    "type": (lambda v: isinstance(v, str) or isinstance(v, list) and bool(v) and all(isinstance(t, str) for t in v),
+             'a type name or a list of them, e.g. "string" or ["string", "null"]'),
+    "enum": (lambda v: isinstance(v, list), 'a list of the allowed values, e.g. ["a", "b"]'),
+    "properties": (lambda v: isinstance(v, dict), 'an object of field schemas, e.g. {"name": {"type": "string"}}'),
+    "required": (lambda v: isinstance(v, list) and all(isinstance(r, str) for r in v),
+                 'a list of field names, e.g. ["name"]'),
+    "additionalProperties": (lambda v: isinstance(v, (dict, bool)), "true, false or a schema object"),
+    "items": (lambda v: isinstance(v, (dict, bool)), "true, false or one schema object for every item"),
+    "minItems": (_is_count, "an integer >= 0"),
+    "maxItems": (_is_count, "an integer >= 0"),
+    "minLength": (_is_count, "an integer >= 0"),
+    "maxLength": (_is_count, "an integer >= 0"),
+    "uniqueItems": (lambda v: isinstance(v, bool), "true or false"),
+    "pattern": (lambda v: isinstance(v, str), 'a regular expression as a string, e.g. "^[A-Z]"'),
+    "minimum": (_is_number, "a number, e.g. 0"),
+    "maximum": (_is_number, "a number, e.g. 100"),
+    "exclusiveMinimum": (_is_number, "a number, e.g. 0"),
+    "exclusiveMaximum": (_is_number, "a number, e.g. 100"),
+    "anyOf": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of schemas"),
+    "oneOf": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of schemas"),
+    "allOf": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of schemas"),
+}
+
+
+def _check_value(key: str, value: Any, path: str, where: str) -> None:
+    """One line naming the schema, the keyword and what to write when a keyword's value has the wrong type."""
+    rule = _VALUE_RULES.get(key)
+    if rule is not None and not rule[0](value):
+        shown = json.dumps(value, ensure_ascii=False)
+        shown = shown if len(shown) <= 40 else shown[:39] + "…"
+        raise InputError(f"{where}: {key!r} at {path} is {shown}; it must be {rule[1]}; fix the schema")
 
 
 def _is_type(v: Any, t: str) -> bool:
@@ -272,8 +318,11 @@ class ExtractionReport:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
         d = asdict(self)
         del d["per_example"]
+        d["campaign_version"] = __version__
         return d
 
     def metrics(self) -> dict[str, float]:

@@ -66,7 +66,10 @@ def read_rows(path: str | os.PathLike[str], *, what: str = "input") -> tuple[lis
 
 
 def _jsonl_rows(text: str, path: Path) -> Iterator[Row]:
-    for number, line in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines() also breaks at U+2028, U+2029, U+0085 and other separators, which
+    # json.dumps(ensure_ascii=False) writes raw inside strings of valid JSONL
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

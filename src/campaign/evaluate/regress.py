@@ -130,7 +130,9 @@ class RegressionReport:
         return tuple(g for g in self.guards if not g.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        from .. import __version__
+
+        return {**asdict(self), "campaign_version": __version__}
 
 
 def _check_same_examples(a: PredictionSet, b: PredictionSet, task: str) -> None:

@@ -6,8 +6,9 @@ Input rows: variant, seed, metric (two variants paired by seed); optionally per-
 
 The verdict uses the t interval (the bootstrap over 3-10 seeds is known to be too narrow): `convincing` when
 the interval lies entirely above the minimum useful effect, `no useful effect` when entirely below it,
-`inconclusive` otherwise. Seeds needed: the paired t-test's sample size for 80% power (two-sided, alpha =
-1 - confidence) to detect the minimum effect (or, without one, the observed mean) at the observed SD.
+`inconclusive` otherwise. Seeds needed: the paired t-test's sample size for 80% power (alpha = 1 - confidence,
+with the test's alternative: two-sided, or one-sided in its direction) to detect the minimum effect (or, without
+one, the observed mean) at the observed SD.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def read_seed_results(path: str | os.PathLike[str], *, metric: str = "metric", v
     """Rows of variant, seed, metric from a CSV or JSONL file; one row per (variant, seed)."""
     rows, digest = read_rows(path, what="results")
     require_columns(rows, [variant_field, seed_field, metric], path,
-                    options={metric: "--metric", variant_field: "--variant-field", seed_field: "--seed-field"})
+                    options={metric: "--metric-field", variant_field: "--variant-field", seed_field: "--seed-field"})
     values: dict[str, dict[str, float]] = {}
     lines: dict[tuple[str, str], int] = {}
     for row in rows:
@@ -115,7 +116,9 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
     """
     np = numpy()
     rows, _ = read_rows(path, what="per-example scores")
-    require_columns(rows, [variant_field, seed_field, id_field, score], path, options={score: "--score-field"})
+    require_columns(rows, [variant_field, seed_field, id_field, score], path,
+                    options={score: "--score-field", variant_field: "--variant-field", seed_field: "--seed-field",
+                             id_field: "--id-field"})
     table: dict[tuple[str, str], dict[str, float]] = {}
     for row in rows:
         where = f"{path} line {row.line}"
@@ -189,8 +192,11 @@ class SeedsReport:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
+        from .. import __version__
+
         d = asdict(self)
         d["t_test"] = self.t_test.to_dict()
+        d["campaign_version"] = __version__
         return d
 
 
@@ -235,15 +241,19 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         ex = paired_bootstrap(example_diffs, n_resamples=n_resamples, confidence=confidence, alternative=alternative,
                               seed=seed)
     verdict = verdict_of(t.ci_low, t.ci_high, min_effect) if n >= 2 else "inconclusive"
+    # power against the effect's size in the direction the test looks: a one-sided 'less' test detects a decrease
     effect = abs(min_effect) if min_effect else abs(t.mean)
+    if alternative == "less":
+        effect = -effect
     alpha = 1 - confidence
     power = seeds_needed = None
     warnings: list[str] = []
     notes: list[str] = []
-    if n >= 2 and effect > 0:
-        power = power_paired_t(n, effect, t.sd or 0.0, alpha=alpha)
-        seeds_needed = seeds_for_power(effect, t.sd or 0.0, alpha=alpha, power=TARGET_POWER)
-    what = f"{effect:g} ({'--min-effect' if min_effect else 'the observed mean difference'})"
+    if n >= 2 and effect != 0:
+        power = power_paired_t(n, effect, t.sd or 0.0, alpha=alpha, alternative=alternative)
+        seeds_needed = seeds_for_power(effect, t.sd or 0.0, alpha=alpha, power=TARGET_POWER, alternative=alternative)
+    sided = "" if alternative == "two-sided" else f", one-sided {alternative}"
+    what = f"{effect:g} ({'--min-effect' if min_effect else 'the observed mean difference'}{sided})"
     if n == 1:
         warnings.append("1 seed: no spread can be estimated, so no interval, t-test or power; run at least "
                         f"{FEW_SEEDS} seeds per variant")
@@ -252,6 +262,11 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
                   else "no power to speak of (no effect to detect)")
         need = f"; {seeds_needed} seeds give 80%" if seeds_needed else ""
         warnings.append(f"only {n} seeds: a paired t-test has {detail}{need}")
+    if n >= 2 and t.sd == 0:
+        width = "has zero width" if alternative == "two-sided" else "has its bound at the mean (zero margin)"
+        warnings.append(f"all {n} differences are {t.mean:+.4g}: the differences do not vary, so the t interval "
+                        f"{width} and the p-value, power and seeds needed are optimistic; other seeds will "
+                        "vary: run more seeds, or check that the runs really differ by seed")
     if t.degenerate and n > 1:
         notes.append(t.degenerate)
     if boot.note:
@@ -260,7 +275,7 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         notes.append(f"{w.zeros} seed(s) with no difference are left out of the Wilcoxon and sign tests")
     if w.method == "normal":
         notes.append("Wilcoxon p-value from the normal approximation (over 50 non-zero differences)")
-    if n >= 2 and effect > 0 and seeds_needed is None:
+    if n >= 2 and effect != 0 and seeds_needed is None:
         notes.append(f"more than 100,000 seeds would be needed for 80% power to detect {what}")
     if not min_effect:
         notes.append("no --min-effect: the verdict compares the interval with 0; give the smallest difference "
@@ -274,7 +289,7 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         ci_high=t.ci_high, confidence=confidence, alternative=alternative,
         t_statistic=t.to_dict()["statistic"], t_pvalue=t.p_value, wilcoxon_statistic=w.statistic,
         wilcoxon_pvalue=w.p_value, wilcoxon_method=w.method, sign_pvalue=sg.p_value, min_effect=min_effect,
-        verdict=verdict, power=power, power_effect=effect if effect > 0 else None, seeds_needed=seeds_needed,
+        verdict=verdict, power=power, power_effect=effect if effect != 0 else None, seeds_needed=seeds_needed,
         t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, source=source or {},
         warnings=tuple(warnings), notes=tuple(notes))
 
@@ -283,19 +298,24 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
                   candidate: str | None = None, examples: str | os.PathLike[str] | None = None,
                   score_field: str = "score", min_effect: float = 0.0, confidence: float = 0.95,
                   alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
-                  seed: int = 0) -> SeedsReport:
+                  seed: int = 0, variant_field: str = "variant", seed_field: str = "seed",
+                  id_field: str = "id") -> SeedsReport:
     """Read a results file (variant, seed, metric) and compare two variants paired by seed.
 
+    Args:
+        metric, variant_field, seed_field: the columns of the results file (and, with id_field and score_field,
+            of the per-example scores file).
     Raises:
         InputError: missing columns, a non-numeric metric, unpaired seeds, not exactly two variants.
     """
-    res = read_seed_results(results, metric=metric)
+    res = read_seed_results(results, metric=metric, variant_field=variant_field, seed_field=seed_field)
     base, cand = pick_variants(res.variants, baseline, candidate, str(results))
     seeds, a, b = pair_seeds(res, base, cand)
     ex = None
     source: dict[str, Any] = {"results": {"path": res.path, "sha256": res.sha256}}
     if examples is not None:
-        ex, n_ex = read_example_scores(examples, seeds, base, cand, score=score_field)
+        ex, n_ex = read_example_scores(examples, seeds, base, cand, score=score_field, variant_field=variant_field,
+                                       seed_field=seed_field, id_field=id_field)
         if not higher_is_better:
             ex = -ex
         source["examples"] = {"path": str(examples), "examples": n_ex}

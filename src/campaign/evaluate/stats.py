@@ -239,41 +239,56 @@ def mcnemar(b: int, c: int) -> McNemar:
     return McNemar(b, c, stat, float(scipy_stats().chi2.sf(stat, 1)), "chi-square, continuity corrected")
 
 
-def power_paired_t(n: int, effect: float, sd: float, *, alpha: float = 0.05) -> float | None:
-    """Power of a two-sided paired t-test with n pairs to detect a mean difference `effect` when the
-    differences have SD `sd`: P(|T| > t_crit) with T ~ noncentral t(n - 1, effect / (sd / sqrt(n)))."""
+def power_paired_t(n: int, effect: float, sd: float, *, alpha: float = 0.05,
+                   alternative: str = "two-sided") -> float | None:
+    """Power of a paired t-test with n pairs to detect a mean difference `effect` when the differences have SD
+    `sd`, with T ~ noncentral t(n - 1, effect / (sd / sqrt(n))):
+    two-sided P(|T| > t(1 - alpha/2)); 'greater' P(T > t(1 - alpha)); 'less' P(T < -t(1 - alpha)).
+    A one-sided test only detects an effect in its direction: pass effect > 0 for 'greater', < 0 for 'less'."""
+    check_alternative(alternative)
     if n < 2:
         return None
     if effect == 0:
         return alpha
     if sd == 0:
-        return 1.0
+        if alternative == "two-sided" or (effect > 0) == (alternative == "greater"):
+            return 1.0
+        return 0.0
     st = scipy_stats()
     df = n - 1
-    nc = abs(effect) / (sd / math.sqrt(n))
-    tc = float(st.t.ppf(1 - alpha / 2, df))
-    power = float(st.nct.sf(tc, df, nc) + st.nct.cdf(-tc, df, nc))
+    nc = effect / (sd / math.sqrt(n))
+    if alternative == "two-sided":
+        nc = abs(nc)
+        tc = float(st.t.ppf(1 - alpha / 2, df))
+        power = float(st.nct.sf(tc, df, nc) + st.nct.cdf(-tc, df, nc))
+        far = nc > tc
+    else:
+        tc = float(st.t.ppf(1 - alpha, df))
+        power = float(st.nct.sf(tc, df, nc) if alternative == "greater" else st.nct.cdf(-tc, df, nc))
+        far = nc > tc if alternative == "greater" else nc < -tc
     if not math.isfinite(power):        # scipy's nct gives NaN for huge noncentrality (SD ~1e-12 x the effect)
-        return 1.0 if nc > tc else alpha
+        return 1.0 if far else 0.0 if alternative != "two-sided" else alpha
     return power
 
 
 def seeds_for_power(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.80,
-                    limit: int = 100_000) -> int | None:
-    """Smallest number of paired seeds (>= 2) giving `power` to detect `effect` at SD `sd`; None when the
-    effect is 0 or more than `limit` seeds would be needed."""
-    if effect == 0:
+                    alternative: str = "two-sided", limit: int = 100_000) -> int | None:
+    """Smallest number of paired seeds (>= 2) giving `power` to detect `effect` at SD `sd` (see power_paired_t
+    for the sign of `effect` under a one-sided alternative); None when the effect is 0, points away from a
+    one-sided alternative, or more than `limit` seeds would be needed."""
+    check_alternative(alternative)
+    if effect == 0 or (alternative != "two-sided" and (effect > 0) != (alternative == "greater")):
         return None
     if sd == 0:
         return 2
     lo, hi = 1, 2
-    while power_paired_t(hi, effect, sd, alpha=alpha) < power:   # power grows with n: double, then bisect
-        lo, hi = hi, hi * 2
+    while (power_paired_t(hi, effect, sd, alpha=alpha, alternative=alternative) or 0.0) < power:
+        lo, hi = hi, hi * 2                                      # power grows with n: double, then bisect
         if hi > limit:
             return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if (power_paired_t(mid, effect, sd, alpha=alpha) or 0.0) >= power:
+        if (power_paired_t(mid, effect, sd, alpha=alpha, alternative=alternative) or 0.0) >= power:
             hi = mid
         else:
             lo = mid

@@ -1,7 +1,6 @@
 """The CLI as a user meets it: help with examples, JSON headlines, exit codes, one-line errors."""
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path

@@ -1,7 +1,6 @@
 """`campaign memory MODEL`: will it fit, on which card, with what margin."""
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 

@@ -16,8 +16,7 @@ from ..units import MiB, parse_size
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import estimate_kv
-from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, trainable_tensors,
-                     weight_bytes)
+from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes)
 from .workload import Workload
 
 SCHEMA = "campaign.memory/1"

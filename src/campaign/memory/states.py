@@ -79,15 +79,6 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
     return sum(w.lora_rank * (g.shape[0] + g.shape[1]) * g.count for g in lora_groups(spec, w))
 
 
-def trainable_tensors(spec: ModelSpec, w: Workload) -> int:
-    """How many separate trainable tensors there are (allocator rounding is per tensor)."""
-    if not w.training or w.method == "frozen":
-        return 0
-    if w.method == "full":
-        return sum(g.count for g in spec.groups)
-    return 2 * sum(g.count for g in lora_groups(spec, w))
-
-
 def state_bytes_per_element(w: Workload) -> float:
     """dtype of gradients and optimizer states: fp32 for adapters and mixed precision, else the weight dtype."""
     if w.adapters or w.mixed_precision:

@@ -21,6 +21,7 @@ from .states import is_router, weight_bytes
 from .workload import Workload
 
 TRACE_STEPS = 2  # optimizer states exist from the second step on
+_ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
 
 
 def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%",
@@ -56,6 +57,9 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     notes: list[str] = ["traced on fake CPU tensors: CPU SDPA picks its flash kernel (saves output and logsumexp, "
                         "like flash/memory-efficient attention on a GPU)"]
     base_dtype = _torch_dtype(torch, w)
+    if w.attention == "sdpa" and w.training and any(cfg.get(k) for k in _ATTENTION_DROPOUT):
+        notes.append("attention dropout traced as 0: GPU flash/memory-efficient SDPA keeps no dropout mask, while "
+                     "the CPU kernel would materialize the probabilities")
     if w.dtype in QUANTIZED:
         notes.append(f"{w.dtype} base traced in bf16 (quantized kernels cannot run on fake tensors); its weight "
                      "bytes are replaced by the format's layout")
@@ -169,6 +173,10 @@ def _torch_dtype(torch: Any, w: Workload) -> Any:
 def _build(torch: Any, transformers: Any, cfg: dict[str, Any], arch: str, dtype: Any, w: Workload) -> Any:
     """The transformers model from its config (never remote code), with LoRA and checkpointing as asked."""
     cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
+    if w.attention == "sdpa":
+        # On a GPU, flash and memory-efficient SDPA apply attention dropout without storing a mask; the CPU
+        # kernel would fall back to the math path and materialize b x heads x s x s probabilities instead.
+        cfg.update({k: 0.0 for k in _ATTENTION_DROPOUT if cfg.get(k)})
     model_type = cfg.pop("model_type")
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)

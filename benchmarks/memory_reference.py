@@ -75,7 +75,14 @@ def workload_for(entry: dict):
         mixed_precision=bool(w.get("mixed_precision")), grad_checkpointing=bool(gc),
         attention="eager" if w.get("attention") == "eager" else "sdpa", lora_rank=w.get("lora_rank", 16),
         lora_targets=targets, gpus=w.get("gpus", 1), shard=w.get("shard", "none"),
-        prefill_chunk=w.get("max_num_batched_tokens", 8192), optimizer_impl=w.get("optimizer_impl", "foreach"))
+        prefill_chunk=w.get("max_num_batched_tokens", 8192), optimizer_impl=w.get("optimizer_impl", "foreach"),
+        double_quant=_double_quant(str(w.get("quantization", "double quant"))))
+
+
+def _double_quant(described: str) -> bool:
+    """Whether an entry's bitsandbytes 4-bit setting says it used double quantization."""
+    text = described.lower()
+    return "double quant" in text and "no double" not in text
 
 
 def ours(metric: str, est, spec, w, measured: dict, entry: dict) -> int | None:

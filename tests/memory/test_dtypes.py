@@ -46,3 +46,9 @@ def test_dtype_aliases(typed, canonical):
 def test_unknown_dtype():
     with pytest.raises(UnknownNameError, match="unknown dtype 'bf61'"):
         parse_dtype("bf61")
+
+
+def test_nf4_without_double_quant_keeps_fp32_absmax():
+    # one fp32 absmax per block of 64: 32 bits / 64 = 0.5 bits per parameter of overhead
+    lb = linear_bytes("nf4", 4096, 4096, double_quant=False)
+    assert lb.overhead == 4096 * 4096 // 64 * 4

@@ -13,6 +13,7 @@ Train = Annotated[Optional[bool], typer.Option("--train/--infer", help="Training
 Method = Annotated[str, typer.Option(help="full | lora | qlora | frozen.")]
 Dtype = Annotated[str, typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (default: compute dtype).")]
+DoubleQuant = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="nf4: quantize the absmax scales too (QLoRA; transformers' default is off).")]
 GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
 Batch = Annotated[Optional[int], typer.Option(help="Micro-batch per card (training) or concurrent sequences (inference).")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per sequence (training).")]
@@ -33,6 +34,7 @@ Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of d
 
 
 def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: str | None, group_size: int,
+                    double_quant: bool = True,
                     batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
                     optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
                     lora_rank: int, lora_targets: str, gpus: int, shard: str,
@@ -45,14 +47,15 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: st
     else:
         length = seq_len or context or 2048
         count = batch or sequences or 1
-    return dict(mode=mode, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size, batch=count,
+    return dict(mode=mode, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
+                double_quant=double_quant, batch=count,
                 seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),
                 mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing, attention=attention,
                 lora_rank=lora_rank, lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
                 prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl)
 
 
-_WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "batch", "seq_len", "context", "sequences",
+_WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "double_quant", "batch", "seq_len", "context", "sequences",
                      "optimizer", "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets",
                      "gpus", "shard", "prefill_chunk", "optimizer_impl")
 _DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach")

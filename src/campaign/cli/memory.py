@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 
 def memory(
     model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16",
-    kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, batch: o.Batch = None, seq_len: o.SeqLen = None,
+    kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, double_quant: o.DoubleQuant = True, batch: o.Batch = None, seq_len: o.SeqLen = None,
     context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach",
     mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa",
     lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear", gpus: o.Gpus = 1,

@@ -43,15 +43,17 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128) -> LinearBytes:
+def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128,
+                 double_quant: bool = True) -> LinearBytes:
     """Bytes to store an (out_f x in_f) Linear weight in `dtype`, with each format's metadata.
 
     Layouts (per the libraries that write them):
       fp32/bf16/fp16: dense, no metadata.
       fp8: 1 byte/element + one fp32 scale per output channel (per-channel dynamic fp8, as vLLM/fbgemm).
       int8: bitsandbytes LLM.int8: 1 byte/element + one fp32 scale per row (SCB).
-      nf4: bitsandbytes 4-bit with double quantization (QLoRA): 0.5 byte/element + one uint8 absmax
-           per 64 elements + one fp32 scale per 256 absmax (QLoRA paper, sec. 3: 0.127 bits/param).
+      nf4: bitsandbytes 4-bit, blocks of 64: 0.5 byte/element + one absmax per block, fp32 (4 B), or with
+           double quantization (QLoRA) a uint8 plus one fp32 scale per 256 absmax (QLoRA paper, sec. 3:
+           0.127 bits/param instead of 0.5).
       int4/gptq: 4-bit packed in int32 + fp16 scale and 4-bit zero per group of `group_size` input
            columns per output row + an int32 g_idx per input column (AutoGPTQ qweight/qzeros/scales/g_idx).
       awq: like gptq without g_idx (AutoAWQ GEMM layout).
@@ -65,6 +67,8 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128) ->
         return LinearBytes(n, 4 * out_f)
     if dtype == "nf4":
         blocks = _ceil_div(n, 64)
+        if not double_quant:
+            return LinearBytes(_ceil_div(n, 2), 4 * blocks)
         return LinearBytes(_ceil_div(n, 2), blocks + 4 * _ceil_div(blocks, 256))
     if dtype in ("int4", "gptq", "awq"):
         groups = _ceil_div(in_f, group_size) * out_f
@@ -75,8 +79,10 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128) ->
     raise UnknownNameError("dtype", dtype, list(ELEMENT_BYTES))
 
 
-def format_note(dtype: str, group_size: int) -> str:
+def format_note(dtype: str, group_size: int, double_quant: bool = True) -> str:
     """One line naming the quantized layout assumed."""
+    if dtype == "nf4" and not double_quant:
+        return "bitsandbytes NF4, blocks of 64, fp32 absmax (no double quantization)"
     return {
         "fp8": "fp8 e4m3 with an fp32 scale per output channel",
         "int8": "bitsandbytes LLM.int8 with an fp32 scale per row",

@@ -215,9 +215,9 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
     items = []
     if w.dtype in QUANTIZED:
         items.append(Item(f"weights, {w.dtype} linear layers", _div(wb.quantized, n),
-                          f"{format_note(w.dtype, w.group_size)}: data{split}", "weights", "format layout"))
+                          f"{format_note(w.dtype, w.group_size, w.double_quant)}: data{split}", "weights", "format layout"))
         items.append(Item("quantization scales/zeros", _div(wb.quant_overhead, n),
-                          f"metadata of {format_note(w.dtype, w.group_size)}{split}", "weights", "format layout"))
+                          f"metadata of {format_note(w.dtype, w.group_size, w.double_quant)}{split}", "weights", "format layout"))
         kept = ", ".join(wb.dense_names[:6]) + ("..." if len(wb.dense_names) > 6 else "")
         items.append(Item("weights kept 16-bit", _div(wb.dense, n),
                           f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",

@@ -45,7 +45,8 @@ def weight_bytes(spec: ModelSpec, w: Workload) -> WeightBytes:
     dense_dtype = "fp32" if amp_fp32 else (w.dtype if w.dtype in ("fp32", "bf16", "fp16") else "bf16")
     for g in spec.groups:
         if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks and not is_router(g):
-            lb = linear_bytes(w.dtype, g.shape[0], g.shape[1], group_size=w.group_size)
+            lb = linear_bytes(w.dtype, g.shape[0], g.shape[1], group_size=w.group_size,
+                              double_quant=w.double_quant)
             quantized += lb.data * g.count
             overhead += lb.overhead * g.count
             largest = max(largest, g.numel * 2)  # loaded in 16-bit, then quantized

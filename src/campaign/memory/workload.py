@@ -31,6 +31,7 @@ class Workload:
     dtype: str = "bf16"
     kv_dtype: str | None = None
     group_size: int = 128
+    double_quant: bool = True
     batch: int = 1
     seq_len: int = 2048
     optimizer: str = "adamw"

@@ -19,6 +19,7 @@ plan: setup
 	$(BIN)/campaign memory llama-3.1-8b --method qlora --batch 4 --seq-len 2048 --card rtx-4090
 
 test: setup
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 bench: setup

@@ -16,7 +16,7 @@ $(BIN)/campaign: pyproject.toml
 setup: $(BIN)/campaign
 
 plan: setup
-	$(BIN)/campaign memory llama-3.1-8b --method qlora --batch 4 --seq-len 2048 --card rtx-4090
+	$(BIN)/campaign memory llama-3.1-8b --method qlora --batch 2 --seq-len 2048 --grad-checkpointing --mixed-precision --card rtx-4090
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

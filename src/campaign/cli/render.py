@@ -71,15 +71,15 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
     table.add_column("item")
     table.add_column("GiB", justify="right")
     table.add_column("formula", overflow="fold", max_width=90)
-    for item in est.items:
-        if item.category == "overhead" and item.name.startswith("CUDA"):
-            table.add_row("[dim]= peak reserved[/dim]", f"[dim]{g(est.peak_reserved_bytes)}[/dim]", "", end_section=True)
-        if item.category == "reserve":
-            table.add_row("[dim]= device (nvidia-smi)[/dim]", f"[dim]{g(est.device_bytes)}[/dim]", "", end_section=True)
-        table.add_row(item.name, g(item.bytes), item.formula)
-        if item is est.items[len(est.items) - 4]:
-            table.add_row("[dim]= peak allocated[/dim]", f"[dim]{g(est.peak_allocated_bytes)}[/dim]", "",
-                          end_section=True)
+    # the last three items are the allocator overhead, the context and the reserve; a subtotal follows each level
+    *tensors, allocator, context, reserve = est.items
+    levels = ((tensors, "peak allocated", est.peak_allocated_bytes), ([allocator], "peak reserved",
+              est.peak_reserved_bytes), ([context], "device (nvidia-smi)", est.device_bytes))
+    for items, label, subtotal in levels:
+        for item in items:
+            table.add_row(item.name, g(item.bytes), item.formula)
+        table.add_row(f"[dim]= {label}[/dim]", f"[dim]{g(subtotal)}[/dim]", "", end_section=True)
+    table.add_row(reserve.name, g(reserve.bytes), reserve.formula)
     table.add_row("[bold]required[/bold]", f"[bold]{g(est.required_bytes)}[/bold]", "")
     console.print(table)
     phases = "  ".join(f"{p.name} {g(p.bytes)}" + (" [bold]<- peak[/bold]" if p.name == est.peak_phase else "")

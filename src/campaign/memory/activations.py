@@ -86,7 +86,7 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     else:
         kv_heads = spec.num_kv_heads if w.attention == "sdpa" else nh  # eager repeats KV heads before matmul
         q_bytes, k_bytes, v_bytes, out_bytes = c * nh * hd, c * kv_heads * hd, c * kv_heads * hd, c * nh * hd
-    terms.append(("attention q, k, v (after RoPE)", q_bytes + k_bytes + v_bytes))
+    terms.append(("attention q, k, v (as SDPA keeps them)", q_bytes + k_bytes + v_bytes))
     # The attention output is kept by SDPA's backward and is also o_proj's input: flash kernels write it
     # (b, s, heads, dim)-contiguous, so the transpose + contiguous before o_proj is free. Eager attention
     # keeps it only when o_proj trains.

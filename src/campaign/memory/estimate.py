@@ -295,8 +295,9 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     if lg:
         bwd_start += [Item("logits (saved for backward)", logits_saved, "b x s x V x (compute + 4 B log_softmax output)",
                            "logits", "transformers ForCausalLMLoss"),
-                      Item("logits gradients", int(tokens * V * (8 if causal else c)), "fp32 grad into and out of log_softmax: b x s x V x 8 B",
-                           "logits", "autograd")]
+                      Item("logits gradients", int(tokens * V * (8 if causal else 2 * c)),
+                           "grads into and out of log_softmax: b x s x V x (8 B fp32 for causal LMs, 2 x compute "
+                           "bytes for MLM)", "logits", "autograd")]
     bwd_transient = one_layer if w.grad_checkpointing else 0
     bwd_end = list(states + persist + fwd_only + [grads])
     layer_grads = _layer_grad_temporaries(spec, w)

@@ -132,3 +132,16 @@ def test_trace_and_formula_agree_per_phase(model, kw):
     for t, a in zip(traced.phases, analytic.phases):
         assert t.name == a.name
         assert a.bytes == pytest.approx(t.bytes, rel=0.06), t.name
+
+
+def test_classification_heads_get_labels_of_their_shape(write_config):
+    cfg = dict(model_type="bert", architectures=["BertForSequenceClassification"], hidden_size=64,
+               intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=500,
+               max_position_embeddings=128, id2label={"0": "neg", "1": "neutral", "2": "pos"})
+    d = write_config(cfg, "tiny-bert")
+    est = trace_memory(str(d), make_workload(batch=4, seq_len=32))
+    assert [p.name for p in est.phases] == ["load", "forward", "backward", "optimizer step"]
+    from campaign.memory.protocol import measure_workload
+
+    m = measure_workload(str(d), make_workload(batch=4, seq_len=32), device="cpu")
+    assert m.status == "ok" and m.peak_allocated_bytes > 0

@@ -108,6 +108,9 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
         net.train(w.training)
     vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
+    from .trace import labels_for
+
+    labels = labels_for(torch, arch or "", cfg, ids).to(dev)
     if w.training and w.method != "frozen":
         params = [p for p in net.parameters() if p.requires_grad]
         impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]
@@ -122,9 +125,9 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
             with meter.phase("forward"):
                 if autocast is not None:
                     with torch.autocast(dev.type, dtype=torch.bfloat16):
-                        loss = net(input_ids=ids, labels=ids, use_cache=False).loss
+                        loss = net(input_ids=ids, labels=labels, use_cache=False).loss
                 else:
-                    loss = net(input_ids=ids, labels=ids, use_cache=False).loss
+                    loss = net(input_ids=ids, labels=labels, use_cache=False).loss
             tell(f"backward (step {step + 1})")
             with meter.phase("backward"):
                 loss.backward()

@@ -83,6 +83,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
             tracker.register(t, "weights")
         tracker.track_gradients(net.parameters())
         ids = torch.randint(0, spec.vocab_size, (w.batch, w.seq_len))
+        labels = labels_for(torch, spec.architecture, cfg, ids)
         with tracker:
             tracker.phase("activations")
             phases.append(_phase(tracker, "load", "weights on the card"))
@@ -92,7 +93,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                     tracker.phase("activations")
                     tell(f"forward (step {step + 1})")
                     with _autocast(torch, w):
-                        out = net(input_ids=ids, labels=ids, use_cache=False)
+                        out = net(input_ids=ids, labels=labels, use_cache=False)
                     fwd = _phase(tracker, "forward", "peak of the forward, loss included")
                     tracker.phase("temporaries")
                     tell(f"backward (step {step + 1})")
@@ -135,6 +136,16 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top,
                            simulated_reserved=reserved)
+
+
+def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:
+    """Training targets shaped for the model's head: one class per sequence, per token, or the next tokens."""
+    classes = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels") or 2)
+    if arch.endswith(("ForSequenceClassification", "ForMultipleChoice")):
+        return torch.randint(0, classes, (ids.shape[0],))
+    if arch.endswith("ForTokenClassification"):
+        return torch.randint(0, classes, tuple(ids.shape))
+    return ids
 
 
 def _fake_mesh(world: int) -> Any:

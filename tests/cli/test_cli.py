@@ -50,6 +50,15 @@ def test_memory_inference_reads_context_and_sequences(cli):
     assert kv["bytes"] == 131_072 * 8192 * 4
 
 
+def test_inference_keeps_the_checkpoints_quantized_format(cli):
+    infer = cli("memory", "deepseek-v3", "--infer", "--context", "1024", "--json", "--no-solve").json()
+    assert infer["workload"]["dtype"] == "fp8" and infer["workload"]["group_size"] == 128
+    train = cli("memory", "deepseek-v3", "--json", "--no-solve").json()
+    assert train["workload"]["dtype"] == "bf16"  # training dequantizes: full fine-tuning cannot update fp8
+    forced = cli("memory", "deepseek-v3", "--infer", "--dtype", "bf16", "--json", "--no-solve").json()
+    assert forced["workload"]["dtype"] == "bf16"
+
+
 def test_kv_json_and_card(cli):
     d = cli("kv", "llama-3.1-8b", "--context", "8192", "--sequences", "2", "--json").json()
     assert d["bytes"] == 131_072 * 8192 * 2 and d["bytes_per_token"] == 131_072

@@ -32,9 +32,24 @@ def test_dense(dtype, per):
     assert linear_bytes(dtype, 10, 7).total == 70 * per
 
 
-def test_int8_and_fp8_carry_a_scale_per_row():
+def test_int8_carries_a_scale_per_row():
     assert linear_bytes("int8", 10, 7).total == 70 + 10 * 4
-    assert linear_bytes("fp8", 10, 7).total == 70 + 10 * 4
+
+
+def test_fp8_carries_a_scale_per_128_block():
+    # DeepSeek-V3's layout: weight_scale_inv of shape (ceil(out/128), ceil(in/128)), fp32
+    assert linear_bytes("fp8", 4096, 7168).overhead == 32 * 56 * 4
+    assert linear_bytes("fp8", 300, 200).overhead == 3 * 2 * 4
+
+
+def test_checkpoint_formats_from_quantization_config():
+    from campaign.memory.dtypes import checkpoint_format
+
+    assert checkpoint_format({"quant_method": "fp8", "weight_block_size": [128, 128]}) == ("fp8", 128)
+    assert checkpoint_format({"quant_method": "gptq", "bits": 4, "group_size": 64}) == ("gptq", 64)
+    assert checkpoint_format({"quant_method": "awq", "q_group_size": 128}) == ("awq", 128)
+    assert checkpoint_format({"quant_method": "bitsandbytes", "load_in_4bit": True})[0] == "nf4"
+    assert checkpoint_format(None) is None
 
 
 @pytest.mark.parametrize("typed, canonical", [("bfloat16", "bf16"), ("torch.float16", "fp16"), ("NF4", "nf4"),

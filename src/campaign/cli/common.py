@@ -11,7 +11,8 @@ Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (th
 Model = Annotated[str, typer.Argument(help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
 Train = Annotated[Optional[bool], typer.Option("--train/--infer", help="Training step (default) or inference.")]
 Method = Annotated[str, typer.Option(help="full | lora | qlora | frozen.")]
-Dtype = Annotated[str, typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq.")]
+Dtype = Annotated[Optional[str], typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq "
+                                               "(default: bf16; for inference, a quantized checkpoint's own format).")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (default: compute dtype).")]
 DoubleQuant = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="nf4: quantize the absmax scales too (QLoRA; transformers' default is off).")]
 GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
@@ -61,11 +62,21 @@ _WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "doub
 _DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach")
 
 
-def workload_from(options: dict[str, Any]) -> Any:
-    """The validated Workload from a command's workload options (pass the command's locals())."""
+def workload_from(options: dict[str, Any], spec: Any = None) -> Any:
+    """The validated Workload from a command's workload options (pass the command's locals()).
+
+    Without --dtype, inference keeps a quantized checkpoint's format (its quantization_config); else bf16.
+    """
     from ..memory import make_workload
+    from ..memory.dtypes import checkpoint_format
 
     picked = {**_DEFAULTS, **{k: v for k, v in options.items() if k in _WORKLOAD_OPTIONS}}
+    if picked.get("dtype") is None:
+        inference = picked.get("train") is False
+        native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
+        picked["dtype"] = native[0] if native else "bf16"
+        if native and picked.get("group_size", 128) == 128:
+            picked["group_size"] = native[1]
     return make_workload(**workload_kwargs(**picked))
 
 

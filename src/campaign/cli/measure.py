@@ -21,7 +21,7 @@ Device = Annotated[Optional[str], typer.Option(help="cuda (NVIDIA or ROCm) or cp
 
 def measure(
     model: Annotated[Optional[str], typer.Argument(help="Model to build with random weights (omit with --script).")] = None,
-    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16", batch: o.Batch = None,
+    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None, batch: o.Batch = None,
     seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
     optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
     grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
@@ -68,7 +68,7 @@ def explain(
     measured: Annotated[Optional[Path], typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
     traced_file: Annotated[Optional[Path], typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
     trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).")] = False,
-    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16", batch: o.Batch = None,
+    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None, batch: o.Batch = None,
     seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
     optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
     grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
@@ -94,7 +94,7 @@ def explain(
         if measured is None:
             raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
         m = load_measurement(measured)
-        w = o.workload_from(locals())
+        w = o.workload_from(locals(), load_spec(first))
         analytic = estimate_memory(load_spec(first), w, reserve=reserve)
         traced = None
         if trace_now:

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
 
 def memory(
-    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16",
+    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None,
     kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, double_quant: o.DoubleQuant = True, batch: o.Batch = None, seq_len: o.SeqLen = None,
     context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach",
     mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa",
@@ -36,7 +36,7 @@ def memory(
     from ..models import load_spec
 
     spec = load_spec(model)
-    w = o.workload_from(locals())
+    w = o.workload_from(locals(), spec)
     est = estimate_memory(spec, w, reserve=reserve)
     if card:
         cards = [find_card(card)]

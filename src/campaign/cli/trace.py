@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
 
 
 def trace(
-    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = "bf16",
+    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None,
     kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, double_quant: o.DoubleQuant = True, batch: o.Batch = None, seq_len: o.SeqLen = None,
     context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None,
     optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
@@ -29,7 +29,9 @@ def trace(
     from ..memory.trace import trace_memory
     from .render import console, memory as render_memory, progress_reporter
 
-    w = o.workload_from(locals())
+    from ..models import load_spec
+
+    w = o.workload_from(locals(), load_spec(model))
     with progress_reporter("tracing") as tell:
         est = trace_memory(model, w, reserve=reserve, progress=tell)
     fits = []

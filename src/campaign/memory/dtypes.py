@@ -49,7 +49,8 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128,
 
     Layouts (per the libraries that write them):
       fp32/bf16/fp16: dense, no metadata.
-      fp8: 1 byte/element + one fp32 scale per output channel (per-channel dynamic fp8, as vLLM/fbgemm).
+      fp8: 1 byte/element + one fp32 scale per group_size x group_size block (the 128 x 128 block layout of
+           the FP8 checkpoints on the Hub: DeepSeek-V3, Qwen3-FP8; `weight_scale_inv`).
       int8: bitsandbytes LLM.int8: 1 byte/element + one fp32 scale per row (SCB).
       nf4: bitsandbytes 4-bit, blocks of 64: 0.5 byte/element + one absmax per block, fp32 (4 B), or with
            double quantization (QLoRA) a uint8 plus one fp32 scale per 256 absmax (QLoRA paper, sec. 3:
@@ -62,7 +63,7 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128,
     if dtype in ("fp32", "bf16", "fp16"):
         return LinearBytes(int(n * ELEMENT_BYTES[dtype]), 0)
     if dtype == "fp8":
-        return LinearBytes(n, 4 * out_f)
+        return LinearBytes(n, 4 * _ceil_div(out_f, group_size) * _ceil_div(in_f, group_size))
     if dtype == "int8":
         return LinearBytes(n, 4 * out_f)
     if dtype == "nf4":
@@ -79,12 +80,27 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128,
     raise UnknownNameError("dtype", dtype, list(ELEMENT_BYTES))
 
 
+def checkpoint_format(quant: dict | None) -> tuple[str, int] | None:
+    """(dtype, group size) of a checkpoint's quantization_config, or None for a dense checkpoint."""
+    if not quant:
+        return None
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        block = quant.get("weight_block_size") or [128, 128]
+        return "fp8", int(block[0])
+    if method in ("gptq", "awq"):
+        return method, int(quant.get("group_size") or quant.get("q_group_size") or 128)
+    if method == "bitsandbytes":
+        return ("nf4", 128) if quant.get("load_in_4bit") else ("int8", 128)
+    return None
+
+
 def format_note(dtype: str, group_size: int, double_quant: bool = True) -> str:
     """One line naming the quantized layout assumed."""
     if dtype == "nf4" and not double_quant:
         return "bitsandbytes NF4, blocks of 64, fp32 absmax (no double quantization)"
     return {
-        "fp8": "fp8 e4m3 with an fp32 scale per output channel",
+        "fp8": f"fp8 e4m3 with an fp32 scale per {group_size} x {group_size} block",
         "int8": "bitsandbytes LLM.int8 with an fp32 scale per row",
         "nf4": "bitsandbytes NF4 with double quantization (blocks of 64, absmax in 8 bits)",
         "int4": f"4-bit packed, fp16 scale and 4-bit zero per group of {group_size}, int32 g_idx",

@@ -61,6 +61,13 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
     console.print(f"{params}. Peak [bold]{fmt_gib(est.peak_allocated_bytes)}[/bold] allocated in the "
                   f"[bold]{est.peak_phase}[/bold]; [bold]{fmt_gib(est.device_bytes)}[/bold] on the device; "
                   f"[bold]{fmt_gib(est.required_bytes)}[/bold] with the reserve (per card).")
+    if fits and not card_name:
+        groups = {v: [f.card for f in fits if f.verdict == v] for v in VERDICT_STYLE}
+        short = lambda names: ", ".join(names) if len(names) <= 6 else ", ".join(names[:5]) + f" and {len(names) - 5} more"  # noqa: E731
+        parts = [f"[{VERDICT_STYLE[v]}]{label}: {short(names)}"
+                 f"[/{VERDICT_STYLE[v]}]" for v, label in (("fits", "fits"), ("tight", "tight (inside the reserve)"),
+                                                           ("does not fit", "does not fit")) if (names := groups[v])]
+        console.print("; ".join(parts))
     if card_name and fits:
         f = fits[0]
         style = VERDICT_STYLE[f.verdict]

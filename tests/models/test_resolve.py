@@ -97,6 +97,8 @@ def test_hf_cache_lookup_is_offline(tmp_path, monkeypatch):
     (snap / "config.json").write_text(json.dumps(tiny_llama(num_hidden_layers=3)))
     (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
     (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     spec = load_spec("acme/tiny")
     assert spec.num_layers == 3 and spec.source.startswith("hf-cache:")

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+# Human output is checked as text: give every run the same wide terminal, whatever the machine's COLUMNS.
+os.environ["COLUMNS"] = "200"
 
 
 @dataclass

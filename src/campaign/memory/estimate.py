@@ -7,7 +7,7 @@ so sum(items) == required_bytes.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InputError
@@ -104,10 +104,6 @@ class MemoryEstimate:
         if self.device_bytes <= memory_bytes:
             return "tight"
         return "does not fit"
-
-    def dominant(self) -> Item:
-        """The largest item at the peak."""
-        return max(self.items, key=lambda i: i.bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -409,8 +405,3 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         notes.append("eager attention materializes b x heads x s x s scores; sdpa (flash) does not")
     notes.append("GiB = 2**30 bytes; an '80 GB' card is 80e9 bytes or less as the driver reports it")
     return tuple(notes)
-
-
-def with_workload(workload: Workload, **changes: Any) -> Workload:
-    """A copy of the workload with some fields changed (for the solvers)."""
-    return replace(workload, **changes)

@@ -8,7 +8,7 @@ from typing import Any
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
 from .estimate import FRAGMENTATION, Fit, MemoryEstimate, estimate_memory, parse_reserve
-from .kv import _largest
+from .kv import largest_satisfying
 from .workload import Workload
 
 
@@ -23,7 +23,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             cache[n] = est.required_bytes <= memory_bytes
         return cache[n]
 
-    return _largest(ok, limit)
+    return largest_satisfying(ok, limit)
 
 
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,

@@ -121,18 +121,18 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
 def max_context_for(spec: ModelSpec, budget_bytes: int, *, sequences: int = 1, dtype: str = "bf16",
                     block_size: int = 1, tp: int = 1, limit: int = 10_000_000) -> int:
     """Longest context per sequence whose cache fits `budget_bytes` (0 if not even one token)."""
-    return _largest(lambda n: estimate_kv(spec, context=n, sequences=sequences, dtype=dtype,
+    return largest_satisfying(lambda n: estimate_kv(spec, context=n, sequences=sequences, dtype=dtype,
                                           block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
 
 
 def max_sequences_for(spec: ModelSpec, budget_bytes: int, *, context: int, dtype: str = "bf16",
                       block_size: int = 1, tp: int = 1, limit: int = 1_000_000) -> int:
     """Most concurrent sequences of `context` tokens whose cache fits `budget_bytes`."""
-    return _largest(lambda n: estimate_kv(spec, context=context, sequences=n, dtype=dtype,
+    return largest_satisfying(lambda n: estimate_kv(spec, context=context, sequences=n, dtype=dtype,
                                           block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
 
 
-def _largest(ok: Any, limit: int) -> int:
+def largest_satisfying(ok: Any, limit: int) -> int:
     """Largest n in [0, limit] with ok(n) true, for a monotone predicate (exponential then binary search)."""
     if not ok(1):
         return 0

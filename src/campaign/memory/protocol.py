@@ -5,10 +5,10 @@ import runpy
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.resolve import resolve_config
+from .build import finish, instantiate, labels_for, model_class_and_config, torch_dtype
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -82,35 +82,17 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     meter = MemoryMeter(device)
     tell = progress or (lambda _p: None)
     cfg, _source, name, _dir = resolve_config(model)
-    cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    config._attn_implementation = w.attention
-    arch = (cfg.get("architectures") or [None])[0]
-    cls = getattr(transformers, arch, None) if arch else None
-    cls = cls or transformers.AutoModelForCausalLM
-    dtype = {"fp32": torch.float32, "fp16": torch.float16}.get(w.dtype, torch.bfloat16)
-    if w.mixed_precision and w.base_trainable:
-        dtype = torch.float32
+    cls, config = model_class_and_config(transformers, cfg, w)
+    arch = cls.__name__
     dev = torch.device(meter.device)
     tell("load")
     with meter.phase("load"):
         with dev:
-            net = cls._from_config(config, dtype=dtype)
-        if not w.training or w.method in ("lora", "qlora", "frozen"):
-            net.requires_grad_(False)
-        if w.training and w.adapters:
-            import peft
-
-            targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
-            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
-        if w.training and w.grad_checkpointing:
-            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        net.train(w.training)
+            net = instantiate(cls, config, torch_dtype(torch, w), w)
+        finish(net, w)
     vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
-    from .trace import labels_for
-
-    labels = labels_for(torch, arch or "", cfg, ids).to(dev)
+    labels = labels_for(torch, arch, cfg, ids).to(dev)
     if w.training and w.method != "frozen":
         params = [p for p in net.parameters() if p.requires_grad]
         impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]

@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import ConfigError, InputError, MissingDependencyError
+from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
+from .build import ATTENTION_DROPOUT, finish, instantiate, labels_for, model_class_and_config, torch_dtype
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes
 from .workload import Workload
 
 TRACE_STEPS = 2  # optimizer states exist from the second step on
-_ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
 
 
 def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%",
@@ -56,8 +56,8 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     spec = spec_from_config(cfg, name=name, source=source)
     notes: list[str] = ["traced on fake CPU tensors: CPU SDPA picks its flash kernel (saves output and logsumexp, "
                         "like flash/memory-efficient attention on a GPU)"]
-    base_dtype = _torch_dtype(torch, w)
-    if w.attention == "sdpa" and w.training and any(cfg.get(k) for k in _ATTENTION_DROPOUT):
+    base_dtype = torch_dtype(torch, w)
+    if w.attention == "sdpa" and w.training and any(cfg.get(k) for k in ATTENTION_DROPOUT):
         notes.append("attention dropout traced as 0: GPU flash/memory-efficient SDPA keeps no dropout mask, while "
                      "the CPU kernel would materialize the probabilities")
     if w.dtype in QUANTIZED:
@@ -73,7 +73,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
         notes.append(f"FSDP2 full sharding over {w.gpus} fake ranks (fake process group): per-card figures")
     with FakeTensorMode():
         tell("build")
-        net = _build(torch, transformers, cfg, spec.architecture, base_dtype, w)
+        net = _build(torch, transformers, cfg, base_dtype, w)
         if mesh is not None:
             _shard(torch, net, mesh, w)
         optimizer = _optimizer(torch, net, w) if w.training and w.method != "frozen" else None
@@ -138,16 +138,6 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                            simulated_reserved=reserved)
 
 
-def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:
-    """Training targets shaped for the model's head: one class per sequence, per token, or the next tokens."""
-    classes = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels") or 2)
-    if arch.endswith(("ForSequenceClassification", "ForMultipleChoice")):
-        return torch.randint(0, classes, (ids.shape[0],))
-    if arch.endswith("ForTokenClassification"):
-        return torch.randint(0, classes, tuple(ids.shape))
-    return ids
-
-
 def _fake_mesh(world: int) -> Any:
     """A device mesh over a fake process group: collectives return at once with tensors of the right shape."""
     import torch.distributed as dist
@@ -175,42 +165,16 @@ def _shard(torch: Any, net: Any, mesh: Any, w: Workload) -> None:
     fully_shard(net, mesh=mesh, mp_policy=policy)
 
 
-def _torch_dtype(torch: Any, w: Workload) -> Any:
-    if w.dtype == "fp32" or (w.mixed_precision and w.base_trainable):
-        return torch.float32
-    return torch.float16 if w.dtype == "fp16" else torch.bfloat16
-
-
-def _build(torch: Any, transformers: Any, cfg: dict[str, Any], arch: str, dtype: Any, w: Workload) -> Any:
-    """The transformers model from its config (never remote code), with LoRA and checkpointing as asked."""
-    cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
-    if w.attention == "sdpa":
-        # On a GPU, flash and memory-efficient SDPA apply attention dropout without storing a mask; the CPU
-        # kernel would fall back to the math path and materialize b x heads x s x s probabilities instead.
-        cfg.update({k: 0.0 for k in _ATTENTION_DROPOUT if cfg.get(k)})
-    model_type = cfg.pop("model_type")
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as e:
-        raise ConfigError(f"transformers cannot build model_type {model_type!r} ({e})") from None
-    config._attn_implementation = w.attention
-    cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
-    # Built on the meta device (dtype conversions of fake parameters are not supported), then every parameter
-    # and buffer is replaced by a fake CPU tensor of the same shape and dtype, ties preserved.
+def _build(torch: Any, transformers: Any, cfg: dict[str, Any], dtype: Any, w: Workload) -> Any:
+    """Built on the meta device (dtype conversions of fake parameters are not supported), then every parameter
+    and buffer is replaced by a fake CPU tensor of the same shape and dtype, ties preserved. Under sdpa, attention
+    dropout is set to 0: GPU flash kernels keep no dropout mask, while the CPU kernel would materialize the
+    probabilities."""
+    cls, config = model_class_and_config(transformers, cfg, w, no_attention_dropout=w.attention == "sdpa")
     with _no_fake(), torch.device("meta"):
-        net = cls._from_config(config, dtype=dtype)
-        if not w.training or w.method in ("lora", "qlora", "frozen"):
-            net.requires_grad_(False)
-        if w.training and w.adapters:
-            import peft
-
-            targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
-            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
+        net = instantiate(cls, config, dtype, w)
     _fakeify(torch, net)
-    if w.training and w.grad_checkpointing:
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    net.train(w.training)
-    return net
+    return finish(net, w)
 
 
 class _no_fake:

@@ -43,7 +43,6 @@ class Workload:
     lora_targets: tuple[str, ...] = ("all-linear",)
     gpus: int = 1
     shard: str = "none"
-    static_cache: bool = False
     prefill_chunk: int = 8192
     notes: tuple[str, ...] = field(default_factory=tuple)
 

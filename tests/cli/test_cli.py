@@ -67,6 +67,14 @@ def test_kv_json_and_card(cli):
     assert card["max_context"] > 0 and card["max_sequences"] >= 0
 
 
+def test_kv_and_memory_agree_on_what_fits_a_card(cli):
+    kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()["card"]
+    mem = cli("memory", "llama-3.1-8b", "--infer", "--context", "4096", "--card", "h100", "--json").json()
+    assert kv["max_sequences"] == mem["fits"][0]["max_batch"]
+    assert kv["max_context"] == mem["fits"][0]["max_seq_len"]
+    assert kv["required_bytes"] == mem["required_bytes"]
+
+
 def test_cards_are_driver_reported_bytes(cli):
     d = cli("cards", "--json").json()
     assert len(d["cards"]) >= 20
@@ -106,6 +114,13 @@ def test_bad_input_gets_one_line_and_exit_2(cli, tmp_path, write_config):
     one_line_error(cli("memory", "gpt2", "--card", "h1000"), "unknown card 'h1000'")
     one_line_error(cli("kv", "gpt2", "--context", "0"), "context must be a positive integer")
     one_line_error(cli("memory", "gpt2", "--reserve", "-3GB"), "negative")
+    one_line_error(cli("memory", "gpt2", "--batch", "0"), "batch must be a positive integer, got 0")
+    one_line_error(cli("memory", "gpt2", "--seq-len", "0"), "seq-len must be a positive integer, got 0")
+    one_line_error(cli("memory", "gpt2", "--infer", "--context", "0"), "seq-len must be a positive integer")
+    one_line_error(cli("kv", "llama-3.1-8b", "--tp", "3"), "do not split over 3 cards")
+    one_line_error(cli("memory", "llama-3.1-8b", "--infer", "--gpus", "3"), "do not split over 3 cards")
+    one_line_error(cli("memory", "llama-3.1-8b", "--method", "lora", "--lora-rank", "5000"), "lower --lora-rank")
+    one_line_error(cli("memory", "gpt2", "--card", "0GB"), "must be more than 0")
     bad = tmp_path / "broken.json"
     bad.write_text("{ not json", encoding="utf-8")
     one_line_error(cli("memory", str(bad)), "malformed JSON at line 1")

@@ -42,12 +42,16 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: st
                     prefill_chunk: int = 8192, optimizer_impl: str = "foreach") -> dict[str, Any]:
     """Map CLI options onto make_workload's keywords (inference reads --context/--sequences)."""
     mode = "infer" if train is False else "train"
+    def first(*values: int | None, default: int) -> int:
+        """The first value given (0 counts as given, so that it is refused, not replaced)."""
+        return next((v for v in values if v is not None), default)
+
     if mode == "infer":
-        length = context or seq_len or 4096
-        count = sequences or batch or 1
+        length = first(context, seq_len, default=4096)
+        count = first(sequences, batch, default=1)
     else:
-        length = seq_len or context or 2048
-        count = batch or sequences or 1
+        length = first(seq_len, context, default=2048)
+        count = first(batch, sequences, default=1)
     return dict(mode=mode, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
                 double_quant=double_quant, batch=count,
                 seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),

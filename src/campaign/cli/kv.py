@@ -29,9 +29,7 @@ def kv(
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
     from ..hardware.cards import find_card
-    from ..memory import estimate_kv, make_workload, max_context_for, max_sequences_for
-    from ..memory.fit import kv_budget
-    from ..memory.estimate import CUDA_CONTEXT_BYTES
+    from ..memory import estimate_kv, estimate_memory, make_workload, max_value
     from ..units import fmt_gib
     from .render import kv as render_kv
 
@@ -43,19 +41,21 @@ def kv(
     data = est.to_dict()
     line = None
     if card:
+        # the same full inference estimate as campaign memory --infer, so both commands agree on what fits
         c = find_card(card)
         w = make_workload(mode="infer", dtype=weights_dtype, kv_dtype=kv_dtype, batch=sequences, seq_len=context,
                           gpus=tp, shard="tp" if tp > 1 else "none")
-        budget = kv_budget(spec, w, c.memory_bytes, reserve=reserve)
-        longest = max_context_for(spec, budget, sequences=sequences, dtype=kv_dtype, block_size=block_size, tp=tp,
-                                  limit=spec.max_position)
-        most = max_sequences_for(spec, budget, context=context, dtype=kv_dtype, block_size=block_size, tp=tp)
-        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "kv_budget_bytes": budget,
-                        "max_context": longest, "max_sequences": most, "fits": est.bytes <= budget,
-                        "context_overhead_bytes": CUDA_CONTEXT_BYTES}
-        line = (f"{c.name}: {fmt_gib(budget)} left for the cache after weights, temporaries, context and reserve — "
-                f"{'fits' if est.bytes <= budget else 'does not fit'}; longest context at {sequences} sequence(s): "
-                f"{longest:,}{' (the model maximum)' if longest == spec.max_position else ''}; most sequences at {context:,} tokens: {most:,}")
+        full = estimate_memory(spec, w, reserve=reserve)
+        verdict = full.verdict(c.memory_bytes)
+        longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, reserve=reserve)
+        most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, reserve=reserve)
+        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "required_bytes": full.required_bytes,
+                        "verdict": verdict, "fits": verdict == "fits", "max_context": longest,
+                        "max_sequences": most}
+        line = (f"{c.name}: {verdict} — {fmt_gib(full.required_bytes)} required with weights, temporaries, context "
+                f"and reserve, of {fmt_gib(c.memory_bytes)}; longest context at {sequences} sequence(s): {longest:,}"
+                f"{' (the model maximum)' if longest == spec.max_position else ''}; most sequences at {context:,} "
+                f"tokens: {most:,}")
     if as_json:
         o.print_json(data)
     else:

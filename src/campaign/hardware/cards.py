@@ -7,7 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..errors import UnknownNameError
+from ..errors import InputError, UnknownNameError
 from ..units import parse_size
 
 
@@ -54,6 +54,8 @@ def find_card(name: str) -> Card:
     size_text = key.split(":", 1)[1] if key.startswith("custom:") else key
     if size_text[:1].isdigit():
         size = parse_size(size_text, what="card memory")
+        if size <= 0:
+            raise InputError(f"card memory {size_text!r} must be more than 0; give e.g. custom:24GiB")
         return Card(f"custom-{size_text}", "unknown", "cuda", size, size_text, None, None)
     known = [c.name for c in all_cards()] + [a for c in all_cards() for a in c.aliases]
     raise UnknownNameError("card", name, known, "See campaign cards, or give a size such as custom:24GiB.")

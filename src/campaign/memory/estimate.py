@@ -15,7 +15,7 @@ from ..models.spec import ModelSpec
 from ..units import MiB, parse_size
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
-from .kv import estimate_kv
+from .kv import check_tensor_parallel, estimate_kv
 from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes)
 from .workload import Workload
 
@@ -258,7 +258,8 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         root = sum(g.params for g in spec.groups if not g.in_blocks)
         fwd_only.append(Item("all-gathered parameters", (2 * unit + root) * ELEMENT_BYTES[w.compute_dtype],
                              "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
-                             "kept gathered between forward and backward) x compute bytes", "temporaries",
+                             "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with 16-bit "
+                             "params under --mixed-precision)", "temporaries",
                              "FSDP2 fully_shard per block + root"))
     grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
     grad_s = 2 if zero and w.mixed_precision else s
@@ -313,6 +314,7 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
 
 def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     tp = w.gpus if w.shard == "tp" else 1
+    check_tensor_parallel(spec, tp)
     weights = _weights_items(spec, w)
     kv = estimate_kv(spec, context=w.seq_len, sequences=w.batch, dtype=w.cache_dtype, tp=tp)
     kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
@@ -390,6 +392,8 @@ def _large_tensor_count(spec: ModelSpec, w: Workload) -> int:
 
 def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     notes = list(w.notes) + list(spec.notes)
+    if w.seq_len > spec.max_position:
+        notes.append(f"{w.seq_len:,} tokens is past the model's max_position_embeddings ({spec.max_position:,})")
     dom = max(peak.items, key=lambda i: i.bytes)
     notes.append(f"largest term at the peak ({peak.name}): {dom.name}")
     if w.dtype in QUANTIZED:
@@ -403,5 +407,6 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         notes.append(f"DDP over {w.gpus} cards: each holds a full replica; ZeRO/FSDP shards the state")
     if w.attention == "eager":
         notes.append("eager attention materializes b x heads x s x s scores; sdpa (flash) does not")
-    notes.append("GiB = 2**30 bytes; an '80 GB' card is 80e9 bytes or less as the driver reports it")
+    notes.append("GiB = 2**30 bytes, GB = 10**9: an '80 GB' card holds about 80 GiB of chips, and the driver reports "
+                 "a little less (H100 80GB: 79.65 GiB); campaign cards lists what each one reports")
     return tuple(notes)

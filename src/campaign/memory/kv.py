@@ -15,6 +15,17 @@ def _kv_element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[dtype]
 
 
+def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
+    """Tensor parallelism splits attention heads: query heads must divide over the cards, and KV heads must
+    divide over them or be replicated evenly (vLLM's rule)."""
+    if tp <= 1:
+        return
+    kv = spec.num_kv_heads
+    if spec.num_heads % tp or (spec.mla is None and kv % tp and tp % kv):
+        raise InputError(f"{spec.num_heads} attention heads ({kv} KV heads) of {spec.name} do not split over "
+                         f"{tp} cards; use a number of cards that divides the heads")
+
+
 def layer_bytes_per_token(spec: ModelSpec, dtype: str, *, tp: int = 1) -> list[float]:
     """Cache bytes one token adds in each layer (before window caps), on one of `tp` tensor-parallel cards.
 
@@ -71,6 +82,7 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
     for label, value in (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"{label} must be a positive integer, got {value!r}")
+    check_tensor_parallel(spec, tp)
     dtype = parse_dtype(dtype, what="kv dtype")
     if dtype in ("nf4", "gptq", "awq", "int4"):
         raise InputError(f"kv dtype {dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")

@@ -61,13 +61,18 @@ def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
     """The Linear groups LoRA adapts: 'all-linear' = every block Linear except MoE routers and routed experts."""
     linears = [g for g in spec.groups if g.role == "linear" and g.in_blocks and not is_router(g)]
     if "all-linear" in w.lora_targets:
-        return [g for g in linears if not g.expert]
-    chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
+        chosen = [g for g in linears if not g.expert]
+    else:
+        chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
     known = {g.module for g in linears}
-    unknown = [t for t in w.lora_targets if t not in known and not any(g.name == t for g in linears)]
+    unknown = [t for t in w.lora_targets if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
     if unknown:
         raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
                          f"choose from {', '.join(sorted(known))} or all-linear")
+    smallest = min((min(g.shape) for g in chosen), default=0)
+    if chosen and w.lora_rank > smallest:
+        raise InputError(f"LoRA rank {w.lora_rank} is larger than the smallest targeted layer dimension ({smallest}); "
+                         "a rank that high is a full-rank update: lower --lora-rank")
     return chosen
 
 

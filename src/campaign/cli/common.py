@@ -84,6 +84,16 @@ def workload_from(options: dict[str, Any], spec: Any = None) -> Any:
     return make_workload(**workload_kwargs(**picked))
 
 
+def emit_estimate(est: Any, fits: list[Any], card: str | None, as_json: bool) -> None:
+    """An estimate (analytic or traced) with its card fits, as JSON or for a person."""
+    if as_json:
+        print_json(est.to_dict() | {"fits": [f.to_dict() for f in fits]})
+    else:
+        from .render import memory as render_memory
+
+        render_memory(est, fits, card)
+
+
 def print_json(data: Any) -> None:
     """JSON to stdout, 2-space indent."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from . import common as o
-from .render import memory as render_memory
 
 FEATURED_CARDS = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-40GB", "L40S-48GB", "RTX-A6000-48GB",
                   "RTX-5090-32GB", "RTX-4090-24GB", "L4-24GB", "T4-16GB", "MI300X-192GB")
@@ -45,11 +44,6 @@ def memory(
     else:
         cards = [find_card(n) for n in FEATURED_CARDS]
     fits = fit_cards(spec, w, cards, solve=not no_solve, estimate=est, reserve=reserve)
-    if as_json:
-        data = est.to_dict()
-        data["fits"] = [f.to_dict() for f in fits]
-        o.print_json(data)
-    else:
-        render_memory(est, fits, card)
+    o.emit_estimate(est, fits, card, as_json)
     if card and fits[0].verdict != "fits":
         raise typer.Exit(1)

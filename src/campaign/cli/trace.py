@@ -27,7 +27,7 @@ def trace(
     """
     from ..hardware.cards import find_card
     from ..memory.trace import trace_memory
-    from .render import console, memory as render_memory, progress_reporter
+    from .render import console, progress_reporter
 
     from ..models import load_spec
 
@@ -40,14 +40,9 @@ def trace(
 
         c = find_card(card)
         fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)]
-    if as_json:
-        data = est.to_dict()
-        data["fits"] = [f.to_dict() for f in fits]
-        o.print_json(data)
-    else:
-        render_memory(est, fits, card)
-        if est.top_modules:
-            console.print(f"Activations alive at the {est.peak_phase} peak, by the module that made them (all layers): "
-                          + ", ".join(f"{m} {b / 2**30:.2f} GiB" for m, b in est.top_modules[:6]))
+    o.emit_estimate(est, fits, card, as_json)
+    if not as_json and est.top_modules:
+        console.print(f"Activations alive at the {est.peak_phase} peak, by the module that made them (all layers): "
+                      + ", ".join(f"{m} {b / 2**30:.2f} GiB" for m, b in est.top_modules[:6]))
     if card and fits[0].verdict != "fits":
         raise typer.Exit(1)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from campaign.errors import InputError
 from campaign.evaluate import bootstrap as bs
 from campaign.evaluate.bootstrap import bootstrap_mean, paired_bootstrap, paired_distribution
 
@@ -67,22 +68,99 @@ def test_crossed_bootstrap_variance_pattern_path():
     cand_e = np.where(rng.random(20_000) < 0.9, base_e, rng.random(20_000) < 0.8)
     flips = lambda: rng.random((3, 20_000)) < 0.05                      # noqa: E731
     d = (cand_e ^ flips()).astype(float) - (base_e ^ flips()).astype(float)
-    dist, k = paired_distribution(d, n_resamples=20_000, seed=1)
-    assert k <= 27                                                      # 3 values per seed: multinomial path
+    dist, k, engine = paired_distribution(d, n_resamples=20_000, seed=1)
+    assert k <= 27 and engine == "multinomial"                          # 3 values per seed
     expected = crossed_variance(d)
     assert abs(nested_variance(d) - expected) > 0.3 * expected         # the check tells the two designs apart
     assert dist.mean() == pytest.approx(d.mean(), abs=4 * dist.std() / np.sqrt(20_000))
     assert dist.var(ddof=1) == pytest.approx(expected, rel=0.05)       # 1.0% MC error: 5 sigma
 
 
-def test_crossed_bootstrap_variance_index_path():
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_crossed_bootstrap_variance_index_path(engine):
+    if engine == "numba":
+        pytest.importorskip("numba")
     rng = np.random.default_rng(6)
     d = rng.normal(0.1, 0.3, (4, 3000)) + rng.normal(0, 0.05, (4, 1)) + rng.normal(0, 1.0, (1, 3000))
-    dist, k = paired_distribution(d, n_resamples=8000, seed=2)
-    assert k == 3000                                                    # continuous: index path
+    dist, k, used = paired_distribution(d, n_resamples=8000, seed=2, engine=engine)
+    assert k == 3000 and used == engine                                # continuous: index path
     expected = crossed_variance(d)
     assert abs(nested_variance(d) - expected) > 0.3 * expected
     assert dist.var(ddof=1) == pytest.approx(expected, rel=0.08)       # 1.6% MC error: 5 sigma
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_single_seed_continuous_interval_agrees_with_scipy(engine):
+    if engine == "numba":
+        pytest.importorskip("numba")
+    rng = np.random.default_rng(10)
+    base = rng.beta(5, 2, 20_001)                                      # odd: the kernel's last lone draw
+    cand = np.clip(base + 0.01 + rng.normal(0, 0.1, base.size), 0, 1)
+    ours = paired_bootstrap(cand - base, n_resamples=4000, seed=0, engine=engine)
+    ref = stats.bootstrap((base, cand), lambda a, b, axis=-1: np.mean(b, axis=axis) - np.mean(a, axis=axis),
+                          paired=True, vectorized=True, n_resamples=4000, method="percentile", batch=100,
+                          rng=np.random.default_rng(0)).confidence_interval
+    se = np.std(cand - base) / np.sqrt(base.size)
+    assert ours.engine == engine and ours.patterns == base.size
+    assert ours.low == pytest.approx(ref.low, abs=0.25 * se)           # Monte Carlo error of an end: ~0.06 se
+    assert ours.high == pytest.approx(ref.high, abs=0.25 * se)
+
+
+def test_kernel_indices_are_uniform_over_examples():
+    """Put 1 on one example and 0 elsewhere: n x (resample mean) counts how often that example was drawn, which
+    must follow Binomial(n, 1/n) whatever the example's position (Lemire's mapping must not favour any)."""
+    pytest.importorskip("numba")
+    n, b = 1001, 20_000
+    for position in (0, 500, n - 1):
+        d = np.zeros(n)
+        d[position] = 1.0
+        dist, _, used = paired_distribution(d, n_resamples=b, seed=position, engine="numba")
+        counts = np.rint(dist * n).astype(int)
+        assert used == "numba" and np.allclose(dist * n, counts)
+        observed = np.bincount(np.minimum(counts, 4), minlength=5)
+        pmf = stats.binom.pmf(np.arange(4), n, 1 / n)
+        expected = b * np.append(pmf, 1 - pmf.sum())
+        assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_kernel_seed_counts_are_multinomial():
+    """Two seeds, every example equal within a seed (0 and 1): a replicate's mean is the share of seed 1 among
+    the two drawn seeds, so it takes 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4."""
+    pytest.importorskip("numba")
+    d = np.vstack([np.zeros(300), np.ones(300)]) + np.linspace(0, 1e-9, 300)   # distinct columns: index path
+    dist, k, used = paired_distribution(d, n_resamples=8000, seed=3, engine="numba")
+    assert k == 300 and used == "numba"
+    observed = np.bincount(np.rint(dist * 2).astype(int), minlength=3)
+    assert stats.chisquare(observed, 8000 * np.array([0.25, 0.5, 0.25])).pvalue > 1e-4
+
+
+def test_kernel_result_does_not_depend_on_threads():
+    numba = pytest.importorskip("numba")
+    d = np.random.default_rng(4).normal(size=(2, 2000))
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one, _, _ = paired_distribution(d, n_resamples=1000, seed=8, engine="numba")
+    finally:
+        numba.set_num_threads(threads)
+    many, _, _ = paired_distribution(d, n_resamples=1000, seed=8, engine="numba")
+    assert np.array_equal(one, many)
+    other, _, _ = paired_distribution(d, n_resamples=1000, seed=9, engine="numba")
+    assert not np.array_equal(one, other)
+
+
+def test_auto_engine_uses_the_kernel_only_for_large_work(monkeypatch):
+    d = np.random.default_rng(2).normal(size=500)
+    assert paired_distribution(d, n_resamples=100, engine="auto")[2] == "numpy"      # 5e4 elements
+    monkeypatch.setattr(bs, "KERNEL_MIN_ELEMENTS", 1e4)
+    expected = "numba" if bs._numba_installed() else "numpy"
+    assert paired_distribution(d, n_resamples=100, engine="auto")[2] == expected
+    monkeypatch.setattr(bs, "_numba_installed", lambda: False)
+    assert paired_distribution(d, n_resamples=100, engine="auto")[2] == "numpy"
+    with pytest.raises(InputError, match="numba"):
+        paired_distribution(d, n_resamples=100, engine="numba")
+    with pytest.raises(InputError, match="engine"):
+        paired_distribution(d, n_resamples=100, engine="gpu")
 
 
 def test_single_seed_interval_agrees_with_scipy_paired_bootstrap():
@@ -103,11 +181,11 @@ def test_thread_count_does_not_change_the_result(monkeypatch):
     d = np.random.default_rng(4).normal(size=(2, 2000))
     monkeypatch.setattr(bs, "CHUNK_ELEMENTS", 2000 * 2 * 50)           # 20 chunks of 50 resamples
     monkeypatch.setattr(bs, "_cpus", lambda: 1)
-    one, _ = paired_distribution(d, n_resamples=1000, seed=8)
+    one, _, _ = paired_distribution(d, n_resamples=1000, seed=8, engine="numpy")
     monkeypatch.setattr(bs, "_cpus", lambda: 4)
-    four, _ = paired_distribution(d, n_resamples=1000, seed=8)
+    four, _, _ = paired_distribution(d, n_resamples=1000, seed=8, engine="numpy")
     assert np.array_equal(one, four)
-    other, _ = paired_distribution(d, n_resamples=1000, seed=9)
+    other, _, _ = paired_distribution(d, n_resamples=1000, seed=9, engine="numpy")
     assert not np.array_equal(one, other)
 
 
@@ -123,8 +201,6 @@ def test_one_sided_example_interval_is_open_on_one_side(alternative):
 
 
 def test_bad_arguments():
-    from campaign.errors import InputError
-
     with pytest.raises(InputError, match="confidence"):
         bootstrap_mean([1, 2], confidence=95)
     with pytest.raises(InputError, match="alternative"):

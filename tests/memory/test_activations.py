@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from campaign.memory import make_workload
+from campaign.memory.build import enable_checkpointing
 from campaign.memory.activations import training_activations
 from campaign.models.architectures import spec_from_config
 from tests.conftest import tiny_llama
@@ -29,7 +30,7 @@ def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...
         model = get_peft_model(model, LoraConfig(r=8, lora_dropout=0.0, target_modules=(
             "all-linear" if targets == ("all-linear",) else list(targets))))
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     model.train()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}

@@ -161,22 +161,25 @@ class ExampleBootstrap:
         return asdict(self)
 
 
-def _numba_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("numba") is not None
+def _load_kernels() -> Any:
+    """The compiled kernel module, or None: numba missing, not built for this numpy, or no cache directory."""
+    try:
+        from . import kernels
+    except (ImportError, RuntimeError):
+        return None
+    return kernels
 
 
 def _engine(engine: str, work: float, few_patterns: bool) -> str:
     if engine not in ENGINES:
         raise InputError(f"unknown bootstrap engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if engine == "numba" and not _numba_installed():
-        raise InputError("the numba engine needs numba: pip install 'campaign[fast]'")
+    if engine == "numba" and _load_kernels() is None:
+        raise InputError("the numba engine needs a working numba for this numpy: pip install 'campaign[fast]'")
     if engine != "auto":
         return engine
     if few_patterns:
         return "multinomial"
-    return "numba" if work >= KERNEL_MIN_ELEMENTS and _numba_installed() else "numpy"
+    return "numba" if work >= KERNEL_MIN_ELEMENTS and _load_kernels() is not None else "numpy"
 
 
 def paired_distribution(diffs: Any, *, n_resamples: int = 10_000, seed: int = 0,
@@ -214,8 +217,7 @@ def paired_distribution(diffs: Any, *, n_resamples: int = 10_000, seed: int = 0,
             out[start:start + m] = ((ce @ patterns) * cs).sum(axis=1) / (n_s * n_e)
         return out, k, "multinomial"
     if used == "numba" and n_e < 2**32:              # the kernel maps 32-bit words to indices
-        from . import kernels
-
+        kernels = _load_kernels()
         means = kernels.crossed_means(np.ascontiguousarray(d.T), n_resamples, kernels.states_for(seed, n_resamples))
         return means, k, "numba"
     # Chunks of replicates, each with its own generator spawned from `seed`: the result does not depend on

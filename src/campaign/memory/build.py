@@ -1,6 +1,7 @@
 """Build a transformers model for a workload from its config (never remote code): shared by trace and measure."""
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ..errors import ConfigError
@@ -49,9 +50,18 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload) -> Any:
 def finish(net: Any, w: Workload) -> Any:
     """Activation checkpointing as asked, and train or eval mode."""
     if w.training and w.grad_checkpointing:
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(net)
     net.train(w.training)
     return net
+
+
+def enable_checkpointing(net: Any) -> None:
+    """Non-reentrant activation checkpointing of every layer, by the name this transformers knows (the
+    gradient_ name is a deprecated alias since transformers 5.2x, to be removed in v6)."""
+    if hasattr(net, "activation_checkpointing_enable"):
+        net.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:
@@ -62,3 +72,25 @@ def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:
     if arch.endswith("ForTokenClassification"):
         return torch.randint(0, classes, tuple(ids.shape))
     return ids
+
+
+def prefill_chunk(w: Workload) -> int:
+    """Tokens per sequence in one prefill forward: the token budget shared by the batch, within the context."""
+    return max(1, min(w.prefill_chunk // max(1, w.batch), w.seq_len - 1))
+
+
+def prefill(net: Any, ids: Any, cache: Any, chunk: int) -> None:
+    """Fill `cache` with all but the last token of ids, `chunk` tokens per forward (chunked prefill)."""
+    pos, last = 0, ids.shape[1] - 1
+    while pos < last:
+        end = min(pos + chunk, last)
+        extend(net, ids[:, pos:end], cache)
+        pos = end
+
+
+def extend(net: Any, ids: Any, cache: Any) -> None:
+    """One forward that appends ids to `cache` and keeps only the last position's logits, as generation does.
+
+    transformers 5.2x renamed the forward argument past_key_values to cache (the old name goes in 5.40)."""
+    name = "cache" if "cache" in inspect.signature(type(net).forward).parameters else "past_key_values"
+    net(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})

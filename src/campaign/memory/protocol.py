@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.resolve import resolve_config
-from .build import finish, instantiate, labels_for, model_class_and_config, torch_dtype
+from .build import extend, finish, instantiate, labels_for, model_class_and_config, prefill, prefill_chunk, torch_dtype
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -99,17 +99,12 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
         opt = (torch.optim.SGD(params, lr=1e-3, momentum=0.9) if w.optimizer == "sgd" else
                torch.optim.Adafactor(params, lr=1e-3) if w.optimizer == "adafactor" else
                torch.optim.AdamW(params, lr=1e-5, **impl))
-        autocast = (torch.autocast(dev.type, dtype=torch.bfloat16) if w.mixed_precision else None)
         for step in range(2):
             if step == 1:
                 meter.phases = meter.phases[:1]  # keep load + the second step
             tell(f"forward (step {step + 1})")
-            with meter.phase("forward"):
-                if autocast is not None:
-                    with torch.autocast(dev.type, dtype=torch.bfloat16):
-                        loss = net(input_ids=ids, labels=labels, use_cache=False).loss
-                else:
-                    loss = net(input_ids=ids, labels=labels, use_cache=False).loss
+            with meter.phase("forward"), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.mixed_precision):
+                loss = net(input_ids=ids, labels=labels, use_cache=False).loss
             tell(f"backward (step {step + 1})")
             with meter.phase("backward"):
                 loss.backward()
@@ -120,16 +115,11 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
                 opt.zero_grad(set_to_none=True)
     else:
         cache = transformers.DynamicCache(config=net.config)
-        chunk = max(1, min(w.prefill_chunk // max(1, w.batch), w.seq_len - 1))
         with torch.no_grad():
             tell("prefill")
             with meter.phase("prefill"):
-                pos = 0
-                while pos < w.seq_len - 1:
-                    end = min(pos + chunk, w.seq_len - 1)
-                    net(input_ids=ids[:, pos:end], past_key_values=cache, use_cache=True, logits_to_keep=1)
-                    pos = end
+                prefill(net, ids, cache, prefill_chunk(w))
             tell("decode")
             with meter.phase("decode"):
-                net(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                extend(net, ids[:, -1:], cache)
     return meter.result(label=name, workload=w.to_dict())

@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import ATTENTION_DROPOUT, finish, instantiate, labels_for, model_class_and_config, torch_dtype
+from .build import (ATTENTION_DROPOUT, extend, finish, instantiate, labels_for, model_class_and_config, prefill,
+                    prefill_chunk, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes
@@ -257,21 +258,17 @@ def _trace_inference(transformers: Any, net: Any, tracker: Any, ids: Any, w: Wor
                      tell: Callable[[str], None]) -> list[Phase]:
     """Prefill the context in chunks into a DynamicCache, then decode one token."""
     cache = transformers.DynamicCache(config=net.config)
-    chunk = max(1, min(w.prefill_chunk // max(1, w.batch), w.seq_len - 1))
+    chunk = prefill_chunk(w)
     tracker.phase("activations")
     tell("prefill")
-    pos = 0
-    while pos < w.seq_len - 1:
-        end = min(pos + chunk, w.seq_len - 1)
-        net(input_ids=ids[:, pos:end], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        pos = end
-    prefill = _phase(tracker, "prefill", f"prefill in chunks of {chunk} tokens per sequence, cache filled",
+    prefill(net, ids, cache, chunk)
+    filled = _phase(tracker, "prefill", f"prefill in chunks of {chunk} tokens per sequence, cache filled",
                      _cache_bytes(cache))
     tracker.phase("activations")
     tell("decode")
-    net(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    extend(net, ids[:, -1:], cache)
     decode = _phase(tracker, "decode", "one token with the cache full", _cache_bytes(cache))
-    return [prefill, decode]
+    return [filled, decode]
 
 
 def _cache_bytes(cache: Any) -> int:

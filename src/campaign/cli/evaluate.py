@@ -116,11 +116,14 @@ def seeds(
     Exit 0 whatever the verdict, 2 on bad input (missing columns, unpaired seeds, non-numeric metrics).
     """
     from ..evaluate.seeds import compare_seeds
+    from .render import progress_reporter
 
-    rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
-                        score_field=score_field, min_effect=min_effect, confidence=confidence,
-                        alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
-                        seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
+    with progress_reporter("seeds") as tell:    # a spinner: the per-example bootstrap can take seconds
+        tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
+        rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
+                            score_field=score_field, min_effect=min_effect, confidence=confidence,
+                            alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
+                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
     plot_path = None
     if plot:
         from ..evaluate.plots import plot_seeds

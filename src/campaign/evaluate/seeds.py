@@ -281,7 +281,7 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         notes.append("no --min-effect: the verdict compares the interval with 0; give the smallest difference "
                      "worth having in metric units")
     if ex is not None:
-        notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples} examples: {ex.method} "
+        notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples: {ex.method} "
                      f"({ex.engine} resampling)")
     return SeedsReport(
         baseline=baseline, candidate=candidate, metric=metric, higher_is_better=higher_is_better, seeds=seeds,

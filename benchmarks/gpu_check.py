@@ -6,6 +6,10 @@ then reserved and device totals against the estimate. Writes everything to $OUT/
 
 Usage: python benchmarks/gpu_check.py            # on the GPU machine
        python benchmarks/gpu_check.py --dry-run  # tiny models on the CPU, to check the script itself
+On a lent device machine, whose python3 already holds torch, transformers, peft and accelerate (nothing is
+installed; the package is pure Python), one command does it:
+    set -o pipefail; PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/gpu_check.py 2>&1 | tee $OUT/log
+(checked with --dry-run against that machine's versions: transformers 5.17, accelerate 1.15, Python 3.12 there).
 """
 from __future__ import annotations
 

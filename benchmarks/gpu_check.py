@@ -9,7 +9,7 @@ Usage: python benchmarks/gpu_check.py            # on the GPU machine
 On a lent device machine, whose python3 already holds torch, transformers, peft and accelerate (nothing is
 installed; the package is pure Python), one command does it:
     set -o pipefail; PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/gpu_check.py 2>&1 | tee $OUT/log
-(checked with --dry-run against that machine's versions: transformers 5.17, accelerate 1.15, Python 3.12 there).
+(--dry-run was checked here with that machine's transformers 5.17 and accelerate 1.15; it has torch 2.11, Python 3.12).
 """
 from __future__ import annotations
 

@@ -147,10 +147,10 @@ def test_seeds_bad_input_is_one_line(run, tmp_path):
 def test_errors_bad_input_is_one_line(run, tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_text('{"id": 1, "gold": "a", "pred": "a"}\n{"id": 2, "gold": "a", pred}\n', encoding="utf-8")
-    one_line_error(run("errors", str(p)), "malformed JSON at", "line 2")
+    one_line_error(run("errors", str(p)), "p.jsonl:2: not valid JSON")
     q = tmp_path / "q.csv"
     q.write_bytes(b"id,gold,pred\n1,a,\xff\n")
-    one_line_error(run("errors", str(q)), "line 2 is not valid UTF-8")
+    one_line_error(run("errors", str(q)), "q.csv:2: not valid UTF-8 (byte 0xff at column 5)")
     ok = preds(tmp_path / "ok.jsonl", BASE)
     one_line_error(run("errors", ok, "--slice", "region"), "no field 'region'")
     one_line_error(run("errors", ok, "--schema", "s.json"), "add --task extraction")

@@ -38,14 +38,14 @@ def test_custom_field_names_and_blank_lines(tmp_path):
 def test_malformed_json_names_file_and_line(tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_text('{"id": 1, "gold": "a", "pred": "a"}\n{"id": 2, "gold": "a" "pred": "b"}\n', encoding="utf-8")
-    with pytest.raises(InputError, match=r"malformed JSON at .*p\.jsonl line 2 column"):
+    with pytest.raises(InputError, match=r"p\.jsonl:2: not valid JSON \(.* at column \d+\); fix or remove that record"):
         read_rows(p)
 
 
 def test_a_json_line_that_is_not_an_object(tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_text('{"id": 1, "gold": "a", "pred": "a"}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(InputError, match="line 2 is a JSON list, not an object"):
+    with pytest.raises(InputError, match=r"p\.jsonl:2: is a JSON list, not an object"):
         read_rows(p)
 
 
@@ -57,7 +57,7 @@ def test_non_utf8_byte_is_located(tmp_path, suffix):
     p.write_bytes(head + bad)
     line = 2 if suffix == ".jsonl" else 3      # the CSV header is line 1
     col = bad.index(b"\xe9") + 1
-    with pytest.raises(InputError, match=rf"line {line} is not valid UTF-8 \(byte 0xe9 at column {col}\); re-save"):
+    with pytest.raises(InputError, match=rf"p{suffix}:{line}: not valid UTF-8 \(byte 0xe9 at column {col}\)"):
         read_rows(p)
 
 
@@ -70,14 +70,14 @@ def test_utf8_bom_is_accepted(tmp_path):
 def test_ragged_csv_row(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text("id,gold,pred\n1,a,a\n2,a,b,extra\n", encoding="utf-8")
-    with pytest.raises(InputError, match="line 3 has 4 fields but the header has 3"):
+    with pytest.raises(InputError, match=r"p\.csv:3: has 4 fields, the header has 3 \(quote values that contain ','\)"):
         read_rows(p)
 
 
 def test_csv_line_numbers_follow_quoted_newlines(tmp_path):
     p = tmp_path / "p.csv"
     p.write_text('id,gold,pred\n1,"two\nlines",a\n2,b\n', encoding="utf-8")
-    with pytest.raises(InputError, match="line 4 has 2 fields"):
+    with pytest.raises(InputError, match=r"p\.csv:4: has 2 fields"):
         read_rows(p)
 
 
@@ -99,7 +99,7 @@ def test_duplicate_ids_and_empty_gold(tmp_path):
 def test_unknown_format_missing_and_empty_files(tmp_path):
     x = tmp_path / "p.txt"
     x.write_text("id gold pred\n", encoding="utf-8")
-    with pytest.raises(InputError, match="unknown format '.txt'; use .jsonl"):
+    with pytest.raises(InputError, match=r"unknown input format '\.txt'; use \.jsonl"):
         read_rows(x)
     with pytest.raises(InputError, match="not found"):
         read_rows(tmp_path / "nope.jsonl")
@@ -131,3 +131,20 @@ def test_unicode_line_separators_inside_strings_do_not_split_records(tmp_path):
     assert [(r.line, r.fields) for r in got] == [(1, rows[0]), (2, rows[1]), (3, rows[2])]
     s = read_predictions(p)
     assert s.ids == ("a", "b", "c") and s.predictions[0].gold == "x\u2028y"
+
+
+def test_csv_header_names_are_stripped_and_parquet_is_read(tmp_path):
+    p = tmp_path / "p.csv"
+    p.write_text("id, gold, pred\n1,a,a\n2,b,a\n", encoding="utf-8")
+    s = read_predictions(p)
+    assert [(x.id, x.gold, x.pred) for x in s.predictions] == [("1", "a", "a"), ("2", "b", "a")]
+    q = tmp_path / "q.csv"
+    q.write_text("id,gold, gold,pred\n1,a,a,a\n", encoding="utf-8")
+    with pytest.raises(InputError, match="names the column 'gold' twice"):
+        read_rows(q)
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [1, 2], "gold": ["a", "b"], "pred": ["a", None]}), tmp_path / "p.parquet")
+    s = read_predictions(tmp_path / "p.parquet")
+    assert [(x.id, x.gold, x.pred, x.line) for x in s.predictions] == [("1", "a", "a", 1), ("2", "b", None, 2)]

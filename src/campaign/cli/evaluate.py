@@ -28,7 +28,7 @@ def _split(text: str | None) -> list[str] | None:
 
 
 def errors(
-    predictions: Annotated[str, typer.Argument(help="JSONL or CSV with an id, the gold value, the prediction and optional metadata.")],
+    predictions: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with an id, the gold value, the prediction and optional metadata.")],
     task: Task = "classification",
     slice_by: Annotated[Optional[str], typer.Option("--slice", help="Metadata field to break the metrics down by.")] = None,
     schema: SchemaOpt = None,
@@ -67,7 +67,7 @@ def errors(
 
 
 def regress(
-    baseline: Annotated[str, typer.Argument(help="Predictions of the baseline (JSONL or CSV).")],
+    baseline: Annotated[str, typer.Argument(help="Predictions of the baseline (JSONL, CSV/TSV or Parquet).")],
     candidate: Annotated[str, typer.Argument(help="Predictions of the candidate, on the same ids.")],
     guard: Annotated[Optional[List[str]], typer.Option("--guard", help="What must not get worse, as a bound on candidate - baseline: \"f1[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
     task: Task = "classification",
@@ -93,7 +93,7 @@ def regress(
 
 
 def seeds(
-    results: Annotated[str, typer.Argument(help="CSV or JSONL with rows of variant, seed, metric.")],
+    results: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric.")],
     metric: Annotated[str, typer.Option("--metric-field", "--metric", help="Column holding the metric.")] = "metric",
     variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.")] = "variant",
     seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.")] = "seed",

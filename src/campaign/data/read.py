@@ -4,9 +4,6 @@ Files are only ever opened for reading.
 """
 from __future__ import annotations
 
-import contextlib
-import csv
-import hashlib
 import json
 import math
 import os
@@ -17,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..io import DELIMITERS, BadRecord, RecordScan, record_format
 
-FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet",
-           ".pq": "parquet"}
-DELIMITERS = {"csv": ",", "tsv": "\t"}
+__all__ = ["BadRecord", "DELIMITERS", "Dataset", "Fields", "make_dataset", "raw_rows", "read_dataset"]
 SKIP_HINT = "fix it, or skip bad records with --skip-bad (skip_bad=True)"
 MAX_KEPT_BAD = 20  # bad records kept for the report; all are counted
 
@@ -53,17 +49,6 @@ class Fields:
     def to_dict(self) -> dict[str, Any]:
         return {"text": list(self.text), "label": self.label, "group": list(self.group), "id": self.id,
                 "date": self.date}
-
-
-@dataclass(frozen=True)
-class BadRecord:
-    """A record that could not be read: where (1-based line, or row for Parquet) and why."""
-
-    line: int
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -132,14 +117,6 @@ def make_dataset(texts: Sequence[str], *, labels: Sequence[Any] | None = None,
                    lines=tuple(range(1, n + 1)))
 
 
-def detect_format(path: str | os.PathLike[str]) -> str:
-    """'jsonl', 'csv', 'tsv' or 'parquet' from the file extension."""
-    ext = Path(path).suffix.lower()
-    if ext not in FORMATS:
-        raise InputError(f"{path}: unknown data format {ext or '(no extension)'!r}; use .jsonl, .csv, .tsv or .parquet")
-    return FORMATS[ext]
-
-
 def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, skip_bad: bool = False) -> Dataset:
     """Read a JSONL, CSV/TSV or Parquet file into a Dataset.
 
@@ -149,7 +126,7 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     """
     fields = fields or Fields()
     path = str(path)
-    fmt = detect_format(path)
+    fmt = record_format(path)
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file; check the path")
     cols: dict[str, list[Any]] = {"text": [], "label": [], "id": [], "date": [], "line": []}
@@ -157,8 +134,8 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     bad: list[BadRecord] = []
     n_bad = 0
     seen: set[str] = set()
-    scan = _scan(path, fmt, fields)
-    for item in scan.records():
+    scan = RecordScan(path, fmt, columns=None if fmt == "jsonl" else fields.names)
+    for line, _raw, item in _records(scan, fields):
         if isinstance(item, BadRecord):
             if not skip_bad:
                 where = f"row {item.line}" if fmt == "parquet" else str(item.line)
@@ -168,7 +145,7 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
             if len(bad) < MAX_KEPT_BAD:
                 bad.append(item)
             continue
-        line, rec = item
+        rec = item
         seen.update(rec["present"])
         cols["text"].append(rec["text"])
         cols["label"].append(rec["label"])
@@ -263,189 +240,23 @@ def _record(get: Any, fields: Fields) -> dict[str, Any]:
 _MISSING = object()
 
 
-# --------------------------------------------------------------------------------------------------- scanning
-
-
-class _scan:
-    """One pass over a file: yields (line, record) or BadRecord in file order; raw rows for rewriting."""
-
-    def __init__(self, path: str, fmt: str, fields: Fields) -> None:
-        self.path, self.fmt, self.fields = path, fmt, fields
-        self.columns: dict[str, None] = {}  # in first-seen order
-        self.sha256: str | None = None
-
-    def records(self) -> Iterator[tuple[int, dict[str, Any]] | BadRecord]:
-        for line, _raw, item in self.raw():
-            yield item if isinstance(item, BadRecord) else (line, item)
-
-    def raw(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
-        """(line, raw row, record or BadRecord): raw is the line's bytes (JSONL), the row's values (CSV/TSV) or
-        the row index (Parquet)."""
-        if self.fmt == "jsonl":
-            yield from self._jsonl()
-        elif self.fmt in DELIMITERS:
-            yield from self._csv()
-        else:
-            yield from self._parquet()
-
-    def _jsonl(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
-        h = hashlib.sha256()
-        with open(self.path, "rb") as f:
-            for no, raw in enumerate(f, 1):
-                h.update(raw)
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    yield no, raw, BadRecord(no, f"not valid UTF-8 (byte {e.start + 1} of the line: "
-                                                 f"{raw[e.start:e.start + 4]!r})")
-                    continue
-                if no == 1:
-                    text = text.removeprefix("\ufeff")
-                if not text.strip():
-                    continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    yield no, raw, BadRecord(no, f"not valid JSON ({e.msg} at column {e.colno})")
-                    continue
-                if not isinstance(obj, dict):
-                    yield no, raw, BadRecord(no, f"is a JSON {type(obj).__name__}, not an object")
-                    continue
-                self.columns.update(dict.fromkeys(obj))
-                try:
-                    rec = _record(lambda k, o=obj: o.get(k, _MISSING), self.fields)
-                except ValueError as e:
-                    yield no, raw, BadRecord(no, str(e))
-                    continue
-                yield no, raw, rec
-        self.sha256 = h.hexdigest()
-
-    def _csv(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
-        h = hashlib.sha256()
-        bad_lines: dict[int, str] = {}
-
-        def lines(f: Any) -> Iterator[str]:
-            for no, raw in enumerate(f, 1):
-                h.update(raw)
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    bad_lines[no] = f"not valid UTF-8 (byte {e.start + 1} of line {no}: {raw[e.start:e.start + 4]!r})"
-                    text = raw.decode("utf-8", "replace")
-                yield text.removeprefix("\ufeff") if no == 1 else text
-
-        with open(self.path, "rb") as f, _field_limit():
-            reader = csv.reader(lines(f), delimiter=DELIMITERS[self.fmt])
-            try:
-                header = next(reader)
-            except StopIteration:
-                raise InputError(f"{self.path}: the file is empty; a CSV needs a header line") from None
-            except csv.Error as e:
-                raise InputError(f"{self.path}:1: the header is not valid CSV ({e}); fix the header line") from None
-            if 1 in bad_lines:
-                raise InputError(f"{self.path}:1: the header is {bad_lines[1]}; save the file as UTF-8")
-            _check_header(self.path, header)
-            self.columns.update(dict.fromkeys(header))
-            missing = [n for n in self.fields.names if n not in header]
-            if missing:
-                raise InputError(f"{self.path}: no column {missing[0]!r}; the header has {', '.join(header)}; "
-                                 "name an existing column")
-            index = {n: header.index(n) for n in self.fields.names}
-            end = reader.line_num
-            while True:
-                start = end + 1
-                try:
-                    row = next(reader)
-                except StopIteration:
-                    break
-                except csv.Error as e:
-                    end = reader.line_num
-                    yield start, None, BadRecord(start, f"not valid CSV ({e})")
-                    continue
-                end = reader.line_num
-                if not row:
-                    continue
-                bad = next((bad_lines[n] for n in range(start, end + 1) if n in bad_lines), None)
-                if bad:
-                    yield start, row, BadRecord(start, bad)
-                    continue
-                if len(row) != len(header):
-                    yield start, row, BadRecord(start, f"has {len(row)} fields, the header has {len(header)}")
-                    continue
-                try:
-                    rec = _record(lambda k, r=row: r[index[k]] if k in index else _MISSING, self.fields)
-                except ValueError as e:
-                    yield start, row, BadRecord(start, str(e))
-                    continue
-                rec["present"] = set(self.fields.names)
-                yield start, row, rec
-        self.sha256 = h.hexdigest()
-
-    def _parquet(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
-        pq = _parquet()
-        from ..io import sha256_file
-
+def _records(scan: RecordScan, fields: Fields) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+    """The scan's records with their roles picked out (a record without them becomes a BadRecord)."""
+    for line, raw, item in scan:
+        if isinstance(item, BadRecord):
+            yield line, raw, item
+            continue
         try:
-            pf = pq.ParquetFile(self.path)
-        except Exception as e:  # pyarrow raises several types for a corrupt file
-            raise InputError(f"{self.path}: not a readable Parquet file ({str(e).splitlines()[0]}); "
-                             "check the file or rewrite it with pyarrow") from None
-        names = pf.schema_arrow.names
-        self.columns.update(dict.fromkeys(names))
-        missing = [n for n in self.fields.names if n not in names]
-        if missing:
-            raise InputError(f"{self.path}: no column {missing[0]!r}; the columns are {', '.join(names)}; "
-                             "name an existing column")
-        table = pf.read(columns=self.fields.names)
-        data = {n: table.column(n).to_pylist() for n in self.fields.names}
-        for r in range(table.num_rows):
-            row = {}
-            for n in self.fields.names:
-                v = data[n][r]
-                if isinstance(v, bytes):
-                    try:
-                        v = v.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        yield r + 1, r, BadRecord(r + 1, f"column {n!r} is not valid UTF-8 (byte {e.start + 1})")
-                        break
-                row[n] = v
-            else:
-                try:
-                    rec = _record(lambda k, r=row: r.get(k, _MISSING), self.fields)
-                except ValueError as e:
-                    yield r + 1, r, BadRecord(r + 1, str(e))
-                    continue
-                rec["present"] = {n for n in self.fields.names if row[n] is not None}
-                yield r + 1, r, rec
-        self.sha256 = sha256_file(self.path)
+            rec = _record(lambda k, o=item: o.get(k, _MISSING), fields)
+        except ValueError as e:
+            yield line, raw, BadRecord(line, str(e))
+            continue
+        if scan.fmt == "parquet":        # a null is a missing value there, not a present field
+            rec["present"] = {n for n in rec["present"] if item[n] is not None}
+        yield line, raw, rec
 
 
-def _check_header(path: str, header: Sequence[str]) -> None:
-    """Every column needs a unique, non-empty name: rows are rewritten whole under the header, so a repeated or
-    empty name would shift or lose a column in the written splits."""
-    seen: dict[str, int] = {}
-    for i, name in enumerate(header, 1):
-        if not name.strip():
-            raise InputError(f"{path}:1: column {i} of the header has no name; name every column (or delete the "
-                             "empty column)")
-        if name in seen:
-            raise InputError(f"{path}:1: the header names the column {name!r} twice (columns {seen[name]} and {i}); "
-                             "rename one so every column name is unique")
-        seen[name] = i
-
-
-@contextlib.contextmanager
-def _field_limit() -> Iterator[None]:
-    """Allow long CSV fields (documents) while reading; restore the global limit afterwards."""
-    old = csv.field_size_limit()
-    csv.field_size_limit(2**31 - 1)
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
-
-
-def _parquet():
+def _parquet() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -462,9 +273,9 @@ def raw_rows(ds: Dataset) -> Iterator[tuple[int, Any]]:
     Raises:
         InputError: the file changed since it was read (another hash, or other records).
     """
-    scan = _scan(ds.path, ds.format, ds.fields)
+    scan = RecordScan(ds.path, ds.format, columns=None if ds.format == "jsonl" else ds.fields.names)
     i = 0
-    for line, raw, item in scan.raw():
+    for line, raw, item in _records(scan, ds.fields):
         if isinstance(item, BadRecord):
             continue
         if i >= len(ds) or ds.lines[i] != line:

@@ -1,25 +1,23 @@
-"""Prediction files (JSONL or CSV: an id, the gold value, the prediction, metadata) read with line-numbered errors.
+"""Prediction files (JSONL, CSV/TSV or Parquet: an id, the gold value, the prediction, metadata) read with
+line-numbered errors.
 
-`read_rows` is the generic reader (every row with its line number); `read_predictions` builds a PredictionSet
-from it. Inputs are read once as bytes and never modified; errors quote the file and line and end with the fix.
+`read_rows` reads every row with its line number through the project's one record reader (campaign.io), and
+stops at the first bad record; `read_predictions` builds a PredictionSet from it. Inputs are never modified;
+errors quote the file and line and end with the fix.
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import sha256_bytes
+from ..io import DELIMITERS, BadRecord, RecordScan, record_format
 
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-CSV_SUFFIXES = {".csv": ",", ".tsv": "\t"}
 # A missing or empty prediction is a prediction of its own ("the model produced nothing"), not an error.
 NO_PREDICTION = "(none)"
 
@@ -33,78 +31,37 @@ class Row:
 
 
 def read_rows(path: str | os.PathLike[str], *, what: str = "input") -> tuple[list[Row], str]:
-    """Every record of a JSONL (.jsonl, .ndjson, .json) or CSV (.csv, .tsv) file, with line numbers.
+    """Every record of a JSONL (.jsonl, .ndjson, .json), CSV/TSV or Parquet file, with line numbers.
 
+    CSV header names are stripped of surrounding spaces ("id, gold, pred" names the column "gold").
     Returns:
         (rows, sha256 of the file's bytes). CSV values are strings; JSONL values are JSON values.
     Raises:
-        InputError: missing file, unknown format, non-UTF-8 bytes, malformed JSON, ragged CSV, no records.
+        InputError: missing file, unknown format, the first bad record (non-UTF-8, malformed JSON or CSV,
+            ragged row) as "file:line: what; fix", no records.
     """
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{what} file '{p}' not found; check the path")
-    data = p.read_bytes()
-    digest = sha256_bytes(data)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise InputError(f"{p} line {line} is not valid UTF-8 (byte 0x{data[e.start]:02x} at column {col}); "
-                         f"re-save the file as UTF-8") from None
-    suffix = p.suffix.lower()
-    if suffix in JSONL_SUFFIXES:
-        rows = list(_jsonl_rows(text, p))
-    elif suffix in CSV_SUFFIXES:
-        rows = list(_csv_rows(text, p, CSV_SUFFIXES[suffix]))
-    else:
-        raise InputError(f"{what} file '{p}' has an unknown format {suffix or '(no suffix)'!r}; "
-                         f"use .jsonl (one JSON object per line) or .csv with a header row")
+    scan = RecordScan(p, record_format(p, what))
+    rows = []
+    for line, _raw, record in scan:
+        if isinstance(record, BadRecord):
+            where = f"{p}: row {line}" if scan.fmt == "parquet" else f"{p}:{line}"
+            raise InputError(f"{where}: {record.reason}; fix or remove that record")
+        rows.append(Row(line, record))
+    if scan.fmt in DELIMITERS:
+        names = [n.strip() for n in scan.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InputError(f"{p}:1: the header names the column {dupes[0]!r} twice (once with spaces around "
+                             "it); give every column a unique name")
+        if names != list(scan.columns):
+            rows = [Row(r.line, {k.strip(): v for k, v in r.fields.items()}) for r in rows]
     if not rows:
         raise InputError(f"{what} file '{p}' has no records; write one record per line (JSONL) or after a CSV header")
-    return rows, digest
-
-
-def _jsonl_rows(text: str, path: Path) -> Iterator[Row]:
-    # split on "\n" only: str.splitlines() also breaks at U+2028, U+2029, U+0085 and other separators, which
-    # json.dumps(ensure_ascii=False) writes raw inside strings of valid JSONL
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON at {path} line {number} column {e.colno}: {e.msg}; "
-                             f"fix or remove that line (JSONL: one object per line)") from None
-        if not isinstance(value, dict):
-            raise InputError(f"{path} line {number} is a JSON {type(value).__name__}, not an object; "
-                             f"write one object per line, e.g. {{\"id\": ..., \"gold\": ..., \"pred\": ...}}")
-        yield Row(number, value)
-
-
-def _csv_rows(text: str, path: Path, delimiter: str) -> Iterator[Row]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header: list[str] | None = None
-    start = 1
-    try:
-        for record in reader:
-            line, start = start, reader.line_num + 1
-            if not record or all(not v.strip() for v in record):
-                continue
-            if header is None:
-                header = [h.strip() for h in record]
-                dupes = sorted({h for h in header if header.count(h) > 1})
-                if dupes or "" in header:
-                    what = f"duplicate column {dupes[0]!r}" if dupes else "an empty column name"
-                    raise InputError(f"{path} line {line}: the header has {what}; give every column a unique name")
-                continue
-            if len(record) != len(header):
-                raise InputError(f"{path} line {line} has {len(record)} fields but the header has {len(header)}; "
-                                 f"quote values that contain '{delimiter}' or fix the row")
-            yield Row(line, dict(zip(header, record)))
-    except csv.Error as e:
-        raise InputError(f"malformed CSV at {path} line {reader.line_num}: {e}; fix the quoting of that row") from None
+    assert scan.sha256 is not None
+    return rows, scan.sha256
 
 
 def label_of(value: Any, *, where: str, what: str) -> str | None:

@@ -54,7 +54,7 @@ def _text(value: Any, where: str, what: str) -> str:
 
 def read_seed_results(path: str | os.PathLike[str], *, metric: str = "metric", variant_field: str = "variant",
                       seed_field: str = "seed") -> SeedResults:
-    """Rows of variant, seed, metric from a CSV or JSONL file; one row per (variant, seed)."""
+    """Rows of variant, seed, metric from a JSONL, CSV/TSV or Parquet file; one row per (variant, seed)."""
     rows, digest = read_rows(path, what="results")
     require_columns(rows, [variant_field, seed_field, metric], path,
                     options={metric: "--metric-field", variant_field: "--variant-field", seed_field: "--seed-field"})

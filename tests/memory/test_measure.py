@@ -50,6 +50,57 @@ def test_measure_workload_load_phase_is_the_weights(write_config):
     assert m.phases[-1].peak_allocated_bytes >= 4 * params
 
 
+def test_measure_loads_a_model_dirs_safetensors(tmp_path):
+    """A saved model dir is loaded, not rebuilt: the loaded weights are the saved ones, the load phase holds
+    exactly their bytes (each rounded to 512 B), and the record says where they came from."""
+    import transformers
+
+    from campaign.memory.build import instantiate, model_class_and_config, weights_to_load
+
+    cfg = tiny_llama()
+    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
+    torch.manual_seed(3)
+    saved = transformers.LlamaForCausalLM._from_config(config, dtype=torch.bfloat16)
+    d = tmp_path / "saved"
+    saved.save_pretrained(d)                                             # config.json + model.safetensors
+    w = make_workload(batch=2, seq_len=16)
+    import json as _json
+
+    on_disk = _json.loads((d / "config.json").read_text())
+    assert weights_to_load(on_disk, d, "auto") == d and weights_to_load(on_disk, d, "random") is None
+    cls, conf = model_class_and_config(transformers, on_disk, w)
+    net = instantiate(cls, conf, torch.bfloat16, w, weights_dir=d, device="cpu")
+    for (name, a), (_, b) in zip(saved.state_dict().items(), net.state_dict().items()):
+        assert torch.equal(a, b), name
+    m = measure_workload(str(d), w, device="cpu", weights="load")
+    r512 = lambda n: -(-n // 512) * 512  # noqa: E731
+    expected = sum(r512(t.numel() * t.element_size()) for t in [*saved.parameters(), *saved.buffers()])
+    assert m.phases[0].allocated_bytes == expected
+    assert m.weights == f"loaded from {d}" and load_measurement(m.save(tmp_path / "m.json")).weights == m.weights
+
+
+def test_weights_that_cannot_be_loaded_are_refused(tmp_path, write_config):
+    from campaign.errors import InputError
+    from campaign.memory.build import weights_to_load
+
+    d = write_config(tiny_llama(), "bin-only")
+    (d / "pytorch_model.bin").write_bytes(b"not unpickled")
+    assert weights_to_load(tiny_llama(), d, "auto") is None              # random weights, the .bin untouched
+    with pytest.raises(InputError, match="never unpickled"):
+        weights_to_load(tiny_llama(), d, "load")
+    with pytest.raises(InputError, match="catalog model"):
+        weights_to_load(tiny_llama(), None, "load")
+    q = write_config(tiny_llama(quantization_config={"quant_method": "gptq", "bits": 4}), "gptq")
+    (q / "model.safetensors").write_bytes(b"")                         # only its presence is looked at
+    assert weights_to_load(tiny_llama(quantization_config={}), q, "auto") is None
+    with pytest.raises(InputError, match="quantized checkpoint"):
+        weights_to_load(tiny_llama(quantization_config={}), q, "load")
+    with pytest.raises(InputError, match="unknown weights"):
+        weights_to_load(tiny_llama(), d, "pretrained")
+    m = measure_workload(str(d), make_workload(mode="infer", batch=1, seq_len=8), device="cpu")
+    assert m.weights == "random (from the config)"
+
+
 def test_saved_measurement_round_trips(tmp_path, write_config):
     d = write_config(tiny_llama(), "tiny")
     m = measure_workload(str(d), make_workload(mode="infer", batch=1, seq_len=16), device="cpu")

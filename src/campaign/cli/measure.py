@@ -20,12 +20,13 @@ Device = Annotated[Optional[str], typer.Option(help="cuda (NVIDIA or ROCm) or cp
 
 
 def measure(
-    model: Annotated[Optional[str], typer.Argument(help="Model to build with random weights (omit with --script).")] = None,
+    model: Annotated[Optional[str], typer.Argument(help="Model to load (a local dir's safetensors) or build from its config with random weights; omit with --script.")] = None,
     train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None, batch: o.Batch = None,
     seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
     optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
     grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
     lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
+    weights: Annotated[str, typer.Option(help="auto: load a local model dir's safetensors when it has them, else random | load | random.")] = "auto",
     script: Script = None, device: Device = None, out: Out = None, as_json: o.Json = False,
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments after -- go to the script.")] = None,
 ) -> None:
@@ -53,7 +54,7 @@ def measure(
             raise InputError("give a MODEL to build, or --script train.py")
         w = o.workload_from(locals())
         with progress_reporter("measuring") as tell:
-            m = measure_workload(model, w, device=device, progress=tell)
+            m = measure_workload(model, w, device=device, weights=weights, progress=tell)
     if out:
         m.save(out)
     if as_json:

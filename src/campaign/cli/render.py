@@ -127,7 +127,8 @@ def measurement(m: Measurement, saved: object = None) -> None:
     env = m.environment
     versions = ", ".join(x for x in (f"torch {env.torch}", f"CUDA {env.cuda}" if env.cuda else "",
                                      f"HIP {env.hip}" if env.hip else "", f"driver {env.driver}" if env.driver else "") if x)
-    console.print(f"[bold]{m.label}[/bold] measured on {env.device_name} ({env.device}; {versions})")
+    weights = f", weights {m.weights}" if m.weights else ""
+    console.print(f"[bold]{m.label}[/bold] measured on {env.device_name} ({env.device}; {versions}){weights}")
     console.print(f"Peak [bold]{fmt_gib(m.peak_allocated_bytes)}[/bold] allocated in the [bold]{m.peak_phase}[/bold], "
                   f"{fmt_gib(m.peak_reserved_bytes)} reserved" + (f", {fmt_gib(m.device_bytes)} on the device"
                                                                      if m.device_bytes is not None else ""))

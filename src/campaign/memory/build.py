@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from .workload import Workload
 
 ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
@@ -34,9 +35,15 @@ def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, 
     return cls, config
 
 
-def instantiate(cls: Any, config: Any, dtype: Any, w: Workload) -> Any:
-    """The model with random weights in the current device context; the base frozen unless it trains; LoRA."""
-    net = cls._from_config(config, dtype=dtype)
+def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: Path | None = None,
+                device: str | None = None) -> Any:
+    """The model with random weights in the current device context, or loaded from weights_dir's safetensors onto
+    `device` (never remote code, never pickles); the base frozen unless it trains; LoRA."""
+    if weights_dir is None:
+        net = cls._from_config(config, dtype=dtype)
+    else:
+        net = cls.from_pretrained(weights_dir, config=config, dtype=dtype, use_safetensors=True, local_files_only=True,
+                                  trust_remote_code=False, device_map={"": device} if device else None)
     if not w.training or w.method in ("lora", "qlora", "frozen"):
         net.requires_grad_(False)
     if w.training and w.adapters:
@@ -45,6 +52,31 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload) -> Any:
         targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
         net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
     return net
+
+
+def weights_to_load(cfg: dict[str, Any], directory: Path | None, weights: str) -> Path | None:
+    """The model dir whose safetensors to load, or None for random weights built from the config.
+
+    weights: "random"; "load" (the dir's safetensors, or a clear error); "auto" (load when the dir has
+    safetensors and is not a quantized checkpoint, else random).
+    """
+    from ..models.safetensors_header import weight_files
+
+    if weights not in ("auto", "random", "load"):
+        raise InputError(f"unknown weights {weights!r}; use auto, random or load")
+    if weights == "random":
+        return None
+    found = bool(directory and weight_files(directory))
+    quantized = "quantization_config" in cfg
+    if weights == "load":
+        if not found:
+            where = f"in {directory}" if directory else "for a catalog model (it ships its config only)"
+            raise InputError(f"no .safetensors weights {where}; use --weights random (.bin files are never "
+                             "unpickled: convert them to safetensors to load them)")
+        if quantized:
+            raise InputError(f"{directory} is a quantized checkpoint, which loads through its own kernels: measure "
+                             "your loading code with --script, or use --weights random for the bf16 model")
+    return directory if found and not quantized else None
 
 
 def finish(net: Any, w: Workload) -> Any:

@@ -62,6 +62,7 @@ class Measurement:
     status: str = "ok"
     failed_phase: str | None = None
     error: str | None = None
+    weights: str | None = None      # a built model's weights: "random (from the config)" or "loaded from DIR"
     schema: str = SCHEMA
 
     @property
@@ -86,7 +87,7 @@ class Measurement:
                 "error": self.error, "peak_phase": self.peak_phase,
                 "peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,
                 "device_bytes": self.device_bytes, "phases": [asdict(p) for p in self.phases],
-                "environment": asdict(self.environment), "workload": self.workload}
+                "environment": asdict(self.environment), "workload": self.workload, "weights": self.weights}
 
     def save(self, path: str | Path) -> Path:
         """Write JSON atomically (complete or absent)."""
@@ -105,7 +106,7 @@ def load_measurement(path: str | Path) -> Measurement:
         return Measurement(phases=tuple(PhaseMeasurement(**p) for p in d["phases"]),
                            environment=Environment(**d["environment"]), label=d.get("label", ""),
                            workload=d.get("workload"), status=d.get("status", "ok"),
-                           failed_phase=d.get("failed_phase"), error=d.get("error"))
+                           failed_phase=d.get("failed_phase"), error=d.get("error"), weights=d.get("weights"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{path}: cannot read a measurement ({e})") from None
 
@@ -234,5 +235,6 @@ class MemoryMeter:
             self._inside = False
 
     def result(self, *, label: str = "", workload: dict[str, Any] | None = None, status: str = "ok",
-               failed_phase: str | None = None, error: str | None = None) -> Measurement:
-        return Measurement(tuple(self.phases), environment(self.kind), label, workload, status, failed_phase, error)
+               failed_phase: str | None = None, error: str | None = None, weights: str | None = None) -> Measurement:
+        return Measurement(tuple(self.phases), environment(self.kind), label, workload, status, failed_phase, error,
+                           weights)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.resolve import resolve_config
-from .build import extend, finish, instantiate, labels_for, model_class_and_config, prefill, prefill_chunk, torch_dtype
+from .build import (extend, finish, instantiate, labels_for, model_class_and_config, prefill, prefill_chunk, torch_dtype,
+                    weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -61,9 +62,13 @@ def measure_script(path: str | Path, args: list[str] | None = None, *, device: s
     return meter.result(label=str(path))
 
 
-def measure_workload(model: str, workload: Workload, *, device: str | None = None,
+def measure_workload(model: str, workload: Workload, *, device: str | None = None, weights: str = "auto",
                      progress: Callable[[str], None] | None = None) -> Measurement:
-    """Build the model from its config with random weights on the device and measure the workload's phases.
+    """Load the model (or build it from its config with random weights) on the device and measure its phases.
+
+    weights: "auto" loads a local model dir's safetensors when it has them (a catalog name or a bare config has
+    none: random weights), "load" insists, "random" always builds from the config. The footprint is the same
+    for a bf16 model; loading shows the real load phase (from_pretrained's own peak).
 
     Training: load, then two steps (forward, backward, optimizer step); the second step is kept, so the
     optimizer state exists in its forward. Inference: load, prefill (chunked), decode one token.
@@ -81,15 +86,22 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
         raise InputError("measure one card (--gpus 1); multi-card runs: wrap your launcher with --script")
     meter = MemoryMeter(device)
     tell = progress or (lambda _p: None)
-    cfg, _source, name, _dir = resolve_config(model)
+    cfg, _source, name, directory = resolve_config(model)
+    weights_dir = weights_to_load(cfg, directory, weights)
     cls, config = model_class_and_config(transformers, cfg, w)
     arch = cls.__name__
     dev = torch.device(meter.device)
     tell("load")
     with meter.phase("load"):
-        with dev:
-            net = instantiate(cls, config, torch_dtype(torch, w), w)
+        if weights_dir is not None:
+            net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
+        else:
+            with dev:
+                net = instantiate(cls, config, torch_dtype(torch, w), w)
         finish(net, w)
+        # CPU: safetensors tensors can be memory-mapped from the file, made outside the tracker; count them as the
+        # weights a card would hold (on a GPU they are copied into the caching allocator and counted there)
+        meter.track(net)
     vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
     labels = labels_for(torch, arch, cfg, ids).to(dev)
@@ -122,4 +134,5 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
             tell("decode")
             with meter.phase("decode"):
                 extend(net, ids[:, -1:], cache)
-    return meter.result(label=name, workload=w.to_dict())
+    return meter.result(label=name, workload=w.to_dict(),
+                        weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")

@@ -32,3 +32,33 @@ def test_hashes_are_sha256(tmp_path):
     (tmp_path / "f").write_bytes(b"abc")
     expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2 test vector
     assert sha256_bytes(b"abc") == sha256_file(tmp_path / "f") == expected
+
+
+def test_record_scan_lines_raw_rows_and_bad_records(tmp_path):
+    from campaign.io import BadRecord, RecordScan
+
+    data = ('id,text\n1,"two\nlines"\n,\n2,caf\xe9\n3,a,extra\n').encode("utf-8")
+    p = tmp_path / "d.csv"
+    p.write_bytes(data)
+    scan = RecordScan(p)
+    items = list(scan)
+    # line 1 header; record 1 spans lines 2-3; the blank row ",," on line 4 is skipped
+    assert [(line, raw) for line, raw, _ in items] == [(2, ["1", "two\nlines"]), (5, ["2", "café"]),
+                                                        (6, ["3", "a", "extra"])]
+    assert items[0][2] == {"id": "1", "text": "two\nlines"} and items[1][2] == {"id": "2", "text": "café"}
+    assert items[2][2] == BadRecord(6, "has 3 fields, the header has 2 (quote values that contain ',')")
+    assert scan.sha256 == sha256_bytes(data) and list(scan.columns) == ["id", "text"]
+
+
+def test_record_scan_jsonl_keeps_line_bytes_and_reads_json_suffix(tmp_path):
+    from campaign.io import BadRecord, RecordScan
+
+    lines = [b'{"a": 1}\n', b"\n", b'{"a": "x\xe2\x80\xa8y"}\n', b"[1]\n", b'{"a": 2, "b": "\xff"}\n']
+    p = tmp_path / "d.json"                                          # .json is read as JSONL
+    p.write_bytes(b"".join(lines))
+    items = list(RecordScan(p))
+    assert [line for line, _, _ in items] == [1, 3, 4, 5]
+    assert items[1][1] == lines[2] and items[1][2] == {"a": "x\u2028y"}  # U+2028 inside a string: one record
+    assert items[2][2] == BadRecord(4, "is a JSON list, not an object")
+    column = lines[4].index(b"\xff") + 1                              # 16
+    assert items[3][2] == BadRecord(5, f"not valid UTF-8 (byte 0xff at column {column})")

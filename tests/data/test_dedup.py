@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from campaign.data.dedup import (DedupConfig, Sketches, candidate_pairs, candidate_probability, choose_banding,
-                                 connected_components, exact_jaccard, find_duplicates, signatures, sketch)
+from campaign.data.dedup import candidate_pairs, connected_components, exact_jaccard, find_duplicates
+from campaign.data.sketch import DedupConfig, Sketches, candidate_probability, choose_banding, signatures, sketch
 from campaign.data.normalize import normalize
 from campaign.errors import InputError
 
@@ -145,7 +145,7 @@ def test_deterministic_for_a_seed_and_streaming_in_chunks(rng):
 
 
 def test_same_results_in_other_processes():
-    code = ("from campaign.data.dedup import signatures; import hashlib; "
+    code = ("from campaign.data.sketch import signatures; import hashlib; "
             "sig = signatures(['Near duplicate text here', 'near  duplicate text there']); "
             "print(hashlib.sha256(sig.tobytes()).hexdigest())")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -134,7 +134,8 @@ def test_a_row_leaking_from_two_earlier_splits_counts_once():
 
 
 def test_exact_copies_are_counted_not_listed():
-    from campaign.data.dedup import MAX_EXACT_EXAMPLES, cross_duplicates, sketch
+    from campaign.data.dedup import MAX_EXACT_EXAMPLES, cross_duplicates
+    from campaign.data.sketch import sketch
 
     text = "the very same sentence, copied many times over"
     rng = random.Random(9)
@@ -157,7 +158,7 @@ def test_exact_copies_are_counted_not_listed():
 
 
 def test_a_partial_near_duplicate_search_is_skipped_not_passed():
-    from campaign.data.dedup import DedupConfig
+    from campaign.data.sketch import DedupConfig
 
     rng = random.Random(10)
     crowd = sentence(rng)

@@ -306,7 +306,7 @@ def test_the_leak_check_of_the_written_files_uses_other_hashes(tmp_path):
     """A weak LSH (1 band of 16 rows: a pair at Jaccard 0.85 is a candidate with probability 0.85**16 = 7%) misses
     most planted near copies, so they straddle the splits. Rechecking with the split's own hashes would miss the
     very same pairs; the check with seed + 1 finds some of them, confirmed here by brute force."""
-    from campaign.data.dedup import DedupConfig
+    from campaign.data.sketch import DedupConfig
 
     rng = random.Random(4)
     rows = [{"text": sentence(rng, 50, 60)} for _ in range(150)]

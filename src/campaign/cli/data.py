@@ -10,7 +10,7 @@ import typer
 from . import common as o
 
 if TYPE_CHECKING:
-    from ..data.dedup import DedupConfig
+    from ..data.sketch import DedupConfig
     from ..data.leaks import LeakReport
     from ..data.read import Fields
     from ..data.split import SplitResult
@@ -44,7 +44,7 @@ def _fields(text: list[str] | None, label: str | None, group: list[str] | None, 
 
 def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int,
             max_bucket: int = 256) -> "DedupConfig":
-    from ..data.dedup import DedupConfig
+    from ..data.sketch import DedupConfig
 
     return DedupConfig(threshold=near_threshold, shingle=shingle, ngram=ngram, strip_punctuation=strip_punctuation,
                        seed=seed, max_bucket=max_bucket)

@@ -3,7 +3,8 @@
 numpy, pyarrow and scikit-learn (the `data` extra) are imported inside the functions that need them, so importing
 this package stays light.
 """
-from .dedup import DedupConfig, DedupResult, NearPair, choose_banding, find_duplicates, sketch
+from .dedup import DedupResult, NearPair, find_duplicates
+from .sketch import DedupConfig, choose_banding, sketch
 from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
 from .normalize import NORMALIZER_VERSION, content_hash, normalize
 from .read import Dataset, Fields, make_dataset, read_dataset

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from .dedup import DedupConfig, Sketches, cross_duplicates, sketch
+from .dedup import cross_duplicates
+from .sketch import DedupConfig, Sketches, sketch
 from .read import Dataset, Fields, read_dataset
 
 SCHEMA = "campaign.leaks/1"

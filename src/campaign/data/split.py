@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .dedup import DedupConfig, DedupResult, _mix64, _mix_int, connected_components, find_duplicates
+from .dedup import DedupResult, connected_components, find_duplicates
+from .sketch import DedupConfig, mix64, mix_int
 from .leaks import LeakReport, check_files
 from .normalize import normalizer_id
 from .read import DELIMITERS, Dataset, Fields, _parquet, raw_rows, read_dataset
@@ -62,7 +63,7 @@ def _seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
     """n pseudo-random uint64 keys, the same on every machine for (seed, salt): the tie-break order."""
     import numpy as np
 
-    return _mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(_mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
+    return mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
 
 
 def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),

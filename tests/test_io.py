@@ -42,11 +42,11 @@ def test_record_scan_lines_raw_rows_and_bad_records(tmp_path):
     p.write_bytes(data)
     scan = RecordScan(p)
     items = list(scan)
-    # line 1 header; record 1 spans lines 2-3; the blank row ",," on line 4 is skipped
-    assert [(line, raw) for line, raw, _ in items] == [(2, ["1", "two\nlines"]), (5, ["2", "café"]),
+    # line 1 header; record 1 spans lines 2-3; the row of empty values on line 4 is a record (data is never lost)
+    assert [(line, raw) for line, raw, _ in items] == [(2, ["1", "two\nlines"]), (4, ["", ""]), (5, ["2", "café"]),
                                                         (6, ["3", "a", "extra"])]
-    assert items[0][2] == {"id": "1", "text": "two\nlines"} and items[1][2] == {"id": "2", "text": "café"}
-    assert items[2][2] == BadRecord(6, "has 3 fields, the header has 2 (quote values that contain ',')")
+    assert items[0][2] == {"id": "1", "text": "two\nlines"} and items[2][2] == {"id": "2", "text": "café"}
+    assert items[3][2] == BadRecord(6, "has 3 fields, the header has 2 (quote values that contain ',')")
     assert scan.sha256 == sha256_bytes(data) and list(scan.columns) == ["id", "text"]
 
 
@@ -62,3 +62,45 @@ def test_record_scan_jsonl_keeps_line_bytes_and_reads_json_suffix(tmp_path):
     assert items[2][2] == BadRecord(4, "is a JSON list, not an object")
     column = lines[4].index(b"\xff") + 1                              # 16
     assert items[3][2] == BadRecord(5, f"not valid UTF-8 (byte 0xff at column {column})")
+
+
+def test_record_scan_skips_blank_lines_before_the_csv_header(tmp_path):
+    from campaign.io import RecordScan
+
+    p = tmp_path / "d.csv"
+    p.write_text("\n\nid,text\n1,a\n", encoding="utf-8")
+    assert [(line, rec) for line, _, rec in RecordScan(p)] == [(4, {"id": "1", "text": "a"})]
+
+
+def test_record_scan_json_errors_point_at_the_column_and_name_arrays(tmp_path):
+    from campaign.io import RecordScan
+
+    cut = '{"id": 2, "gold": "a", "pred": "b"'
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"id": 1}\n' + cut + "\n", encoding="utf-8")
+    bad = list(RecordScan(p))[1][2]
+    assert bad.line == 2 and bad.reason.endswith(f"at column {len(cut) + 1})")    # the end of the cut-off line
+    q = tmp_path / "array.json"
+    q.write_text('[{"id": 1},\n {"id": 2}]\n', encoding="utf-8")
+    first = list(RecordScan(q))[0][2]
+    assert "one JSON array: write one object per line (JSONL)" in first.reason
+
+
+def test_record_scan_parquet_values_come_as_jsonl_would_hold_them(tmp_path):
+    import datetime
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from campaign.io import RecordScan
+
+    when = datetime.datetime(2024, 5, 1, 12, 30)
+    table = pa.table({"day": [datetime.date(2024, 5, 1)], "when": pa.array([when], pa.timestamp("us")),
+                      "price": pa.array([decimal.Decimal("2.50")], pa.decimal128(5, 2)),
+                      "count": pa.array([decimal.Decimal("3")], pa.decimal128(5, 0)),
+                      "wait": pa.array([datetime.timedelta(seconds=90)], pa.duration("s"))})
+    pq.write_table(table, tmp_path / "d.parquet")
+    [(line, _, rec)] = list(RecordScan(tmp_path / "d.parquet"))
+    assert line == 1 and rec == {"day": "2024-05-01", "when": "2024-05-01T12:30:00", "price": 2.5, "count": 3,
+                                 "wait": 90.0}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
+import decimal
 import hashlib
 import json
 import os
@@ -98,7 +100,8 @@ class RecordScan:
     raw is the line's bytes (JSONL), the row's values (CSV/TSV) or the row index (Parquet), so a record can be
     written out unchanged; record is a dict of the row's fields (CSV values are strings, JSONL values JSON
     values, Parquet values Python ones) or a BadRecord saying why it could not be read (not UTF-8, not JSON,
-    not an object, ragged or malformed CSV). Blank lines and CSV rows with only empty values are skipped.
+    not an object, ragged or malformed CSV). Blank lines are skipped (a CSV row of empty values is a record).
+    Parquet dates and times come as ISO 8601 text and decimals as numbers, as they would in JSONL.
     After the pass, `sha256` is the hash of the file's bytes and `columns` every field name, first seen first.
 
     Args:
@@ -143,13 +146,15 @@ class RecordScan:
                     text = text.removeprefix("\ufeff")
                 if not text.strip():
                     continue
+                array = ("; the file looks like one JSON array: write one object per line (JSONL)"
+                         if not self.columns and text.lstrip().startswith("[") else "")
                 try:
-                    obj = json.loads(text)
+                    obj = json.loads(text.rstrip("\r\n"))    # columns of a cut-off line point at its end
                 except json.JSONDecodeError as e:
-                    yield no, raw, BadRecord(no, f"not valid JSON ({e.msg} at column {e.colno})")
+                    yield no, raw, BadRecord(no, f"not valid JSON ({e.msg} at column {e.colno}){array}")
                     continue
                 if not isinstance(obj, dict):
-                    yield no, raw, BadRecord(no, f"is a JSON {type(obj).__name__}, not an object")
+                    yield no, raw, BadRecord(no, f"is a JSON {type(obj).__name__}, not an object{array}")
                     continue
                 self.columns.update(dict.fromkeys(obj))
                 yield no, raw, obj
@@ -172,15 +177,19 @@ class RecordScan:
 
         with open(self.path, "rb") as f, _field_limit():
             reader = csv.reader(lines(f), delimiter=delimiter)
-            try:
-                header = next(reader)
-            except StopIteration:
-                raise InputError(f"{self.path}: the file is empty; a CSV needs a header line") from None
-            except csv.Error as e:
-                raise InputError(f"{self.path}:1: the header is not valid CSV ({e}); fix the header line") from None
-            if 1 in bad_lines:
-                raise InputError(f"{self.path}:1: the header is {bad_lines[1]}; save the file as UTF-8")
-            _check_header(self.path, header)
+            header: list[str] = []
+            while not any(v.strip() for v in header):     # blank lines before the header are skipped
+                try:
+                    header = next(reader)
+                except StopIteration:
+                    raise InputError(f"{self.path}: no header line; a CSV needs a header naming its columns") from None
+                except csv.Error as e:
+                    raise InputError(f"{self.path}:{reader.line_num}: the header is not valid CSV ({e}); fix the "
+                                     "header line (a file with old-Mac CR-only line ends: save it with LF)") from None
+                if reader.line_num in bad_lines:
+                    raise InputError(f"{self.path}:{reader.line_num}: the header is {bad_lines[reader.line_num]}; "
+                                     "save the file as UTF-8")
+            _check_header(self.path, header, reader.line_num)
             self.columns.update(dict.fromkeys(header))
             self._missing(header, "the header has")
             end = reader.line_num
@@ -195,7 +204,7 @@ class RecordScan:
                     yield start, None, BadRecord(start, f"not valid CSV ({e})")
                     continue
                 end = reader.line_num
-                if not any(v.strip() for v in row):
+                if not row:                                  # an empty line; a row of empty values is a record
                     continue
                 bad = next((bad_lines[n] for n in range(start, end + 1) if n in bad_lines), None)
                 if bad:
@@ -235,27 +244,43 @@ class RecordScan:
                     except UnicodeDecodeError as e:
                         yield r + 1, r, BadRecord(r + 1, f"column {n!r} is not valid UTF-8 (byte {e.start + 1})")
                         break
-                row[n] = v
+                row[n] = _json_like(v)
             else:
                 yield r + 1, r, row
         self.sha256 = sha256_file(self.path)
+
+
+def _json_like(value: Any) -> Any:
+    """A Parquet value as JSONL would hold it: dates and times as ISO 8601 text, decimals as numbers, durations
+    in seconds; lists and structs element by element."""
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, list):
+        return [_json_like(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_like(v) for k, v in value.items()}
+    return value
 
 
 def _not_utf8(raw: bytes, e: UnicodeDecodeError) -> str:
     return f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
 
 
-def _check_header(path: str, header: Sequence[str]) -> None:
+def _check_header(path: str, header: Sequence[str], line: int = 1) -> None:
     """Every column needs a unique, non-empty name: rows are rewritten whole under the header, so a repeated or
     empty name would shift or lose a column in the written splits."""
     seen: dict[str, int] = {}
     for i, name in enumerate(header, 1):
         if not name.strip():
-            raise InputError(f"{path}:1: column {i} of the header has no name; name every column (or delete the "
-                             "empty column)")
+            raise InputError(f"{path}:{line}: column {i} of the header has no name; name every column (or delete "
+                             "the empty column)")
         if name in seen:
-            raise InputError(f"{path}:1: the header names the column {name!r} twice (columns {seen[name]} and {i}); "
-                             "rename one so every column name is unique")
+            raise InputError(f"{path}:{line}: the header names the column {name!r} twice (columns {seen[name]} and "
+                             f"{i}); rename one so every column name is unique")
         seen[name] = i
 
 

@@ -149,6 +149,30 @@ def test_kernel_result_does_not_depend_on_threads():
     assert not np.array_equal(one, other)
 
 
+def test_kernel_called_from_several_threads_under_the_workqueue_layer():
+    """numba's workqueue threading layer (used where neither OpenMP nor TBB is available) aborts the process when
+    two threads launch parallel kernels at once; calls are serialized, and every thread gets the sequential result."""
+    pytest.importorskip("numba")
+    import subprocess
+    import sys
+
+    code = """
+import threading, numpy as np
+from campaign.evaluate.bootstrap import paired_distribution
+d = np.random.default_rng(0).normal(size=(2, 3000))
+want = paired_distribution(d, n_resamples=300, seed=1, engine="numba")[0]
+got = []
+threads = [threading.Thread(target=lambda: got.append(paired_distribution(d, n_resamples=300, seed=1,
+                                                                            engine="numba")[0])) for _ in range(4)]
+[t.start() for t in threads]; [t.join() for t in threads]
+import numba
+assert numba.threading_layer() == "workqueue" and len(got) == 4 and all(np.array_equal(g, want) for g in got)
+"""
+    env = {**__import__("os").environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_auto_engine_uses_the_kernel_only_for_large_work(monkeypatch):
     d = np.random.default_rng(2).normal(size=500)
     assert paired_distribution(d, n_resamples=100, engine="auto")[2] == "numpy"      # 5e4 elements

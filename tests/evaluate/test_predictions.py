@@ -148,3 +148,23 @@ def test_csv_header_names_are_stripped_and_parquet_is_read(tmp_path):
     pq.write_table(pa.table({"id": [1, 2], "gold": ["a", "b"], "pred": ["a", None]}), tmp_path / "p.parquet")
     s = read_predictions(tmp_path / "p.parquet")
     assert [(x.id, x.gold, x.pred, x.line) for x in s.predictions] == [("1", "a", "a", 1), ("2", "b", None, 2)]
+
+
+def test_blank_csv_rows_are_not_predictions_and_parquet_timestamps_slice(tmp_path):
+    import datetime
+
+    p = tmp_path / "p.csv"
+    p.write_text("\nid,gold,pred\n1,a,a\n,,\n2,b,a\n", encoding="utf-8")
+    assert [(x.id, x.line) for x in read_predictions(p).predictions] == [("1", 3), ("2", 5)]
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from campaign.evaluate import analyze_errors
+
+    day = datetime.datetime(2024, 5, 1)
+    pq.write_table(pa.table({"id": [1, 2, 3], "gold": ["a", "b", "a"], "pred": ["a", "a", "a"],
+                             "when": pa.array([day, day, day + datetime.timedelta(days=1)], pa.timestamp("s"))}),
+                   tmp_path / "p.parquet")
+    rep = analyze_errors(tmp_path / "p.parquet", slice_by="when")
+    slices = {s["value"]: (s["examples"], s["errors"]) for s in rep.to_dict()["slices"]}
+    assert slices == {"2024-05-01T00:00:00": (2, 1), "2024-05-02T00:00:00": (1, 0)}

@@ -95,6 +95,13 @@ def test_weights_that_cannot_be_loaded_are_refused(tmp_path, write_config):
     assert weights_to_load(tiny_llama(quantization_config={}), q, "auto") is None
     with pytest.raises(InputError, match="quantized checkpoint"):
         weights_to_load(tiny_llama(quantization_config={}), q, "load")
+    partial = write_config(tiny_llama(), "partial")                    # an HF snapshot with config + index only
+    (partial / "model.safetensors.index.json").write_text('{"weight_map": {"a": "model-00001-of-00002.safetensors"}}')
+    assert weights_to_load(tiny_llama(), partial, "auto") is None
+    from campaign.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not on disk"):
+        weights_to_load(tiny_llama(), partial, "load")
     with pytest.raises(InputError, match="unknown weights"):
         weights_to_load(tiny_llama(), d, "pretrained")
     m = measure_workload(str(d), make_workload(mode="infer", batch=1, seq_len=8), device="cpu")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,6 +35,7 @@ MAX_THREADS = 8
 # much in ~0.3 s on 2 cores, about what importing numba and loading its cached kernel cost once per process.
 KERNEL_MIN_ELEMENTS = 1e8
 ENGINES = ("auto", "multinomial", "numba", "numpy")
+_KERNEL_LOCK = threading.Lock()
 
 
 def _cpus() -> int:
@@ -167,7 +169,7 @@ def _load_kernels() -> Any:
         from . import kernels
     except (ImportError, RuntimeError):
         return None
-    return kernels
+    return None if kernels.numba.config.DISABLE_JIT else kernels
 
 
 def _engine(engine: str, work: float, few_patterns: bool) -> str:
@@ -218,7 +220,9 @@ def paired_distribution(diffs: Any, *, n_resamples: int = 10_000, seed: int = 0,
         return out, k, "multinomial"
     if used == "numba" and n_e < 2**32:              # the kernel maps 32-bit words to indices
         kernels = _load_kernels()
-        means = kernels.crossed_means(np.ascontiguousarray(d.T), n_resamples, kernels.states_for(seed, n_resamples))
+        with _KERNEL_LOCK:      # one call at a time: it uses every core, and numba's workqueue layer aborts otherwise
+            means = kernels.crossed_means(np.ascontiguousarray(d.T), n_resamples,
+                                          kernels.states_for(seed, n_resamples))
         return means, k, "numba"
     # Chunks of replicates, each with its own generator spawned from `seed`: the result does not depend on
     # the number of threads, and numpy releases the GIL while drawing and gathering, so threads run in parallel.

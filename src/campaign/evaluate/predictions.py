@@ -49,6 +49,8 @@ def read_rows(path: str | os.PathLike[str], *, what: str = "input") -> tuple[lis
         if isinstance(record, BadRecord):
             where = f"{p}: row {line}" if scan.fmt == "parquet" else f"{p}:{line}"
             raise InputError(f"{where}: {record.reason}; fix or remove that record")
+        if scan.fmt in DELIMITERS and not any(str(v).strip() for v in record.values()):
+            continue                                 # a CSV row of empty values carries no prediction
         rows.append(Row(line, record))
     if scan.fmt in DELIMITERS:
         names = [n.strip() for n in scan.columns]
@@ -76,7 +78,7 @@ def label_of(value: Any, *, where: str, what: str) -> str | None:
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return str(int(value)) if value.is_integer() else repr(value)
-    raise InputError(f"{what} at {where} is {json.dumps(value)[:40]}, not a single label; "
+    raise InputError(f"{what} at {where} is {json.dumps(value, default=str)[:40]}, not a single label; "
                      f"classification needs one label per example (use --task extraction for objects)")
 
 

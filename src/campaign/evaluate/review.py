@@ -40,7 +40,7 @@ def as_text(value: Any) -> str:
     """A value as one CSV cell: strings as they are, everything else as compact JSON."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def sample_for_review(candidates: Sequence[ReviewCandidate], *, per_cell: int = 5, correct_per_cell: int = 0,

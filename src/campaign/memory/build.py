@@ -66,7 +66,12 @@ def weights_to_load(cfg: dict[str, Any], directory: Path | None, weights: str) -
         raise InputError(f"unknown weights {weights!r}; use auto, random or load")
     if weights == "random":
         return None
-    found = bool(directory and weight_files(directory))
+    try:
+        found = bool(directory and weight_files(directory))
+    except ConfigError:                 # an index naming shards not on disk (a partial download): none to load
+        if weights == "load":
+            raise
+        found = False
     quantized = "quantization_config" in cfg
     if weights == "load":
         if not found:

@@ -42,8 +42,17 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: 
     if weights_dir is None:
         net = cls._from_config(config, dtype=dtype)
     else:
-        net = cls.from_pretrained(weights_dir, config=config, dtype=dtype, use_safetensors=True, local_files_only=True,
-                                  trust_remote_code=False, device_map={"": device} if device else None)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()            # the caller shows its own progress
+        try:
+            net = cls.from_pretrained(weights_dir, config=config, dtype=dtype, use_safetensors=True,
+                                      local_files_only=True, trust_remote_code=False,
+                                      device_map={"": device} if device else None)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
     if not w.training or w.method in ("lora", "qlora", "frozen"):
         net.requires_grad_(False)
     if w.training and w.adapters:

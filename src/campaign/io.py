@@ -218,13 +218,7 @@ class RecordScan:
 
     def _parquet(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
         try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            from .errors import MissingDependencyError
-
-            raise MissingDependencyError("pyarrow", "data") from e
-        try:
-            pf = pq.ParquetFile(self.path)
+            pf = parquet().ParquetFile(self.path)
         except Exception as e:  # pyarrow raises several types for a corrupt file
             raise InputError(f"{self.path}: not a readable Parquet file ({str(e).splitlines()[0]}); "
                              "check the file or rewrite it with pyarrow") from None
@@ -248,6 +242,17 @@ class RecordScan:
             else:
                 yield r + 1, r, row
         self.sha256 = sha256_file(self.path)
+
+
+def parquet() -> Any:
+    """pyarrow.parquet (the `data` extra), or a one-line error naming the extra."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        from .errors import MissingDependencyError
+
+        raise MissingDependencyError("pyarrow", "data") from e
+    return pq
 
 
 def _json_like(value: Any) -> Any:

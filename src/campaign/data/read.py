@@ -256,16 +256,6 @@ def _records(scan: RecordScan, fields: Fields) -> Iterator[tuple[int, Any, dict[
         yield line, raw, rec
 
 
-def _parquet() -> Any:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        from ..errors import MissingDependencyError
-
-        raise MissingDependencyError("pyarrow", "data") from e
-    return pq
-
-
 def raw_rows(ds: Dataset) -> Iterator[tuple[int, Any]]:
     """Re-read ds's file and yield (record index, raw row) for the records ds accepted, in order: JSONL line bytes,
     CSV/TSV value lists, Parquet row indices.

@@ -21,7 +21,8 @@ from .dedup import DedupResult, connected_components, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
 from .leaks import LeakReport, check_files
 from .normalize import normalizer_id
-from .read import DELIMITERS, Dataset, Fields, _parquet, raw_rows, read_dataset
+from ..io import parquet
+from .read import DELIMITERS, Dataset, Fields, raw_rows, read_dataset
 
 if TYPE_CHECKING:
     import numpy as np
@@ -321,7 +322,7 @@ def _write_parts(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> No
             os.close(fd)
             tmps.append(tmp)
         if ds.format == "parquet":
-            pq = _parquet()
+            pq = parquet()
             import numpy as np
 
             table = pq.read_table(ds.path)

@@ -67,9 +67,13 @@ class BootstrapInterval:
         return asdict(self)
 
 
-def _levels(confidence: float, alternative: str) -> float:
+def _levels(confidence: float, alternative: str, n_resamples: int) -> float:
+    """The tail level of each open end, after checking the arguments every interval shares."""
+    check_alternative(alternative)
     if not 0 < confidence < 1:
         raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+    if n_resamples < 1:
+        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
     return (1 - confidence) / 2 if alternative == "two-sided" else 1 - confidence
 
 
@@ -101,10 +105,7 @@ def bootstrap_mean(x: Sequence[float], *, n_resamples: int = 10_000, confidence:
     np = numpy()
     from scipy.special import ndtr, ndtri
 
-    check_alternative(alternative)
-    alpha = _levels(confidence, alternative)
-    if n_resamples < 1:
-        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
+    alpha = _levels(confidence, alternative, n_resamples)
     x = np.asarray(x, dtype=float)
     if x.size == 0:
         raise InputError("nothing to bootstrap; give at least one value")
@@ -259,10 +260,7 @@ def paired_bootstrap(diffs: Any, *, n_resamples: int = 10_000, confidence: float
                      alternative: str = "two-sided", seed: int = 0, engine: str = "auto") -> ExampleBootstrap:
     """Percentile interval of the mean per-example difference, resampling seeds x examples (crossed)."""
     np = numpy()
-    check_alternative(alternative)
-    alpha = _levels(confidence, alternative)
-    if n_resamples < 1:
-        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
+    alpha = _levels(confidence, alternative, n_resamples)
     d = np.asarray(diffs, dtype=float)
     d2 = d[None, :] if d.ndim == 1 else d
     dist, k, used = paired_distribution(d2, n_resamples=n_resamples, seed=seed, engine=engine)

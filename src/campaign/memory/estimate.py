@@ -402,7 +402,8 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
                      "cross-entropy (Liger, torchtune) removes most of it")
     if w.training and not w.grad_checkpointing and w.method != "frozen":
-        notes.append("gradient checkpointing keeps one tensor per layer instead of all activations")
+        notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
+                     "(about a third more compute: each layer's forward runs twice)")
     if w.training and w.gpus > 1 and w.shard == "none":
         notes.append(f"DDP over {w.gpus} cards: each holds a full replica; ZeRO/FSDP shards the state")
     if w.attention == "eager":

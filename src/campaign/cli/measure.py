@@ -33,28 +33,31 @@ def measure(
     """Measure allocated, reserved and device memory per phase on the card (or the CPU) and save it.
 
     A built model runs load, then two training steps (the second is kept) or prefill and decode. A --script runs
-    in this process; it may mark phases with campaign.current_meter().phase("forward"). Exit 2 if it crashes,
-    with the phase it reached; the phases measured before are saved.
+    in this process with the arguments that follow it; it may mark phases with
+    campaign.current_meter().phase("forward"). Exit 2 if the run crashes or runs out of memory, with the phase it
+    reached; the phases measured up to it are saved (--out).
     """
-    from ..memory.protocol import ScriptFailed, measure_script, measure_workload
+    from ..memory.protocol import MeasurementFailed, measure_script, measure_workload
     from .render import measurement as render_measurement
     from .render import progress_reporter
 
-    if script is not None:
-        try:
-            m = measure_script(script, script_args or [], device=device)
-        except ScriptFailed as failed:
-            if out:
-                failed.measurement.save(out)
-            raise
-    else:
-        if not model:
-            from ..errors import InputError
+    try:
+        if script is not None:
+            # with --script there is no MODEL: every positional argument is the script's (`--` optional)
+            args = ([model] if model else []) + list(script_args or [])
+            m = measure_script(script, args, device=device)
+        else:
+            if not model:
+                from ..errors import InputError
 
-            raise InputError("give a MODEL to build, or --script train.py")
-        w = o.workload_from(locals())
-        with progress_reporter("measuring") as tell:
-            m = measure_workload(model, w, device=device, weights=weights, progress=tell)
+                raise InputError("give a MODEL to build, or --script train.py")
+            w = o.workload_from(locals())
+            with progress_reporter("measuring") as tell:
+                m = measure_workload(model, w, device=device, weights=weights, progress=tell)
+    except MeasurementFailed as failed:
+        if out:
+            failed.measurement.save(out)
+        raise
     if out:
         m.save(out)
     if as_json:
@@ -76,7 +79,10 @@ def explain(
     lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
     card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
 ) -> None:
-    """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card."""
+    """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card.
+
+    Exit 1 when the measured run failed (no margin from it) or the --card cannot hold the plan.
+    """
     from ..errors import InputError
     from ..hardware.cards import find_card
     from ..memory import estimate_memory
@@ -110,3 +116,5 @@ def explain(
         o.print_json(result.to_dict())
     else:
         render_explanation(result)
+    if result.margin is None or (card and result.verdicts[0][2] == "does not fit"):
+        raise typer.Exit(1)

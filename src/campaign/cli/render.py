@@ -147,8 +147,11 @@ def measurement(m: Measurement, saved: object = None) -> None:
 
 
 def explanation(e: Explanation) -> None:
-    console.print(f"[bold]{e.label}[/bold] on {e.device}: plan with a [bold]{e.margin:.0%}[/bold] margin "
-                  f"-> {fmt_gib(e.planned_device_bytes)} per card ({e.margin_reason})")
+    if e.margin is None:
+        console.print(f"[bold]{e.label}[/bold] on {e.device}: [red]the measured run failed[/red]; no margin from it")
+    else:
+        console.print(f"[bold]{e.label}[/bold] on {e.device}: plan with a [bold]{e.margin:.0%}[/bold] margin "
+                      f"-> {fmt_gib(e.planned_device_bytes or 0)} per card ({e.margin_reason})")
     table = Table(title="Per phase: peak allocated (GiB)", title_justify="left")
     for col in ("phase", "analytic", "traced", "measured", "analytic / measured"):
         table.add_column(col, justify="left" if col == "phase" else "right")
@@ -157,11 +160,18 @@ def explanation(e: Explanation) -> None:
                       "-" if r.traced_bytes is None else g(r.traced_bytes), g(r.measured_bytes),
                       "-" if r.ratio is None else f"{r.ratio:.2f}")
     console.print(table)
-    gaps = Table(title="The gap at the peak, attributed (GiB)", title_justify="left")
-    for col in ("part", "estimated", "measured", "measured - estimated"):
-        gaps.add_column(col, justify="left" if col == "part" else "right")
+    levels = Table(title="At the peak (GiB)", title_justify="left")
+    for col in ("level", "analytic", "traced", "measured"):
+        levels.add_column(col, justify="left" if col == "level" else "right")
+    for lv in e.levels:
+        levels.add_row(lv.name, g(lv.analytic_bytes), "-" if lv.traced_bytes is None else g(lv.traced_bytes),
+                       "-" if lv.measured_bytes is None else g(lv.measured_bytes))
+    console.print(levels)
+    gaps = Table(title=f"The gap, measured - analytic: {e.gap_bytes / GiB:+,.2f} GiB, attributed", title_justify="left")
+    for col in ("part", "GiB", "what it is"):
+        gaps.add_column(col, justify="right" if col == "GiB" else "left")
     for gap in e.gaps:
-        gaps.add_row(gap.name, g(gap.estimated_bytes), g(gap.measured_bytes), f"{gap.difference_bytes / GiB:+,.2f}")
+        gaps.add_row(gap.name, f"{gap.bytes / GiB:+,.2f}", gap.meaning)
     console.print(gaps)
     if e.verdicts:
         console.print("Verdict with this margin: " + "; ".join(

@@ -28,10 +28,15 @@ def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, 
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)
     except (ValueError, KeyError) as e:
-        raise ConfigError(f"transformers cannot build model_type {model_type!r} ({e})") from None
+        reason = str(e).splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"transformers {transformers.__version__} cannot build model_type {model_type!r} "
+                          f"({reason}); a newer transformers may know it (remote code is never run)") from None
     config._attn_implementation = w.attention
     arch = (cfg.get("architectures") or [None])[0]
     cls = (getattr(transformers, arch, None) if arch else None) or transformers.AutoModelForCausalLM
+    if w.attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
+        raise InputError(f"{cls.__name__} has no SDPA attention in transformers {transformers.__version__}; "
+                         "use --attention eager (and the same option with campaign memory)")
     return cls, config
 
 
@@ -108,6 +113,16 @@ def enable_checkpointing(net: Any) -> None:
         net.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def optimizer_for(torch: Any, w: Workload, params: list[Any]) -> Any:
+    """The torch optimizer the workload names (adamw, sgd with momentum, adafactor), in its implementation."""
+    if w.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=w.optimizer_impl == "foreach")
+    if w.optimizer == "adafactor":
+        return torch.optim.Adafactor(params, lr=1e-3)
+    impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]
+    return torch.optim.AdamW(params, lr=1e-4, **impl)
 
 
 def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:

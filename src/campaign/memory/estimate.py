@@ -281,10 +281,11 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     states = weights + extra
     persist = [x for x in (optimizer,) if x.bytes]
     load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
-    if Pt == 0:
-        forward = Phase("forward", tuple(states + [Item("forward temporaries (no grad)",
-                                                        *inference_temporaries(spec, w, tokens), "temporaries")]),
-                        "no trainable parameters: a forward without autograd")
+    if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
+        tmp, tmp_formula = inference_temporaries(spec, w, tokens)
+        transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+                     if lg > tmp else Item("forward temporaries (no grad)", tmp, tmp_formula, "temporaries"))
+        forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
     forward = Phase("forward", tuple(states + persist + fwd_only + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")

@@ -12,13 +12,17 @@ from .estimate import SCHEMA as ESTIMATE_SCHEMA
 from .estimate import MemoryEstimate
 from .measure import Measurement
 
-SCHEMA = "campaign.explain/1"
+SCHEMA = "campaign.explain/2"
 RUN_TO_RUN = 0.05  # added to the observed error: batches vary in length, allocator state varies between runs
+# what must be equal for two records to describe the same workload
+SAME_WORKLOAD = ("mode", "method", "dtype", "kv_dtype", "batch", "seq_len", "optimizer", "optimizer_impl",
+                 "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets", "gpus", "shard",
+                 "prefill_chunk")
 
 
 @dataclass(frozen=True)
 class Headlines:
-    """The four headline figures and per-phase allocated bytes of an estimate (analytic or traced)."""
+    """The headline figures, per-phase allocated bytes and the workload of an estimate (analytic or traced)."""
 
     method: str
     phases: dict[str, int]
@@ -26,6 +30,7 @@ class Headlines:
     peak_reserved_bytes: int
     device_bytes: int
     required_bytes: int
+    workload: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, est: MemoryEstimate | dict[str, Any]) -> Headlines:
@@ -33,8 +38,12 @@ class Headlines:
         if d.get("schema") != ESTIMATE_SCHEMA:
             raise InputError(f"not a campaign memory estimate (schema {d.get('schema')!r}); "
                              "write one with campaign memory --json or campaign trace --json")
-        return cls(d.get("method", "formula"), {p["name"]: p["bytes"] for p in d["phases"]},
-                   d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["device_bytes"], d["required_bytes"])
+        try:
+            return cls(d.get("method", "formula"), {p["name"]: p["bytes"] for p in d["phases"]},
+                       d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["device_bytes"], d["required_bytes"],
+                       d.get("workload"))
+        except (KeyError, TypeError) as e:
+            raise InputError(f"the estimate lacks {e}; write it again with campaign memory --json") from None
 
 
 @dataclass(frozen=True)
@@ -52,36 +61,50 @@ class PhaseRow:
 
 
 @dataclass(frozen=True)
-class Gap:
-    """One attributed part of the difference between what was estimated and what was measured."""
+class Level:
+    """One level of the memory at the peak, as each method sees it (None: that method cannot see it)."""
 
     name: str
-    estimated_bytes: int
-    measured_bytes: int
-    meaning: str
+    analytic_bytes: int
+    traced_bytes: int | None
+    measured_bytes: int | None
 
-    @property
-    def difference_bytes(self) -> int:
-        return self.measured_bytes - self.estimated_bytes
+
+@dataclass(frozen=True)
+class Gap:
+    """One part of the difference measured - estimated; the parts sum to the whole difference."""
+
+    name: str
+    bytes: int
+    meaning: str
 
 
 @dataclass(frozen=True)
 class Explanation:
+    """`gaps` sum to measured - analytic device bytes on a GPU (peak allocated on the CPU). `margin` is None when
+    the measured run failed: a margin needs a complete run."""
+
     label: str
     device: str
     rows: tuple[PhaseRow, ...]
+    levels: tuple[Level, ...]
     gaps: tuple[Gap, ...]
-    margin: float
+    margin: float | None
     margin_reason: str
-    planned_device_bytes: int
+    planned_device_bytes: int | None
     verdicts: tuple[tuple[str, int, str], ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     schema: str = SCHEMA
 
+    @property
+    def gap_bytes(self) -> int:
+        return sum(g.bytes for g in self.gaps)
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.schema, "label": self.label, "device": self.device,
                 "phases": [asdict(r) | {"ratio": r.ratio} for r in self.rows],
-                "gaps": [asdict(g) | {"difference_bytes": g.difference_bytes} for g in self.gaps],
+                "levels": [asdict(level) for level in self.levels],
+                "gaps": [asdict(g) for g in self.gaps], "gap_bytes": self.gap_bytes,
                 "margin": self.margin, "margin_reason": self.margin_reason,
                 "planned_device_bytes": self.planned_device_bytes,
                 "verdicts": [{"card": c, "memory_bytes": m, "verdict": v} for c, m, v in self.verdicts],
@@ -99,49 +122,98 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
             traced: MemoryEstimate | dict[str, Any] | None = None, cards: list[Any] | None = None) -> Explanation:
     """Compare per phase, attribute the gap at the peak, and recommend a margin for the campaign.
 
-    The margin is the largest relative excess of a measured phase over the analytic one (and of the device
-    total over the estimate on a GPU), rounded up to a whole percent, plus 5 points for run-to-run variation.
+    The gap measured - analytic is split into: the activation model (traced - analytic tensors, with a trace),
+    workspaces and GPU kernels (measured - traced tensors), allocator fragmentation and the CUDA context (GPU).
+    The margin is the largest relative excess of a measured phase over the analytic one (and of the device total
+    over the estimate on a GPU), rounded up to a whole percent, plus 5 points for run-to-run variation; the plan
+    is the analytic device bytes times (1 + margin), and a card fits when it holds the plan.
+
+    Raises InputError when the records describe different workloads, or share no phase.
     """
     a = Headlines.of(analytic)
     t = Headlines.of(traced) if traced is not None else None
-    rows = []
-    for p in measured.phases:
-        rows.append(PhaseRow(p.name, a.phases.get(p.name), t.phases.get(p.name) if t else None,
-                             p.peak_allocated_bytes, p.peak_reserved_bytes))
+    _same_workload("the measurement", measured.workload, a.workload)
+    if t is not None:
+        _same_workload("the trace", t.workload, a.workload)
+    rows = tuple(PhaseRow(p.name, a.phases.get(p.name), t.phases.get(p.name) if t else None,
+                          p.peak_allocated_bytes, p.peak_reserved_bytes) for p in measured.phases)
     if not any(r.analytic_bytes for r in rows):
         raise InputError("no measured phase matches an estimated phase (load, forward, backward, optimizer step, "
                          "prefill, decode); name the measured phases the same way")
     gpu = measured.device_bytes is not None
-    est_overhead = a.peak_reserved_bytes - a.peak_allocated_bytes
-    est_context = a.device_bytes - a.peak_reserved_bytes
-    gaps = [Gap("tensors at the peak (activation model, workspaces, what the estimate left out)",
-                a.peak_allocated_bytes, measured.peak_allocated_bytes,
-                "peak allocated: the estimate's items against torch.cuda.max_memory_allocated")]
-    if gpu:
-        gaps.append(Gap("allocator fragmentation (reserved - allocated)", est_overhead,
-                        measured.peak_reserved_bytes - measured.peak_allocated_bytes,
-                        "memory the caching allocator holds in blocks it cannot reuse for the next request"))
-        gaps.append(Gap("CUDA context and libraries (device - reserved)", est_context,
-                        measured.device_bytes - measured.peak_reserved_bytes,
-                        "outside PyTorch's allocator: context, cuBLAS/cuDNN workspaces, NCCL, kernels"))
-    excess = [r.measured_bytes / r.analytic_bytes - 1 for r in rows if r.analytic_bytes]
-    if gpu:
-        excess.append(measured.device_bytes / a.device_bytes - 1)
-    worst = max(0.0, *excess)
-    margin = math.ceil(worst * 100) / 100 + RUN_TO_RUN
-    reason = (f"largest measured excess over the estimate {worst:.1%} (rounded up) + {RUN_TO_RUN:.0%} run-to-run "
-              "variation")
-    base = max(a.device_bytes, measured.device_bytes or 0)
-    planned = int(base * (1 + margin))
-    verdicts = []
-    for card in cards or []:
-        verdict = "fits" if planned <= card.memory_bytes else ("tight" if base <= card.memory_bytes else "does not fit")
-        verdicts.append((card.name, card.memory_bytes, verdict))
+    m_alloc, m_res = measured.peak_allocated_bytes, measured.peak_reserved_bytes
+    levels = (
+        Level("peak allocated (tensors)", a.peak_allocated_bytes, t.peak_allocated_bytes if t else None, m_alloc),
+        Level("allocator overhead (reserved - allocated)", a.peak_reserved_bytes - a.peak_allocated_bytes,
+              t.peak_reserved_bytes - t.peak_allocated_bytes if t else None, m_res - m_alloc if gpu else None),
+        Level("CUDA context and libraries (device - reserved)", a.device_bytes - a.peak_reserved_bytes,
+              t.device_bytes - t.peak_reserved_bytes if t else None,
+              measured.device_bytes - m_res if measured.device_bytes is not None else None),
+        Level("device (nvidia-smi)", a.device_bytes, t and t.device_bytes, measured.device_bytes),
+    )
+    gaps = _attribute(levels, t is not None, gpu)
     notes = []
     if not gpu:
         notes.append("measured on the CPU: no caching allocator and no context, so only allocated bytes compare; "
                      "measure on the rented card for reserved and device totals")
+    if t is None:
+        notes.append("add --trace to split the tensors' gap into the activation model and GPU workspaces")
     if measured.status != "ok":
-        notes.append(f"the measured run failed in phase {measured.failed_phase!r}: {measured.error}")
-    return Explanation(measured.label, measured.environment.device_name, tuple(rows), tuple(gaps), margin, reason,
-                       planned, tuple(verdicts), tuple(notes))
+        where = f"in phase {measured.failed_phase!r}" if measured.failed_phase else "outside the phases"
+        notes.append(f"the measured run failed {where}: {measured.error}; a margin needs a complete run: fix it, or "
+                     "measure a smaller batch or context first")
+        return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, None,
+                           "no margin from a failed run", None, (), tuple(notes))
+    excess = [r.measured_bytes / r.analytic_bytes - 1 for r in rows if r.analytic_bytes]
+    if measured.device_bytes is not None:
+        excess.append(measured.device_bytes / a.device_bytes - 1)
+    worst = max(0.0, *excess)
+    percent = math.ceil(round(worst * 100, 6))  # whole percents, up; round() drops float noise (1.1 / 1 - 1)
+    margin = round(percent / 100 + RUN_TO_RUN, 4)
+    reason = (f"largest measured excess over the estimate {percent}% (rounded up from {worst:.2%}) "
+              f"+ {RUN_TO_RUN:.0%} run-to-run variation")
+    planned = int(a.device_bytes * (1 + margin))
+    seen = max(a.device_bytes, measured.device_bytes or 0)
+    verdicts = tuple((card.name, card.memory_bytes,
+                      "fits" if planned <= card.memory_bytes else "tight" if seen <= card.memory_bytes
+                      else "does not fit") for card in cards or [])
+    return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, margin, reason,
+                       planned, verdicts, tuple(notes))
+
+
+def _attribute(levels: tuple[Level, ...], traced: bool, gpu: bool) -> tuple[Gap, ...]:
+    """measured - analytic, level by level; with a trace, the tensors' part split at the traced figure."""
+    tensors, overhead, context, _device = levels
+    gaps = []
+    if traced and tensors.traced_bytes is not None:
+        gaps.append(Gap("activation model (traced - analytic tensors)", tensors.traced_bytes - tensors.analytic_bytes,
+                        "what the formulas miss or overcount of the tensors real code keeps: saved activations, "
+                        "logits, temporaries (parameters, gradients and optimizer states agree exactly)"))
+        gaps.append(Gap("workspaces and GPU kernels (measured - traced tensors)",
+                        (tensors.measured_bytes or 0) - tensors.traced_bytes,
+                        "cuBLAS and attention workspaces, CUDA's autocast policy and kernel choices the CPU trace "
+                        "does not see, and anything run beyond the workload"))
+    else:
+        gaps.append(Gap("tensors at the peak (activation model, workspaces, what the estimate left out)",
+                        (tensors.measured_bytes or 0) - tensors.analytic_bytes,
+                        "peak allocated: the estimate's items against torch.cuda.max_memory_allocated"))
+    if gpu:
+        gaps.append(Gap("allocator fragmentation (reserved - allocated)",
+                        (overhead.measured_bytes or 0) - overhead.analytic_bytes,
+                        "memory the caching allocator holds in blocks it cannot reuse for the next request"))
+        gaps.append(Gap("CUDA context and libraries (device - reserved)",
+                        (context.measured_bytes or 0) - context.analytic_bytes,
+                        "outside PyTorch's allocator: context, cuBLAS/cuDNN handles, NCCL, kernels, other processes"))
+    return tuple(gaps)
+
+
+def _same_workload(what: str, theirs: dict[str, Any] | None, ours: dict[str, Any] | None) -> None:
+    """Refuse to compare records of different workloads (a script's measurement names none: nothing to check)."""
+    if not theirs or not ours:
+        return
+    norm = lambda v: json.loads(json.dumps(v))  # noqa: E731  (tuples and lists alike)
+    differ = [k for k in SAME_WORKLOAD if k in theirs and k in ours and norm(theirs[k]) != norm(ours[k])]
+    if differ:
+        shown = "; ".join(f"{k.replace('_', '-')} {theirs[k]!r} vs {ours[k]!r}" for k in differ[:4])
+        raise InputError(f"{what} is of another workload than the estimate ({shown}); explain the same workload: "
+                         "give campaign explain the options campaign measure had")

@@ -34,6 +34,7 @@ class PhaseMeasurement:
     peak_reserved_bytes: int
     device_used_bytes: int | None
     seconds: float
+    complete: bool = True           # False: the phase raised (an out-of-memory error, a crash) before its end
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,6 @@ def environment(device: str) -> Environment:
                        python=sys.version.split()[0], platform=platform.platform())
 
 
-@contextmanager
-def _noop() -> Iterator[None]:
-    yield
-
-
 class MemoryMeter:
     """The measuring protocol. Wrap each phase; read `result()`; save it for `campaign explain`.
 
@@ -146,6 +142,9 @@ class MemoryMeter:
         with meter.phase("backward"): loss.backward()
         with meter.phase("optimizer step"): opt.step(); opt.zero_grad()
         meter.result().save("measured.json")
+
+    A phase that raises is still recorded, marked incomplete, with the peak it reached (an out-of-memory error's
+    phase shows how far it got); the exception goes on.
     """
 
     def __init__(self, device: str | None = None) -> None:
@@ -153,27 +152,23 @@ class MemoryMeter:
             import torch
         except ImportError:
             raise MissingDependencyError("torch", "torch") from None
-        self._torch = torch
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device not in ("cpu", "cuda"):
             raise InputError(f"device {device!r} is not measurable; use cuda (NVIDIA or AMD ROCm) or cpu")
         if device == "cuda" and not torch.cuda.is_available():
             raise InputError("no CUDA/ROCm device is visible to torch; measure on cpu or check the driver")
+        self._torch = torch
         self.device = device
         self.kind = "cpu" if device == "cpu" else ("rocm" if getattr(torch.version, "hip", None) else "cuda")
         self.phases: list[PhaseMeasurement] = []
         self.current: str | None = None
-        self._tracker: Any = None
-        self._inside = False
-        if device == "cpu":
-            from .tracker import StorageTracker
-
-            self._tracker = StorageTracker()
+        self._backend: _CudaCounters | _CpuCounters = _CudaCounters(torch) if device == "cuda" else _CpuCounters()
+        self._depth = 0
 
     def track(self, *objects: Any) -> None:
         """CPU only: count tensors made before the meter (a model's parameters and buffers, an optimizer's state)."""
-        if self._tracker is None:
+        if not isinstance(self._backend, _CpuCounters):
             return
         torch = self._torch
         for obj in objects:
@@ -184,57 +179,99 @@ class MemoryMeter:
             else:
                 tensors = [obj]
             for t in tensors:
-                self._tracker.register(t, "weights")
+                self._backend.tracker.register(t, "weights")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Measure one phase. Peaks are reset at its start, so each phase has its own peak."""
-        torch = self._torch
         self.current = name
-        start = time.perf_counter()
-        if self._tracker is None:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
+        with self._measured(name):
             yield
-            torch.cuda.synchronize()
-            free, total = torch.cuda.mem_get_info()
-            self.phases.append(PhaseMeasurement(
-                name, torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated(), torch.cuda.memory_reserved(),
-                torch.cuda.max_memory_reserved(), total - free, time.perf_counter() - start))
-        else:
-            self._tracker.phase("activations")
-            if self._inside:
-                yield
-            else:
-                with self._tracker:
-                    yield
-            peak, _, _ = self._tracker.snapshot()
-            now = self._tracker.total
-            self.phases.append(PhaseMeasurement(name, now, peak, now, peak, None, time.perf_counter() - start))
         self.current = None
 
     @contextmanager
     def around(self, name: str) -> Iterator[None]:
         """Measure a whole run; phases marked inside it are kept, and if none is, the run is one phase `name`."""
-        if self._tracker is None:
-            with self.phase(name) if not self.phases else _noop():
+        before = len(self.phases)
+        with self._measured(name, keep=lambda: len(self.phases) == before):
+            yield
+
+    @contextmanager
+    def _measured(self, name: str, keep: Any = None) -> Iterator[None]:
+        """Reset the peaks, run the block, record it (also when it raises, marked incomplete) if keep() says so."""
+        start = time.perf_counter()
+        with self._session():
+            self._backend.start()
+            try:
                 yield
-            return
-        self._inside = True
+            except BaseException:
+                if keep is None or keep():
+                    self.phases.append(self._backend.stop(name, time.perf_counter() - start, complete=False))
+                raise
+            if keep is None or keep():
+                self.phases.append(self._backend.stop(name, time.perf_counter() - start))
+
+    @contextmanager
+    def _session(self) -> Iterator[None]:
+        """CPU: the allocation tracker is on for the outermost measured block (a run, or a lone phase)."""
+        self._depth += 1
         try:
-            with self._tracker:
-                before = len(self.phases)
-                self._tracker.phase("activations")
-                start = time.perf_counter()
+            if self._depth == 1 and isinstance(self._backend, _CpuCounters):
+                with self._backend.tracker:
+                    yield
+            else:
                 yield
-                if len(self.phases) == before:
-                    peak, _, _ = self._tracker.snapshot()
-                    now = self._tracker.total
-                    self.phases.append(PhaseMeasurement(name, now, peak, now, peak, None, time.perf_counter() - start))
         finally:
-            self._inside = False
+            self._depth -= 1
 
     def result(self, *, label: str = "", workload: dict[str, Any] | None = None, status: str = "ok",
                failed_phase: str | None = None, error: str | None = None, weights: str | None = None) -> Measurement:
         return Measurement(tuple(self.phases), environment(self.kind), label, workload, status, failed_phase, error,
                            weights)
+
+    def failure(self, error: BaseException, *, label: str = "", workload: dict[str, Any] | None = None,
+                weights: str | None = None) -> Measurement:
+        """The record of a run that raised: the phases so far, the phase it failed in, the error's first line."""
+        failed = self.phases[-1].name if self.phases and not self.phases[-1].complete else None
+        text = str(error).strip().splitlines()
+        message = f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
+        return self.result(label=label, workload=workload, status="failed", failed_phase=failed, error=message,
+                           weights=weights)
+
+
+class _CudaCounters:
+    """torch.cuda's allocator statistics (CUDA and ROCm) and the driver's view of the whole device."""
+
+    def __init__(self, torch: Any) -> None:
+        self.cuda = torch.cuda
+
+    def start(self) -> None:
+        self.cuda.synchronize()
+        self.cuda.reset_peak_memory_stats()
+
+    def stop(self, name: str, seconds: float, complete: bool = True) -> PhaseMeasurement:
+        cuda = self.cuda
+        try:
+            cuda.synchronize()
+        except RuntimeError:  # a failed kernel leaves the context unusable; the counters below still read
+            pass
+        free, total = cuda.mem_get_info()
+        return PhaseMeasurement(name, cuda.memory_allocated(), cuda.max_memory_allocated(), cuda.memory_reserved(),
+                                cuda.max_memory_reserved(), total - free, seconds, complete)
+
+
+class _CpuCounters:
+    """Every storage's lifetime on the CPU (real tensors); no caching allocator, so reserved equals allocated."""
+
+    def __init__(self) -> None:
+        from .tracker import StorageTracker
+
+        self.tracker = StorageTracker()
+
+    def start(self) -> None:
+        self.tracker.phase("activations")
+
+    def stop(self, name: str, seconds: float, complete: bool = True) -> PhaseMeasurement:
+        peak, _, _ = self.tracker.snapshot()
+        now = self.tracker.total
+        return PhaseMeasurement(name, now, peak, now, peak, None, seconds, complete)

@@ -5,11 +5,13 @@ import runpy
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import CampaignError, InputError, MissingDependencyError
+from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (extend, finish, instantiate, labels_for, model_class_and_config, prefill, prefill_chunk, torch_dtype,
-                    weights_to_load)
+from .build import (extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for, prefill, prefill_chunk,
+                    torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -23,20 +25,25 @@ def current_meter() -> MemoryMeter:
     return _ACTIVE[-1]
 
 
-class ScriptFailed(CampaignError):
-    """A measured script raised; the measurement up to that point is kept."""
+class MeasurementFailed(CampaignError):
+    """The measured work raised (a crash in a script, an out-of-memory error); what was measured is kept."""
 
-    def __init__(self, measurement: Measurement) -> None:
+    def __init__(self, measurement: Measurement, what: str = "the run") -> None:
         self.measurement = measurement
-        super().__init__(f"the script failed in phase {measurement.failed_phase!r}: {measurement.error}; "
-                         "the phases measured before it are saved")
+        m = measurement
+        if m.failed_phase:
+            where = f"in phase {m.failed_phase!r}"
+        else:
+            where = f"outside any phase (after {m.phases[-1].name!r})" if m.phases else "before any phase"
+        saved = "the phases measured up to it are kept" if m.phases else "no phase was measured"
+        super().__init__(f"{what} failed {where}: {m.error}; {saved}")
 
 
 def measure_script(path: str | Path, args: list[str] | None = None, *, device: str | None = None) -> Measurement:
     """Run a Python script in this process under a meter.
 
     The script may mark its phases with `campaign.current_meter().phase(name)`; a script that marks none is
-    measured as one phase, 'script'. A crash is reported with the phase it reached (ScriptFailed).
+    measured as one phase, 'script'. A crash raises MeasurementFailed with the phase it reached and the record.
     """
     path = Path(path)
     if not path.is_file():
@@ -48,14 +55,13 @@ def measure_script(path: str | Path, args: list[str] | None = None, *, device: s
     try:
         try:
             with meter.around("script"):
-                runpy.run_path(str(path), run_name="__main__")
-        except SystemExit as e:
-            if e.code not in (None, 0):
-                raise RuntimeError(f"exited with status {e.code}") from None
-    except Exception as e:  # the user's code: report where it stopped, keep what was measured
-        phase = meter.current or (meter.phases[-1].name if meter.phases else "before any phase")
-        raise ScriptFailed(meter.result(label=str(path), status="failed", failed_phase=phase,
-                                        error=f"{type(e).__name__}: {e}")) from e
+                try:
+                    runpy.run_path(str(path), run_name="__main__")
+                except SystemExit as e:
+                    if e.code not in (None, 0):
+                        raise RuntimeError(f"exited with status {e.code}") from None
+        except Exception as e:  # the user's code: report where it stopped, keep what was measured
+            raise MeasurementFailed(meter.failure(e, label=str(path)), "the script") from e
     finally:
         sys.argv = argv
         _ACTIVE.remove(meter)
@@ -71,7 +77,10 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     for a bf16 model; loading shows the real load phase (from_pretrained's own peak).
 
     Training: load, then two steps (forward, backward, optimizer step); the second step is kept, so the
-    optimizer state exists in its forward. Inference: load, prefill (chunked), decode one token.
+    optimizer state exists in its forward. A frozen model: load, then a forward with its loss, without autograd.
+    Inference: load, prefill (chunked), decode one token.
+    Raises MeasurementFailed (with the phases measured, the one that failed marked) when the work raises, an
+    out-of-memory error above all.
     """
     try:
         import torch
@@ -85,54 +94,77 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     if w.gpus > 1:
         raise InputError("measure one card (--gpus 1); multi-card runs: wrap your launcher with --script")
     meter = MemoryMeter(device)
+    make_optimizer = _optimizer_factory(torch, w, meter.device)
     tell = progress or (lambda _p: None)
-    cfg, _source, name, directory = resolve_config(model)
+    cfg, source, name, directory = resolve_config(model)
+    spec_from_config(cfg, name=name, source=source)  # an architecture the planner cannot read: one line, exit 2
     weights_dir = weights_to_load(cfg, directory, weights)
     cls, config = model_class_and_config(transformers, cfg, w)
     arch = cls.__name__
     dev = torch.device(meter.device)
-    tell("load")
-    with meter.phase("load"):
-        if weights_dir is not None:
-            net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
+    record = dict(label=name, workload=w.to_dict(),
+                  weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
+    try:
+        tell("load")
+        with meter.phase("load"):
+            if weights_dir is not None:
+                net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
+            else:
+                with dev:
+                    net = instantiate(cls, config, torch_dtype(torch, w), w)
+            finish(net, w)
+            # CPU: safetensors tensors can be memory-mapped from the file, made outside the tracker; count them as
+            # the weights a card would hold (on a GPU they are copied into the caching allocator and counted there)
+            meter.track(net)
+        vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+        ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
+        labels = labels_for(torch, arch, cfg, ids).to(dev)
+        autocast = lambda: torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.mixed_precision)  # noqa: E731
+        if w.training and w.method != "frozen":
+            opt = make_optimizer([p for p in net.parameters() if p.requires_grad])
+            for step in range(2):
+                if step == 1:
+                    meter.phases = meter.phases[:1]  # keep load + the second step
+                tell(f"forward (step {step + 1})")
+                with meter.phase("forward"), autocast():
+                    loss = net(input_ids=ids, labels=labels, use_cache=False).loss
+                tell(f"backward (step {step + 1})")
+                with meter.phase("backward"):
+                    loss.backward()
+                    del loss
+                tell(f"optimizer step (step {step + 1})")
+                with meter.phase("optimizer step"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+        elif w.training:
+            tell("forward")
+            with meter.phase("forward"), torch.no_grad(), autocast():
+                net(input_ids=ids, labels=labels, use_cache=False)
         else:
-            with dev:
-                net = instantiate(cls, config, torch_dtype(torch, w), w)
-        finish(net, w)
-        # CPU: safetensors tensors can be memory-mapped from the file, made outside the tracker; count them as the
-        # weights a card would hold (on a GPU they are copied into the caching allocator and counted there)
-        meter.track(net)
-    vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
-    ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
-    labels = labels_for(torch, arch, cfg, ids).to(dev)
-    if w.training and w.method != "frozen":
-        params = [p for p in net.parameters() if p.requires_grad]
-        impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]
-        opt = (torch.optim.SGD(params, lr=1e-3, momentum=0.9) if w.optimizer == "sgd" else
-               torch.optim.Adafactor(params, lr=1e-3) if w.optimizer == "adafactor" else
-               torch.optim.AdamW(params, lr=1e-5, **impl))
-        for step in range(2):
-            if step == 1:
-                meter.phases = meter.phases[:1]  # keep load + the second step
-            tell(f"forward (step {step + 1})")
-            with meter.phase("forward"), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.mixed_precision):
-                loss = net(input_ids=ids, labels=labels, use_cache=False).loss
-            tell(f"backward (step {step + 1})")
-            with meter.phase("backward"):
-                loss.backward()
-                del loss
-            tell(f"optimizer step (step {step + 1})")
-            with meter.phase("optimizer step"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-    else:
-        cache = transformers.DynamicCache(config=net.config)
-        with torch.no_grad():
-            tell("prefill")
-            with meter.phase("prefill"):
-                prefill(net, ids, cache, prefill_chunk(w))
-            tell("decode")
-            with meter.phase("decode"):
-                extend(net, ids[:, -1:], cache)
-    return meter.result(label=name, workload=w.to_dict(),
-                        weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
+            cache = transformers.DynamicCache(config=net.config)
+            with torch.no_grad():
+                tell("prefill")
+                with meter.phase("prefill"):
+                    prefill(net, ids, cache, prefill_chunk(w))
+                tell("decode")
+                with meter.phase("decode"):
+                    extend(net, ids[:, -1:], cache)
+    except CampaignError:
+        raise
+    except Exception as e:
+        raise MeasurementFailed(meter.failure(e, **record), f"measuring {name}") from e
+    return meter.result(**record)
+
+
+def _optimizer_factory(torch: Any, w: Workload, device: str) -> Callable[[list[Any]], Any]:
+    """The optimizer the workload names; adamw-8bit needs bitsandbytes on a GPU (checked before any work)."""
+    if w.optimizer == "adamw-8bit":
+        try:
+            import bitsandbytes as bnb  # type: ignore[import-not-found]
+        except ImportError:
+            bnb = None
+        if bnb is None or device != "cuda":
+            raise InputError("adamw-8bit needs bitsandbytes on a CUDA device; install it on the card, or measure "
+                             "--optimizer adamw (and compare with campaign memory --optimizer adamw-8bit)")
+        return lambda params: bnb.optim.AdamW8bit(params, lr=1e-5)
+    return lambda params: optimizer_for(torch, w, params)

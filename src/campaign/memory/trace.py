@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (ATTENTION_DROPOUT, extend, finish, instantiate, labels_for, model_class_and_config, prefill,
-                    prefill_chunk, torch_dtype)
+from .build import (ATTENTION_DROPOUT, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
+                    prefill, prefill_chunk, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes
@@ -51,7 +51,8 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
         raise InputError("adamw-8bit cannot be traced (bitsandbytes kernels do not run on fake tensors); "
                          "use campaign memory, or trace with --optimizer adamw")
     if w.gpus > 1 and w.shard not in ("fsdp", "zero3"):
-        raise InputError(f"tracing {w.shard} over {w.gpus} cards is not supported; trace --shard fsdp (or zero3, "
+        what = {"none": "DDP (--shard none)", "tp": "tensor parallel"}.get(w.shard, w.shard)
+        raise InputError(f"tracing {what} over {w.gpus} cards is not supported; trace --shard fsdp (or zero3, "
                          "traced as FSDP full sharding), or use campaign memory for DDP, ZeRO-1/2 and tensor parallel")
     cfg, source, name, _ = resolve_config(model)
     spec = spec_from_config(cfg, name=name, source=source)
@@ -71,13 +72,19 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     phases: list[Phase] = []
     mesh = _fake_mesh(w.gpus) if w.gpus > 1 else None
     if mesh is not None:
-        notes.append(f"FSDP2 full sharding over {w.gpus} fake ranks (fake process group): per-card figures")
+        notes.append(f"FSDP2 full sharding over {w.gpus} fake ranks (fake process group): per-card figures"
+                     + ("; ZeRO-3 shards the same way, and DeepSpeed's own buffers are not traced"
+                        if w.shard == "zero3" else ""))
+    if w.kv_dtype and not w.training and w.cache_dtype != w.compute_dtype:
+        notes.append(f"KV cache traced in {w.compute_dtype} and scaled to {w.cache_dtype} bytes (the cache's own "
+                     "quantize kernels do not run on fake tensors)")
     with FakeTensorMode():
         tell("build")
         net = _build(torch, transformers, cfg, base_dtype, w)
         if mesh is not None:
             _shard(torch, net, mesh, w)
-        optimizer = _optimizer(torch, net, w) if w.training and w.method != "frozen" else None
+        trains = w.training and w.method != "frozen"
+        optimizer = optimizer_for(torch, w, [p for p in net.parameters() if p.requires_grad]) if trains else None
         tracker = StorageTracker()
         tracker.modules_at_peak = {}
         for t in [*net.parameters(), *net.buffers()]:
@@ -109,20 +116,29 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                     optimizer.step()
                     st = _phase(tracker, "optimizer step", "peak inside optimizer.step()")
                     for state in optimizer.state.values():
-                        for value in state.values():
-                            if isinstance(value, torch.Tensor):
+                        for key, value in state.items():
+                            if not isinstance(value, torch.Tensor):
+                                continue
+                            if key == "step" and not optimizer.defaults.get("fused"):
+                                tracker.forget(value)  # torch keeps step counters on the host unless fused
+                            else:
                                 tracker.register(value, "optimizer states")
                     optimizer.zero_grad(set_to_none=True)
                     if last:
                         phases += [fwd, bwd, st]
+            elif w.training:  # frozen: the loss without autograd
+                tell("forward")
+                with torch.no_grad(), _autocast(torch, w):
+                    net(input_ids=ids, labels=labels, use_cache=False)
+                phases.append(_phase(tracker, "forward", "a forward and its loss, without autograd"))
             else:
                 with torch.no_grad():
                     phases += _trace_inference(transformers, net, tracker, ids, w, tell)
     peak_name = max(phases, key=lambda p: p.bytes).name
     top = tuple(sorted(((m, b) for m, b in tracker.modules_at_peak.get(peak_name, {}).items() if b > 0),
                        key=lambda r: -r[1])[:8])
-    _raw_load = phases[:1]
-    phases = [_requantize(p, spec, w) for p in phases] if w.dtype in QUANTIZED else phases
+    raw_peak = max(p.bytes for p in phases)
+    phases = [_as_stored(p, spec, w) for p in phases]
 
     def traced_notes(spec_: Any, w_: Workload, peak: Phase) -> tuple[str, ...]:
         return tuple(notes) + _notes(spec_, w_, peak)
@@ -131,9 +147,8 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    reserved = tracker.allocator.peak_reserved
-    if w.dtype in QUANTIZED:  # the simulation saw bf16 linears; shift by what the format saves
-        reserved -= sum(p.bytes for p in _raw_load) - sum(p.bytes for p in phases[:1])
+    # the allocator replay saw bf16 linears and a compute-dtype cache: shift it by what the formats save at the peak
+    reserved = tracker.allocator.peak_reserved - (raw_peak - max(p.bytes for p in phases))
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top,
                            simulated_reserved=reserved)
@@ -209,16 +224,6 @@ def _fakeify(torch: Any, net: Any) -> None:
             module._buffers[name] = memo[id(b)]
 
 
-def _optimizer(torch: Any, net: Any, w: Workload) -> Any:
-    params = [p for p in net.parameters() if p.requires_grad]
-    if w.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=w.optimizer_impl == "foreach")
-    if w.optimizer == "adafactor":
-        return torch.optim.Adafactor(params, lr=1e-3)
-    impl = {"foreach": dict(foreach=True), "fused": dict(fused=True), "loop": dict(foreach=False)}[w.optimizer_impl]
-    return torch.optim.AdamW(params, lr=1e-4, **impl)
-
-
 class _autocast:
     """torch.autocast on the fake device when mixed precision is asked, else nothing."""
 
@@ -272,23 +277,35 @@ def _trace_inference(transformers: Any, net: Any, tracker: Any, ids: Any, w: Wor
 
 
 def _cache_bytes(cache: Any) -> int:
-    return sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values)
+    """The cache's storages as the tracker counts them (each rounded to the allocator's block)."""
+    from .tracker import rounded
+
+    return sum(rounded(t.untyped_storage().nbytes()) for layer in cache.layers for t in (layer.keys, layer.values)
                if t is not None)
 
 
-def _requantize(phase: Phase, spec: Any, w: Workload) -> Phase:
-    """Replace the bf16 bytes of the quantized Linear weights by the format's data + metadata."""
-    bf16_linear = sum(g.params for g in spec.groups
-                      if g.role == "linear" and g.in_blocks and not is_router(g)) * ELEMENT_BYTES["bf16"]
-    wb = weight_bytes(spec, w)
-    items = []
+def _as_stored(phase: Phase, spec: Any, w: Workload) -> Phase:
+    """What fake tensors cannot run, put back in the workload's formats: the quantized Linear weights (their bf16
+    bytes replaced by the format's data + metadata, per card under sharding) and a KV cache narrower than the
+    compute dtype (fp8, int8: bytes scaled by the element sizes)."""
+    items: list[Item] = []
     for item in phase.items:
-        if item.name == "weights":
-            items.append(Item("weights (traced, quantized linears excluded)", item.bytes - bf16_linear,
-                              "traced parameters minus the bf16 bytes of the Linear layers a quantizer converts",
-                              "weights", "storage tracker on fake tensors"))
-            items.append(Item(f"weights, {w.dtype} linear layers", wb.quantized + wb.quant_overhead,
-                              "format layout: packed data + scales/zeros", "weights", "format layout"))
+        if item.name == "weights" and w.dtype in QUANTIZED:
+            shards = w.gpus if w.gpus > 1 and w.shard in ("fsdp", "zero3") else 1
+            bf16_linear = sum(g.params for g in spec.groups
+                              if g.role == "linear" and g.in_blocks and not is_router(g)) * ELEMENT_BYTES["bf16"]
+            wb = weight_bytes(spec, w)
+            per_card = f" / {shards} cards" if shards > 1 else ""
+            items.append(Item("weights (traced, quantized linears excluded)", item.bytes - bf16_linear // shards,
+                              "traced parameters minus the bf16 bytes of the Linear layers a quantizer converts"
+                              + per_card, "weights", "storage tracker on fake tensors"))
+            items.append(Item(f"weights, {w.dtype} linear layers", (wb.quantized + wb.quant_overhead) // shards,
+                              "format layout: packed data + scales/zeros" + per_card, "weights", "format layout"))
+        elif item.name == "KV cache" and w.cache_dtype != w.compute_dtype:
+            cache, compute = ELEMENT_BYTES[w.cache_dtype], ELEMENT_BYTES[w.compute_dtype]
+            items.append(Item("KV cache", int(item.bytes * cache / compute),
+                              f"traced in {w.compute_dtype}, scaled to {w.cache_dtype}: x {cache:g} / {compute:g} B",
+                              item.category, item.source))
         else:
             items.append(item)
     return Phase(phase.name, tuple(items), phase.moment)

@@ -14,7 +14,6 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
@@ -33,8 +32,54 @@ def storages(t: torch.Tensor) -> list[Any]:
     return [t.untyped_storage()]
 
 
-def _rounded(nbytes: int) -> int:
+def rounded(nbytes: int) -> int:
+    """Bytes as the caching allocator hands them out: rounded up to its 512-byte blocks."""
     return -(-nbytes // ALLOC_GRANULARITY) * ALLOC_GRANULARITY
+
+
+class ModuleStack:
+    """The modules running now, innermost last, named by their path from the root ('LlamaForCausalLM.model.norm').
+
+    Global forward hooks only, as PyTorch's ModTracker names modules but without its backward hooks: those
+    (register_multi_grad_hook) keep a model's parameters alive after the run, and the backward is attributed by
+    category here, not by module.
+    """
+
+    def __init__(self) -> None:
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._stack: list[str] = []
+
+    @property
+    def current(self) -> str | None:
+        return self._stack[-1] if self._stack else None
+
+    def _name(self, module: torch.nn.Module) -> str:
+        name = self._names.get(module)
+        if name is None:  # first seen: a root; name everything under it (a ModuleList never runs forward itself)
+            root = type(module).__name__
+            for path, sub in module.named_modules():
+                self._names.setdefault(sub, f"{root}.{path}" if path else root)
+            name = self._names[module]
+        return name
+
+    def _push(self, module: torch.nn.Module, _args: Any) -> None:
+        self._stack.append(self._name(module))
+
+    def _pop(self, _module: torch.nn.Module, _args: Any, _out: Any) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def __enter__(self) -> ModuleStack:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._handles = [register_module_forward_pre_hook(self._push),
+                         register_module_forward_hook(self._pop, always_call=True)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._stack.clear()
 
 
 class StorageTracker(TorchDispatchMode):
@@ -50,7 +95,7 @@ class StorageTracker(TorchDispatchMode):
         self.peak_total = 0
         self.peak_categories: dict[str, int] = {}
         self.peak_modules: dict[str, int] = {}
-        self.mods = ModTracker()
+        self.mods = ModuleStack()
         from .allocator import CachingAllocator
 
         self.allocator = CachingAllocator()  # the same allocations replayed through the caching-allocator model
@@ -66,6 +111,20 @@ class StorageTracker(TorchDispatchMode):
                 self.by_category[info[1]] -= info[0]
                 self.by_category[category] += info[0]
                 info[1] = category
+
+    def forget(self, tensor: torch.Tensor) -> None:
+        """Stop counting a tensor that does not live on the device (PyTorch keeps optimizer step counters on the
+        host unless the optimizer is fused)."""
+        for st in storages(tensor):
+            info = self._info.pop(st, None)
+            if info is None:
+                continue
+            info[3] = None  # drop the weak reference: its callback will not fire
+            self.allocator.free(id(info))
+            self.total -= info[0]
+            self.by_category[info[1]] -= info[0]
+            if info[2]:
+                self.by_module[info[2]] -= info[0]
 
     def track_gradients(self, params: Any) -> None:
         """Re-label each trainable parameter's .grad as a gradient once it is accumulated."""
@@ -88,10 +147,9 @@ class StorageTracker(TorchDispatchMode):
     # -- internals ------------------------------------------------------------------------------------------
     def _module(self) -> str:
         """The innermost running module, its root class name dropped and layer indices folded ('layers.*.mlp')."""
-        parents = [p for p in self.mods.parents if p != "Global"]
-        if not parents:
+        name = self.mods.current
+        if name is None:
             return "(outside modules: loss, autograd, optimizer)"
-        name = max(parents, key=len)
         if "." not in name:
             return f"{name} (top level: logits, loss)"
         name = name.split(".", 1)[1]
@@ -101,7 +159,7 @@ class StorageTracker(TorchDispatchMode):
         return _LAYER_INDEX.sub(".*", name)
 
     def _add(self, st: Any, category: str, module: str) -> None:
-        nbytes = _rounded(st.nbytes())
+        nbytes = rounded(st.nbytes())
         if nbytes == 0:
             return
         module = module if category == "activations" else ""
@@ -141,7 +199,7 @@ class StorageTracker(TorchDispatchMode):
     def _resized(self, st: Any) -> None:
         """FSDP frees and refills unsharded parameters with storage.resize_(): follow the new size."""
         info = self._info.get(st)
-        nbytes = _rounded(st.nbytes())
+        nbytes = rounded(st.nbytes())
         if info is None:
             if nbytes:
                 self._add(st, self.category, self._module())

@@ -105,6 +105,8 @@ def make_workload(**kwargs: Any) -> Workload:
         if method not in ("full", "frozen"):
             notes.append(f"inference with a {method} adapter: the adapter's few weights are ignored")
         method, optimizer = "frozen", "none"
+    if method == "frozen":
+        optimizer = "none"  # nothing is trained: a loss evaluated without autograd
     if method == "qlora":
         if dtype not in ("nf4", "int4", "gptq", "awq"):
             if dtype in HALF or dtype == "fp32":

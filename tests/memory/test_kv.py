@@ -70,6 +70,20 @@ def test_bad_kv_input(bad):
         estimate_kv(load_spec("gpt2"), **({"context": 10} | bad))
 
 
+def test_an_encoder_has_no_kv_cache(cli):
+    with pytest.raises(InputError, match="encoder .* keeps no KV cache"):
+        estimate_kv(load_spec("bert-base-uncased"), context=512)
+    r = cli("kv", "roberta-base", "--context", "512")
+    assert r.code == 2 and "no KV cache" in r.err
+    # its inference is one forward: the weights plus the larger of one layer's temporaries and the MLM scores
+    from campaign import plan_memory
+
+    est = plan_memory("bert-base-uncased", mode="infer", batch=8, seq_len=512)
+    assert [p.name for p in est.phases] == ["load", "forward"] and not any(i.category == "kv" for i in est.items)
+    spec = load_spec("bert-base-uncased")
+    assert est.peak_allocated_bytes - est.phases[0].bytes == 8 * 512 * spec.vocab_size * 2
+
+
 @pytest.mark.parametrize("cfg_overrides, model_cls", [
     ({}, "LlamaForCausalLM"),
     ({"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "head_dim": 16, "sliding_window": 8,

@@ -128,6 +128,8 @@ def test_fsdp_over_fake_ranks_holds_one_shard_per_card(tiny_dir):
     ("gpt2", dict(batch=2, seq_len=512)),
     ("qwen2.5-0.5b", dict(batch=1, seq_len=512, method="lora")),
     ("qwen2.5-0.5b", dict(batch=2, seq_len=1024, mode="infer")),
+    ("qwen2.5-0.5b", dict(batch=2, seq_len=512, method="frozen")),     # a loss without autograd
+    ("bert-base-uncased", dict(batch=8, seq_len=512, mode="infer")),   # an encoder: one forward, no cache
 ])
 def test_trace_and_formula_agree_per_phase(model, kw):
     """Two independent methods (the formula and the real code on fake tensors) agree within 6% per phase."""
@@ -149,6 +151,9 @@ def test_classification_heads_get_labels_of_their_shape(write_config):
 
     m = measure_workload(str(d), make_workload(batch=4, seq_len=32), device="cpu")
     assert m.status == "ok" and m.peak_allocated_bytes > 0
+    infer = make_workload(mode="infer", batch=4, seq_len=32)
+    assert [p.name for p in trace_memory(str(d), infer).phases] == ["load", "forward"]
+    assert [p.name for p in measure_workload(str(d), infer, device="cpu").phases] == ["load", "forward"]
 
 
 def test_fp8_kv_cache_is_the_traced_cache_at_one_byte_per_element(tiny_dir):

@@ -192,9 +192,12 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     """
     c = ELEMENT_BYTES[w.compute_dtype]
     V = spec.vocab_size
-    encoder = spec.model_type in ("bert", "roberta", "xlm-roberta")
+    encoder = spec.encoder
     if encoder and not spec.architecture.endswith(("ForMaskedLM", "ForPreTraining")):
         return 0, "no vocabulary-sized output (a task head)"
+    if encoder and not w.training:
+        positions = w.batch * w.seq_len
+        return int(positions * V * c), f"scores over the vocabulary at every position: b x s x V x {c:g} B"
     if not w.training:
         positions = w.batch
         return int(positions * V * (c + FP32)), (f"last position only (generate): b x V x ({c:g} + 4 fp32 copy) = "

@@ -317,6 +317,13 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     tp = w.gpus if w.shard == "tp" else 1
     check_tensor_parallel(spec, tp)
     weights = _weights_items(spec, w)
+    if spec.encoder:  # one bidirectional forward over the batch: no cache, nothing generated
+        tmp, tmp_formula = inference_temporaries(spec, w, w.batch * w.seq_len)
+        lg, lg_formula = logits_bytes(spec, w)
+        transient = (Item("scores over the vocabulary", lg, lg_formula, "logits", "transformers MLM head")
+                     if lg > tmp else Item("forward temporaries", _div(tmp, tp), tmp_formula, "temporaries"))
+        return (Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card"),
+                Phase("forward", tuple(weights + [transient]), "an encoder's forward over the batch (no KV cache)"))
     kv = estimate_kv(spec, context=w.seq_len, sequences=w.batch, dtype=w.cache_dtype, tp=tp)
     kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
                    f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else ""),

@@ -82,6 +82,9 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
     for label, value in (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"{label} must be a positive integer, got {value!r}")
+    if spec.encoder:
+        raise InputError(f"{spec.name} is a bidirectional encoder ({spec.model_type}): it keeps no KV cache; size "
+                         "its forward with campaign memory --infer")
     check_tensor_parallel(spec, tp)
     dtype = parse_dtype(dtype, what="kv dtype")
     if dtype in ("nf4", "gptq", "awq", "int4"):

@@ -78,7 +78,7 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
 
     Training: load, then two steps (forward, backward, optimizer step); the second step is kept, so the
     optimizer state exists in its forward. A frozen model: load, then a forward with its loss, without autograd.
-    Inference: load, prefill (chunked), decode one token.
+    Inference: load, prefill (chunked), decode one token; for an encoder (BERT), load and one forward.
     Raises MeasurementFailed (with the phases measured, the one that failed marked) when the work raises, an
     out-of-memory error above all.
     """
@@ -97,7 +97,7 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     make_optimizer = _optimizer_factory(torch, w, meter.device)
     tell = progress or (lambda _p: None)
     cfg, source, name, directory = resolve_config(model)
-    spec_from_config(cfg, name=name, source=source)  # an architecture the planner cannot read: one line, exit 2
+    spec = spec_from_config(cfg, name=name, source=source)  # an architecture the planner cannot read: exit 2
     weights_dir = weights_to_load(cfg, directory, weights)
     cls, config = model_class_and_config(transformers, cfg, w)
     arch = cls.__name__
@@ -140,6 +140,10 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
             tell("forward")
             with meter.phase("forward"), torch.no_grad(), autocast():
                 net(input_ids=ids, labels=labels, use_cache=False)
+        elif spec.encoder:
+            tell("forward")
+            with meter.phase("forward"), torch.no_grad():
+                net(input_ids=ids)
         else:
             cache = transformers.DynamicCache(config=net.config)
             with torch.no_grad():

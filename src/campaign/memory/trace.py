@@ -131,6 +131,11 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                 with torch.no_grad(), _autocast(torch, w):
                     net(input_ids=ids, labels=labels, use_cache=False)
                 phases.append(_phase(tracker, "forward", "a forward and its loss, without autograd"))
+            elif spec.encoder:  # inference of an encoder: one forward over the batch, no cache
+                tell("forward")
+                with torch.no_grad():
+                    net(input_ids=ids)
+                phases.append(_phase(tracker, "forward", "an encoder's forward over the batch (no KV cache)"))
             else:
                 with torch.no_grad():
                     phases += _trace_inference(transformers, net, tracker, ids, w, tell)

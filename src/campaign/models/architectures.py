@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError
-from .spec import MLA, AttentionLayer, ModelSpec, MoE, ParamGroup
+from .spec import ENCODER_TYPES, MLA, AttentionLayer, ModelSpec, MoE, ParamGroup
 
 DECODER_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2",
 }
-ENCODER_TYPES = {"bert", "roberta", "xlm-roberta"}
 SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | {"gpt2"})
 
 

@@ -36,6 +36,11 @@ class ParamGroup:
         return prod(self.shape)
 
     @property
+    def encoder(self) -> bool:
+        """A bidirectional encoder (BERT, RoBERTa): inference is one forward over the batch, with no KV cache."""
+        return self.model_type in ENCODER_TYPES
+
+    @property
     def params(self) -> int:
         """Elements over all copies."""
         return self.numel * self.count
@@ -71,6 +76,9 @@ class MoE:
     shared_intermediate_size: int = 0
 
 
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta"})  # bidirectional: no KV cache, nothing generated
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What a model IS for memory purposes, read from its config.json.
@@ -104,6 +112,11 @@ class ModelSpec:
     params_exact: int | None = None
     params_method: str = "config"
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def encoder(self) -> bool:
+        """A bidirectional encoder (BERT, RoBERTa): inference is one forward over the batch, with no KV cache."""
+        return self.model_type in ENCODER_TYPES
 
     @property
     def params(self) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,9 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: 
         import peft
 
         targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
-        net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
+        with warnings.catch_warnings():  # peft reads transformers' deprecated name; nothing the user can act on
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
     return net
 
 

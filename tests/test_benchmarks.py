@@ -1,0 +1,31 @@
+"""The GPU check is one prepared run on a lent card: its --dry-run (tiny models on the CPU) must work end to end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_dry_run_writes_every_workload(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry-run"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert len(rows) == 6 and not any("failed" in row for row in rows)
+    for row in rows:
+        # on the CPU, the formula and the trace each land within 15% of the measured peak of every phase
+        for p in row["phases"]:
+            assert 0.85 < p["analytic"] / p["measured"] < 1.15, (row["label"], p)
+            assert 0.85 < p["traced"] / p["measured"] < 1.15, (row["label"], p)
+        gaps = row["explain"]["gaps"]
+        assert sum(g["bytes"] for g in gaps) == row["measured"]["peak_allocated"] - row["estimate"]["peak_allocated"]
+        assert row["explain"]["margin"] >= 0.05

@@ -93,7 +93,13 @@ def explain(
     from .memory import FEATURED_CARDS
     from .render import explanation as render_explanation
 
+    if second is None and measured is not None and first.endswith(".json") and Path(first).is_file() \
+            and Path(first).name != "config.json":
+        second, measured = measured, None  # ESTIMATE.json --measured MEASURED.json reads as the two-file form
     if second is not None:
+        if trace_now:
+            raise InputError("--trace traces a MODEL's workload; with ESTIMATE.json give --traced TRACED.json "
+                             "(from campaign trace --json)")
         analytic = load_estimate(first)
         m = load_measurement(second)
         traced = load_estimate(traced_file) if traced_file else None

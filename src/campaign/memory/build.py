@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InputError
+from ..errors import CampaignError, ConfigError, InputError
 from .workload import Workload
 
 ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
@@ -34,11 +36,42 @@ def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, 
                           f"({reason}); a newer transformers may know it (remote code is never run)") from None
     config._attn_implementation = w.attention
     arch = (cfg.get("architectures") or [None])[0]
-    cls = (getattr(transformers, arch, None) if arch else None) or transformers.AutoModelForCausalLM
+    if arch:
+        cls = getattr(transformers, arch, None)
+        if cls is None:
+            raise ConfigError(f"transformers {transformers.__version__} has no class {arch!r} (the config's "
+                              "architectures); a newer transformers may (remote code is never run)")
+    else:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+        try:
+            cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+        except KeyError:
+            raise ConfigError(f"the config names no architectures and {model_type!r} has no causal LM in "
+                              f"transformers {transformers.__version__}; add \"architectures\" to config.json") from None
     if w.attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
         raise InputError(f"{cls.__name__} has no SDPA attention in transformers {transformers.__version__}; "
                          "use --attention eager (and the same option with campaign memory)")
     return cls, config
+
+
+@contextmanager
+def building(cls: Any) -> Iterator[None]:
+    """Errors from a model's constructor are the config's (one line, exit 2); running out of memory is not."""
+    try:
+        yield
+    except CampaignError:
+        raise
+    except Exception as e:
+        import torch
+
+        if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+            raise
+        import transformers
+
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"transformers {transformers.__version__} cannot build {cls.__name__} from this config "
+                          f"({type(e).__name__}: {first})") from e
 
 
 def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: Path | None = None,

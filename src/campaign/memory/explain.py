@@ -31,6 +31,7 @@ class Headlines:
     device_bytes: int
     required_bytes: int
     workload: dict[str, Any] | None = None
+    model: str | None = None
 
     @classmethod
     def of(cls, est: MemoryEstimate | dict[str, Any]) -> Headlines:
@@ -41,7 +42,7 @@ class Headlines:
         try:
             return cls(d.get("method", "formula"), {p["name"]: p["bytes"] for p in d["phases"]},
                        d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["device_bytes"], d["required_bytes"],
-                       d.get("workload"))
+                       d.get("workload"), d.get("model"))
         except (KeyError, TypeError) as e:
             raise InputError(f"the estimate lacks {e}; write it again with campaign memory --json") from None
 
@@ -132,14 +133,27 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
     """
     a = Headlines.of(analytic)
     t = Headlines.of(traced) if traced is not None else None
+    if t is not None and t.method != "traced":
+        raise InputError(f"the traced estimate was made by {t.method!r}; give the JSON of campaign trace --json")
+    if measured.workload is not None:  # a built model (a script's measurement names neither model nor workload)
+        _same_model("the measurement", measured.label, a.model)
     _same_workload("the measurement", measured.workload, a.workload)
     if t is not None:
+        _same_model("the trace", t.model, a.model)
         _same_workload("the trace", t.workload, a.workload)
     rows = tuple(PhaseRow(p.name, a.phases.get(p.name), t.phases.get(p.name) if t else None,
                           p.peak_allocated_bytes, p.peak_reserved_bytes) for p in measured.phases)
+    notes = []
     if not any(r.analytic_bytes for r in rows):
-        raise InputError("no measured phase matches an estimated phase (load, forward, backward, optimizer step, "
-                         "prefill, decode); name the measured phases the same way")
+        if [p.name for p in measured.phases] != ["script"]:
+            raise InputError("no measured phase matches an estimated phase (load, forward, backward, optimizer "
+                             "step, prefill, decode); name the measured phases the same way")
+        # a script that marked no phases: its whole-run peak against the estimate's peak
+        p = measured.phases[0]
+        rows = (PhaseRow("script (whole run) vs the peak", a.peak_allocated_bytes,
+                         t.peak_allocated_bytes if t else None, p.peak_allocated_bytes, p.peak_reserved_bytes),)
+        notes.append("the script marked no phases: its whole-run peak is compared with the estimate's peak; mark "
+                     "phases with campaign.current_meter().phase('forward') to compare them one by one")
     gpu = measured.device_bytes is not None
     m_alloc, m_res = measured.peak_allocated_bytes, measured.peak_reserved_bytes
     levels = (
@@ -152,7 +166,6 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
         Level("device (nvidia-smi)", a.device_bytes, t and t.device_bytes, measured.device_bytes),
     )
     gaps = _attribute(levels, t is not None, gpu)
-    notes = []
     if not gpu:
         notes.append("measured on the CPU: no caching allocator and no context, so only allocated bytes compare; "
                      "measure on the rented card for reserved and device totals")
@@ -205,6 +218,11 @@ def _attribute(levels: tuple[Level, ...], traced: bool, gpu: bool) -> tuple[Gap,
                         (context.measured_bytes or 0) - context.analytic_bytes,
                         "outside PyTorch's allocator: context, cuBLAS/cuDNN handles, NCCL, kernels, other processes"))
     return tuple(gaps)
+
+
+def _same_model(what: str, theirs: str | None, ours: str | None) -> None:
+    if theirs and ours and theirs != ours:
+        raise InputError(f"{what} is of {theirs!r}, the estimate of {ours!r}: explain one model's records")
 
 
 def _same_workload(what: str, theirs: dict[str, Any] | None, ours: dict[str, Any] | None) -> None:

@@ -183,11 +183,16 @@ class MemoryMeter:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Measure one phase. Peaks are reset at its start, so each phase has its own peak."""
+        """Measure one phase. Peaks are reset at its start, so each phase has its own peak; phases do not nest."""
+        if self.current is not None:
+            raise InputError(f"phase {name!r} started inside phase {self.current!r}: phases do not nest (each "
+                             "resets the peak); end one before the next")
         self.current = name
-        with self._measured(name):
-            yield
-        self.current = None
+        try:
+            with self._measured(name):
+                yield
+        finally:
+            self.current = None
 
     @contextmanager
     def around(self, name: str) -> Iterator[None]:
@@ -204,9 +209,10 @@ class MemoryMeter:
             self._backend.start()
             try:
                 yield
-            except BaseException:
-                if keep is None or keep():
-                    self.phases.append(self._backend.stop(name, time.perf_counter() - start, complete=False))
+            except BaseException as e:
+                if keep is None or keep():  # sys.exit(0) ends the work normally
+                    done = isinstance(e, SystemExit) and e.code in (None, 0)
+                    self.phases.append(self._backend.stop(name, time.perf_counter() - start, complete=done))
                 raise
             if keep is None or keep():
                 self.phases.append(self._backend.stop(name, time.perf_counter() - start))
@@ -251,13 +257,15 @@ class _CudaCounters:
 
     def stop(self, name: str, seconds: float, complete: bool = True) -> PhaseMeasurement:
         cuda = self.cuda
+        used: int | None = None
         try:
             cuda.synchronize()
-        except RuntimeError:  # a failed kernel leaves the context unusable; the counters below still read
-            pass
-        free, total = cuda.mem_get_info()
+            free, total = cuda.mem_get_info()
+            used = total - free
+        except RuntimeError:  # a failed kernel leaves the context unusable: the driver is not asked, the
+            pass              # allocator's own counters (host-side) still read
         return PhaseMeasurement(name, cuda.memory_allocated(), cuda.max_memory_allocated(), cuda.memory_reserved(),
-                                cuda.max_memory_reserved(), total - free, seconds, complete)
+                                cuda.max_memory_reserved(), used, seconds, complete)
 
 
 class _CpuCounters:

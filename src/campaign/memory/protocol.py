@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for, prefill, prefill_chunk,
+from .build import (building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for, prefill, prefill_chunk,
                     torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
@@ -106,7 +106,7 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
                   weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
     try:
         tell("load")
-        with meter.phase("load"):
+        with meter.phase("load"), building(cls):
             if weights_dir is not None:
                 net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
             else:

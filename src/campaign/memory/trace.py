@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (ATTENTION_DROPOUT, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
+from .build import (ATTENTION_DROPOUT, building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
                     prefill, prefill_chunk, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
@@ -192,7 +192,7 @@ def _build(torch: Any, transformers: Any, cfg: dict[str, Any], dtype: Any, w: Wo
     dropout is set to 0: GPU flash kernels keep no dropout mask, while the CPU kernel would materialize the
     probabilities."""
     cls, config = model_class_and_config(transformers, cfg, w, no_attention_dropout=w.attention == "sdpa")
-    with _no_fake(), torch.device("meta"):
+    with _no_fake(), torch.device("meta"), building(cls):
         net = instantiate(cls, config, dtype, w)
     _fakeify(torch, net)
     return finish(net, w)

@@ -36,11 +36,6 @@ class ParamGroup:
         return prod(self.shape)
 
     @property
-    def encoder(self) -> bool:
-        """A bidirectional encoder (BERT, RoBERTa): inference is one forward over the batch, with no KV cache."""
-        return self.model_type in ENCODER_TYPES
-
-    @property
     def params(self) -> int:
         """Elements over all copies."""
         return self.numel * self.count

@@ -430,3 +430,22 @@ def test_configs_transformers_cannot_build_are_refused_before_running(write_conf
             trace_memory(str(d), w)
         with pytest.raises(ConfigError, match=message):
             measure_workload(str(d), w, device="cpu")
+
+
+def test_driver_version_from_the_files_the_drivers_publish(tmp_path):
+    from campaign.memory.measure import driver_version
+
+    proprietary = tmp_path / "nvidia"
+    proprietary.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+                           "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+    open_module = tmp_path / "nvidia-open"
+    open_module.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  "
+                           "(dvs-builder@U16-I3-B03-4-3)  Fri Aug 16 21:42:42 UTC 2024\n")
+    amd = tmp_path / "amdgpu" / "version"
+    amd.parent.mkdir()
+    amd.write_text("6.8.5\n")
+    missing = tmp_path / "absent"
+    assert driver_version((missing, proprietary)) == "535.104.05"
+    assert driver_version((open_module,)) == "560.35.03"
+    assert driver_version((missing, amd)) == "amdgpu 6.8.5"
+    assert driver_version((missing,)) is None

@@ -120,16 +120,31 @@ def environment(device: str) -> Environment:
     if device != "cpu":
         props = torch.cuda.get_device_properties(0)
         name, total = props.name, props.total_memory
-        try:
-            import pynvml  # optional: the driver version as nvidia-smi shows it
-
-            pynvml.nvmlInit()
-            driver = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:
-            driver = None
+        driver = driver_version()
     return Environment(device=device, device_name=name, total_memory_bytes=total, torch=torch.__version__,
                        cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None), driver=driver,
                        python=sys.version.split()[0], platform=platform.platform())
+
+
+DRIVER_FILES = (Path("/proc/driver/nvidia/version"), Path("/sys/module/amdgpu/version"))
+
+
+def driver_version(files: tuple[Path, ...] = DRIVER_FILES) -> str | None:
+    """The kernel driver's version as nvidia-smi shows it (NVIDIA: '550.54.15'), or amdgpu's (ROCm); None if
+    neither is readable. Read from the files the drivers publish, so nothing extra needs installing."""
+    import re
+
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        nvidia = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]*)", text)
+        if nvidia:
+            return nvidia.group(1)
+        if path.name == "version" and "amdgpu" in str(path) and text.strip():
+            return f"amdgpu {text.strip()}"
+    return None
 
 
 class MemoryMeter:

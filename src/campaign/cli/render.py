@@ -26,6 +26,20 @@ def g(n: int | float) -> str:
     return f"{n / GiB:,.2f}"
 
 
+class Scale:
+    """One unit for a whole table: GiB, or MiB when every figure is under 1 GiB (a small model, a CPU check)."""
+
+    def __init__(self, *values: int | None) -> None:
+        self.unit, self.div = ("GiB", GiB) if max((abs(v) for v in values if v is not None), default=0) >= GiB \
+            else ("MiB", 2**20)
+
+    def __call__(self, n: int | float | None, signed: bool = False) -> str:
+        return "-" if n is None else f"{n / self.div:{'+' if signed else ''},.2f}"
+
+    def with_unit(self, n: int | float) -> str:
+        return f"{self(n)} {self.unit}"
+
+
 @contextmanager
 def progress_reporter(label: str) -> Iterator[Callable[[str], None]]:
     """A spinner with the current phase on stderr when it is a terminal; a no-op otherwise."""
@@ -128,17 +142,18 @@ def measurement(m: Measurement, saved: object = None) -> None:
     versions = ", ".join(x for x in (f"torch {env.torch}", f"CUDA {env.cuda}" if env.cuda else "",
                                      f"HIP {env.hip}" if env.hip else "", f"driver {env.driver}" if env.driver else "") if x)
     weights = f", weights {m.weights}" if m.weights else ""
+    sc = Scale(m.peak_reserved_bytes, m.device_bytes)
     console.print(f"[bold]{m.label}[/bold] measured on {env.device_name} ({env.device}; {versions}){weights}")
-    console.print(f"Peak [bold]{fmt_gib(m.peak_allocated_bytes)}[/bold] allocated in the [bold]{m.peak_phase}[/bold], "
-                  f"{fmt_gib(m.peak_reserved_bytes)} reserved" + (f", {fmt_gib(m.device_bytes)} on the device"
-                                                                     if m.device_bytes is not None else ""))
-    table = Table(title="Per phase (GiB; peaks reset at each phase start)", title_justify="left")
+    console.print(f"Peak [bold]{sc.with_unit(m.peak_allocated_bytes)}[/bold] allocated in the "
+                  f"[bold]{m.peak_phase}[/bold], {sc.with_unit(m.peak_reserved_bytes)} reserved"
+                  + (f", {sc.with_unit(m.device_bytes)} on the device" if m.device_bytes is not None else ""))
+    table = Table(title=f"Per phase ({sc.unit}; peaks reset at each phase start)", title_justify="left")
     for col in ("phase", "allocated", "peak allocated", "reserved", "peak reserved", "device used", "seconds"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for p in m.phases:
-        table.add_row(p.name, g(p.allocated_bytes), g(p.peak_allocated_bytes), g(p.reserved_bytes),
-                      g(p.peak_reserved_bytes), "-" if p.device_used_bytes is None else g(p.device_used_bytes),
-                      f"{p.seconds:.2f}")
+        table.add_row(p.name + ("" if p.complete else " (did not end)"), sc(p.allocated_bytes),
+                      sc(p.peak_allocated_bytes), sc(p.reserved_bytes), sc(p.peak_reserved_bytes),
+                      sc(p.device_used_bytes), f"{p.seconds:.2f}")
     console.print(table)
     if env.device == "cpu":
         console.print("[dim]- CPU: no caching allocator (reserved = allocated) and no device context[/dim]")
@@ -147,31 +162,31 @@ def measurement(m: Measurement, saved: object = None) -> None:
 
 
 def explanation(e: Explanation) -> None:
+    sc = Scale(*(lv.analytic_bytes for lv in e.levels), *(lv.measured_bytes for lv in e.levels))
     if e.margin is None:
         console.print(f"[bold]{e.label}[/bold] on {e.device}: [red]the measured run failed[/red]; no margin from it")
     else:
         console.print(f"[bold]{e.label}[/bold] on {e.device}: plan with a [bold]{e.margin:.0%}[/bold] margin "
-                      f"-> {fmt_gib(e.planned_device_bytes or 0)} per card ({e.margin_reason})")
-    table = Table(title="Per phase: peak allocated (GiB)", title_justify="left")
+                      f"-> {sc.with_unit(e.planned_device_bytes or 0)} per card ({e.margin_reason})")
+    table = Table(title=f"Per phase: peak allocated ({sc.unit})", title_justify="left")
     for col in ("phase", "analytic", "traced", "measured", "analytic / measured"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for r in e.rows:
-        table.add_row(r.phase, "-" if r.analytic_bytes is None else g(r.analytic_bytes),
-                      "-" if r.traced_bytes is None else g(r.traced_bytes), g(r.measured_bytes),
+        table.add_row(r.phase, sc(r.analytic_bytes), sc(r.traced_bytes), sc(r.measured_bytes),
                       "-" if r.ratio is None else f"{r.ratio:.2f}")
     console.print(table)
-    levels = Table(title="At the peak (GiB)", title_justify="left")
+    levels = Table(title=f"At the peak ({sc.unit})", title_justify="left")
     for col in ("level", "analytic", "traced", "measured"):
         levels.add_column(col, justify="left" if col == "level" else "right")
     for lv in e.levels:
-        levels.add_row(lv.name, g(lv.analytic_bytes), "-" if lv.traced_bytes is None else g(lv.traced_bytes),
-                       "-" if lv.measured_bytes is None else g(lv.measured_bytes))
+        levels.add_row(lv.name, sc(lv.analytic_bytes), sc(lv.traced_bytes), sc(lv.measured_bytes))
     console.print(levels)
-    gaps = Table(title=f"The gap, measured - analytic: {e.gap_bytes / GiB:+,.2f} GiB, attributed", title_justify="left")
-    for col in ("part", "GiB", "what it is"):
-        gaps.add_column(col, justify="right" if col == "GiB" else "left")
+    gaps = Table(title=f"The gap, measured - analytic: {sc(e.gap_bytes, signed=True)} {sc.unit}, attributed",
+                 title_justify="left")
+    for col in ("part", sc.unit, "what it is"):
+        gaps.add_column(col, justify="right" if col == sc.unit else "left")
     for gap in e.gaps:
-        gaps.add_row(gap.name, f"{gap.bytes / GiB:+,.2f}", gap.meaning)
+        gaps.add_row(gap.name, sc(gap.bytes, signed=True), gap.meaning)
     console.print(gaps)
     if e.verdicts:
         console.print("Verdict with this margin: " + "; ".join(

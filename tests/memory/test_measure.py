@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -449,3 +450,13 @@ def test_driver_version_from_the_files_the_drivers_publish(tmp_path):
     assert driver_version((open_module,)) == "560.35.03"
     assert driver_version((missing, amd)) == "amdgpu 6.8.5"
     assert driver_version((missing,)) is None
+
+
+def test_without_torch_trace_and_measure_name_the_extra(cli, monkeypatch, write_config, tmp_path):
+    d = write_config(tiny_llama(), "tiny")
+    m = _measured(ESTIMATED, reserved=3300, device=3800).save(tmp_path / "m.json")
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if the torch extra were not installed
+    for args in (("trace", str(d)), ("measure", str(d), "--device", "cpu"),
+                 ("explain", str(d), "--measured", str(m), "--trace")):
+        r = cli(*args)
+        assert r.code == 2 and "pip install 'campaign[torch]'" in r.err and "Traceback" not in r.err, args

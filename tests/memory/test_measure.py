@@ -163,7 +163,7 @@ def test_crashing_script_reports_its_phase_and_keeps_the_record(cli, tmp_path):
 def test_script_arguments_reach_the_script(cli, tmp_path):
     path = tmp_path / "args.py"
     seen = tmp_path / "argv.json"
-    path.write_text(f"import json, sys\njson.dump(sys.argv[1:], open({str(seen)!r}, 'w'))\n")
+    path.write_text(f"import pathlib, json, sys\npathlib.Path({str(seen)!r}).write_text(json.dumps(sys.argv[1:]))\n")
     r = cli("measure", "--script", str(path), "--device", "cpu", "--", "--lr", "1e-4", "--epochs", "2")
     assert r.code == 0, r.err
     assert json.loads(seen.read_text()) == ["--lr", "1e-4", "--epochs", "2"]

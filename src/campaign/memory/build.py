@@ -48,7 +48,8 @@ def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, 
             cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
         except KeyError:
             raise ConfigError(f"the config names no architectures and {model_type!r} has no causal LM in "
-                              f"transformers {transformers.__version__}; add \"architectures\" to config.json") from None
+                              f"transformers {transformers.__version__}; add \"architectures\" to config.json"
+                              ) from None
     if w.attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
         raise InputError(f"{cls.__name__} has no SDPA attention in transformers {transformers.__version__}; "
                          "use --attention eager (and the same option with campaign memory)")

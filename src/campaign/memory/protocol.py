@@ -10,8 +10,8 @@ from typing import Any
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for, prefill, prefill_chunk,
-                    torch_dtype, weights_to_load)
+from .build import (building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
+                    prefill, prefill_chunk, torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 

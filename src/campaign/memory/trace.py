@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (ATTENTION_DROPOUT, building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
-                    prefill, prefill_chunk, torch_dtype)
+from .build import (ATTENTION_DROPOUT, building, extend, finish, instantiate, labels_for, model_class_and_config,
+                    optimizer_for, prefill, prefill_chunk, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes

@@ -44,6 +44,7 @@ def measure_script(path: str | Path, args: list[str] | None = None, *, device: s
 
     The script may mark its phases with `campaign.current_meter().phase(name)`; a script that marks none is
     measured as one phase, 'script'. A crash raises MeasurementFailed with the phase it reached and the record.
+    A script that calls torch.cuda.reset_peak_memory_stats() itself cuts the peak of the phase it is in.
     """
     path = Path(path)
     if not path.is_file():

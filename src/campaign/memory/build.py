@@ -75,6 +75,20 @@ def building(cls: Any) -> Iterator[None]:
                           f"({type(e).__name__}: {first})") from e
 
 
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' info-level chatter (a default loss chosen, a cache created) off while steps run; what it says
+    while loading weights (keys missing or unexpected) stays visible."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: Path | None = None,
                 device: str | None = None) -> Any:
     """The model with random weights in the current device context, or loaded from weights_dir's safetensors onto

@@ -11,7 +11,7 @@ from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
 from .build import (building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
-                    prefill, prefill_chunk, torch_dtype, weights_to_load)
+                    prefill, prefill_chunk, quiet_transformers, torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -120,7 +120,21 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
         vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
         ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
         labels = labels_for(torch, arch, cfg, ids).to(dev)
-        autocast = lambda: torch.autocast(dev.type, dtype=torch.bfloat16, enabled=w.mixed_precision)  # noqa: E731
+        _run_phases(torch, transformers, net, ids, labels, w, spec, meter, make_optimizer, tell)
+    except CampaignError:
+        raise
+    except Exception as e:
+        raise MeasurementFailed(meter.failure(e, **record), f"measuring {name}") from e
+    return meter.result(**record)
+
+
+def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, labels: Any, w: Workload, spec: Any,
+                meter: MemoryMeter, make_optimizer: Callable[[list[Any]], Any], tell: Callable[[str], None]) -> None:
+    """The measured steps after the load: two training steps, a loss without autograd, or prefill and decode."""
+    def autocast() -> Any:
+        return torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=w.mixed_precision)
+
+    with quiet_transformers():
         if w.training and w.method != "frozen":
             opt = make_optimizer([p for p in net.parameters() if p.requires_grad])
             for step in range(2):
@@ -154,11 +168,6 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
                 tell("decode")
                 with meter.phase("decode"):
                     extend(net, ids[:, -1:], cache)
-    except CampaignError:
-        raise
-    except Exception as e:
-        raise MeasurementFailed(meter.failure(e, **record), f"measuring {name}") from e
-    return meter.result(**record)
 
 
 def _optimizer_factory(torch: Any, w: Workload, device: str) -> Callable[[list[Any]], Any]:

@@ -16,7 +16,7 @@ from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
 from .build import (ATTENTION_DROPOUT, building, extend, finish, instantiate, labels_for, model_class_and_config,
-                    optimizer_for, prefill, prefill_chunk, torch_dtype)
+                    optimizer_for, prefill, prefill_chunk, quiet_transformers, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes
@@ -78,7 +78,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     if w.kv_dtype and not w.training and w.cache_dtype != w.compute_dtype:
         notes.append(f"KV cache traced in {w.compute_dtype} and scaled to {w.cache_dtype} bytes (the cache's own "
                      "quantize kernels do not run on fake tensors)")
-    with FakeTensorMode():
+    with FakeTensorMode(), quiet_transformers():
         tell("build")
         net = _build(torch, transformers, cfg, base_dtype, w)
         if mesh is not None:

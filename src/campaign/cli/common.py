@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
@@ -92,6 +93,16 @@ def emit_estimate(est: Any, fits: list[Any], card: str | None, as_json: bool) ->
         from .render import memory as render_memory
 
         render_memory(est, fits, card)
+
+
+def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool = False) -> None:
+    """A result object as JSON (its to_dict()) or rendered for a person; exit 1 when its check failed."""
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        render(result)
+    if failed:
+        raise typer.Exit(1)
 
 
 def print_json(data: Any) -> None:

@@ -77,12 +77,7 @@ def split(
                         stratify=stratify, seed=seed,
                         dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                         tolerance=tolerance, skip_bad=skip_bad, force=force)
-    if as_json:
-        o.print_json(result.to_dict())
-    else:
-        render_split(result)
-    if not result.passed:
-        raise typer.Exit(1)
+    o.emit(result, render_split, as_json, failed=not result.passed)
 
 
 def leaks(
@@ -109,12 +104,7 @@ def leaks(
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                          examples=examples)
-    if as_json:
-        o.print_json(report.to_dict())
-    else:
-        render_leaks(report)
-    if not report.passed:
-        raise typer.Exit(1)
+    o.emit(report, render_leaks, as_json, failed=not report.passed)
 
 
 def usage(
@@ -136,12 +126,7 @@ def usage(
 
     report = use_split(manifest, split=record, purpose=purpose, note=note, run=run, max_final_uses=max_final_uses,
                        final_split=final_split)
-    if as_json:
-        o.print_json(report.to_dict())
-    else:
-        render_usage(report)
-    if not report.passed:
-        raise typer.Exit(1)
+    o.emit(report, render_usage, as_json, failed=not report.passed)
 
 
 # --------------------------------------------------------------------------------------------------- rendering

@@ -84,12 +84,7 @@ def regress(
 
     rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema, required=_split(required),
                       id_field=id_field, gold_field=gold_field, pred_field=pred_field)
-    if as_json:
-        o.print_json(rep.to_dict())
-    else:
-        _render_regress(rep)
-    if not rep.passed:
-        raise typer.Exit(1)
+    o.emit(rep, _render_regress, as_json, failed=not rep.passed)
 
 
 def seeds(

@@ -60,10 +60,7 @@ def measure(
         raise
     if out:
         m.save(out)
-    if as_json:
-        o.print_json(m.to_dict())
-    else:
-        render_measurement(m, out)
+    o.emit(m, lambda r: render_measurement(r, out), as_json)
 
 
 def explain(
@@ -118,9 +115,5 @@ def explain(
             traced = load_estimate(traced_file)
     cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
     result = explain_gap(analytic, m, traced=traced, cards=cards)
-    if as_json:
-        o.print_json(result.to_dict())
-    else:
-        render_explanation(result)
-    if result.margin is None or (card and result.verdicts[0][2] == "does not fit"):
-        raise typer.Exit(1)
+    o.emit(result, render_explanation, as_json,
+           failed=result.margin is None or bool(card and result.verdicts[0][2] == "does not fit"))

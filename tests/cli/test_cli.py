@@ -59,6 +59,23 @@ def test_inference_keeps_the_checkpoints_quantized_format(cli):
     assert forced["workload"]["dtype"] == "bf16"
 
 
+def test_qlora_with_a_16bit_dtype_is_refused_not_rewritten(cli):
+    one_line_error(cli("memory", "llama-3.1-8b", "--method", "qlora", "--dtype", "bf16"), "--dtype bf16 contradicts")
+    d = cli("memory", "llama-3.1-8b", "--method", "qlora", "--json", "--no-solve").json()
+    assert d["workload"]["dtype"] == "nf4"
+
+
+def test_kv_card_keeps_the_checkpoints_format_as_memory_infer_does(cli):
+    # DeepSeek-V3 ships fp8 weights: 671B parameters, about 625 GiB at 1 byte, 1,250 GiB at 2 bytes
+    native = cli("kv", "deepseek-v3", "--context", "1024", "--card", "h200", "--json").json()["card"]
+    bf16 = cli("kv", "deepseek-v3", "--context", "1024", "--card", "h200", "--dtype", "bf16", "--json").json()["card"]
+    assert native["weights_dtype"] == "fp8" and bf16["weights_dtype"] == "bf16"
+    assert 625 * 2**30 < native["required_bytes"] < 800 * 2**30
+    assert bf16["required_bytes"] > 1250 * 2**30
+    text = cli("kv", "deepseek-v3", "--context", "1024", "--card", "h200").out
+    assert "required with fp8 weights" in text
+
+
 def test_kv_json_and_card(cli):
     d = cli("kv", "llama-3.1-8b", "--context", "8192", "--sequences", "2", "--json").json()
     assert d["bytes"] == 131_072 * 8192 * 2 and d["bytes_per_token"] == 131_072

@@ -145,6 +145,8 @@ def test_reserve_as_fraction_or_size():
     (dict(dtype="bf61"), "unknown dtype"), (dict(method="dora"), "method 'dora' is unknown"),
     (dict(optimizer="lion"), "optimizer 'lion' is unknown"), (dict(dtype="nf4"), "full fine-tuning cannot update"),
     (dict(shard="zero4"), "shard 'zero4' is unknown"),
+    (dict(method="qlora", dtype="bf16"), "--dtype bf16 contradicts it"),
+    (dict(method="qlora", dtype="fp32"), "--dtype fp32 contradicts it"),
 ])
 def test_bad_workloads(kw, message):
     with pytest.raises(Exception, match=message):
@@ -154,3 +156,9 @@ def test_bad_workloads(kw, message):
 def test_unknown_lora_target_lists_the_modules():
     with pytest.raises(InputError, match="choose from .*q_proj"):
         plan_memory("llama-3.1-8b", method="lora", lora_targets=("qproj",))
+
+
+def test_qlora_without_a_dtype_is_nf4_and_a_4bit_format_is_kept():
+    assert make_workload(method="qlora").dtype == "nf4"
+    assert make_workload(method="qlora", dtype="gptq").dtype == "gptq"
+    assert make_workload(mode="infer", method="qlora", dtype="bf16").dtype == "bf16"  # inference drops the adapter

@@ -1,7 +1,6 @@
 """Shared CLI pieces: option types reused across commands, JSON output, and the error boundary."""
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
@@ -13,7 +12,7 @@ Model = Annotated[str, typer.Argument(help="Catalog name (see `campaign models`)
 Train = Annotated[Optional[bool], typer.Option("--train/--infer", help="Training step (default) or inference.")]
 Method = Annotated[str, typer.Option(help="full | lora | qlora | frozen.")]
 Dtype = Annotated[Optional[str], typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq "
-                                               "(default: bf16; for inference, a quantized checkpoint's own format).")]
+                                               "(default: bf16, nf4 for --method qlora; for inference, a quantized checkpoint's own format).")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (default: compute dtype).")]
 DoubleQuant = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="nf4: quantize the absmax scales too (QLoRA; transformers' default is off).")]
 GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
@@ -35,7 +34,7 @@ PrefillChunk = Annotated[int, typer.Option("--prefill-chunk", help="Tokens per p
 Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
 
 
-def workload_kwargs(*, train: bool | None, method: str, dtype: str, kv_dtype: str | None, group_size: int,
+def workload_kwargs(*, train: bool | None, method: str, dtype: str | None, kv_dtype: str | None, group_size: int,
                     double_quant: bool = True,
                     batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
                     optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
@@ -67,21 +66,29 @@ _WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "doub
 _DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach")
 
 
-def workload_from(options: dict[str, Any], spec: Any = None) -> Any:
-    """The validated Workload from a command's workload options (pass the command's locals()).
-
-    Without --dtype, inference keeps a quantized checkpoint's format (its quantization_config); else bf16.
+def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:
+    """(weight dtype, group size) by the one rule `memory` and `kv` share: --dtype when given; else, for
+    inference, a quantized checkpoint's own format (its quantization_config: fp8 for DeepSeek-V3); else None,
+    which make_workload reads as bf16 (nf4 for QLoRA). Training dequantizes: full fine-tuning cannot update fp8.
     """
-    from ..memory import make_workload
     from ..memory.dtypes import checkpoint_format
 
+    if dtype is not None:
+        return dtype, group_size
+    native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
+    if native is None:
+        return None, group_size
+    return native[0], native[1] if group_size == 128 else group_size
+
+
+def workload_from(options: dict[str, Any], spec: Any = None) -> Any:
+    """The validated Workload from a command's workload options (pass the command's locals()); the weight
+    format by weights_format's rule."""
+    from ..memory import make_workload
+
     picked = {**_DEFAULTS, **{k: v for k, v in options.items() if k in _WORKLOAD_OPTIONS}}
-    if picked.get("dtype") is None:
-        inference = picked.get("train") is False
-        native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
-        picked["dtype"] = native[0] if native else "bf16"
-        if native and picked.get("group_size", 128) == 128:
-            picked["group_size"] = native[1]
+    picked["dtype"], picked["group_size"] = weights_format(spec, picked.get("dtype"), picked.get("group_size", 128),
+                                                           inference=picked.get("train") is False)
     return make_workload(**workload_kwargs(**picked))
 
 
@@ -106,5 +113,7 @@ def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: b
 
 
 def print_json(data: Any) -> None:
-    """JSON to stdout, 2-space indent."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    """Strict JSON to stdout, 2-space indent (a non-finite float prints as null)."""
+    from ..io import dumps_json
+
+    sys.stdout.write(dumps_json(data))

@@ -23,7 +23,9 @@ def kv(
     block_size: Annotated[int, typer.Option("--block-size", help="Paged blocks in tokens (vLLM: 16); 1 = none.")] = 1,
     tp: Annotated[int, typer.Option(help="Tensor-parallel cards the KV heads split over.")] = 1,
     card: o.CardOpt = None,
-    weights_dtype: Annotated[str, typer.Option("--dtype", help="Weight dtype, for what is left on --card.")] = "bf16",
+    weights_dtype: Annotated[Optional[str], typer.Option("--dtype", help="Weight storage, for what is left on --card "
+                                                          "(default: the checkpoint's own format, as memory --infer; "
+                                                          "bf16 for a dense one).")] = None,
     reserve: o.Reserve = "10%",
     as_json: o.Json = False,
 ) -> None:
@@ -43,16 +45,18 @@ def kv(
     if card:
         # the same full inference estimate as campaign memory --infer, so both commands agree on what fits
         c = find_card(card)
-        w = make_workload(mode="infer", dtype=weights_dtype, kv_dtype=kv_dtype, batch=sequences, seq_len=context,
-                          gpus=tp, shard="tp" if tp > 1 else "none")
+        dtype, group_size = o.weights_format(spec, weights_dtype, inference=True)
+        w = make_workload(mode="infer", dtype=dtype, group_size=group_size, kv_dtype=kv_dtype, batch=sequences,
+                          seq_len=context, gpus=tp, shard="tp" if tp > 1 else "none")
         full = estimate_memory(spec, w, reserve=reserve)
         verdict = full.verdict(c.memory_bytes)
         longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, reserve=reserve)
         most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, reserve=reserve)
-        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "required_bytes": full.required_bytes,
+        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "weights_dtype": w.dtype,
+                        "required_bytes": full.required_bytes,
                         "verdict": verdict, "fits": verdict == "fits", "max_context": longest,
                         "max_sequences": most}
-        line = (f"{c.name}: {verdict} — {fmt_gib(full.required_bytes)} required with weights, temporaries, context "
+        line = (f"{c.name}: {verdict} — {fmt_gib(full.required_bytes)} required with {w.dtype} weights, temporaries, context "
                 f"and reserve, of {fmt_gib(c.memory_bytes)}; longest context at {sequences} sequence(s): {longest:,}"
                 f"{' (the model maximum)' if longest == spec.max_position else ''}; most sequences at {context:,} "
                 f"tokens: {most:,}")

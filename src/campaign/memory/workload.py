@@ -96,6 +96,7 @@ def make_workload(**kwargs: Any) -> Workload:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
     notes = list(w.notes)
+    given = kwargs.get("dtype") is not None
     dtype = parse_dtype(w.dtype)
     kv = parse_dtype(w.kv_dtype, what="kv dtype") if w.kv_dtype else None
     if kv in ("nf4", "gptq", "awq", "int4"):
@@ -107,11 +108,12 @@ def make_workload(**kwargs: Any) -> Workload:
         method, optimizer = "frozen", "none"
     if method == "frozen":
         optimizer = "none"  # nothing is trained: a loss evaluated without autograd
-    if method == "qlora":
-        if dtype not in ("nf4", "int4", "gptq", "awq"):
-            if dtype in HALF or dtype == "fp32":
-                notes.append("QLoRA stores the base in 4-bit: using nf4 weights")
-                dtype = "nf4"
+    if method == "qlora" and (dtype in HALF or dtype == "fp32"):
+        if given:  # a contradiction, not a default to override in silence
+            raise InputError(f"--method qlora trains adapters on a 4-bit base; --dtype {w.dtype} contradicts it: drop "
+                             f"--dtype (nf4, QLoRA's format), give nf4, int4, gptq or awq, or use --method lora for a "
+                             f"{dtype} base")
+        dtype = "nf4"  # QLoRA's own format when none is given
     if mode == "train" and method == "full" and dtype in QUANTIZED:
         raise InputError(f"full fine-tuning cannot update {dtype} weights; use --method qlora, or a bf16/fp32 dtype")
     if w.mixed_precision and dtype in QUANTIZED:

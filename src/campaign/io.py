@@ -49,7 +49,81 @@ def _umask() -> int:
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Write JSON (2-space indent, trailing newline) atomically."""
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return atomic_write_text(path, dumps_json(data))
+
+
+def dumps_json(data: Any, indent: int | None = 2) -> str:
+    """Strict JSON text with a trailing newline: a non-finite float (NaN, infinity) becomes null, since JSON has no
+    spelling for it (Python's NaN/Infinity are not JSON and other parsers refuse them)."""
+    return json.dumps(_finite(data), indent=indent, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def parse_json(text: str | bytes, where: str, error: type[Exception] = InputError) -> Any:
+    """json.loads with every way a text can fail as one `error` naming `where`: malformed JSON, not UTF-8, an
+    integer of more than 4,300 digits (Python's conversion limit), nesting deep enough to exhaust the stack."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return json.loads(text)
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not valid UTF-8 (byte {e.start + 1}); save it as UTF-8 JSON") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply to read; this is not a file campaign writes") from None
+    except ValueError as e:  # int conversion limit
+        raise error(f"{where}: not readable JSON ({str(e).split(';')[0]})") from None
+
+
+def load_json(path: str | os.PathLike[str], what: str, error: type[Exception] = InputError) -> Any:
+    """Read and parse a JSON file; a missing, unreadable or malformed file is one `error` naming the path and
+    `what` was expected there."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; give {what}") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory; give {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read ({e.strerror or e}); give {what}") from None
+    return parse_json(raw, str(path), error)
+
+
+def input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
+    """The path of an existing regular file to read, or one InputError saying why not: missing, a directory, a
+    symbolic link that loops or points nowhere, or not readable."""
+    import errno
+
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{p}: a symbolic link that loops back on itself; point at the {what} file itself") \
+                from None
+        if e.errno == errno.ENOENT:
+            dangling = " (a symbolic link to a missing file)" if os.path.islink(p) else ""
+            raise InputError(f"{p}: no such file{dangling}: the {what} file was not found; check the path") from None
+        raise InputError(f"{p}: cannot read ({e.strerror or e}); check the path and its permissions") from None
+    import stat
+
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{p}: is a directory; give the {what} file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: not a regular file; give the {what} file")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{p}: not readable (permission denied); check its permissions")
+    return p
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -152,6 +226,12 @@ class RecordScan:
                     obj = json.loads(text.rstrip("\r\n"))    # columns of a cut-off line point at its end
                 except json.JSONDecodeError as e:
                     yield no, raw, BadRecord(no, f"not valid JSON ({e.msg} at column {e.colno}){array}")
+                    continue
+                except RecursionError:
+                    yield no, raw, BadRecord(no, "JSON nested too deeply to read")
+                    continue
+                except ValueError as e:                    # an integer past Python's 4,300-digit conversion limit
+                    yield no, raw, BadRecord(no, f"not readable JSON ({str(e).split(';')[0]})")
                     continue
                 if not isinstance(obj, dict):
                     yield no, raw, BadRecord(no, f"is a JSON {type(obj).__name__}, not an object{array}")

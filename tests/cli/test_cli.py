@@ -140,7 +140,7 @@ def test_bad_input_gets_one_line_and_exit_2(cli, tmp_path, write_config):
     one_line_error(cli("memory", "gpt2", "--card", "0GB"), "must be more than 0")
     bad = tmp_path / "broken.json"
     bad.write_text("{ not json", encoding="utf-8")
-    one_line_error(cli("memory", str(bad)), "malformed JSON at line 1")
+    one_line_error(cli("memory", str(bad)), "not valid JSON (Expecting property name enclosed in double quotes at line 1")
     d = write_config(tiny_llama(num_key_value_heads=3), "badheads")
     one_line_error(cli("memory", str(d)), "not a multiple of num_key_value_heads")
     d2 = write_config({"model_type": "llama", "hidden_size": 64}, "incomplete")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import DELIMITERS, BadRecord, RecordScan, record_format
+from ..io import DELIMITERS, BadRecord, RecordScan, input_file, record_format
 
 __all__ = ["BadRecord", "DELIMITERS", "Dataset", "Fields", "make_dataset", "raw_rows", "read_dataset"]
 SKIP_HINT = "fix it, or skip bad records with --skip-bad (skip_bad=True)"
@@ -127,8 +127,7 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     fields = fields or Fields()
     path = str(path)
     fmt = record_format(path)
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file; check the path")
+    input_file(path, "data")
     cols: dict[str, list[Any]] = {"text": [], "label": [], "id": [], "date": [], "line": []}
     groups: list[list[str | None]] = [[] for _ in fields.group]
     bad: list[BadRecord] = []

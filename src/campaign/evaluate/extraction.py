@@ -18,10 +18,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..io import input_file, load_json
 from .predictions import PredictionSet
 from .review import ReviewCandidate, TaxonomySummary, as_text, sample_for_review, summarize_taxonomy, write_review_sheet
 
@@ -42,13 +42,8 @@ def load_schema(schema: str | os.PathLike[str] | dict[str, Any]) -> dict[str, An
         doc = schema
         where = "schema"
     else:
-        p = Path(schema)
-        if not p.is_file():
-            raise InputError(f"schema file '{p}' not found; check the path")
-        try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"schema file '{p}' is not valid JSON ({e}); fix the file") from None
+        p = input_file(schema, "schema")
+        doc = load_json(p, "a JSON Schema file")
         where = str(p)
     if not isinstance(doc, dict):
         raise InputError(f"{where} is not a JSON Schema object; write {{\"type\": \"object\", ...}}")

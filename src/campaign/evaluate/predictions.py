@@ -12,11 +12,10 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import DELIMITERS, BadRecord, RecordScan, record_format
+from ..io import DELIMITERS, BadRecord, RecordScan, input_file, record_format
 
 # A missing or empty prediction is a prediction of its own ("the model produced nothing"), not an error.
 NO_PREDICTION = "(none)"
@@ -40,9 +39,7 @@ def read_rows(path: str | os.PathLike[str], *, what: str = "input") -> tuple[lis
         InputError: missing file, unknown format, the first bad record (non-UTF-8, malformed JSON or CSV,
             ragged row) as "file:line: what; fix", no records.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{what} file '{p}' not found; check the path")
+    p = input_file(path, what)
     scan = RecordScan(p, record_format(p, what))
     rows = []
     for line, _raw, record in scan:

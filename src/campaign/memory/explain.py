@@ -34,17 +34,17 @@ class Headlines:
     model: str | None = None
 
     @classmethod
-    def of(cls, est: MemoryEstimate | dict[str, Any]) -> Headlines:
-        d = est.to_dict() if isinstance(est, MemoryEstimate) else est
-        if d.get("schema") != ESTIMATE_SCHEMA:
-            raise InputError(f"not a campaign memory estimate (schema {d.get('schema')!r}); "
-                             "write one with campaign memory --json or campaign trace --json")
-        try:
-            return cls(d.get("method", "formula"), {p["name"]: p["bytes"] for p in d["phases"]},
-                       d["peak_allocated_bytes"], d["peak_reserved_bytes"], d["device_bytes"], d["required_bytes"],
-                       d.get("workload"), d.get("model"))
-        except (KeyError, TypeError) as e:
-            raise InputError(f"the estimate lacks {e}; write it again with campaign memory --json") from None
+    def of(cls, est: MemoryEstimate | dict[str, Any], where: str = "the estimate") -> Headlines:
+        from ..validate import JsonObject
+
+        d = JsonObject(est.to_dict() if isinstance(est, MemoryEstimate) else est, where,
+                       fix="write it with campaign memory --json or campaign trace --json")
+        if d.raw("schema", None) != ESTIMATE_SCHEMA:
+            d.fail(f"not a campaign memory estimate (schema {d.raw('schema', None)!r})")
+        workload = d.obj("workload", None)
+        return cls(d.str("method", "formula"), {p.str("name"): p.count("bytes") for p in d.items("phases")},
+                   d.count("peak_allocated_bytes"), d.count("peak_reserved_bytes"), d.count("device_bytes"),
+                   d.count("required_bytes"), workload.data if workload else None, d.str("model", None))
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,12 @@ class Explanation:
 
 
 def load_estimate(path: str | Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read an estimate ({e})") from None
+    """A saved estimate (campaign memory --json or campaign trace --json), checked by Headlines.of when used."""
+    from ..io import load_json
+
+    data = load_json(path, "an estimate (campaign memory --json or campaign trace --json)")
+    Headlines.of(data, where=str(path))
+    return data
 
 
 def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,

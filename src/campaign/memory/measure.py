@@ -96,20 +96,35 @@ class Measurement:
 
 
 def load_measurement(path: str | Path) -> Measurement:
-    """Read a saved measurement; one-line errors for files that are not one."""
-    import json
+    """Read a saved measurement, checked field by field: one-line errors for files that are not one."""
+    from ..io import load_json
+    from ..validate import JsonObject
 
-    try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-        if d.get("schema") != SCHEMA:
-            raise InputError(f"{path}: not a campaign measurement (schema {d.get('schema')!r}); "
-                             "write one with campaign measure or MemoryMeter.result().save()")
-        return Measurement(phases=tuple(PhaseMeasurement(**p) for p in d["phases"]),
-                           environment=Environment(**d["environment"]), label=d.get("label", ""),
-                           workload=d.get("workload"), status=d.get("status", "ok"),
-                           failed_phase=d.get("failed_phase"), error=d.get("error"), weights=d.get("weights"))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{path}: cannot read a measurement ({e})") from None
+    fix = "write one with campaign measure --out or MemoryMeter.result().save()"
+    d = JsonObject(load_json(path, "a measurement"), str(path), fix=fix)
+    if d.raw("schema", None) != SCHEMA:
+        d.fail(f"not a campaign measurement (schema {d.raw('schema', None)!r})")
+    phases = []
+    for p in d.items("phases"):
+        phases.append(PhaseMeasurement(
+            name=p.str("name"), allocated_bytes=p.count("allocated_bytes"),
+            peak_allocated_bytes=p.count("peak_allocated_bytes"), reserved_bytes=p.count("reserved_bytes"),
+            peak_reserved_bytes=p.count("peak_reserved_bytes"), device_used_bytes=p.count("device_used_bytes", None),
+            seconds=p.number("seconds", 0.0, minimum=0.0), complete=p.raw("complete", True) is not False))
+    env = d.obj("environment")
+    text = lambda k: env.str(k, None)  # noqa: E731
+    environment = Environment(device=env.str("device"), device_name=text("device_name") or "",
+                              total_memory_bytes=env.count("total_memory_bytes", None), torch=text("torch") or "",
+                              cuda=text("cuda"), hip=text("hip"), driver=text("driver"), python=text("python") or "",
+                              platform=text("platform") or "")
+    workload = d.obj("workload", None)
+    status = d.str("status", "ok")
+    if status not in ("ok", "failed"):
+        d.fail(f"field 'status' must be 'ok' or 'failed', got {status!r}")
+    return Measurement(phases=tuple(phases), environment=environment, label=d.str("label", ""),
+                       workload=workload.data if workload is not None else None, status=status,
+                       failed_phase=d.str("failed_phase", None), error=d.str("error", None),
+                       weights=d.str("weights", None))
 
 
 def environment(device: str) -> Environment:

@@ -1,13 +1,14 @@
 """Find a model by what the user typed: a local dir or config.json, a repo id in the local HF cache, or a catalog name."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InputError
+from ..io import load_json
+from ..validate import kind_of
 from .architectures import spec_from_config
 from .catalog import find_in_catalog, load_catalog_config, unknown_model
 from .safetensors_header import tensor_stats
@@ -15,19 +16,10 @@ from .spec import ModelSpec
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """Parse a config.json with one-line errors for non-UTF-8 and malformed JSON."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 (byte {e.start}); save the config as UTF-8 JSON") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    """Parse a config.json with one-line errors for an unreadable file, non-UTF-8, malformed JSON or a non-object."""
+    data = load_json(path, "a model's config.json", ConfigError)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: config must be a JSON object, got {type(data).__name__}")
+        raise ConfigError(f"{path}: config must be a JSON object, got a JSON {kind_of(data)}")
     return data
 
 
@@ -56,9 +48,10 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
             continue
         ref = repo / "refs" / "main"
         if ref.is_file():
-            snap = snapshots / ref.read_text(encoding="utf-8").strip()
-            if (snap / "config.json").is_file():
-                return snap
+            commit = ref.read_bytes().decode("utf-8", "replace").strip()
+            # refs/main holds a commit hash; anything else (a damaged or hand-edited ref) falls back to the newest
+            if commit.isalnum() and (snapshots / commit / "config.json").is_file():
+                return snapshots / commit
         candidates = [s for s in snapshots.iterdir() if (s / "config.json").is_file()]
         if candidates:
             return max(candidates, key=lambda s: s.stat().st_mtime)

@@ -1,7 +1,6 @@
 """Exact parameter counts from safetensors headers: read the 8-byte length and the JSON header, never the tensors."""
 from __future__ import annotations
 
-import json
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -9,8 +8,14 @@ from math import prod
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..io import load_json, parse_json
+from ..validate import MAX_COUNT, JsonObject, kind_of
 
 _MAX_HEADER = 100 * 2**20  # the format caps headers at 100 MB
+# Bytes per element of the safetensors dtypes (safetensors/src/tensor.rs, Dtype::size); sub-byte ones (F4, F6)
+# are left out: their byte span is not elements x a whole size.
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "C64": 8, "F64": 8, "I64": 8, "U64": 8}
 # Packed or quantized layouts whose element count is not a parameter count.
 _PACKED_SUFFIXES = (".qweight", ".qzeros", ".scales", ".g_idx", ".absmax", ".quant_map", ".quant_state",
                     ".nested_absmax", ".nested_quant_map", ".SCB", ".weight_format", "weight_scale_inv")
@@ -43,23 +48,51 @@ def read_header(path: Path) -> dict:
             (n,) = struct.unpack("<Q", raw)
             if n > _MAX_HEADER:
                 raise ConfigError(f"{path}: header length {n} is larger than the format allows; the file is corrupt")
-            header = json.loads(f.read(n))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: the safetensors header is not valid JSON ({e}); the file is corrupt") from None
+            text = f.read(n)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    header = parse_json(text, f"{path}: the safetensors header", ConfigError)
     if not isinstance(header, dict):
-        raise ConfigError(f"{path}: the safetensors header is not a JSON object; the file is corrupt")
+        raise ConfigError(f"{path}: the safetensors header is a JSON {kind_of(header)}, not an object; "
+                          "the file is corrupt")
     return header
+
+
+def tensor_entry(path: Path, name: str, info: object) -> tuple[str, int, int]:
+    """(dtype, elements, bytes) of one header entry, checked as the format defines it: a dtype string, a shape of
+    whole numbers >= 0, and data_offsets [begin, end] whose span holds exactly elements x the dtype's size."""
+    entry = JsonObject(info, f"{path}: tensor {name!r}", fix="the file is corrupt", error=ConfigError)
+    dtype = entry.str("dtype")
+    shape = entry.list("shape")
+    offsets = entry.list("data_offsets")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_COUNT for d in shape):
+        entry.fail(f"shape {str(shape)[:60]} must list whole numbers >= 0")
+    if len(offsets) != 2 or not all(isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= MAX_COUNT
+                                    for o in offsets) or offsets[0] > offsets[1]:
+        entry.fail(f"data_offsets {str(offsets)[:60]} must be two whole numbers [begin, end] with begin <= end")
+    elements = prod(shape)
+    size = offsets[1] - offsets[0]
+    if elements > MAX_COUNT:
+        entry.fail(f"shape {shape} has {elements:.3g} elements, more than any real tensor")
+    if dtype in _DTYPE_BYTES and elements * _DTYPE_BYTES[dtype] != size:
+        entry.fail(f"shape {shape} of {dtype} needs {elements * _DTYPE_BYTES[dtype]:,} bytes, data_offsets span "
+                   f"{size:,}")
+    return dtype, elements, size
 
 
 def weight_files(directory: Path) -> list[Path]:
     """The .safetensors files of a model dir, through model.safetensors.index.json when sharded."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (KeyError, ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{index}: not a valid safetensors index ({e})") from None
-        names = sorted(set(weight_map.values()))
+        doc = JsonObject(load_json(index, "a safetensors index", ConfigError), str(index),
+                         fix="the index is corrupt; download it again", error=ConfigError)
+        weight_map = doc.obj("weight_map")
+        names = set()
+        for tensor, shard in weight_map.data.items():
+            if not isinstance(shard, str) or not shard or Path(shard).name != shard:
+                weight_map.fail(f"tensor {tensor[:60]!r} maps to {str(shard)[:40]!r}, not a shard file name")
+            names.add(shard)
+        names = sorted(names)
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise ConfigError(f"{index}: lists {len(missing)} shard(s) that are not on disk, e.g. {missing[0]!r}")
@@ -79,15 +112,10 @@ def tensor_stats(directory: Path) -> TensorStats | None:
         for name, info in read_header(path).items():
             if name == "__metadata__":
                 continue
-            try:
-                n = prod(info["shape"])
-                start, end = info["data_offsets"]
-                dtype = info["dtype"]
-            except (KeyError, TypeError, ValueError):
-                raise ConfigError(f"{path}: tensor {name!r} has no valid shape/dtype/data_offsets") from None
+            dtype, n, size = tensor_entry(path, name, info)
             tensors += 1
             elements += n
-            total_bytes += end - start
+            total_bytes += size
             by_dtype[dtype] += n
             packed = packed or name.endswith(_PACKED_SUFFIXES) or dtype in ("U8", "I32") and "weight" in name
     return TensorStats(tuple(str(f) for f in files), tensors, elements, total_bytes, dict(by_dtype), packed)

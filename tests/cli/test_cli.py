@@ -1,8 +1,6 @@
 """The CLI as a user meets it: help with examples, JSON headlines, exit codes, one-line errors."""
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -167,23 +165,3 @@ def test_unwritable_output_is_one_line(cli, tmp_path):
 def test_debug_shows_the_traceback(cli):
     with pytest.raises(Exception, match="unknown model"):
         cli("memory", "nope-model", "--debug")
-
-
-def readme_commands() -> list[str]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    # lines marked "# on the rented card" need a GPU (a real 1B step); the notebook test runs that protocol
-    return [m.group(1).split("#")[0].strip() for m in re.finditer(r"^\$ campaign (.+)$", text, flags=re.M)
-            if "# on the rented card" not in m.group(1)]
-
-
-def test_readme_has_examples():
-    assert len(readme_commands()) >= 4
-
-
-@pytest.mark.parametrize("line", readme_commands())
-def test_readme_examples_run(cli, line, monkeypatch, tmp_path):
-    root = Path(__file__).resolve().parents[2]
-    monkeypatch.chdir(root)  # examples/data paths are relative to the repository
-    line = line.replace("OUT/", f"{tmp_path}/")  # outputs go to a temporary folder
-    r = cli(*shlex.split(line))
-    assert r.code in (0, 1), r.err

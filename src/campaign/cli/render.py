@@ -15,8 +15,10 @@ from ..memory.measure import Measurement
 from ..memory.kv import KVEstimate
 from ..units import GiB, fmt_count, fmt_gib
 
-# Pipes and captured output get 120 columns rather than rich's 80, so tables stay readable in logs.
-console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120)
+# Pipes and captured output get 120 columns rather than rich's 80, so tables stay readable in logs (and the
+# README's examples show this width).
+PIPE_WIDTH = 120
+console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
 

@@ -1,0 +1,70 @@
+"""The README's terminal examples print what the README shows (tests/readme_examples.py has the rules)."""
+from __future__ import annotations
+
+import difflib
+
+import pytest
+
+from tests.readme_examples import README, examples, expected, run, scratch, update
+
+EXAMPLES = examples(README.read_text(encoding="utf-8"))
+
+
+def test_readme_compares_its_examples():
+    compared = [e for e in EXAMPLES if e.shown is not None and not e.gpu]
+    assert len(compared) >= 4
+    assert any(e.command.startswith("memory ") for e in compared) and any(e.command.startswith("kv ") for e in compared)
+
+
+@pytest.mark.parametrize("ex", [e for e in EXAMPLES if not e.gpu], ids=lambda e: f"line{e.line}-{e.command.split()[0]}")
+def test_readme_example_prints_what_it_shows(ex):
+    with scratch():
+        code, printed, err = run(ex.command)
+    assert code in (0, 1), err
+    if ex.shown is not None:
+        want = expected(ex, printed)
+        diff = "\n".join(difflib.unified_diff(list(ex.shown), want, "README", "printed", lineterm=""))
+        assert list(ex.shown) == want, (f"README line {ex.line} is stale; run python -m tests.readme_examples "
+                                        f"--update\n{diff}")
+
+
+SAMPLE = """Intro.
+
+```text
+$ campaign cards --vendor amd
+a line that is not printed
+$ campaign models deepseek-v3
+first line, stale
+...
+$ campaign guide
+$ campaign measure gpt2 --out measured.json    # on the rented card
+```
+
+```bash
+$ campaign cards
+```
+"""
+
+
+def test_examples_are_parsed_with_their_shown_output():
+    ex = examples(SAMPLE)
+    assert [e.command for e in ex] == ["cards --vendor amd", "models deepseek-v3", "guide",
+                                       "measure gpt2 --out measured.json"]
+    assert ex[0].shown == ("a line that is not printed",) and not ex[0].head_only
+    assert ex[1].shown == ("first line, stale",) and ex[1].head_only
+    assert ex[2].shown is None and ex[3].gpu and ex[0].line == 4
+
+
+def test_update_rewrites_stale_outputs_from_the_commands(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(SAMPLE, encoding="utf-8")
+    assert update(path) == ["cards --vendor amd", "models deepseek-v3"]
+    text = path.read_text(encoding="utf-8")
+    assert "not printed" not in text and "first line, stale" not in text
+    with scratch():
+        _, cards, _ = run("cards --vendor amd")
+        _, model, _ = run("models deepseek-v3")
+    assert "\n".join(cards) in text and "MI300X" in text
+    assert f"$ campaign models deepseek-v3\n{model[0]}\n...\n$ campaign guide\n" in text
+    assert text.endswith("```bash\n$ campaign cards\n```\n")  # only text blocks are examples
+    assert update(path) == []  # now current

@@ -11,6 +11,7 @@ import decimal
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,120 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             pass
         raise
     return path
+
+
+_STAGE = ".campaign-new-"
+_RETIRED = ".campaign-old-"
+
+
+@contextlib.contextmanager
+def file_set(out_dir: str | os.PathLike[str], replaces: Sequence[str] = ()) -> Iterator[Path]:
+    """Write a set of files all-or-nothing: yield an empty sibling directory to write them in; when the block ends
+    without an error, it becomes out_dir in one step, so a reader (or a kill -9 at any instant) sees either the
+    previous set or the complete new one, never a mix.
+
+    Files already in out_dir that are not named in `replaces` are carried into the new set as hard links (the
+    same files, not copies: the input, a user's notes, an append-only ledger). An existing out_dir is swapped
+    with the new one atomically (Linux renameat2 RENAME_EXCHANGE; elsewhere two renames, with the old set put
+    back by the next run if a crash falls between them). Temporaries left by a killed run are removed by the
+    next one; runs on the same folder are serialized by a lock on its parent.
+
+    Raises:
+        InputError: out_dir exists and is not a directory, or holds a sub-directory (a set is a folder of files).
+    """
+    out = Path(out_dir)
+    parent = out.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with _locked(parent):
+        _recover(out)
+        if out.exists() or out.is_symlink():
+            if not out.is_dir() or out.is_symlink():
+                raise InputError(f"{out}: exists and is not a directory; choose another output folder")
+            sub = next((e for e in os.scandir(out) if e.is_dir(follow_symlinks=False)), None)
+            if sub is not None:
+                raise InputError(f"{out}: holds the folder {sub.name!r}; a file set is replaced as one folder of "
+                                 "files, so give it a folder of its own (e.g. a new --out)")
+        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
+        try:
+            yield stage
+            if out.is_dir():
+                os.chmod(stage, os.stat(out).st_mode & 0o7777)
+                for entry in os.scandir(out):
+                    if entry.name not in replaces and not (stage / entry.name).exists():
+                        os.link(entry.path, stage / entry.name, follow_symlinks=False)
+                _fsync_dir(stage)
+                _exchange(stage, out)   # stage now holds the previous set
+            else:
+                os.chmod(stage, 0o777 & ~_umask())
+                _fsync_dir(stage)
+                os.rename(stage, out)
+            _fsync_dir(parent)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap two directories in one step (renameat2 RENAME_EXCHANGE), or by two renames where the system has no
+    such call (the window between them is repaired by _recover on the next run)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        rename2 = libc.renameat2
+        rename2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        at_fdcwd, exchange = -100, 2
+        if rename2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), exchange) == 0:
+            return
+    except (OSError, AttributeError):  # no libc symbol (macOS, musl without it): two renames
+        pass
+    retired = a.with_name(a.name.replace(_STAGE, _RETIRED))
+    os.rename(b, retired)
+    os.rename(a, b)
+    os.rename(retired, a)
+
+
+def _recover(out: Path) -> None:
+    """Remove the temporaries a killed run left beside out; if out itself is missing (a crash between the two
+    renames of the fallback swap), put the previous set back first."""
+    prefix = f".{out.name}"
+    leftovers = [p for p in out.parent.glob(f"{glob_escape(prefix)}.campaign-*") if p.is_dir()]
+    retired = [p for p in leftovers if _RETIRED in p.name]
+    if not out.exists() and retired:
+        os.rename(max(retired, key=lambda p: p.stat().st_mtime), out)
+    for p in leftovers:
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def glob_escape(text: str) -> str:
+    """text with glob's special characters taken literally."""
+    import glob
+
+    return glob.escape(text)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on a directory for the block (flock on its descriptor; no lock file is left behind)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - Windows
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

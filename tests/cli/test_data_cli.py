@@ -86,7 +86,7 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path):
     assert cli("leaks", str(p)).code == 2
     assert cli("split", str(p), "--out", str(tmp_path / "x"), "--ratios", "80/oops").code == 2
     missing = cli("usage", str(tmp_path / "nothing.json"))
-    assert missing.code == 2 and "no such split manifest" in missing.err
+    assert missing.code == 2 and "no such file; give the split_manifest.json" in missing.err
 
 
 @pytest.mark.parametrize("count", ["-1", "0"])

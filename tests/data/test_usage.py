@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+from pathlib import Path
 
 import pytest
 
@@ -75,11 +76,43 @@ def test_a_torn_last_line_is_reported_and_the_next_entry_is_kept(manifest):
     assert len(r.warnings) == 1 and ":2: not a usage entry" in r.warnings[0]
 
 
-def test_a_changed_manifest_is_flagged(manifest):
-    record_usage(manifest, split="test", purpose="final_test")
-    with open(manifest, "a") as f:
-        f.write("\n")
-    assert any("earlier version of the manifest" in w for w in usage_report(manifest).warnings)
+def test_uses_bind_to_the_split_file_and_a_re_split_starts_a_fresh_count(tmp_path):
+    rng = random.Random(1)
+    rows = [{"text": sentence(rng), "label": rng.choice("ab")} for _ in range(60)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "splits"
+    first = split_file(data, out, Fields(label="label"), seed=0)
+    record_usage(first.manifest, split="test", purpose="final_test")
+    record_usage(first.manifest, split="test", purpose="model_selection")
+    assert usage_report(first.manifest).final_decisions == 2
+    old_test = (out / "test.jsonl").read_bytes()
+    second = split_file(data, out, Fields(label="label"), seed=5, force=True)
+    assert (out / "test.jsonl").read_bytes() != old_test          # another test set
+    rep = usage_report(second.manifest)
+    # the ledger was kept through the re-split, but the two uses were of the old test file: they do not count
+    assert len(rep.entries) == 2 and rep.final_decisions == 0 and rep.passed
+    assert any("2 use(s) of 'test' were recorded on an earlier version" in w for w in rep.warnings)
+    record_usage(second.manifest, split="test", purpose="final_test")
+    assert usage_report(second.manifest).final_decisions == 1
+
+
+def test_a_split_file_changed_after_the_split_is_refused(manifest):
+    test = Path(manifest).parent / "test.jsonl"
+    with open(test, "a", encoding="utf-8") as f:
+        f.write('{"text": "one more row slipped in", "label": "a"}\n')
+    for call in (lambda: usage_report(manifest), lambda: record_usage(manifest, split="val", purpose="training")):
+        with pytest.raises(InputError, match=r"test\.jsonl: changed since the split .*campaign split --force"):
+            call()
+    assert not ledger_path(manifest).exists()
+
+
+def test_a_note_that_is_not_utf8_is_refused(manifest):
+    bad = b"caf\xe9".decode("utf-8", "surrogateescape")     # what Python makes of such bytes in argv
+    with pytest.raises(InputError, match="--note holds bytes that are not UTF-8"):
+        record_usage(manifest, split="val", purpose="training", note=bad)
+    with pytest.raises(InputError, match="--run holds bytes that are not UTF-8"):
+        record_usage(manifest, split="val", purpose="training", run=bad)
+    assert not ledger_path(manifest).exists()
 
 
 def test_bad_input(manifest, tmp_path):
@@ -87,7 +120,7 @@ def test_bad_input(manifest, tmp_path):
         record_usage(manifest, split="dev", purpose="training")
     with pytest.raises(InputError, match="purpose 'tuning' is unknown"):
         record_usage(manifest, split="val", purpose="tuning")
-    with pytest.raises(InputError, match="no such split manifest"):
+    with pytest.raises(InputError, match="no such file; give the split_manifest.json"):
         usage_report(tmp_path / "nope.json")
     (tmp_path / "x.json").write_text('{"schema": "campaign.kv/1"}')
     with pytest.raises(InputError, match="not a campaign split manifest"):
@@ -98,13 +131,15 @@ def test_bad_input(manifest, tmp_path):
 
 
 @pytest.mark.parametrize("splits,fragment", [
-    (None, "'splits' is null, not a list of splits"),
-    ("train,test", "'splits' is \"train,test\", not a list of splits"),
-    ([], "'splits' is [], not a list of splits"),
-    ([{"path": "train.jsonl"}], "split 1 in 'splits'"),
-    ([{"name": "train"}, "test"], "split 2 in 'splits'"),
-    ([{"name": "test"}, {"name": "test"}], "split 2 in 'splits'"),
-    ([{"name": 3}], "split 1 in 'splits'"),
+    (None, "missing field 'splits'"),
+    ("train,test", "field 'splits' must be an array, got 'train,test' (a JSON string)"),
+    ([], "'splits' is empty"),
+    ([{"path": "train.jsonl"}], "splits[0]: missing field 'name'"),
+    ([{"name": "train", "path": "train.jsonl"}, "test"], "splits[1]: is a JSON string, not an object"),
+    ([{"name": "test", "path": "a.jsonl"}, {"name": "test", "path": "b.jsonl"}], "splits[1]: split name 'test' is "
+                                                                                 "empty or repeated"),
+    ([{"name": 3, "path": "a.jsonl"}], "splits[0]: field 'name' must be a string, got 3 (a JSON number)"),
+    ([{"name": "train", "path": "train.jsonl", "sha256": "0" * 64}], "splits[0]: its file"),
 ])
 def test_a_malformed_manifest_is_one_line(tmp_path, splits, fragment):
     m = tmp_path / "split_manifest.json"

@@ -1,7 +1,9 @@
 """The `campaign` command: a thin typer layer over the library (parse -> call -> render)."""
 from __future__ import annotations
 
+import math
 import sys
+from typing import Any
 
 import typer
 
@@ -17,6 +19,32 @@ for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate)
     module.register(app)
 
 
+def _finite_floats(command: Any) -> Any:
+    """Every float option of every command refuses nan and infinity at parsing (exit 2, naming the option): no
+    quantity campaign takes on the command line is meaningful as either. (typer may bundle its own click, so the
+    float type is recognised by name and refined by subclassing whatever class it is.)"""
+    for param in command.params:
+        kind = type(param.type)
+        if kind.__name__ == "FloatParamType" and not getattr(kind, "finite_only", False):
+            param.type = _finite(kind)()
+    for sub in getattr(command, "commands", {}).values():
+        _finite_floats(sub)
+    return command
+
+
+def _finite(kind: type) -> type:
+    class FiniteFloat(kind):  # type: ignore[misc, valid-type]
+        finite_only = True
+
+        def convert(self, value: Any, param: Any, ctx: Any) -> float:
+            number = super().convert(value, param, ctx)
+            if not math.isfinite(number):
+                self.fail(f"{value!r} is not a finite number; give a number such as 0.5", param, ctx)
+            return number
+
+    return FiniteFloat
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: CampaignError -> one line on stderr and exit 2 (traceback only with --debug)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -24,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     if debug:
         args.remove("--debug")
     try:
-        code = app(args=args, prog_name="campaign", standalone_mode=False)
+        command = _finite_floats(typer.main.get_command(app))
+        code = command.main(args=args, prog_name="campaign", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except CampaignError as e:
@@ -45,8 +74,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except Exception as e:
         # usage errors (unknown option, missing argument, bad value) come from click, which typer may bundle
-        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
-            e.show()
+        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            ctx = getattr(e, "ctx", None)
+            path = ctx.command_path if ctx is not None else "campaign"
+            sys.stderr.write(f"{path}: error: {e.format_message()} (see '{path} --help')\n")
             sys.exit(2)
         if type(e).__name__ == "Abort":
             sys.exit(130)

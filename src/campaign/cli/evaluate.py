@@ -19,7 +19,7 @@ SHOW = 10
 
 def register(app: typer.Typer) -> None:
     app.command("errors", epilog="Example: campaign errors preds.jsonl --slice lang --review-sheet review.csv --plot confusion.png")(errors)
-    app.command("regress", epilog="Example: campaign regress baseline.jsonl candidate.jsonl --guard \"f1[refund]>=-0.01\"")(regress)
+    app.command("regress", epilog="Example: campaign regress baseline.jsonl candidate.jsonl --guard \"f1\\[refund]>=-0.01\"")(regress)
     app.command("seeds", epilog="Example: campaign seeds results.csv --min-effect 0.5 --plot seeds.png")(seeds)
 
 
@@ -69,7 +69,7 @@ def errors(
 def regress(
     baseline: Annotated[str, typer.Argument(help="Predictions of the baseline (JSONL, CSV/TSV or Parquet).")],
     candidate: Annotated[str, typer.Argument(help="Predictions of the candidate, on the same ids.")],
-    guard: Annotated[Optional[List[str]], typer.Option("--guard", help="What must not get worse, as a bound on candidate - baseline: \"f1[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
+    guard: Annotated[Optional[List[str]], typer.Option("--guard", help="What must not get worse, as a bound on candidate - baseline: \"f1\\[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
     task: Task = "classification",
     schema: SchemaOpt = None,
     required: RequiredOpt = None,

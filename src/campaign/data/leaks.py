@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
@@ -63,6 +63,8 @@ class PairLeak:
     query_rows: int
     links: int
     examples: tuple[LeakExample, ...] = ()
+    # every linked (index row, query row), 0-based record indices, where the check lists them (near duplicates)
+    linked: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def rate(self) -> float:
@@ -197,7 +199,8 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
             leaking[NEAR][b].update(near_rows)
             near_sorted = sorted(m.near, key=lambda t: (t[1], -t[2]))
             by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
-                _example(da, i, db, q, f"Jaccard {j:.2f}") for i, q, j in near_sorted[:examples])))
+                _example(da, i, db, q, f"Jaccard {j:.2f}") for i, q, j in near_sorted[:examples]),
+                linked=tuple((i, q) for i, q, _ in m.near)))
             # label conflicts among exact copies, counted from the labels per content hash
             if has_labels:
                 by_check[LABEL].append(_label_conflicts(labels_by_digest, sketches[b], m.exact_rows, da, db, a, b,
@@ -299,10 +302,20 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
 
 def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
-                names: Sequence[str] | None = None, progress: bool | None = None) -> LeakReport:
+                names: Sequence[str] | None = None, progress: bool | None = None,
+                allow_empty: bool = False) -> LeakReport:
     """Read the split files (train first) and check them for leaks; splits are named by `names` or their file
-    names."""
+    names.
+
+    Raises:
+        InputError: a file has no record (unless allow_empty): nothing in it can be checked, so "no leaks" would
+            be a claim about data that is not there.
+    """
     datasets = [read_dataset(p, fields, skip_bad=skip_bad) for p in paths]
+    empty = next((d for d in datasets if len(d) == 0), None)
+    if empty is not None and not allow_empty:
+        bad = f" ({empty.n_bad} bad record(s) skipped)" if empty.n_bad else ""
+        raise InputError(f"{empty.path}: no records to check{bad}; give the file that holds the split's rows")
     named: dict[str, Dataset] = {}
     for i, d in enumerate(datasets):
         key = names[i] if names else (d.name if d.name not in named else d.path)

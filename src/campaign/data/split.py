@@ -5,11 +5,9 @@ manifest that records parameters, counts, hashes and the leak check of the writt
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -19,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputError
 from .dedup import DedupResult, connected_components, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
-from .leaks import LeakReport, check_files
+from .leaks import NEAR, LeakReport, check_files
 from .normalize import normalizer_id
-from ..io import parquet
+from ..io import atomic_write_json, file_set, load_json, parquet
+from ..validate import JsonObject
 from .read import DELIMITERS, Dataset, Fields, raw_rows, read_dataset
 
 if TYPE_CHECKING:
@@ -68,9 +67,11 @@ def _seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
 
 
 def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
-                 cluster_of: Sequence[int] | None = None) -> "np.ndarray":
-    """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field) or a
-    duplicate cluster are one unit, transitively. Missing group values (None) link nothing."""
+                 cluster_of: Sequence[int] | None = None,
+                 links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
+    """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field), a
+    duplicate cluster or a link (a pair of rows) are one unit, transitively. Missing group values (None) link
+    nothing."""
     import numpy as np
 
     a, b = [], []
@@ -82,6 +83,9 @@ def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
                 if j != i:
                     a.append(i)
                     b.append(j)
+    for i, j in links:
+        a.append(i)
+        b.append(j)
     aa = np.asarray(a, dtype=np.int64)
     bb = np.asarray(b, dtype=np.int64)
     if cluster_of is not None:
@@ -192,6 +196,7 @@ class LeakFreeSplitter:
         self.progress = progress
         self.units_: np.ndarray | None = None
         self.dedup_: DedupResult | None = None
+        self._dedup_of: Any = None   # the texts dedup_ was found in (a second assign() over them reuses it)
 
     def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
         return 1
@@ -207,8 +212,9 @@ class LeakFreeSplitter:
 
     def assign(self, X: Sequence[str], y: Sequence[Any] | None = None,
                groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
-               dates: Sequence[Any] | None = None) -> "np.ndarray":
-        """Split index per row (the same partition split() yields)."""
+               dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
+        """Split index per row (the same partition split() yields); `links` are pairs of rows (indices) that must
+        stay together beyond the groups and the duplicates found in X."""
         from .read import _parse_date, _scalar
 
         n = len(X)
@@ -220,10 +226,12 @@ class LeakFreeSplitter:
                 raise InputError(f"{what} has {len(col)} values for {n} texts; give one per text")
         if self.temporal and dates is None:
             raise InputError("a temporal split needs dates; pass dates= (the CLI: --date FIELD)")
-        self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
+        if self._dedup_of is not X:
+            self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
+            self._dedup_of = X
         # None, "" and NaN are missing group values: they link nothing
         self.units_ = atomic_units(n, groups=[[_scalar(v) for v in c] for c in cols],
-                                   cluster_of=self.dedup_.cluster_of)
+                                   cluster_of=self.dedup_.cluster_of, links=links)
         if self.temporal:
             stamps = [d if isinstance(d, float) else _parse_date(d) for d in dates]  # type: ignore[union-attr]
             return assign_temporal(self.units_, stamps, self.ratios, seed=self.seed)
@@ -312,53 +320,37 @@ def _iso(ts: float | None) -> str | None:
 
 
 def _write_parts(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> None:
-    """Write each split's rows in the input's format through temporary files in the output folder, then rename
-    them all into place (a failure leaves no partial file)."""
-    out_dir = paths[0].parent
-    tmps: list[str] = []
-    try:
-        for p in paths:
-            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{p.name}.", suffix=".tmp")
-            os.close(fd)
-            tmps.append(tmp)
-        if ds.format == "parquet":
-            pq = parquet()
-            import numpy as np
+    """Write each split's rows in the input's format, in the input's order (called on a staging folder, which
+    file_set makes the output in one step; files get the mode open() gives, as the manifest does)."""
+    if ds.format == "parquet":
+        import numpy as np
 
-            table = pq.read_table(ds.path)
-            rows = np.asarray(ds.lines, dtype=np.int64) - 1
-            for s, tmp in enumerate(tmps):
-                pq.write_table(table.take(rows[assign == s]), tmp)
-        else:
-            handles = [open(t, "wb" if ds.format == "jsonl" else "w", **({} if ds.format == "jsonl" else
-                       {"encoding": "utf-8", "newline": ""})) for t in tmps]
-            try:
-                writers = None
-                if ds.format in DELIMITERS:
-                    writers = [csv.writer(h, delimiter=DELIMITERS[ds.format], lineterminator="\n") for h in handles]
-                    for w in writers:
-                        w.writerow(ds.columns)
-                for i, raw in raw_rows(ds):
-                    s = int(assign[i])
-                    if writers is None:
-                        handles[s].write(raw if raw.endswith(b"\n") else raw + b"\n")
-                    else:
-                        writers[s].writerow(raw)
-                for h in handles:
-                    h.flush()
-                    os.fsync(h.fileno())
-            finally:
-                for h in handles:
-                    h.close()
-        for tmp, p in zip(tmps, paths):
-            os.replace(tmp, p)
-        tmps = []
+        pq = parquet()
+        table = pq.read_table(ds.path)
+        rows = np.asarray(ds.lines, dtype=np.int64) - 1
+        for s, p in enumerate(paths):
+            pq.write_table(table.take(rows[assign == s]), p)
+        return
+    binary = ds.format == "jsonl"
+    handles = [open(p, "wb") if binary else open(p, "w", encoding="utf-8", newline="") for p in paths]
+    try:
+        writers = None
+        if not binary:
+            writers = [csv.writer(h, delimiter=DELIMITERS[ds.format], lineterminator="\n") for h in handles]
+            for w in writers:
+                w.writerow(ds.columns)
+        for i, raw in raw_rows(ds):
+            s = int(assign[i])
+            if writers is None:
+                handles[s].write(raw if raw.endswith(b"\n") else raw + b"\n")
+            else:
+                writers[s].writerow(raw)
+        for h in handles:
+            h.flush()
+            os.fsync(h.fileno())
     finally:
-        for tmp in tmps:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+        for h in handles:
+            h.close()
 
 
 def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fields: Fields | None = None, *,
@@ -381,10 +373,10 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
             a file it would write (a split file or the manifest) already exists.
 
     The leak check of the written files uses MinHash seed `seed + 1` (other hash functions than the split's):
-    a near-duplicate pair the split's LSH missed is searched for again with independent odds.
+    a near-duplicate pair the split's LSH missed is searched for again with independent odds; a pair it finds
+    across splits is kept together and the data split again, so the files written never hold such a leak.
+    The files and the manifest are written as one set: an interrupted run leaves the earlier set or nothing.
     """
-    import numpy as np
-
     fields = fields or Fields()
     ratio_t = parse_ratios(ratios)
     name_t = split_names(names, len(ratio_t))
@@ -401,10 +393,18 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     ext = Path(path).suffix.lower()
     paths = [out / f"{n}{ext}" for n in name_t]
     manifest = out / MANIFEST_NAME
+    own = {MANIFEST_NAME: "the manifest", f"{Path(MANIFEST_NAME).stem}.usage.jsonl": "the usage ledger"}
+    for p in paths:
+        if p.name in own:
+            raise InputError(f"split name {p.stem!r} would write {p.name}, {own[p.name]}'s own file; choose other "
+                             "--names")
     src = Path(path).resolve()
     for p in (*paths, manifest):
         if p.resolve() == src:
             raise InputError(f"{p}: writing the split there would overwrite the input; choose another --out")
+    if manifest.is_dir():
+        raise InputError(f"{manifest}: is a directory where the split writes its manifest; move it or choose "
+                         "another --out")
     existing = [p for p in (manifest, *paths) if p.exists()]
     if existing and not force:
         what = "an earlier split" if manifest.exists() else "it would be overwritten"
@@ -417,13 +417,88 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     splitter = LeakFreeSplitter(ratio_t, stratify=stratify, temporal=temporal, seed=seed, dedup=config,
                                 progress=progress)
     group_cols = {f: ds.groups[i] for i, f in enumerate(fields.group)}
-    assign = splitter.assign(ds.texts, ds.labels, group_cols or None, dates=ds.dates)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_parts(ds, assign, paths)
-    for p in stale:  # only once the new files are in place
-        p.unlink(missing_ok=True)
+    check_config = replace(config, seed=seed + 1)
+    notes: list[str] = []
+    links: list[tuple[int, int]] = []
+    replaces = [p.name for p in (*paths, manifest, *stale)]
+    with file_set(out, replaces=replaces) as stage:
+        staged = [stage / p.name for p in paths]
+        for attempt in range(1, MERGE_ROUNDS + 2):
+            assign = splitter.assign(ds.texts, ds.labels, group_cols or None, dates=ds.dates, links=links)
+            _write_parts(ds, assign, staged)
+            leaks = check_files(staged, fields, config=check_config, names=name_t, progress=progress,
+                                allow_empty=True)
+            missed = _crossing_pairs(leaks, assign)
+            if not missed:
+                break
+            if attempt > MERGE_ROUNDS:
+                raise InputError(f"{path}: the check of the split still finds near duplicates across splits after "
+                                 f"{MERGE_ROUNDS} merges; raise --near-threshold or use a text field with less "
+                                 "boilerplate")
+            links.extend(missed)
+        if links:
+            notes.append(f"the check of the written files (MinHash seed {seed + 1}) found {len(links)} near-duplicate "
+                         f"pair(s) across splits that the split's own search (seed {seed}) missed; they were kept "
+                         "together and the data split again, so the files written have no such leak")
+        leaks = _at(leaks, paths)
+        result = _result(ds, fields, assign, splitter, leaks, name_t, ratio_t, paths, staged, manifest,
+                         config=config, check_config=check_config, stratify=stratify, temporal=temporal,
+                         tolerance=tolerance, skip_bad=skip_bad, seed=seed,
+                         notes=_notes(notes, stale, stale_note, ds))
+        atomic_write_json(stage / MANIFEST_NAME, result.to_dict())
+    return result
 
-    from ..io import atomic_write_json, sha256_file
+
+MERGE_ROUNDS = 5  # re-splits after the check of the written files finds a pair the split's own search missed
+
+
+def _crossing_pairs(leaks: LeakReport, assign: "np.ndarray") -> list[tuple[int, int]]:
+    """Near-duplicate pairs the check found across written splits, as pairs of input rows: row k of split s's
+    file is the k-th input row assigned to s (files keep the input's order)."""
+    import numpy as np
+
+    rows_of = {s: np.flatnonzero(assign == s) for s in range(len(leaks.splits))}
+    index = {name: s for s, name in enumerate(x.name for x in leaks.splits)}
+    out = []
+    for pair in leaks.check(NEAR).pairs:
+        a, b = rows_of[index[pair.index]], rows_of[index[pair.query]]
+        out.extend((int(a[i]), int(b[q])) for i, q in pair.linked)
+    return out
+
+
+def _at(leaks: LeakReport, paths: Sequence[Path]) -> LeakReport:
+    """The leak report with the files' final paths (it was made on the staged copies)."""
+    splits = tuple(replace(info, path=str(p)) for info, p in zip(leaks.splits, paths))
+    stage = {info.path: str(p) for info, p in zip(leaks.splits, paths)}
+
+    def moved(ref: str) -> str:
+        return next((final + ref[len(tmp):] for tmp, final in stage.items() if ref.startswith(tmp)), ref)
+
+    checks = tuple(replace(c, pairs=tuple(replace(pl, examples=tuple(
+        replace(e, index_ref=moved(e.index_ref), query_ref=moved(e.query_ref)) for e in pl.examples))
+        for pl in c.pairs)) for c in leaks.checks)
+    return replace(leaks, splits=splits, checks=checks)
+
+
+def _notes(notes: list[str], stale: Sequence[Path], stale_note: str | None, ds: Dataset) -> list[str]:
+    if stale:
+        notes.append(f"removed {len(stale)} split file(s) of the earlier split: "
+                     f"{', '.join(p.name for p in stale)}")
+    if stale_note:
+        notes.append(stale_note)
+    if ds.n_bad:
+        notes.append(f"{ds.n_bad} bad record(s) skipped (first: line {ds.bad[0].line}: {ds.bad[0].reason})")
+    return notes
+
+
+def _result(ds: Dataset, fields: Fields, assign: "np.ndarray", splitter: LeakFreeSplitter, leaks: LeakReport,
+            name_t: Sequence[str], ratio_t: Sequence[float], paths: Sequence[Path], staged: Sequence[Path],
+            manifest: Path, *, config: DedupConfig, check_config: DedupConfig, stratify: bool, temporal: bool,
+            tolerance: float, skip_bad: bool, seed: int, notes: list[str]) -> SplitResult:
+    """The manifest of a written split: per part its rows, labels, groups, dates and the hash of its file."""
+    import numpy as np
+
+    from ..io import sha256_file
 
     n = len(ds)
     labels = np.asarray([_NO_LABEL if v is None else v for v in ds.labels], dtype=object) if ds.labels else None
@@ -435,30 +510,21 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         lab = {lbl: int((labels[rows] == lbl).sum()) for lbl in label_names} if labels is not None else {}
         groups = {f: len({ds.groups[i][r] for r in rows.tolist()} - {None}) for i, f in enumerate(fields.group)}
         dates = [ds.dates[r] for r in rows.tolist()] if ds.dates else []
-        parts.append(SplitPart(name=name, path=str(p), sha256=sha256_file(p), rows=len(rows),
+        parts.append(SplitPart(name=name, path=str(p), sha256=sha256_file(staged[s]), rows=len(rows),
                                target_fraction=ratio_t[s], fraction=len(rows) / n, labels=lab,
                                label_fractions={k: v / label_total[k] for k, v in lab.items() if label_total[k]},
                                groups=groups, first_date=_iso(min(dates)) if dates else None,
                                last_date=_iso(max(dates)) if dates else None))
-    checks, notes = _checks(parts, label_total, tolerance, stratify)
+    checks, check_notes = _checks(parts, label_total, tolerance, stratify)
     d = splitter.dedup_
     unit_sizes = np.bincount(np.unique(splitter.units_, return_inverse=True)[1])
-    check_config = replace(config, seed=seed + 1)
-    leaks = check_files(paths, fields, config=check_config, names=name_t, progress=progress)
-    notes.append(f"the leak check of the written files used MinHash seed {seed + 1}, not the split's {seed}: "
-                 "a near-duplicate pair the split's hashes missed gets a second, independent search")
-    if stale:
-        notes.append(f"removed {len(stale)} split file(s) of the earlier split: "
-                     f"{', '.join(p.name for p in stale)}")
-    if stale_note:
-        notes.append(stale_note)
-    if ds.n_bad:
-        notes.append(f"{ds.n_bad} bad record(s) skipped (first: line {ds.bad[0].line}: {ds.bad[0].reason})")
+    notes = [*check_notes, f"the leak check of the written files used MinHash seed {seed + 1}, not the split's "
+             f"{seed}: a near-duplicate pair the split's hashes missed gets a second, independent search", *notes]
     notes.extend(d.notes)
     if unit_sizes.max() > tolerance * n:
         notes.append(f"the largest unit (group or duplicate cluster) has {int(unit_sizes.max())} rows "
                      f"({unit_sizes.max() / n:.1%} of the data); it moves as one piece")
-    result = SplitResult(
+    return SplitResult(
         input=ds.to_dict(),
         parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": stratify, "temporal": temporal,
                     "fields": fields.to_dict(), "dedup": config.to_dict(), "tolerance": tolerance,
@@ -470,8 +536,6 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
                     "empty_texts": d.n_empty},
         checks=tuple(checks), leaks=leaks, manifest=str(manifest),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
-    atomic_write_json(manifest, result.to_dict())
-    return result
 
 
 def _earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tuple[list[Path], str | None]:
@@ -480,7 +544,7 @@ def _earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tu
     if not manifest.exists():
         return [], None
     try:
-        old = load_manifest(manifest)
+        old = load_manifest(manifest, verify=False)
     except InputError:
         return [], f"the earlier {manifest.name} could not be read; split files it listed were left in place"
     keep = {p.name for p in paths} | {manifest.name}
@@ -521,31 +585,52 @@ def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], toleranc
     return checks, notes
 
 
-def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A split manifest as written by split_file (validated: schema and split names)."""
+def load_manifest(path: str | os.PathLike[str], *, verify: bool = True) -> dict[str, Any]:
+    """A split manifest as written by split_file, checked: its schema, one unique name, a path and a sha256 per
+    split, and (verify) that every split file it names is there with those bytes, so a reader never works on a
+    set that changed after it was written.
+
+    Raises:
+        InputError: not a manifest, a malformed one, or (verify) a split file that is missing or changed.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST_NAME
     fix = "give the split_manifest.json written by `campaign split`"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such split manifest; {fix}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: not valid JSON ({e}); {fix}") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
+    doc = JsonObject(load_json(p, "the split_manifest.json written by `campaign split`"), str(p), fix=fix)
+    schema = doc.raw("schema", None)
     if not str(schema or "").startswith("campaign.split/"):
-        raise InputError(f"{p}: not a campaign split manifest (schema {schema!r}); {fix}")
-    splits = data.get("splits")
-    if not isinstance(splits, list) or not splits:
-        raise InputError(f"{p}: 'splits' is {json.dumps(splits)[:40]}, not a list of splits; {fix} "
-                         "(or rerun `campaign split --force`)")
+        doc.fail(f"not a campaign split manifest (schema {schema!r})")
+    splits = doc.items("splits")
+    if not splits:
+        doc.fail("'splits' is empty")
     names: set[str] = set()
-    for i, s in enumerate(splits):
-        name = s.get("name") if isinstance(s, dict) else None
-        path = s.get("path", "") if isinstance(s, dict) else None
-        if not isinstance(name, str) or not name or not isinstance(path, str) or name in names:
-            raise InputError(f"{p}: split {i + 1} in 'splits' ({json.dumps(s)[:60]}) needs a unique 'name' and a "
-                             f"'path' string; {fix} (or rerun `campaign split --force`)")
+    for s in splits:
+        name = s.str("name")
+        s.str("path")
+        if not name or name in names:
+            s.fail(f"split name {name!r} is empty or repeated")
         names.add(name)
-    return data
+    for s in splits if verify else ():
+        _verify_part(p, s)
+    return doc.data
+
+
+def split_file_path(manifest: Path, recorded: str) -> Path:
+    """Where a split file the manifest lists is now: beside the manifest, under its recorded file name (the set
+    moves as a folder, so the folder it was written in may have been renamed)."""
+    return manifest.parent / Path(recorded).name
+
+
+def _verify_part(manifest: Path, s: JsonObject) -> None:
+    from ..io import sha256_file
+
+    f = split_file_path(manifest, s.str("path"))
+    expected = s.str("sha256")
+    if not f.is_file():
+        s.fail(f"its file {f} is missing; restore it or re-split with `campaign split --force`")
+    actual = sha256_file(f)
+    if actual != expected:
+        raise InputError(f"{f}: changed since the split (sha256 {actual[:12]}... on disk, {expected[:12]}... in "
+                         f"{manifest.name}); restore the file, or re-split with `campaign split --force` so the "
+                         "manifest and its checks describe what is there")

@@ -56,11 +56,13 @@ class UsageEntry:
     note: str = ""
     run: str | None = None
     manifest_sha256: str | None = None
+    split_sha256: str | None = None     # the split file's bytes when it was used: a use binds to that content
     schema: str = ENTRY_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.schema, "time": self.time, "split": self.split, "purpose": self.purpose,
-                "note": self.note, "run": self.run, "manifest_sha256": self.manifest_sha256}
+                "note": self.note, "run": self.run, "manifest_sha256": self.manifest_sha256,
+                "split_sha256": self.split_sha256}
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,20 @@ def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, 
     """
     from ..io import sha256_file
 
+    for option, text in (("--note", note), ("--run", run or "")):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"{option} holds bytes that are not UTF-8 text (character {e.start + 1}); write it "
+                             "in UTF-8") from None
     mpath = _manifest_path(manifest)
     data = load_manifest(mpath)
-    names = [s["name"] for s in data.get("splits", [])]
-    if split not in names:
-        raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(names)}); name one of them")
+    hashes = {s["name"]: s["sha256"] for s in data["splits"]}
+    if split not in hashes:
+        raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(hashes)}); name one of them")
     entry = UsageEntry(time=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"), split=split,
                        purpose=parse_purpose(purpose), note=" ".join(note.split()), run=run,
-                       manifest_sha256=sha256_file(mpath))
+                       manifest_sha256=sha256_file(mpath), split_sha256=hashes[split])
     _append_line(ledger_path(mpath), json.dumps(entry.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     return entry
 
@@ -166,7 +174,8 @@ def read_ledger(manifest: str | os.PathLike[str]) -> tuple[list[UsageEntry], lis
                 d = json.loads(raw.decode("utf-8"))
                 entries.append(UsageEntry(time=d["time"], split=d["split"], purpose=parse_purpose(d["purpose"]),
                                           note=d.get("note", ""), run=d.get("run"),
-                                          manifest_sha256=d.get("manifest_sha256")))
+                                          manifest_sha256=d.get("manifest_sha256"),
+                                          split_sha256=d.get("split_sha256")))
             except (ValueError, KeyError, TypeError, InputError, AttributeError):
                 warnings.append(f"{path}:{no}: not a usage entry (a torn write?); ignored")
     return entries, warnings
@@ -189,24 +198,29 @@ def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, f
         raise InputError(f"max final uses must be an integer >= 0, got {max_final_uses!r}")
     mpath = _manifest_path(manifest)
     data = load_manifest(mpath)
-    names = tuple(s["name"] for s in data.get("splits", []))
-    final = final_split or (names[-1] if names else "test")
+    hashes = {s["name"]: s["sha256"] for s in data["splits"]}
+    names = tuple(hashes)
+    final = final_split or names[-1]
     if final not in names:
         raise InputError(f"final split {final!r} is not in {mpath} (its splits: {', '.join(names)}); name one of them")
     entries, warnings = read_ledger(mpath)
     counts = {n: {p: 0 for p in PURPOSES} for n in names}
     current = sha256_file(mpath)
-    stale = 0
+    earlier: dict[str, int] = {}
     for e in entries:
-        if e.split in counts:
+        if e.split not in counts:
+            warnings.append(f"an entry names split {e.split!r}, which this manifest does not have")
+            continue
+        # a use counts against the split's current content only: the file it was made on (older entries, which
+        # lack that hash, by the manifest they were recorded against)
+        same = e.split_sha256 == hashes[e.split] if e.split_sha256 else e.manifest_sha256 in (None, current)
+        if same:
             counts[e.split][e.purpose] += 1
         else:
-            warnings.append(f"an entry names split {e.split!r}, which this manifest does not have")
-        if e.manifest_sha256 and e.manifest_sha256 != current:
-            stale += 1
-    if stale:
-        warnings.append(f"{stale} entr{'y was' if stale == 1 else 'ies were'} recorded against an earlier version of "
-                        "the manifest (the data was re-split); they still count")
+            earlier[e.split] = earlier.get(e.split, 0) + 1
+    for name, k in earlier.items():
+        warnings.append(f"{k} use(s) of {name!r} were recorded on an earlier version of its file (the data was "
+                        f"re-split); they do not count against the current {name!r}")
     decisions = sum(counts[final][p] for p in DECISIONS)
     trained = counts[final]["training"]
     reuse = UsageCheck(

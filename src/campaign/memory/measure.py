@@ -2,9 +2,10 @@
 
 On CUDA and ROCm (torch.cuda covers both) each phase records allocated and reserved at its end, their peaks
 (peak stats reset at phase start) and the device total in use from the driver, which includes the context.
-Without a GPU the same protocol runs on the CPU with real tensors and a real allocation tracker (every
-storage's lifetime), so the protocol itself is tested in CI; the CPU has no caching allocator, so reserved
-equals allocated there.
+Without a GPU the same protocol runs on the CPU with real tensors, counted from the CPU allocator's own records
+of each allocation and free (read through the PyTorch profiler: _CpuCounters), a mechanism independent of the
+storage tracker `campaign trace` counts with, so "measured agrees with traced" on the CPU compares two counts.
+The CPU has no caching allocator, so reserved equals allocated there.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,9 @@ class MemoryMeter:
         self._depth = 0
 
     def track(self, *objects: Any) -> None:
-        """CPU only: count tensors made before the meter (a model's parameters and buffers, an optimizer's state)."""
+        """CPU only: count tensors the CPU allocator did not hand out while measuring (a model's parameters made
+        before the meter, safetensors weights memory-mapped from the file), from now until they are freed;
+        tensors it did hand out are already counted and are not counted twice."""
         if not isinstance(self._backend, _CpuCounters):
             return
         torch = self._torch
@@ -209,7 +212,7 @@ class MemoryMeter:
             else:
                 tensors = [obj]
             for t in tensors:
-                self._backend.tracker.register(t, "weights")
+                self._backend.track(t)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -249,16 +252,20 @@ class MemoryMeter:
 
     @contextmanager
     def _session(self) -> Iterator[None]:
-        """CPU: the allocation tracker is on for the outermost measured block (a run, or a lone phase)."""
+        """CPU: the allocator's records are collected over the outermost measured block (a run, or a lone phase)
+        and its phases are read off them when it ends. Frees between two lone phases are not seen: measure a
+        sequence of phases inside around() (measure_workload and measure_script do)."""
         self._depth += 1
+        cpu = self._depth == 1 and isinstance(self._backend, _CpuCounters)
         try:
-            if self._depth == 1 and isinstance(self._backend, _CpuCounters):
-                with self._backend.tracker:
-                    yield
-            else:
-                yield
+            if cpu:
+                self._backend.open()
+            yield
         finally:
             self._depth -= 1
+            if cpu:
+                done = self._backend.close()
+                self.phases = [done.get(id(p), p) for p in self.phases]
 
     def result(self, *, label: str = "", workload: dict[str, Any] | None = None, status: str = "ok",
                failed_phase: str | None = None, error: str | None = None, weights: str | None = None) -> Measurement:
@@ -299,17 +306,179 @@ class _CudaCounters:
 
 
 class _CpuCounters:
-    """Every storage's lifetime on the CPU (real tensors); no caching allocator, so reserved equals allocated."""
+    """The CPU allocator's own record of every allocation and free, read through the PyTorch profiler.
+
+    With `profile_memory=True`, c10's CPU allocator reports each allocation (pointer, bytes) and each free of a
+    block it handed out while profiling to the profiler (c10/core/CPUAllocator.cpp, ProfiledCPUMemoryReporter).
+    That counts what the allocator hands out: every tensor's storage, and the buffers kernels allocate inside
+    themselves, which the storage tracker `campaign trace` uses (a TorchDispatchMode that sees the tensors ops
+    return, freed by weak references) never sees. Each allocation counts at the 512-byte granularity of the CUDA
+    caching allocator (kMinBlockSize), so a CPU measurement compares with a GPU's. Phase boundaries are profiler
+    annotations, so each phase's peak and end are read off the allocator's records in order when the session
+    ends. Not seen: memory the allocator did not hand out (memory-mapped safetensors: register with track()),
+    allocations on threads without the profiler's state, and frees outside a session. The CPU has no caching
+    allocator: reserved equals allocated.
+    """
+
+    MARK = "campaign.meter.mark"
 
     def __init__(self) -> None:
-        from .tracker import StorageTracker
+        import torch
 
-        self.tracker = StorageTracker()
+        self.torch = torch
+        self._profiler: Any = None
+        self._marks = 0
+        self._start = 0
+        self._pending: list[tuple[PhaseMeasurement, int, int]] = []
+        self._tracked: list[tuple[int, str, int, int]] = []   # (mark, "track" | "untrack", key, bytes)
+        self._live: dict[Any, int] = {}   # pointer (or ("tracked", pointer)) -> bytes, kept between sessions
+        self._span: dict[int, int] = {}   # pointer -> bytes requested, of the blocks the allocator handed out
 
+    # -- session ------------------------------------------------------------------------------------------
+    def open(self) -> None:
+        if self.torch.autograd._profiler_enabled():
+            raise InputError("the CPU meter counts allocations with the PyTorch profiler, which is already running; "
+                             "measure outside torch.profiler.profile()")
+        profiler = self.torch.profiler.profile(activities=[self.torch.profiler.ProfilerActivity.CPU],
+                                               profile_memory=True)
+        with _quiet_stderr():  # kineto prints a line at start and stop
+            profiler.start()
+        self._profiler = profiler
+
+    def close(self) -> dict[int, PhaseMeasurement]:
+        """End the session: replay the allocator's records; the measured phases by id of their placeholders."""
+        profiler, self._profiler = self._profiler, None
+        with _quiet_stderr():
+            profiler.stop()
+        events: list[tuple[int, int, Any, int]] = []   # (time, order, what, value)
+        for node in _walk(profiler.profiler.kineto_results.experimental_event_tree()):
+            extra = node.extra_fields
+            if type(extra).__name__ == "_ExtraFields_Allocation":
+                if str(extra.device) == "cpu":
+                    events.append((node.start_time_ns, 1, extra.ptr, int(extra.alloc_size)))
+            elif node.name.startswith(self.MARK):
+                events.append((node.start_time_ns, 0, "mark", int(node.name.rsplit(".", 1)[1])))
+        events.sort(key=lambda e: (e[0], e[1]))
+        tracked: dict[int, list[tuple[str, int, int]]] = {}
+        for mark, op, key, nbytes in self._tracked:
+            tracked.setdefault(mark, []).append((op, key, nbytes))
+        self._tracked = []
+        at: dict[int, tuple[int, int]] = {}            # mark -> (live bytes then, peak since the previous mark)
+        total = sum(self._live.values())
+        peak = total
+        for _, _, what, value in events:
+            if what == "mark":
+                inside = _Blocks(self._span) if any(op == "track" for op, _, _ in tracked.get(value, ())) else None
+                for op, key, nbytes in tracked.get(value, ()):
+                    if op == "track" and inside is not None and not inside.holds(key) \
+                            and ("tracked", key) not in self._live:
+                        self._live[("tracked", key)] = nbytes
+                        total += nbytes
+                    elif op == "untrack" and ("tracked", key) in self._live:
+                        total -= self._live.pop(("tracked", key))
+                peak = max(peak, total)
+                at[value] = (total, peak)
+                peak = total
+            elif value > 0:
+                total -= self._live.pop(what, 0)       # a block freed unseen (outside a session) was reused
+                self._live[what] = _rounded(value)
+                self._span[what] = value
+                total += self._live[what]
+                peak = max(peak, total)
+            else:
+                total -= self._live.pop(what, 0)
+                self._span.pop(what, None)
+        done = {}
+        for placeholder, start, end in self._pending:
+            # a phase's peak: what was live at its start, or the highest point reached before any later mark of it
+            high = max([at[start][0]] + [at[m][1] for m in range(start + 1, end + 1)])
+            now = at[end][0]
+            done[id(placeholder)] = replace(placeholder, allocated_bytes=now, peak_allocated_bytes=high,
+                                            reserved_bytes=now, peak_reserved_bytes=high)
+        self._pending = []
+        return done
+
+    def _mark(self) -> int:
+        self._marks += 1
+        with self.torch.profiler.record_function(f"{self.MARK}.{self._marks}"):
+            pass
+        return self._marks
+
+    # -- phases ---------------------------------------------------------------------------------------------
     def start(self) -> None:
-        self.tracker.phase("activations")
+        self._start = self._mark()
 
     def stop(self, name: str, seconds: float, complete: bool = True) -> PhaseMeasurement:
-        peak, _, _ = self.tracker.snapshot()
-        now = self.tracker.total
-        return PhaseMeasurement(name, now, peak, now, peak, None, seconds, complete)
+        """A placeholder for the phase; its figures are filled in when the session ends (see close)."""
+        placeholder = PhaseMeasurement(name, 0, 0, 0, 0, None, seconds, complete)
+        self._pending.append((placeholder, self._start, self._mark()))
+        return placeholder
+
+    def track(self, tensor: Any) -> None:
+        """Count a tensor's storage from now on, unless the allocator handed it out (then it is counted already)."""
+        import weakref
+
+        storage = tensor.untyped_storage()
+        key, nbytes = storage.data_ptr(), _rounded(storage.nbytes())
+        if not nbytes:
+            return
+        if self._profiler is None:          # between sessions: counted from the next one on
+            if not _Blocks(self._span).holds(key):
+                self._live[("tracked", key)] = nbytes
+        else:
+            self._tracked.append((self._mark(), "track", key, nbytes))
+
+        def untrack(_ref: Any, key: int = key) -> None:
+            if self._profiler is not None:
+                self._tracked.append((self._mark(), "untrack", key, 0))
+            else:
+                self._live.pop(("tracked", key), None)
+
+        self._refs = getattr(self, "_refs", [])
+        self._refs.append(weakref.ref(storage, untrack))
+
+
+class _Blocks:
+    """The blocks the allocator handed out (pointer -> bytes), to ask whether an address lies inside one: a
+    loaded checkpoint's tensors are views into the one buffer the file was read into."""
+
+    def __init__(self, span: dict[int, int]) -> None:
+        self.starts = sorted(span)
+        self.span = span
+
+    def holds(self, address: int) -> bool:
+        import bisect
+
+        i = bisect.bisect_right(self.starts, address) - 1
+        return i >= 0 and address < self.starts[i] + self.span[self.starts[i]]
+
+
+def _rounded(nbytes: int) -> int:
+    """Bytes as the CUDA caching allocator would hand them out: rounded up to 512 (kMinBlockSize)."""
+    return -(-nbytes // 512) * 512
+
+
+def _walk(nodes: Any) -> Iterator[Any]:
+    for node in nodes:
+        yield node
+        yield from _walk(node.children)
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (C++ logging) for a moment; Python's own stderr is flushed first."""
+    import os
+
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

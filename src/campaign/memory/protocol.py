@@ -106,21 +106,23 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     record = dict(label=name, workload=w.to_dict(),
                   weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
     try:
-        tell("load")
-        with meter.phase("load"), building(cls):
-            if weights_dir is not None:
-                net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
-            else:
-                with dev:
-                    net = instantiate(cls, config, torch_dtype(torch, w), w)
-            finish(net, w)
-            # CPU: safetensors tensors can be memory-mapped from the file, made outside the tracker; count them as
-            # the weights a card would hold (on a GPU they are copied into the caching allocator and counted there)
-            meter.track(net)
-        vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
-        ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
-        labels = labels_for(torch, arch, cfg, ids).to(dev)
-        _run_phases(torch, transformers, net, ids, labels, w, spec, meter, make_optimizer, tell)
+        # one measured run around the phases: on the CPU the allocator's records cover the gaps between them
+        with meter.around("run"):
+            tell("load")
+            with meter.phase("load"), building(cls):
+                if weights_dir is not None:
+                    net = instantiate(cls, config, torch_dtype(torch, w), w, weights_dir=weights_dir, device=str(dev))
+                else:
+                    with dev:
+                        net = instantiate(cls, config, torch_dtype(torch, w), w)
+                finish(net, w)
+                # CPU: safetensors tensors can be memory-mapped from the file, not handed out by the allocator; count
+                # them as the weights a card would hold (on a GPU they are copied into the caching allocator)
+                meter.track(net)
+            vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
+            ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
+            labels = labels_for(torch, arch, cfg, ids).to(dev)
+            _run_phases(torch, transformers, net, ids, labels, w, spec, meter, make_optimizer, tell)
     except CampaignError:
         raise
     except Exception as e:

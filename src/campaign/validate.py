@@ -110,3 +110,10 @@ class JsonObject:
         """An array of objects, each a JsonObject named by its position."""
         return [JsonObject(v, f"{self.where}: {key}[{i}]", fix=self.fix, error=self.error)
                 for i, v in enumerate(self.list(key))]
+
+
+def check_seed(seed: object) -> int:
+    """A random seed: a whole number >= 0 (what numpy's generators accept), else one InputError."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise InputError(f"seed {seed!r} must be a whole number from 0 to 2**63 - 1; use e.g. --seed 0")
+    return seed

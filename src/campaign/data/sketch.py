@@ -66,10 +66,10 @@ class DedupConfig:
             raise InputError(f"near-duplicate threshold {self.threshold!r} is not in (0, 1]; use e.g. 0.8")
         if self.shingle not in ("char", "word"):
             raise InputError(f"shingle {self.shingle!r} is unknown; use 'char' or 'word'")
-        for name in ("ngram", "num_perm", "max_bucket"):
+        for name, most in (("ngram", 1024), ("num_perm", 1 << 16), ("max_bucket", 2**31 - 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
+                raise InputError(f"{name} must be a whole number from 1 to {most:,}, got {value!r}")
         b, r = self.banding()
         if b * r > self.num_perm:
             raise InputError(f"bands x rows = {b} x {r} exceeds num_perm {self.num_perm}; lower one of them")

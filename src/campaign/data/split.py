@@ -19,7 +19,7 @@ from .dedup import DedupResult, connected_components, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
 from .leaks import NEAR, LeakReport, check_files
 from .normalize import normalizer_id
-from ..io import atomic_write_json, file_set, load_json, parquet
+from ..io import atomic_write_json, file_set, input_file, load_json, parquet
 from ..validate import JsonObject
 from .read import DELIMITERS, Dataset, Fields, raw_rows, read_dataset
 
@@ -377,6 +377,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     across splits is kept together and the data split again, so the files written never hold such a leak.
     The files and the manifest are written as one set: an interrupted run leaves the earlier set or nothing.
     """
+    input_file(path, "data")
     fields = fields or Fields()
     ratio_t = parse_ratios(ratios)
     name_t = split_names(names, len(ratio_t))

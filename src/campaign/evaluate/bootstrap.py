@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..validate import check_seed
 from .stats import check_alternative, numpy
 
 CHUNK_ELEMENTS = 1 << 22      # random indices drawn per chunk (16 MiB of uint32)
@@ -67,13 +68,17 @@ class BootstrapInterval:
         return asdict(self)
 
 
+MAX_RESAMPLES = 10_000_000  # past this the interval's Monte Carlo error is far below any other; memory is not
+
+
 def _levels(confidence: float, alternative: str, n_resamples: int) -> float:
     """The tail level of each open end, after checking the arguments every interval shares."""
     check_alternative(alternative)
     if not 0 < confidence < 1:
         raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
-    if n_resamples < 1:
-        raise InputError(f"resamples must be a positive integer, got {n_resamples!r}")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or not 1 <= n_resamples <= MAX_RESAMPLES:
+        raise InputError(f"resamples must be a whole number from 1 to {MAX_RESAMPLES:,}, got {n_resamples!r}; "
+                         "10,000 is the usual choice")
     return (1 - confidence) / 2 if alternative == "two-sided" else 1 - confidence
 
 
@@ -85,7 +90,7 @@ def resample_means(x: Any, n_resamples: int, seed: int) -> Any:
     """Means of n_resamples resamples of x (shape (n,)) -> shape (n_resamples,), drawn as scipy draws them."""
     np = numpy()
     x = np.asarray(x, dtype=float)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     n = x.size
     rows = max(1, CHUNK_ELEMENTS // max(n, 1))
     out = np.empty(n_resamples)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Union
 
 from ..errors import InputError, MissingDependencyError
+from ..validate import check_seed
 from .extraction import ExtractionReport, analyze_extraction
 from .predictions import NO_PREDICTION, PredictionSet, label_of, read_predictions
 from .review import ReviewCandidate, TaxonomySummary, as_text, sample_for_review, summarize_taxonomy, write_review_sheet
@@ -129,8 +130,10 @@ def analyze_classification(preds: PredictionSet, *, slice_by: str | None = None,
     """Confusion matrix, per-class precision/recall/F1/support, macro/micro/weighted averages, top confusions
     with example ids, metrics per value of the metadata field `slice_by`; optionally a review sheet (written)
     and a taxonomy summary (read)."""
-    if top < 1 or examples_per_confusion < 1:
-        raise InputError(f"top ({top}) and examples per confusion ({examples_per_confusion}) must be >= 1")
+    if top < 1 or examples_per_confusion < 1 or per_cell < 1 or correct_per_cell < 0:
+        raise InputError(f"top ({top}), examples per confusion ({examples_per_confusion}) and per cell ({per_cell}) "
+                         f"must be >= 1, correct per cell ({correct_per_cell}) >= 0")
+    check_seed(seed)
     m = sklearn_metrics()
     np = numpy()
     gold, pred = labels_of(preds)

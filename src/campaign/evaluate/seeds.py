@@ -12,12 +12,14 @@ one, the observed mean) at the observed SD.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InputError
+from ..validate import check_seed
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .predictions import label_of, number_of, read_rows, require_columns
 from .stats import (RankTest, SignTest, TTest, check_alternative, numpy, paired_t, power_paired_t,
@@ -223,8 +225,11 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
     """
     np = numpy()
     check_alternative(alternative)
+    check_seed(seed)
     if not 0 < confidence < 1:
         raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+    if not math.isfinite(min_effect):
+        raise InputError(f"minimum useful effect {min_effect!r} must be a finite number, in metric units")
     a, b = np.asarray(baseline_values, dtype=float), np.asarray(candidate_values, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise InputError("baseline and candidate need one value per seed each, for the same seeds")

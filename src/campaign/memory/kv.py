@@ -79,7 +79,11 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
     Returns:
         KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
     """
-    for label, value in (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp)):
+    given = (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp),
+             ("max context", max_context), ("max sequences", max_sequences))
+    for label, value in given:
+        if value is None and label.startswith("max"):
+            continue   # not given: the static cache is sized by context and sequences
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"{label} must be a positive integer, got {value!r}")
     if spec.encoder:
@@ -92,8 +96,8 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
     notes: list[str] = []
     tokens, seqs = context, sequences
     if static:
-        tokens = max_context or context
-        seqs = max_sequences or sequences
+        tokens = context if max_context is None else max_context
+        seqs = sequences if max_sequences is None else max_sequences
         if tokens < context or seqs < sequences:
             raise InputError(f"a static cache of {tokens} tokens x {seqs} sequences cannot hold "
                              f"{context} x {sequences}; raise --max-context/--max-sequences")

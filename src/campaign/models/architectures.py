@@ -221,6 +221,9 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
         moe = MoE(E, k, moe_inter, moe_layers, shared)
     else:
         dense_layers = L
+    if moe is not None and moe.experts_per_token > moe.num_experts:
+        raise ConfigError(f"{c.where}: {moe.experts_per_token} experts per token of {moe.num_experts} experts: a token "
+                          "cannot use more experts than there are; check num_experts_per_tok")
     if dense_layers:
         if mt == "phi3":
             g += _lin("mlp.gate_up_proj", 2 * inter, h, dense_layers)

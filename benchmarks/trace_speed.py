@@ -15,6 +15,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from campaign.memory import make_workload
 from campaign.memory.trace import trace_memory
+from campaign.models.meta import model_class_and_config
 from campaign.models.resolve import resolve_config
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "llama-3.1-8b"
@@ -30,11 +31,10 @@ def ours() -> tuple[float, int]:
 
 def raw_memtracker() -> tuple[float, int]:
     start = time.perf_counter()
-    cfg = {k: v for k, v in resolve_config(MODEL)[0].items() if k not in ("auto_map", "quantization_config")}
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    cls, config = model_class_and_config(resolve_config(MODEL)[0], transformers=transformers)
     config._attn_implementation = "sdpa"
     with FakeTensorMode():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = cls._from_config(config, dtype=torch.bfloat16)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         ids = torch.randint(0, config.vocab_size, (1, SEQ))
         tracker = MemTracker()

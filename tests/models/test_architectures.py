@@ -88,7 +88,7 @@ def test_deepseek_v3_is_mla_moe():
     ({"num_hidden_layers": 0}, "'num_hidden_layers' must be >= 1"),
     ({"vocab_size": -5}, "'vocab_size' must be >= 1"),
     ({"hidden_size": "64"}, "must be an integer"),
-    ({"model_type": "mamba"}, "not understood"),
+    ({"model_type": "acme_unknown"}, "cannot build model_type"),
 ])
 def test_bad_configs_raise_one_clear_error(change, message):
     with pytest.raises(ConfigError, match=message):

@@ -56,23 +56,36 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
 
     decoder = spec.mlp == "gated"
     drop = spec.dropout > 0 and w.training
+    block = spec.block
+    # Norms that keep their normalized tensor in fp32 (weight * x in fp32): Gemma 2/3's (1 + w), OLMo 2's
+    # weight * x before the cast back. Their fp32 input and rsqrt are kept as in Llama's RMSNorm.
+    fp32_norm = FP32 * h + FP32 + (FP32 * h if full else 0.0)
     if decoder:
-        if spec.model_type == "gemma2":
+        if spec.model_type in ("gemma2", "gemma3_text"):
             # GemmaRMSNorm computes in fp32 and multiplies by (1 + w) in fp32: the normalized tensor it keeps is
             # fp32. Input and pre-feedforward norms feed a Linear; the post norms feed the residual add.
-            fp32_norm = FP32 * h + FP32 + (FP32 * h if full else 0.0)
             norms = 2 * (fp32_norm + (c * h if full else 0.0)) + 2 * fp32_norm
+        elif spec.model_type == "olmo2":
+            # OLMo 2 normalizes each sublayer's output (no norm on its input): the Linears keep the residual stream
+            norms = 2 * fp32_norm + (2 * c * h if full else 0.0)
         else:
             norms = 2 * rmsnorm_saved(h, c, full)
         terms.append(("rmsnorm inputs (fp32) and outputs", norms))
-        if spec.model_type in ("qwen3", "qwen3_moe"):
+        if block.qk_norm == "head":
             heads = spec.num_heads + spec.num_kv_heads  # q_norm / k_norm over each head's vector, before RoPE
-            terms.append(("q/k norms (fp32 inputs)", FP32 * heads * (hd + 1) + (c * heads * hd if full else 0.0)))
+            kept = FP32 if spec.model_type == "gemma3_text" else c  # Gemma's (1 + w) product is fp32
+            terms.append(("q/k norms (fp32 inputs)", FP32 * heads * (hd + 1) + (kept * heads * hd if full else 0.0)))
+        elif block.qk_norm == "full":
+            width = (spec.num_heads + spec.num_kv_heads) * hd  # OLMo 2: one RMSNorm over all of q, one over k
+            terms.append(("q/k norms (fp32 inputs and products)", 2 * FP32 * width + 2 * FP32))
     else:
         # LayerNorm saves its input and mean/rstd (fp32 under autocast, which runs layer_norm in fp32); the
         # Linear after it saves the output in the compute dtype. Residual dropouts keep 1-byte masks (CUDA).
+        # In a parallel block (GPT-NeoX, Falcon, Phi-2) the norms read the same input: it is kept once.
         ln_in = FP32 if w.mixed_precision else c
-        terms.append(("layernorm inputs and outputs", 2 * (ln_in * h + 8 + (c * h if full else 0.0))))
+        n = block.norms
+        inputs = 1 if block.parallel else n
+        terms.append(("layernorm inputs and outputs", inputs * ln_in * h + n * (8 + (c * h if full else 0.0))))
         if drop:
             terms.append(("residual dropout masks", 2 * h))
 
@@ -86,19 +99,37 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     else:
         kv_heads = spec.num_kv_heads if w.attention == "sdpa" else nh  # eager repeats KV heads before matmul
         q_bytes, k_bytes, v_bytes, out_bytes = c * nh * hd, c * kv_heads * hd, c * kv_heads * hd, c * nh * hd
-    terms.append(("attention q, k, v (as SDPA keeps them)", q_bytes + k_bytes + v_bytes))
+    math_sdpa = uses_math_sdpa(spec, w)
+    if math_sdpa:
+        # Falcon calls SDPA with its 4-D mask and K/V heads broadcast to the query heads, which no fused kernel
+        # takes: PyTorch's math kernel runs, in fp32 for 16-bit inputs, keeping fp32 q, k, v (K/V expanded to every
+        # head) and the fp32 softmax (counted with the scores below); the output projection keeps its input.
+        terms.append(("attention q, k, v in fp32 (math SDPA kernel)", 3 * FP32 * nh * hd))
+        if full:
+            terms.append(("attention output (dense input)", out_bytes))
+    else:
+        terms.append(("attention q, k, v (as SDPA keeps them)", q_bytes + k_bytes + v_bytes))
+    if block.fused_qkv and not math_sdpa:
+        # v stays a view of the fused projection while q and k are rotated into new tensors: the whole
+        # projection output is kept besides them (GPT-NeoX)
+        terms.append(("fused q/k/v projection output (kept by v's view)", q_bytes + k_bytes))
     # The attention output is kept by SDPA's backward and is also o_proj's input: flash kernels write it
     # (b, s, heads, dim)-contiguous, so the transpose + contiguous before o_proj is free. Eager attention
-    # keeps it only when o_proj trains.
-    o_name = "o_proj" if decoder else ("c_proj" if spec.model_type == "gpt2" else "dense")
-    if w.attention == "sdpa":
+    # keeps it only when o_proj trains. When q comes out of torch.cat (partial rotary: GPT-NeoX, Phi-2) it
+    # is head-major, and so is the output: the contiguous copy before the output projection is a new tensor.
+    o_name = "o_proj" if decoder else {"gpt2": "c_proj", "gpt_bigcode": "c_proj"}.get(spec.model_type, "dense")
+    if spec.model_type in ("starcoder2",):
+        o_name = "o_proj"
+    if w.attention == "sdpa" and not math_sdpa:
         terms.append(("attention output (= o_proj input) + logsumexp", out_bytes + FP32 * nh))
-    elif full:
+        if spec.model_type in ("gpt_neox", "phi") and full:
+            terms.append(("attention output, head-major copy (output projection input)", out_bytes))
+    elif full and not math_sdpa:
         terms.append(("attention output (o_proj input)", out_bytes))
     if o_name in tg:
         terms.append(("LoRA on o_proj (fp32 cast, lora_A output)", lora(o_name)))
     qkv_lora = sum(lora(m) for m in ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", "key", "value",
-                                      "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"))
+                                      "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "query_key_value"))
     if qkv_lora:
         terms.append(("LoRA on attention inputs (fp32 casts, lora_A outputs)", qkv_lora))
 
@@ -113,7 +144,8 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         # GPT-2/BERT: fc output (GELU input, + gelu_new's intermediates), GELU output (fc2 input)
         return c * inter * act_saves + (c * inter if full else 0.0)
 
-    mlp_lora = sum(lora(m) for m in ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "c_fc"))
+    mlp_lora = sum(lora(m) for m in ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "c_fc", "fc1", "fc2",
+                                      "dense_h_to_4h", "dense_4h_to_h"))
     if spec.moe is not None:
         moe = spec.moe
         k, E = moe.experts_per_token, moe.num_experts
@@ -133,7 +165,9 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
 
     attention_scores = 0.0
-    if w.attention == "eager":
+    if math_sdpa:
+        attention_scores = nh * FP32
+    elif w.attention == "eager":
         if decoder:
             # softmax saves its fp32 output; the 16-bit probabilities feed the matmul with V (HF eager attention);
             # Gemma 2's logit soft-capping keeps a tanh output too.
@@ -144,6 +178,12 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             soft = FP32 if w.mixed_precision else c
             attention_scores = nh * (soft + ((soft + 1) if drop else 0) + (c if soft != c else 0))
     return LayerActivations(sum(t for _, t in terms), attention_scores, tuple(terms))
+
+
+def uses_math_sdpa(spec: ModelSpec, w: Workload) -> bool:
+    """Falcon with multi-query attention hands SDPA a mask and one K/V head for all query heads, which only the
+    math kernel takes: it materializes the scores (in fp32 for 16-bit inputs), like eager attention."""
+    return spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads < spec.num_heads
 
 
 def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
@@ -162,14 +202,22 @@ def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
     one_layer = tokens * (layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len))
     c = ELEMENT_BYTES[w.compute_dtype]
     # after the blocks: the final norm (its output is the LM head's input)
-    final = tokens * (rmsnorm_saved(spec.hidden_size, c, w.base_trainable) if spec.mlp == "gated"
-                      else c * spec.hidden_size + 8 + (c * spec.hidden_size if w.base_trainable else 0))
+    h = spec.hidden_size
+    if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
+        final = tokens * (FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0))
+    elif spec.mlp == "gated":
+        final = tokens * rmsnorm_saved(h, c, w.base_trainable)
+    else:
+        final = tokens * (c * h + 8 + (c * h if w.base_trainable else 0))
+    if spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads == spec.num_heads:
+        final += w.batch * w.seq_len * w.seq_len * c  # the b x 1 x s x s mask Falcon hands SDPA, kept once
+    generic = f"{spec.generic}; " if spec.generic else ""
     if w.grad_checkpointing:
         saved = spec.num_layers * tokens * c * spec.hidden_size + final
-        formula = (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
+        formula = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
                    f"{spec.hidden_size} x {c:g}, + final norm; one layer is recomputed in backward")
         return int(saved), int(one_layer), formula
-    formula = (f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
+    formula = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
                + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
                + f" = {spec.num_layers} x {tokens} tokens; terms: "
                + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v))
@@ -218,11 +266,23 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int) -> tuple[in
     h, I = spec.hidden_size, spec.intermediate_size
     if spec.moe is not None:
         I = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token, spec.moe.shared_intermediate_size)
-    mlp = tokens * c * (3 * I + 2 * h)
-    formula = f"MLP of one layer: tokens x (3 x I + 2 x h) x {c:g} B = {tokens} x (3 x {I} + 2 x {h})"
-    if w.attention == "eager":
-        # a chunk of `tokens` query rows attends to up to the whole context
-        scores = spec.num_heads * tokens * _mean_keys(spec, w.seq_len) * (FP32 + c)
+    # gated: gate, up and their product alive together; plain: the fc output, the activation's output and one
+    # intermediate of the fused activation kernel; gelu_new's elementwise chain (x^3, 0.044715 x^3 + x, tanh,
+    # 1 + tanh, 0.5 x) keeps two more I-sized temporaries alive at its peak
+    k = 5 if spec.mlp == "plain" and spec.activation in ("gelu_new", "gelu_fast") else 3
+    mlp = tokens * c * (k * I + 2 * h)
+    formula = (f"{spec.generic}; " if spec.generic else "") + (
+        f"MLP of one layer: tokens x ({k} x I + 2 x h) x {c:g} B = {tokens} x ({k} x {I} + 2 x {h})")
+    if w.attention == "eager" or uses_math_sdpa(spec, w):
+        # a chunk of `tokens` query rows attends to up to the whole context; the math SDPA kernel works in fp32
+        per = 2 * FP32 if w.attention == "sdpa" else FP32 + c
+        scores = spec.num_heads * tokens * _mean_keys(spec, w.seq_len) * per
+        if w.attention == "sdpa":  # and fp32 copies: q and the output per query, K and V (expanded to every
+            # head) over the whole context of each sequence
+            width = FP32 * spec.num_heads * spec.head_dim
+            scores += 2 * width * tokens + 2 * width * _mean_keys(spec, w.seq_len) * w.batch
         if scores > mlp:
-            return int(scores), f"eager attention scores: b x heads x s x keys x (4 + {c:g}) B"
+            kind = "math SDPA kernel scores (fp32)" if w.attention == "sdpa" else "eager attention scores"
+            return int(scores), f"{kind}: b x heads x s x keys x {per:g} B" + (
+                " + fp32 q and output per query, K and V per key" if w.attention == "sdpa" else "")
     return int(mlp), formula

@@ -8,7 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import CampaignError, ConfigError, InputError
+from ..errors import ConfigError, InputError
+from ..models.meta import building as building  # re-exported: trace and measure wrap construction with it
+from ..models.meta import model_class_and_config as meta_class_and_config
 from .workload import Workload
 
 ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
@@ -23,56 +25,22 @@ def torch_dtype(torch: Any, w: Workload) -> Any:
 
 def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, *,
                            no_attention_dropout: bool = False) -> tuple[Any, Any]:
-    """(model class named in `architectures`, transformers config) from a config.json dict."""
-    cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
-    if no_attention_dropout:
-        cfg.update({k: 0.0 for k in ATTENTION_DROPOUT if cfg.get(k)})
-    model_type = cfg.pop("model_type")
-    try:
-        config = transformers.AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as e:
-        reason = str(e).splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"transformers {transformers.__version__} cannot build model_type {model_type!r} "
-                          f"({reason}); a newer transformers may know it (remote code is never run)") from None
+    """(model class named in `architectures`, transformers config) from a config.json dict, by the one rule of
+    models.meta, with the workload's attention implementation."""
+    cls, config = meta_class_and_config(cfg, transformers=transformers)
+    if no_attention_dropout:  # on the config object: a class default (GPT-BigCode's attn_pdrop 0.1) counts too
+        for sub in {id(c): c for c in (config, config.get_text_config())}.values():
+            for key in ATTENTION_DROPOUT:
+                if getattr(sub, key, None):
+                    setattr(sub, key, 0.0)
     config._attn_implementation = w.attention
-    arch = (cfg.get("architectures") or [None])[0]
-    if arch:
-        cls = getattr(transformers, arch, None)
-        if cls is None:
-            raise ConfigError(f"transformers {transformers.__version__} has no class {arch!r} (the config's "
-                              "architectures); a newer transformers may (remote code is never run)")
-    else:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-        try:
-            cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
-        except KeyError:
-            raise ConfigError(f"the config names no architectures and {model_type!r} has no causal LM in "
-                              f"transformers {transformers.__version__}; add \"architectures\" to config.json"
-                              ) from None
+    if getattr(config, "is_encoder_decoder", False):
+        raise InputError(f"{cls.__name__} is an encoder-decoder: its steps (decoder inputs, cross-attention cache) "
+                         "are not traced or measured yet; use campaign memory")
     if w.attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
         raise InputError(f"{cls.__name__} has no SDPA attention in transformers {transformers.__version__}; "
                          "use --attention eager (and the same option with campaign memory)")
     return cls, config
-
-
-@contextmanager
-def building(cls: Any) -> Iterator[None]:
-    """Errors from a model's constructor are the config's (one line, exit 2); running out of memory is not."""
-    try:
-        yield
-    except CampaignError:
-        raise
-    except Exception as e:
-        import torch
-
-        if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
-            raise
-        import transformers
-
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"transformers {transformers.__version__} cannot build {cls.__name__} from this config "
-                          f"({type(e).__name__}: {first})") from e
 
 
 @contextmanager

@@ -224,6 +224,8 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
         label = "weights (fp32, AMP master)" if amp else "weights"
         items.append(Item(label, _div(wb.total, n), f"params x {ELEMENT_BYTES[dt]:g} B ({dt}) = "
                           f"{spec.inventory_params:,} x {ELEMENT_BYTES[dt]:g}{split}", "weights", "config inventory"))
+    for what, nbytes in spec.buffers:  # registered buffers the model keeps beside its parameters (not sharded)
+        items.append(Item("buffers", nbytes, what, "weights", "transformers module buffers"))
     return items
 
 

@@ -1,20 +1,157 @@
-"""config.json -> ModelSpec, for the families whose module layout we know tensor by tensor.
+"""config.json -> ModelSpec: the fields checked once where the config is read, then the family's builder.
 
 Each builder lists the parameter tensors exactly as the Hugging Face transformers implementation
 creates them (biases, norms, routers, tied heads), so the inventory sum equals the checkpoint's count.
+An architecture with no builder gets its inventory from transformers on the meta device and a generic
+activation model (models/meta.py); configs with other towers (vision, audio) count them the same way.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
-from .spec import ENCODER_TYPES, MLA, AttentionLayer, ModelSpec, MoE, ParamGroup
+from . import families
+from .spec import ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup
 
 DECODER_TYPES = {
-    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3",
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2",
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2",
 }
-SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | {"gpt2"})
+LAYERNORM_TYPES = {"gpt_neox", "gpt_bigcode", "falcon", "phi", "starcoder2"}
+SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | LAYERNORM_TYPES | {"gpt2", "t5"})
+# Layer counts past this are a broken config (the deepest published models have a few hundred layers); sizes
+# past MAX_SIZE overflow the int64 shapes torch builds.
+LAYER_FIELDS = {"num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "n_layers", "num_encoder_layers"}
+MAX_LAYERS = 10_000
+MAX_SIZE = 2**40
+# What transformers accepts for torch_dtype / dtype: the name of a torch dtype (getattr(torch, name)).
+TORCH_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double", "float8_e4m3fn",
+                "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8", "int16", "int32", "int64",
+                "bool", "complex64", "complex128"}
+_SUBCONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder", "speech_config")
+
+
+def check_fields(cfg: Any, where: str, *, top: bool = True) -> None:
+    """Reject fields of the wrong type, with one line naming the field, before anything reads them.
+
+    Raises:
+        ConfigError: the config is not an object, or a field has the wrong type or an absurd size.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{where}: config must be a JSON object, got {type(cfg).__name__}")
+    mt = cfg.get("model_type")
+    if top and mt is None:
+        raise ConfigError(f"{where}: missing field 'model_type'; a complete config.json has it")
+    if mt is not None and (not isinstance(mt, str) or not mt):
+        raise ConfigError(f"{where}: field 'model_type' must be a non-empty string, got {mt!r}")
+    for key in ("architectures", "layer_types"):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: field {key!r} must be a list of strings, got {value!r}")
+    for key in ("torch_dtype", "dtype"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, dict) and value not in TORCH_DTYPES:
+            raise ConfigError(f"{where}: field {key!r} is {value!r}, not a torch dtype; use e.g. bfloat16, "
+                              "float16 or float32")
+    for key in ("id2label", "label2id", "rope_scaling", "quantization_config"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{where}: field {key!r} must be an object, got {value!r}")
+    for key in LAYER_FIELDS & cfg.keys():
+        value = cfg[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{where}: field {key!r} must be an integer, got {value!r}")
+        if isinstance(value, int) and not 0 <= value <= MAX_LAYERS:
+            raise ConfigError(f"{where}: field {key!r} is {value:,}, outside 0..{MAX_LAYERS:,}; check the config")
+    for key in _SUBCONFIGS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: field {key!r} must be an object (a sub-config), got {value!r}")
+        check_fields(value, f"{where} ({key})", top=False)
+
+
+def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json.
+
+    Families with a builder are read field by field; any other architecture transformers knows is counted on
+    the meta device with a generic activation model; a config with a text_config keeps its other towers.
+
+    Raises:
+        ConfigError: a missing or invalid field, heads that do not divide, or an architecture transformers
+            cannot build either.
+    """
+    check_fields(cfg, source)
+    model_type = cfg["model_type"]
+    text = cfg.get("text_config")
+    if text is not None:
+        return _multimodal(cfg, name=name, source=source)
+    if model_type == "gemma3":  # a multimodal Gemma 3 config always has a text model, with or without the field
+        return _multimodal(cfg, name=name, source=source)
+    fields = _family_fields(cfg, model_type, source)
+    if fields is None:
+        from .meta import generic_spec
+
+        return generic_spec(cfg, name=name, source=source)
+    return _spec(cfg, fields, model_type, name=name, source=source)
+
+
+def _spec(cfg: dict[str, Any], fields: dict[str, Any], model_type: str, *, name: str, source: str) -> ModelSpec:
+    architectures = cfg.get("architectures") or [model_type]
+    quant = cfg.get("quantization_config")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    return ModelSpec(
+        name=name, model_type=model_type, architecture=str(architectures[0]), source=source,
+        torch_dtype=str(dtype) if isinstance(dtype, str) else "float32",
+        checkpoint_quant=quant if isinstance(quant, dict) else None, **fields,
+    )
+
+
+def _family_fields(cfg: dict[str, Any], model_type: str, source: str) -> dict[str, Any] | None:
+    """The spec fields of a family with a builder, or None when there is none."""
+    c = _Cfg(cfg, source)
+    if model_type in DECODER_TYPES:
+        return _decoder(c, model_type)
+    if model_type == "gpt2":
+        return _gpt2(c)
+    if model_type in ENCODER_TYPES:
+        return _encoder(c, model_type)
+    if model_type == "starcoder2":
+        return families.starcoder2(c, _attention_layers(c, model_type, c.int("num_hidden_layers")))
+    if model_type == "t5":
+        return families.t5(c)
+    if model_type in LAYERNORM_TYPES:
+        return getattr(families, model_type)(c)
+    return None
+
+
+def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """A config with a text model and other towers (LLaVA, Gemma 3, Qwen2-VL...): the text model from its family's
+    builder (or the generic one), every other tower counted on the meta device (it needs transformers)."""
+    from .meta import generic_spec, tower_groups
+
+    text = dict(cfg.get("text_config") or {})
+    text_type = text.get("model_type") or ("gemma3_text" if cfg["model_type"] == "gemma3" else None)
+    towers, total = tower_groups(cfg, source)
+    fields = _family_fields(text, text_type, f"{source} (text_config)") if text_type else None
+    if fields is None:
+        spec = generic_spec(cfg, name=name, source=source)
+        return spec
+    fields["groups"] = fields["groups"] + towers
+    tower_params = sum(g.params for g in towers)
+    fields["notes"] = tuple(fields.get("notes", ())) + (
+        f"other towers counted on the meta device: {tower_params:,} parameters "
+        f"({', '.join(sorted({g.name.split('.', 1)[0] for g in towers}))}); their activations are not modelled "
+        "(text-only batches)",)
+    spec = _spec({**text, "architectures": cfg.get("architectures"), "quantization_config":
+                  cfg.get("quantization_config"), "torch_dtype": cfg.get("torch_dtype") or text.get("torch_dtype")},
+                 fields, text_type, name=name, source=source)
+    if total != spec.inventory_params:
+        spec = replace(spec, notes=spec.notes + (
+            f"transformers builds {total:,} parameters, the inventory has {spec.inventory_params:,}",))
+    return spec
 
 
 class _Cfg:
@@ -28,48 +165,18 @@ class _Cfg:
         return default if value is None else value
 
     def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key, default)
+        value = self.cfg.get(key)
+        value = default if value is None else value
         if value is None:
             raise ConfigError(f"{self.where}: missing field {key!r}; a complete config.json has it")
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{self.where}: field {key!r} must be an integer, got {value!r}")
         if value < minimum:
             raise ConfigError(f"{self.where}: field {key!r} must be >= {minimum}, got {value}")
+        limit = MAX_LAYERS if key in LAYER_FIELDS else MAX_SIZE
+        if value > limit:
+            raise ConfigError(f"{self.where}: field {key!r} is {value:,}, more than {limit:,}; check the config")
         return value
-
-
-def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
-    """Build a ModelSpec from a parsed config.json.
-
-    Raises:
-        ConfigError: a missing or invalid field, heads that do not divide, or an unknown architecture.
-    """
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{source}: config must be a JSON object, got {type(cfg).__name__}")
-    if "text_config" in cfg and "model_type" in cfg.get("text_config", {}):
-        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
-    model_type = cfg.get("model_type")
-    if not model_type:
-        raise ConfigError(f"{source}: missing field 'model_type'; a complete config.json has it")
-    c = _Cfg(cfg, source)
-    if model_type in DECODER_TYPES:
-        fields = _decoder(c, model_type)
-    elif model_type == "gpt2":
-        fields = _gpt2(c)
-    elif model_type in ENCODER_TYPES:
-        fields = _encoder(c, model_type)
-    else:
-        raise ConfigError(
-            f"{source}: architecture {model_type!r} is not understood by the memory model; "
-            f"supported: {', '.join(SUPPORTED_TYPES)}"
-        )
-    architectures = cfg.get("architectures") or [model_type]
-    quant = cfg.get("quantization_config")
-    return ModelSpec(
-        name=name, model_type=model_type, architecture=str(architectures[0]), source=source,
-        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32"),
-        checkpoint_quant=quant if isinstance(quant, dict) else None, **fields,
-    )
 
 
 def _heads(c: _Cfg, hidden: int, heads_key: str = "num_attention_heads") -> tuple[int, int, int]:
@@ -115,11 +222,15 @@ def _attention_layers(c: _Cfg, model_type: str, layers: int) -> tuple[AttentionL
         if model_type == "gemma2":
             window = window or 4096
             types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+        elif model_type == "gemma3_text":  # Gemma3TextConfig: every sliding_window_pattern-th layer is global
+            window = window or 4096
+            every = c.int("sliding_window_pattern", 6)
+            types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
         elif model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
             on = bool(c.get("use_sliding_window", False)) and window is not None
             first = c.get("max_window_layers", layers)
             types = ["sliding_attention" if on and i >= first else "full_attention" for i in range(layers)]
-        elif model_type in ("mistral", "mixtral", "phi3") and window is not None:
+        elif model_type in ("mistral", "mixtral", "phi3", "starcoder2") and window is not None:
             types = ["sliding_attention"] * layers
         else:
             types = ["full_attention"] * layers
@@ -137,13 +248,14 @@ def _attention_layers(c: _Cfg, model_type: str, layers: int) -> tuple[AttentionL
 
 
 def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
-    """Llama-like decoders: Llama, Mistral, Qwen2/3, Gemma/Gemma 2, Phi-3, and the MoE and MLA variants."""
+    """Llama-like decoders: Llama, Mistral, Qwen2/3, Gemma/Gemma 2/Gemma 3, Phi-3, OLMo 2, and the MoE and MLA
+    variants."""
     h = c.int("hidden_size")
     L = c.int("num_hidden_layers")
     V = c.int("vocab_size")
     nh, nkv, hd = _heads(c, h)
     inter = c.int("intermediate_size")
-    tie = bool(c.get("tie_word_embeddings", mt in ("gemma", "gemma2")))
+    tie = bool(c.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3_text")))
     g: list[ParamGroup] = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
     mla: MLA | None = None
 
@@ -174,13 +286,21 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
         g += _lin("self_attn.k_proj", nkv * hd, h, L, bias=qkv_bias)
         g += _lin("self_attn.v_proj", nkv * hd, h, L, bias=qkv_bias)
         g += _lin("self_attn.o_proj", h, nh * hd, L, bias=o_bias)
-        if mt in ("qwen3", "qwen3_moe"):
+        if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
             g += _norm("self_attn.q_norm", hd, L) + _norm("self_attn.k_norm", hd, L)
+        if mt == "olmo2":  # RMSNorm over the whole q and k projections
+            g += _norm("self_attn.q_norm", nh * hd, L) + _norm("self_attn.k_norm", nkv * hd, L)
 
-    # norms around attention and MLP
-    g += _norm("input_layernorm", h, L) + _norm("post_attention_layernorm", h, L)
-    if mt == "gemma2":
-        g += _norm("pre_feedforward_layernorm", h, L) + _norm("post_feedforward_layernorm", h, L)
+    # norms around attention and MLP: OLMo 2 normalizes each sublayer's output instead of its input
+    if mt != "olmo2":
+        g += _norm("input_layernorm", h, L)
+    g += _norm("post_attention_layernorm", h, L)
+    if mt in ("gemma2", "gemma3_text"):
+        g += _norm("pre_feedforward_layernorm", h, L)
+    if mt in ("gemma2", "gemma3_text", "olmo2"):
+        g += _norm("post_feedforward_layernorm", h, L)
+    block = Block("rms", 0 if mt == "olmo2" else 2, {"gemma2": 2, "gemma3_text": 2, "olmo2": 2}.get(mt, 0),
+                  qk_norm="full" if mt == "olmo2" else "head" if mt in ("qwen3", "qwen3_moe", "gemma3_text") else "")
 
     # MLP: dense layers and MoE layers
     moe: MoE | None = None
@@ -246,7 +366,7 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
         intermediate_size=inter, vocab_size=V, max_position=c.int("max_position_embeddings", 2048),
         tie_embeddings=tie, mlp="gated", groups=tuple(g), attention=_attention_layers(c, mt, L),
         mla=mla, moe=moe, dropout=float(c.get("attention_dropout", 0.0) or 0.0), notes=tuple(notes),
-        activation=str(c.get("hidden_activation") or c.get("hidden_act", "silu")),
+        activation=str(c.get("hidden_activation") or c.get("hidden_act", "silu")), block=block,
     )
 
 
@@ -268,7 +388,7 @@ def _gpt2(c: _Cfg) -> dict[str, Any]:
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
                 groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
-                activation=str(c.get("activation_function", "gelu_new")))
+                activation=str(c.get("activation_function", "gelu_new")), block=Block("layer", 2, 0))
 
 
 def _encoder(c: _Cfg, mt: str) -> dict[str, Any]:
@@ -313,4 +433,4 @@ def _encoder(c: _Cfg, mt: str) -> dict[str, Any]:
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inter, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
                 groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
-                activation=str(c.get("hidden_act", "gelu")))
+                activation=str(c.get("hidden_act", "gelu")), block=Block("layer", 2, 0))

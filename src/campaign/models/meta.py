@@ -1,33 +1,207 @@
-"""Exact parameter counts from transformers itself, building the model on the meta device (no memory, no weights)."""
+"""transformers on the meta device (no memory, no weights, never remote code): the one config -> model class rule,
+exact parameter counts, the inventory of any architecture transformers builds, and the towers of multimodal models.
+"""
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from ..errors import ConfigError, MissingDependencyError
+from ..errors import CampaignError, ConfigError, MissingDependencyError
+from .spec import AttentionLayer, Block, ModelSpec, ParamGroup
+
+GENERIC_ACTIVATIONS = ("generic activation model: assumes pre-norm blocks of LayerNorm, q/k/v/o attention over "
+                       "num_attention_heads and a two-matrix MLP of intermediate_size with one activation (GPT-2's "
+                       "shape); tensors particular to this family are not modelled")
+_HEADS = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForImageTextToText")
 
 
-def build_meta_model(cfg: dict[str, Any]) -> Any:
-    """Instantiate the architecture of a config on torch's meta device; never runs code from a model dir."""
+def _libraries() -> tuple[Any, Any]:
     try:
         import torch
         import transformers
     except ImportError:
         raise MissingDependencyError("transformers", "torch") from None
+    return torch, transformers
+
+
+def model_class_and_config(cfg: dict[str, Any], *, transformers: Any = None) -> tuple[Any, Any]:
+    """(the transformers class the config's `architectures` names, the transformers config): the one rule, shared by
+    the meta-device count, trace and measure.
+
+    Without `architectures`, the causal LM (else the seq2seq LM, else the image-text-to-text model) transformers maps
+    the model_type to. A class transformers does not have is refused (remote code is never run).
+
+    Raises:
+        ConfigError: transformers does not know the model_type, cannot read the config, or has no such class.
+    """
+    if transformers is None:
+        transformers = _libraries()[1]
     cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
     model_type = cfg.pop("model_type", None)
+    version = transformers.__version__
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError) as e:
-        raise ConfigError(f"transformers does not know model_type {model_type!r} ({e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"transformers {version} cannot build model_type {model_type!r} ({reason}); a newer "
+                          "transformers may know it (remote code is never run)") from None
     arch = (cfg.get("architectures") or [None])[0]
-    cls = getattr(transformers, arch, None) if arch else None
-    with torch.device("meta"):
-        if cls is not None:
-            return cls(config)
-        return transformers.AutoModelForCausalLM.from_config(config)
+    if arch:
+        cls = getattr(transformers, arch, None)
+        if cls is None:
+            raise ConfigError(f"transformers {version} has no class {arch!r} (the config's architectures); a newer "
+                              "transformers may (remote code is never run)")
+        return cls, config
+    from transformers.models.auto import modeling_auto as auto
+
+    for mapping in ("MODEL_FOR_CAUSAL_LM_MAPPING", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING",
+                    "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING"):
+        try:
+            return getattr(auto, mapping)[type(config)], config
+        except (KeyError, AttributeError):
+            continue
+    raise ConfigError(f"the config names no architectures and {model_type!r} has no causal, seq2seq or "
+                      f"image-text-to-text LM in transformers {version}; add \"architectures\" to config.json")
+
+
+@contextmanager
+def building(cls: Any) -> Iterator[None]:
+    """Errors from a model's constructor are the config's (one line, exit 2); running out of memory is not."""
+    try:
+        yield
+    except CampaignError:
+        raise
+    except Exception as e:
+        import torch
+        import transformers
+
+        if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"transformers {transformers.__version__} cannot build {cls.__name__} from this config "
+                          f"({type(e).__name__}: {first})") from e
+
+
+def build_meta_model(cfg: dict[str, Any]) -> Any:
+    """Instantiate the architecture of a config on torch's meta device; never runs code from a model dir."""
+    torch, transformers = _libraries()
+    cls, config = model_class_and_config(cfg, transformers=transformers)
+    with torch.device("meta"), building(cls):
+        return cls(config)
 
 
 def count_with_transformers(cfg: dict[str, Any]) -> int:
     """Parameters as transformers builds them (tied weights counted once)."""
     model = build_meta_model(cfg)
     return sum(p.numel() for p in model.parameters())
+
+
+def meta_inventory(model: Any, *, skip: tuple[Any, ...] = (), prefix: str = "") -> tuple[ParamGroup, ...]:
+    """The parameter inventory of a built model: tensors of one name pattern and shape (layer indices folded into
+    `count`), tied tensors once, `skip` modules left out. Roles: embeddings (and an untied output head), Linear
+    weights, biases, norms, anything else 'other'."""
+    import torch
+
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    skipped = {id(p) for m in skip for p in m.parameters()}
+    seen: set[int] = set()
+    groups: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
+    for path, module in model.named_modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if id(p) in seen or id(p) in skipped:
+                continue
+            seen.add(id(p))
+            pattern = re.sub(r"\.\d+(?=\.|$)", "", f"{path}.{pname}".lstrip("."))
+            short = path.rsplit(".", 1)[-1] if path else pname
+            blocks = bool(re.search(r"\.\d+(\.|$)", path))
+            if module is out_emb or isinstance(module, torch.nn.Embedding):
+                role = "embedding"
+            elif pname == "bias":
+                role = "bias"
+            elif p.dim() == 1 and "norm" in type(module).__name__.lower():
+                role = "norm"
+            elif p.dim() == 2 and pname == "weight" and (isinstance(module, torch.nn.Linear)
+                                                          or type(module).__name__ == "Conv1D"):
+                role = "linear"
+            else:
+                role = "other"
+            key = (prefix + pattern, tuple(p.shape))
+            if key in groups:
+                groups[key][1] += 1
+            else:
+                groups[key] = [ParamGroup(prefix + pattern, role, tuple(p.shape), 1, short, blocks), 1]
+    return tuple(ParamGroup(g.name, g.role, g.shape, n, g.module, g.in_blocks) for g, n in groups.values())
+
+
+def tower_groups(cfg: dict[str, Any], source: str) -> tuple[tuple[ParamGroup, ...], int]:
+    """(the inventory of every tower but the language model, the whole model's count) for a multimodal config.
+
+    Raises:
+        ConfigError: transformers cannot build it, or no language model is found in what it builds.
+        MissingDependencyError: without transformers, since the towers are counted on the meta device.
+    """
+    model = build_meta_model(cfg)
+    language = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "language_model"]
+    if not language:
+        raise ConfigError(f"{source}: transformers builds {type(model).__name__} with no language_model module, so "
+                          "its towers cannot be told apart; remove text_config to count the text model alone")
+    head = model.get_output_embeddings()
+    skip = (language[0],) + ((head,) if head is not None else ())
+    total = sum(p.numel() for p in model.parameters())
+    return meta_inventory(model, skip=skip), total
+
+
+def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
+    """A ModelSpec for an architecture with no family builder: the inventory transformers builds on the meta device,
+    sizes and KV heads from its config's fields, the generic activation model (stated in the notes).
+
+    Raises:
+        ConfigError: transformers cannot build it.
+    """
+    torch, transformers = _libraries()
+    cls, config = model_class_and_config(cfg, transformers=transformers)
+    with torch.device("meta"), building(cls):
+        model = cls(config)
+    groups = meta_inventory(model)
+    total = sum(p.numel() for p in model.parameters())
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+    def field(*keys: str, default: int | None = None) -> int | None:
+        for key in keys:
+            value = getattr(text, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    h = field("hidden_size", "d_model", "n_embd", "dim")
+    L = field("num_hidden_layers", "num_layers", "n_layer", "decoder_layers")
+    if h is None or L is None:
+        raise ConfigError(f"{source}: transformers builds {cls.__name__}, but its config gives no hidden size or "
+                          "layer count for the generic activation model")
+    nh = field("num_attention_heads", "n_head", "num_heads", "decoder_attention_heads")
+    notes = [f"{GENERIC_ACTIVATIONS}; parameters from transformers on the meta device ({cls.__name__})"]
+    if nh is None:
+        notes.append("no attention heads in the config: no KV cache counted")
+    nkv = field("num_key_value_heads", "num_kv_heads", "n_head_kv", default=nh) if nh else 0
+    hd = field("head_dim", "d_kv", default=h // nh if nh else 0)
+    V = field("vocab_size", default=1)
+    layer_types = getattr(text, "layer_types", None)
+    window = getattr(text, "sliding_window", None)
+    attention = tuple(
+        AttentionLayer("sliding", window) if t in ("sliding_attention", "chunked_attention") and isinstance(window, int)
+        else AttentionLayer("full")
+        for t in (layer_types if isinstance(layer_types, list) and len(layer_types) == L else ["full_attention"] * L))
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+    tie = bool(getattr(config, "tie_word_embeddings", False))
+    return ModelSpec(
+        name=name, model_type=cfg["model_type"], architecture=cls.__name__, source=source, hidden_size=h,
+        num_layers=L, num_heads=nh or 1, num_kv_heads=nkv or 0, head_dim=hd or 0,
+        intermediate_size=field("intermediate_size", "ffn_dim", "d_ff", "n_inner", "decoder_ffn_dim", default=4 * h),
+        vocab_size=V, max_position=field("max_position_embeddings", "n_positions", default=2048), tie_embeddings=tie,
+        mlp="plain", groups=groups, attention=attention, torch_dtype=dtype if isinstance(dtype, str) else "float32",
+        checkpoint_quant=cfg.get("quantization_config"), params_exact=total, params_method="transformers",
+        activation=str(getattr(text, "hidden_act", None) or getattr(text, "activation_function", None) or "gelu"),
+        notes=tuple(notes), block=Block("layer", 2, 0), generic=GENERIC_ACTIVATIONS,
+    )

@@ -75,6 +75,36 @@ ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta"})  # bidirectional: 
 
 
 @dataclass(frozen=True)
+class Block:
+    """How one transformer block is wired, for the activation model (what autograd keeps per token).
+
+    norm: 'rms' (RMSNorm, computed in fp32) or 'layer' (LayerNorm with mean and rstd); norms: the norms whose
+    output feeds a Linear (pre-norms); post_norms: norms on a sublayer's output (Gemma 2/3, OLMo 2);
+    parallel: attention and MLP read the same input (GPT-NeoX, Falcon, Phi-2), so a shared input is kept once;
+    fused_qkv: one projection makes q, k and v; q and k are rotated into new tensors while v stays a view of
+    the projection, so its whole output is kept besides them (GPT-NeoX, multi-head Falcon);
+    qk_norm: 'head' (per head, Qwen3/Gemma 3), 'full' (over the whole projection, OLMo 2) or ''.
+    """
+
+    norm: Literal["rms", "layer"] = "rms"
+    norms: int = 2
+    post_norms: int = 0
+    parallel: bool = False
+    fused_qkv: bool = False
+    qk_norm: Literal["", "head", "full"] = ""
+
+
+@dataclass(frozen=True)
+class EncoderDecoder:
+    """An encoder-decoder (T5): the encoder's layers and the decoder's, which add cross-attention over the
+    encoder's output. `num_layers` of the spec counts the decoder layers (the KV cache's), `num_heads` and
+    `head_dim` are shared by both stacks."""
+
+    encoder_layers: int
+    decoder_layers: int
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """What a model IS for memory purposes, read from its config.json.
 
@@ -107,6 +137,10 @@ class ModelSpec:
     params_exact: int | None = None
     params_method: str = "config"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    block: Block = field(default_factory=Block)
+    encdec: EncoderDecoder | None = None
+    generic: str = ""  # set when the family is not known: what the generic activation model assumes
+    buffers: tuple[tuple[str, int], ...] = ()  # (what, bytes) of large buffers the model registers (not parameters)
 
     @property
     def encoder(self) -> bool:

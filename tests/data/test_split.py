@@ -340,3 +340,25 @@ def test_the_leak_check_of_the_written_files_uses_other_hashes_and_split_never_w
     assert len(pairs) >= 5 and all(side[a] == side[b] for a, b in pairs)
     again = check_files([res.parts[0].path, res.parts[1].path], config=replace(weak, seed=4))
     assert again.check("leak.near_duplicate").status == "pass"
+
+
+def test_split_files_and_manifest_share_one_mode_and_a_manifest_dir_refuses_before_writing(tmp_path):
+    import os
+    import stat
+
+    rows = [{"text": f"text {i} is here"} for i in range(30)]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "o"
+    split_file(data, out)
+    modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in out.iterdir()}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert set(modes.values()) == {0o666 & ~umask}, modes         # what open() gives a new file
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~umask    # and mkdir a new folder
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "split_manifest.json").unlink()
+    (out / "split_manifest.json").mkdir()
+    with pytest.raises(InputError, match="split_manifest.json: is a directory"):
+        split_file(data, out, force=True)
+    assert {p.name for p in out.iterdir()} == set(before) and all(
+        (out / n).read_bytes() == b for n, b in before.items() if n != "split_manifest.json")

@@ -45,7 +45,23 @@ def test_seeds_needed_and_power_match_statsmodels(sleep_file):
     n = TTestPower().solve_power(effect_size=1.0 / sd, alpha=0.05, power=0.8)
     assert r.seeds_needed == math.ceil(n) and r.power_effect == 1.0
     assert r.power == pytest.approx(TTestPower().power(effect_size=1.0 / sd, nobs=10, alpha=0.05), rel=1e-6)
-    assert r.warnings == ()                                            # 10 seeds: no small-sample warning
+    assert not any(w.startswith("only") for w in r.warnings)          # 10 seeds: no few-seeds warning
+
+
+def test_with_few_seeds_the_verdict_uses_t_and_says_where_the_bootstrap_disagrees():
+    """Five differences whose t interval includes 0 while resampling the five values alone excludes it: the
+    verdict is the t interval's, first, and a warning names the bootstrap's other answer."""
+    from scipy import stats
+
+    d = [0.72, 1.28, 1.07, 0.08, -0.26]
+    r = compare_paired([0.0] * 5, d, n_resamples=2000)
+    low, high = stats.t.interval(0.95, 4, loc=np.mean(d), scale=stats.sem(d))
+    assert low < 0 < high and (r.ci_low, r.ci_high) == pytest.approx((low, high))
+    assert r.verdict == "inconclusive" and r.bootstrap.low > 0
+    assert any("would say 'convincing' where the t interval says 'inconclusive'" in w for w in r.warnings)
+    # with many seeds the bootstrap is not singled out
+    many = compare_paired([0.0] * 40, list(np.random.default_rng(1).normal(1, 1, 40)), n_resamples=2000)
+    assert not any("bootstrap intervals are too narrow" in x for x in many.warnings + many.notes)
 
 
 def test_json_headline_keys(sleep_file):
@@ -70,7 +86,9 @@ def test_fewer_than_five_seeds_warns_with_the_power_available(tmp_path):
     p = results_csv(tmp_path / "r.csv", [10.0, 10.0, 10.0], [11.0, 12.0, 13.0])     # differences 1, 2, 3: SD 1
     r = compare_seeds(p, min_effect=0.5, n_resamples=500)
     power = TTestPower().power(effect_size=0.5, nobs=3, alpha=0.05)
-    assert len(r.warnings) == 1 and r.warnings[0].startswith("only 3 seeds")
+    assert len(r.warnings) == 2 and r.warnings[0].startswith("only 3 seeds")
+    # every resample of {1, 2, 3} has a mean >= 1 > 0.5: the bootstrap alone would call it convincing
+    assert "would say 'convincing' where the t interval says 'inconclusive'" in r.warnings[1]
     assert f"{power:.0%} power to detect 0.5" in r.warnings[0]
     assert f"{math.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))} seeds give 80%" in r.warnings[0]
     # t interval 2 +/- 4.302653 / sqrt(3): [-0.4841, 4.4841] -> inconclusive.

@@ -74,11 +74,15 @@ def explain(
     optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
     grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
     lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
-    card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
+    card: o.CardOpt = None, reserve: o.Reserve = "10%",
+    force: Annotated[bool, typer.Option("--force", help="Compare even a measurement more than 3x off the estimate "
+                                        "(by default refused as another workload).")] = False,
+    as_json: o.Json = False,
 ) -> None:
     """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card.
 
-    Exit 1 when the measured run failed (no margin from it) or the --card cannot hold the plan.
+    Exit 1 when the measured run failed (no margin from it) or the --card does not fit the plan with its margin
+    ('tight' included, as in campaign memory); 2 on bad input, or a measurement of another workload.
     """
     from ..errors import InputError
     from ..hardware.cards import find_card
@@ -114,6 +118,6 @@ def explain(
         elif traced_file:
             traced = load_estimate(traced_file)
     cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
-    result = explain_gap(analytic, m, traced=traced, cards=cards)
+    result = explain_gap(analytic, m, traced=traced, cards=cards, force=force)
     o.emit(result, render_explanation, as_json,
-           failed=result.margin is None or bool(card and result.verdicts[0][2] == "does not fit"))
+           failed=result.margin is None or bool(card and result.verdicts[0][2] != "fits"))

@@ -14,6 +14,9 @@ from .measure import Measurement
 
 SCHEMA = "campaign.explain/2"
 RUN_TO_RUN = 0.05  # added to the observed error: batches vary in length, allocator state varies between runs
+# A measured phase more than this many times the estimate (or less than its inverse) is another workload, not an
+# estimation error: published gaps of the formula stay within tens of percent (benchmarks/memory_reference.py).
+PLAUSIBLE_RATIO = 3.0
 # what must be equal for two records to describe the same workload
 SAME_WORKLOAD = ("mode", "method", "dtype", "kv_dtype", "batch", "seq_len", "optimizer", "optimizer_impl",
                  "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets", "gpus", "shard",
@@ -122,7 +125,8 @@ def load_estimate(path: str | Path) -> dict[str, Any]:
 
 
 def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
-            traced: MemoryEstimate | dict[str, Any] | None = None, cards: list[Any] | None = None) -> Explanation:
+            traced: MemoryEstimate | dict[str, Any] | None = None, cards: list[Any] | None = None,
+            force: bool = False) -> Explanation:
     """Compare per phase, attribute the gap at the peak, and recommend a margin for the campaign.
 
     The gap measured - analytic is split into: the activation model (traced - analytic tensors, with a trace),
@@ -131,7 +135,9 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
     over the estimate on a GPU), rounded up to a whole percent, plus 5 points for run-to-run variation; the plan
     is the analytic device bytes times (1 + margin), and a card fits when it holds the plan.
 
-    Raises InputError when the records describe different workloads, or share no phase.
+    Raises InputError when the records describe different workloads, share no phase, or (unless force) a
+    measured phase is more than PLAUSIBLE_RATIO times the estimate or less than its inverse: the measurement is
+    then of something else (another script, model or batch), and a margin from it would be meaningless.
     """
     a = Headlines.of(analytic)
     t = Headlines.of(traced) if traced is not None else None
@@ -156,6 +162,8 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
                          t.peak_allocated_bytes if t else None, p.peak_allocated_bytes, p.peak_reserved_bytes),)
         notes.append("the script marked no phases: its whole-run peak is compared with the estimate's peak; mark "
                      "phases with campaign.current_meter().phase('forward') to compare them one by one")
+    if not force:
+        _plausible(rows)
     gpu = measured.device_bytes is not None
     m_alloc, m_res = measured.peak_allocated_bytes, measured.peak_reserved_bytes
     levels = (
@@ -179,14 +187,19 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
                      "measure a smaller batch or context first")
         return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, None,
                            "no margin from a failed run", None, (), tuple(notes))
-    excess = [r.measured_bytes / r.analytic_bytes - 1 for r in rows if r.analytic_bytes]
+    excess = [(r.measured_bytes / r.analytic_bytes - 1, f"phase {r.phase!r}") for r in rows if r.analytic_bytes]
     if measured.device_bytes is not None:
-        excess.append(measured.device_bytes / a.device_bytes - 1)
-    worst = max(0.0, *excess)
+        excess.append((measured.device_bytes / a.device_bytes - 1, "the device total"))
+    worst, source = max(excess, key=lambda e: e[0])
+    worst = max(worst, 0.0)
     percent = math.ceil(round(worst * 100, 6))  # whole percents, up; round() drops float noise (1.1 / 1 - 1)
     margin = round(percent / 100 + RUN_TO_RUN, 4)
-    reason = (f"largest measured excess over the estimate {percent}% (rounded up from {worst:.2%}) "
+    reason = (f"largest measured excess over the estimate {percent}% (rounded up from {worst:.2%}), in {source}, "
               f"+ {RUN_TO_RUN:.0%} run-to-run variation")
+    peak = max(a.phases, key=a.phases.get) if a.phases else None
+    if worst > 0 and peak and source.startswith("phase") and source != f"phase {peak!r}":
+        notes.append(f"the margin comes from {source}, not from the estimate's peak phase {peak!r}: that phase is "
+                     "underestimated more than the peak; the plan scales the whole estimate by it, so it errs safe")
     planned = int(a.device_bytes * (1 + margin))
     seen = max(a.device_bytes, measured.device_bytes or 0)
     verdicts = tuple((card.name, card.memory_bytes,
@@ -194,6 +207,17 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
                       else "does not fit") for card in cards or [])
     return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, margin, reason,
                        planned, verdicts, tuple(notes))
+
+
+def _plausible(rows: tuple[PhaseRow, ...]) -> None:
+    """Refuse a measurement no estimation error explains (see PLAUSIBLE_RATIO)."""
+    for r in rows:
+        if r.analytic_bytes and r.measured_bytes:
+            ratio = r.measured_bytes / r.analytic_bytes
+            if not 1 / PLAUSIBLE_RATIO <= ratio <= PLAUSIBLE_RATIO:
+                raise InputError(f"phase {r.phase!r} measured {ratio:.3g}x the estimate: not plausibly the same "
+                                 "workload (model, batch, sequence length, method, precision); check what was "
+                                 "measured, or pass --force to compare anyway")
 
 
 def _attribute(levels: tuple[Level, ...], traced: bool, gpu: bool) -> tuple[Gap, ...]:

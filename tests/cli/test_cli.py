@@ -74,6 +74,21 @@ def test_kv_card_keeps_the_checkpoints_format_as_memory_infer_does(cli):
     assert "required with fp8 weights" in text
 
 
+def test_overhead_overrides_reach_every_figure(cli):
+    base = ("llama-3.1-8b", "--infer", "--context", "4096", "--card", "h100", "--json")
+    default = cli("memory", *base).json()
+    d = cli("memory", *base, "--fragmentation", "30%", "--cuda-context", "1GiB").json()
+    context = next(i for i in d["items"] if i["name"] == "CUDA context and libraries")
+    overhead = next(i for i in d["items"] if i["name"].startswith("allocator overhead"))
+    assert context["bytes"] == 2**30 == d["device_bytes"] - d["peak_reserved_bytes"]
+    assert overhead["formula"].startswith("30% of transient") and d["fits"][0]["max_batch"] < default["fits"][0]["max_batch"]
+    kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()["card"]
+    kv30 = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json", "--fragmentation", "0.3",
+               "--cuda-context", "1GiB").json()["card"]
+    assert kv30["required_bytes"] == d["required_bytes"] and kv30["max_sequences"] < kv["max_sequences"]
+    one_line_error(cli("memory", "gpt2", "--fragmentation", "150%"), "between 0 and 1")
+
+
 def test_kv_json_and_card(cli):
     d = cli("kv", "llama-3.1-8b", "--context", "8192", "--sequences", "2", "--json").json()
     assert d["bytes"] == 131_072 * 8192 * 2 and d["bytes_per_token"] == 131_072

@@ -32,6 +32,24 @@ Shard = Annotated[str, typer.Option(help="none (DDP) | zero1 | zero2 | zero3 | f
 CardOpt = Annotated[Optional[str], typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
 PrefillChunk = Annotated[int, typer.Option("--prefill-chunk", help="Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context).")]
 Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
+Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="Allocator overhead, a share of the "
+                                                      "transient tensors (default 10%, assumed; campaign explain "
+                                                      "measures yours).")]
+CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
+                                                    "context and library handles (default 500MiB, assumed).")]
+
+
+def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:
+    """estimate_memory's overrides from --fragmentation / --cuda-context (only those given), for every call."""
+    from ..memory.estimate import parse_share
+    from ..units import parse_size
+
+    options: dict[str, Any] = {}
+    if fragmentation is not None:
+        options["fragmentation"] = parse_share(fragmentation)
+    if cuda_context is not None:
+        options["context_bytes"] = parse_size(cuda_context, what="cuda-context")
+    return options
 
 
 def workload_kwargs(*, train: bool | None, method: str, dtype: str | None, kv_dtype: str | None, group_size: int,

@@ -27,6 +27,8 @@ def kv(
                                                           "(default: the checkpoint's own format, as memory --infer; "
                                                           "bf16 for a dense one).")] = None,
     reserve: o.Reserve = "10%",
+    fragmentation: o.Fragmentation = None,
+    cuda_context: o.CudaContext = None,
     as_json: o.Json = False,
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
@@ -48,10 +50,11 @@ def kv(
         dtype, group_size = o.weights_format(spec, weights_dtype, inference=True)
         w = make_workload(mode="infer", dtype=dtype, group_size=group_size, kv_dtype=kv_dtype, batch=sequences,
                           seq_len=context, gpus=tp, shard="tp" if tp > 1 else "none")
-        full = estimate_memory(spec, w, reserve=reserve)
+        overheads = o.overheads(fragmentation, cuda_context)
+        full = estimate_memory(spec, w, reserve=reserve, **overheads)
         verdict = full.verdict(c.memory_bytes)
-        longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, reserve=reserve)
-        most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, reserve=reserve)
+        longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, reserve=reserve, **overheads)
+        most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, reserve=reserve, **overheads)
         data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "weights_dtype": w.dtype,
                         "required_bytes": full.required_bytes,
                         "verdict": verdict, "fits": verdict == "fits", "max_context": longest,

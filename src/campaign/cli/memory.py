@@ -21,6 +21,7 @@ def memory(
     mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa",
     lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear", gpus: o.Gpus = 1,
     shard: o.Shard = "none", prefill_chunk: o.PrefillChunk = 8192, card: o.CardOpt = None, reserve: o.Reserve = "10%",
+    fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
     all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
     as_json: o.Json = False,
@@ -36,14 +37,15 @@ def memory(
 
     spec = load_spec(model)
     w = o.workload_from(locals(), spec)
-    est = estimate_memory(spec, w, reserve=reserve)
+    overheads = o.overheads(fragmentation, cuda_context)
+    est = estimate_memory(spec, w, reserve=reserve, **overheads)
     if card:
         cards = [find_card(card)]
     elif all_cards:
         cards = list(catalog_cards())
     else:
         cards = [find_card(n) for n in FEATURED_CARDS]
-    fits = fit_cards(spec, w, cards, solve=not no_solve, estimate=est, reserve=reserve)
+    fits = fit_cards(spec, w, cards, solve=not no_solve, estimate=est, reserve=reserve, **overheads)
     o.emit_estimate(est, fits, card, as_json)
     if card and fits[0].verdict != "fits":
         raise typer.Exit(1)

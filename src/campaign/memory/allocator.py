@@ -15,12 +15,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-MIN_BLOCK = 512
-SMALL_SIZE = 1 << 20
-SMALL_BUFFER = 2 << 20
-LARGE_BUFFER = 20 << 20
-MIN_LARGE_ALLOC = 10 << 20
-ROUND_LARGE = 2 << 20
+from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
 
 
 def round_size(size: int) -> int:

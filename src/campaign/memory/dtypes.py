@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UnknownNameError
+from .constants import FP32_BYTES, NF4_BLOCK, NF4_DOUBLE_QUANT_BLOCK
 
 # Plain element sizes in bytes.
 ELEMENT_BYTES: dict[str, float] = {
@@ -67,10 +68,10 @@ def linear_bytes(dtype: str, out_f: int, in_f: int, *, group_size: int = 128,
     if dtype == "int8":
         return LinearBytes(n, 4 * out_f)
     if dtype == "nf4":
-        blocks = _ceil_div(n, 64)
+        blocks = _ceil_div(n, NF4_BLOCK)
         if not double_quant:
-            return LinearBytes(_ceil_div(n, 2), 4 * blocks)
-        return LinearBytes(_ceil_div(n, 2), blocks + 4 * _ceil_div(blocks, 256))
+            return LinearBytes(_ceil_div(n, 2), FP32_BYTES * blocks)
+        return LinearBytes(_ceil_div(n, 2), blocks + FP32_BYTES * _ceil_div(blocks, NF4_DOUBLE_QUANT_BLOCK))
     if dtype in ("int4", "gptq", "awq"):
         groups = _ceil_div(in_f, group_size) * out_f
         overhead = 2 * groups + _ceil_div(groups, 2)  # fp16 scales + packed 4-bit zeros

@@ -12,24 +12,16 @@ from typing import Any
 
 from ..errors import InputError
 from ..models.spec import ModelSpec
-from ..units import MiB, parse_size
+from ..units import parse_size
 from .activations import inference_temporaries, logits_bytes, training_activations
+from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION, LARGE_TENSOR, LARGE_TENSOR_WASTE,
+                        LOG_SOFTMAX_OUTPUT_BYTES, LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import check_tensor_parallel, estimate_kv
 from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes)
 from .workload import Workload
 
 SCHEMA = "campaign.memory/1"
-# CUDA context + cuBLAS/cuDNN handles with lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since
-# CUDA 11.7 with PyTorch); measured 300-600 MiB on A100/H100. Override with context_bytes.
-CUDA_CONTEXT_BYTES = 500 * MiB
-# Share of transient memory (activations, logits, temporaries, a growing cache) the caching allocator holds
-# beyond what is allocated, from block splitting and freed blocks that do not fit the next request.
-FRAGMENTATION = 0.10
-# Large tensors get their own 2 MiB-rounded segment; the unusable tail averages 0.5 MiB (remainders over
-# 1 MiB are split off and reused). PyTorch c10/cuda/CUDACachingAllocator.cpp: kRoundLarge, kSmallSize.
-LARGE_TENSOR_WASTE = MiB // 2
-LARGE_TENSOR = MiB
 _TRANSIENT = ("activations", "logits", "temporaries", "kv")
 
 
@@ -140,6 +132,18 @@ def parse_reserve(reserve: str | float | int) -> tuple[float, int]:
     return parse_reserve(value)
 
 
+def parse_share(value: str | float, *, what: str = "fragmentation") -> float:
+    """'10%' or 0.1 -> 0.1: a share in [0, 1)."""
+    text = str(value).strip()
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError(f"{what} {value!r} is not a share; write e.g. '10%' or 0.1") from None
+    if not 0 <= share < 1:
+        raise InputError(f"{what} {value!r} must be a share between 0 and 1 (0% to 100%)")
+    return share
+
+
 def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float = "10%",
                     context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION) -> MemoryEstimate:
     """Estimate per-card GPU memory of a workload, phase by phase.
@@ -172,9 +176,9 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     transient = max(sum(i.bytes for i in p.items if i.category in _TRANSIENT) for p in phases)
     persistent_big = _large_tensor_count(spec, w)
     frag = int(fragmentation * transient) + persistent_big * LARGE_TENSOR_WASTE
-    frag_formula = (f"{fragmentation:.0%} of transient tensors ({transient:,} B) + 0.5 MiB x {persistent_big} large "
-                    "tensors (2 MiB segment rounding)")
-    frag_source = "PyTorch caching allocator"
+    frag_formula = (f"{fragmentation:.0%} of transient tensors ({transient:,} B) + {LARGE_TENSOR_WASTE / 2**20:g} MiB x "
+                    f"{persistent_big} large tensors (2 MiB segment rounding)")
+    frag_source = "assumed share" if fragmentation == FRAGMENTATION else "given share"
     if simulated_reserved is not None:
         frag = max(0, simulated_reserved - allocated)
         frag_formula = ("the traced allocations replayed through a model of the caching allocator (512 B blocks, "
@@ -187,7 +191,8 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     items = peak.items + (
         Item("allocator overhead (reserved - allocated)", frag, frag_formula, "overhead", frag_source),
         Item("CUDA context and libraries", context_bytes, "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)",
-             "overhead", "typical 300-600 MiB on A100/H100"),
+             "overhead", "assumed 500 MiB (bare lazy context: 274 MiB, pytorch/pytorch#86509)"
+             if context_bytes == CUDA_CONTEXT_BYTES else "given"),
         Item("reserve", reserve_bytes, f"{fraction:.0%} of device bytes" if not absolute else "explicit size",
              "reserve", "your safety margin"),
     )
@@ -239,8 +244,8 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     extra: list[Item] = []  # persistent items beside the weights
     fwd_only: list[Item] = []  # alive in forward and backward
     if w.adapters:
-        extra.append(Item("LoRA adapter weights (fp32)", 4 * Pt,
-                          f"r x (in + out) per target x 4 B = {Pt:,} x 4 (rank {w.lora_rank}, "
+        extra.append(Item("LoRA adapter weights (fp32)", ADAPTER_BYTES * Pt,
+                          f"r x (in + out) per target x {ADAPTER_BYTES} B = {Pt:,} x {ADAPTER_BYTES} (rank {w.lora_rank}, "
                           f"targets {','.join(w.lora_targets)})", "weights", "peft"))
     if w.mixed_precision and w.base_trainable:
         if zero:
@@ -277,8 +282,13 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     lg, lg_formula = logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     V, tokens = spec.vocab_size, w.batch * w.seq_len
-    causal = spec.mlp == "gated" or spec.model_type == "gpt2"  # fp32 upcast before the loss
-    logits_saved = int(lg * (c + 4) / (c + 8)) if causal else lg
+    causal = not spec.encoder  # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss does not
+    softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
+    saved_per = c * (1 + softcap) + LOG_SOFTMAX_OUTPUT_BYTES
+    logits_saved = int(tokens * V * saved_per) if causal else lg
+    saved_formula = (f"b x s x V x ({c:g} logits{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
+                     f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
+                     if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
     states = weights + extra
     persist = [x for x in (optimizer,) if x.bytes]
@@ -293,11 +303,12 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                     "end of forward, during the loss (optimizer states exist from step 2)")
     bwd_start = list(states + persist + fwd_only + [activations])
     if lg:
-        bwd_start += [Item("logits (saved for backward)", logits_saved, "b x s x V x (compute + 4 B log_softmax output)",
+        grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
+        bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
                            "logits", "transformers ForCausalLMLoss"),
-                      Item("logits gradients", int(tokens * V * (8 if causal else 2 * c)),
-                           "grads into and out of log_softmax: b x s x V x (8 B fp32 for causal LMs, 2 x compute "
-                           "bytes for MLM)", "logits", "autograd")]
+                      Item("logits gradients", int(tokens * V * grad_per),
+                           f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
+                           f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = one_layer if w.grad_checkpointing else 0
     bwd_end = list(states + persist + fwd_only + [grads])
     layer_grads = _layer_grad_temporaries(spec, w)
@@ -380,8 +391,13 @@ def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
         return 0, ""
 
     if w.optimizer == "adafactor":
-        big = max((g.numel for g in spec.groups), default=0) if w.method == "full" else 0
-        return int(3 * 4 * big), "Adafactor loops over tensors: ~3 fp32 copies of the largest one"
+        # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
+        if w.optimizer_impl == "foreach":
+            return int(ADAFACTOR_STEP_COPIES * s * Pt), (f"foreach Adafactor (the CUDA default): one var_estimate "
+                                                         f"per tensor, all at once = {s:g} B x {Pt:,}")
+        largest = _largest_trainable(spec, w)
+        return int(ADAFACTOR_STEP_COPIES * s * largest), (f"for-loop Adafactor: one var_estimate the size of the "
+                                                          f"largest tensor ({largest:,}) x {s:g} B")
     return 0, ""
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
-from .estimate import FRAGMENTATION, Fit, MemoryEstimate, estimate_memory, parse_reserve
+from .constants import FRAGMENTATION
+from .estimate import Fit, MemoryEstimate, estimate_memory, parse_reserve
 from .kv import largest_satisfying
 from .workload import Workload
 
@@ -49,9 +50,10 @@ def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve
     Solves required = (device_without_kv + kv x (1 + fragmentation)) x (1 + reserve share) + absolute reserve
     <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out).
     """
+    fragmentation = options.get("fragmentation", FRAGMENTATION)  # the same share the estimate used
     est = estimate_memory(spec, workload, reserve=reserve, **options)
     kv_now = next(i.bytes for i in est.items if i.category == "kv")
-    without = est.device_bytes - int(kv_now * (1 + FRAGMENTATION))
+    without = est.device_bytes - int(kv_now * (1 + fragmentation))
     fraction, absolute = parse_reserve(reserve)
     room = (memory_bytes - absolute) / (1 + fraction) - without
-    return max(0, int(room / (1 + FRAGMENTATION)))
+    return max(0, int(room / (1 + fragmentation)))

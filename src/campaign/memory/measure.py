@@ -454,8 +454,10 @@ class _Blocks:
 
 
 def _rounded(nbytes: int) -> int:
-    """Bytes as the CUDA caching allocator would hand them out: rounded up to 512 (kMinBlockSize)."""
-    return -(-nbytes // 512) * 512
+    """Bytes as the CUDA caching allocator would hand them out: rounded up to its 512-byte blocks."""
+    from .constants import MIN_BLOCK
+
+    return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
 def _walk(nodes: Any) -> Iterator[Any]:

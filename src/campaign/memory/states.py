@@ -5,11 +5,9 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..models.spec import ModelSpec, ParamGroup
+from .constants import BNB_8BIT_BLOCK, FP32_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
 from .workload import Workload
-
-ADAPTER_BYTES = 4  # peft creates LoRA weights in fp32 (autocast_adapter_dtype=True) on a 16-bit base
-BNB_8BIT_BLOCK = 256  # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per block
 
 
 def is_router(g: ParamGroup) -> bool:
@@ -98,7 +96,7 @@ def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, 
     if w.optimizer == "adamw":
         return int(2 * s * trainable), f"AdamW: exp_avg + exp_avg_sq = 2 x {s:g} B x trainable params"
     if w.optimizer == "adamw-8bit":
-        per = 2 * (1 + 4 / BNB_8BIT_BLOCK)
+        per = 2 * (1 + FP32_BYTES / BNB_8BIT_BLOCK)
         return int(per * trainable), (f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per {BNB_8BIT_BLOCK} "
                                       f"= {per:.4f} B x trainable params")
     if w.optimizer == "sgd":
@@ -107,8 +105,9 @@ def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, 
         total = 0
         for g in _trainable_shapes(spec, w):
             shape, count = g
-            total += 4 * count * ((shape[0] + shape[1]) if len(shape) == 2 else shape[0])
-        return total, "Adafactor (no momentum): fp32 row + column second moments per matrix, full for vectors"
+            # torch.optim.Adafactor makes row_var / col_var (variance for vectors) in the gradient's dtype
+            total += int(s * count * ((shape[0] + shape[1]) if len(shape) == 2 else shape[0]))
+        return total, f"Adafactor (no momentum): row + column second moments per matrix, full for vectors, x {s:g} B"
     return 0, "no optimizer"
 
 

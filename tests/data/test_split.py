@@ -69,7 +69,8 @@ def test_ratios_of_rows_within_one_point_overall_and_per_label(realistic_split):
         for label, total in label_total.items():
             assert abs(per_label[label] / total - target) <= 0.01, (part.name, label)
         assert part.rows == len(got) and dict(part.labels) == dict(per_label)
-    assert [c.status for c in result.checks] == ["pass", "pass"]
+    assert {c.id: c.status for c in result.checks} == {"split.ratio": "pass", "split.label_ratio": "pass",
+                                                      "split.label_conflict": "pass"}
 
 
 def test_groups_and_planted_clusters_never_straddle(realistic_split):
@@ -362,3 +363,43 @@ def test_split_files_and_manifest_share_one_mode_and_a_manifest_dir_refuses_befo
         split_file(data, out, force=True)
     assert {p.name for p in out.iterdir()} == set(before) and all(
         (out / n).read_bytes() == b for n, b in before.items() if n != "split_manifest.json")
+
+
+def test_a_giant_unit_says_what_chains_it_and_what_to_change(tmp_path):
+    """150 tickets from one template (a few words differ: near duplicates of each other, chained into one
+    cluster) and 50 unrelated texts: the largest unit is the 150 templated rows; without the near links every row
+    stands alone (all texts differ), so its largest piece would be 1 row."""
+    rng = random.Random(5)
+    template = ("hello support team I am writing about my recent order which has not arrived yet and the tracking "
+                "page shows no update since last week could you please check what happened and reply soon")
+    rows = [{"text": f"{template} order {i} item {rng.randrange(10**6)}"} for i in range(150)]
+    rows += [{"text": sentence(rng)} for _ in range(50)]
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", ratios="80/10/10")
+    assert res.largest_unit == 150
+    note = next(n for n in res.notes if n.startswith("the largest unit holds"))
+    assert "150 rows (75.0%), more than the smallest split's 10%" in note
+    assert "near-duplicate pair(s)" in note and "without the near-duplicate links its largest piece would be 1" in note
+    assert "raise --near-threshold" in note and "--shingle word" in note
+
+
+def test_a_giant_group_is_named_with_its_value(tmp_path):
+    rng = random.Random(6)
+    rows = [{"text": sentence(rng), "user": "big" if i < 60 else f"u{i}"} for i in range(100)]
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", Fields(group=("user",)),
+                     ratios="80/10/10")
+    note = next(n for n in res.notes if n.startswith("the largest unit holds"))
+    assert "60 rows (60.0%)" in note and "1 value(s) of 'user' (the largest, 'big', on 60 rows)" in note
+    assert "without 'user', 1 rows" in note and "near-duplicate" not in note
+
+
+def test_the_same_text_with_two_labels_inside_the_input_is_a_warning(tmp_path):
+    rng = random.Random(7)
+    rows = [{"text": sentence(rng), "label": rng.choice("ab")} for _ in range(60)]
+    for k in range(3):                                   # three texts repeated with the other label
+        rows.append({"text": rows[k]["text"], "label": "b" if rows[k]["label"] == "a" else "a"})
+    rows.append({"text": rows[10]["text"], "label": rows[10]["label"]})      # a copy with the same label: fine
+    res = split_file(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "o", Fields(label="label"))
+    check = next(c for c in res.checks if c.id == "split.label_conflict")
+    assert check.status == "warn" and res.passed                # a warning, not a failed split
+    assert check.seen.startswith("3 duplicate cluster(s) (6 rows) carry different labels")
+    assert "d.jsonl:1 " in check.seen and "d.jsonl:61 " in check.seen and check.fix

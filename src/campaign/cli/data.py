@@ -131,7 +131,14 @@ def usage(
 
 # --------------------------------------------------------------------------------------------------- rendering
 
-STATUS_STYLE = {"pass": "green", "fail": "red", "skipped": "yellow"}
+STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skipped": "yellow"}
+
+
+def _escape(text: str) -> str:
+    """User text (file names, labels) shown literally, not read as rich markup."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _status(s: str) -> str:
@@ -176,7 +183,9 @@ def render_split(r: "SplitResult") -> None:
     c.print(f"Duplicates kept together: {d['exact_duplicates']:,} exact copies, {d['near_pairs']:,} near pairs, "
             f"{d['clusters']:,} clusters ({d['rows_in_clusters']:,} rows)")
     for ch in r.checks:
-        c.print(f"{ch.id}: {_status(ch.status)} — {ch.seen}")
+        c.print(f"{ch.id}: {_status(ch.status)} — {_escape(ch.seen)}")
+        if ch.status in ("fail", "warn") and ch.fix:
+            c.print(f"  [dim]why: {ch.why}; fix: {ch.fix}[/dim]")
     c.print(f"leak check of the written files: {_status(r.leaks.status)} — "
             + ", ".join(f"{ch.id} {ch.status}" for ch in r.leaks.checks))
     for note in r.notes:

@@ -257,6 +257,7 @@ class DedupResult:
     config: DedupConfig
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
+    exact_of: tuple[int, ...] = field(default=(), repr=False)  # first index with the same normalized text
 
     @property
     def clusters(self) -> list[list[int]]:
@@ -329,7 +330,7 @@ def find_duplicates(texts: Iterable[str] | Sketches, config: DedupConfig | None 
     return DedupResult(n_docs=n, n_empty=int(empty.sum()), exact_duplicates=n_exact, near_pairs=pairs,
                        cluster_of=tuple(int(x) for x in labels), candidates=n_candidates, checked=len(a),
                        capped_buckets=capped,
-                       config=config, notes=tuple(notes))
+                       config=config, notes=tuple(notes), exact_of=tuple(rep))
 
 
 MAX_EXACT_EXAMPLES = 1000  # exact (index, query) pairs listed by cross_duplicates; all are counted

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .dedup import DedupResult, connected_components, find_duplicates
+from .dedup import DedupResult, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
 from .leaks import NEAR, LeakReport, check_files
 from .normalize import normalizer_id
 from ..io import atomic_write_json, file_set, input_file, load_json, parquet
 from ..validate import JsonObject
-from .read import DELIMITERS, Dataset, Fields, raw_rows, read_dataset
+from .read import DELIMITERS, Dataset, Fields, _scalar, raw_rows, read_dataset
+from .units import atomic_units, describe_largest_unit, label_conflicts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,35 +65,6 @@ def _seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
     import numpy as np
 
     return mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
-
-
-def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
-                 cluster_of: Sequence[int] | None = None,
-                 links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
-    """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field), a
-    duplicate cluster or a link (a pair of rows) are one unit, transitively. Missing group values (None) link
-    nothing."""
-    import numpy as np
-
-    a, b = [], []
-    for col in groups:
-        first: dict[Any, int] = {}
-        for i, v in enumerate(col):
-            if v is not None:
-                j = first.setdefault(v, i)
-                if j != i:
-                    a.append(i)
-                    b.append(j)
-    for i, j in links:
-        a.append(i)
-        b.append(j)
-    aa = np.asarray(a, dtype=np.int64)
-    bb = np.asarray(b, dtype=np.int64)
-    if cluster_of is not None:
-        c = np.asarray(cluster_of, dtype=np.int64)
-        moved = np.flatnonzero(c != np.arange(n))
-        aa, bb = np.concatenate((aa, moved)), np.concatenate((bb, c[moved]))
-    return connected_components(n, aa, bb)
 
 
 def assign_units(unit_of: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
@@ -215,7 +187,7 @@ class LeakFreeSplitter:
                dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
         """Split index per row (the same partition split() yields); `links` are pairs of rows (indices) that must
         stay together beyond the groups and the duplicates found in X."""
-        from .read import _parse_date, _scalar
+        from .read import _parse_date
 
         n = len(X)
         cols: list[Sequence[Any]] = []
@@ -267,14 +239,17 @@ class SplitPart:
 
 @dataclass(frozen=True)
 class SplitCheck:
-    """A check on the split itself (split.ratio, split.label_ratio): pass / fail / skipped, and what was seen."""
+    """A check on the split itself (split.ratio, split.label_ratio, split.label_conflict): pass / fail / warn /
+    skipped, what was seen, and (where there is something to do) why it matters and the fix."""
 
     id: str
     status: str
     seen: str
+    why: str = ""
+    fix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "seen": self.seen}
+        return {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -445,7 +420,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         result = _result(ds, fields, assign, splitter, leaks, name_t, ratio_t, paths, staged, manifest,
                          config=config, check_config=check_config, stratify=stratify, temporal=temporal,
                          tolerance=tolerance, skip_bad=skip_bad, seed=seed,
-                         notes=_notes(notes, stale, stale_note, ds))
+                         notes=_notes(notes, stale, stale_note, ds), links=links)
         atomic_write_json(stage / MANIFEST_NAME, result.to_dict())
     return result
 
@@ -495,7 +470,8 @@ def _notes(notes: list[str], stale: Sequence[Path], stale_note: str | None, ds: 
 def _result(ds: Dataset, fields: Fields, assign: "np.ndarray", splitter: LeakFreeSplitter, leaks: LeakReport,
             name_t: Sequence[str], ratio_t: Sequence[float], paths: Sequence[Path], staged: Sequence[Path],
             manifest: Path, *, config: DedupConfig, check_config: DedupConfig, stratify: bool, temporal: bool,
-            tolerance: float, skip_bad: bool, seed: int, notes: list[str]) -> SplitResult:
+            tolerance: float, skip_bad: bool, seed: int, notes: list[str],
+            links: Sequence[tuple[int, int]] = ()) -> SplitResult:
     """The manifest of a written split: per part its rows, labels, groups, dates and the hash of its file."""
     import numpy as np
 
@@ -518,11 +494,18 @@ def _result(ds: Dataset, fields: Fields, assign: "np.ndarray", splitter: LeakFre
                                last_date=_iso(max(dates)) if dates else None))
     checks, check_notes = _checks(parts, label_total, tolerance, stratify)
     d = splitter.dedup_
+    if ds.labels is not None:
+        checks.append(_label_conflict_check(d, ds))
     unit_sizes = np.bincount(np.unique(splitter.units_, return_inverse=True)[1])
     notes = [*check_notes, f"the leak check of the written files used MinHash seed {seed + 1}, not the split's "
              f"{seed}: a near-duplicate pair the split's hashes missed gets a second, independent search", *notes]
     notes.extend(d.notes)
-    if unit_sizes.max() > tolerance * n:
+    chain = describe_largest_unit(splitter.units_, {f: [_scalar(v) for v in ds.groups[i]]
+                                                    for i, f in enumerate(fields.group)},
+                                  d, links=links, smallest_share=min(ratio_t))
+    if chain:
+        notes.append(chain)
+    elif unit_sizes.max() > tolerance * n:
         notes.append(f"the largest unit (group or duplicate cluster) has {int(unit_sizes.max())} rows "
                      f"({unit_sizes.max() / n:.1%} of the data); it moves as one piece")
     return SplitResult(
@@ -556,6 +539,21 @@ def _earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tu
         if name and name not in keep and p.is_file() and p.resolve() != src:
             out.append(p)
     return out, None
+
+
+def _label_conflict_check(d: DedupResult, ds: Dataset) -> SplitCheck:
+    """split.label_conflict: the same (or nearly the same) text with different labels inside the input. The split
+    keeps such rows together, so they leak nothing, but one of the labels is wrong or the task is ambiguous."""
+    clusters, rows, shown = label_conflicts(d, ds.labels, [ds.ref(i) for i in range(len(ds))])
+    if not clusters:
+        return SplitCheck("split.label_conflict", "pass", "no duplicate carries two labels")
+    return SplitCheck("split.label_conflict", "warn",
+                      f"{clusters:,} duplicate cluster(s) ({rows:,} rows) carry different labels, e.g. "
+                      + "; ".join(shown),
+                      "label noise or an ambiguous task: whichever label the model learns, the other rows count as "
+                      "errors, in training and in evaluation",
+                      "fix the labels (or drop the conflicting rows) before training; the split keeps each cluster "
+                      "on one side")
 
 
 def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,

@@ -30,8 +30,10 @@ def test_memory_json_headlines(cli):
     for key in ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "required_bytes", "params", "items",
                 "phases", "fits"):
         assert key in d
-    assert sum(i["bytes"] for i in d["items"]) == d["required_bytes"]
     assert d["workload"]["dtype"] == "nf4"
+    # LoRA rank 16 on every Linear of 32 layers, r x (in + out): q, o 4096+4096; k, v 4096+1024; gate, up, down
+    # 4096+14336 (Llama-3.1-8B's config)
+    assert d["trainable_params"] == 32 * 16 * (2 * 8192 + 2 * 5120 + 3 * 18432) == 41_943_040
 
 
 def test_memory_card_exit_codes(cli):
@@ -92,17 +94,30 @@ def test_overhead_overrides_reach_every_figure(cli):
 def test_kv_json_and_card(cli):
     d = cli("kv", "llama-3.1-8b", "--context", "8192", "--sequences", "2", "--json").json()
     assert d["bytes"] == 131_072 * 8192 * 2 and d["bytes_per_token"] == 131_072
-    r = cli("kv", "qwen2.5-7b", "--context", "32768", "--card", "l4", "--json")
-    card = r.json()["card"]
-    assert card["max_context"] > 0 and card["max_sequences"] >= 0
+    # the longest context and the most sequences it reports fit the card, one more does not (memory --infer)
+    card = cli("kv", "qwen2.5-7b", "--context", "32768", "--card", "l4", "--json").json()["card"]
+    longest, most = card["max_context"], card["max_sequences"]
+    assert longest > 0 and most > 0
+    fit = ("memory", "qwen2.5-7b", "--infer", "--card", "l4", "--no-solve")
+    assert cli(*fit, "--context", str(longest)).code == 0 and cli(*fit, "--context", str(longest + 1)).code == 1
+    at = ("--context", "32768", "--sequences")
+    assert cli(*fit, *at, str(most)).code == 0 and cli(*fit, *at, str(most + 1)).code == 1
 
 
-def test_kv_and_memory_agree_on_what_fits_a_card(cli):
-    kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()["card"]
-    mem = cli("memory", "llama-3.1-8b", "--infer", "--context", "4096", "--card", "h100", "--json").json()
-    assert kv["max_sequences"] == mem["fits"][0]["max_batch"]
-    assert kv["max_context"] == mem["fits"][0]["max_seq_len"]
-    assert kv["required_bytes"] == mem["required_bytes"]
+def test_kv_most_sequences_agree_with_the_closed_form_kv_budget(cli):
+    """Two solvers: kv's binary search over whole estimates, and fit.kv_budget's closed form (the KV bytes left once
+    weights, temporaries, allocator overhead, context and reserve are taken): budget // bytes per sequence."""
+    from campaign.hardware.cards import find_card
+    from campaign.memory import make_workload
+    from campaign.memory.fit import kv_budget
+    from campaign.models import load_spec
+
+    kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()
+    budget = kv_budget(load_spec("llama-3.1-8b"), make_workload(mode="infer", seq_len=4096, batch=1),
+                       find_card("h100").memory_bytes)
+    per_sequence = 131_072 * 4096  # 32 layers x K and V x 8 KV heads x 128 x 2 B per token
+    # the closed form keeps one sequence's decode temporaries and logits; the search grows them with the batch
+    assert kv["card"]["max_sequences"] in range(budget // per_sequence - 1, budget // per_sequence + 1)
 
 
 def test_cards_are_driver_reported_bytes(cli):

@@ -9,7 +9,7 @@ import pytest
 from campaign.errors import InputError
 from campaign.memory.explain import explain
 
-from .test_measure import ESTIMATED, MiB, _estimate, _measured
+from .test_measure import ESTIMATED, _estimate, _measured
 
 
 def test_a_measurement_far_from_the_estimate_is_refused_unless_forced():

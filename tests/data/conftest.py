@@ -79,6 +79,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 @pytest.fixture
 def rng() -> random.Random:
     return random.Random(12345)

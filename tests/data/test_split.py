@@ -17,7 +17,7 @@ from campaign.data.read import Fields
 from campaign.data.split import LeakFreeSplitter, parse_ratios, split_file, split_names
 from campaign.errors import InputError
 
-from .conftest import edit, jaccard, sentence, shingles, write_jsonl
+from .conftest import edit, jaccard, read_jsonl, sentence, shingles, write_jsonl
 
 RATIOS = (0.8, 0.1, 0.1)
 
@@ -41,10 +41,6 @@ def realistic_rows(n_users=2000, seed=1):
         rows.append(copy)
     rng.shuffle(rows)
     return rows, planted
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -212,11 +208,11 @@ def test_same_seed_same_files_other_seed_other_split(tmp_path):
 
 
 def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    import campaign.data.split as split_mod
+    import campaign.data.write as write_mod
 
     rows = [{"text": f"row number {i} " * 3} for i in range(50)]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
-    real = split_mod.raw_rows
+    real = write_mod.raw_rows
 
     def failing(ds):
         for k, item in enumerate(real(ds)):
@@ -224,7 +220,7 @@ def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
                 raise OSError("disk full")
             yield item
 
-    monkeypatch.setattr(split_mod, "raw_rows", failing)
+    monkeypatch.setattr(write_mod, "raw_rows", failing)
     with pytest.raises(OSError, match="disk full"):
         split_file(data, tmp_path / "o")
     # nothing of the set exists, and no temporary is left beside it

@@ -60,6 +60,12 @@ _STEPS = ("fsync", "rename", "replace", "link", "chmod", "unlink", "rmdir")
 def _run_killed_at(k: int | None, data: Path, out: Path, seed: int, force: bool) -> int:
     """Run split_file in a forked child that SIGKILLs itself before its k-th file-system step (None: never);
     return how many steps it took (from the child, through a pipe) or -1 when it was killed."""
+    return _killed_at(k, lambda: split_file(data, out, Fields(label="label", group=("user",)), ratios="80/10/10",
+                                            seed=seed, force=force))
+
+
+def _killed_at(k: int | None, work) -> int:
+    """Run work() in a forked child that SIGKILLs itself before its k-th file-system step (None: never)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -83,7 +89,7 @@ def _run_killed_at(k: int | None, data: Path, out: Path, seed: int, force: bool)
                 setattr(os, name, step(getattr(os, name)))
             cio._exchange = step(cio._exchange)
             shutil.rmtree = step(shutil.rmtree)
-            split_file(data, out, Fields(label="label", group=("user",)), ratios="80/10/10", seed=seed, force=force)
+            work()
             os.write(write, str(count[0]).encode())
         finally:
             os._exit(0)
@@ -173,3 +179,26 @@ def test_the_real_command_killed_at_random_moments(tmp_path):
         old = state
     subprocess.run([*cmd, "--seed", "9"], check=True, capture_output=True, env=env)
     assert _leftovers(tmp_path, out) == [] and _complete(out)
+
+
+def test_leaks_drop_to_killed_at_every_step_leaves_nothing_or_the_complete_set(tmp_path):
+    from campaign.data.leak_files import CLEAN_MANIFEST
+    from campaign.data.leaks import check_files
+
+    rows = _rows(300, 4)
+    train = write_jsonl(tmp_path / "train.jsonl", rows[:200])
+    evals = write_jsonl(tmp_path / "eval.jsonl", rows[150:])          # 50 rows copied from train: they leak
+    def work(out):
+        return lambda: check_files([train, evals], Fields(label="label", group=("user",)), drop_to=out)
+
+    steps = _killed_at(None, work(tmp_path / "full"))
+    full = {p.name: p.read_bytes() for p in (tmp_path / "full").iterdir() if p.name != CLEAN_MANIFEST}
+    assert steps >= 6 and len(full) == 3
+    outcomes = []
+    for k in range(1, steps + 1):
+        out = tmp_path / f"k{k}"
+        assert _killed_at(k, work(out)) == -1
+        state = {p.name: p.read_bytes() for p in out.iterdir() if p.name != CLEAN_MANIFEST} if out.exists() else None
+        assert state is None or (state == full and (out / CLEAN_MANIFEST).exists()), k
+        outcomes.append(state is not None)
+    assert not outcomes[0] and outcomes[-1]

@@ -89,6 +89,9 @@ def leaks(
     seed: Seed = 0,
     examples: Annotated[int, typer.Option("--examples", help="Example pairs shown per check and split pair.")] = 3,
     skip_bad: SkipBad = False,
+    pairs: Annotated[Optional[Path], typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl (check, file:line and id of both rows, detail).")] = None,
+    drop_to: Annotated[Optional[Path], typer.Option("--drop-to", help="Write the splits into this folder without the later splits' leaking rows, with a manifest and a re-check.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier --drop-to set.")] = False,
     as_json: o.Json = False,
 ) -> None:
     """Leaks between existing splits: exact and near duplicates, shared groups, the same text with different labels.
@@ -103,7 +106,7 @@ def leaks(
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                         examples=examples)
+                         examples=examples, pairs=pairs, drop_to=drop_to, force=force)
     o.emit(report, render_leaks, as_json, failed=not report.passed)
 
 

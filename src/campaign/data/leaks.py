@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import InputError
@@ -63,8 +63,11 @@ class PairLeak:
     query_rows: int
     links: int
     examples: tuple[LeakExample, ...] = ()
-    # every linked (index row, query row), 0-based record indices, where the check lists them (near duplicates)
+    # every linked (index row, query row), 0-based record indices: each leaking query row with a row it leaks
+    # from (exact: the first copy; near: every confirmed pair; group: the first row of the group; label: the
+    # first copy with another label)
     linked: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
+    scores: tuple[float, ...] = field(default=(), repr=False, compare=False)   # near: each linked pair's Jaccard
 
     @property
     def rate(self) -> float:
@@ -138,6 +141,23 @@ class LeakReport:
                 "notes": list(self.notes)}
 
 
+def _spread(pairs: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """Up to k pairs, first those whose rows no earlier pick uses on either side (a row with many copies does not
+    fill every example), then the rest in order."""
+    picked: list[tuple[int, int]] = []
+    seen_i: set[int] = set()
+    seen_q: set[int] = set()
+    for i, q in pairs:
+        if len(picked) == k:
+            return picked
+        if i not in seen_i and q not in seen_q:
+            picked.append((i, q))
+            seen_i.add(i)
+            seen_q.add(q)
+    rest = [p for p in pairs if p not in set(picked)]
+    return picked + rest[:k - len(picked)]
+
+
 def _snippet(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
@@ -181,6 +201,11 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
     capped = 0
     has_labels = all(named[n].labels is not None for n in names)
     group_fields = [g for g in named[names[0]].fields.group if all(g in named[n].fields.group for n in names)]
+    first_rows: dict[str, dict[bytes, int]] = {}
+    for n in names[:-1]:
+        first_rows[n] = {}
+        for i, d in enumerate(sketches[n].digests):
+            first_rows[n].setdefault(d, i)
     for ai, a in enumerate(names):
         labels_by_digest = _labels_by_digest(named[a], sketches[a]) if has_labels else {}
         for b in names[ai + 1:]:
@@ -192,15 +217,20 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
                              f"{config.max_bucket} texts and were only partly searched for near duplicates")
             # exact: counted per content hash
             leaking[EXACT][b].update(m.exact_rows)
+            first_copy = first_rows[a]
+            exact_linked = tuple((first_copy[sketches[b].digests[q]], q) for q in m.exact_rows)
             by_check[EXACT].append(PairLeak(a, b, len(m.exact_rows), len(db), m.exact_links, tuple(
-                _example(da, i, db, q, "same normalized text") for i, q in m.exact[:examples])))
+                _example(da, i, db, q, "same normalized text") for i, q in _spread(exact_linked, examples)),
+                linked=exact_linked))
             # near
             near_rows = {q for _, q, _ in m.near}
             leaking[NEAR][b].update(near_rows)
             near_sorted = sorted(m.near, key=lambda t: (t[1], -t[2]))
+            jac = {(i, q): j for i, q, j in m.near}
             by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
-                _example(da, i, db, q, f"Jaccard {j:.2f}") for i, q, j in near_sorted[:examples]),
-                linked=tuple((i, q) for i, q, _ in m.near)))
+                _example(da, i, db, q, f"Jaccard {jac[i, q]:.2f}")
+                for i, q in _spread([(i, q) for i, q, _ in near_sorted], examples)),
+                linked=tuple((i, q) for i, q, _ in m.near), scores=tuple(j for _, _, j in m.near)))
             # label conflicts among exact copies, counted from the labels per content hash
             if has_labels:
                 by_check[LABEL].append(_label_conflicts(labels_by_digest, sketches[b], m.exact_rows, da, db, a, b,
@@ -255,6 +285,7 @@ def _label_conflicts(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], 
     """Rows of db whose exact copies in da carry another label; links = such (da row, db row) pairs, counted."""
     rows = links = 0
     ex: list[LeakExample] = []
+    linked: list[tuple[int, int]] = []
     for q in exact_rows:
         lq = db.labels[q] if db.labels is not None else None
         per = labels_by_digest.get(query.digests[q])
@@ -266,10 +297,11 @@ def _label_conflicts(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], 
         rows += 1
         links += sum(count for _, _, count in other)
         leaking.add(q)
+        lab, first, _ = min(other, key=lambda o: o[1])
+        linked.append((first, q))
         if len(ex) < examples:
-            lab, first, _ = min(other, key=lambda o: o[1])
             ex.append(_example(da, first, db, q, f"label {lab!r} vs {lq!r}"))
-    return PairLeak(a, b, rows, len(db), links, tuple(ex))
+    return PairLeak(a, b, rows, len(db), links, tuple(ex), linked=tuple(linked))
 
 
 def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[str], examples: int,
@@ -277,6 +309,7 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
     """Group values (per field) with rows on both sides; rows of db in such a group leak (and are added to
     leaking_rows, the later split's distinct leaking rows)."""
     leaking: set[int] = set()
+    linked: list[tuple[int, int]] = []
     links = 0
     ex: list[LeakExample] = []
     for f in group_fields:
@@ -289,6 +322,8 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
         shared: dict[str, int] = {}
         for q, v in enumerate(col_b):
             if v is not None and v in first_a:
+                if q not in leaking:
+                    linked.append((first_a[v], q))
                 leaking.add(q)
                 if v not in shared:
                     shared[v] = q
@@ -297,16 +332,21 @@ def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[
         links += len(shared)
     if leaking_rows is not None:
         leaking_rows.update(leaking)
-    return PairLeak(a, b, len(leaking), len(db), links, tuple(ex))
+    return PairLeak(a, b, len(leaking), len(db), links, tuple(ex), linked=tuple(linked))
 
 
 def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
                 names: Sequence[str] | None = None, progress: bool | None = None,
-                allow_empty: bool = False) -> LeakReport:
+                allow_empty: bool = False, pairs: str | os.PathLike[str] | None = None,
+                drop_to: str | os.PathLike[str] | None = None, force: bool = False) -> LeakReport:
     """Read the split files (train first) and check them for leaks; splits are named by `names` or their file
     names.
 
+    Args:
+        pairs: write every leaking pair there (.csv, .tsv or .jsonl): check, both rows' file:line and id, detail.
+        drop_to: write the splits into this folder without the later splits' leaking rows (data.leak_files).
+        force: replace an earlier drop_to set.
     Raises:
         InputError: a file has no record (unless allow_empty): nothing in it can be checked, so "no leaks" would
             be a claim about data that is not there.
@@ -321,10 +361,20 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
         key = names[i] if names else (d.name if d.name not in named else d.path)
         named[key] = d
     report = find_leaks(named, threshold=threshold, config=config, examples=examples, progress=progress)
-    skipped = [f"{d.path}: {d.n_bad} bad record(s) skipped" for d in datasets if d.n_bad]
-    if skipped:
-        report = LeakReport(report.splits, report.checks, report.threshold, report.config,
-                            report.notes + tuple(skipped))
+    notes = [f"{d.path}: {d.n_bad} bad record(s) skipped" for d in datasets if d.n_bad]
+    if pairs is not None or drop_to is not None:
+        from .leak_files import drop_leaking, leak_pairs, write_pairs
+
+        if pairs is not None:
+            listed = leak_pairs(report, named)
+            notes.append(f"wrote {len(listed):,} leaking pair(s) to {write_pairs(listed, pairs)}")
+        if drop_to is not None:
+            done = drop_leaking(report, named, drop_to, force=force, progress=progress)
+            dropped = sum(s["dropped"] for s in done["splits"])
+            notes.append(f"wrote the splits to {drop_to} without their {dropped:,} leaking row(s) (kept beside them "
+                         "as NAME.leaking.EXT); the check of the written files passes")
+    if notes:
+        report = replace(report, notes=report.notes + tuple(notes))
     return report
 
 

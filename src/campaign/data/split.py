@@ -4,7 +4,6 @@ manifest that records parameters, counts, hashes and the leak check of the writt
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -19,10 +18,11 @@ from .dedup import DedupResult, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
 from .leaks import NEAR, LeakReport, check_files
 from .normalize import normalizer_id
-from ..io import atomic_write_json, file_set, input_file, load_json, parquet
+from ..io import atomic_write_json, file_set, input_file, load_json
 from ..validate import JsonObject
-from .read import DELIMITERS, Dataset, Fields, _scalar, raw_rows, read_dataset
+from .read import Dataset, Fields, _scalar, read_dataset
 from .units import atomic_units, describe_largest_unit, label_conflicts
+from .write import write_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -294,40 +294,6 @@ def _iso(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_parts(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> None:
-    """Write each split's rows in the input's format, in the input's order (called on a staging folder, which
-    file_set makes the output in one step; files get the mode open() gives, as the manifest does)."""
-    if ds.format == "parquet":
-        import numpy as np
-
-        pq = parquet()
-        table = pq.read_table(ds.path)
-        rows = np.asarray(ds.lines, dtype=np.int64) - 1
-        for s, p in enumerate(paths):
-            pq.write_table(table.take(rows[assign == s]), p)
-        return
-    binary = ds.format == "jsonl"
-    handles = [open(p, "wb") if binary else open(p, "w", encoding="utf-8", newline="") for p in paths]
-    try:
-        writers = None
-        if not binary:
-            writers = [csv.writer(h, delimiter=DELIMITERS[ds.format], lineterminator="\n") for h in handles]
-            for w in writers:
-                w.writerow(ds.columns)
-        for i, raw in raw_rows(ds):
-            s = int(assign[i])
-            if writers is None:
-                handles[s].write(raw if raw.endswith(b"\n") else raw + b"\n")
-            else:
-                writers[s].writerow(raw)
-        for h in handles:
-            h.flush()
-            os.fsync(h.fileno())
-    finally:
-        for h in handles:
-            h.close()
-
-
 def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fields: Fields | None = None, *,
                ratios: str | Sequence[float] = (0.8, 0.1, 0.1), names: str | Sequence[str] | None = None,
                stratify: bool | None = None, seed: int = 0, dedup: DedupConfig | None = None,
@@ -401,7 +367,7 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
         staged = [stage / p.name for p in paths]
         for attempt in range(1, MERGE_ROUNDS + 2):
             assign = splitter.assign(ds.texts, ds.labels, group_cols or None, dates=ds.dates, links=links)
-            _write_parts(ds, assign, staged)
+            write_rows(ds, assign, staged)
             leaks = check_files(staged, fields, config=check_config, names=name_t, progress=progress,
                                 allow_empty=True)
             missed = _crossing_pairs(leaks, assign)

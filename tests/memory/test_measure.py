@@ -47,6 +47,16 @@ def test_the_cpu_counter_is_the_allocators_not_the_storage_tracker():
     assert tracker.total == 0 and raw.nbytes() == 10_000
 
 
+def test_the_cpu_counter_refuses_to_run_inside_another_profiler():
+    from campaign.errors import InputError
+
+    meter = MemoryMeter("cpu")
+    with torch.profiler.profile(), pytest.raises(InputError, match="profiler, which is already running"):
+        with meter.phase("p"):
+            pass
+    assert meter.phases == []
+
+
 def test_measure_workload_load_phase_is_the_weights(write_config):
     d = write_config(tiny_llama(), "tiny")
     m = measure_workload(str(d), make_workload(batch=2, seq_len=16), device="cpu")

@@ -348,6 +348,9 @@ class _CpuCounters:
     def close(self) -> dict[int, PhaseMeasurement]:
         """End the session: replay the allocator's records; the measured phases by id of their placeholders."""
         profiler, self._profiler = self._profiler, None
+        if profiler is None:  # the session did not start (open refused)
+            self._pending = []
+            return {}
         with _quiet_stderr():
             profiler.stop()
         events: list[tuple[int, int, Any, int]] = []   # (time, order, what, value)

@@ -33,12 +33,21 @@ def models(
             return
         table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
                       title_justify="left")
-        for col in ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention"):
-            table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right")
-        for s in specs:
-            table.add_row(s.name, s.model_type, fmt_count(s.params),
-                          fmt_count(s.active_params) if s.moe else "", str(s.num_layers),
-                          f"{s.num_heads}/{s.num_kv_heads}", f"{s.vocab_size:,}", _attention(s))
+        short = [s.name.split("/", 1)[-1] for s in specs]     # every command takes the name without its org
+        # the name is what a user copies: never cut it; a narrow terminal drops the type and vocab columns
+        wide = console.width >= 100
+        cols = ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention") if wide else \
+            ("model", "params", "active", "layers", "heads/kv", "attention")
+        for col in cols:
+            table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right",
+                             min_width=max(map(len, short)) if col == "model" else None,
+                             no_wrap=col != "attention", overflow="fold")
+        for name, s in zip(short, specs):
+            cells = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
+                     "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
+                     "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
+                     "attention": _attention(s)}
+            table.add_row(*(cells[c] for c in cols))
         console.print(table)
         return
     spec = load_spec(model, exact=exact)

@@ -88,8 +88,15 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
         f = fits[0]
         style = VERDICT_STYLE[f.verdict]
         console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {g(f.memory_bytes)} GiB usable, headroom "
-                      f"{g(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch}, max seq {f.max_seq_len:,}"
+                      f"{g(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch or '-'}, max seq "
+                                                     f"{f'{f.max_seq_len:,}' if f.max_seq_len else '-'}"
                                                      if f.max_batch is not None else ""))
+        if f.verdict == "tight":
+            left = est.reserve_bytes + f.headroom_bytes
+            console.print(f"[{style}]tight[/{style}]: the device total fits, the reserve does not: "
+                          f"{g(left)} of its {g(est.reserve_bytes)} GiB are left, so an estimate more than "
+                          f"{left / est.device_bytes:.1%} low would run out of memory; take a larger card, a smaller "
+                          "batch, or a smaller --reserve if you have measured the margin (campaign explain)")
     table = Table(title=f"Breakdown at the peak ({est.peak_phase})", title_justify="left")
     table.add_column("item")
     table.add_column("GiB", justify="right")

@@ -34,12 +34,13 @@ def trace(
     w = o.workload_from(locals(), load_spec(model))
     with progress_reporter("tracing") as tell:
         est = trace_memory(model, w, reserve=reserve, progress=tell)
-    fits = []
-    if card:
-        from ..memory.estimate import Fit
+    from ..memory.estimate import Fit
+    from .memory import FEATURED_CARDS
 
-        c = find_card(card)
-        fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)]
+    # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
+    cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
+    fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)
+            for c in cards]
     o.emit_estimate(est, fits, card, as_json)
     holders = [(m, b) for m, b in est.top_modules if b >= 2**20]  # none when the peak is the optimizer step
     if not as_json and holders:

@@ -12,9 +12,9 @@ Speed: D's columns take few distinct patterns in practice (0/1 correctness: at m
 is multinomial counts over distinct patterns (O(patterns)) instead of `examples` random indices; this is the
 same resampling distribution, drawn with a different random stream. Otherwise every replicate needs `examples`
 random indices: with numba installed (the `fast` extra) and enough work, a compiled kernel (kernels.py) draws,
-gathers and sums them in one pass on all cores, 10-12x faster than scipy.stats.bootstrap on 2 cores; without
-it, numpy draws them in chunks on several threads. Both give each chunk its own generator from the seed, so the
-thread count never changes the result; the two engines draw different streams (`engine` in the result says
+gathers and sums them in one pass on all cores (benchmarks/bootstrap_speed.py prints its speed against
+scipy.stats.bootstrap on the same differences); without it, numpy draws them in chunks on several threads.
+Both give each chunk its own generator from the seed, so the thread count never changes the result; the two engines draw different streams (`engine` in the result says
 which ran).
 """
 from __future__ import annotations

@@ -1,0 +1,39 @@
+"""What the one-card line and trace say a person: '-' where nothing fits (as the table), what 'tight' means in
+GiB, and a fit line from trace as from memory."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+def test_a_card_that_holds_nothing_shows_dashes_as_the_table_does(cli):
+    r = cli("memory", "llama-3.1-70b", "--card", "rtx-4090")
+    assert r.code == 1
+    assert "max batch -, max seq -" in r.out and "max batch 0" not in r.out
+
+
+def test_tight_says_how_much_of_the_reserve_is_left(cli):
+    argv = ("memory", "llama-3.1-8b", "--method", "qlora", "--batch", "4", "--seq-len", "2048", "--grad-checkpointing",
+            "--mixed-precision", "--card", "rtx-4090")
+    est = cli(*argv, "--json").json()
+    card = est["fits"][0]
+    assert card["verdict"] == "tight"
+    # what is left of the reserve, from the card and the device total (not from the headroom the code prints)
+    left = (card["memory_bytes"] - est["device_bytes"]) / 2**30
+    r = cli(*argv)
+    assert r.code == 1
+    m = re.search(r"tight: the device total fits, the reserve does not: ([\d.]+) of its ([\d.]+) GiB are left, so "
+                  r"an estimate more than ([\d.]+)% low", " ".join(r.out.split()))
+    assert m and float(m.group(1)) == pytest.approx(left, abs=0.006)
+    assert float(m.group(2)) == pytest.approx(est["reserve_bytes"] / 2**30, abs=0.006)
+    assert float(m.group(3)) == pytest.approx(100 * left * 2**30 / est["device_bytes"], abs=0.06)
+
+
+def test_trace_without_a_card_gives_the_fit_line_memory_gives(cli):
+    pytest.importorskip("torch")
+    traced = cli("trace", "gpt2", "--seq-len", "128", "--json").json()
+    memory = cli("memory", "gpt2", "--seq-len", "128", "--json").json()
+    assert [f["card"] for f in traced["fits"]] == [f["card"] for f in memory["fits"]]
+    assert all(f["verdict"] == "fits" for f in traced["fits"][:5])
+    assert "fits: H200-SXM-141GB" in cli("trace", "gpt2", "--seq-len", "128").out

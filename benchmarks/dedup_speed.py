@@ -6,7 +6,7 @@ Documents: words drawn from a Zipf-distributed vocabulary of 20,000 made-up word
 A planted pair counts as a positive when its exact Jaccard similarity (character 5-gram sets, computed here with
 Python sets) is >= 0.8; recall = positives found.
 
-Both pipelines start from the raw texts and do the same work: normalize, character 5-gram shingles, 128-slot
+Both pipelines start from the raw texts and do the same work: normalize the text, character 5-gram shingles, 128-slot
 MinHash, LSH with the same banding (21 bands x 6 rows). datasketch: MinHash.bulk (shared permutations) +
 MinHashLSH insertion session + a query per document. Ours: find_duplicates, which also confirms every candidate
 by exact Jaccard and clusters.
@@ -86,9 +86,9 @@ def documents(n: int, planted: dict[int, tuple[str, int]]) -> Iterator[str]:
 
 
 def shingles(text: str, n: int = 5) -> set[str]:
-    from campaign.data.normalize import normalize
+    from campaign.data.normalize import normalize_text
 
-    t = normalize(text)
+    t = normalize_text(text)
     return {t[i:i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
 
 

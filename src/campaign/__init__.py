@@ -5,7 +5,7 @@ from .memory import (Fit, KVEstimate, MemoryEstimate, Workload, estimate_kv, est
                      make_workload)
 from .models import ModelSpec, load_spec
 
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def current_meter():  # type: ignore[no-untyped-def]

@@ -55,8 +55,24 @@ QUESTIONS: tuple[Question, ...] = (
 )
 
 
-def built_commands() -> set[str]:
-    """Commands the CLI has today (the guide marks the others as planned)."""
-    from .cli import app
+SCHEMA = "campaign.guide/1"
 
-    return {c.name for c in app.registered_commands if c.name}
+
+@dataclass(frozen=True)
+class GuideMap:
+    """The five questions with their commands, each marked built or planned (`built`: the commands the CLI has)."""
+
+    questions: tuple[Question, ...]
+    built: frozenset[str]
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict:
+        return {"schema": self.schema, "questions": [
+            {"number": q.number, "question": q.question, "outcome": q.outcome,
+             "steps": [{"command": f"campaign {s.command}", "does": s.does, "built": s.command in self.built}
+                       for s in q.steps]} for q in self.questions]}
+
+
+def guide_map(built: set[str] | frozenset[str]) -> GuideMap:
+    """The map for a CLI that has the commands `built` (the others show as planned)."""
+    return GuideMap(QUESTIONS, frozenset(built))

@@ -12,7 +12,7 @@ import pytest
 
 from campaign.data.dedup import candidate_pairs, connected_components, exact_jaccard, find_duplicates
 from campaign.data.sketch import DedupConfig, Sketches, candidate_probability, choose_banding, signatures, sketch
-from campaign.data.normalize import normalize
+from campaign.data.normalize import normalize_text
 from campaign.errors import InputError
 
 from .conftest import brute_force_pairs, components, edit, jaccard, sentence, shingles
@@ -66,7 +66,7 @@ def test_minhash_error_is_no_worse_than_datasketch(rng):
 
 def test_exact_jaccard_equals_set_jaccard(rng):
     pairs = pairs_with_spread_of_similarity(rng, 60) + [("a b", "a b c"), ("tiny", "tin"), ("x" * 3, "x" * 4)]
-    texts = [normalize(t) for p in pairs for t in p]
+    texts = [normalize_text(t) for p in pairs for t in p]
     idx = np.arange(0, len(texts), 2)
     got = exact_jaccard(texts, texts, idx, idx + 1, DedupConfig())
     want = [jaccard(shingles(a), shingles(b)) for a, b in pairs]
@@ -108,7 +108,7 @@ def planted_corpus(rng, n_base=240):
 def test_find_duplicates_matches_brute_force_exactly(rng):
     texts = planted_corpus(rng)
     truth = brute_force_pairs(texts)  # all pairs, exact Jaccard of character 5-gram sets
-    norm = [normalize(t) for t in texts]
+    norm = [normalize_text(t) for t in texts]
     exact_truth = {(i, j) for i, j in truth if norm[i] == norm[j]}
     assert len(truth) >= 25 and len(exact_truth) >= 6
     res = find_duplicates(texts)
@@ -211,8 +211,8 @@ def test_short_texts_are_compared_exactly(rng):
 def test_core_package_imports_without_the_data_extra():
     code = ("import sys; "
             "[sys.modules.__setitem__(m, None) for m in ('numpy', 'pyarrow', 'sklearn', 'datasketch', 'scipy')]; "
-            "import campaign, campaign.data, campaign.cli.data; from campaign.data import normalize; "
-            "print(normalize('OK  fine'))")
+            "import campaign, campaign.data, campaign.cli.data; from campaign.data import normalize_text; "
+            "print(normalize_text('OK  fine'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok fine"

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from campaign.data.leaks import check_files, find_leaks
-from campaign.data.normalize import normalize
+from campaign.data.normalize import normalize_text
 from campaign.data.read import Fields, make_dataset
 from campaign.errors import InputError
 
@@ -34,7 +34,7 @@ def leaky_splits(seed=21):
 def expected(train, test, threshold=0.8):
     """Brute force: every train x test pair."""
     exact = {(i, q) for i, a in enumerate(train) for q, b in enumerate(test)
-             if normalize(a["text"]) == normalize(b["text"])}
+             if normalize_text(a["text"]) == normalize_text(b["text"])}
     sh_a = [shingles(r["text"]) for r in train]
     sh_b = [shingles(r["text"]) for r in test]
     near = {(i, q) for i in range(len(train)) for q in range(len(test))

@@ -6,27 +6,27 @@ import os
 import subprocess
 import sys
 
-from campaign.data.normalize import NORMALIZER_VERSION, content_hash, normalize
+from campaign.data.normalize import NORMALIZER_VERSION, content_hash, normalize_text
 
 
 def test_nfkc_casefold_and_whitespace():
-    assert normalize("Ｈｅｌｌｏ，\t  ＷＯＲＬＤ\n") == "hello, world"  # full-width forms, tab, newline
-    assert normalize("Straße") == "strasse"  # casefold, not lower()
-    assert normalize("ﬁne ½") == "fine 1⁄2"  # ligature and vulgar fraction decomposed by NFKC
-    assert normalize("  a \u00a0 b  ") == "a b"  # no-break space is whitespace
+    assert normalize_text("Ｈｅｌｌｏ，\t  ＷＯＲＬＤ\n") == "hello, world"  # full-width forms, tab, newline
+    assert normalize_text("Straße") == "strasse"  # casefold, not lower()
+    assert normalize_text("ﬁne ½") == "fine 1⁄2"  # ligature and vulgar fraction decomposed by NFKC
+    assert normalize_text("  a \u00a0 b  ") == "a b"  # no-break space is whitespace
 
 
 def test_never_drops_stopwords_or_negations():
-    assert normalize("I do NOT like it") == "i do not like it"
-    assert normalize("I do NOT like it") != normalize("I do like it")
-    assert normalize("Don't stop", strip_punctuation=True) == "dont stop"
-    assert normalize("no, never!", strip_punctuation=True) == "no never"
+    assert normalize_text("I do NOT like it") == "i do not like it"
+    assert normalize_text("I do NOT like it") != normalize_text("I do like it")
+    assert normalize_text("Don't stop", strip_punctuation=True) == "dont stop"
+    assert normalize_text("no, never!", strip_punctuation=True) == "no never"
 
 
 def test_punctuation_stripping_is_optional():
-    assert normalize("Hello, world!") == "hello, world!"
-    assert normalize("Hello, world!", strip_punctuation=True) == "hello world"
-    assert normalize("«quoted»—dash", strip_punctuation=True) == "quoted dash"
+    assert normalize_text("Hello, world!") == "hello, world!"
+    assert normalize_text("Hello, world!", strip_punctuation=True) == "hello world"
+    assert normalize_text("«quoted»—dash", strip_punctuation=True) == "quoted dash"
 
 
 def test_content_hash_is_sha256_of_the_normalized_utf8():

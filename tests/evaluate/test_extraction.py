@@ -6,8 +6,9 @@ import json
 import pytest
 
 from campaign.errors import InputError
-from campaign.evaluate.errors import analyze_errors
-from campaign.evaluate.extraction import load_schema, same_normalized, schema_errors
+from campaign.evaluate.analysis import analyze_errors
+from campaign.evaluate.json_schema import load_schema, schema_errors
+from campaign.evaluate.values import same_normalized
 
 SCHEMA = {"type": "object", "required": ["name", "amount"], "additionalProperties": False,
           "properties": {"name": {"type": "string", "minLength": 1}, "amount": {"type": "number", "minimum": 0},

@@ -110,7 +110,7 @@ def test_unknown_format_missing_and_empty_files(tmp_path):
 
 
 def test_missing_prediction_is_a_label_of_its_own(tmp_path):
-    from campaign.evaluate.errors import labels_of
+    from campaign.evaluate.analysis import labels_of
 
     p = tmp_path / "p.csv"
     p.write_text("id,gold,pred\n1,a,\n2,b,b\n", encoding="utf-8")

@@ -46,7 +46,7 @@ def errors(
 
     Exit 0 when analyzed, 2 on bad input.
     """
-    from ..evaluate.errors import ClassificationReport, analyze_errors
+    from ..evaluate.analysis import ClassificationReport, analyze_errors
 
     rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                          schema=schema, required=_split(required), slice_by=slice_by, top=top,

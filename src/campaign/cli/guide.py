@@ -12,22 +12,22 @@ def register(app: typer.Typer) -> None:
 
 def guide(as_json: o.Json = False) -> None:
     """Which question is blocking you today? Each question with the commands that answer it."""
-    from ..guide import QUESTIONS, built_commands
+    from ..guide import guide_map
+    from . import app
+
+    o.emit(guide_map({c.name for c in app.registered_commands if c.name}), render_guide, as_json)
+
+
+def render_guide(g) -> None:  # type: ignore[no-untyped-def]
     from .render import console
 
-    built = built_commands()
-    if as_json:
-        o.print_json({"schema": "campaign.guide/1", "questions": [
-            {"number": q.number, "question": q.question, "outcome": q.outcome,
-             "steps": [{"command": f"campaign {s.command}", "does": s.does, "built": s.command in built}
-                       for s in q.steps]} for q in QUESTIONS]})
-        return
     console.print("[bold]What question is blocking you today?[/bold] From the first load to the checkpoints: "
                   "estimate, measure, and keep results you can use.\n")
-    for q in QUESTIONS:
+    for q in g.questions:
         console.print(f"[bold]{q.number}. {q.question}[/bold] [dim]({q.outcome})[/dim]")
         for s in q.steps:
-            mark = "" if s.command in built else " [dim](planned)[/dim]"
-            style = "cyan" if s.command in built else "dim"
+            built = s.command in g.built
+            mark = "" if built else " [dim](planned)[/dim]"
+            style = "cyan" if built else "dim"
             console.print(f"   [{style}]campaign {s.command:<8}[/{style}] {s.does}{mark}")
         console.print()

@@ -6,7 +6,7 @@ this package stays light.
 from .dedup import DedupResult, NearPair, find_duplicates
 from .sketch import DedupConfig, choose_banding, sketch
 from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
-from .normalize import NORMALIZER_VERSION, content_hash, normalize
+from .normalize import NORMALIZER_VERSION, content_hash, normalize_text
 from .read import Dataset, Fields, make_dataset, read_dataset
 from .split import LeakFreeSplitter, SplitResult, load_manifest, parse_ratios, split_file
 from .usage import PURPOSES, UsageEntry, UsageReport, record_usage, usage_report, use_split
@@ -14,5 +14,5 @@ from .usage import PURPOSES, UsageEntry, UsageReport, record_usage, usage_report
 __all__ = ["CHECK_IDS", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
            "LeakReport", "NORMALIZER_VERSION", "NearPair", "PURPOSES", "SplitResult", "UsageEntry", "UsageReport",
            "check_files", "choose_banding", "content_hash", "find_duplicates", "find_leaks", "load_manifest",
-           "make_dataset", "normalize", "parse_ratios", "read_dataset", "record_usage", "sketch", "split_file",
+           "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "record_usage", "sketch", "split_file",
            "usage_report", "use_split"]

@@ -125,7 +125,7 @@ def drop_leaking(report: LeakReport, datasets: Mapping[str, Dataset], out_dir: s
         if not recheck.passed:
             failing = [c.id for c in recheck.checks if c.status == "fail"]
             raise InputError(f"the rewritten splits still fail {', '.join(failing)}; report this with the files")
-        from .. import __version__
+        from ..version import __version__
 
         manifest = {"schema": CLEAN_SCHEMA, "campaign_version": __version__,
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

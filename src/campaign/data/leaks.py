@@ -133,7 +133,7 @@ class LeakReport:
         return next(c for c in self.checks if c.id == check_id)
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         return {"schema": self.schema, "campaign_version": __version__, "status": self.status,
                 "threshold": self.threshold, "splits": [s.to_dict() for s in self.splits],

@@ -10,7 +10,7 @@ import sys
 import unicodedata
 from functools import lru_cache
 
-# Bump when the output of normalize() changes for any input: split manifests record it, so a later leak check
+# Bump when the output of normalize_text() changes for any input: split manifests record it, so a later leak check
 # can tell whether two manifests hashed their texts the same way.
 NORMALIZER_VERSION = "campaign-normalize/1 (NFKC, casefold, NFKC, whitespace collapse)"
 
@@ -31,7 +31,7 @@ def _punctuation_table() -> dict[int, int | None]:
     return table
 
 
-def normalize(text: str, *, strip_punctuation: bool = False) -> str:
+def normalize_text(text: str, *, strip_punctuation: bool = False) -> str:
     """Unicode NFKC, casefold, (optionally) punctuation to spaces, whitespace runs to one space, trimmed.
 
     Args:
@@ -55,5 +55,5 @@ def normalizer_id(*, strip_punctuation: bool = False) -> str:
 def content_hash(text: str, *, strip_punctuation: bool = False) -> str:
     """SHA-256 (hex) of the normalized text's UTF-8 bytes: equal for texts that differ only in case, width,
     compatibility forms or spacing; stable across runs, processes and machines (never Python's hash())."""
-    data = normalize(text, strip_punctuation=strip_punctuation).encode("utf-8", "surrogatepass")
+    data = normalize_text(text, strip_punctuation=strip_punctuation).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()

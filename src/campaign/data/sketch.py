@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .normalize import normalize, normalizer_id
+from .normalize import normalize_text, normalizer_id
 
 if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
     import numpy as np
@@ -316,7 +316,7 @@ class Sketches:
             total = len(texts)  # type: ignore[arg-type]
         with progress_bar(description, total, progress) as advance:
             for chunk in _chunks(texts, chunk_size):
-                norm = [normalize(t, strip_punctuation=strip) for t in chunk]
+                norm = [normalize_text(t, strip_punctuation=strip) for t in chunk]
                 self._digests.extend(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in norm)
                 h, counts = shingle_hashes(norm, self.config)
                 sig = minhash_signatures(h, counts, self.config, self._densify)
@@ -425,7 +425,7 @@ def sketch(texts: Iterable[str], config: DedupConfig | None = None, *, progress:
 def signatures(texts: Sequence[str], config: DedupConfig | None = None) -> "np.ndarray":
     """(D, num_perm) MinHash signatures of raw texts (normalized first); for inspection and tests."""
     config = config or DedupConfig()
-    norm = [normalize(t, strip_punctuation=config.strip_punctuation) for t in texts]
+    norm = [normalize_text(t, strip_punctuation=config.strip_punctuation) for t in texts]
     h, counts = shingle_hashes(norm, config)
     return minhash_signatures(h, counts, config)
 

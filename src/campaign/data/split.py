@@ -276,7 +276,7 @@ class SplitResult:
         return self.leaks.passed and all(c.status != "fail" for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         return {"schema": self.schema, "campaign_version": __version__,
                 "created": self.created,

@@ -6,8 +6,10 @@
 numpy, scipy and scikit-learn (the `data` extra) and matplotlib (`report`) are imported only when used.
 """
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
-from .errors import ClassificationReport, ErrorsReport, analyze_classification, analyze_errors
-from .extraction import ExtractionReport, analyze_extraction, normalize, same_normalized, schema_errors
+from .analysis import ClassificationReport, ErrorsReport, analyze_classification, analyze_errors
+from .extraction import ExtractionReport, analyze_extraction
+from .json_schema import schema_errors
+from .values import normalize_value, same_normalized
 from .predictions import Prediction, PredictionSet, read_predictions, read_rows
 from .regress import Guard, RegressionReport, parse_guard, regress
 from .seeds import SeedsReport, compare_paired, compare_seeds
@@ -16,5 +18,5 @@ from .stats import mcnemar, paired_t, power_paired_t, seeds_for_power, sign_test
 __all__ = ["BootstrapInterval", "ClassificationReport", "ErrorsReport", "ExampleBootstrap", "ExtractionReport",
            "Guard", "Prediction", "PredictionSet", "RegressionReport", "SeedsReport", "analyze_classification",
            "analyze_errors", "analyze_extraction", "bootstrap_mean", "compare_paired", "compare_seeds", "mcnemar",
-           "normalize", "paired_bootstrap", "paired_t", "parse_guard", "power_paired_t", "read_predictions",
+           "normalize_value", "paired_bootstrap", "paired_t", "parse_guard", "power_paired_t", "read_predictions",
            "read_rows", "regress", "same_normalized", "schema_errors", "seeds_for_power", "sign_test", "wilcoxon"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
-from .errors import ClassificationReport
+from .analysis import ClassificationReport
 from .extraction import ExtractionReport
 from .seeds import SeedsReport
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InputError
-from .errors import ClassificationReport, analyze_classification, labels_of
+from .analysis import ClassificationReport, analyze_classification, labels_of
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
 from .predictions import PredictionSet, label_of, read_predictions
 from .stats import McNemar, mcnemar
@@ -130,7 +130,7 @@ class RegressionReport:
         return tuple(g for g in self.guards if not g.passed)
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         return {**asdict(self), "campaign_version": __version__}
 

@@ -194,7 +194,7 @@ class SeedsReport:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         d = asdict(self)
         d["t_test"] = self.t_test.to_dict()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from campaign.errors import InputError
-from campaign.evaluate.errors import analyze_errors
+from campaign.evaluate.analysis import analyze_errors
 
 # ids 1..10; gold a a a a b b b c c c; four errors: 3 a->b, 4 a->c, 7 b->a, 10 c->b.
 GOLD = "a a a a b b b c c c".split()

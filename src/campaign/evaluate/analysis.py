@@ -87,7 +87,7 @@ class ClassificationReport:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        from .. import __version__
+        from ..version import __version__
 
         return {**asdict(self), "campaign_version": __version__}
 

@@ -160,3 +160,11 @@ def test_malformed_keyword_values_are_one_line_errors(tmp_path, keyword, value, 
     assert "\n" not in msg and str(path) in msg and repr(keyword) in msg and fix in msg
     assert msg.endswith("fix the schema")
     assert ("$.name" in msg) == (keyword not in ("properties", "required"))
+
+
+def test_a_model_output_no_parser_can_hold_is_an_invalid_object_not_a_crash():
+    from campaign.evaluate.values import parse_object
+
+    assert parse_object('{"a": ' + "9" * 5000 + "}") is None          # past Python's integer conversion limit
+    assert parse_object("[" * 100_000 + "]" * 100_000) is None         # nesting past the stack
+    assert parse_object('{"a": 1}') == {"a": 1}

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..checks import Check, passed
 from ..errors import InputError
 from .dedup import cross_duplicates
 from .sketch import DedupConfig, Sketches, sketch
@@ -79,24 +80,19 @@ class PairLeak:
 
 
 @dataclass(frozen=True)
-class LeakCheck:
-    """One kind of leak over every split pair. rows: distinct leaking rows summed over the later splits (a row
-    leaking from two earlier splits counts once); rate: the largest share of leaking rows in a later split.
-    status: pass, fail (a later split's rate exceeds the threshold) or skipped (no label or group field to check,
-    or a search that could not be completed), with what was seen, why it matters and the fix."""
+class LeakCheck(Check):
+    """One kind of leak over every split pair (a Check with counts). rows: distinct leaking rows summed over the
+    later splits (a row leaking from two earlier splits counts once); rate: the largest share of leaking rows in a
+    later split. status: pass, fail (a later split's rate exceeds the threshold) or skipped (no label or group
+    field to check, or a search that could not be completed)."""
 
-    id: str
-    status: str
-    rows: int
-    rate: float
-    pairs: tuple[PairLeak, ...]
-    seen: str
-    why: str
-    fix: str
+    rows: int = 0
+    rate: float = 0.0
+    pairs: tuple[PairLeak, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "rows": self.rows, "rate": round(self.rate, 6),
-                "seen": self.seen, "why": self.why, "fix": self.fix, "pairs": [p.to_dict() for p in self.pairs]}
+        return {**super().to_dict(), "rows": self.rows, "rate": round(self.rate, 6),
+                "pairs": [p.to_dict() for p in self.pairs]}
 
 
 @dataclass(frozen=True)
@@ -123,7 +119,7 @@ class LeakReport:
 
     @property
     def passed(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        return passed(self.checks)
 
     @property
     def status(self) -> str:
@@ -243,10 +239,10 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
         pairs = tuple(by_check[cid])
         seen, why, fix = _WHY[cid]
         if cid == LABEL and not has_labels:
-            checks.append(LeakCheck(cid, "skipped", 0, 0.0, (), "no label field given", why, "pass --label FIELD"))
+            checks.append(LeakCheck(cid, "skipped", "no label field given", why, "pass --label FIELD"))
             continue
         if cid == GROUP and not group_fields:
-            checks.append(LeakCheck(cid, "skipped", 0, 0.0, (), "no group field given", why, "pass --group FIELD"))
+            checks.append(LeakCheck(cid, "skipped", "no group field given", why, "pass --group FIELD"))
             continue
         per_split = {n: len(rows) for n, rows in leaking[cid].items()}
         rows = sum(per_split.values())
@@ -263,7 +259,7 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
                     f"{'none found' if not rows else seen} in the part searched")
             fix = (f"raise the bucket cap above {config.max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
                    "drop the mass-repeated boilerplate texts that crowd the buckets")
-        checks.append(LeakCheck(cid, status, rows, rate, pairs, seen, why, fix))
+        checks.append(LeakCheck(cid, status, seen, why, fix, rows=rows, rate=rate, pairs=pairs))
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
     return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
 

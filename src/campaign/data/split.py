@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import Check, passed
 from ..errors import InputError
 from .dedup import DedupResult, find_duplicates
 from .sketch import DedupConfig, mix64, mix_int
@@ -238,21 +239,6 @@ class SplitPart:
 
 
 @dataclass(frozen=True)
-class SplitCheck:
-    """A check on the split itself (split.ratio, split.label_ratio, split.label_conflict): pass / fail / warn /
-    skipped, what was seen, and (where there is something to do) why it matters and the fix."""
-
-    id: str
-    status: str
-    seen: str
-    why: str = ""
-    fix: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
-
-
-@dataclass(frozen=True)
 class SplitResult:
     """What `campaign split` did; to_dict() is the split manifest."""
 
@@ -264,7 +250,7 @@ class SplitResult:
     units: int
     largest_unit: int
     duplicates: dict[str, int]
-    checks: tuple[SplitCheck, ...]
+    checks: tuple[Check, ...]
     leaks: LeakReport
     manifest: str
     created: str = ""
@@ -273,7 +259,7 @@ class SplitResult:
 
     @property
     def passed(self) -> bool:
-        return self.leaks.passed and all(c.status != "fail" for c in self.checks)
+        return self.leaks.passed and passed(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         from ..version import __version__
@@ -507,13 +493,13 @@ def _earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tu
     return out, None
 
 
-def _label_conflict_check(d: DedupResult, ds: Dataset) -> SplitCheck:
+def _label_conflict_check(d: DedupResult, ds: Dataset) -> Check:
     """split.label_conflict: the same (or nearly the same) text with different labels inside the input. The split
     keeps such rows together, so they leak nothing, but one of the labels is wrong or the task is ambiguous."""
     clusters, rows, shown = label_conflicts(d, ds.labels, [ds.ref(i) for i in range(len(ds))])
     if not clusters:
-        return SplitCheck("split.label_conflict", "pass", "no duplicate carries two labels")
-    return SplitCheck("split.label_conflict", "warn",
+        return Check("split.label_conflict", "pass", "no duplicate carries two labels")
+    return Check("split.label_conflict", "warn",
                       f"{clusters:,} duplicate cluster(s) ({rows:,} rows) carry different labels, e.g. "
                       + "; ".join(shown),
                       "label noise or an ambiguous task: whichever label the model learns, the other rows count as "
@@ -523,15 +509,15 @@ def _label_conflict_check(d: DedupResult, ds: Dataset) -> SplitCheck:
 
 
 def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,
-            stratify: bool) -> tuple[list[SplitCheck], list[str]]:
+            stratify: bool) -> tuple[list[Check], list[str]]:
     notes: list[str] = []
     worst = max(parts, key=lambda p: abs(p.fraction - p.target_fraction))
     dev = abs(worst.fraction - worst.target_fraction)
-    checks = [SplitCheck("split.ratio", "pass" if dev <= tolerance else "fail",
+    checks = [Check("split.ratio", "pass" if dev <= tolerance else "fail",
                          f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
                          f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")]
     if not stratify:
-        checks.append(SplitCheck("split.label_ratio", "skipped", "not stratified"))
+        checks.append(Check("split.label_ratio", "skipped", "not stratified"))
         return checks, notes
     # one row moves a label's fraction by 1/rows: labels with fewer than 2/tolerance rows cannot be held to it
     checkable = [lbl for lbl, t in label_total.items() if t >= 2 / tolerance]
@@ -541,10 +527,10 @@ def _checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], toleranc
                      f"tolerance: {', '.join(map(str, small[:5]))}{' ...' if len(small) > 5 else ''}")
     gaps = [(abs(p.label_fractions.get(lbl, 0.0) - p.target_fraction), lbl, p) for lbl in checkable for p in parts]
     if not gaps:
-        checks.append(SplitCheck("split.label_ratio", "skipped", "no label has enough rows to check"))
+        checks.append(Check("split.label_ratio", "skipped", "no label has enough rows to check"))
         return checks, notes
     gap, lbl, p = max(gaps, key=lambda g: g[0])
-    checks.append(SplitCheck("split.label_ratio", "pass" if gap <= tolerance else "fail",
+    checks.append(Check("split.label_ratio", "pass" if gap <= tolerance else "fail",
                              f"largest gap {gap * 100:.2f} points (label {lbl!r} in {p.name}: "
                              f"{p.label_fractions.get(lbl, 0.0):.2%} for {p.target_fraction:.2%})"))
     return checks, notes

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check, passed
 from ..errors import InputError
 from .split import MANIFEST_NAME, load_manifest
 
@@ -66,18 +67,6 @@ class UsageEntry:
 
 
 @dataclass(frozen=True)
-class UsageCheck:
-    id: str
-    status: str
-    seen: str
-    why: str
-    fix: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
-
-
-@dataclass(frozen=True)
 class UsageReport:
     """The ledger of one split manifest: counts per split and purpose, decisions made on the final split, checks."""
 
@@ -89,14 +78,14 @@ class UsageReport:
     entries: tuple[UsageEntry, ...]
     counts: dict[str, dict[str, int]]
     final_decisions: int
-    checks: tuple[UsageCheck, ...]
+    checks: tuple[Check, ...]
     warnings: tuple[str, ...] = ()
     recorded: UsageEntry | None = None
     schema: str = SCHEMA
 
     @property
     def passed(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        return passed(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.schema, "status": "pass" if self.passed else "fail", "manifest": self.manifest,
@@ -223,14 +212,14 @@ def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, f
                         f"re-split); they do not count against the current {name!r}")
     decisions = sum(counts[final][p] for p in DECISIONS)
     trained = counts[final]["training"]
-    reuse = UsageCheck(
+    reuse = Check(
         CHECK_REUSE, "fail" if decisions > max_final_uses else "pass",
         f"the final split {final!r} informed {decisions} decision(s); the limit is {max_final_uses}",
         "each look at the test score that changes a setting fits the settings to the test set; its score "
         "becomes optimistic",
         "choose settings on the validation split; keep the test split for one final report, or re-split and "
         "collect a fresh test set")
-    training = UsageCheck(
+    training = Check(
         CHECK_TRAINING, "fail" if trained else "pass",
         f"the final split {final!r} was used for training {trained} time(s)",
         "a model trained on the test split is scored on data it has seen",

@@ -1,11 +1,50 @@
-"""campaign: estimate, measure and record what a GPU compute campaign needs, before and while paying for it."""
-from .errors import CampaignError, ConfigError, InputError, UnknownNameError
-from .hardware import Card, all_cards, find_card
-from .memory import (Fit, KVEstimate, MemoryEstimate, Workload, estimate_kv, estimate_memory, fit_cards,
-                     make_workload)
-from .models import ModelSpec, load_spec
+"""campaign: estimate, measure and record what a GPU compute campaign needs, before and while paying for it.
 
+Every command's library call is here under the command's own words, imported on first use so that `import
+campaign` (and the CLI) stays light: `campaign.trace_memory(...)` loads torch only when it is called.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .errors import CampaignError, ConfigError, InputError, UnknownNameError
 from .version import __version__
+
+# name -> module that defines it, by the question it answers (campaign guide)
+_LAZY = {
+    # 1. my model has never run: memory, kv, cards, models, trace, measure, explain
+    "load_spec": "models", "ModelSpec": "models", "find_card": "hardware", "all_cards": "hardware",
+    "Card": "hardware", "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory",
+    "MemoryEstimate": "memory", "estimate_kv": "memory", "KVEstimate": "memory", "fit_cards": "memory",
+    "Fit": "memory", "trace_memory": "memory.trace", "measure_workload": "memory.protocol",
+    "measure_script": "memory.protocol", "MemoryMeter": "memory.measure", "load_measurement": "memory.measure",
+    "explain": "memory.explain", "load_estimate": "memory.explain",
+    # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
+    "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",
+    "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",
+    "use_split": "data.usage", "record_usage": "data.usage", "usage_report": "data.usage",
+    "analyze_errors": "evaluate.analysis", "regress": "evaluate.regress", "compare_seeds": "evaluate.seeds",
+    "compare_paired": "evaluate.seeds",
+    # the map
+    "guide_map": "guide",
+}
+
+__all__ = ["CampaignError", "ConfigError", "InputError", "UnknownNameError", "__version__", "current_meter",
+           "plan_memory", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'campaign' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value          # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def current_meter():  # type: ignore[no-untyped-def]
@@ -14,11 +53,14 @@ def current_meter():  # type: ignore[no-untyped-def]
 
     return meter()
 
-__all__ = ["CampaignError", "Card", "ConfigError", "Fit", "InputError", "KVEstimate", "MemoryEstimate",
-           "ModelSpec", "UnknownNameError", "Workload", "__version__", "all_cards", "estimate_kv",
-           "current_meter", "estimate_memory", "find_card", "fit_cards", "load_spec", "make_workload", "plan_memory"]
-
 
 def plan_memory(model: str, *, reserve: str | float = "10%", **workload: object) -> MemoryEstimate:
     """One call for notebooks: resolve the model, validate the workload, estimate. Same names as the CLI."""
+    from .memory import estimate_memory, make_workload
+    from .models import load_spec
+
     return estimate_memory(load_spec(model), make_workload(**workload), reserve=reserve)
+
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time these come from __getattr__
+    from .memory import MemoryEstimate

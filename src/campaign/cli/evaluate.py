@@ -46,24 +46,12 @@ def errors(
 
     Exit 0 when analyzed, 2 on bad input.
     """
-    from ..evaluate.analysis import ClassificationReport, analyze_errors
+    from ..evaluate.analysis import analyze_errors
 
     rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                          schema=schema, required=_split(required), slice_by=slice_by, top=top,
-                         review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed)
-    plot_path = None
-    if plot:
-        from ..evaluate.plots import plot_confusion, plot_fields
-
-        plot_path = str(plot_confusion(rep, plot) if isinstance(rep, ClassificationReport) else plot_fields(rep, plot))
-    if as_json:
-        data = rep.to_dict()
-        data["plot"] = plot_path
-        o.print_json(data)
-    elif isinstance(rep, ClassificationReport):
-        _render_classification(rep, plot_path)
-    else:
-        _render_extraction(rep, plot_path)
+                         review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed, plot=plot)
+    o.emit(rep, _render_classification if rep.task == "classification" else _render_extraction, as_json)
 
 
 def regress(
@@ -118,18 +106,9 @@ def seeds(
         rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
                             score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
-                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
-    plot_path = None
-    if plot:
-        from ..evaluate.plots import plot_seeds
-
-        plot_path = str(plot_seeds(rep, plot))
-    if as_json:
-        data = rep.to_dict()
-        data["plot"] = plot_path
-        o.print_json(data)
-    else:
-        _render_seeds(rep, plot_path)
+                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field,
+                            plot=plot)
+    o.emit(rep, _render_seeds, as_json)
 
 
 # ---- rendering: the verdict first, then tables, then notes ----------------------------------------------------
@@ -162,7 +141,7 @@ def _ids(ids: Any, n: int = SHOW) -> str:
     return ", ".join(_e(i) for i in ids[:n]) + (f", ... (+{len(ids) - n})" if len(ids) > n else "")
 
 
-def _render_classification(rep: Any, plot_path: str | None) -> None:
+def _render_classification(rep: Any) -> None:
     from .render import console
 
     avg = rep.averages
@@ -199,10 +178,10 @@ def _render_classification(rep: Any, plot_path: str | None) -> None:
         for s in rep.slices:
             t.add_row(_e(s.value), str(s.examples), str(s.errors), f"{s.accuracy:.3f}", f"{s.macro_f1:.3f}")
         console.print(t)
-    _render_review(rep, plot_path)
+    _render_review(rep)
 
 
-def _render_review(rep: Any, plot_path: str | None) -> None:
+def _render_review(rep: Any) -> None:
     from .render import console
 
     if rep.taxonomy:
@@ -216,14 +195,14 @@ def _render_review(rep: Any, plot_path: str | None) -> None:
     if rep.review_sheet:
         console.print(f"Review sheet: {_e(rep.review_sheet)} ({rep.review_rows} rows; fill the 'tag' column, then "
                       f"pass it back with --taxonomy)")
-    if plot_path:
-        console.print(f"Plot: {_e(plot_path)}")
+    if rep.plot:
+        console.print(f"Plot: {_e(rep.plot)}")
     _notes(rep.notes)
     if rep.taxonomy:
         _notes(rep.taxonomy.notes)
 
 
-def _render_extraction(rep: Any, plot_path: str | None) -> None:
+def _render_extraction(rep: Any) -> None:
     from .render import console
 
     console.print(f"[bold]{_e(rep.source['path'])}[/bold] · extraction · {rep.examples:,} examples")
@@ -263,7 +242,7 @@ def _render_extraction(rep: Any, plot_path: str | None) -> None:
         console.print(t)
     if rep.invalid_ids:
         console.print(f"Invalid JSON, e.g.: {_ids(rep.invalid_ids)}")
-    _render_review(rep, plot_path)
+    _render_review(rep)
 
 
 def _render_regress(rep: Any) -> None:
@@ -316,7 +295,7 @@ def _fmt(x: float | None) -> str:
     return "-inf" if x is None else f"{x:+.4g}"
 
 
-def _render_seeds(rep: Any, plot_path: str | None) -> None:
+def _render_seeds(rep: Any) -> None:
     from .render import console
 
     style = {"convincing": "green", "no useful effect": "red", "inconclusive": "yellow"}[rep.verdict]
@@ -357,6 +336,6 @@ def _render_seeds(rep: Any, plot_path: str | None) -> None:
         tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})", f"mean {e.mean_diff:+.4g}", "",
                       f"[{_fmt(e.low)}, {'+inf' if e.high is None else f'{e.high:+.4g}'}]")
     console.print(tests)
-    if plot_path:
-        console.print(f"Plot: {_e(plot_path)}")
+    if rep.plot:
+        console.print(f"Plot: {_e(rep.plot)}")
     _notes(rep.notes)

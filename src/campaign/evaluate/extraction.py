@@ -97,6 +97,7 @@ class ExtractionReport:
     per_example: tuple[ExampleResult, ...] = field(default=(), repr=False)
     task: str = "extraction"
     schema: str = SCHEMA
+    plot: str | None = None         # the per-field bars written, when asked for
 
     def to_dict(self) -> dict[str, Any]:
         from ..version import __version__

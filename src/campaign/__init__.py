@@ -14,8 +14,8 @@ from .version import __version__
 # name -> module that defines it, by the question it answers (campaign guide)
 _LAZY = {
     # 1. my model has never run: memory, kv, cards, models, trace, measure, explain
-    "load_spec": "models", "ModelSpec": "models", "find_card": "hardware", "all_cards": "hardware",
-    "Card": "hardware", "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory",
+    "load_spec": "models", "ModelSpec": "models", "describe_model": "models.describe", "catalog": "models.describe",
+    "find_card": "hardware", "all_cards": "hardware", "card_list": "hardware", "Card": "hardware", "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory",
     "MemoryEstimate": "memory", "estimate_kv": "memory", "KVEstimate": "memory", "fit_cards": "memory",
     "Fit": "memory", "trace_memory": "memory.trace", "measure_workload": "memory.protocol",
     "measure_script": "memory.protocol", "MemoryMeter": "memory.measure", "load_measurement": "memory.measure",

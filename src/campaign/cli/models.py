@@ -18,61 +18,64 @@ def models(
     as_json: o.Json = False,
 ) -> None:
     """List the bundled models, or show one model's spec: layers, heads, KV heads, MoE, MLA, windows, params."""
+    from ..models.describe import catalog, describe_model
+
+    if model is None:
+        o.emit(catalog(), render_catalog, as_json)
+    else:
+        o.emit(describe_model(model, exact=exact), render_facts, as_json)
+
+
+def render_catalog(listing) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
-    from ..models import catalog_names, load_spec, published_counts
     from ..units import fmt_count
     from .render import console
 
-    if model is None:
-        specs = [load_spec(name) for name in catalog_names()]
-        if as_json:
-            o.print_json({"schema": "campaign.models/1", "models": [
-                {"name": s.name, "model_type": s.model_type, "params": s.params, "active_params": s.active_params}
-                for s in specs]})
-            return
-        table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
-                      title_justify="left")
-        short = [s.name.split("/", 1)[-1] for s in specs]     # every command takes the name without its org
-        # the name is what a user copies: never cut it; a narrow terminal drops the type and vocab columns
-        wide = console.width >= 100
-        cols = ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention") if wide else \
-            ("model", "params", "active", "layers", "heads/kv", "attention")
-        for col in cols:
-            table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right",
-                             min_width=max(map(len, short)) if col == "model" else None,
-                             no_wrap=col != "attention", overflow="fold")
-        for name, s in zip(short, specs):
-            cells = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
-                     "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
-                     "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
-                     "attention": _attention(s)}
-            table.add_row(*(cells[c] for c in cols))
-        console.print(table)
-        return
-    spec = load_spec(model, exact=exact)
-    published = published_counts().get(spec.name, {})
-    if as_json:
-        data = spec.to_dict()
-        data["published"] = published or None
-        o.print_json(data)
-        return
+    specs = listing.specs
+    table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
+                  title_justify="left")
+    short = [s.name.split("/", 1)[-1] for s in specs]     # every command takes the name without its org
+    # the name is what a user copies: never cut it; a narrow terminal drops the type and vocab columns
+    wide = console.width >= 100
+    cols = ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention") if wide else \
+        ("model", "params", "active", "layers", "heads/kv", "attention")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right",
+                         min_width=max(map(len, short)) if col == "model" else None,
+                         no_wrap=col != "attention", overflow="fold")
+    for name, s in zip(short, specs):
+        cells = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
+                 "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
+                 "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
+                 "attention": _attention(s)}
+        table.add_row(*(cells[c] for c in cols))
+    console.print(table)
+
+
+def render_facts(facts) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    from ..units import fmt_count
+    from .render import console
+
+    spec, published = facts.spec, facts.published or {}
     console.print(f"[bold]{spec.name}[/bold] ({spec.architecture}, {spec.model_type}) from {spec.source}")
     console.print(f"[bold]{spec.params:,}[/bold] parameters ({fmt_count(spec.params)}; {spec.params_method})"
                   + (f", {spec.active_params:,} active per token" if spec.moe else "")
                   + (f"; published: {published.get('params_text')}" if published else ""))
-    facts = [("layers", spec.num_layers), ("hidden", spec.hidden_size), ("heads", spec.num_heads),
-             ("KV heads", spec.num_kv_heads), ("head dim", spec.head_dim), ("intermediate", spec.intermediate_size),
-             ("vocab", f"{spec.vocab_size:,}"), ("tied embeddings", spec.tie_embeddings),
-             ("max positions", f"{spec.max_position:,}"), ("attention", _attention(spec)),
-             ("checkpoint dtype", spec.torch_dtype)]
+    facts_rows = [("layers", spec.num_layers), ("hidden", spec.hidden_size), ("heads", spec.num_heads),
+                  ("KV heads", spec.num_kv_heads), ("head dim", spec.head_dim),
+                  ("intermediate", spec.intermediate_size), ("vocab", f"{spec.vocab_size:,}"),
+                  ("tied embeddings", spec.tie_embeddings), ("max positions", f"{spec.max_position:,}"),
+                  ("attention", _attention(spec)), ("checkpoint dtype", spec.torch_dtype)]
     if spec.moe:
-        facts.append(("MoE", f"{spec.moe.num_experts} experts, {spec.moe.experts_per_token} per token, "
-                             f"{spec.moe.moe_layers} MoE layers, expert size {spec.moe.expert_intermediate_size}"))
+        facts_rows.append(("MoE", f"{spec.moe.num_experts} experts, {spec.moe.experts_per_token} per token, "
+                                  f"{spec.moe.moe_layers} MoE layers, expert size {spec.moe.expert_intermediate_size}"))
     if spec.mla:
-        facts.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, rope {spec.mla.qk_rope_head_dim}"))
+        facts_rows.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, rope {spec.mla.qk_rope_head_dim}"))
     table = Table(show_header=False)
-    for k, v in facts:
+    for k, v in facts_rows:
         table.add_row(k, str(v))
     console.print(table)
     for note in spec.notes:

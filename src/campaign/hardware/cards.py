@@ -59,3 +59,27 @@ def find_card(name: str) -> Card:
         return Card(f"custom-{size_text}", "unknown", "cuda", size, size_text, None, None)
     known = [c.name for c in all_cards()] + [a for c in all_cards() for a in c.aliases]
     raise UnknownNameError("card", name, known, "See campaign cards, or give a size such as custom:24GiB.")
+
+
+@dataclass(frozen=True)
+class CardList:
+    """What `campaign cards` shows: the cards of one vendor (or all), as the driver reports their memory."""
+
+    cards: tuple[Card, ...]
+    vendor: str | None = None
+    schema: str = "campaign.cards/1"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "cards": [c.to_dict() for c in self.cards]}
+
+
+def card_list(vendor: str | None = None) -> CardList:
+    """The catalog's cards, of one vendor ('nvidia' or 'amd') when given.
+
+    Raises:
+        InputError: an unknown vendor.
+    """
+    if vendor is not None and vendor.lower() not in ("nvidia", "amd"):
+        raise InputError(f"vendor {vendor!r} is unknown; choose nvidia or amd")
+    cards = all_cards()
+    return CardList(tuple(c for c in cards if vendor is None or c.vendor == vendor.lower()), vendor)

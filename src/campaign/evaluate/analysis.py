@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
+from ..results import Result
 from ..errors import InputError, MissingDependencyError
 from ..validate import check_seed
 from .extraction import ExtractionReport, analyze_extraction
@@ -63,7 +64,7 @@ class SliceMetrics:
 
 
 @dataclass(frozen=True)
-class ClassificationReport:
+class ClassificationReport(Result):
     """Everything `campaign errors` shows for a classifier; matrix rows are gold labels, columns predictions."""
 
     source: dict[str, Any]
@@ -87,10 +88,6 @@ class ClassificationReport:
     schema: str = SCHEMA
     plot: str | None = None         # the confusion heatmap written, when one was asked for
 
-    def to_dict(self) -> dict[str, Any]:
-        from ..version import __version__
-
-        return {**asdict(self), "campaign_version": __version__}
 
     def metrics(self) -> dict[str, float]:
         """Flat metric names for guards: accuracy, macro_f1, f1[label], precision[label], recall[label], ..."""

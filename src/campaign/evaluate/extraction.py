@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..results import Result
 from ..errors import InputError
 from .json_schema import load_schema, schema_errors
 from .predictions import PredictionSet
@@ -70,8 +71,10 @@ class ExtractionSlice:
 
 
 @dataclass(frozen=True)
-class ExtractionReport:
+class ExtractionReport(Result):
     """Everything `campaign errors --task extraction` shows; rates are over all examples unless named."""
+
+    OMIT = ("per_example",)
 
     source: dict[str, Any]
     examples: int
@@ -99,13 +102,6 @@ class ExtractionReport:
     schema: str = SCHEMA
     plot: str | None = None         # the per-field bars written, when asked for
 
-    def to_dict(self) -> dict[str, Any]:
-        from ..version import __version__
-
-        d = asdict(self)
-        del d["per_example"]
-        d["campaign_version"] = __version__
-        return d
 
     def metrics(self) -> dict[str, float]:
         """Flat metric names for guards: valid_json, schema_valid, required_all, required[f], exact[f], match[f]."""

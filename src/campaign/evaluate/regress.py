@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from ..results import Result
 from ..errors import InputError
 from .analysis import ClassificationReport, analyze_classification, labels_of
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
@@ -103,7 +104,7 @@ class ClassDelta:
 
 
 @dataclass(frozen=True)
-class RegressionReport:
+class RegressionReport(Result):
     """What changed between two prediction files on the same examples; `passed` is False if a guard failed."""
 
     task: str
@@ -129,10 +130,6 @@ class RegressionReport:
     def failed_guards(self) -> tuple[Guard, ...]:
         return tuple(g for g in self.guards if not g.passed)
 
-    def to_dict(self) -> dict[str, Any]:
-        from ..version import __version__
-
-        return {**asdict(self), "campaign_version": __version__}
 
 
 def _check_same_examples(a: PredictionSet, b: PredictionSet, task: str) -> None:

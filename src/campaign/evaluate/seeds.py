@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..results import Result
 from ..errors import InputError
 from ..validate import check_seed
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
@@ -154,7 +155,7 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
 
 
 @dataclass(frozen=True)
-class SeedsReport:
+class SeedsReport(Result):
     """Paired comparison of two variants over seeds; mean_diff > 0 means the candidate is better."""
 
     baseline: str
@@ -194,13 +195,6 @@ class SeedsReport:
     schema: str = SCHEMA
     plot: str | None = None         # the dispersion plot written, when asked for
 
-    def to_dict(self) -> dict[str, Any]:
-        from ..version import __version__
-
-        d = asdict(self)
-        d["t_test"] = self.t_test.to_dict()
-        d["campaign_version"] = __version__
-        return d
 
 
 # Bootstrap percentile intervals of a mean "badly under-cover in small samples" and are less accurate than t

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
 from ..conftest import tiny_llama
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # Ways a JSON file can be broken, whatever it is meant to hold.
 BROKEN_JSON = {
@@ -263,7 +266,7 @@ NUMERIC = _numeric_options()
 # Options whose values are counts or sizes: zero or a negative number cannot be right.
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
             "--prefill-chunk", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
-            "--max-bucket", "--examples", "--per-cell", "--top", "--resamples"}
+            "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence"}
 
@@ -298,13 +301,14 @@ def bases(tmp_path):
             "explain": ["explain", "gpt2", "--measured", str(tmp_path / "absent.json")],
             "split": ["split", str(data), "--out", str(tmp_path / "o"), "--force"],
             "leaks": ["leaks", str(data), str(other)], "usage": ["usage", manifest],
-            "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)]}
+            "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)],
+            "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"]}
 
 
 @pytest.mark.parametrize("command, option, kind", NUMERIC, ids=[f"{c}{o}" for c, o, _ in NUMERIC])
 def test_every_numeric_option_refuses_what_cannot_be_right(cli, bases, command, option, kind):
     base = bases[command]
-    heavy = command in ("trace", "measure")
+    heavy = command in ("trace", "measure", "batch")
     values = ["nan", "inf", "-inf", "1e309", "abc"] if kind == "float" else ["abc", "9" * 5000, "1.5"]
     for v in values:                                    # never a quantity: refused while parsing
         refused(cli(*base, option, v), option)

@@ -1,0 +1,315 @@
+"""Effective batch and gradient accumulation: does the gradient accumulated over micro-batches (and processes) equal
+the gradient of the whole update computed at once, under the loss normalization the training loop uses?
+
+Every token of an update should weigh the same: the reference is the full batch's summed token loss divided by its
+token count. Accumulating `sum_i loss_sum_i / N_update` gives it exactly; the common `mean_i / steps` (each
+micro-batch's mean, divided by the accumulation steps) weighs a token of a short micro-batch more than one of a long
+one, and differs as soon as micro-batches hold different token counts. Across processes, DDP averages gradients, so
+the per-token loss must be divided by the token count of the whole update (all processes) times the world size;
+dividing by the local count is the same error again between processes.
+
+The token losses come from the model's logits and the batch's labels (-100 is ignored; causal LMs shift by one as
+transformers does), so the check is about the normalization, whatever loss function wraps it. Dropout is off
+(eval mode) so that two computations of one update see the same network.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checks import Check, passed
+from ..errors import InputError
+from ..results import Result
+from .setup import Setup, load_setup
+
+SCHEMA = "campaign.batch/1"
+NORMALIZATIONS = {"token": "every token weighs the same: summed token losses / tokens of the whole update",
+                  "micro_batch_mean": "each micro-batch's mean loss / accumulation steps",
+                  "token_local": "summed token losses / this process's tokens (DDP then averages the processes)"}
+PAD_KEYS = {"input_ids": 0, "attention_mask": 0, "labels": -100, "token_type_ids": 0}
+# Relative error under which two gradients of one update are the same up to float arithmetic (fp32: summation order
+# changes ~1e-7 relative per add; a wrong normalization errs by the spread of token counts, percents).
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9, "bfloat16": 2e-2, "float16": 1e-2}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of normalizing the accumulated loss, against the full-batch gradient."""
+
+    normalization: str
+    relative_error: float
+    cosine: float
+    meaning: str
+
+
+@dataclass(frozen=True)
+class BatchReport(Result):
+    """Effective batch, tokens per update, and each normalization's gradient against the whole update's."""
+
+    micro_batch: int
+    accumulation: int
+    processes: int
+    effective_batch: int
+    tokens_per_micro_batch: tuple[int, ...]
+    tokens_per_update: int
+    tokens_per_process: tuple[int, ...]
+    normalization: str
+    variants: tuple[Variant, ...]
+    tolerance: float
+    dtype: str
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...] = ()
+    source: str = ""
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return passed(self.checks)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("torch", "torch") from e
+    return torch
+
+
+def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
+    """(sum of token losses, tokens counted) of one batch from the model's logits; labels -100 are ignored."""
+    torch = _torch()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = model(**inputs).logits
+    labels = batch["labels"]
+    if type(getattr(model, "module", model)).__name__.endswith("ForCausalLM"):
+        logits, labels = logits[:, :-1, :], labels[:, 1:]            # token t predicts t + 1, as transformers
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
+    return loss, int((labels != -100).sum())
+
+
+def tokens(model: Any, batch: Mapping[str, Any]) -> int:
+    """Tokens whose loss counts in a batch (labels != -100, after the causal shift)."""
+    labels = batch["labels"]
+    if type(getattr(model, "module", model)).__name__.endswith("ForCausalLM"):
+        labels = labels[:, 1:]
+    return int((labels != -100).sum())
+
+
+def concatenate(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One batch holding every row of the micro-batches, right-padded to the longest (input ids 0, mask 0, labels
+    -100): the whole update at once."""
+    torch = _torch()
+    keys = set(batches[0])
+    for b in batches:
+        if set(b) != keys:
+            raise InputError(f"micro-batches hold different fields ({sorted(keys)} vs {sorted(b)}); give the same "
+                             "fields in every batch")
+        unknown = set(b) - set(PAD_KEYS)
+        if unknown:
+            raise InputError(f"the accumulation check pads input_ids, attention_mask, labels and token_type_ids; "
+                             f"the batches also hold {sorted(unknown)}")
+    length = max(int(b["input_ids"].shape[1]) for b in batches)
+    out = {}
+    for k in keys:
+        rows = [torch.nn.functional.pad(b[k], (0, length - b[k].shape[1]), value=PAD_KEYS[k]) for b in batches]
+        out[k] = torch.cat(rows, dim=0)
+    return out
+
+
+def _grads(model: Any) -> Any:
+    torch = _torch()
+    return torch.cat([p.grad.detach().double().reshape(-1) if p.grad is not None else
+                      torch.zeros(p.numel(), dtype=torch.float64) for p in model.parameters() if p.requires_grad])
+
+
+def _compare(g: Any, ref: Any) -> tuple[float, float]:
+    torch = _torch()
+    rel = float(torch.linalg.vector_norm(g - ref) / torch.linalg.vector_norm(ref))
+    cos = float(torch.nn.functional.cosine_similarity(g, ref, dim=0))
+    return rel, cos
+
+
+def _zero(model: Any) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = None, processes: int = 1,
+                       normalization: str | None = None, timeout: float = 600) -> BatchReport:
+    """Effective batch and the accumulation check for a setup (see the module docstring).
+
+    Args:
+        setup: 'setup.py:make_setup', a factory, or a Setup; its batches are the micro-batches, in order.
+        accumulation: micro-batches per update on each process (default: all the batches, split over processes).
+        processes: 1 here, or 2+ run for real under torchrun with DDP (gloo on the CPU).
+        normalization: what the training loop does: 'token' or 'micro_batch_mean' (default: the setup's, else
+            'micro_batch_mean', what `loss / steps` with an HF model's own mean loss gives).
+    Raises:
+        InputError: a bad setup, too few batches, unequal batch fields, an unknown normalization.
+    """
+    s = load_setup(setup)
+    n = len(s.batches)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise InputError(f"processes {processes!r} must be a whole number >= 1")
+    accumulation = accumulation if accumulation is not None else n // processes
+    if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
+        raise InputError(f"accumulation {accumulation!r} must be a whole number >= 1")
+    if accumulation * processes > n:
+        raise InputError(f"{accumulation} accumulation steps x {processes} process(es) need {accumulation * processes} "
+                         f"micro-batches; the setup gives {n}")
+    chosen = normalization or s.normalization or "micro_batch_mean"
+    if chosen not in ("token", "micro_batch_mean"):
+        raise InputError(f"normalization {chosen!r} must be 'token' or 'micro_batch_mean'")
+    batches = s.batches[:accumulation * processes]
+    model = s.model
+    if processes > 1:
+        if not isinstance(setup, str):
+            raise InputError("a check over several processes runs the setup file in each: give 'setup.py:make_setup'")
+        measured = _run_torchrun(setup, accumulation, processes, timeout)
+        per_process = tuple(measured["tokens_per_process"])
+        variants_raw = measured["variants"]
+    else:
+        measured, variants_raw, per_process = None, _one_process(model, batches), ()
+    counts = tuple(tokens(model, b) for b in batches)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    tol = TOLERANCE.get(dtype, 1e-4)
+    variants = tuple(Variant(k, v["relative_error"], v["cosine"], NORMALIZATIONS[k]) for k, v in variants_raw.items())
+    micro = int(batches[0]["input_ids"].shape[0])
+    rows = {int(b["input_ids"].shape[0]) for b in batches}
+    checks, notes = [], []
+    user = next(v for v in variants if v.normalization == chosen)
+    differ = len(set(counts)) > 1 or len(set(per_process)) > 1
+    if user.relative_error <= tol:
+        checks.append(Check("batch.accumulation_equivalence", "pass",
+                            f"{chosen}: relative error {user.relative_error:.1e}, cosine {user.cosine:.6f} against "
+                            "the whole update's gradient"))
+    else:
+        right = next(v for v in variants if v.normalization == "token")
+        checks.append(Check(
+            "batch.accumulation_equivalence", "fail",
+            f"{chosen}: relative error {user.relative_error:.2%} (cosine {user.cosine:.4f}) against the whole "
+            f"update's gradient; per-token normalization errs {right.relative_error:.1e}",
+            "micro-batches with more tokens count less per token: the update is not the batch you think you train "
+            "with, and changing the accumulation steps changes the training",
+            "sum the token losses and divide by the tokens of the whole update (transformers: pass "
+            "num_items_in_batch, as Trainer does since 4.46, huggingface/transformers#34191); across processes, by the all-reduced count x world "
+            "size"))
+    if not differ:
+        checks.append(Check("batch.token_counts_vary", "warn",
+                            f"every micro-batch has {counts[0]} tokens: the normalizations coincide, so this check "
+                            "cannot tell them apart", "real batches vary in length",
+                            "give micro-batches of different lengths (as your data has)"))
+    if len(rows) > 1:
+        notes.append(f"micro-batches hold {sorted(rows)} rows; the effective batch uses the first ({micro})")
+    if processes > 1:
+        notes.append("DDP keeps a full replica of the model on each process and averages gradients; it does not "
+                     "share weights across cards (that is FSDP/ZeRO), and each process needs its own shard of the "
+                     "data (a DistributedSampler), or the processes train on the same rows")
+    notes.append("token losses from the model's logits and labels (-100 ignored), dropout off; your loss function "
+                 "only decides the normalization")
+    return BatchReport(micro_batch=micro, accumulation=accumulation, processes=processes,
+                       effective_batch=micro * accumulation * processes, tokens_per_micro_batch=counts,
+                       tokens_per_update=sum(counts), tokens_per_process=per_process, normalization=chosen,
+                       variants=variants, tolerance=tol, dtype=dtype, checks=tuple(checks), notes=tuple(notes),
+                       source=s.source)
+
+
+def _one_process(model: Any, batches: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each normalization's accumulated gradient against the whole update computed at once, on this process."""
+    was_training = model.training
+    model.eval()
+    try:
+        _zero(model)
+        loss, n_total = _token_loss_sum(model, concatenate(batches))
+        (loss / n_total).backward()
+        ref = _grads(model)
+        out = {}
+        for norm in ("token", "micro_batch_mean"):
+            _zero(model)
+            for b in batches:
+                s, k = _token_loss_sum(model, b)
+                (s / n_total if norm == "token" else (s / k) / len(batches)).backward()
+            rel, cos = _compare(_grads(model), ref)
+            out[norm] = {"relative_error": rel, "cosine": cos}
+        _zero(model)
+        return out
+    finally:
+        model.train(was_training)
+
+
+def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float) -> dict[str, Any]:
+    """Run the worker under torchrun (gloo) and read what rank 0 wrote."""
+    with tempfile.TemporaryDirectory(prefix="campaign-batch-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+               "-m", "campaign.train.ddp_worker", setup, str(accumulation), str(out)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"the {processes}-process check did not finish in {timeout:.0f} s") from None
+        if done.returncode != 0 or not out.is_file():
+            tail = [line for line in (done.stderr or "").splitlines() if line.strip()][-1:] or ["no output"]
+            raise InputError(f"the {processes}-process check failed under torchrun: {tail[0][:300]}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
+    """In a torchrun process (the process group up): each normalization accumulated under DDP, against the whole
+    update computed on rank 0. Returns rank 0's figures (other ranks: {})."""
+    torch = _torch()
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    batches = setup.batches[:accumulation * world]
+    mine = batches[rank * accumulation:(rank + 1) * accumulation]
+    model = setup.model
+    model.eval()
+    ddp = DistributedDataParallel(model)                 # broadcasts rank 0's weights: every replica starts equal
+    local = sum(tokens(model, b) for b in mine)
+    total = torch.tensor([local], dtype=torch.int64)
+    dist.all_reduce(total)
+    n_global = int(total.item())
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(counts, torch.tensor([local], dtype=torch.int64))
+    ref = None
+    if rank == 0:
+        _zero(model)
+        loss, n = _token_loss_sum(model, concatenate(batches))   # the plain module: no DDP hook
+        (loss / n).backward()
+        ref = _grads(model)
+    out = {}
+    for norm in ("token", "token_local", "micro_batch_mean"):
+        _zero(model)
+        for i, b in enumerate(mine):
+            sync = i == len(mine) - 1
+            ctx = ddp.no_sync() if not sync else contextlib.nullcontext()
+            with ctx:
+                s, k = _token_loss_sum(ddp, b)
+                if norm == "token":
+                    loss = s / n_global * world          # DDP divides the summed gradients by the world size
+                elif norm == "token_local":
+                    loss = s / local
+                else:
+                    loss = (s / k) / len(mine)
+                loss.backward()
+        if rank == 0:
+            rel, cos = _compare(_grads(model), ref)
+            out[norm] = {"relative_error": rel, "cosine": cos}
+    return {"variants": out, "tokens_per_process": [int(c.item()) for c in counts]} if rank == 0 else {}
+
+
+__all__ = ["BatchReport", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate", "ddp_variants",
+           "tokens"]

@@ -1,0 +1,116 @@
+"""campaign batch: the accumulated gradient against the whole update's, on a tiny real Llama and BERT, in one
+process and in two under torchrun (gloo); a planted per-micro-batch mean over variable lengths must fail."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from campaign.errors import InputError  # noqa: E402
+from campaign.train.accumulation import check_accumulation  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_setup.py"
+LENGTHS = (12, 40, 20, 33)
+# per micro-batch of the example: row 0 has L tokens, row 1 L // 2 (right-padded); a causal LM predicts each token
+# from the previous one, so a row of k tokens has k - 1 counted: (L - 1) + (L // 2 - 1)
+TOKENS = tuple((L - 1) + (L // 2 - 1) for L in LENGTHS)
+
+
+def test_the_per_micro_batch_mean_fails_on_variable_lengths_and_per_token_passes():
+    wrong = check_accumulation(f"{EXAMPLE}:make_setup")
+    assert wrong.tokens_per_micro_batch == TOKENS == (16, 58, 28, 47) and wrong.tokens_per_update == 149
+    assert (wrong.micro_batch, wrong.accumulation, wrong.processes, wrong.effective_batch) == (2, 4, 1, 8)
+    assert wrong.normalization == "micro_batch_mean" and not wrong.passed
+    fail = wrong.checks[0]
+    assert fail.id == "batch.accumulation_equivalence" and fail.status == "fail" and "num_items_in_batch" in fail.fix
+    right = check_accumulation(f"{EXAMPLE}:make_setup", normalization="token")
+    assert right.passed and right.checks[0].status == "pass"
+    by = {v.normalization: v for v in right.variants}
+    assert by["token"].relative_error < 1e-5 and by["micro_batch_mean"].relative_error > 0.05
+
+
+def _write_setup(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "setup.py"
+    path.write_text("import torch\nimport transformers\n\n" + body, encoding="utf-8")
+    return f"{path}:make_setup"
+
+
+def test_equal_lengths_cannot_tell_the_normalizations_apart_and_say_so(tmp_path):
+    """With every micro-batch holding the same number of tokens, mean / steps IS the per-token loss: both errors
+    are float noise (a second way to see that the comparison itself is right), and the check warns."""
+    ref = _write_setup(tmp_path, '''
+def make_setup():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                                   num_hidden_layers=1, vocab_size=64, max_position_embeddings=64)
+    g = torch.Generator().manual_seed(2)
+    batches = []
+    for _ in range(3):
+        ids = torch.randint(1, 64, (2, 10), generator=g)
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+    return {"model": transformers.LlamaForCausalLM(cfg), "batches": batches}
+''')
+    r = check_accumulation(ref)
+    assert r.tokens_per_micro_batch == (18, 18, 18)                  # 2 rows x (10 - 1)
+    assert all(v.relative_error < 1e-5 for v in r.variants) and r.passed
+    assert {c.id: c.status for c in r.checks} == {"batch.accumulation_equivalence": "pass",
+                                                   "batch.token_counts_vary": "warn"}
+
+
+def test_a_bert_like_model_counts_masked_tokens_without_a_shift(tmp_path):
+    ref = _write_setup(tmp_path, '''
+def make_setup():
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_hidden_layers=1,
+                                  vocab_size=64, max_position_embeddings=64)
+    g = torch.Generator().manual_seed(3)
+    batches = []
+    for length, masked in ((8, 2), (20, 7), (14, 4)):
+        ids = torch.randint(5, 64, (1, length), generator=g)
+        labels = torch.full_like(ids, -100)
+        labels[0, :masked] = ids[0, :masked]            # the loss counts the masked positions only
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
+    return {"model": transformers.BertForMaskedLM(cfg), "batches": batches, "normalization": "token"}
+''')
+    r = check_accumulation(ref)
+    assert r.tokens_per_micro_batch == (2, 7, 4) and r.normalization == "token" and r.passed
+    assert next(v for v in r.variants if v.normalization == "micro_batch_mean").relative_error > 1e-3
+
+
+def test_two_processes_under_torchrun_reduce_token_counts_across_processes():
+    """Rank 0 takes micro-batches 1-2 (16 + 58 tokens), rank 1 takes 3-4 (28 + 47): the global per-token loss
+    matches the whole update; dividing by each process's own count does not (74 vs 75 tokens)."""
+    r = check_accumulation(f"{EXAMPLE}:make_setup", processes=2, normalization="token")
+    assert r.tokens_per_process == (TOKENS[0] + TOKENS[1], TOKENS[2] + TOKENS[3]) == (74, 75)
+    assert (r.accumulation, r.effective_batch) == (2, 8) and r.passed
+    by = {v.normalization: v for v in r.variants}
+    assert by["token"].relative_error < 1e-5
+    assert by["token_local"].relative_error > 1e-3 and by["micro_batch_mean"].relative_error > 0.05
+    assert any("DistributedSampler" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("def make_setup():\n    raise RuntimeError('no data here')\n", "raised RuntimeError: no data here"),
+    ("def make_setup():\n    return {'model': torch.nn.Linear(2, 2)}\n", "must return the model and the batches"),
+    ("def make_setup():\n    return {'model': 3, 'batches': [{}]}\n", "model is a int, not a torch.nn.Module"),
+    ("def make_setup():\n    return {'model': torch.nn.Linear(2, 2), 'batches': [{'x': 1}]}\n", "needs 'labels'"),
+    ("def other():\n    pass\n", "no function 'make_setup'"),
+])
+def test_a_bad_setup_is_one_line(cli, tmp_path, body, fragment):
+    r = cli("batch", _write_setup(tmp_path, body))
+    assert r.code == 2 and r.err.count("\n") == 1 and fragment in r.err, r.err
+
+
+def test_cli_exit_codes_and_json(cli):
+    r = cli("batch", f"{EXAMPLE}:make_setup", "--json")
+    assert r.code == 1 and r.json()["schema"] == "campaign.batch/1" and r.json()["tokens_per_update"] == 149
+    assert cli("batch", f"{EXAMPLE}:make_setup", "--normalization", "token").code == 0
+    bad = cli("batch", f"{EXAMPLE}:make_setup", "--accumulation", "3", "--processes", "2")
+    assert bad.code == 2 and "need 6 micro-batches; the setup gives 4" in bad.err
+    with pytest.raises(InputError, match="FILE.py:FUNCTION"):
+        check_accumulation("setup.py")
+    json.dumps(check_accumulation(f"{EXAMPLE}:make_setup").to_dict())

@@ -238,13 +238,20 @@ FAMILY_CONFIGS = {
     "olmo2": dict(model_type="olmo2", architectures=["Olmo2ForCausalLM"], num_key_value_heads=2, **_FAMILY),
     "gemma3_text": dict(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], num_key_value_heads=2,
                         head_dim=64, sliding_window=128, sliding_window_pattern=2, **_FAMILY),
+    # encoder-decoders: 4 encoder + 4 decoder layers, dropout_rate 0.1 (T5Config's default) on
+    "t5": dict(model_type="t5", architectures=["T5ForConditionalGeneration"], d_model=512, num_layers=4, num_heads=8,
+               d_kv=64, d_ff=2048, vocab_size=8000),
+    "t5-v1.1": dict(model_type="t5", architectures=["T5ForConditionalGeneration"], d_model=512, num_layers=4,
+                    num_heads=8, d_kv=64, d_ff=1024, vocab_size=8000, feed_forward_proj="gated-gelu",
+                    tie_word_embeddings=False),
 }
 
 
 @pytest.mark.parametrize("family, kw", [
     (family, kw) for family in FAMILY_CONFIGS
     for kw in (dict(batch=4, seq_len=512), dict(batch=2, seq_len=512, mode="infer"))
-] + [("gpt_neox", dict(batch=4, seq_len=512, method="lora")), ("olmo2", dict(batch=4, seq_len=512, method="lora"))])
+] + [("gpt_neox", dict(batch=4, seq_len=512, method="lora")), ("olmo2", dict(batch=4, seq_len=512, method="lora")),
+       ("t5", dict(batch=4, seq_len=512, method="lora"))])
 def test_trace_and_formula_agree_per_phase_for_each_family(write_config, family, kw):
     """The same rule as the catalog models above: formula and trace within 6% per phase, at sizes where the
     activations are most of the training peak (batch 4 x 512 of 4 layers against a 8,000-token vocabulary)."""

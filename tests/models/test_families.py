@@ -235,15 +235,21 @@ def test_config_file_with_wrong_types_through_a_subprocess(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "'architectures'" in r.stderr
 
 
-def test_t5_is_estimated_with_its_gap_labelled_and_not_traced(write_config):
+def test_t5_is_modelled_traced_and_measured_as_a_seq2seq_step(write_config):
     pytest.importorskip("transformers")
     from campaign import plan_memory
-    from campaign.errors import InputError
     from campaign.memory import make_workload
+    from campaign.memory.protocol import measure_workload
     from campaign.memory.trace import trace_memory
 
-    d = write_config(FAMILIES["t5-v1.0"] | {"decoder_start_token_id": 0}, "t5")
+    d = write_config(FAMILIES["t5-v1.0"], "t5")   # no decoder_start_token_id: the step passes decoder inputs
     est = plan_memory(str(d), batch=2, seq_len=64)
-    assert any(n.startswith("generic activation model") for n in est.notes)
-    with pytest.raises(InputError, match="encoder-decoder"):
-        trace_memory(str(d), make_workload(batch=2, seq_len=64))
+    assert not any(n.startswith("generic activation model") for n in est.notes)
+    assert not next(i for i in est.items if i.name == "activations").formula.startswith("generic")
+    train = make_workload(batch=2, seq_len=16)
+    assert [p.name for p in trace_memory(str(d), train).phases] == ["load", "forward", "backward", "optimizer step"]
+    infer = make_workload(mode="infer", batch=2, seq_len=16)
+    assert [p.name for p in trace_memory(str(d), infer).phases] == ["load", "prefill", "decode"]
+    for w in (train, infer):
+        m = measure_workload(str(d), w, device="cpu")
+        assert m.status == "ok" and m.peak_allocated_bytes > 0

@@ -197,6 +197,10 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
 
 def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
     """(bytes saved over all layers at the end of forward, bytes of one layer, formula) per card."""
+    if spec.encdec is not None:
+        from . import encdec
+
+        return encdec.training_activations(spec, w)
     tokens = w.batch * w.seq_len
     layer = layer_saved(spec, w)
     one_layer = tokens * (layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len))
@@ -238,6 +242,10 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy; log_softmax saves its fp32
     output. Encoders (MLM) compute the loss in the compute dtype. Generation keeps only the last position.
     """
+    if spec.encdec is not None:
+        from . import encdec
+
+        return encdec.logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     V = spec.vocab_size
     encoder = spec.encoder
@@ -260,8 +268,13 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
                                       f"x {per:g}")
 
 
-def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, str]:
-    """Largest transient inside one layer when `tokens` positions (over all sequences) go through at once."""
+def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: bool = False) -> tuple[int, str]:
+    """Largest transient inside one layer when `tokens` positions (over all sequences) go through at once; an
+    encoder-decoder's generation adds the encoder pass (prefill) and the encoder output it keeps."""
+    if spec.encdec is not None and not w.training:
+        from . import encdec
+
+        return encdec.inference_temporaries(spec, w, tokens, decode=decode)
     c = ELEMENT_BYTES[w.compute_dtype]
     h, I = spec.hidden_size, spec.intermediate_size
     if spec.moe is not None:

@@ -34,9 +34,6 @@ def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, 
                 if getattr(sub, key, None):
                     setattr(sub, key, 0.0)
     config._attn_implementation = w.attention
-    if getattr(config, "is_encoder_decoder", False):
-        raise InputError(f"{cls.__name__} is an encoder-decoder: its steps (decoder inputs, cross-attention cache) "
-                         "are not traced or measured yet; use campaign memory")
     if w.attention == "sdpa" and getattr(cls, "_supports_sdpa", True) is False:
         raise InputError(f"{cls.__name__} has no SDPA attention in transformers {transformers.__version__}; "
                          "use --attention eager (and the same option with campaign memory)")
@@ -154,6 +151,52 @@ def labels_for(torch: Any, arch: str, cfg: dict[str, Any], ids: Any) -> Any:
     return ids
 
 
+def step_inputs(torch: Any, arch: str, cfg: dict[str, Any], ids: Any, vocab: int, *, encdec: bool) -> dict[str, Any]:
+    """The keyword inputs of one training forward, shaped (batch, seq_len): input_ids and labels; an
+    encoder-decoder (T5) also gets decoder_input_ids as long as the encoder's input (the decoder length this
+    tool assumes), with labels of that shape, so no decoder_start_token_id is needed."""
+    if encdec:
+        decoder = torch.randint(0, vocab, tuple(ids.shape), device=ids.device)
+        return dict(input_ids=ids, decoder_input_ids=decoder, labels=decoder)
+    return dict(input_ids=ids, labels=labels_for(torch, arch, cfg, ids))
+
+
+def encoder_decoder_cache(transformers: Any, net: Any) -> Any:
+    """Generation's cache of an encoder-decoder: decoder self-attention K/V (grows with each generated token) and
+    cross-attention K/V (the encoder output projected once per decoder layer, at the first decoder step). Sized by
+    the decoder stack's config, whose num_layers is num_decoder_layers (the model's config counts the encoder's)."""
+    config = net.get_decoder().config
+    return transformers.EncoderDecoderCache(transformers.DynamicCache(config=config),
+                                            transformers.DynamicCache(config=config))
+
+
+def encode_and_fill(net: Any, ids: Any, cache: Any, chunk: int) -> Any:
+    """What generate does up to the last token of an encoder-decoder: the encoder over the whole prompt ids (one
+    bidirectional forward: it cannot be chunked), then the decoder stack over seq_len - 1 decoder tokens, `chunk`
+    per forward, filling both caches (the cross-attention K/V at the first). Returns the encoder outputs, which
+    generate keeps for the whole generation. The decoder tokens are the prompt's ids (only their count matters)."""
+    encoded = net.get_encoder()(input_ids=ids)
+    name = _cache_argument(type(net.decoder))
+    pos, last = 0, ids.shape[1] - 1
+    while pos < last:
+        end = min(pos + chunk, last)
+        net.decoder(input_ids=ids[:, pos:end], encoder_hidden_states=encoded.last_hidden_state, use_cache=True,
+                    **{name: cache})
+        pos = end
+    return encoded
+
+
+def extend_encoder_decoder(net: Any, ids: Any, encoded: Any, cache: Any) -> None:
+    """One generation step of an encoder-decoder: the next decoder token through the decoder and the LM head, with
+    both caches and the encoder outputs."""
+    net(encoder_outputs=encoded, decoder_input_ids=ids, use_cache=True, **{_cache_argument(type(net)): cache})
+
+
+def _cache_argument(cls: Any) -> str:
+    """transformers 5.2x renamed the forward argument past_key_values to cache (the old name goes in 5.40)."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
 def prefill_chunk(w: Workload) -> int:
     """Tokens per sequence in one prefill forward: the token budget shared by the batch, within the context."""
     return max(1, min(w.prefill_chunk // max(1, w.batch), w.seq_len - 1))
@@ -172,5 +215,5 @@ def extend(net: Any, ids: Any, cache: Any) -> None:
     """One forward that appends ids to `cache` and keeps only the last position's logits, as generation does.
 
     transformers 5.2x renamed the forward argument past_key_values to cache (the old name goes in 5.40)."""
-    name = "cache" if "cache" in inspect.signature(type(net).forward).parameters else "past_key_values"
+    name = _cache_argument(type(net))
     net(input_ids=ids, use_cache=True, logits_to_keep=1, **{name: cache})

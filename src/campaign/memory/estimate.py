@@ -282,7 +282,8 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     lg, lg_formula = logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     V, tokens = spec.vocab_size, w.batch * w.seq_len
-    causal = not spec.encoder  # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss does not
+    # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
+    causal = not spec.encoder and spec.encdec is None
     softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
     saved_per = c * (1 + softcap) + LOG_SOFTMAX_OUTPUT_BYTES
     logits_saved = int(tokens * V * saved_per) if causal else lg
@@ -339,12 +340,14 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                 Phase("forward", tuple(weights + [transient]), "an encoder's forward over the batch (no KV cache)"))
     kv = estimate_kv(spec, context=w.seq_len, sequences=w.batch, dtype=w.cache_dtype, tp=tp)
     kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
-                   f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else ""),
-                   "kv", "campaign kv")
+                   f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else "")
+                   + (f": decoder self-attention, + cross-attention K/V of the encoder output {kv.cross_attention_bytes:,}"
+                      f" B (the same rate x {w.seq_len} encoder tokens x {w.batch}, computed once per sequence)"
+                      if kv.cross_attention_bytes else ""), "kv", "campaign kv")
     lg, lg_formula = logits_bytes(spec, w)
     logits = Item("logits", lg, lg_formula, "logits", "transformers generate")
     pre_tmp, pre_formula = inference_temporaries(spec, w, min(w.batch * w.seq_len, w.prefill_chunk))
-    dec_tmp, dec_formula = inference_temporaries(spec, w, w.batch)
+    dec_tmp, dec_formula = inference_temporaries(spec, w, w.batch, decode=True)
     split = f" / {tp} cards" if tp > 1 else ""
     load = Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card")
     prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp, tp),

@@ -60,6 +60,7 @@ class KVEstimate:
     kind: str
     tp: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    cross_attention_bytes: int = 0  # encoder-decoders: K/V of the encoder output, per decoder layer (in `bytes`)
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,7 +69,7 @@ class KVEstimate:
 
 def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str = "bf16",
                 static: bool = False, max_context: int | None = None, max_sequences: int | None = None,
-                block_size: int = 1, tp: int = 1) -> KVEstimate:
+                block_size: int = 1, tp: int = 1, encoder_context: int | None = None) -> KVEstimate:
     """KV cache bytes for `sequences` concurrent sequences of `context` tokens.
 
     Args:
@@ -76,6 +77,9 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
         static: preallocate max_context x max_sequences (a static cache or CUDA graphs) instead of growing.
         block_size: paged attention block in tokens (vLLM: 16); each sequence rounds up to whole blocks.
         tp: tensor-parallel cards the heads are split over.
+        encoder_context: an encoder-decoder's (T5) input tokens per sequence (default: context); its decoder
+            self-attention caches `context` tokens, and cross-attention K/V of the encoder output are cached once
+            per sequence in every decoder layer.
     Returns:
         KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
     """
@@ -109,6 +113,16 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
         if block_size > 1:
             cached = -(-cached // block_size) * block_size
         total += rate * cached * seqs
+    cross = 0
+    if spec.encdec is not None:  # computed at the first decoder step from the encoder output, then reused
+        enc = encoder_context or context
+        enc = -(-enc // block_size) * block_size if block_size > 1 else enc
+        cross = int(round(sum(per_layer) * enc * seqs))
+        notes.append(f"encoder-decoder: decoder self-attention K/V ({sum(per_layer):,.0f} B per generated token) "
+                     f"+ cross-attention K/V of the encoder output, computed once per sequence: {enc:,} encoder "
+                     f"tokens x 2 x {spec.num_heads} heads x {spec.head_dim} (d_kv) x {_kv_element_bytes(dtype):g} B "
+                     f"x {spec.num_layers} decoder layers = {cross:,} B for {seqs} sequence(s)")
+        total += cross
     sliding = [a for a in spec.attention if a.kind == "sliding"]
     window = sliding[0].window if sliding else None
     if sliding and tokens > (window or 0):
@@ -133,7 +147,7 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
         model=spec.name, dtype=dtype, context=context, sequences=sequences, static=static, block_size=block_size,
         bytes_per_token=sum(per_layer), bytes=int(round(total)), cached_tokens_per_sequence=cached_tokens,
         layers_full=spec.num_layers - len(sliding), layers_sliding=len(sliding), window=window, kind=kind,
-        tp=tp, notes=tuple(notes),
+        tp=tp, notes=tuple(notes), cross_attention_bytes=cross,
     )
 
 

@@ -10,8 +10,9 @@ from typing import Any
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (building, extend, finish, instantiate, labels_for, model_class_and_config, optimizer_for,
-                    prefill, prefill_chunk, quiet_transformers, torch_dtype, weights_to_load)
+from .build import (building, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
+                    instantiate, model_class_and_config, optimizer_for, prefill, prefill_chunk, quiet_transformers,
+                    step_inputs, torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -121,8 +122,8 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
                 meter.track(net)
             vocab = getattr(config, "vocab_size", None) or config.get_text_config().vocab_size
             ids = torch.randint(0, vocab, (w.batch, w.seq_len), device=dev)
-            labels = labels_for(torch, arch, cfg, ids).to(dev)
-            _run_phases(torch, transformers, net, ids, labels, w, spec, meter, make_optimizer, tell)
+            inputs = step_inputs(torch, arch, cfg, ids, vocab, encdec=spec.encdec is not None)
+            _run_phases(torch, transformers, net, ids, inputs, w, spec, meter, make_optimizer, tell)
     except CampaignError:
         raise
     except Exception as e:
@@ -130,7 +131,7 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     return meter.result(**record)
 
 
-def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, labels: Any, w: Workload, spec: Any,
+def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, inputs: dict[str, Any], w: Workload, spec: Any,
                 meter: MemoryMeter, make_optimizer: Callable[[list[Any]], Any], tell: Callable[[str], None]) -> None:
     """The measured steps after the load: two training steps, a loss without autograd, or prefill and decode."""
     def autocast() -> Any:
@@ -144,7 +145,7 @@ def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, labels: Any, 
                     meter.phases = meter.phases[:1]  # keep load + the second step
                 tell(f"forward (step {step + 1})")
                 with meter.phase("forward"), autocast():
-                    loss = net(input_ids=ids, labels=labels, use_cache=False).loss
+                    loss = net(**inputs, use_cache=False).loss
                 tell(f"backward (step {step + 1})")
                 with meter.phase("backward"):
                     loss.backward()
@@ -156,11 +157,20 @@ def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, labels: Any, 
         elif w.training:
             tell("forward")
             with meter.phase("forward"), torch.no_grad(), autocast():
-                net(input_ids=ids, labels=labels, use_cache=False)
+                net(**inputs, use_cache=False)
         elif spec.encoder:
             tell("forward")
             with meter.phase("forward"), torch.no_grad():
                 net(input_ids=ids)
+        elif spec.encdec is not None:  # generation: encoder, the decoder's caches filled, one more token
+            cache = encoder_decoder_cache(transformers, net)
+            with torch.no_grad():
+                tell("prefill")
+                with meter.phase("prefill"):
+                    encoded = encode_and_fill(net, ids, cache, prefill_chunk(w))
+                tell("decode")
+                with meter.phase("decode"):
+                    extend_encoder_decoder(net, ids[:, -1:], encoded, cache)
         else:
             cache = transformers.DynamicCache(config=net.config)
             with torch.no_grad():

@@ -9,14 +9,16 @@ traced in bf16 and its weight bytes are replaced by the format's layout.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
 from ..models.architectures import spec_from_config
 from ..models.resolve import resolve_config
-from .build import (ATTENTION_DROPOUT, building, extend, finish, instantiate, labels_for, model_class_and_config,
-                    optimizer_for, prefill, prefill_chunk, quiet_transformers, torch_dtype)
+from .build import (ATTENTION_DROPOUT, building, encode_and_fill, encoder_decoder_cache, extend,
+                    extend_encoder_decoder, finish, instantiate, model_class_and_config, optimizer_for, prefill,
+                    prefill_chunk, quiet_transformers, step_inputs, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
 from .states import is_router, weight_bytes
@@ -78,7 +80,10 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     if w.kv_dtype and not w.training and w.cache_dtype != w.compute_dtype:
         notes.append(f"KV cache traced in {w.compute_dtype} and scaled to {w.cache_dtype} bytes (the cache's own "
                      "quantize kernels do not run on fake tensors)")
-    with FakeTensorMode(), quiet_transformers():
+    if spec.encdec is not None:
+        notes.append(f"encoder-decoder: encoder over {w.seq_len} tokens, decoder over as many (the decoder length "
+                     "campaign assumes)")
+    with FakeTensorMode(), quiet_transformers(), _as_on_cuda(torch, notes):
         tell("build")
         net = _build(torch, transformers, cfg, base_dtype, w)
         if mesh is not None:
@@ -91,7 +96,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
             tracker.register(t, "weights")
         tracker.track_gradients(net.parameters())
         ids = torch.randint(0, spec.vocab_size, (w.batch, w.seq_len))
-        labels = labels_for(torch, spec.architecture, cfg, ids)
+        inputs = step_inputs(torch, spec.architecture, cfg, ids, spec.vocab_size, encdec=spec.encdec is not None)
         with tracker:
             tracker.phase("activations")
             phases.append(_phase(tracker, "load", "weights on the card"))
@@ -101,7 +106,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                     tracker.phase("activations")
                     tell(f"forward (step {step + 1})")
                     with _autocast(torch, w):
-                        out = net(input_ids=ids, labels=labels, use_cache=False)
+                        out = net(**inputs, use_cache=False)
                     fwd = _phase(tracker, "forward", "peak of the forward, loss included")
                     tracker.phase("temporaries")
                     tell(f"backward (step {step + 1})")
@@ -129,13 +134,16 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
             elif w.training:  # frozen: the loss without autograd
                 tell("forward")
                 with torch.no_grad(), _autocast(torch, w):
-                    net(input_ids=ids, labels=labels, use_cache=False)
+                    net(**inputs, use_cache=False)
                 phases.append(_phase(tracker, "forward", "a forward and its loss, without autograd"))
             elif spec.encoder:  # inference of an encoder: one forward over the batch, no cache
                 tell("forward")
                 with torch.no_grad():
                     net(input_ids=ids)
                 phases.append(_phase(tracker, "forward", "an encoder's forward over the batch (no KV cache)"))
+            elif spec.encdec is not None:
+                with torch.no_grad():
+                    phases += _trace_encoder_decoder(transformers, net, tracker, ids, w, tell)
             else:
                 with torch.no_grad():
                     phases += _trace_inference(transformers, net, tracker, ids, w, tell)
@@ -281,12 +289,80 @@ def _trace_inference(transformers: Any, net: Any, tracker: Any, ids: Any, w: Wor
     return [filled, decode]
 
 
+def _trace_encoder_decoder(transformers: Any, net: Any, tracker: Any, ids: Any, w: Workload,
+                           tell: Callable[[str], None]) -> list[Phase]:
+    """Generation of an encoder-decoder: the encoder over the prompt, the decoder's caches filled (cross-attention
+    K/V at its first step, self-attention K/V up to seq_len - 1 tokens), then one token with both caches full and
+    the encoder outputs kept (generate keeps them for the whole generation)."""
+    cache = encoder_decoder_cache(transformers, net)
+    chunk = prefill_chunk(w)
+    tracker.phase("activations")
+    tell("prefill")
+    encoded = encode_and_fill(net, ids, cache, chunk)
+    filled = _phase(tracker, "prefill", f"encoder over the prompt, then the decoder's caches filled in chunks of "
+                    f"{chunk} tokens per sequence", _cache_bytes(cache))
+    tracker.phase("activations")
+    tell("decode")
+    extend_encoder_decoder(net, ids[:, -1:], encoded, cache)
+    decode = _phase(tracker, "decode", "one token with both caches full and the encoder outputs kept",
+                    _cache_bytes(cache))
+    del encoded
+    return [filled, decode]
+
+
 def _cache_bytes(cache: Any) -> int:
-    """The cache's storages as the tracker counts them (each rounded to the allocator's block)."""
+    """The cache's storages as the tracker counts them (each rounded to the allocator's block); an encoder-decoder's
+    cache counts its self-attention and cross-attention K/V."""
     from .tracker import rounded
 
-    return sum(rounded(t.untyped_storage().nbytes()) for layer in cache.layers for t in (layer.keys, layer.values)
-               if t is not None)
+    caches = [cache.self_attention_cache, cache.cross_attention_cache] if hasattr(cache, "cross_attention_cache") \
+        else [cache]
+    return sum(rounded(t.untyped_storage().nbytes()) for c in caches for layer in c.layers
+               for t in (layer.keys, layer.values) if t is not None)
+
+
+@contextmanager
+def _as_on_cuda(torch: Any, notes: list[str]) -> Iterator[None]:
+    """SDPA as a CUDA card dispatches it where the CPU would not: an additive mask that needs a gradient or comes
+    with attention dropout (T5's relative position bias, dropout_rate) sends the CPU to its math kernel, which keeps
+    the b x heads x s x s probabilities in fp32, while a GPU runs the memory-efficient kernel (flash takes no mask;
+    memory-efficient takes an additive bias, returns its gradient and draws dropout from a seed). Those calls run
+    aten's memory-efficient op, whose fake kernel gives the tensors CUDA's would, as CUDA's dispatcher calls it
+    (the bias broadcast to batch x heads). Every other call goes to PyTorch's own choice. Dropout in training runs
+    the fused native_dropout a GPU runs (a 1-byte mask), not the CPU's multiply by a noise tensor of the input's
+    dtype (a mask of 2 or 4 bytes per element)."""
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention
+    said: list[bool] = []
+
+    def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+             is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
+        cpu_math = (attn_mask is not None and attn_mask.is_floating_point() and torch.is_grad_enabled()
+                    and (attn_mask.requires_grad or dropout_p > 0))
+        if not cpu_math or enable_gqa or query.shape[1] != key.shape[1] or query.dim() != 4:
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        if not said:
+            said.append(True)
+            notes.append("an attention mask with a gradient or with attention dropout (T5's position bias) is traced "
+                         "through SDPA's memory-efficient kernel, as a GPU runs it (the CPU would run its math "
+                         "kernel and keep fp32 probabilities)")
+        bias = attn_mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        needs_grad = any(t.requires_grad for t in (query, key, value, attn_mask))
+        return efficient(query, key, value, bias, needs_grad, dropout_p, is_causal, scale=scale)[0]
+
+    def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if not training or not 0 < p < 1 or inplace or not torch.is_grad_enabled():
+            return original_dropout(input, p, training, inplace)
+        return torch.native_dropout(input, p, True)[0]
+
+    original_dropout = functional.dropout
+    functional.scaled_dot_product_attention, functional.dropout = sdpa, dropout
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention, functional.dropout = original, original_dropout
 
 
 def _as_stored(phase: Phase, spec: Any, w: Workload) -> Phase:

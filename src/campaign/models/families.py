@@ -217,14 +217,12 @@ def t5(c: _Cfg) -> dict[str, Any]:
         g += _lin(f"{stack}.DenseReluDense.wo", h, ff, layers)
         g += _norm(f"{stack}.layer_norm", h, layers * (len(attn) + 1))
         g += _norm(f"{stack}.final_layer_norm", h, 1, in_blocks=False)
-    generic = ("generic activation model: assumes the decoder's layers only, as pre-norm blocks of q/k/v/o attention "
-               "and the d_ff MLP; the encoder's activations, cross-attention and its K/V over the encoder output are "
-               "not modelled yet")
-    notes: tuple[str, ...] = (generic,)
+    notes: tuple[str, ...] = ("encoder-decoder: the encoder reads seq_len tokens and the decoder as many (the decoder "
+                              "length campaign assumes); activations in campaign.memory.encdec",)
     if c.get("tie_word_embeddings") is False:
         notes += ("transformers 5 ties T5's lm_head to the shared embedding (T5Config forces tie_word_embeddings)",)
     return dict(hidden_size=h, num_layers=Ld, num_heads=nh, num_kv_heads=nh, head_dim=hd, intermediate_size=ff,
                 vocab_size=V, max_position=c.int("n_positions", 512), tie_embeddings=True,
                 mlp="gated" if gated else "plain", groups=tuple(g), attention=_full(Ld),
                 dropout=float(c.get("dropout_rate", 0.1)), activation=act, notes=notes,
-                block=Block("rms", 2, 0), encdec=EncoderDecoder(Le, Ld), generic=generic)
+                block=Block("rms", 2, 0), encdec=EncoderDecoder(Le, Ld))

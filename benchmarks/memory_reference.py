@@ -152,6 +152,10 @@ def main() -> None:
               f"{r['ratio']:6.2f}{flag}")
     inside = sum(abs(r["ratio"] - 1) <= 0.10 for r in rows)
     print(f"\n{inside}/{len(rows)} figures within +-10%")
+    for metric, label in (("peak_allocated", "peak allocated"), ("nvidia_smi", "device (nvidia-smi)")):
+        picked = [r for r in rows if r["metric"] == metric]
+        within = sum(abs(r["ratio"] - 1) <= 0.10 for r in picked)
+        print(f"{label}: {within}/{len(picked)} published figures within +-10%")
     if bracketed:
         print("\nSequence length of the peak batch unknown: our estimate at the two bounds")
     for b in bracketed:

@@ -265,7 +265,7 @@ def _numeric_options() -> list[tuple[str, str, str]]:
 NUMERIC = _numeric_options()
 # Options whose values are counts or sizes: zero or a negative number cannot be right.
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
-            "--prefill-chunk", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
+            "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence"}

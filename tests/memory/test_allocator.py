@@ -44,3 +44,35 @@ def test_freed_neighbours_merge():
     a = replay(events)
     # a and b merge into one 12 MiB free block, which d takes: no new segment
     assert a.reserved == 20 * MiB and a.allocated == 8 * MiB + 12 * MiB
+
+
+def test_expandable_segment_grows_its_free_tail_by_20_mib_pages():
+    # one 6 MiB request maps one 20 MiB page; freed, the whole page is the free tail; 25 MiB then maps one more page
+    # (20 free + 20 new = 40 >= 25) instead of a new 26 MiB segment (25 MiB rounded to 2 MiB)
+    a = CachingAllocator(expandable=True)
+    a.malloc("a", 6 * MiB)
+    assert a.reserved == 20 * MiB
+    a.free("a")
+    a.malloc("b", 25 * MiB)
+    assert (a.reserved, a.allocated) == (40 * MiB, 25 * MiB)
+    plain = replay([("alloc", "a", 6 * MiB), ("free", "a", 0), ("alloc", "b", 25 * MiB)])
+    assert plain.reserved == 20 * MiB + 26 * MiB
+
+
+def test_expandable_small_pool_grows_in_2_mib_pages():
+    a = CachingAllocator(expandable=True)
+    for k in range(5):  # 5 x 512 KiB = 2.5 MiB of small requests: two 2 MiB pages of one segment
+        a.malloc(k, 512 * 1024)
+    assert a.reserved == 4 * MiB and a.segments == 1
+
+
+def test_a_full_card_releases_wholly_free_segments():
+    # limit 50 MiB: A (30 MiB segment) freed stays cached; B of 32 MiB does not fit it and 30 + 32 > 50: the
+    # cached segment is released first (release_cached_blocks), so reserved is B's segment only
+    a = CachingAllocator(limit=50 * MiB)
+    a.malloc("A", 30 * MiB)
+    a.free("A")
+    a.malloc("B", 32 * MiB)
+    assert a.reserved == 32 * MiB
+    unlimited = replay([("alloc", "A", 30 * MiB), ("free", "A", 0), ("alloc", "B", 32 * MiB)])
+    assert unlimited.reserved == 62 * MiB

@@ -32,9 +32,19 @@ Shard = Annotated[str, typer.Option(help="none (DDP) | zero1 | zero2 | zero3 | f
 CardOpt = Annotated[Optional[str], typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
 PrefillChunk = Annotated[int, typer.Option("--prefill-chunk", help="Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context).")]
 Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
-Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="Allocator overhead, a share of the "
-                                                      "transient tensors (default 10%, assumed; campaign explain "
+Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="Allocator overhead as a flat share "
+                                                      "of the transient tensors (default: the step's tensors replayed "
+                                                      "through the caching allocator's rules; campaign explain "
                                                       "measures yours).")]
+ExpandableSegments = Annotated[bool, typer.Option("--expandable-segments", help="PyTorch's allocator with "
+                                                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, "
+                                                  "as PyTorch's): segments grow in pages, little fragmentation.")]
+GradBucketView = Annotated[bool, typer.Option("--grad-as-bucket-view", help="DDP with gradient_as_bucket_view=True: "
+                                              "no gradient-sized bucket copy (default off, as DDP's).")]
+KvCache = Annotated[str, typer.Option("--kv-cache", help="static (preallocated for the whole context: a static cache, "
+                                      "vLLM) | dynamic (HF generate's DynamicCache, grown by torch.cat).")]
+NewTokens = Annotated[Optional[int], typer.Option("--new-tokens", help="Tokens generated (dynamic cache): the context "
+                                                  "is prompt + new tokens.")]
 CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
                                                     "context and library handles (default 500MiB, assumed).")]
 
@@ -57,7 +67,9 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str | None, kv_dt
                     batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
                     optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
                     lora_rank: int, lora_targets: str, gpus: int, shard: str,
-                    prefill_chunk: int = 8192, optimizer_impl: str = "foreach") -> dict[str, Any]:
+                    prefill_chunk: int = 8192, optimizer_impl: str = "foreach", expandable_segments: bool = False,
+                    grad_as_bucket_view: bool = False, kv_cache: str = "static",
+                    new_tokens: int | None = None) -> dict[str, Any]:
     """Map CLI options onto make_workload's keywords (inference reads --context/--sequences)."""
     mode = "infer" if train is False else "train"
     def first(*values: int | None, default: int) -> int:
@@ -75,13 +87,16 @@ def workload_kwargs(*, train: bool | None, method: str, dtype: str | None, kv_dt
                 seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),
                 mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing, attention=attention,
                 lora_rank=lora_rank, lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
-                prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl)
+                prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl, expandable_segments=expandable_segments,
+                grad_as_bucket_view=grad_as_bucket_view, kv_cache=kv_cache, new_tokens=new_tokens)
 
 
 _WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "double_quant", "batch", "seq_len", "context", "sequences",
                      "optimizer", "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets",
-                     "gpus", "shard", "prefill_chunk", "optimizer_impl")
-_DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach")
+                     "gpus", "shard", "prefill_chunk", "optimizer_impl", "expandable_segments", "grad_as_bucket_view",
+                     "kv_cache", "new_tokens")
+_DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach",
+                 expandable_segments=False, grad_as_bucket_view=False, kv_cache="static", new_tokens=None)
 
 
 def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:

@@ -29,6 +29,7 @@ def kv(
     reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None,
     cuda_context: o.CudaContext = None,
+    expandable_segments: o.ExpandableSegments = False,
     as_json: o.Json = False,
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
@@ -49,7 +50,8 @@ def kv(
         c = find_card(card)
         dtype, group_size = o.weights_format(spec, weights_dtype, inference=True)
         w = make_workload(mode="infer", dtype=dtype, group_size=group_size, kv_dtype=kv_dtype, batch=sequences,
-                          seq_len=context, gpus=tp, shard="tp" if tp > 1 else "none")
+                          seq_len=context, gpus=tp, shard="tp" if tp > 1 else "none",
+                          expandable_segments=expandable_segments)
         overheads = o.overheads(fragmentation, cuda_context)
         full = estimate_memory(spec, w, reserve=reserve, **overheads)
         verdict = full.verdict(c.memory_bytes)

@@ -22,6 +22,8 @@ def memory(
     lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear", gpus: o.Gpus = 1,
     shard: o.Shard = "none", prefill_chunk: o.PrefillChunk = 8192, card: o.CardOpt = None, reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
+    expandable_segments: o.ExpandableSegments = False, grad_as_bucket_view: o.GradBucketView = False,
+    kv_cache: o.KvCache = "static", new_tokens: o.NewTokens = None,
     all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
     as_json: o.Json = False,

@@ -17,6 +17,7 @@ def trace(
     optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
     attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
     prefill_chunk: o.PrefillChunk = 8192, gpus: o.Gpus = 1, shard: o.Shard = "none", card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
+    expandable_segments: o.ExpandableSegments = False,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 

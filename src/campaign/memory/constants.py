@@ -5,7 +5,7 @@ measured run) is how to replace it with a measured one, and the overridable ones
 `context_bytes`) reach every place that uses them (estimate, card fit, KV budget).
 Constants still elsewhere: memory/activations.py (the per-tensor terms of saved activations, read off the
 transformers implementations), memory/explain.py (RUN_TO_RUN, the margin's 5 points), memory/tracker.py
-(its 512-byte rounding, = MIN_BLOCK here).
+(its 512-byte rounding, = MIN_BLOCK here), memory/reserved.py (the order a step allocates its tensors in).
 """
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ SMALL_BUFFER = 2 * MiB       # kSmallBuffer: small requests are packed into 2 Mi
 LARGE_BUFFER = 20 * MiB      # kLargeBuffer: requests of 1-10 MiB get a 20 MiB segment
 MIN_LARGE_ALLOC = 10 * MiB   # kMinLargeAlloc: from 10 MiB, a segment of the request's own size...
 ROUND_LARGE = 2 * MiB        # kRoundLarge: ...rounded up to 2 MiB
-# A large tensor living for the whole run gets its own 2 MiB-rounded segment: its unusable tail averages half a
-# rounding step if sizes are spread evenly (assumed), and only tensors over kSmallSize are concerned.
-# (Remainders over 1 MiB are split off and reused, so the tail is 0 to 1 MiB: 0.5 MiB on average.)
-LARGE_TENSOR = SMALL_SIZE
-LARGE_TENSOR_WASTE = MiB // 2
+# With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) one segment per pool grows in pages:
+# `segment_size = pool->is_small ? kSmallBuffer : kLargeBuffer` (try_allocate_expandable_segment; the page sizes
+# are the two buffers above). Reserved - allocated is not a constant here: memory/reserved.py replays the step's
+# tensors through memory/allocator.py, which follows these rules.
 
 # --- Outside PyTorch's allocator ------------------------------------------------------------------------------------
 # CUDA context + cuBLAS/cuDNN handles and workspaces with lazy module loading (CUDA_MODULE_LOADING=LAZY, PyTorch's
@@ -31,12 +30,33 @@ LARGE_TENSOR_WASTE = MiB // 2
 # (666,632,192 B eager); the handles and cuBLAS workspaces come on top. 500 MiB is assumed for the whole.
 CUDA_CONTEXT_BYTES = 500 * MiB
 
-# --- Allocator overhead on transient tensors ----------------------------------------------------------------------
-# Share of the largest transient working set (activations, logits, temporaries, a growing cache) the caching
-# allocator holds beyond what is allocated (block splitting, freed blocks that do not fit the next request).
-# Assumed: no published figure covers all workloads; `campaign explain` measures it (allocator fragmentation =
-# peak reserved - peak allocated) and benchmarks/memory_reference.py compares the sums with published peaks.
+# --- A flat allocator overhead, only when asked -------------------------------------------------------------------
+# `--fragmentation 10%` replaces the replayed overhead by a share of the largest transient working set; this is the
+# share `trace` passes along (its own overhead is its replay of the traced allocations). Assumed.
 FRAGMENTATION = 0.10
+
+# --- Multi-card communication buffers -------------------------------------------------------------------------------
+# NCCL, outside PyTorch's allocator (cudaMalloc by the communicator): NCCL_BUFFSIZE, "the size of the buffer used by
+# NCCL when communicating data between pairs of GPUs", default 4194304 (4 MiB) (NCCL user guide, Environment
+# Variables, NCCL_BUFFSIZE). A ring or tree channel connects each rank to 2 peers, each connection with its buffer.
+NCCL_BUFFSIZE = 4 * MiB
+NCCL_PEERS_PER_CHANNEL = 2
+# Channels per communicator: NCCL picks them from the topology (NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS); 16 on
+# NVLink machines is assumed. The communicator's own device allocations (work FIFOs, proxy and protocol LL/LL128
+# buffers) are assumed at 64 MiB more.
+NCCL_CHANNELS = 16
+NCCL_COMM_EXTRA = 64 * MiB
+# DeepSpeed ZeRO (docs: DeepSpeed configuration JSON, zero_optimization): reduce_bucket_size "Number of elements
+# reduced/allreduced at a time", default 5e8; allgather_bucket_size "Number of elements allgathered at a time",
+# default 5e8 (stages 1-2); stage3_prefetch_bucket_size default 5e7 (stage 3). Held in the 16-bit gradient/param dtype.
+ZERO_REDUCE_BUCKET = 500_000_000
+ZERO_ALLGATHER_BUCKET = 500_000_000
+ZERO3_PREFETCH_BUCKET = 50_000_000
+# DDP (torch.nn.parallel.DistributedDataParallel): the Reducer copies gradients into flat all-reduce buckets that
+# cover every trainable parameter; "gradient_as_bucket_view (bool) - When set to True, gradients will be views
+# pointing to different offsets of allreduce communication buckets. This can reduce peak memory usage, where the
+# saved memory size will be equal to the total gradients size." (PyTorch docs, DistributedDataParallel)
+DDP_BUCKET_COPIES = 1
 
 # --- Element sizes the frameworks choose -----------------------------------------------------------------------------
 FP32_BYTES = 4

@@ -14,12 +14,16 @@ from ..errors import InputError
 from ..models.spec import ModelSpec
 from ..units import parse_size
 from .activations import inference_temporaries, logits_bytes, training_activations
-from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, CUDA_CONTEXT_BYTES, FRAGMENTATION, LARGE_TENSOR, LARGE_TENSOR_WASTE,
-                        LOG_SOFTMAX_OUTPUT_BYTES, LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
+from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, CUDA_CONTEXT_BYTES, DDP_BUCKET_COPIES,
+                        LOG_SOFTMAX_OUTPUT_BYTES, LOGITS_GRAD_BYTES, NCCL_BUFFSIZE, NCCL_CHANNELS, NCCL_COMM_EXTRA,
+                        NCCL_PEERS_PER_CHANNEL, SOFTCAP_SAVED_COPIES, ZERO3_PREFETCH_BUCKET, ZERO_ALLGATHER_BUCKET,
+                        ZERO_REDUCE_BUCKET)
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import check_tensor_parallel, estimate_kv
 from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes)
 from .workload import Workload
+
+from .constants import FRAGMENTATION as FRAGMENTATION  # re-exported: trace's default share
 
 SCHEMA = "campaign.memory/1"
 _TRANSIENT = ("activations", "logits", "temporaries", "kv")
@@ -145,7 +149,7 @@ def parse_share(value: str | float, *, what: str = "fragmentation") -> float:
 
 
 def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float = "10%",
-                    context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION) -> MemoryEstimate:
+                    context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float | None = None) -> MemoryEstimate:
     """Estimate per-card GPU memory of a workload, phase by phase.
 
     Args:
@@ -153,7 +157,8 @@ def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float
         workload: a validated Workload (see make_workload).
         reserve: explicit safety margin, a fraction of device bytes ('10%') or a size ('4GiB').
         context_bytes: CUDA/ROCm context and library handles outside PyTorch's allocator.
-        fragmentation: share of transient bytes the caching allocator holds beyond allocations.
+        fragmentation: a flat share of the transient bytes as the allocator overhead, instead of replaying the
+            step's tensors through the caching-allocator model (the default, None).
     """
     w = workload
     phases = _training_phases(spec, w) if w.training else _inference_phases(spec, w)
@@ -162,7 +167,7 @@ def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float
 
 
 def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
-                    context_bytes: int, fragmentation: float, method: str, notes: Any,
+                    context_bytes: int, fragmentation: float | None, method: str, notes: Any,
                     top_modules: tuple[tuple[str, int], ...] = (),
                     simulated_reserved: int | None = None) -> MemoryEstimate:
     """Headline figures from per-phase allocations: the allocator model, the context and the reserve.
@@ -171,21 +176,34 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     """
     peak = max(phases, key=lambda p: p.bytes)
     allocated = peak.bytes
-    # Freed activation blocks stay cached and are reused later, so fragmentation follows the largest
-    # transient working set of any phase, not only the peak phase's.
-    transient = max(sum(i.bytes for i in p.items if i.category in _TRANSIENT) for p in phases)
-    persistent_big = _large_tensor_count(spec, w)
-    frag = int(fragmentation * transient) + persistent_big * LARGE_TENSOR_WASTE
-    frag_formula = (f"{fragmentation:.0%} of transient tensors ({transient:,} B) + {LARGE_TENSOR_WASTE / 2**20:g} MiB x "
-                    f"{persistent_big} large tensors (2 MiB segment rounding)")
-    frag_source = "assumed share" if fragmentation == FRAGMENTATION else "given share"
+    pages = " with expandable segments (one segment per pool, grown in 2 MiB / 20 MiB pages)" \
+        if w.expandable_segments else ""
     if simulated_reserved is not None:
         frag = max(0, simulated_reserved - allocated)
         frag_formula = ("the traced allocations replayed through a model of the caching allocator (512 B blocks, "
                         "2 MiB small / 20 MiB large segments, best fit, splitting, merging)")
         frag_source = "simulated CUDACachingAllocator"
+    elif fragmentation is not None:
+        # Freed activation blocks stay cached and are reused later, so the share applies to the largest transient
+        # working set of any phase, not only the peak phase's.
+        transient = max(sum(i.bytes for i in p.items if i.category in _TRANSIENT) for p in phases)
+        frag = int(fragmentation * transient)
+        frag_formula = f"{fragmentation:.0%} of transient tensors ({transient:,} B)"
+        frag_source = "given share"
+    else:
+        from .reserved import inference_overhead, training_overhead
+
+        replay = (training_overhead if w.training else inference_overhead)(
+            spec, w, phases, expandable=w.expandable_segments)
+        frag = replay.bytes
+        frag_formula = (f"the step's tensors (weights, states, per-layer activations, logits, temporaries"
+                        f"{', the cache as it grows' if w.kv_cache == 'dynamic' else ''}) replayed through the "
+                        f"caching allocator's rules{pages}: peak reserved {replay.peak_reserved:,} - peak allocated "
+                        f"{replay.peak_allocated:,} B")
+        frag_source = "CUDACachingAllocator rules (memory/reserved.py)"
     reserved = allocated + frag
-    device = reserved + context_bytes
+    comm = _nccl_items(w)
+    device = reserved + context_bytes + sum(i.bytes for i in comm)
     fraction, absolute = parse_reserve(reserve)
     reserve_bytes = absolute or int(round(device * fraction))
     items = peak.items + (
@@ -193,6 +211,7 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         Item("CUDA context and libraries", context_bytes, "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)",
              "overhead", "assumed 500 MiB (bare lazy context: 274 MiB, pytorch/pytorch#86509)"
              if context_bytes == CUDA_CONTEXT_BYTES else "given"),
+        *comm,
         Item("reserve", reserve_bytes, f"{fraction:.0%} of device bytes" if not absolute else "explicit size",
              "reserve", "your safety margin"),
     )
@@ -202,6 +221,45 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         peak_reserved_bytes=reserved, device_bytes=device, required_bytes=device + reserve_bytes,
         reserve_bytes=reserve_bytes, notes=notes(spec, w, peak), method=method, top_modules=top_modules,
     )
+
+
+def _nccl_items(w: Workload) -> tuple[Item, ...]:
+    """NCCL's device buffers on each card when several cards communicate (outside PyTorch's allocator)."""
+    if w.gpus <= 1:
+        return ()
+    nbytes = NCCL_CHANNELS * NCCL_PEERS_PER_CHANNEL * NCCL_BUFFSIZE + NCCL_COMM_EXTRA
+    return (Item("NCCL communication buffers", nbytes,
+                 f"{NCCL_CHANNELS} channels (assumed) x {NCCL_PEERS_PER_CHANNEL} peers x NCCL_BUFFSIZE "
+                 f"{NCCL_BUFFSIZE // 2**20} MiB + {NCCL_COMM_EXTRA // 2**20} MiB of the communicator's own (assumed)",
+                 "overhead", "NCCL user guide: NCCL_BUFFSIZE default 4 MiB"),)
+
+
+def _comm_buckets(spec: ModelSpec, w: Workload, Pt: int, grad_bytes: int) -> list[Item]:
+    """Per-card buffers of multi-card training: DDP's gradient buckets, DeepSpeed ZeRO's reduce/all-gather buckets."""
+    if w.gpus <= 1 or not Pt:
+        return []
+    if w.shard == "none":
+        if w.grad_as_bucket_view:
+            return []
+        return [Item("DDP gradient buckets", DDP_BUCKET_COPIES * grad_bytes,
+                     "a flat copy of every gradient for the all-reduce (gradient_as_bucket_view=False, DDP's default; "
+                     "--grad-as-bucket-view makes the gradients views into it)", "gradients",
+                     "PyTorch DDP docs: gradient_as_bucket_view")]
+    if w.shard not in ("zero1", "zero2", "zero3"):
+        return []
+    g = 2 if w.mixed_precision or w.dtype in ("bf16", "fp16") else ELEMENT_BYTES[w.dtype]
+    items = [Item("ZeRO reduce bucket", int(min(ZERO_REDUCE_BUCKET, Pt) * g),
+                  f"reduce_bucket_size min(5e8, trainable) elements x {g:g} B", "gradients",
+                  "DeepSpeed config default reduce_bucket_size 5e8")]
+    if w.shard == "zero3":
+        items.append(Item("ZeRO-3 prefetch bucket", int(min(ZERO3_PREFETCH_BUCKET, Pt) * g),
+                          f"stage3_prefetch_bucket_size min(5e7, trainable) elements x {g:g} B", "temporaries",
+                          "DeepSpeed config default stage3_prefetch_bucket_size 5e7"))
+    else:
+        items.append(Item("ZeRO all-gather bucket", int(min(ZERO_ALLGATHER_BUCKET, Pt) * g),
+                          f"allgather_bucket_size min(5e8, trainable) elements x {g:g} B", "temporaries",
+                          "DeepSpeed config default allgather_bucket_size 5e8"))
+    return items
 
 
 def _div(n: int | float, parts: int) -> int:
@@ -292,7 +350,7 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
     states = weights + extra
-    persist = [x for x in (optimizer,) if x.bytes]
+    persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes)
     load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
     if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
         tmp, tmp_formula = inference_temporaries(spec, w, tokens)
@@ -353,9 +411,15 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp, tp),
                                                               pre_formula + split, "temporaries"), logits]),
                     f"prefill in chunks of {min(w.batch * w.seq_len, w.prefill_chunk):,} tokens, cache filled")
-    decode = Phase("decode", tuple(weights + [kv_item, Item("decode temporaries", _div(dec_tmp, tp),
-                                                            dec_formula + split, "temporaries"), logits]),
-                   "last token, cache full")
+    growth = []
+    if w.kv_cache == "dynamic":  # DynamicCache.update: torch.cat makes the longer layer tensor while the old is alive
+        one = kv.bytes // (2 * max(1, spec.num_layers))
+        growth = [Item("cache copy in torch.cat (one layer's K or V)", one,
+                       f"KV cache / (2 x {spec.num_layers} layers): the old tensor alive while the longer one is made",
+                       "kv", "transformers DynamicCache.update")]
+    decode = Phase("decode", tuple(weights + [kv_item, *growth, Item("decode temporaries", _div(dec_tmp, tp),
+                                                                     dec_formula + split, "temporaries"), logits]),
+                   "last token, cache full" + (" (grown by torch.cat each step)" if growth else ""))
     return load, prefill, decode
 
 
@@ -410,15 +474,6 @@ def _largest_trainable(spec: ModelSpec, w: Workload) -> int:
     return max((w.lora_rank * max(g.shape) for g in spec.groups if g.role == "linear"), default=0)
 
 
-def _large_tensor_count(spec: ModelSpec, w: Workload) -> int:
-    """Tensors over 1 MiB that live for the whole run (weights, and grads + states of trainable ones)."""
-    big = sum(g.count for g in spec.groups if g.numel * 2 > LARGE_TENSOR)
-    if w.training and w.method == "full":
-        per_param = 1 + (2 if w.optimizer in ("adamw", "adamw-8bit") else 1 if w.optimizer != "none" else 0)
-        big *= 1 + per_param
-    return big
-
-
 def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     notes = list(w.notes) + list(spec.notes)
     if w.seq_len > spec.max_position:
@@ -434,9 +489,17 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
                      "(about a third more compute: each layer's forward runs twice)")
     if w.training and w.gpus > 1 and w.shard == "none":
-        notes.append(f"DDP over {w.gpus} cards: each holds a full replica; ZeRO/FSDP shards the state")
+        notes.append(f"DDP over {w.gpus} cards: each holds a full replica"
+                     + ("" if w.grad_as_bucket_view else " and a gradient-sized bucket copy (--grad-as-bucket-view "
+                        "removes it)") + "; ZeRO/FSDP shards the state")
     if w.attention == "eager":
         notes.append("eager attention materializes b x heads x s x s scores; sdpa (flash) does not")
+    if w.expandable_segments:
+        notes.append("allocator: expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): segments "
+                     "grow in pages, little fragmentation")
+    else:
+        notes.append("allocator: PyTorch's default (no expandable segments); --expandable-segments models "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     notes.append("GiB = 2**30 bytes, GB = 10**9: an '80 GB' card holds about 80 GiB of chips, and the driver reports "
                  "a little less (H100 80GB: 79.65 GiB); campaign cards lists what each one reports")
     return tuple(notes)

@@ -7,22 +7,23 @@ from typing import Any
 
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
-from .constants import FRAGMENTATION
 from .estimate import Fit, MemoryEstimate, estimate_memory, parse_reserve
 from .kv import largest_satisfying
 from .workload import Workload
 
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
-              **options: Any) -> int:
-    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1)."""
-    cache: dict[int, bool] = {}
+              cache: dict[int, int] | None = None, **options: Any) -> int:
+    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1).
+
+    `cache` (n -> required bytes) may be shared between calls for several cards of the same workload.
+    """
+    cache = {} if cache is None else cache
 
     def ok(n: int) -> bool:
         if n not in cache:
-            est = estimate_memory(spec, replace(workload, **{field: n}), **options)
-            cache[n] = est.required_bytes <= memory_bytes
-        return cache[n]
+            cache[n] = estimate_memory(spec, replace(workload, **{field: n}), **options).required_bytes
+        return cache[n] <= memory_bytes
 
     return largest_satisfying(ok, limit)
 
@@ -33,11 +34,13 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
     out = []
+    batches: dict[int, int] = {}
+    lengths: dict[int, int] = {}
     for card in cards:
         mb = mc = None
         if solve:
-            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, **options)
-            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, **options)
+            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, cache=batches, **options)
+            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths, **options)
         out.append(Fit(card.name, card.memory_bytes, est.verdict(card.memory_bytes),
                        card.memory_bytes - est.required_bytes, mb, mc))
     return out
@@ -47,13 +50,16 @@ def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve
               **options: Any) -> int:
     """Bytes a KV cache may take on a card of `memory_bytes` after everything else an inference holds.
 
-    Solves required = (device_without_kv + kv x (1 + fragmentation)) x (1 + reserve share) + absolute reserve
-    <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out).
+    Solves required = (device_without_kv + kv x (1 + overhead share)) x (1 + reserve share) + absolute reserve
+    <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out); the overhead
+    share is --fragmentation when given; by default the replayed overhead of `workload` is held fixed.
     """
-    fragmentation = options.get("fragmentation", FRAGMENTATION)  # the same share the estimate used
     est = estimate_memory(spec, workload, reserve=reserve, **options)
     kv_now = next(i.bytes for i in est.items if i.category == "kv")
-    without = est.device_bytes - int(kv_now * (1 + fragmentation))
+    share = options.get("fragmentation")
+    if share is None:  # replayed overhead: a preallocated cache gets its own 2 MiB-rounded segments, so the
+        share = 0.0    # overhead found at this workload is held fixed and the cache adds only its own bytes
+    without = est.device_bytes - int(kv_now * (1 + share))
     fraction, absolute = parse_reserve(reserve)
     room = (memory_bytes - absolute) / (1 + fraction) - without
-    return max(0, int(room / (1 + fragmentation)))
+    return max(0, int(room / (1 + share)))

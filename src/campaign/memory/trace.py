@@ -90,7 +90,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
             _shard(torch, net, mesh, w)
         trains = w.training and w.method != "frozen"
         optimizer = optimizer_for(torch, w, [p for p in net.parameters() if p.requires_grad]) if trains else None
-        tracker = StorageTracker()
+        tracker = StorageTracker(expandable=w.expandable_segments)
         tracker.modules_at_peak = {}
         for t in [*net.parameters(), *net.buffers()]:
             tracker.register(t, "weights")

@@ -85,7 +85,7 @@ class ModuleStack:
 class StorageTracker(TorchDispatchMode):
     """Track live storages; `phase(name)` starts a new peak; `snapshot()` returns the phase's peak breakdown."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, expandable: bool = False) -> None:
         super().__init__()
         self._info: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storage -> [bytes, category, module, ref]
         self.by_category: dict[str, int] = defaultdict(int)
@@ -98,7 +98,7 @@ class StorageTracker(TorchDispatchMode):
         self.mods = ModuleStack()
         from .allocator import CachingAllocator
 
-        self.allocator = CachingAllocator()  # the same allocations replayed through the caching-allocator model
+        self.allocator = CachingAllocator(expandable=expandable)  # the same allocations replayed through the caching-allocator model
 
     # -- registration -------------------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor, category: str) -> None:

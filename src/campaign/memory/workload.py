@@ -13,6 +13,7 @@ OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd", "none")
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
+KV_CACHES = ("static", "dynamic")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,11 @@ class Workload:
     `batch` x `seq_len` is the micro-batch per card for training; for inference `batch` is the number
     of concurrent sequences and `seq_len` the context each reaches (prompt + generated tokens).
     `prefill_chunk` caps the tokens one prefill forward processes (vLLM's chunked prefill; HF generate
-    prefills the whole batch at once: set it to batch x seq_len). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
+    prefills the whole batch at once: set it to batch x seq_len). `expandable_segments`: PyTorch's allocator with
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, as PyTorch's). `grad_as_bucket_view`: DDP's
+    gradient_as_bucket_view=True (gradients are views into the all-reduce buckets; default off, as DDP's). `kv_cache`:
+    static (preallocated for the whole context: a static cache, vLLM's pool) or dynamic (HF's DynamicCache, grown by
+    torch.cat each step over `new_tokens` generated tokens). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
     and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
     """
 
@@ -44,6 +49,10 @@ class Workload:
     gpus: int = 1
     shard: str = "none"
     prefill_chunk: int = 8192
+    expandable_segments: bool = False
+    grad_as_bucket_view: bool = False
+    kv_cache: str = "static"
+    new_tokens: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -91,6 +100,17 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"shard {w.shard!r} is unknown; choose one of {', '.join(SHARDS)}")
     if w.attention not in ATTENTION:
         raise InputError(f"attention {w.attention!r} is unknown; choose sdpa (flash-style) or eager (materialized scores)")
+    if w.kv_cache not in KV_CACHES:
+        raise InputError(f"kv cache {w.kv_cache!r} is unknown; choose static (preallocated) or dynamic (HF generate's "
+                         "DynamicCache)")
+    if w.kv_cache == "dynamic" and (w.mode != "infer"):
+        raise InputError("--kv-cache dynamic is for inference (HF generate); drop it, or add --infer")
+    if w.kv_cache == "dynamic" and w.new_tokens is None:
+        raise InputError("--kv-cache dynamic grows the cache over the generated tokens: give --new-tokens N "
+                         "(the context is prompt + N)")
+    if w.new_tokens is not None and (isinstance(w.new_tokens, bool) or not isinstance(w.new_tokens, int)
+                                     or not 0 < w.new_tokens < w.seq_len):
+        raise InputError(f"new-tokens must be a positive integer below the context ({w.seq_len}), got {w.new_tokens!r}")
     for name in ("batch", "seq_len", "gpus", "lora_rank", "group_size", "prefill_chunk"):
         value = getattr(w, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -1,0 +1,336 @@
+"""Reserved - allocated from the allocation pattern: the tensors the analytic estimate counts, allocated and freed in
+the order a step makes them, replayed through the caching-allocator model (memory/allocator.py) that `trace` uses.
+
+No share is fitted: the overhead is what the allocator's rules (512 B blocks, 2 MiB small / 20 MiB large segments,
+2 MiB rounding above 10 MiB, best fit, splitting, merging, cached blocks never returned) make of these sizes.
+The pattern, per training step (two steps, so that the optimizer states and the cached blocks of step 1 are there):
+weights (quantized ones pass through 16-bit), then per layer the saved activations (checkpointing: the layer's input
+kept, its activations made and freed), the logits chain (logits, fp32 upcast, log_softmax output; in backward the fp32
+gradients, the cast back), per layer in reverse the recomputed activations, the activation gradients and the
+parameter gradients, the optimizer states (step 1) and its temporaries, and zero_grad(set_to_none=True).
+Inference: weights, the KV cache (preallocated, or grown by torch.cat per token for HF's DynamicCache), per chunk and
+per layer the MLP temporaries, and the logits.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import count
+
+from ..models.spec import ModelSpec
+from .activations import FP32, layer_saved
+from .allocator import CachingAllocator
+from .dtypes import ELEMENT_BYTES, QUANTIZED
+from .states import is_router, lora_groups, state_bytes_per_element
+from .workload import Workload
+
+
+DDP_BUCKET_CAP = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): its default bucket size
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The replay's result: its own peak allocated and peak reserved, and their difference (the overhead)."""
+
+    bytes: int
+    peak_allocated: int
+    peak_reserved: int
+    segments: int
+
+
+class _Replay:
+    """A caching allocator with handles: alloc(size) -> key, free(key)."""
+
+    def __init__(self, expandable: bool, limit: int | None = None) -> None:
+        self.a = CachingAllocator(expandable=expandable, limit=limit)
+        self._keys = count()
+
+    def alloc(self, size: int | float) -> int | None:
+        size = int(size)
+        if size <= 0:
+            return None
+        key = next(self._keys)
+        self.a.malloc(key, size)
+        return key
+
+    def free(self, *keys: int | None) -> None:
+        for key in keys:
+            if key is not None:
+                self.a.free(key)
+
+
+def _split(total: int, numels: list[int]) -> Iterator[int]:
+    """`total` bytes over tensors in proportion to their element counts."""
+    n = sum(numels)
+    if n <= 0 or total <= 0:
+        return iter(())
+    return (total * k // n for k in numels)
+
+
+def _per_layer(spec: ModelSpec, groups: list) -> tuple[list[list[int]], list[int]]:
+    """Tensor element counts of `groups`, per transformer block (in order) and outside the blocks."""
+    L = max(1, spec.num_layers)
+    layers: list[list[int]] = [[] for _ in range(L)]
+    rest: list[int] = []
+    for g in groups:
+        if g.in_blocks and g.count % L == 0:
+            per = g.count // L
+            for layer in layers:  # routed experts: one stacked tensor per layer (transformers' grouped experts)
+                layer.extend([g.numel * per] if g.expert else [g.numel] * per)
+        elif g.expert and spec.moe is not None and g.count % spec.moe.num_experts == 0:
+            rest.extend([g.numel * spec.moe.num_experts] * (g.count // spec.moe.num_experts))  # stacked per layer
+        else:
+            rest.extend([g.numel] * g.count)
+    return layers, rest
+
+
+def _numels(spec: ModelSpec, groups: list) -> list[int]:
+    """Every tensor's element count of `groups` (routed experts stacked per layer)."""
+    layers, rest = _per_layer(spec, groups)
+    return [n for layer in layers for n in layer] + rest
+
+
+def _trainable_layers(spec: ModelSpec, w: Workload) -> tuple[list[list[int]], list[int]]:
+    """Trainable tensors' element counts per block and outside: every parameter (full), or LoRA's A and B."""
+    if w.method == "full":
+        return _per_layer(spec, list(spec.groups))
+    L = max(1, spec.num_layers)
+    layers: list[list[int]] = [[] for _ in range(L)]
+    rest: list[int] = []
+    for g in lora_groups(spec, w):
+        pair = [w.lora_rank * g.shape[1], g.shape[0] * w.lora_rank]
+        if g.count % L == 0:
+            for layer in layers:
+                layer.extend(pair * (g.count // L))
+        else:
+            rest.extend(pair * g.count)
+    return layers, rest
+
+
+def _item(phases, name: str, category: str | None = None) -> int:
+    for p in phases:
+        for i in p.items:
+            if i.name == name or (category is not None and i.category == category and i.name.startswith(name)):
+                return i.bytes
+    return 0
+
+
+def _load(r: _Replay, spec: ModelSpec, w: Workload, phases) -> None:
+    """Weights as the load phase counts them, tensor by tensor; quantized ones pass through 16-bit."""
+    load = next(p for p in phases if p.name == "load")
+    quantized = [g for g in spec.groups if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks
+                 and not is_router(g)]
+    dense = [g for g in spec.groups if g not in quantized]
+    shards = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
+    for item in load.items:
+        if item.category != "weights":
+            continue
+        if item.name.startswith("weights, ") and quantized:
+            numels = _numels(spec, quantized)
+            meta = _split(_item(phases, "quantization scales/zeros"), numels)
+            for numel, size, extra in zip(numels, _split(item.bytes, numels), meta):
+                tmp = r.alloc(2 * numel // shards)  # loaded in 16-bit, then quantized
+                r.alloc(size)
+                r.alloc(extra)
+                r.free(tmp)
+        elif item.name == "quantization scales/zeros":
+            continue
+        elif item.name == "buffers":
+            r.alloc(item.bytes)
+        else:
+            groups = dense if item.name == "weights kept 16-bit" else list(spec.groups)
+            numels = _numels(spec, groups)
+            for size in _split(item.bytes, numels):
+                r.alloc(size)
+
+
+def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False) -> Overhead:
+    """Replay two training steps made of the estimate's tensors; see the module docstring."""
+    r = _Replay(expandable)
+    _load(r, spec, w, phases)
+    L = max(1, spec.num_layers)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    tokens = w.batch * w.seq_len
+    h, V = spec.hidden_size, spec.vocab_size
+    t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
+    trainable = [n for layer in t_layers for n in layer] + t_rest
+    adapters = _item(phases, "LoRA adapter weights (fp32)")
+    for size in _split(adapters, trainable):
+        r.alloc(size)
+    buckets = _item(phases, "DDP gradient buckets")
+    while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
+        r.alloc(min(buckets, DDP_BUCKET_CAP))
+        buckets -= DDP_BUCKET_CAP
+    for name in ("ZeRO reduce bucket", "ZeRO all-gather bucket", "ZeRO-3 prefetch bucket"):
+        r.alloc(_item(phases, name))
+    master = _item(phases, "fp32 master weights")
+    for size in _split(master, trainable):
+        r.alloc(size)
+    inter = spec.intermediate_size
+    if spec.moe is not None:
+        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    lg = _item(phases, "logits and loss", "logits") if V else 0
+    causal = not spec.encoder
+    if not trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
+        for _ in range(L):
+            keys = [r.alloc(tokens * c * inter) for _ in range(3)] + [r.alloc(tokens * c * h) for _ in range(2)]
+            r.free(*keys)
+        if lg:
+            logits = r.alloc(tokens * V * c)
+            up = r.alloc(tokens * V * FP32) if causal else None
+            ls = r.alloc(tokens * V * (FP32 if causal else c))
+            r.free(up, ls, logits)
+        return _result(r)
+    # per layer: the saved tensors of one layer, from activations.layer_saved's terms
+    layer = layer_saved(spec, w)
+    keys_per_token = layer.attention_per_token * w.seq_len
+    terms = [tokens * t for _, t in layer.terms if t] + ([tokens * keys_per_token] if keys_per_token else [])
+    acts = _item(phases, "activations", "activations")
+    per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
+    final = max(0, acts - L * int(per_layer_saved))
+    fwd_extra = [i for p in phases if p.name == "forward" for i in p.items
+                 if i.name in ("16-bit working copies (autocast)", "all-gathered parameters")]
+    w_layers, w_rest = _per_layer(spec, list(spec.groups))
+    extra_bytes = sum(i.bytes for i in fwd_extra)
+    extra_sizes = list(_split(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
+    extra_layers, pos = [], 0
+    for wl in w_layers:
+        extra_layers.append(extra_sizes[pos:pos + len(wl)])
+        pos += len(wl)
+    extra_rest = extra_sizes[pos:]
+    grads_total = _item(phases, "gradients", "gradients")
+    states_total = _item(phases, "optimizer states", "optimizer")
+    step_tmp = _item(phases, "optimizer temporaries", "temporaries")
+    grad_sizes = list(_split(grads_total, trainable))
+    k = 1 if w.optimizer == "sgd" else 2
+    state_sizes = list(_split(states_total, [n for n in trainable for _ in range(k)]))
+    grads_by_layer: list[list[int]] = []
+    pos = 0
+    for tl in t_layers:
+        grads_by_layer.append(grad_sizes[pos:pos + len(tl)])
+        pos += len(tl)
+    grads_rest = grad_sizes[pos:]
+    for step in range(2):
+        extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
+        saved: list[list[int | None]] = []
+        for index in range(L):
+            keep = [r.alloc(size) for size in extra_layers[index]]  # this block's 16-bit copies, kept for backward
+            if w.grad_checkpointing:
+                keep.append(r.alloc(tokens * c * h))
+                r.free(*[r.alloc(t) for t in terms])  # computed without keeping: freed at once
+            else:
+                keep += [r.alloc(t) for t in terms]
+            saved.append(keep)
+        fin = r.alloc(final)
+        logits = up = ls = None
+        if lg:
+            logits = r.alloc(tokens * V * c)
+            up = r.alloc(tokens * V * FP32) if causal else None
+            ls = r.alloc(tokens * V * (FP32 if causal else c))
+            r.free(up)
+            g1 = r.alloc(tokens * V * (FP32 if causal else c))  # nll_loss backward
+            g2 = r.alloc(tokens * V * (FP32 if causal else c))  # log_softmax backward
+            r.free(g1, ls)
+            g3 = r.alloc(tokens * V * c) if causal else None  # .float()'s backward: back to the logits' dtype
+            r.free(g2)
+            gh = r.alloc(tokens * h * c)  # LM head backward: the hidden states' gradient
+            r.free(g3, logits)
+        else:
+            gh = r.alloc(tokens * h * c)
+        r.free(fin)
+        grads: list[int | None] = []
+        for index in reversed(range(L)):
+            recomputed = [r.alloc(t) for t in terms] if w.grad_checkpointing else []
+            tmp = [r.alloc(tokens * c * inter) for _ in range(2)] + [r.alloc(tokens * c * h) for _ in range(2)]
+            if index < len(grads_by_layer):
+                grads += [r.alloc(s) for s in grads_by_layer[index]]
+            r.free(*tmp, *recomputed, *saved[index])
+        r.free(gh)
+        grads += [r.alloc(s) for s in grads_rest]
+        r.free(*extra)
+        if step == 0:
+            for size in state_sizes:
+                r.alloc(size)
+        if step_tmp and w.optimizer_impl == "foreach":
+            r.free(*[r.alloc(s) for s in _split(step_tmp, trainable)])
+        elif step_tmp:  # for-loop: one tensor-sized temporary at a time
+            for numel in trainable:
+                r.free(r.alloc(numel * state_bytes_per_element(w)))
+        r.free(*grads)  # zero_grad(set_to_none=True)
+    return _result(r)
+
+
+def _result(r: _Replay) -> Overhead:
+    a = r.a
+    return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments)
+
+
+DECODE_REPLAY_STEPS = 256  # at most this many growth steps of a dynamic cache are replayed (longer runs: in strides)
+
+
+def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False) -> Overhead:
+    """Replay an inference: weights, the cache, prefill chunks (per layer the MLP temporaries), decode steps.
+
+    A dynamic cache's longer copies never fit the blocks freed by the shorter ones (beyond the 2 MiB rounding), so
+    with room to spare reserved grows without bound: the allocator keeps them until cudaMalloc fails, then releases
+    its wholly free segments and retries. The replay releases them whenever it would grow past the peak allocated:
+    the least the allocator can work in (on a larger card nvidia-smi shows more, up to the card's memory).
+    """
+    peak = max(p.bytes for p in phases)
+    r = _Replay(expandable, limit=peak if w.kv_cache == "dynamic" else None)
+    _load(r, spec, w, phases)
+    L = max(1, spec.num_layers)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    h, V = spec.hidden_size, spec.vocab_size
+    inter = spec.intermediate_size
+    if spec.moe is not None:
+        inter = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token, spec.moe.shared_intermediate_size)
+    kv = _item(phases, "KV cache", "kv")
+    dynamic = w.kv_cache == "dynamic"
+    generated = (w.new_tokens or 1) if dynamic else 1
+    prompt = max(1, w.seq_len - generated) if dynamic else w.seq_len
+    per_token = kv / (2 * L * w.seq_len) if w.seq_len else 0  # one of K or V, one layer, one token (all sequences)
+    cache: list[int | None] = []
+    if kv and not dynamic:  # preallocated for the whole context: a static cache, vLLM's pool
+        cache = [r.alloc(kv // (2 * L)) for _ in range(2 * L)]
+    lengths = [0] * (2 * L)
+
+    def grow(index: int, tokens: int) -> None:
+        """DynamicCache.update: torch.cat makes the longer tensor while the old one is alive, then frees it."""
+        lengths[index] += tokens
+        new = r.alloc(per_token * lengths[index])
+        r.free(cache[index])
+        cache[index] = new
+
+    def layer_pass(tokens: int, index: int) -> None:
+        tmp = [r.alloc(tokens * c * inter) for _ in range(3)] + [r.alloc(tokens * c * h) for _ in range(2)]
+        if dynamic and kv:
+            grow(2 * index, tokens // w.batch)
+            grow(2 * index + 1, tokens // w.batch)
+        r.free(*tmp)
+
+    if dynamic:
+        cache = [None] * (2 * L)
+    if spec.encoder:
+        for index in range(L):
+            layer_pass(w.batch * w.seq_len, index)
+        lg = _item(phases, "scores over the vocabulary", "logits")
+        r.free(r.alloc(lg))
+        return _result(r)
+    chunk = max(w.batch, min(w.batch * prompt, w.prefill_chunk) // w.batch * w.batch)
+    done = 0
+    while done < w.batch * prompt:
+        step = min(chunk, w.batch * prompt - done)
+        for index in range(L):
+            layer_pass(step, index)
+        done += step
+    r.free(r.alloc(w.batch * V * c), r.alloc(w.batch * V * FP32))  # last position's logits and fp32 copy
+    stride = max(1, -(-(generated - 1) // DECODE_REPLAY_STEPS)) if dynamic else 1
+    left = generated - 1 if dynamic else 1
+    while left > 0:
+        tokens = min(stride, left)
+        for index in range(L):
+            layer_pass(w.batch * tokens, index)
+        r.free(r.alloc(w.batch * V * c), r.alloc(w.batch * V * FP32))
+        left -= tokens
+    return _result(r)

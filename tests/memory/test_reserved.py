@@ -1,0 +1,86 @@
+"""Reserved - allocated from the replayed allocation pattern; multi-card buffers; the dynamic cache's growth."""
+from __future__ import annotations
+
+import pytest
+
+from campaign.errors import InputError
+from campaign.memory import estimate_memory, make_workload
+from campaign.models import load_spec
+
+MiB = 2**20
+
+
+def _item(est, name):
+    return next((i.bytes for i in est.items if i.name == name), 0)
+
+
+def test_ddp_keeps_a_gradient_sized_bucket_copy_unless_grads_are_bucket_views():
+    spec = load_spec("gpt2")
+    one = estimate_memory(spec, make_workload(batch=1, seq_len=128))
+    ddp = estimate_memory(spec, make_workload(batch=1, seq_len=128, gpus=4))
+    view = estimate_memory(spec, make_workload(batch=1, seq_len=128, gpus=4, grad_as_bucket_view=True))
+    grads = spec.inventory_params * 2  # bf16 full fine-tuning: one 2-byte gradient per parameter
+    assert _item(ddp, "DDP gradient buckets") == grads
+    assert ddp.peak_allocated_bytes == one.peak_allocated_bytes + grads
+    assert view.peak_allocated_bytes == one.peak_allocated_bytes
+    # NCCL: 16 channels x 2 peers x 4 MiB + 64 MiB, outside the allocator: on the device figure only
+    assert _item(ddp, "NCCL communication buffers") == 16 * 2 * 4 * MiB + 64 * MiB
+    assert _item(one, "NCCL communication buffers") == 0
+
+
+def test_zero2_buckets_are_deepspeed_defaults_capped_by_the_model():
+    spec = load_spec("llama-3.1-8b")
+    est = estimate_memory(spec, make_workload(batch=1, seq_len=512, gpus=8, shard="zero2", mixed_precision=True))
+    forward = next(p for p in est.phases if p.name == "forward")
+    names = {i.name: i.bytes for i in forward.items}
+    assert names["ZeRO reduce bucket"] == 500_000_000 * 2  # 5e8 elements x 2 B: the 8B model has more
+    assert names["ZeRO all-gather bucket"] == 500_000_000 * 2
+    small = load_spec("gpt2")  # 124M parameters < 5e8: the bucket holds the whole model
+    est = estimate_memory(small, make_workload(batch=1, seq_len=128, gpus=2, shard="zero2", mixed_precision=True))
+    step = next(p for p in est.phases if p.name == "optimizer step")
+    assert next(i.bytes for i in step.items if i.name == "ZeRO reduce bucket") == small.inventory_params * 2
+
+
+def test_dynamic_cache_keeps_the_old_layer_tensor_during_torch_cat():
+    spec = load_spec("llama-3.1-8b")
+    w = make_workload(mode="infer", batch=4, seq_len=1024, kv_cache="dynamic", new_tokens=512)
+    est = estimate_memory(spec, w)
+    decode = next(p for p in est.phases if p.name == "decode")
+    copy = next(i.bytes for i in decode.items if i.name.startswith("cache copy"))
+    # one layer's K (or V): 8 KV heads x 128 x 2 B (bf16) x 1024 tokens x 4 sequences
+    assert copy == 8 * 128 * 2 * 1024 * 4
+    static = estimate_memory(spec, make_workload(mode="infer", batch=4, seq_len=1024))
+    static_decode = next(p for p in static.phases if p.name == "decode")
+    assert decode.bytes == static_decode.bytes + copy
+
+
+def test_dynamic_cache_needs_the_generated_tokens():
+    with pytest.raises(InputError, match="--new-tokens"):
+        make_workload(mode="infer", seq_len=1024, kv_cache="dynamic")
+    with pytest.raises(InputError, match="below the context"):
+        make_workload(mode="infer", seq_len=1024, kv_cache="dynamic", new_tokens=1024)
+    with pytest.raises(InputError, match="inference"):
+        make_workload(seq_len=1024, kv_cache="dynamic", new_tokens=10)
+
+
+def test_replayed_overhead_is_near_the_trace_replay_of_the_real_step():
+    # second method: `trace` replays the allocations of the real transformers step through the same allocator
+    pytest.importorskip("torch")
+    from campaign.memory.trace import trace_memory
+
+    w = make_workload(batch=8, seq_len=1024)
+    est = estimate_memory(load_spec("gpt2"), w)
+    traced = trace_memory("gpt2", w)
+    ours = est.peak_reserved_bytes - est.peak_allocated_bytes
+    theirs = traced.peak_reserved_bytes - traced.peak_allocated_bytes
+    assert abs(ours - theirs) <= 0.25 * theirs
+
+
+def test_expandable_segments_are_said_in_the_notes_and_leave_allocations_alone():
+    spec = load_spec("llama-3.1-8b")
+    kw = dict(method="qlora", batch=4, seq_len=4096, grad_checkpointing=True)
+    plain = estimate_memory(spec, make_workload(**kw))
+    pages = estimate_memory(spec, make_workload(**kw, expandable_segments=True))
+    assert pages.peak_allocated_bytes == plain.peak_allocated_bytes
+    assert any("expandable segments" in n for n in pages.notes)
+    assert any("no expandable segments" in n for n in plain.notes)

@@ -92,3 +92,20 @@ def test_t5_loss_stays_in_the_compute_dtype():
     forward = next(p for p in est.phases if p.name == "forward")
     logits = next(i for i in forward.items if i.name == "logits and loss")
     assert logits.bytes == 2 * 16 * 1000 * (2 + 2)  # bf16 logits and bf16 log_softmax output, no fp32 upcast
+
+
+def test_a_dynamic_cache_copies_one_self_attention_layer_not_the_cross_attention():
+    """During decode, torch.cat copies one decoder layer's K (or V): 2 sequences x 512 tokens x 8 heads x 64 x 2 B,
+    by hand; the cross-attention K/V (made once from the encoder output) does not grow and is not copied."""
+    import transformers
+
+    from campaign.memory import estimate_memory, make_workload
+    from campaign.models.architectures import spec_from_config
+
+    cfg = transformers.T5Config(d_model=512, d_kv=64, num_heads=8, num_layers=4, num_decoder_layers=4, d_ff=1024,
+                                vocab_size=8000).to_dict()
+    spec = spec_from_config(cfg, name="t5", source="test")
+    est = estimate_memory(spec, make_workload(mode="infer", batch=2, seq_len=512, kv_cache="dynamic", new_tokens=256))
+    decode = next(p for p in est.phases if p.name == "decode")
+    copy = next(i for i in decode.items if i.name.startswith("cache copy"))
+    assert copy.bytes == 2 * 512 * 8 * 64 * 2

@@ -413,9 +413,11 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                     f"prefill in chunks of {min(w.batch * w.seq_len, w.prefill_chunk):,} tokens, cache filled")
     growth = []
     if w.kv_cache == "dynamic":  # DynamicCache.update: torch.cat makes the longer layer tensor while the old is alive
-        one = kv.bytes // (2 * max(1, spec.num_layers))
+        # only self-attention grows; an encoder-decoder's cross-attention K/V is made once (num_layers: the decoder's)
+        one = (kv.bytes - kv.cross_attention_bytes) // (2 * max(1, spec.num_layers))
         growth = [Item("cache copy in torch.cat (one layer's K or V)", one,
-                       f"KV cache / (2 x {spec.num_layers} layers): the old tensor alive while the longer one is made",
+                       f"self-attention KV cache / (2 x {spec.num_layers} layers): the old tensor alive while the "
+                       "longer one is made",
                        "kv", "transformers DynamicCache.update")]
     decode = Phase("decode", tuple(weights + [kv_item, *growth, Item("decode temporaries", _div(dec_tmp, tp),
                                                                      dec_formula + split, "temporaries"), logits]),

@@ -81,3 +81,12 @@ SOFTCAP_SAVED_COPIES = 1
 # tensor in the gradient's dtype. The foreach implementation (torch's default for CUDA tensors) builds them for
 # every tensor of the group at once; the for-loop one, one at a time.
 ADAFACTOR_STEP_COPIES = 1
+
+# --- explain: the margin and what counts as the same workload -----------------------------------------------------
+# Added to the largest measured excess: batches vary in length and the allocator's state varies between runs.
+# Assumed (no published run-to-run spread of peak memory was found to derive it from).
+RUN_TO_RUN = 0.05
+# A measured phase more than this many times the estimate (or less than its inverse) is another workload, not an
+# estimation error: the formula's published gaps stay within tens of percent (benchmarks/memory_reference.py, the
+# worst figure 0.76). Assumed as the boundary.
+PLAUSIBLE_RATIO = 3.0

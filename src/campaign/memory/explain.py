@@ -11,12 +11,9 @@ from ..errors import InputError
 from .estimate import SCHEMA as ESTIMATE_SCHEMA
 from .estimate import MemoryEstimate
 from .measure import Measurement
+from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
 
 SCHEMA = "campaign.explain/2"
-RUN_TO_RUN = 0.05  # added to the observed error: batches vary in length, allocator state varies between runs
-# A measured phase more than this many times the estimate (or less than its inverse) is another workload, not an
-# estimation error: published gaps of the formula stay within tens of percent (benchmarks/memory_reference.py).
-PLAUSIBLE_RATIO = 3.0
 # what must be equal for two records to describe the same workload
 SAME_WORKLOAD = ("mode", "method", "dtype", "kv_dtype", "batch", "seq_len", "optimizer", "optimizer_impl",
                  "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets", "gpus", "shard",

@@ -8,6 +8,7 @@ import contextlib
 import csv
 import datetime
 import decimal
+import glob
 import hashlib
 import json
 import os
@@ -116,20 +117,13 @@ def _recover(out: Path) -> None:
     """Remove the temporaries a killed run left beside out; if out itself is missing (a crash between the two
     renames of the fallback swap), put the previous set back first."""
     prefix = f".{out.name}"
-    leftovers = [p for p in out.parent.glob(f"{glob_escape(prefix)}.campaign-*") if p.is_dir()]
+    leftovers = [p for p in out.parent.glob(f"{glob.escape(prefix)}.campaign-*") if p.is_dir()]
     retired = [p for p in leftovers if _RETIRED in p.name]
     if not out.exists() and retired:
         os.rename(max(retired, key=lambda p: p.stat().st_mtime), out)
     for p in leftovers:
         if p.exists():
             shutil.rmtree(p, ignore_errors=True)
-
-
-def glob_escape(text: str) -> str:
-    """text with glob's special characters taken literally."""
-    import glob
-
-    return glob.escape(text)
 
 
 @contextlib.contextmanager

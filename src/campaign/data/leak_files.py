@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import atomic_write_json, atomic_write_text, dumps_json, file_set
+from ..io import atomic_write_json, atomic_write_text, dumps_json, file_set, sha256_file
+from ..version import __version__
 from .leaks import EXACT, GROUP, LABEL, NEAR, LeakReport, find_leaks
-from .read import Dataset
+from .read import Dataset, read_dataset
 from .write import write_rows
 
 CLEAN_SCHEMA = "campaign.leak_fix/1"
@@ -111,13 +112,9 @@ def drop_leaking(report: LeakReport, datasets: Mapping[str, Dataset], out_dir: s
             written.append({"name": n, "input": ds.path, "input_sha256": ds.sha256, "path": str(target),
                             "rows": kept, "dropped": len(drop[n]),
                             "dropped_path": str(out / _leaking_name(target)) if n != names[0] else None})
-        from .read import read_dataset
-
         fields = datasets[names[0]].fields
         for n, target in zip(names, targets):
             clean[n] = read_dataset(stage / target.name, fields)
-        from ..io import sha256_file
-
         for w, target in zip(written, targets):
             w["sha256"] = sha256_file(stage / target.name)
         recheck = find_leaks(clean, threshold=0.0, config=report.config, progress=progress)
@@ -125,8 +122,6 @@ def drop_leaking(report: LeakReport, datasets: Mapping[str, Dataset], out_dir: s
         if not recheck.passed:
             failing = [c.id for c in recheck.checks if c.status == "fail"]
             raise InputError(f"the rewritten splits still fail {', '.join(failing)}; report this with the files")
-        from ..version import __version__
-
         manifest = {"schema": CLEAN_SCHEMA, "campaign_version": __version__,
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "dropped_by": [c.id for c in report.checks if c.pairs and c.status != "skipped"],

@@ -85,24 +85,26 @@ def _torch() -> Any:
     return torch
 
 
+def _causal(model: Any) -> bool:
+    """Token t predicts t + 1 (transformers' causal LMs shift logits and labels by one); other heads do not."""
+    return type(getattr(model, "module", model)).__name__.endswith("ForCausalLM")
+
+
 def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
     """(sum of token losses, tokens counted) of one batch from the model's logits; labels -100 are ignored."""
     torch = _torch()
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    logits = model(**inputs).logits
+    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
     labels = batch["labels"]
-    if type(getattr(model, "module", model)).__name__.endswith("ForCausalLM"):
-        logits, labels = logits[:, :-1, :], labels[:, 1:]            # token t predicts t + 1, as transformers
+    if _causal(model):
+        logits, labels = logits[:, :-1, :], labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                                              ignore_index=-100, reduction="sum")
-    return loss, int((labels != -100).sum())
+    return loss, tokens(model, batch)
 
 
 def tokens(model: Any, batch: Mapping[str, Any]) -> int:
     """Tokens whose loss counts in a batch (labels != -100, after the causal shift)."""
-    labels = batch["labels"]
-    if type(getattr(model, "module", model)).__name__.endswith("ForCausalLM"):
-        labels = labels[:, 1:]
+    labels = batch["labels"][:, 1:] if _causal(model) else batch["labels"]
     return int((labels != -100).sum())
 
 

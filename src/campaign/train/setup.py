@@ -13,7 +13,8 @@ from typing import Any
 
 from ..errors import InputError
 
-FIELDS = ("model", "batches", "loss", "optimizer", "scheduler", "tokenizer", "trainable", "normalization")
+FIELDS = ("model", "batches", "loss", "optimizer", "scheduler", "tokenizer", "trainable", "normalization",
+          "save_checkpoint", "load_checkpoint")
 
 
 @dataclass
@@ -22,7 +23,10 @@ class Setup:
     loss: loss(model, batch) -> scalar, or None when the model computes it from `labels` (HF models);
     normalization: what the training loop does when it accumulates: 'token' (every token of the update weighs
     the same: the loss is summed and divided by the update's token count) or 'micro_batch_mean' (each micro-batch's
-    mean loss divided by the accumulation steps), None when not stated."""
+    mean loss divided by the accumulation steps), None when not stated; trainable: globs or module names of the
+    parameters meant to train ('*lora_*', 'lm_head'); save_checkpoint(directory, model, optimizer, scheduler,
+    position) and load_checkpoint(directory, model, optimizer, scheduler) -> position: the training loop's own
+    checkpointing, which `campaign check` then tests (campaign's own, train/checkpoint.py, when not given)."""
 
     model: Any
     batches: list[Mapping[str, Any]]
@@ -32,6 +36,8 @@ class Setup:
     tokenizer: Any = None
     trainable: Sequence[str] | None = None
     normalization: str | None = None
+    save_checkpoint: Callable[..., Any] | None = None
+    load_checkpoint: Callable[..., Any] | None = None
     source: str = ""
 
 

@@ -130,7 +130,7 @@ def emit_estimate(est: Any, fits: list[Any], card: str | None, as_json: bool) ->
     if as_json:
         print_json(est.to_dict() | {"fits": [f.to_dict() for f in fits]})
     else:
-        from .render import memory as render_memory
+        from .render.memory import memory as render_memory
 
         render_memory(est, fits, card)
 

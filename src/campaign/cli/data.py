@@ -11,10 +11,7 @@ from . import common as o
 
 if TYPE_CHECKING:
     from ..data.sketch import DedupConfig
-    from ..data.leaks import LeakReport
     from ..data.read import Fields
-    from ..data.split import SplitResult
-    from ..data.usage import UsageReport
 
 Text = Annotated[Optional[list[str]], typer.Option("--text", help="Text field (repeat to join several with a newline). Default: text.")]
 Label = Annotated[Optional[str], typer.Option("--label", help="Label field (stratification, label conflicts).")]
@@ -72,6 +69,7 @@ def split(
     (ratios within the tolerance, no leak in the written files), 1 when one fails, 2 on bad input.
     """
     from ..data.split import split_file
+    from .render.data import split as render_split
 
     result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
                         stratify=stratify, seed=seed,
@@ -100,6 +98,7 @@ def leaks(
     no check exceeds the threshold, 1 when one does, 2 on bad input.
     """
     from ..data.leaks import check_files
+    from .render.data import leaks as render_leaks
     from ..errors import InputError
 
     if len(files) < 2:
@@ -126,137 +125,8 @@ def usage(
     Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
     """
     from ..data.usage import use_split
+    from .render.data import usage as render_usage
 
     report = use_split(manifest, split=record, purpose=purpose, note=note, run=run, max_final_uses=max_final_uses,
                        final_split=final_split)
     o.emit(report, render_usage, as_json, failed=not report.passed)
-
-
-# --------------------------------------------------------------------------------------------------- rendering
-
-STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skipped": "yellow"}
-
-
-def _escape(text: str) -> str:
-    """User text (file names, labels) shown literally, not read as rich markup."""
-    from rich.markup import escape
-
-    return escape(text)
-
-
-def _status(s: str) -> str:
-    return f"[{STATUS_STYLE.get(s, 'white')}]{s}[/{STATUS_STYLE.get(s, 'white')}]"
-
-
-def _console():
-    from .render import console
-
-    return console
-
-
-def render_split(r: "SplitResult") -> None:
-    """Verdict, the splits (target vs achieved, labels, groups), the checks, the leak check, notes."""
-    from rich.table import Table
-
-    c = _console()
-    n = sum(p.rows for p in r.parts)
-    how = "temporal" if r.parameters["temporal"] else ("stratified" if r.parameters["stratify"] else "by rows")
-    verdict = "[green]PASS[/green]" if r.passed else "[red]FAIL[/red]"
-    c.print(f"{verdict} {r.input['path']}: {n:,} rows into {len(r.parts)} splits ({how}, seed {r.seed}); "
-            f"{r.units:,} atomic units (groups + duplicate clusters), largest {r.largest_unit:,} rows")
-    t = Table(title="Splits (fractions of rows)", title_justify="left")
-    for col, just in (("split", "left"), ("rows", "right"), ("target", "right"), ("achieved", "right"),
-                      ("groups", "right"), ("dates", "left"), ("file", "left")):
-        t.add_column(col, justify=just)
-    for p in r.parts:
-        dates = f"{p.first_date[:10]} .. {p.last_date[:10]}" if p.first_date and p.last_date else ""
-        t.add_row(p.name, f"{p.rows:,}", f"{p.target_fraction:.2%}", f"{p.fraction:.2%}",
-                  ", ".join(f"{k} {v:,}" for k, v in p.groups.items()), dates, f"{Path(p.path).name}")
-    c.print(t)
-    labels = sorted({k for p in r.parts for k in p.labels})
-    if labels:
-        lt = Table(title="Per label: rows (share of the label's rows; target in the header)", title_justify="left")
-        lt.add_column("label")
-        for p in r.parts:
-            lt.add_column(f"{p.name} ({p.target_fraction:.0%})", justify="right")
-        for lbl in labels:
-            lt.add_row(lbl, *(f"{p.labels.get(lbl, 0):,} ({p.label_fractions.get(lbl, 0.0):.1%})" for p in r.parts))
-        c.print(lt)
-    d = r.duplicates
-    c.print(f"Duplicates kept together: {d['exact_duplicates']:,} exact copies, {d['near_pairs']:,} near pairs, "
-            f"{d['clusters']:,} clusters ({d['rows_in_clusters']:,} rows)")
-    for ch in r.checks:
-        c.print(f"{ch.id}: {_status(ch.status)} — {_escape(ch.seen)}")
-        if ch.status in ("fail", "warn") and ch.fix:
-            c.print(f"  [dim]why: {ch.why}; fix: {ch.fix}[/dim]")
-    c.print(f"leak check of the written files: {_status(r.leaks.status)} — "
-            + ", ".join(f"{ch.id} {ch.status}" for ch in r.leaks.checks))
-    for note in r.notes:
-        c.print(f"[dim]- {note}[/dim]")
-    c.print(f"[dim]manifest: {r.manifest}[/dim]")
-
-
-def render_leaks(r: "LeakReport") -> None:
-    """Verdict, one row per check and split pair, example pairs, notes."""
-    from rich.table import Table
-
-    c = _console()
-    failed = [ch for ch in r.checks if ch.status == "fail"]
-    limit = "any leak fails" if r.threshold == 0 else f"threshold {r.threshold:.2%} of a split's rows"
-    sizes = ", ".join(f"{s.name} {s.rows:,}" for s in r.splits)
-    if failed:
-        c.print(f"[red]LEAKS FOUND[/red] — {len(failed)} of {len(r.checks)} checks fail ({limit}); rows: {sizes}")
-    else:
-        c.print(f"[green]NO LEAKS[/green] — {sum(ch.status == 'pass' for ch in r.checks)} checks pass, "
-                f"{sum(ch.status == 'skipped' for ch in r.checks)} skipped ({limit}); rows: {sizes}")
-    t = Table(title_justify="left")
-    for col, just in (("check", "left"), ("status", "left"), ("between", "left"), ("rows", "right"),
-                      ("rate", "right"), ("links", "right")):
-        t.add_column(col, justify=just)
-    for ch in r.checks:
-        if not ch.pairs:
-            t.add_row(ch.id, _status(ch.status), ch.seen, "", "", "", end_section=True)
-            continue
-        for i, p in enumerate(ch.pairs):
-            t.add_row(ch.id if i == 0 else "", _status(ch.status) if i == 0 else "", f"{p.index} -> {p.query}",
-                      f"{p.rows:,}", f"{p.rate:.2%}", f"{p.links:,}", end_section=i == len(ch.pairs) - 1)
-    c.print(t)
-    for ch in r.checks:
-        if ch.status == "skipped" and ch.pairs:  # a search that could not be completed: say so, never imply a pass
-            c.print(f"[yellow]{ch.id} skipped[/yellow]: {ch.seen}. Fix: {ch.fix}.")
-    for ch in failed:
-        c.print(f"[bold]{ch.id}[/bold]: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
-        for p in ch.pairs:
-            for e in p.examples:
-                c.print(f"  {e.detail}: {e.index_ref}  <->  {e.query_ref}")
-                c.print(f"[dim]    {e.index_text}\n    {e.query_text}[/dim]")
-    for note in r.notes:
-        c.print(f"[dim]- {note}[/dim]")
-
-
-def render_usage(r: "UsageReport") -> None:
-    """Verdict on the final split, the counts per split and purpose, the recorded entry, warnings."""
-    from rich.table import Table
-
-    from ..data.usage import PURPOSES
-
-    c = _console()
-    if r.recorded:
-        e = r.recorded
-        c.print(f"recorded: {e.split} for {e.purpose.replace('_', ' ')}" + (f" — {e.note}" if e.note else ""))
-    if r.passed:
-        c.print(f"[green]OK[/green] — the final split {r.final_split!r} informed {r.final_decisions} decision(s) "
-                f"of {r.max_final_uses} allowed")
-    else:
-        for ch in r.checks:
-            if ch.status == "fail":
-                c.print(f"[red]WARNING[/red] {ch.id}: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
-    t = Table(title=f"Uses per split ({len(r.entries)} in {Path(r.ledger).name})", title_justify="left")
-    t.add_column("split")
-    for p in PURPOSES:
-        t.add_column(p.replace("_", " "), justify="right")
-    for s in r.splits:
-        t.add_row(s + (" (final)" if s == r.final_split else ""), *(str(r.counts[s][p]) for p in PURPOSES))
-    c.print(t)
-    for w in r.warnings:
-        c.print(f"[dim]- {w}[/dim]")

@@ -36,7 +36,7 @@ def kv(
     from ..hardware.cards import find_card
     from ..memory import estimate_kv, estimate_memory, make_workload, max_value
     from ..units import fmt_gib
-    from .render import kv as render_kv
+    from .render.memory import kv as render_kv
 
     from ..models import load_spec
 

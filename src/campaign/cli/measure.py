@@ -38,7 +38,7 @@ def measure(
     reached; the phases measured up to it are saved (--out).
     """
     from ..memory.protocol import MeasurementFailed, measure_script, measure_workload
-    from .render import measurement as render_measurement
+    from .render.memory import measurement as render_measurement
     from .render import progress_reporter
 
     try:
@@ -92,7 +92,7 @@ def explain(
     from ..memory.measure import load_measurement
     from ..models import load_spec
     from .memory import FEATURED_CARDS
-    from .render import explanation as render_explanation
+    from .render.memory import explanation as render_explanation
 
     if second is None and measured is not None and first.endswith(".json") and Path(first).is_file() \
             and Path(first).name != "config.json":

@@ -28,7 +28,7 @@ def trace(
     """
     from ..hardware.cards import find_card
     from ..memory.trace import trace_memory
-    from .render import console, progress_reporter
+    from .render import progress_reporter
 
     from ..models import load_spec
 
@@ -43,9 +43,5 @@ def trace(
     fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)
             for c in cards]
     o.emit_estimate(est, fits, card, as_json)
-    holders = [(m, b) for m, b in est.top_modules if b >= 2**20]  # none when the peak is the optimizer step
-    if not as_json and holders:
-        console.print(f"Activations alive at the {est.peak_phase} peak, by the module that made them (all layers): "
-                      + ", ".join(f"{m} {b / 2**30:.2f} GiB" for m, b in holders[:6]))
     if card and fits[0].verdict != "fits":
         raise typer.Exit(1)

@@ -1,59 +1,16 @@
-"""Rich rendering of result objects: the verdict first, then the table, then the notes."""
+"""The memory family's renderers: memory and trace (an estimate with its card fits), kv, measure, explain."""
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
-from ..memory.estimate import Fit, MemoryEstimate
-from ..memory.explain import Explanation
-from ..memory.measure import Measurement
-from ..memory.kv import KVEstimate
-from ..units import GiB, fmt_count, fmt_gib
-
-# Pipes and captured output get 120 columns rather than rich's 80, so tables stay readable in logs (and the
-# README's examples show this width).
-PIPE_WIDTH = 120
-console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
-
-VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
-
-
-def g(n: int | float) -> str:
-    """GiB with two decimals, no unit (tables say GiB in the header)."""
-    return f"{n / GiB:,.2f}"
-
-
-class Scale:
-    """One unit for a whole table: GiB, or MiB when every figure is under 1 GiB (a small model, a CPU check)."""
-
-    def __init__(self, *values: int | None) -> None:
-        self.unit, self.div = ("GiB", GiB) if max((abs(v) for v in values if v is not None), default=0) >= GiB \
-            else ("MiB", 2**20)
-
-    def __call__(self, n: int | float | None, signed: bool = False) -> str:
-        return "-" if n is None else f"{n / self.div:{'+' if signed else ''},.2f}"
-
-    def with_unit(self, n: int | float) -> str:
-        return f"{self(n)} {self.unit}"
-
-
-@contextmanager
-def progress_reporter(label: str) -> Iterator[Callable[[str], None]]:
-    """A spinner with the current phase on stderr when it is a terminal; a no-op otherwise."""
-    if not sys.stderr.isatty():
-        yield lambda _phase: None
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label)
-        yield lambda phase: bar.update(task, description=f"{label}: {phase}")
+from ...memory.estimate import Fit, MemoryEstimate
+from ...memory.explain import Explanation
+from ...memory.kv import KVEstimate
+from ...memory.measure import Measurement
+from ...units import fmt_count, fmt_gib
+from . import VERDICT_STYLE, Scale, console, gib
 
 
 def describe(est: MemoryEstimate) -> str:
@@ -69,7 +26,8 @@ def describe(est: MemoryEstimate) -> str:
 
 
 def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> None:
-    """Verdict, breakdown at the peak, phases, card fit, notes."""
+    """Verdict, breakdown at the peak, phases, card fit, notes; for a traced estimate, the modules whose activations
+    are alive at the peak."""
     console.print(f"[bold]{describe(est)}[/bold]" + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
     params = f"{fmt_count(est.params)} params"
     if est.workload.training:
@@ -87,14 +45,14 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
     if card_name and fits:
         f = fits[0]
         style = VERDICT_STYLE[f.verdict]
-        console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {g(f.memory_bytes)} GiB usable, headroom "
-                      f"{g(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch or '-'}, max seq "
+        console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {gib(f.memory_bytes)} GiB usable, headroom "
+                      f"{gib(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch or '-'}, max seq "
                                                      f"{f'{f.max_seq_len:,}' if f.max_seq_len else '-'}"
                                                      if f.max_batch is not None else ""))
         if f.verdict == "tight":
             left = est.reserve_bytes + f.headroom_bytes
             console.print(f"[{style}]tight[/{style}]: the device total fits, the reserve does not: "
-                          f"{g(left)} of its {g(est.reserve_bytes)} GiB are left, so an estimate more than "
+                          f"{gib(left)} of its {gib(est.reserve_bytes)} GiB are left, so an estimate more than "
                           f"{left / est.device_bytes:.1%} low would run out of memory; take a larger card, a smaller "
                           "batch, or a smaller --reserve if you have measured the margin (campaign explain)")
     table = Table(title=f"Breakdown at the peak ({est.peak_phase})", title_justify="left")
@@ -107,18 +65,22 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
               est.peak_reserved_bytes), ([context], "device (nvidia-smi)", est.device_bytes))
     for items, label, subtotal in levels:
         for item in items:
-            table.add_row(item.name, g(item.bytes), item.formula)
-        table.add_row(f"[dim]= {label}[/dim]", f"[dim]{g(subtotal)}[/dim]", "", end_section=True)
-    table.add_row(reserve.name, g(reserve.bytes), reserve.formula)
-    table.add_row("[bold]required[/bold]", f"[bold]{g(est.required_bytes)}[/bold]", "")
+            table.add_row(item.name, gib(item.bytes), item.formula)
+        table.add_row(f"[dim]= {label}[/dim]", f"[dim]{gib(subtotal)}[/dim]", "", end_section=True)
+    table.add_row(reserve.name, gib(reserve.bytes), reserve.formula)
+    table.add_row("[bold]required[/bold]", f"[bold]{gib(est.required_bytes)}[/bold]", "")
     console.print(table)
-    phases = "  ".join(f"{p.name} {g(p.bytes)}" + (" [bold]<- peak[/bold]" if p.name == est.peak_phase else "")
+    phases = "  ".join(f"{p.name} {gib(p.bytes)}" + (" [bold]<- peak[/bold]" if p.name == est.peak_phase else "")
                        for p in est.phases)
     console.print(f"Phases (allocated GiB): {phases}")
     if fits and not card_name:
         fit_table(fits)
     for note in est.notes:
         console.print(f"[dim]- {note}[/dim]")
+    holders = [(m, b) for m, b in est.top_modules if b >= 2**20]  # none when the peak is the optimizer step
+    if holders:
+        console.print(f"Activations alive at the {est.peak_phase} peak, by the module that made them (all layers): "
+                      + ", ".join(f"{m} {b / 2**30:.2f} GiB" for m, b in holders[:6]))
 
 
 def fit_table(fits: Sequence[Fit]) -> None:
@@ -128,7 +90,7 @@ def fit_table(fits: Sequence[Fit]) -> None:
         table.add_column(col, justify=just)
     for f in fits:
         style = VERDICT_STYLE[f.verdict]
-        table.add_row(f.card, g(f.memory_bytes), f"[{style}]{f.verdict}[/{style}]", g(f.headroom_bytes),
+        table.add_row(f.card, gib(f.memory_bytes), f"[{style}]{f.verdict}[/{style}]", gib(f.headroom_bytes),
                       "-" if not f.max_batch else str(f.max_batch), "-" if not f.max_seq_len else f"{f.max_seq_len:,}")
     console.print(table)
 

@@ -1,0 +1,208 @@
+"""The evaluate family's renderers: errors (classification or extraction), regress, seeds."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import console, escape, notes, table
+
+SHOW = 10   # ids listed before '... (+n)'
+
+
+def errors(rep: Any) -> None:
+    """An error analysis: classification or extraction, by its task."""
+    (classification if rep.task == "classification" else extraction)(rep)
+
+
+def _ids(ids: Any, n: int = SHOW) -> str:
+    ids = list(ids)
+    return ", ".join(escape(i) for i in ids[:n]) + (f", ... (+{len(ids) - n})" if len(ids) > n else "")
+
+
+def classification(rep: Any) -> None:
+    avg = rep.averages
+    console.print(f"[bold]{escape(rep.source['path'])}[/bold] · classification · {rep.examples:,} examples · "
+                  f"{len(rep.labels)} labels")
+    console.print(f"Accuracy [bold]{rep.accuracy:.4f}[/bold] ({rep.errors:,} errors) · macro F1 "
+                  f"[bold]{avg['macro']['f1']:.4f}[/bold] · weighted F1 {avg['weighted']['f1']:.4f} · micro F1 "
+                  f"{avg['micro']['f1']:.4f}")
+    t = table("Per class", [("label", "left"), ("precision", "right"), ("recall", "right"), ("F1", "right"),
+                             ("support", "right"), ("predicted", "right")])
+    for c in rep.per_class:
+        t.add_row(escape(c.label), f"{c.precision:.3f}", f"{c.recall:.3f}", f"{c.f1:.3f}", str(c.support), str(c.predicted))
+    for name in ("macro", "weighted"):
+        a = avg[name]
+        t.add_row(f"[dim]{name} avg[/dim]", f"{a['precision']:.3f}", f"{a['recall']:.3f}", f"{a['f1']:.3f}",
+                  str(rep.examples), "")
+    console.print(t)
+    if len(rep.labels) <= 12:
+        m = table("Confusion matrix (rows gold, columns predicted; counts, row share)",
+                   [("gold \\ pred", "left")] + [(escape(lab), "right") for lab in rep.labels])
+        for lab, row, share in zip(rep.labels, rep.matrix, rep.matrix_normalized):
+            m.add_row(escape(lab), *(f"{c} [dim]{s:.0%}[/dim]" if c else "[dim]0[/dim]" for c, s in zip(row, share)))
+        console.print(m)
+    if rep.top_confusions:
+        t = table("Top confusions", [("gold", "left"), ("predicted", "left"), ("count", "right"),
+                                      ("of errors", "right"), ("example ids", "left")])
+        for c in rep.top_confusions:
+            t.add_row(escape(c.gold), escape(c.pred), str(c.count), f"{c.share_of_errors:.0%}", _ids(c.example_ids))
+        console.print(t)
+    if rep.slices:
+        t = table(f"By {escape(rep.slice_field)} (worst first)", [("value", "left"), ("examples", "right"),
+                                                           ("errors", "right"), ("accuracy", "right"),
+                                                           ("macro F1", "right")])
+        for s in rep.slices:
+            t.add_row(escape(s.value), str(s.examples), str(s.errors), f"{s.accuracy:.3f}", f"{s.macro_f1:.3f}")
+        console.print(t)
+    _review(rep)
+
+
+def _review(rep: Any) -> None:
+    if rep.taxonomy:
+        tx = rep.taxonomy
+        t = table(f"Errors per tag ({tx.tagged_errors} of {tx.errors} errors tagged)",
+                   [("tag", "left"), ("errors", "right"), ("share of tagged", "right"), ("rate", "right"),
+                    ("on correct", "right")])
+        for c in tx.tags:
+            t.add_row(escape(c.tag), str(c.errors), f"{c.share_of_tagged:.0%}", f"{c.rate:.2%}", str(c.correct))
+        console.print(t)
+    if rep.review_sheet:
+        console.print(f"Review sheet: {escape(rep.review_sheet)} ({rep.review_rows} rows; fill the 'tag' column, then "
+                      f"pass it back with --taxonomy)")
+    if rep.plot:
+        console.print(f"Plot: {escape(rep.plot)}")
+    notes(rep.notes, escaped=True)
+    if rep.taxonomy:
+        notes(rep.taxonomy.notes, escaped=True)
+
+
+def extraction(rep: Any) -> None:
+    console.print(f"[bold]{escape(rep.source['path'])}[/bold] · extraction · {rep.examples:,} examples")
+    line = f"Valid JSON [bold]{rep.valid_json:.1%}[/bold]"
+    if rep.schema_valid is not None:
+        line += f" · schema-valid [bold]{rep.schema_valid:.1%}[/bold]"
+    if rep.required_all is not None:
+        line += f" · all required fields {rep.required_all:.1%}"
+    console.print(line + f" · every field right [bold]{rep.accuracy:.1%}[/bold]")
+    t = table("Per field (over examples whose gold has it)", [("field", "left"), ("gold", "right"),
+                                                               ("produced", "right"), ("exact", "right"),
+                                                               ("normalized", "right")])
+    for f in rep.fields:
+        t.add_row(escape(f.field), str(f.gold_examples), str(f.produced), f"{f.exact_rate:.1%}", f"{f.normalized_rate:.1%}")
+    console.print(t)
+    if rep.required:
+        t = table("Required fields present", [("field", "left"), ("present", "right"), ("rate", "right")])
+        for r in rep.required:
+            t.add_row(escape(r.field), str(r.present), f"{r.rate:.1%}")
+        console.print(t)
+    if rep.extra_fields:
+        t = table("Fields produced that the gold does not have", [("field", "left"), ("count", "right"),
+                                                                    ("example ids", "left")])
+        for e in rep.extra_fields:
+            t.add_row(escape(e.field), str(e.count), _ids(e.example_ids))
+        console.print(t)
+    if rep.schema_violations:
+        t = table("Schema violations", [("violation", "left"), ("count", "right")])
+        for msg, count in rep.schema_violations:
+            t.add_row(escape(msg), str(count))
+        console.print(t)
+    if rep.slices:
+        t = table(f"By {escape(rep.slice_field)} (worst first)", [("value", "left"), ("examples", "right"),
+                                                           ("valid JSON", "right"), ("all fields right", "right")])
+        for s in rep.slices:
+            t.add_row(escape(s.value), str(s.examples), f"{s.valid_json:.1%}", f"{s.accuracy:.1%}")
+        console.print(t)
+    if rep.invalid_ids:
+        console.print(f"Invalid JSON, e.g.: {_ids(rep.invalid_ids)}")
+    _review(rep)
+
+
+def regress(rep: Any) -> None:
+    failed = rep.failed_guards
+    if failed:
+        console.print(f"[red]{len(failed)} guard(s) failed[/red]: " + "; ".join(escape(g.describe()) for g in failed))
+    elif rep.guards:
+        console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
+    t = rep.mcnemar
+    p = f"p = {t.p_value:.4g}" + (f", statistic {t.statistic:.4g}" if t.statistic is not None else "")
+    console.print(f"Accuracy {rep.accuracy_baseline:.4f} -> [bold]{rep.accuracy_candidate:.4f}[/bold] "
+                  f"({rep.accuracy_candidate - rep.accuracy_baseline:+.4f}) on {rep.examples:,} examples · "
+                  f"right->wrong {len(rep.right_to_wrong)}, wrong->right {len(rep.wrong_to_right)} · "
+                  f"McNemar {p} ({t.method})")
+    console.print(f"both right {rep.both_right:,} · both wrong {rep.both_wrong:,}")
+    if rep.right_to_wrong:
+        console.print(f"[red]right -> wrong[/red]: {_ids(rep.right_to_wrong)}")
+    if rep.wrong_to_right:
+        console.print(f"[green]wrong -> right[/green]: {_ids(rep.wrong_to_right)}")
+    if rep.guards:
+        g = table("Guards (change = candidate - baseline)", [("guard", "left"), ("baseline", "right"),
+                                                               ("candidate", "right"), ("change", "right"),
+                                                               ("status", "left")])
+        for x in rep.guards:
+            g.add_row(escape(x.expression), f"{x.baseline:.4f}", f"{x.candidate:.4f}", f"{x.delta:+.4f}",
+                      "[green]pass[/green]" if x.passed else "[red]fail[/red]")
+        console.print(g)
+    if rep.per_class:
+        c = table("Per class (baseline -> candidate)", [("label", "left"), ("support", "right"),
+                                                         ("precision", "right"), ("recall", "right"),
+                                                         ("F1", "right"), ("F1 change", "right")])
+        for x in rep.per_class:
+            c.add_row(escape(x.label), str(x.support), f"{x.precision[0]:.3f} -> {x.precision[1]:.3f}",
+                      f"{x.recall[0]:.3f} -> {x.recall[1]:.3f}", f"{x.f1[0]:.3f} -> {x.f1[1]:.3f}",
+                      f"{x.delta_f1:+.3f}")
+        console.print(c)
+    if rep.per_field:
+        c = table("Per field (baseline -> candidate)", [("field", "left"), ("gold", "right"), ("exact", "right"),
+                                                         ("normalized", "right"), ("change", "right")])
+        for x in rep.per_field:
+            c.add_row(escape(x.field), str(x.gold_examples), f"{x.exact[0]:.1%} -> {x.exact[1]:.1%}",
+                      f"{x.match[0]:.1%} -> {x.match[1]:.1%}", f"{x.delta_match:+.1%}")
+        console.print(c)
+    notes(rep.notes, escaped=True)
+
+
+def _fmt(x: float | None) -> str:
+    return "-inf" if x is None else f"{x:+.4g}"
+
+
+def seeds(rep: Any) -> None:
+    style = {"convincing": "green", "no useful effect": "red", "inconclusive": "yellow"}[rep.verdict]
+    sign = "candidate - baseline" if rep.higher_is_better else "baseline - candidate (lower is better)"
+    ci = "no interval" if rep.ci_low is None and rep.ci_high is None else \
+        f"{rep.confidence:.0%} t interval [{_fmt(rep.ci_low)}, {'+inf' if rep.ci_high is None else f'{rep.ci_high:+.4g}'}]"
+    console.print(f"[{style}]{rep.verdict}[/{style}] — {escape(rep.candidate)} vs {escape(rep.baseline)} on {escape(rep.metric)}: mean "
+                  f"difference [bold]{rep.mean_diff:+.4g}[/bold] ({sign}), {ci}, minimum useful effect "
+                  f"{rep.min_effect:g}")
+    need = (f"{rep.seeds_needed} seeds for 80% power to detect {rep.power_effect:g}"
+            if rep.seeds_needed else "seeds needed: unknown")
+    power = f" (power now {rep.power:.0%} with {rep.n_seeds})" if rep.power is not None else ""
+    console.print(f"{rep.n_seeds} paired seeds · SD of differences "
+                  f"{'-' if rep.sd_diff is None else f'{rep.sd_diff:.4g}'} · {need}{power}")
+    notes(rep.warnings, "yellow", escaped=True)
+    t = table("Per seed", [("seed", "left"), (escape(rep.baseline), "right"), (escape(rep.candidate), "right"),
+                            ("difference", "right")])
+    for s, a, b, d in zip(rep.seeds, rep.baseline_values, rep.candidate_values, rep.differences):
+        t.add_row(escape(s), f"{a:.4g}", f"{b:.4g}", f"{d:+.4g}")
+    console.print(t)
+    tests = table(f"Tests ({rep.alternative})", [("method", "left"), ("statistic", "right"), ("p-value", "right"),
+                                                  ("interval", "left")])
+    tt = rep.t_test
+    tests.add_row("paired t", "-" if rep.t_statistic is None else str(rep.t_statistic if isinstance(rep.t_statistic, str) else f"{rep.t_statistic:.4g}"),
+                  "-" if rep.t_pvalue is None else f"{rep.t_pvalue:.4g}",
+                  "-" if tt.ci_low is None and tt.ci_high is None else f"[{_fmt(tt.ci_low)}, {'+inf' if tt.ci_high is None else f'{tt.ci_high:+.4g}'}]")
+    b = rep.bootstrap
+    tests.add_row(f"bootstrap ({b.method}, {b.n_resamples:,})", "", "",
+                  f"[{_fmt(b.low)}, {'+inf' if b.high is None else f'{b.high:+.4g}'}]")
+    if b.method == "bca":
+        tests.add_row("bootstrap (percentile)", "", "",
+                      f"[{_fmt(b.percentile_low)}, {'+inf' if b.percentile_high is None else f'{b.percentile_high:+.4g}'}]")
+    tests.add_row(f"Wilcoxon signed-rank ({rep.wilcoxon_method})", f"W+ = {rep.wilcoxon_statistic:g}",
+                  f"{rep.wilcoxon_pvalue:.4g}", "")
+    tests.add_row("sign test", f"{rep.sign.positive}+ / {rep.sign.negative}-", f"{rep.sign_pvalue:.4g}", "")
+    if rep.examples is not None:
+        e = rep.examples
+        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})", f"mean {e.mean_diff:+.4g}", "",
+                      f"[{_fmt(e.low)}, {'+inf' if e.high is None else f'{e.high:+.4g}'}]")
+    console.print(tests)
+    if rep.plot:
+        console.print(f"Plot: {escape(rep.plot)}")
+    notes(rep.notes, escaped=True)

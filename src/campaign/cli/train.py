@@ -31,37 +31,10 @@ def batch(
     """
     from ..train.accumulation import check_accumulation
     from .render import progress_reporter
+    from .render.train import render_batch
 
     with progress_reporter("batch") as tell:
         tell(f"accumulating over {processes} process(es)")
         report = check_accumulation(setup, accumulation=accumulation, processes=processes,
                                     normalization=normalization.replace("-", "_") if normalization else None)
     o.emit(report, render_batch, as_json, failed=not report.passed)
-
-
-def render_batch(r) -> None:  # type: ignore[no-untyped-def]
-    from rich.table import Table
-
-    from .render import console
-
-    ok = r.passed
-    verdict = "[green]EQUIVALENT[/green]" if ok else "[red]NOT EQUIVALENT[/red]"
-    console.print(f"{verdict} — effective batch {r.micro_batch} x {r.accumulation} x {r.processes} = "
-                  f"{r.effective_batch} rows; {r.tokens_per_update:,} tokens per update "
-                  f"({min(r.tokens_per_micro_batch):,}-{max(r.tokens_per_micro_batch):,} per micro-batch"
-                  + (f"; per process {', '.join(f'{t:,}' for t in r.tokens_per_process)}" if r.tokens_per_process
-                     else "") + f"); your normalization: {r.normalization.replace('_', ' ')}")
-    t = Table(title="Accumulated gradient against the whole update's", title_justify="left")
-    for col, just in (("normalization", "left"), ("relative error", "right"), ("cosine", "right"), ("meaning", "left")):
-        t.add_column(col, justify=just)
-    for v in r.variants:
-        mark = " <- yours" if v.normalization == r.normalization else ""
-        t.add_row(v.normalization.replace("_", " ") + mark, f"{v.relative_error:.2e}", f"{v.cosine:.6f}", v.meaning)
-    console.print(t)
-    for c in r.checks:
-        style = {"pass": "green", "fail": "red"}.get(c.status, "yellow")
-        console.print(f"{c.id}: [{style}]{c.status}[/{style}] — {c.seen}")
-        if c.status != "pass" and c.fix:
-            console.print(f"  [dim]why: {c.why}; fix: {c.fix}[/dim]")
-    for n in r.notes:
-        console.print(f"[dim]- {n}[/dim]")

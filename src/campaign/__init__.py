@@ -26,7 +26,8 @@ _LAZY = {
     "use_split": "data.usage", "record_usage": "data.usage", "usage_report": "data.usage",
     "analyze_errors": "evaluate.analysis", "regress": "evaluate.regress", "compare_seeds": "evaluate.seeds",
     "compare_paired": "evaluate.seeds",
-    # 3. about to train: batch
+    # 3. about to train: check, batch
+    "check": "train.check", "save_checkpoint": "train.checkpoint", "load_checkpoint": "train.checkpoint",
     "check_accumulation": "train.accumulation", "load_setup": "train.setup",
     # the map
     "guide_map": "guide",

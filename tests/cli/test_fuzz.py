@@ -266,9 +266,10 @@ NUMERIC = _numeric_options()
 # Options whose values are counts or sizes: zero or a negative number cannot be right.
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
-            "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes"}
+            "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
+            "--overfit-steps", "--overfit-lr"}
 # Fractions or rates: outside [0, 1] they mean nothing.
-FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence"}
+FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop"}
 
 
 def test_every_numeric_option_is_covered():
@@ -302,13 +303,14 @@ def bases(tmp_path):
             "split": ["split", str(data), "--out", str(tmp_path / "o"), "--force"],
             "leaks": ["leaks", str(data), str(other)], "usage": ["usage", manifest],
             "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)],
-            "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"]}
+            "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"],
+            "check": ["check", str(EXAMPLES / "check_setup.py") + ":make_setup", "--no-resume"]}
 
 
 @pytest.mark.parametrize("command, option, kind", NUMERIC, ids=[f"{c}{o}" for c, o, _ in NUMERIC])
 def test_every_numeric_option_refuses_what_cannot_be_right(cli, bases, command, option, kind):
     base = bases[command]
-    heavy = command in ("trace", "measure", "batch")
+    heavy = command in ("trace", "measure", "batch", "check")
     values = ["nan", "inf", "-inf", "1e309", "abc"] if kind == "float" else ["abc", "9" * 5000, "1.5"]
     for v in values:                                    # never a quantity: refused while parsing
         refused(cli(*base, option, v), option)

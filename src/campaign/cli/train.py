@@ -1,6 +1,7 @@
 """`campaign batch SETUP`: effective batch and gradient accumulation, checked numerically (question 3)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -9,8 +10,10 @@ from . import common as o
 
 
 def register(app: typer.Typer) -> None:
+    app.command("check", epilog="Example: campaign check examples/check_setup.py:make_setup --out check.json")(check)
     app.command("batch", epilog="Example: campaign batch examples/train_setup.py:make_setup --normalization token "
                                 "--processes 2")(batch)
+    app.command("inspect", epilog="Example: campaign inspect examples/inspect_setup.py:make_setup")(inspect)
 
 
 def batch(
@@ -38,3 +41,69 @@ def batch(
         report = check_accumulation(setup, accumulation=accumulation, processes=processes,
                                     normalization=normalization.replace("-", "_") if normalization else None)
     o.emit(report, render_batch, as_json, failed=not report.passed)
+
+
+def check(
+    setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model, the optimizer (and scheduler), "
+                                              "a few batches, optionally the loss, what is meant to train and the "
+                                              "loop's own save/load (see examples/check_setup.py).")],
+    overfit_steps: Annotated[int, typer.Option("--overfit-steps", help="Updates on the first batch.")] = 30,
+    overfit_drop: Annotated[float, typer.Option("--overfit-drop", help="Fraction the first batch's loss must fall "
+                                                                       "by within those updates.")] = 0.5,
+    overfit_lr: Annotated[Optional[float], typer.Option("--overfit-lr", help="Learning rate for the overfit test "
+                                                                             "only (default: the optimizer's).")] = None,
+    checkpoint_dir: Annotated[Optional[Path], typer.Option("--checkpoint-dir", help="Keep the resume test's "
+                                                                                   "checkpoint here (default: a "
+                                                                                   "temporary folder).")] = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reload a checkpoint in a fresh process and "
+                                                                      "compare the next step.")] = True,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
+    as_json: o.Json = False,
+) -> None:
+    """Before the long run: one full step (loss, gradients, update, memory per phase), the parameters that train
+    and those that must not, batch independence, overfitting one batch, and a checkpoint reloaded in a fresh
+    process giving the same next step.
+
+    Exit 0 when every check passes (warnings and skipped checks are shown as such), 1 when one fails, 2 on bad input
+    (needs the torch extra).
+    """
+    from ..train.check import check as run_checks
+    from .render import progress_reporter
+    from .render.train import render_check
+
+    if overfit_lr is not None and overfit_lr <= 0:
+        from ..errors import InputError
+
+        raise InputError(f"--overfit-lr {overfit_lr} must be > 0")
+    with progress_reporter("check") as tell:
+        tell("one step, resume in a fresh process, overfit")
+        report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
+                            checkpoint_dir=checkpoint_dir, resume=resume)
+    if out is not None:
+        from ..io import atomic_write_json
+
+        atomic_write_json(out, report.to_dict())
+    o.emit(report, render_check, as_json, failed=not report.passed)
+
+
+def inspect(
+    setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the dataset (raw examples), the collate "
+                                              "function (examples -> batch) and the tokenizer; optionally "
+                                              "label_field and target_field (see examples/inspect_setup.py).")],
+    examples: Annotated[int, typer.Option("--examples", help="Examples shown per class, collated together.")] = 2,
+    as_json: o.Json = False,
+) -> None:
+    """The batch after the exact preprocessing: your collate run over the whole dataset; truncation, answers lost
+    and loss positions counted over every example; special tokens and the padding side; a few examples per class
+    decoded with the loss positions marked; for images, shapes and pixel ranges per class.
+
+    Exit 0 when every check passes (warnings and skipped checks are shown as such), 1 when one fails, 2 on bad input
+    (needs the torch extra).
+    """
+    from ..train.inspect import inspect as run_inspect
+    from .render import progress_reporter
+    from .render.train import render_inspect
+
+    with progress_reporter("inspect") as tell:
+        report = run_inspect(setup, examples=examples, progress=tell)
+    o.emit(report, render_inspect, as_json, failed=not report.passed)

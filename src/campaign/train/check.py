@@ -1,0 +1,406 @@
+"""`campaign check SETUP`: the checks a careful engineer runs before the first long training run, on the user's own
+model, optimizer and batches (question 3 of the guide).
+
+- step.*: one complete update (forward, backward, optimizer step) measured phase by phase with the memory protocol
+  (MemoryMeter); the loss finite and near ln(classes) at initialization; gradients finite.
+- params.*: every parameter meant to train received a gradient, is held by the optimizer and changed; every other
+  one is untouched; what trains is what the setup declares.
+- batch.independent: one row's output does not depend on another row's input.
+- step.overfit: a few updates on one batch bring its loss down.
+- resume.*: a checkpoint written after one update, reloaded in a fresh process, gives the uninterrupted run's next
+  step (train/resume.py).
+
+The user's objects are put back as they were given (weights, optimizer and scheduler states, random generators).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checks import Check, passed
+from ..errors import InputError
+from ..results import Result
+from .setup import Setup, load_setup
+from .step import GroupNorm, StepFigures
+
+SCHEMA = "campaign.check/1"
+# At initialization a classifier over C outputs is uniform: loss ln(C). Well above it, the logits start too large
+# (an init scale, a missing 1/sqrt(d)) or the loss is summed instead of averaged (Karpathy, "A recipe for training
+# neural networks", 2019: "verify loss @ init").
+INIT_LOSS_HIGH = 1.5
+SHOWN = 3                   # parameter names shown in a check's line
+
+
+@dataclass(frozen=True)
+class ResumeFigures:
+    """The fresh process against the uninterrupted run (largest absolute differences; 0.0 is bitwise equal)."""
+
+    position: int
+    files: tuple[tuple[str, int], ...]           # the checkpoint's files and their sizes
+    weights_differ: tuple[str, ...]
+    loss: float
+    resumed_loss: float
+    grads_max_diff: float
+    after_max_diff: float
+    drew_random: bool
+
+
+@dataclass(frozen=True)
+class CheckReport(Result):
+    """Every check with its status, and the figures behind them."""
+
+    checks: tuple[Check, ...]
+    loss: float
+    expected_loss: float | None
+    groups: tuple[GroupNorm, ...]
+    dtypes: dict[str, dict[str, int]]
+    trainable_elements: int
+    frozen_elements: int
+    memory: Any                                 # the step's Measurement (memory/measure.py)
+    overfit_losses: tuple[float, ...]
+    resume: ResumeFigures | None
+    device: str
+    micro_batch: int
+    sequence_length: int | None
+    notes: tuple[str, ...] = ()
+    source: str = ""
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return passed(self.checks)
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: float = 0.5,
+          overfit_lr: float | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
+          timeout: float = 600) -> CheckReport:
+    """Run every check on a setup ('setup.py:make_setup', a factory, or a Setup with live objects).
+
+    Args:
+        overfit_steps: updates on the first batch; its loss must fall by `overfit_drop` (a fraction) within them.
+        overfit_lr: learning rate for that test only (default: the optimizer's own).
+        checkpoint_dir: where the resume test writes its checkpoint (kept); default a temporary folder.
+        resume: run the checkpoint/resume test (needs the setup as a file, to build it again in a fresh process).
+    Raises:
+        InputError: a bad setup (no optimizer, a loss that is not a scalar), an unwritable checkpoint folder.
+    """
+    import torch
+
+    if isinstance(overfit_steps, bool) or not isinstance(overfit_steps, int) or not 1 <= overfit_steps <= 10_000:
+        raise InputError(f"overfit steps {overfit_steps!r} must be a whole number from 1 to 10000")
+    if not 0 < overfit_drop < 1:
+        raise InputError(f"overfit drop {overfit_drop!r} must be a fraction between 0 and 1, e.g. 0.5")
+    s = load_setup(setup)
+    if s.optimizer is None or not isinstance(s.optimizer, torch.optim.Optimizer):
+        raise InputError(f"{s.source or 'the setup'}: needs the optimizer (a torch.optim.Optimizer over the model's "
+                         "parameters) to check a full step; return it as 'optimizer'")
+    if isinstance(s.trainable, str):
+        s.trainable = [s.trainable]
+    from .step import checked_step, cross_row_gradient, device_of, overfit, to_device
+
+    device = device_of(s.model)
+    batches = [to_device(b, device) for b in s.batches]
+    kept = _keep(s)
+    try:
+        meter, fig = _first_step(s, batches[0], checked_step)
+        checks = _step_checks(fig, s)
+        notes: list[str] = []
+        resumed = None
+        if not resume:
+            checks.append(Check("resume.next_step_equal", "skipped", "not run (--no-resume)"))
+        elif not isinstance(setup, str):
+            checks.append(Check("resume.next_step_equal", "skipped", "the setup was given as live objects",
+                                "a resume is only proven by a fresh process that builds everything again",
+                                "give the setup as setup.py:make_setup"))
+        elif len(batches) < 2:
+            checks.append(Check("resume.next_step_equal", "skipped", "the setup gives one batch; the resume test "
+                                "needs two (one before the checkpoint, one after)", "", "return two batches or more"))
+        else:
+            resumed, resume_checks = _resume(s, setup, batches[1], checkpoint_dir, timeout, device)
+            checks.extend(resume_checks)
+        checks.append(_independence(s, batches[0], cross_row_gradient))
+        losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
+        checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
+    finally:
+        _restore(s, kept)
+    classes = fig.classes
+    first = batches[0].get("input_ids")
+    if classes is None:
+        notes.append("the model's output has no class dimension: the loss at initialization was not compared")
+    notes.append("the user's model, optimizer, scheduler and random generators are put back as they were given")
+    return CheckReport(
+        checks=tuple(checks), loss=fig.loss, expected_loss=math.log(classes) if classes else None,
+        groups=fig.groups, dtypes=fig.dtypes, trainable_elements=fig.trainable_elements,
+        frozen_elements=fig.frozen_elements, memory=meter.result(label="campaign check: one step"),
+        overfit_losses=losses, resume=resumed, device=str(device),
+        micro_batch=int(next(v for v in batches[0].values() if hasattr(v, "shape")).shape[0]),
+        sequence_length=int(first.shape[1]) if first is not None and first.dim() == 2 else None,
+        notes=tuple(notes), source=s.source)
+
+
+def _first_step(s: Setup, batch: Any, checked_step: Any) -> tuple[Any, StepFigures]:
+    from ..memory.measure import MemoryMeter
+
+    device = next(s.model.parameters()).device
+    meter = MemoryMeter("cuda" if device.type == "cuda" else "cpu")
+    with meter.around("step"):
+        meter.track(s.model)
+        fig = checked_step(s.model, s.optimizer, s.scheduler, batch, loss_fn=s.loss, trainable=s.trainable,
+                           meter=meter)
+    return meter, fig
+
+
+def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
+    out = []
+    if math.isfinite(f.loss):
+        out.append(Check("step.finite_loss", "pass", f"loss {f.loss:.4f}"))
+    else:
+        out.append(Check("step.finite_loss", "fail", f"loss {f.loss} on the first batch",
+                         "nothing trains from a non-finite loss", "look for log(0), a division by a zero token count "
+                         "(every label -100) or fp16 overflow; run the forward in fp32 to compare"))
+    if f.classes and math.isfinite(f.loss):
+        expected = math.log(f.classes)
+        ratio = f.loss / expected
+        if ratio > INIT_LOSS_HIGH:
+            out.append(Check("step.initial_loss", "warn",
+                             f"loss {f.loss:.3f} is {ratio:.1f}x ln({f.classes}) = {expected:.3f}",
+                             "an untrained model guesses uniformly (loss ln(classes)); far above it the logits start "
+                             "too large or the loss is summed, and the first steps are spent undoing it",
+                             "check the output layer's initialization and that the loss is a mean"))
+        else:
+            what = "near" if ratio >= 1 / INIT_LOSS_HIGH else "below (a trained model: expected when fine-tuning)"
+            out.append(Check("step.initial_loss", "pass",
+                             f"loss {f.loss:.3f}, {what} ln({f.classes}) = {expected:.3f} (uniform guess)"))
+    if f.nonfinite_grad:
+        out.append(Check("step.finite_grads", "fail", f"non-finite gradients in {_names(f.nonfinite_grad)}",
+                         "one inf or nan gradient spreads to every weight at the next update",
+                         "clip gradients, run the loss in fp32, or use bf16 / a loss scaler"))
+    else:
+        out.append(Check("step.finite_grads", "pass", f"{len(f.trainable)} gradients, all finite"))
+    if f.declared is not None:
+        frozen_declared = tuple(n for n in f.declared if n not in set(f.trainable))
+        undeclared = tuple(n for n in f.trainable if n not in set(f.declared))
+        if frozen_declared or undeclared:
+            parts = ([f"declared to train but frozen (requires_grad False): {_names(frozen_declared)}"]
+                     if frozen_declared else []) + \
+                    ([f"trains but not declared: {_names(undeclared)}"] if undeclared else [])
+            out.append(Check("params.trainable_as_declared", "fail", "; ".join(parts),
+                             "the run would train other parameters than the plan (and the memory estimate) says",
+                             "set requires_grad for exactly the declared parameters (freeze before building the "
+                             "optimizer), or correct `trainable`"))
+        else:
+            out.append(Check("params.trainable_as_declared", "pass",
+                             f"{len(f.trainable)} tensors train, as declared ({_names(list(s.trainable or []))})"))
+    else:
+        out.append(Check("params.trainable_as_declared", "skipped", "the setup does not say what is meant to train",
+                         "", "return trainable=['*lora_*', 'score'] (globs or module names)"))
+    if f.no_grad:
+        out.append(Check("params.received_grad", "fail", f"requires_grad but no gradient: {_names(f.no_grad)}",
+                         "these parameters are counted as trainable (memory, optimizer state) but never learn: a "
+                         "branch not used in the forward, or a detach", "use them in the forward or freeze them"))
+    elif f.zero_grad:
+        out.append(Check("params.received_grad", "warn", f"gradient exactly zero: {_names(f.zero_grad)}",
+                         "an all-zero gradient often means a disconnected or masked-out branch",
+                         "check that the branch is used with this batch (it may be legitimately unused here)"))
+    else:
+        out.append(Check("params.received_grad", "pass", f"{len(f.trainable)} of {len(f.trainable)} trainable tensors "
+                         "received a gradient"))
+    if f.not_in_optimizer:
+        out.append(Check("params.in_optimizer", "fail", f"trainable but not in the optimizer: "
+                         f"{_names(f.not_in_optimizer)}", "their gradients are computed and thrown away",
+                         "build the optimizer after freezing/unfreezing and after wrapping the model (peft)"))
+    else:
+        out.append(Check("params.in_optimizer", "pass", "the optimizer holds every trainable tensor"))
+    stuck = tuple(n for n in f.unchanged if n not in set(f.zero_lr))
+    if stuck:
+        out.append(Check("params.trainable_changed", "fail", f"unchanged by the update: {_names(stuck)} "
+                         f"({len(stuck)} of {len(f.trainable)})",
+                         "parameters meant to train did not move: a group left out of the optimizer, no gradient, "
+                         "or a step that is skipped", "check the optimizer's groups and that optimizer.step() runs"))
+    elif f.unchanged:
+        out.append(Check("params.trainable_changed", "warn", f"{len(f.unchanged)} of {len(f.trainable)} trainable "
+                         "tensors unchanged: their learning rate was 0 for this update",
+                         "a warm-up that starts at 0 (transformers' linear and cosine schedules do) wastes the first "
+                         "update, and hides whether the step reaches these parameters",
+                         "start the warm-up above 0, or run the check with a scheduler past its first step"))
+    else:
+        out.append(Check("params.trainable_changed", "pass", f"all {len(f.trainable)} trainable tensors changed"))
+    if f.changed_frozen:
+        out.append(Check("params.frozen_unchanged", "fail", f"frozen yet changed: {_names(f.changed_frozen)}",
+                         "a frozen base that moves is no longer the base the adapter or the comparison assumes",
+                         "find what writes to them in the step (a hook, weight tying to a trained tensor, an "
+                         "optimizer built before freezing with weight decay)"))
+    else:
+        frozen = f.frozen_elements
+        out.append(Check("params.frozen_unchanged", "pass", f"{frozen:,} frozen elements unchanged" if frozen else
+                         "no frozen parameters (full fine-tuning)"))
+    return out
+
+
+def _independence(s: Setup, batch: Any, cross_row_gradient: Any) -> Check:
+    rows = int(next(v for v in batch.values() if hasattr(v, "shape")).shape[0])
+    if rows < 2:
+        return Check("batch.independent", "skipped", "the first batch has one row", "",
+                     "give a batch of two rows or more")
+    try:
+        other, own = cross_row_gradient(s.model, batch)
+    except InputError as e:
+        return Check("batch.independent", "skipped", str(e))
+    if other == 0.0:
+        return Check("batch.independent", "pass", f"row 0's output has no gradient on the other {rows - 1} rows' "
+                     f"inputs (own: {own:.2e})")
+    return Check("batch.independent", "fail",
+                 f"row 0's output depends on other rows' inputs: largest gradient {other:.2e} (own row: {own:.2e})",
+                 "rows leak into each other: a reshape or transpose that mixes the batch dimension, a norm over the "
+                 "batch, or attention across rows; results then depend on what else is in the batch",
+                 "find the view/reshape that puts the batch dimension elsewhere (use .transpose, keep dim 0 the "
+                 "batch)")
+
+
+def _overfit_check(losses: tuple[float, ...], drop: float, lr: float | None, optimizer: Any) -> Check:
+    start, end = losses[0], losses[-1]
+    best = min(losses)
+    steps = len(losses) - 1
+    if not all(math.isfinite(v) for v in losses):
+        return Check("step.overfit", "fail", f"the loss became non-finite within {steps} updates on one batch",
+                     "the learning rate or the precision diverges", "lower the learning rate; check fp16 overflow")
+    target = (1 - drop) * start
+    if end <= target:
+        return Check("step.overfit", "pass", f"loss {start:.3f} -> {end:.3f} in {steps} updates on one batch "
+                     f"(target {target:.3f})")
+    rates = sorted({g.get("lr", 0.0) for g in optimizer.param_groups})
+    return Check("step.overfit", "fail",
+                 f"loss {start:.3f} -> {end:.3f} (best {best:.3f}) in {steps} updates on one batch; target "
+                 f"{target:.3f} ({drop:.0%} lower) at learning rate {lr if lr is not None else rates}",
+                 "a model that cannot memorize one batch will not learn the data set: the update does not reach the "
+                 "loss (a detached output, a learning rate of 0, the wrong parameters in the optimizer)",
+                 "if the step checks pass, raise the rate for this test (--overfit-lr) or the updates "
+                 "(--overfit-steps)")
+
+
+def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, timeout: float,
+            device: Any) -> tuple[ResumeFigures, list[Check]]:
+    from .resume import next_step, run_fresh, save
+    from .step import snapshot
+
+    with tempfile.TemporaryDirectory(prefix="campaign-check-") as tmp:
+        folder = Path(checkpoint_dir) / "step-1" if checkpoint_dir is not None else Path(tmp) / "step-1"
+        try:
+            save(s, folder, 1)
+        except OSError as e:
+            raise InputError(f"{e.filename or folder}: cannot write the checkpoint ({e.strerror or e}); give a "
+                             "writable --checkpoint-dir") from None
+        files = tuple(sorted((p.name, p.stat().st_size) for p in folder.rglob("*") if p.is_file()))
+        saved = snapshot(s.model)
+        ours = next_step(s.model, s.optimizer, s.scheduler, batch, s.loss)
+        theirs = run_fresh(ref, folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
+    exact = device.type == "cpu"
+    differ = tuple(n for n, t in saved.items() if n not in theirs["loaded"]
+                   or not _same(t, theirs["loaded"][n], exact))
+    grads = _max_diff(ours.grads, theirs["grads"])
+    after = _max_diff(ours.after, theirs["after"])
+    resumed_loss = float(theirs["loss"])
+    loss = float(ours.loss)
+    figures = ResumeFigures(theirs["position"], files, differ, loss, resumed_loss, grads, after, ours.drew_random)
+    how = "bitwise" if exact else "within 1e-5 relative (GPU kernels may sum in another order)"
+    checks = []
+    checks.append(Check("resume.files_written", "pass" if files else "fail",
+                        f"{len(files)} files, {sum(b for _, b in files) / 2**20:.2f} MiB: "
+                        f"{', '.join(n for n, _ in files)}" if files else "the checkpoint folder is empty",
+                        "" if files else "nothing to resume from", "" if files else "save_checkpoint wrote nothing"))
+    if differ:
+        checks.append(Check("resume.weights_equal", "fail", f"reloaded weights differ: {_names(differ)}",
+                            "the resumed run starts from other weights than the ones saved",
+                            "save and load the full state_dict (tied weights once), strict"))
+    else:
+        checks.append(Check("resume.weights_equal", "pass", f"{len(saved)} tensors reloaded {how} equal"))
+    same_step = _close(loss, resumed_loss, exact) and grads == 0.0 if exact else \
+        _close(loss, resumed_loss, exact) and grads <= 1e-5 * max(1.0, _scale(ours.grads))
+    if same_step:
+        checks.append(Check("resume.next_step_equal", "pass",
+                            f"next loss {loss:.6f} and gradients equal {how} in a fresh process (batch "
+                            f"{figures.position})"))
+    else:
+        rng = " The step draws random numbers (dropout): a generator not restored changes it." if ours.drew_random \
+            else ""
+        checks.append(Check("resume.next_step_equal", "fail",
+                            f"next loss {loss:.6f} uninterrupted vs {resumed_loss:.6f} resumed; gradients differ by "
+                            f"up to {grads:.2e}.{rng}",
+                            "a run that resumes differently from how it would have gone on makes every interrupted "
+                            "run a different experiment",
+                            "save and restore the random generators (torch, cuda, python, numpy) and the data position "
+                            "with the weights; keep state out of Python attributes"))
+    if same_step and after > (0.0 if exact else 1e-5 * max(1.0, _scale(ours.after))):
+        checks.append(Check("resume.next_update_equal", "fail",
+                            f"the same gradients give other weights after the update (up to {after:.2e} apart)",
+                            "the optimizer or scheduler restarted: Adam's moments, its step count or the learning "
+                            "rate differ after a resume", "save and load optimizer.state_dict() and "
+                            "scheduler.state_dict()"))
+    elif same_step:
+        checks.append(Check("resume.next_update_equal", "pass", f"weights after the next update equal {how} "
+                            "(optimizer and scheduler restored)"))
+    else:
+        checks.append(Check("resume.next_update_equal", "skipped", "the next step already differs"))
+    if same_step and not ours.drew_random:
+        checks.append(Check("resume.random_exercised", "warn", "the step draws no random numbers (no dropout in "
+                            "train mode): a generator not restored would go unseen here",
+                            "training with dropout or random augmentation needs the generators restored",
+                            "if the real run uses dropout, enable it in the setup"))
+    return figures, checks
+
+
+def _same(a: Any, b: Any, exact: bool) -> bool:
+    import torch
+
+    a = a.cpu()
+    if exact:
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    return a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-5, atol=0)
+
+
+def _max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
+    if set(a) != set(b):
+        return math.inf
+    return max((float((a[k].cpu().double() - b[k].double()).abs().max()) for k in a if a[k].numel()), default=0.0)
+
+
+def _scale(tensors: dict[str, Any]) -> float:
+    return max((float(t.abs().max()) for t in tensors.values() if t.numel()), default=0.0)
+
+
+def _close(a: float, b: float, exact: bool) -> bool:
+    return a == b if exact else abs(a - b) <= 1e-5 * max(1.0, abs(a))
+
+
+def _keep(s: Setup) -> dict[str, Any]:
+    from .checkpoint import rng_state
+
+    return {"model": {k: v.detach().clone() for k, v in s.model.state_dict().items()},
+            "optimizer": copy.deepcopy(s.optimizer.state_dict()),
+            "scheduler": copy.deepcopy(s.scheduler.state_dict()) if s.scheduler is not None else None,
+            "rng": rng_state(), "training": s.model.training}
+
+
+def _restore(s: Setup, kept: dict[str, Any]) -> None:
+    from .checkpoint import set_rng_state
+
+    s.model.load_state_dict(kept["model"])
+    s.optimizer.load_state_dict(kept["optimizer"])
+    if s.scheduler is not None:
+        s.scheduler.load_state_dict(kept["scheduler"])
+    set_rng_state(kept["rng"])
+    s.model.train(kept["training"])
+    s.optimizer.zero_grad(set_to_none=True)
+
+
+__all__ = ["CheckReport", "ResumeFigures", "check"]

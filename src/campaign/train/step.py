@@ -1,0 +1,245 @@
+"""One complete training step, looked at piece by piece: the loss (finite, near ln(classes) at initialization), the
+gradients (finite, one per trainable parameter, their norm per optimizer group), the update (every parameter meant
+to train changed, every other one untouched, the optimizer holding them all) and the dtypes of parameters,
+gradients and optimizer state. Also: overfitting one batch (the loss must fall) and batch independence (one row's
+output must not depend on another row's input).
+
+Each function takes the live model and optimizer and returns plain figures; `train/check.py` turns them into
+checks. Parameters are compared bitwise against copies taken before the step.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class GroupNorm:
+    """One optimizer parameter group: its learning rate, tensors and elements, and the gradient's L2 norm."""
+
+    group: int
+    lr: float
+    tensors: int
+    elements: int
+    grad_norm: float
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What one step showed. Names are parameter names (model.named_parameters())."""
+
+    loss: float
+    classes: int | None                     # the output's last dimension (vocab or labels), None when not seen
+    trainable: tuple[str, ...]              # requires_grad
+    declared: tuple[str, ...] | None        # meant to train (the setup's patterns), None when not stated
+    no_grad: tuple[str, ...]                # requires_grad, yet no gradient after backward
+    zero_grad: tuple[str, ...]              # a gradient of all zeros
+    nonfinite_grad: tuple[str, ...]
+    not_in_optimizer: tuple[str, ...]       # requires_grad, but the optimizer does not hold it
+    unchanged: tuple[str, ...]              # trainable, not changed by the update
+    zero_lr: tuple[str, ...]                # in an optimizer group whose learning rate was 0 for this update
+    changed_frozen: tuple[str, ...]         # not trainable, changed anyway
+    groups: tuple[GroupNorm, ...]
+    dtypes: dict[str, dict[str, int]]       # parameters / gradients / optimizer state -> dtype -> elements
+    trainable_elements: int
+    frozen_elements: int
+
+
+def to_device(batch: Mapping[str, Any], device: Any) -> dict[str, Any]:
+    """The batch's tensors on the model's device (other values as they are)."""
+    return {k: v.to(device) if hasattr(v, "to") and hasattr(v, "dtype") else v for k, v in batch.items()}
+
+
+def device_of(model: Any) -> Any:
+    p = next(model.parameters(), None)
+    if p is None:
+        raise InputError("the model has no parameters: nothing to train")
+    return p.device
+
+
+def loss_of(model: Any, batch: Mapping[str, Any], loss_fn: Any = None) -> Any:
+    """The setup's loss(model, batch), or the loss the model computes from the batch's labels (HF models)."""
+    if loss_fn is not None:
+        return loss_fn(model, batch)
+    out = model(**batch)
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if loss is None:
+        raise InputError("the model returned no loss from this batch; give the setup a loss(model, batch)")
+    return loss
+
+
+def output_tensor(out: Any) -> Any:
+    """The per-row output of a forward: .logits, the first element of a tuple, or the tensor itself."""
+    logits = out.get("logits") if isinstance(out, Mapping) else getattr(out, "logits", None)
+    if logits is None and isinstance(out, (tuple, list)) and out:
+        logits = out[0]
+    return logits if logits is not None and hasattr(logits, "shape") else (out if hasattr(out, "shape") else None)
+
+
+def classes_of(model: Any, batch: Mapping[str, Any]) -> int | None:
+    """The size of the output's last dimension (vocabulary or labels) from a forward without labels."""
+    import torch
+
+    with torch.no_grad():
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    logits = output_tensor(out)
+    return int(logits.shape[-1]) if logits is not None and logits.dim() >= 2 and logits.shape[-1] > 1 else None
+
+
+def matches(name: str, patterns: Sequence[str]) -> bool:
+    """A parameter name matches a glob ('*lora_*') or names it or a module above it ('lm_head')."""
+    return any(fnmatchcase(name, p) or name.startswith(p + ".") or name == p for p in patterns)
+
+
+def snapshot(model: Any) -> dict[str, Any]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _dtype(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _count(tensors: Sequence[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in tensors:
+        out[_dtype(t)] = out.get(_dtype(t), 0) + t.numel()
+    return dict(sorted(out.items()))
+
+
+def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str, Any], *, loss_fn: Any = None,
+                 trainable: Sequence[str] | None = None, meter: Any = None) -> StepFigures:
+    """Run one full update (zero_grad, loss, backward, optimizer step, scheduler step) and look at each part.
+    With a MemoryMeter, the forward, backward and optimizer step are measured as phases."""
+    import contextlib
+
+    import torch
+
+    phase = meter.phase if meter is not None else (lambda _name: contextlib.nullcontext())
+    named = list(model.named_parameters())
+    before = snapshot(model)
+    classes = classes_of(model, batch)
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    still = {id(p) for g in optimizer.param_groups if g.get("lr", 1.0) == 0 for p in g["params"]}
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    with phase("forward"):
+        loss = loss_of(model, batch, loss_fn)
+    if not hasattr(loss, "backward") or loss.numel() != 1:
+        raise InputError(f"the loss is a {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}, not a "
+                         "scalar tensor; return loss.mean() (or the sum divided by the tokens)")
+    value = float(loss.detach().float())
+    with phase("backward"):
+        loss.backward()
+    grads = {n: p.grad for n, p in named if p.requires_grad}
+    groups = []
+    for i, g in enumerate(optimizer.param_groups):
+        present = [p.grad.detach().double() for p in g["params"] if p.grad is not None]
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(x) for x in present]))) \
+            if present else 0.0
+        groups.append(GroupNorm(i, float(g.get("lr", math.nan)), len(g["params"]),
+                                sum(p.numel() for p in g["params"]), norm))
+    grad_dtypes = _count([g for g in grads.values() if g is not None])
+    no_grad = tuple(n for n, g in grads.items() if g is None)
+    zero = tuple(n for n, g in grads.items() if g is not None and not bool(g.detach().any()))
+    nonfinite = tuple(n for n, g in grads.items() if g is not None and not bool(torch.isfinite(g).all()))
+    with phase("optimizer step"):
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    changed = {n for n, p in named if not torch.equal(p.detach(), before[n])}
+    train_names = tuple(n for n, p in named if p.requires_grad)
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    return StepFigures(
+        loss=value, classes=classes, trainable=train_names,
+        declared=tuple(n for n, _ in named if matches(n, trainable)) if trainable is not None else None,
+        no_grad=no_grad, zero_grad=zero, nonfinite_grad=nonfinite,
+        not_in_optimizer=tuple(n for n, p in named if p.requires_grad and id(p) not in held),
+        unchanged=tuple(n for n in train_names if n not in changed),
+        zero_lr=tuple(n for n, p in named if id(p) in still),
+        changed_frozen=tuple(n for n, p in named if not p.requires_grad and n in changed),
+        groups=tuple(groups),
+        dtypes={"parameters": _count([p for _, p in named]), "gradients": grad_dtypes,
+                "optimizer state": _count(state)},
+        trainable_elements=sum(p.numel() for _, p in named if p.requires_grad),
+        frozen_elements=sum(p.numel() for _, p in named if not p.requires_grad))
+
+
+def overfit(model: Any, optimizer: Any, batch: Mapping[str, Any], *, steps: int, loss_fn: Any = None,
+            lr: float | None = None) -> tuple[float, ...]:
+    """Train `steps` updates on the one batch (the optimizer's learning rate, or `lr`) and return the loss before
+    each update and after the last. The caller restores the model and optimizer afterwards."""
+    import torch
+
+    if lr is not None:
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+    model.train()
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(model, batch, loss_fn)
+        losses.append(float(loss.detach().float()))
+        loss.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        losses.append(float(loss_of(model, batch, loss_fn).detach().float()))
+    return tuple(losses)
+
+
+def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, seed: int = 0) -> tuple[float, float]:
+    """(largest |d out[row] / d input[other rows]|, largest |d out[row] / d input[row]|), in eval mode.
+
+    The input is the output of the input embedding for token ids (made a leaf by a forward hook), or the first
+    floating-point input (pixel values, input embeddings). out[row] is projected on a fixed random direction so
+    that no cancellation hides a dependence. Rows computed independently give exactly 0 for the first figure.
+    """
+    import torch
+
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    captured: dict[str, Any] = {}
+    handle = None
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if embedding is not None and "input_ids" in inputs:
+        def hook(_module: Any, _args: Any, out: Any) -> Any:
+            leaf = out.detach().requires_grad_(True)
+            captured["x"] = leaf
+            return leaf
+
+        handle = embedding.register_forward_hook(hook)
+    else:
+        key = next((k for k, v in inputs.items() if hasattr(v, "is_floating_point") and v.is_floating_point()), None)
+        if key is None:
+            raise InputError("batch independence needs token ids with model.get_input_embeddings() or a "
+                             "floating-point input")
+        inputs[key] = captured["x"] = inputs[key].detach().clone().requires_grad_(True)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            out = output_tensor(model(**inputs))
+            if out is None or out.dim() < 1 or out.shape[0] != captured["x"].shape[0]:
+                raise InputError("batch independence needs an output with one row per input row (logits)")
+            direction = torch.randn(out[row].shape, generator=torch.Generator().manual_seed(seed))
+            (out[row].float() * direction.to(out.device)).sum().backward()
+    finally:
+        if handle is not None:
+            handle.remove()
+        model.train(was_training)
+        for p in model.parameters():
+            p.grad = None
+    g = captured["x"].grad
+    if g is None:
+        return 0.0, 0.0
+    others = torch.cat([g[:row], g[row + 1:]])
+    return float(others.abs().max()) if others.numel() else 0.0, float(g[row].abs().max())
+
+
+__all__ = ["GroupNorm", "StepFigures", "checked_step", "classes_of", "cross_row_gradient", "loss_of", "matches",
+           "output_tensor", "overfit", "snapshot", "to_device"]

@@ -76,3 +76,30 @@ def test_a_full_card_releases_wholly_free_segments():
     assert a.reserved == 32 * MiB
     unlimited = replay([("alloc", "A", 30 * MiB), ("free", "A", 0), ("alloc", "B", 32 * MiB)])
     assert unlimited.reserved == 62 * MiB
+
+
+def test_expandable_best_fit_keeps_the_free_end_for_growth():
+    # A 20, B 8, free A, C 6, D 30 (MiB), worked by hand from get_free_block / try_allocate_expandable_segment:
+    # A maps one 20 MiB page [0, 20); B maps a second [20, 40): B [20, 28), free end [28, 40) = 12 MiB; freeing A
+    # leaves a 20 MiB hole. C (6) fits both, but the free end counts at the size it can grow to, so C takes the
+    # hole: [0, 6), 14 MiB left. D (30) fits no block: the free end (12) grows by one page to 32: reserved 60 MiB.
+    # Taking the end for C (plain best fit) would leave 6 MiB there and D would map two pages: 80 MiB.
+    events = [("alloc", "A", 20 * MiB), ("alloc", "B", 8 * MiB), ("free", "A", 0), ("alloc", "C", 6 * MiB),
+              ("alloc", "D", 30 * MiB)]
+    pages = replay(events, expandable=True)
+    assert pages.peak_reserved == 60 * MiB
+    # the default on the same sequence: A's own 20 MiB segment; B (< 10 MiB) a 20 MiB one, C the 12 MiB rest of it;
+    # D a 30 MiB segment: 70 MiB. Expandable segments reserve less here, as they should.
+    assert replay(events).peak_reserved == 70 * MiB
+
+
+def test_expandable_segments_split_any_remainder_of_512_bytes_or_more():
+    # should_split: `is_small || expandable_segments()` -> remaining >= 512 B. A 19.5 MiB request maps one 20 MiB
+    # page and leaves 0.5 MiB, split off (the default large pool keeps a remainder of <= 1 MiB in the block).
+    pages = CachingAllocator(expandable=True)
+    pages.malloc("a", 19 * MiB + MiB // 2)
+    assert (pages.allocated, pages.reserved) == (19 * MiB + MiB // 2, 20 * MiB)
+    plain = CachingAllocator()
+    plain.malloc("a", 9 * MiB + MiB // 2)  # a 20 MiB segment: 10.5 MiB left (> 1 MiB): split
+    plain.malloc("b", 10 * MiB)  # takes the 10.5 MiB rest whole: 0.5 MiB is not > 1 MiB
+    assert plain.allocated == 20 * MiB

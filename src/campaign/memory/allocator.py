@@ -5,21 +5,33 @@ Rules from c10/cuda/CUDACachingAllocator.cpp (defaults: no max_split_size, no ex
   - requests up to 1 MiB (kSmallSize) use the small pool, whose segments are 2 MiB (kSmallBuffer);
   - larger requests use the large pool: under 10 MiB (kMinLargeAlloc) they get a 20 MiB segment
     (kLargeBuffer), else a segment rounded up to 2 MiB (kRoundLarge);
-  - a request takes the smallest free block that fits (best fit), split when the remainder is >= 512 B
-    (small pool) or > 1 MiB (large pool); freed blocks merge with free neighbours of the same segment;
-  - segments are never returned to the driver (no empty_cache), so reserved only grows.
+  - a request takes the smallest free block that fits (best fit; ties by address), split when the remainder is
+    >= 512 B (small pool) or > 1 MiB (large pool) (should_split); freed blocks merge with free neighbours of the
+    same segment;
+  - segments are never returned to the driver (no empty_cache), so reserved only grows, unless `limit` is set: a
+    cudaMalloc past it first releases the wholly free cached segments (release_cached_blocks), then retries.
 With expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) each pool has one segment, a virtual
 address range that grows at its end in pages (2 MiB for the small pool, 20 MiB for the large: `segment_size =
-pool->is_small ? kSmallBuffer : kLargeBuffer` in try_allocate_expandable_segment): a request no free block fits maps
-only the pages it lacks, starting from the free block at the end; best fit, splitting and merging stay the same.
+pool->is_small ? kSmallBuffer : kLargeBuffer` in find_expandable_block). Three rules differ from the default:
+  - a request no free block fits maps only the pages it lacks, starting from the free block at the end, if the
+    last block is free (try_allocate_expandable_segment, map_block);
+  - best fit counts that free last block at the size it can grow to, the rest of the address range
+    (`expandable_size` in get_free_block): it is taken only when no other free block fits;
+  - every pool splits when the remainder is >= 512 B (should_split: `is_small || expandable_segments()`).
+
+Blocks are plain lists [size, segment, offset, free, prev, next, small] and each pool a sorted list of
+(size, segment, offset, block): the replay runs tens of thousands of events per estimate, several estimates per
+card solve.
 """
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, insort
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
+
+SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block
+_EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
 
 
 def round_size(size: int) -> int:
@@ -34,44 +46,29 @@ def segment_size(size: int) -> int:
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
-_EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
-
-
-@dataclass
-class _Block:
-    segment: int
-    offset: int
-    size: int
-    small: bool
-    free: bool = True
-    prev: _Block | None = None
-    next: _Block | None = None
-
-
-@dataclass
 class CachingAllocator:
-    """Replay `malloc(key, size)` / `free(key)`; `allocated`, `reserved` and their peaks follow the real allocator."""
+    """Replay `malloc(key, size)` / `free(key)`; `allocated`, `reserved` and their peaks follow the real allocator.
 
-    allocated: int = 0
-    reserved: int = 0
-    peak_allocated: int = 0
-    peak_reserved: int = 0
-    segments: int = 0
-    expandable: bool = False
-    limit: int | None = None  # device bytes the allocator may reserve: past it, cached free segments are released
-    _last: dict[bool, int] = field(default_factory=dict)  # expandable: offset of each pool's last block
-    _pools: dict[bool, list[tuple[int, int, int]]] = field(default_factory=lambda: {True: [], False: []})
-    _blocks: dict[tuple[int, int], _Block] = field(default_factory=dict)
-    _live: dict[object, _Block] = field(default_factory=dict)
+    `limit`: device bytes the allocator may reserve; past it, cached free segments are released first.
+    """
+
+    def __init__(self, *, expandable: bool = False, limit: int | None = None) -> None:
+        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = self.segments = 0
+        self.expandable = expandable
+        self.limit = limit
+        self._pools: dict[bool, list] = {True: [], False: []}
+        self._tail: dict[bool, list | None] = {True: None, False: None}  # expandable: each pool's last block
+        self._live: dict[object, list] = {}
 
     def malloc(self, key: object, size: int) -> None:
-        size = round_size(size)
+        size = MIN_BLOCK if size <= MIN_BLOCK else -(-size // MIN_BLOCK) * MIN_BLOCK
         small = size <= SMALL_SIZE
         pool = self._pools[small]
-        i = bisect.bisect_left(pool, (size, -1, -1))
+        i = bisect_left(pool, (size,))
         if i < len(pool):
-            _, seg, off = pool.pop(i)
-            block = self._blocks[(seg, off)]
+            if self.expandable and pool[i][3] is self._tail[small] and i + 1 < len(pool):
+                i += 1  # the free end block counts at the size it can grow to: any other fitting block first
+            block = pool.pop(i)[3]
         elif self.expandable:
             block = self._grow(size, small)
         else:
@@ -79,78 +76,77 @@ class CachingAllocator:
             if self.limit is not None and self.reserved + seg_bytes > self.limit:
                 self.release_cached()  # cudaMalloc failed: release_cached_blocks, then retry
             self.segments += 1
-            block = _Block(self.segments, 0, seg_bytes, small)
-            self._blocks[(block.segment, 0)] = block
+            block = [seg_bytes, self.segments, 0, True, None, None, small]
             self.reserved += seg_bytes
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
-        remaining = block.size - size
-        if (remaining >= MIN_BLOCK) if small else (remaining > SMALL_SIZE):
-            rest = _Block(block.segment, block.offset + size, remaining, small, True, block, block.next)
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            self._blocks[(rest.segment, rest.offset)] = rest
-            bisect.insort(pool, (rest.size, rest.segment, rest.offset))
-            if self._last.get(small) == block.offset and block.segment == _EXPANDABLE[small]:
-                self._last[small] = rest.offset
-        block.free = False
+            if self.reserved > self.peak_reserved:
+                self.peak_reserved = self.reserved
+        remaining = block[SIZE] - size
+        if remaining >= MIN_BLOCK if (small or self.expandable) else remaining > SMALL_SIZE:
+            after = block[NEXT]
+            rest = [remaining, block[SEG], block[OFF] + size, True, block, after, small]
+            if after is not None:
+                after[PREV] = rest
+            elif self._tail[small] is block:
+                self._tail[small] = rest
+            block[NEXT] = rest
+            block[SIZE] = size
+            insort(pool, (remaining, rest[SEG], rest[OFF], rest))
+        block[FREE] = False
         self._live[key] = block
-        self.allocated += block.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.allocated += block[SIZE]
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
 
     def free(self, key: object) -> None:
         block = self._live.pop(key, None)
         if block is None:
             return
-        self.allocated -= block.size
-        pool = self._pools[block.small]
-        block.free = True
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and neighbour.free:
-                pool.remove((neighbour.size, neighbour.segment, neighbour.offset))
-                del self._blocks[(neighbour.segment, neighbour.offset)]
-                if neighbour is block.prev:
-                    if self._last.get(block.small) == block.offset and block.segment == _EXPANDABLE[block.small]:
-                        self._last[block.small] = neighbour.offset
-                    del self._blocks[(block.segment, block.offset)]
-                    neighbour.size += block.size
-                    neighbour.next = block.next
-                    if block.next is not None:
-                        block.next.prev = neighbour
-                    block = neighbour
-                else:
-                    if self._last.get(block.small) == neighbour.offset and block.segment == _EXPANDABLE[block.small]:
-                        self._last[block.small] = block.offset
-                    block.size += neighbour.size
-                    block.next = neighbour.next
-                    if neighbour.next is not None:
-                        neighbour.next.prev = block
-                self._blocks[(block.segment, block.offset)] = block
-        bisect.insort(pool, (block.size, block.segment, block.offset))
+        self.allocated -= block[SIZE]
+        small = block[SMALL]
+        pool = self._pools[small]
+        block[FREE] = True
+        before, after = block[PREV], block[NEXT]
+        if before is not None and before[FREE]:  # merge into the free block before
+            del pool[bisect_left(pool, (before[SIZE], before[SEG], before[OFF]))]
+            before[SIZE] += block[SIZE]
+            before[NEXT] = after
+            if after is not None:
+                after[PREV] = before
+            elif self._tail[small] is block:
+                self._tail[small] = before
+            block = before
+        if after is not None and after[FREE]:  # absorb the free block after
+            del pool[bisect_left(pool, (after[SIZE], after[SEG], after[OFF]))]
+            block[SIZE] += after[SIZE]
+            nxt = block[NEXT] = after[NEXT]
+            if nxt is not None:
+                nxt[PREV] = block
+            elif self._tail[small] is after:
+                self._tail[small] = block
+        insort(pool, (block[SIZE], block[SEG], block[OFF], block))
 
-    def _grow(self, size: int, small: bool) -> _Block:
+    def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""
         page = SMALL_BUFFER if small else LARGE_BUFFER
-        seg = _EXPANDABLE[small]
-        last = self._blocks.get((seg, self._last[small])) if small in self._last else None
-        if last is not None and last.free:  # the free block at the end grows
-            self._pools[small].remove((last.size, last.segment, last.offset))
-            mapped = -(-(size - last.size) // page) * page
-            last.size += mapped
+        last = self._tail[small]
+        if last is not None and last[FREE]:  # the free block at the end grows
+            pool = self._pools[small]
+            del pool[bisect_left(pool, (last[SIZE], last[SEG], last[OFF]))]
+            mapped = -(-(size - last[SIZE]) // page) * page
+            last[SIZE] += mapped
             block = last
         else:
             mapped = -(-size // page) * page
-            offset = last.offset + last.size if last is not None else 0
-            block = _Block(seg, offset, mapped, small, True, last, None)
-            if last is not None:
-                last.next = block
-            else:
+            if last is None:
                 self.segments += 1
-            self._blocks[(seg, offset)] = block
-            self._last[small] = offset
+                block = [mapped, _EXPANDABLE[small], 0, True, None, None, small]
+            else:
+                block = [mapped, last[SEG], last[OFF] + last[SIZE], True, last, None, small]
+                last[NEXT] = block
+            self._tail[small] = block
         self.reserved += mapped
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
         return block
 
     def release_cached(self) -> None:
@@ -158,13 +154,12 @@ class CachingAllocator:
         fails, and what empty_cache does): blocks split off a segment that still has a live block stay."""
         for pool in self._pools.values():
             keep = []
-            for size, seg, off in pool:
-                block = self._blocks[(seg, off)]
-                if block.prev is None and block.next is None and seg >= 0:
-                    del self._blocks[(seg, off)]
-                    self.reserved -= size
+            for entry in pool:
+                block = entry[3]
+                if block[PREV] is None and block[NEXT] is None and block[SEG] >= 0:
+                    self.reserved -= block[SIZE]
                 else:
-                    keep.append((size, seg, off))
+                    keep.append(entry)
             pool[:] = keep  # in place: malloc holds this list
 
     def reset_peaks(self) -> None:

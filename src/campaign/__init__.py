@@ -29,6 +29,7 @@ _LAZY = {
     # 3. about to train: check, batch
     "check": "train.check", "save_checkpoint": "train.checkpoint", "load_checkpoint": "train.checkpoint",
     "check_accumulation": "train.accumulation", "load_setup": "train.setup",
+    "inspect": "train.inspect",
     # the map
     "guide_map": "guide",
 }

@@ -38,7 +38,7 @@ QUESTIONS: tuple[Question, ...] = (
     )),
     Question(3, "I am about to train. What must I check first?", "a full update, a clear batch, usable traces", (
         Step("check", "one complete step changes exactly the intended parameters; reload and resume"),
-        Step("inspect", "a batch after the exact preprocessing: tokens, truncation, loss positions"),
+        Step("inspect", "the whole set through your collate: answers cut, loss positions, EOS/pad, padding side"),
         Step("batch", "effective batch, gradient accumulation and loss normalization"),
         Step("run", "a run manifest: data, code, parameters, environment, predictions, decision"),
         Step("runs", "runs listed and compared, failed and stopped ones included"),

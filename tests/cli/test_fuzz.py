@@ -304,7 +304,8 @@ def bases(tmp_path):
             "leaks": ["leaks", str(data), str(other)], "usage": ["usage", manifest],
             "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)],
             "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"],
-            "check": ["check", str(EXAMPLES / "check_setup.py") + ":make_setup", "--no-resume"]}
+            "check": ["check", str(EXAMPLES / "check_setup.py") + ":make_setup", "--no-resume"],
+            "inspect": ["inspect", str(EXAMPLES / "inspect_setup.py") + ":make_fixed_setup"]}
 
 
 @pytest.mark.parametrize("command, option, kind", NUMERIC, ids=[f"{c}{o}" for c, o, _ in NUMERIC])

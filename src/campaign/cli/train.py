@@ -13,6 +13,7 @@ def register(app: typer.Typer) -> None:
     app.command("check", epilog="Example: campaign check examples/check_setup.py:make_setup --out check.json")(check)
     app.command("batch", epilog="Example: campaign batch examples/train_setup.py:make_setup --normalization token "
                                 "--processes 2")(batch)
+    app.command("inspect", epilog="Example: campaign inspect examples/inspect_setup.py:make_setup")(inspect)
 
 
 def batch(
@@ -84,3 +85,25 @@ def check(
         atomic_write_json(out, report.to_dict())
     o.emit(report, render_check, as_json, failed=not report.passed)
 
+
+def inspect(
+    setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the dataset (raw examples), the collate "
+                                              "function (examples -> batch) and the tokenizer; optionally "
+                                              "label_field and target_field (see examples/inspect_setup.py).")],
+    examples: Annotated[int, typer.Option("--examples", help="Examples shown per class, collated together.")] = 2,
+    as_json: o.Json = False,
+) -> None:
+    """The batch after the exact preprocessing: your collate run over the whole dataset; truncation, answers lost
+    and loss positions counted over every example; special tokens and the padding side; a few examples per class
+    decoded with the loss positions marked; for images, shapes and pixel ranges per class.
+
+    Exit 0 when every check passes (warnings and skipped checks are shown as such), 1 when one fails, 2 on bad input
+    (needs the torch extra).
+    """
+    from ..train.inspect import inspect as run_inspect
+    from .render import progress_reporter
+    from .render.train import render_inspect
+
+    with progress_reporter("inspect") as tell:
+        report = run_inspect(setup, examples=examples, progress=tell)
+    o.emit(report, render_inspect, as_json, failed=not report.passed)

@@ -1,20 +1,24 @@
 """The training setup a user hands to `campaign batch` (and the coming `check` and `inspect`): a Python factory
 `path/to/setup.py:make_setup` returning the model, a few micro-batches as the training loop receives them, and
-optionally the loss, the optimizer and which parameters train. The file is the user's own code and is run as such;
-nothing is loaded from a model directory here.
+optionally the loss, the optimizer and which parameters train. `campaign inspect` reads the data side instead: the
+whole dataset (raw examples), the collate function that turns a list of them into a batch, and the tokenizer; it needs
+neither the model nor the batches. The file is the user's own code and is run as such; nothing is loaded from a model
+directory here.
 """
 from __future__ import annotations
 
 import runpy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 
 FIELDS = ("model", "batches", "loss", "optimizer", "scheduler", "tokenizer", "trainable", "normalization",
-          "save_checkpoint", "load_checkpoint")
+          "save_checkpoint", "load_checkpoint", "dataset", "collate", "label_field", "target_field", "transform")
+# What each command needs from the setup: batch and check train a model on micro-batches; inspect reads the data.
+NEEDS_TRAINING = ("model", "batches")
 
 
 @dataclass
@@ -26,10 +30,16 @@ class Setup:
     mean loss divided by the accumulation steps), None when not stated; trainable: globs or module names of the
     parameters meant to train ('*lora_*', 'lm_head'); save_checkpoint(directory, model, optimizer, scheduler,
     position) and load_checkpoint(directory, model, optimizer, scheduler) -> position: the training loop's own
-    checkpointing, which `campaign check` then tests (campaign's own, train/checkpoint.py, when not given)."""
+    checkpointing, which `campaign check` then tests (campaign's own, train/checkpoint.py, when not given).
 
-    model: Any
-    batches: list[Mapping[str, Any]]
+    For `campaign inspect`: dataset: the raw examples (a list of dicts, a datasets.Dataset, any sequence);
+    collate(examples) -> batch: the exact preprocessing the training loop applies (tokenize, truncate, pad, build
+    labels; or transform images into `pixel_values`); label_field: the key of each example's class (default 'label'
+    when the examples have one); target_field: the key of the answer text the loss should cover, to count exactly
+    the examples whose answer truncation cut; transform: the image transforms, shown as given."""
+
+    model: Any = None
+    batches: list[Mapping[str, Any]] = field(default_factory=list)
     loss: Callable[[Any, Mapping[str, Any]], Any] | None = None
     optimizer: Any = None
     scheduler: Any = None
@@ -38,20 +48,28 @@ class Setup:
     normalization: str | None = None
     save_checkpoint: Callable[..., Any] | None = None
     load_checkpoint: Callable[..., Any] | None = None
+    dataset: Any = None
+    collate: Callable[[list[Any]], Any] | None = None
+    label_field: str | None = None
+    target_field: str | None = None
+    transform: Any = None
     source: str = ""
 
 
-def load_setup(ref: str | Callable[[], Any] | Setup) -> Setup:
+def load_setup(ref: str | Callable[[], Any] | Setup, *, needs: tuple[str, ...] = NEEDS_TRAINING) -> Setup:
     """A Setup from 'path/setup.py:function' (the function is called with no argument), a callable, or a Setup.
+    needs: the fields the command cannot do without (the model and the batches by default; `inspect` passes ()
+    and checks the data fields itself).
 
     Raises:
-        InputError: no such file or function, a factory that raises, or what it returns lacks the model or the
-            batches (one line each, naming the file).
+        InputError: no such file or function, a factory that raises, or what it returns lacks a needed field
+            (one line each, naming the file).
     """
     if isinstance(ref, Setup):
-        return _checked(ref, ref.source or "the setup")
+        return _checked(ref, ref.source or "the setup", needs)
     if callable(ref):
-        return _checked(_from(_call(ref, getattr(ref, "__name__", "the factory")), "the factory"), "the factory")
+        return _checked(_from(_call(ref, getattr(ref, "__name__", "the factory")), "the factory", needs),
+                        "the factory", needs)
     path, sep, name = str(ref).rpartition(":")
     if not sep or not name.isidentifier():
         raise InputError(f"setup {ref!r} must be FILE.py:FUNCTION, e.g. setup.py:make_setup")
@@ -69,9 +87,9 @@ def load_setup(ref: str | Callable[[], Any] | Setup) -> Setup:
         found = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("_"))[:5]
         raise InputError(f"{file}: no function {name!r}; it defines {', '.join(found) or 'none'}")
     where = f"{file}:{name}"
-    setup = _from(_call(factory, where), where)
+    setup = _from(_call(factory, where), where, needs)
     setup.source = where
-    return _checked(setup, where)
+    return _checked(setup, where, needs)
 
 
 def _call(factory: Callable[[], Any], where: str) -> Any:
@@ -85,7 +103,7 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:200]
 
 
-def _from(made: Any, where: str) -> Setup:
+def _from(made: Any, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) -> Setup:
     if isinstance(made, Setup):
         return made
     if isinstance(made, Mapping):
@@ -96,13 +114,25 @@ def _from(made: Any, where: str) -> Setup:
         get = made.get
     else:
         get = lambda k: getattr(made, k, None)  # noqa: E731
-    if get("model") is None or get("batches") is None:
+    if "model" in needs and "batches" in needs and (get("model") is None or get("batches") is None):
         raise InputError(f"{where} must return the model and the batches (a dict or an object with .model and "
                          ".batches); got {type(made).__name__}")
-    return Setup(**{k: get(k) for k in FIELDS})
+    if not isinstance(made, Mapping) and not any(get(k) is not None for k in FIELDS):
+        raise InputError(f"{where} must return a dict (or an object) with the setup's fields ({', '.join(FIELDS)}); "
+                         f"got {type(made).__name__}")
+    return Setup(**{k: v for k in FIELDS if (v := get(k)) is not None})
 
 
-def _checked(setup: Setup, where: str) -> Setup:
+def _checked(setup: Setup, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) -> Setup:
+    for name in ("label_field", "target_field"):
+        value = getattr(setup, name)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{where}: {name} must be the name of a field of the examples (a str), not "
+                             f"{type(value).__name__}")
+    if setup.collate is not None and not callable(setup.collate):
+        raise InputError(f"{where}: collate must be a function (examples -> batch), not {type(setup.collate).__name__}")
+    if "model" not in needs and "batches" not in needs:
+        return setup
     import torch
 
     if not isinstance(setup.model, torch.nn.Module):

@@ -62,3 +62,72 @@ def render_check(r: Any) -> None:
     checks(r.checks, ("fail", "warn", "skipped"))
     notes(r.notes)
 
+
+def render_inspect(r: Any) -> None:
+    from . import escape
+
+    counts = {s: sum(c.status == s for c in r.checks) for s in ("pass", "fail", "warn", "skipped")}
+    verdict = "[green]CLEAN[/green]" if r.passed else f"[red]PROBLEMS[/red] ({counts['fail']} failed)"
+    classes = ", ".join(f"{escape(c.label)} {c.examples:,}" for c in r.classes)
+    console.print(f"{verdict} — {r.examples:,} examples after the exact preprocessing ({len(r.classes)} "
+                  f"class{'es' if len(r.classes) != 1 else ''}: {classes})")
+    if r.kind == "image":
+        _render_images(r)
+    else:
+        _render_text(r)
+    checks(r.checks, ("fail", "warn"))
+    notes(r.notes, escaped=True)
+
+
+def _render_text(r: Any) -> None:
+    from . import escape
+
+    lengths = [c.min_length for c in r.classes] + [c.max_length for c in r.classes]
+    cut = "not observed" if r.truncated is None else \
+        f"{r.truncated:,} example(s) cut ({r.tokens_cut:,} tokens)"
+    lost = "" if r.answer_lost is None else f"; {r.answer_lost:,} lost their answer"
+    layout = {"token": "per token", "sequence": "one class per example", "none": "none"}[r.label_kind]
+    console.print(f"tokens per example {min(lengths):,}-{max(lengths):,}; truncation: {cut}{lost}; "
+                  f"{r.no_loss:,} with no loss position; labels: {layout}")
+    sp = r.special
+    if sp is not None:
+        def token(name: str, text: str | None, i: int | None) -> str:
+            return f"{name} {escape(repr(text))} ({i})" if i is not None else f"{name} none"
+        console.print(f"padding: {r.padding_side} (tokenizer {r.tokenizer_padding_side}), truncation side "
+                      f"{r.truncation_side}; {token('BOS', sp.bos, sp.bos_id)}, {token('EOS', sp.eos, sp.eos_id)}, "
+                      f"{token('pad', sp.pad, sp.pad_id)}{' = EOS' if sp.pad_is_eos else ''}")
+    t = table("Per class, whole set", (("class", "left"), ("examples", "right"), ("tokens min", "right"),
+                                       ("median", "right"), ("max", "right"), ("truncated", "right"),
+                                       ("answer lost", "right"), ("no loss", "right")))
+    for c in r.classes:
+        t.add_row(escape(c.label), f"{c.examples:,}", f"{c.min_length:,}", f"{c.median_length:g}",
+                  f"{c.max_length:,}", f"{c.truncated:,}", "-" if r.answer_lost is None else f"{c.answer_lost:,}",
+                  f"{c.no_loss:,}")
+    console.print(t)
+    t = table("Examples collated together (loss positions in « », padding as \\[pad xN])",
+              (("#", "right"), ("class", "left"), ("tokens", "right"), ("loss", "right"), ("cut", "right"),
+               ("the row, decoded", "left")))
+    for e in r.shown:
+        t.add_row(str(e.index), escape(e.label), f"{e.length:,}", f"{e.loss_positions:,}",
+                  "-" if e.truncated_tokens is None else f"{e.truncated_tokens:,}", escape(e.marked))
+    console.print(t)
+    for name, e in (("longest", r.longest), ("shortest", r.shortest)):
+        console.print(f"{name}: #{e.index} ({escape(e.label)}), {e.length:,} tokens, {e.loss_positions:,} with loss"
+                      + ("" if not e.truncated_tokens else f" ({e.length + e.truncated_tokens:,} before "
+                                                             f"truncation)") + f": {escape(e.marked)}")
+
+
+def _render_images(r: Any) -> None:
+    from . import escape
+
+    if r.transform:
+        console.print(f"transform: {escape(r.transform)}")
+    t = table("Per class, whole set (pixel values after the transforms)",
+              (("class", "left"), ("examples", "right"), ("shapes", "left"), ("min", "right"), ("max", "right"),
+               ("mean", "right"), ("std", "right")))
+    for c in r.classes:
+        t.add_row(escape(c.label), f"{c.examples:,}", ", ".join(c.shapes), f"{c.pixel_min:.3g}",
+                  f"{c.pixel_max:.3g}", f"{c.pixel_mean:.3g}", f"{c.pixel_std:.3g}")
+    console.print(t)
+    for name, e in (("largest", r.longest), ("smallest", r.shortest)):
+        console.print(f"{name}: #{e.index} ({escape(e.label)}), {'x'.join(map(str, e.shape))}")

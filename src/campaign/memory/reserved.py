@@ -6,8 +6,10 @@ No share is fitted: the overhead is what the allocator's rules (512 B blocks, 2 
 The pattern, per training step (two steps, so that the optimizer states and the cached blocks of step 1 are there):
 weights (quantized ones pass through 16-bit), then per layer the saved activations (checkpointing: the layer's input
 kept, its activations made and freed), the logits chain (logits, fp32 upcast, log_softmax output; in backward the fp32
-gradients, the cast back), per layer in reverse the recomputed activations, the activation gradients and the
-parameter gradients, the optimizer states (step 1) and its temporaries, and zero_grad(set_to_none=True).
+gradients, the cast back; the logits themselves stay until the backward ends, held by the model output as in
+`out = model(...); out.loss.backward(); del out`, the step `trace` runs), per layer in reverse the recomputed
+activations, the activation gradients and the parameter gradients, the optimizer states (step 1) and its
+temporaries, and zero_grad(set_to_none=True).
 Inference: weights, the KV cache (preallocated, or grown by torch.cat per token for HF's DynamicCache), per chunk and
 per layer the MLP temporaries, and the logits.
 """
@@ -234,7 +236,7 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
             g3 = r.alloc(tokens * V * c) if causal else None  # .float()'s backward: back to the logits' dtype
             r.free(g2)
             gh = r.alloc(tokens * h * c)  # LM head backward: the hidden states' gradient
-            r.free(g3, logits)
+            r.free(g3)  # the logits stay: the model output holds them until the step drops it, after backward
         else:
             gh = r.alloc(tokens * h * c)
         r.free(fin)
@@ -247,6 +249,7 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
             r.free(*tmp, *recomputed, *saved[index])
         r.free(gh)
         grads += [r.alloc(s) for s in grads_rest]
+        r.free(logits)  # `del out` after loss.backward()
         r.free(*extra)
         if step == 0:
             for size in state_sizes:

@@ -9,6 +9,8 @@ model, optimizer and batches (question 3 of the guide).
 - step.overfit: a few updates on one batch bring its loss down.
 - resume.*: a checkpoint written after one update, reloaded in a fresh process, gives the uninterrupted run's next
   step (train/resume.py).
+- adapter.*: for a peft model, the trainable count LoRA's shapes plan, the adapter saved with its binding to the
+  base's weights, and reloaded onto the bare base in a fresh process giving the same outputs (train/adapters.py).
 
 The user's objects are put back as they were given (weights, optimizer and scheduler states, random generators).
 """
@@ -128,6 +130,10 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
         else:
             resumed, resume_checks = _resume(s, setup, batches[1], checkpoint_dir, timeout, device)
             checks.extend(resume_checks)
+        from .adapters import is_adapter_model
+
+        if is_adapter_model(s.model):
+            checks.extend(_adapter(s, setup if isinstance(setup, str) else None, batches[0], fig, timeout))
         checks.append(_independence(s, batches[0], cross_row_gradient))
         losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
         checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
@@ -188,7 +194,8 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
     else:
         out.append(Check("step.finite_grads", "pass", f"{len(f.trainable)} gradients, all finite"))
     if f.declared is not None:
-        frozen_declared = tuple(n for n in f.declared if n not in set(f.trainable))
+        # peft keeps a frozen copy of a module it trains in full (modules_to_save) as '.original_module.'
+        frozen_declared = tuple(n for n in f.declared if n not in set(f.trainable) and ".original_module." not in n)
         undeclared = tuple(n for n in f.trainable if n not in set(f.declared))
         if frozen_declared or undeclared:
             parts = ([f"declared to train but frozen (requires_grad False): {_names(frozen_declared)}"]
@@ -204,37 +211,45 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
     else:
         out.append(Check("params.trainable_as_declared", "skipped", "the setup does not say what is meant to train",
                          "", "return trainable=['*lora_*', 'score'] (globs or module names)"))
+    # LoRA's B starts at zero, so A's gradient is exactly zero at the first update: expected, not a broken branch
+    lora_a = tuple(n for n in f.zero_grad if ".lora_A." in n or ".lora_embedding_A." in n)
+    zero = tuple(n for n in f.zero_grad if n not in set(lora_a))
     if f.no_grad:
         out.append(Check("params.received_grad", "fail", f"requires_grad but no gradient: {_names(f.no_grad)}",
                          "these parameters are counted as trainable (memory, optimizer state) but never learn: a "
                          "branch not used in the forward, or a detach", "use them in the forward or freeze them"))
-    elif f.zero_grad:
-        out.append(Check("params.received_grad", "warn", f"gradient exactly zero: {_names(f.zero_grad)}",
+    elif zero:
+        out.append(Check("params.received_grad", "warn", f"gradient exactly zero: {_names(zero)}",
                          "an all-zero gradient often means a disconnected or masked-out branch",
                          "check that the branch is used with this batch (it may be legitimately unused here)"))
     else:
         out.append(Check("params.received_grad", "pass", f"{len(f.trainable)} of {len(f.trainable)} trainable tensors "
-                         "received a gradient"))
+                         "received a gradient" + (f" ({len(lora_a)} lora_A at exactly 0, as LoRA's B starts at 0)"
+                                                  if lora_a else "")))
     if f.not_in_optimizer:
         out.append(Check("params.in_optimizer", "fail", f"trainable but not in the optimizer: "
                          f"{_names(f.not_in_optimizer)}", "their gradients are computed and thrown away",
                          "build the optimizer after freezing/unfreezing and after wrapping the model (peft)"))
     else:
         out.append(Check("params.in_optimizer", "pass", "the optimizer holds every trainable tensor"))
-    stuck = tuple(n for n in f.unchanged if n not in set(f.zero_lr))
+    stuck = tuple(n for n in f.unchanged if n not in set(f.zero_lr) and n not in set(f.zero_grad))
     if stuck:
         out.append(Check("params.trainable_changed", "fail", f"unchanged by the update: {_names(stuck)} "
                          f"({len(stuck)} of {len(f.trainable)})",
                          "parameters meant to train did not move: a group left out of the optimizer, no gradient, "
                          "or a step that is skipped", "check the optimizer's groups and that optimizer.step() runs"))
-    elif f.unchanged:
-        out.append(Check("params.trainable_changed", "warn", f"{len(f.unchanged)} of {len(f.trainable)} trainable "
+    elif set(f.unchanged) & set(f.zero_lr):
+        out.append(Check("params.trainable_changed", "warn", f"{len(set(f.unchanged) & set(f.zero_lr))} of "
+                         f"{len(f.trainable)} trainable "
                          "tensors unchanged: their learning rate was 0 for this update",
                          "a warm-up that starts at 0 (transformers' linear and cosine schedules do) wastes the first "
                          "update, and hides whether the step reaches these parameters",
                          "start the warm-up above 0, or run the check with a scheduler past its first step"))
     else:
-        out.append(Check("params.trainable_changed", "pass", f"all {len(f.trainable)} trainable tensors changed"))
+        moved = len(f.trainable) - len(f.unchanged)
+        out.append(Check("params.trainable_changed", "pass", f"all {len(f.trainable)} trainable tensors changed" if
+                         not f.unchanged else f"{moved} of {len(f.trainable)} trainable tensors changed; the "
+                         f"{len(f.unchanged)} others had a zero gradient (params.received_grad)"))
     if f.changed_frozen:
         out.append(Check("params.frozen_unchanged", "fail", f"frozen yet changed: {_names(f.changed_frozen)}",
                          "a frozen base that moves is no longer the base the adapter or the comparison assumes",
@@ -357,6 +372,63 @@ def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, t
                             "training with dropout or random augmentation needs the generators restored",
                             "if the real run uses dropout, enable it in the setup"))
     return figures, checks
+
+
+def _adapter(s: Setup, ref: str | None, batch: Any, fig: StepFigures, timeout: float) -> list[Check]:
+    """The adapter's trainable count against LoRA's plan; saved with its binding; reloaded in a fresh process."""
+    import torch
+
+    from .adapters import binding_of, planned_trainable, save_adapter
+    from .resume import FreshProcessFailed, run_fresh
+    from .step import output_tensor
+
+    out = []
+    planned = planned_trainable(s.model)
+    extra = fig.trainable_elements - planned
+    if extra == 0:
+        out.append(Check("adapter.trainable_as_planned", "pass", f"{fig.trainable_elements:,} trainable elements = "
+                         "rank x (in + out) of the adapted layers + the modules saved in full"))
+    else:
+        out.append(Check("adapter.trainable_as_planned", "warn" if extra > 0 else "fail",
+                         f"{fig.trainable_elements:,} trainable elements; the adapter's config plans {planned:,} "
+                         f"({extra:+,})",
+                         "beyond the adapter, base tensors or whole modules train (modules_to_save, an unfrozen "
+                         "norm): more memory and optimizer state than LoRA's plan, and an adapter file that carries "
+                         "them", "freeze what should not train, or count it in the plan on purpose"))
+    binding = binding_of(s.model)
+    where = f"{binding.base or 'an unnamed base'}" + (f" at revision {binding.revision[:12]}" if binding.revision else "")
+    out.append(Check("adapter.bound_to_base", "pass", f"base {where}, {binding.tensors} tensors, weights sha256 "
+                     f"{binding.weights_sha256[:12]}"))
+    if ref is None:
+        out.append(Check("adapter.reload_equal", "skipped", "the setup was given as live objects",
+                         "only a fresh process proves the adapter reloads onto the base", "give setup.py:make_setup"))
+        return out
+    with tempfile.TemporaryDirectory(prefix="campaign-adapter-") as tmp:
+        folder = save_adapter(s.model, Path(tmp) / "adapter")
+        was = s.model.training
+        s.model.eval()
+        with torch.no_grad():
+            ours = output_tensor(s.model(**{k: v for k, v in batch.items() if k != "labels"})).detach().cpu()
+        s.model.train(was)
+        try:
+            theirs = run_fresh(ref, folder, Path(tmp) / "outputs.safetensors", mode="adapter", timeout=timeout)["outputs"]
+        except FreshProcessFailed as e:
+            out.append(Check("adapter.reload_equal", "fail", str(e), "an adapter that does not load onto the base "
+                             "it is shipped with cannot be used", "build the exact base (same revision, same seed "
+                             "for a random one) and keep the base frozen"))
+            return out
+    exact = ours.device.type == "cpu" and next(s.model.parameters()).device.type == "cpu"
+    same = ours.shape == theirs.shape and (torch.equal(ours, theirs) if exact else
+                                           torch.allclose(ours.float(), theirs.float(), rtol=1e-4, atol=1e-5))
+    if same:
+        out.append(Check("adapter.reload_equal", "pass", f"the adapter reloaded onto the bare base in a fresh process "
+                         f"gives the same outputs ({'bitwise' if exact else 'within 1e-4'}, {tuple(ours.shape)})"))
+    else:
+        diff = float((ours.float() - theirs.float()).abs().max()) if ours.shape == theirs.shape else math.inf
+        out.append(Check("adapter.reload_equal", "fail", f"outputs differ after reloading (up to {diff:.2e})",
+                         "the shipped adapter does not reproduce what was trained", "save with save_pretrained and "
+                         "check that every adapted module is in adapter_config.json's target_modules"))
+    return out
 
 
 def _same(a: Any, b: Any, exact: bool) -> bool:

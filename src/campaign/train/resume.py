@@ -1,10 +1,12 @@
-"""Checkpoint and resume, checked in a fresh process: the step after a reload must be the step the uninterrupted run
+"""Checkpoint and resume (and an adapter reloaded onto its base), checked in a fresh process: the step after a reload must be the step the uninterrupted run
 takes. The parent saves after one update and goes on one more; a new Python process builds the setup again from its
 file, reloads the checkpoint and takes that same next step. Weights as reloaded, the next loss, its gradients and
 the weights after the next update are compared: bitwise on the CPU, where the same kernels run in the same order.
 
-Run as `python -m campaign.train.resume SETUP CHECKPOINT_DIR OUT` (the fresh process); `next_step` and
-`run_fresh` are the parent's side.
+Run as `python -m campaign.train.resume resume|adapter SETUP DIR OUT` (the fresh process); `next_step` and
+`run_fresh` are the parent's side. In `adapter` mode the fresh process builds the setup, takes the adapters off its
+model to get the bare base, loads the saved adapter onto it through `adapters.load_adapter` (which refuses another
+base) and writes the outputs on the first batch.
 """
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from typing import Any
 
 from ..errors import InputError
 from .step import device_of, loss_of, snapshot, to_device
+
+
+class FreshProcessFailed(InputError):
+    """The fresh process raised: a setup that does not rebuild, a checkpoint it cannot load, another base."""
 
 
 @dataclass
@@ -71,24 +77,28 @@ def load(setup: Any, directory: Path) -> int:
     return load_checkpoint(directory, model=setup.model, optimizer=setup.optimizer, scheduler=setup.scheduler)
 
 
-def run_fresh(setup_ref: str, directory: Path, out: Path, *, timeout: float = 600) -> dict[str, Any]:
-    """Run the fresh process and read what it wrote: {'position', 'loss', 'grads', 'after', 'loaded'} (tensors).
+def run_fresh(setup_ref: str, directory: Path, out: Path, *, mode: str = "resume",
+              timeout: float = 600) -> dict[str, Any]:
+    """Run the fresh process and read what it wrote: {'position', 'loss', 'grads', 'after', 'loaded'} (tensors);
+    in adapter mode {'outputs'}.
 
     Raises:
         InputError: the process failed (its last line is quoted) or ran past the timeout.
     """
     from safetensors.torch import load_file
 
-    cmd = [sys.executable, "-m", "campaign.train.resume", setup_ref, str(directory), str(out)]
+    cmd = [sys.executable, "-m", "campaign.train.resume", mode, setup_ref, str(directory), str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        raise InputError(f"the resumed process did not finish in {timeout:.0f} s") from None
+        raise InputError(f"the fresh process ({mode}) did not finish in {timeout:.0f} s") from None
     if done.returncode != 0 or not out.is_file():
         lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
-        raise InputError(f"the resumed process failed: {(lines or ['no output'])[-1][:300]}")
+        raise FreshProcessFailed(f"the fresh process ({mode}) failed: {(lines or ['no output'])[-1][:300]}")
     tensors = load_file(str(out))
+    if mode == "adapter":
+        return {"outputs": tensors["outputs"]}
     result: dict[str, Any] = {"loss": tensors.pop("loss"), "position": int(tensors.pop("position"))}
     for part in ("grads", "after", "loaded"):
         prefix = part + "/"
@@ -118,9 +128,31 @@ def _worker(setup_ref: str, directory: str, out: str) -> None:
     atomic_write_bytes(out, save(tensors))
 
 
+def _adapter_worker(setup_ref: str, directory: str, out: str) -> None:
+    """The fresh process for an adapter: the setup's base without its adapters, the saved adapter loaded onto it
+    (refused on another base), the outputs on the first batch in eval mode."""
+    import torch
+    from safetensors.torch import save
+
+    from ..io import atomic_write_bytes
+    from .adapters import load_adapter
+    from .setup import load_setup
+    from .step import output_tensor
+
+    setup = load_setup(setup_ref)
+    base = setup.model.unload()                  # the bare base: adapter layers taken off, nothing merged
+    model = load_adapter(base, directory)
+    model.eval()
+    batch = to_device(setup.batches[0], device_of(model))
+    with torch.no_grad():
+        outputs = output_tensor(model(**{k: v for k, v in batch.items() if k != "labels"}))
+    atomic_write_bytes(out, save({"outputs": outputs.detach().cpu().contiguous()}))
+
+
 if __name__ == "__main__":
     try:
-        _worker(*sys.argv[1:4])
+        mode, *args = sys.argv[1:5]
+        (_adapter_worker if mode == "adapter" else _worker)(*args)
     except Exception as e:  # the parent quotes the last line
         sys.stderr.write(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}\n")
         sys.exit(1)

@@ -259,7 +259,8 @@ def images(bad_shape=False, unscaled=False):
             out.append(x if unscaled else x / 255)
         return {"pixel_values": torch.stack(out), "labels": torch.tensor([int(e["label"] == "dog") for e in examples])}
 
-    return lambda: {"dataset": rows, "collate": collate, "transform": "crop 8x8, /255"}
+    transform = {"cat": "crop 8x8", "dog": "crop 6x6"} if bad_shape else "crop 8x8, /255"
+    return lambda: {"dataset": rows, "collate": collate, "transform": transform}
 
 
 def test_images_report_shapes_and_scale_per_class():
@@ -273,6 +274,7 @@ def test_a_class_with_its_own_shape_and_unscaled_pixels_fail():
     r = inspect(images(bad_shape=True))
     assert by_id(r)["inspect.image_shapes"] == "fail"
     assert {c.label: c.shapes for c in r.classes} == {"cat": ("3x8x8",), "dog": ("3x6x6",)}
+    assert {c.label: c.transform for c in r.classes} == {"cat": "crop 8x8", "dog": "crop 6x6"} and r.transform is None
     r = inspect(images(unscaled=True))
     assert by_id(r)["inspect.image_scale"] == "fail" and max(c.pixel_max for c in r.classes) > 10
 
@@ -320,6 +322,13 @@ def test_cli_exit_codes_json_and_one_line_errors(cli, tmp_path, data):
         assert r.code == 2 and r.err.count("\n") == 1 and fragment in r.err and "Traceback" not in r.err, r.err
     r = cli("inspect", good, "--examples", "0")
     assert r.code == 2
+
+
+def test_a_notebook_passes_its_live_objects(data):
+    import campaign
+
+    r = campaign.inspect(sft(data, max_length=12)(), examples=1)
+    assert r.source == "" and r.truncated == 4 and len(r.shown) == 2
 
 
 def test_progress_is_reported_over_the_set(data):

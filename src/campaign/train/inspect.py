@@ -69,6 +69,7 @@ class ClassSummary:
     pixel_max: float | None = None
     pixel_mean: float | None = None
     pixel_std: float | None = None
+    transform: str | None = None  # this class's own transform, when the setup gives one per class
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class _Stats:
     label: str
     length: int = 0
     loss_positions: int = 0
-    truncated_tokens: int | None = None
+    truncated_tokens: int | None = None     # summed over the truncating tokenizer calls of its collate
     answer_kept: bool | None = None
     starts_bos: bool = False
     double_bos: bool = False
@@ -139,12 +140,13 @@ class _Stats:
     pixels: tuple[float, float, float, float] | None = None   # min, max, mean, std
 
 
-def inspect(setup: str | Callable[[], Any] | Setup, *, examples: int = 2,
+def inspect(setup: str | Callable[[], Any] | Setup | Mapping[str, Any], *, examples: int = 2,
             progress: Callable[[str], None] | None = None) -> InspectReport:
     """Run the setup's collate over its whole dataset and report what the model will see.
 
     Args:
-        setup: 'FILE.py:FUNCTION', a factory or a Setup with dataset, collate and (text) tokenizer.
+        setup: 'FILE.py:FUNCTION', a factory, a Setup or a dict (a notebook's live objects) with dataset,
+            collate and (text) tokenizer.
         examples: examples shown per class, collated together as one batch.
         progress: called with a phase line now and then over a large set.
     Raises:
@@ -153,6 +155,9 @@ def inspect(setup: str | Callable[[], Any] | Setup, *, examples: int = 2,
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise InputError(f"examples={examples!r} must be a whole number >= 1 (examples shown per class)")
+    if isinstance(setup, Mapping):
+        fields = dict(setup)
+        setup = lambda: fields  # noqa: E731
     s = load_setup(setup, needs=())
     where = s.source or "the setup"
     data = _sequence(s.dataset, where)
@@ -297,9 +302,9 @@ class _Context:
     def _answer_kept(self, ids: list[int], attn: list[int], labels: list[int], answer: str) -> bool:
         aligned = len(labels) == len(ids)
         kept = [y for t, y in enumerate(labels) if y != IGNORE_INDEX and (not aligned or attn[t])]
-        want = _plain(self.tok, self.tok.decode(self.tok(answer, add_special_tokens=False)["input_ids"],
+        want = _plain(self.tok.decode(self.tok(answer, add_special_tokens=False)["input_ids"],
                                                 skip_special_tokens=True))
-        return bool(want) and want in _plain(self.tok, self.tok.decode(kept, skip_special_tokens=True))
+        return bool(want) and want in _plain(self.tok.decode(kept, skip_special_tokens=True))
 
     def _image(self, batch: Mapping[str, Any], st: _Stats, i: int) -> _Stats:
         import torch
@@ -345,7 +350,7 @@ class _Context:
             answer_lost=None if lost is None else sum(lost), no_loss=sum(self._no_loss(st) for st in stats),
             padding_side=_one_side(self.padding_sides), tokenizer_padding_side=getattr(self.tok, "padding_side", None),
             truncation_side=getattr(self.tok, "truncation_side", None), special=self._special(stats),
-            transform=_described(self.s.transform), checks=checks, notes=notes,
+            transform=None if isinstance(self.s.transform, Mapping) else _described(self.s.transform), checks=checks, notes=notes,
             source=self.s.source)
 
     def _watchable(self) -> bool:
@@ -405,6 +410,7 @@ class _Context:
                 label=label, examples=len(group), shapes=tuple(sorted({"x".join(map(str, st.shape)) for st in group})),
                 pixel_min=min(p[0] for p in px), pixel_max=max(p[1] for p in px),
                 pixel_mean=statistics.fmean(p[2] for p in px), pixel_std=statistics.fmean(p[3] for p in px),
+                transform=_described(self.s.transform.get(label)) if isinstance(self.s.transform, Mapping) else None,
                 no_loss=sum(self._no_loss(st) for st in group))
         lengths = [st.length for st in group]
         return ClassSummary(
@@ -509,11 +515,15 @@ def _watch(tok: Any, cuts: list[int]) -> Iterator[bool | None]:
             cuts.extend(max(0, a - b) for a, b in zip(_lengths(full), _lengths(kept)))
         return out
 
+    own = vars(tok).get("_encode_plus")          # an instance attribute of the user's own, put back after
     tok._encode_plus = watched
     try:
         yield True
     finally:
-        del tok._encode_plus
+        if own is None:
+            del tok._encode_plus
+        else:
+            tok._encode_plus = own
 
 
 def _lengths(encoding: Any) -> list[int]:
@@ -543,7 +553,7 @@ def _one_side(sides: set[str]) -> str:
     return next(iter(sides)) if len(sides) == 1 else "mixed"
 
 
-def _plain(tok: Any, text: str) -> str:
+def _plain(text: str) -> str:
     """Text compared without whitespace and case (decoders differ in spacing; normalizers lowercase)."""
     return "".join(text.split()).casefold()
 

@@ -36,7 +36,8 @@ class Setup:
     collate(examples) -> batch: the exact preprocessing the training loop applies (tokenize, truncate, pad, build
     labels; or transform images into `pixel_values`); label_field: the key of each example's class (default 'label'
     when the examples have one); target_field: the key of the answer text the loss should cover, to count exactly
-    the examples whose answer truncation cut; transform: the image transforms, shown as given."""
+    the examples whose answer truncation cut; transform: the image transforms, shown as given (a dict: one per
+    class)."""
 
     model: Any = None
     batches: list[Mapping[str, Any]] = field(default_factory=list)

@@ -124,10 +124,10 @@ def _render_images(r: Any) -> None:
         console.print(f"transform: {escape(r.transform)}")
     t = table("Per class, whole set (pixel values after the transforms)",
               (("class", "left"), ("examples", "right"), ("shapes", "left"), ("min", "right"), ("max", "right"),
-               ("mean", "right"), ("std", "right")))
+               ("mean", "right"), ("std", "right"), ("transform", "left")))
     for c in r.classes:
         t.add_row(escape(c.label), f"{c.examples:,}", ", ".join(c.shapes), f"{c.pixel_min:.3g}",
-                  f"{c.pixel_max:.3g}", f"{c.pixel_mean:.3g}", f"{c.pixel_std:.3g}")
+                  f"{c.pixel_max:.3g}", f"{c.pixel_mean:.3g}", f"{c.pixel_std:.3g}", escape(c.transform or "-"))
     console.print(t)
     for name, e in (("largest", r.longest), ("smallest", r.shortest)):
         console.print(f"{name}: #{e.index} ({escape(e.label)}), {'x'.join(map(str, e.shape))}")

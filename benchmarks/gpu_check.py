@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from campaign import plan_memory
+from campaign import estimate_memory
 from campaign.io import atomic_write_json
 from campaign.memory import make_workload
 from campaign.memory.explain import explain
@@ -65,7 +65,7 @@ def main() -> None:
             " ckpt" if w.grad_checkpointing else "") + (" amp" if w.mixed_precision else "")
         t0 = time.perf_counter()
         try:
-            rows.append(check(model, kw, w, label, device))
+            rows.append(check(model, w, label, device))
         except MeasurementFailed as failed:  # one workload out of memory must not cost the others
             print(f"\n{label}: {failed}")
             rows.append(dict(label=label, failed=str(failed), measured=failed.measurement.to_dict()))
@@ -82,9 +82,9 @@ def main() -> None:
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 
-def check(model: str, kw: dict, w, label: str, device: str) -> dict:
+def check(model: str, w, label: str, device: str) -> dict:
     """Estimate, trace and measure one workload; print the phases side by side and explain the gap."""
-    analytic = plan_memory(model, **kw)
+    analytic = estimate_memory(model, w)
     try:
         traced = trace_memory(model, w)
     except Exception as e:  # the measurement is what the device is for: keep going without the trace

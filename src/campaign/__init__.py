@@ -1,12 +1,14 @@
 """campaign: estimate, measure and record what a GPU compute campaign needs, before and while paying for it.
 
 Every command's library call is here under the command's own words, imported on first use so that `import
-campaign` (and the CLI) stays light: `campaign.trace_memory(...)` loads torch only when it is called.
+campaign` (and the CLI) stays light: `campaign.trace_memory(...)` loads torch only when it is called. The memory
+calls share one shape, (model, workload): the model as a catalog name, model dir, config.json, cached repo id or
+ModelSpec, the workload from make_workload (seq_len, batch, ...).
 """
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import CampaignError, ConfigError, InputError, UnknownNameError
 from .version import __version__
@@ -15,11 +17,13 @@ from .version import __version__
 _LAZY = {
     # 1. my model has never run: memory, kv, cards, models, trace, measure, explain
     "load_spec": "models", "ModelSpec": "models", "describe_model": "models.describe", "catalog": "models.describe",
-    "find_card": "hardware", "all_cards": "hardware", "card_list": "hardware", "Card": "hardware", "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory",
-    "MemoryEstimate": "memory", "estimate_kv": "memory", "KVEstimate": "memory", "fit_cards": "memory",
-    "Fit": "memory", "trace_memory": "memory.trace", "measure_workload": "memory.protocol",
-    "measure_script": "memory.protocol", "MemoryMeter": "memory.measure", "load_measurement": "memory.measure",
-    "explain": "memory.explain", "load_estimate": "memory.explain",
+    "find_card": "hardware", "all_cards": "hardware", "card_list": "hardware", "Card": "hardware",
+    "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory", "MemoryEstimate": "memory",
+    "plan_memory": "memory.plan", "MemoryPlan": "memory.plan", "estimate_kv": "memory", "plan_kv": "memory.kv",
+    "KVEstimate": "memory", "fit_cards": "memory", "Fit": "memory", "trace_memory": "memory.trace",
+    "measure_workload": "memory.protocol", "measure_script": "memory.protocol", "MemoryMeter": "memory.measure",
+    "load_measurement": "memory.measure", "explain": "memory.explain", "explain_model": "memory.explain",
+    "load_estimate": "memory.estimate",
     # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
     "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",
     "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",
@@ -34,8 +38,7 @@ _LAZY = {
     "guide_map": "guide",
 }
 
-__all__ = ["CampaignError", "ConfigError", "InputError", "UnknownNameError", "__version__", "current_meter",
-           "plan_memory", *_LAZY]
+__all__ = ["CampaignError", "ConfigError", "InputError", "UnknownNameError", "__version__", "current_meter", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,15 +59,3 @@ def current_meter():  # type: ignore[no-untyped-def]
     from .memory.protocol import current_meter as meter
 
     return meter()
-
-
-def plan_memory(model: str, *, reserve: str | float = "10%", **workload: object) -> MemoryEstimate:
-    """One call for notebooks: resolve the model, validate the workload, estimate. Same names as the CLI."""
-    from .memory import estimate_memory, make_workload
-    from .models import load_spec
-
-    return estimate_memory(load_spec(model), make_workload(**workload), reserve=reserve)
-
-
-if TYPE_CHECKING:  # for type checkers and editors; at run time these come from __getattr__
-    from .memory import MemoryEstimate

@@ -19,14 +19,14 @@ def _spec(**change):
 def test_kv_counts_self_and_cross_attention_by_hand():
     # per decoder layer and token: K and V, 4 heads x 16 (d_kv) x 2 B = 256 B; 3 decoder layers
     spec = _spec(num_decoder_layers=3)
-    kv = estimate_kv(spec, context=10, sequences=3, encoder_context=7)
+    kv = estimate_kv(spec, seq_len=10, batch=3, encoder_seq_len=7)
     self_attention = 3 * 256 * 10 * 3      # grows with the 10 decoder tokens of each of 3 sequences
     cross_attention = 3 * 256 * 7 * 3      # the 7 encoder tokens, projected once per sequence in each layer
     assert kv.cross_attention_bytes == cross_attention
     assert kv.bytes == self_attention + cross_attention
     assert any("cross-attention K/V of the encoder output" in n for n in kv.notes)
     # without an encoder length, the encoder reads as many tokens as the context
-    assert estimate_kv(spec, context=10, sequences=3).bytes == 2 * self_attention
+    assert estimate_kv(spec, seq_len=10, batch=3).bytes == 2 * self_attention
 
 
 def test_kv_equals_a_real_encoder_decoder_cache():
@@ -44,7 +44,7 @@ def test_kv_equals_a_real_encoder_decoder_cache():
               cache=cache, use_cache=True)
     real = sum(t.nbytes for c in (cache.self_attention_cache, cache.cross_attention_cache) for layer in c.layers
                for t in (layer.keys, layer.values))
-    kv = estimate_kv(_spec(num_decoder_layers=3), context=s_dec, sequences=b, encoder_context=s_enc)
+    kv = estimate_kv(_spec(num_decoder_layers=3), seq_len=s_dec, batch=b, encoder_seq_len=s_enc)
     assert kv.bytes == real
 
 

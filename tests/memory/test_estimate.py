@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from campaign import plan_memory
 from campaign.errors import InputError
 from campaign.memory import estimate_memory, fit_cards, make_workload, max_value
 from campaign.memory.states import trainable_params
@@ -26,7 +25,7 @@ WORKLOADS = [
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b", "gemma-2-9b", "gpt2", "deepseek-v3"])
 def test_every_workload_estimates_with_no_negative_item(model, kw):
     # (items summing to required_bytes holds by construction: checked item by item below, not by their sum)
-    est = plan_memory(model, **kw)
+    est = estimate_memory(model, make_workload(**kw))
     assert all(i.bytes >= 0 for p in est.phases for i in p.items) and all(i.bytes >= 0 for i in est.items)
     assert set(est.to_dict()) >= {"peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "required_bytes",
                                   "params", "items", "phases"}
@@ -40,7 +39,7 @@ PUBLISHED = {"llama-3.1-8b": P8B, "gpt2": 124_439_808, "qwen3-30b-a3b": 30_532_1
 
 @pytest.mark.parametrize("model", sorted(PUBLISHED))
 def test_bf16_weights_are_two_bytes_per_published_parameter(model):
-    load = next(p for p in plan_memory(model).phases if p.name == "load")
+    load = next(p for p in estimate_memory(model, make_workload()).phases if p.name == "load")
     (weights,) = load.items
     assert weights.bytes == pytest.approx(2 * PUBLISHED[model], rel=1e-3 if model == "deepseek-v3" else 0)
 
@@ -64,7 +63,7 @@ def test_overheads_are_their_stated_sizes():
 
 def test_full_bf16_adamw_step_by_hand():
     # pure bf16 AdamW: weights 2P, grads 2P, exp_avg + exp_avg_sq 4P, foreach sqrt temporary 2P
-    est = plan_memory("llama-3.1-8b")
+    est = estimate_memory("llama-3.1-8b", make_workload())
     step = next(p for p in est.phases if p.name == "optimizer step")
     assert step.bytes == 10 * P8B and est.peak_phase == "optimizer step"
     load = next(p for p in est.phases if p.name == "load")
@@ -74,7 +73,7 @@ def test_full_bf16_adamw_step_by_hand():
 def test_mixed_precision_step_is_20_bytes_per_param():
     # AMP: fp32 weights 4 + fp32 grads 4 + Adam 8 = 16 B/param persistent, + a 4 B/param foreach temporary in the
     # step. (The HF docs' "18 bytes" adds the 2 B 16-bit working copy to the 16: here that copy is in the forward.)
-    est = plan_memory("llama-3.1-8b", dtype="fp32", mixed_precision=True)
+    est = estimate_memory("llama-3.1-8b", make_workload(dtype="fp32", mixed_precision=True))
     step = next(p for p in est.phases if p.name == "optimizer step")
     assert step.bytes == 20 * P8B
     fwd = next(p for p in est.phases if p.name == "forward")
@@ -115,7 +114,7 @@ def test_lora_trainable_params_by_hand_and_with_peft():
 
 
 def test_qlora_keeps_embeddings_and_head_16bit():
-    est = plan_memory("llama-3.1-8b", method="qlora")
+    est = estimate_memory("llama-3.1-8b", make_workload(method="qlora"))
     load = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "load").items}
     V, h = 128256, 4096
     norms = 32 * 2 * h + h
@@ -126,8 +125,8 @@ def test_qlora_keeps_embeddings_and_head_16bit():
 
 
 def test_inference_tensor_parallel_splits_weights_and_kv():
-    one = plan_memory("llama-3.1-8b", mode="infer", seq_len=4096, batch=8)
-    four = plan_memory("llama-3.1-8b", mode="infer", seq_len=4096, batch=8, gpus=4)
+    one = estimate_memory("llama-3.1-8b", make_workload(mode="infer", seq_len=4096, batch=8))
+    four = estimate_memory("llama-3.1-8b", make_workload(mode="infer", seq_len=4096, batch=8, gpus=4))
     item = lambda e, n: next(i.bytes for i in next(p for p in e.phases if p.name == "decode").items if i.name == n)
     assert item(four, "weights") == -(-item(one, "weights") // 4)
     assert item(four, "KV cache") * 4 == item(one, "KV cache") == 131_072 * 4096 * 8
@@ -155,16 +154,16 @@ def test_fit_verdicts_and_solvers_agree_with_direct_estimates():
 
 
 def test_tight_means_inside_the_reserve():
-    est = plan_memory("llama-3.1-8b", method="qlora")
+    est = estimate_memory("llama-3.1-8b", make_workload(method="qlora"))
     assert est.verdict(est.device_bytes) == "tight"
     assert est.verdict(est.required_bytes) == "fits"
     assert est.verdict(est.device_bytes - 1) == "does not fit"
 
 
 def test_reserve_as_fraction_or_size():
-    a = plan_memory("gpt2", reserve="20%")
+    a = estimate_memory("gpt2", make_workload(), reserve="20%")
     assert a.reserve_bytes == round(a.device_bytes * 0.2)
-    b = plan_memory("gpt2", reserve="2GiB")
+    b = estimate_memory("gpt2", make_workload(), reserve="2GiB")
     assert b.reserve_bytes == 2 * 2**30
 
 
@@ -183,7 +182,7 @@ def test_bad_workloads(kw, message):
 
 def test_unknown_lora_target_lists_the_modules():
     with pytest.raises(InputError, match="choose from .*q_proj"):
-        plan_memory("llama-3.1-8b", method="lora", lora_targets=("qproj",))
+        estimate_memory("llama-3.1-8b", make_workload(method="lora", lora_targets=("qproj",)))
 
 
 def test_qlora_without_a_dtype_is_nf4_and_a_4bit_format_is_kept():

@@ -40,7 +40,7 @@ def test_the_margin_names_its_phase_and_says_when_it_is_not_the_peak():
 
 def test_cli_explain_exits_1_on_a_tight_card_as_memory_does(cli, tmp_path):
     analytic = _estimate(ESTIMATED, reserved=3300, device=3800)
-    (tmp_path / "e.json").write_text(json.dumps(analytic), encoding="utf-8")
+    (tmp_path / "e.json").write_text(json.dumps(analytic.to_dict()), encoding="utf-8")
     _measured(ESTIMATED, reserved=3300, device=3800).save(tmp_path / "m.json")
     # the plan is 3,800 x 1.05 = 3,990 MiB: a 3,900 MiB card holds the estimate but not the plan (tight)
     tight = cli("explain", str(tmp_path / "e.json"), str(tmp_path / "m.json"), "--card", "3900MiB", "--json")

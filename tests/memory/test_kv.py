@@ -12,7 +12,7 @@ from tests.conftest import tiny_llama
 
 def test_llama_31_8b_gqa_per_token():
     # K and V x 8 KV heads x 128 dims x 2 B x 32 layers = 131,072 B/token (vLLM logs the same figure)
-    kv = estimate_kv(load_spec("llama-3.1-8b"), context=8192, sequences=4)
+    kv = estimate_kv(load_spec("llama-3.1-8b"), seq_len=8192, batch=4)
     assert kv.bytes_per_token == 2 * 8 * 128 * 2 * 32 == 131_072
     assert kv.bytes == 131_072 * 8192 * 4
     assert kv.kind == "gqa"
@@ -20,65 +20,65 @@ def test_llama_31_8b_gqa_per_token():
 
 def test_fp8_cache_halves_it():
     spec = load_spec("llama-3.1-8b")
-    assert estimate_kv(spec, context=1000, dtype="fp8").bytes * 2 == estimate_kv(spec, context=1000).bytes
+    assert estimate_kv(spec, seq_len=1000, dtype="fp8").bytes * 2 == estimate_kv(spec, seq_len=1000).bytes
 
 
 def test_mla_caches_the_latent():
-    kv = estimate_kv(load_spec("deepseek-v3"), context=1000)
+    kv = estimate_kv(load_spec("deepseek-v3"), seq_len=1000)
     assert kv.bytes_per_token == (512 + 64) * 2 * 61 and kv.kind == "mla"
 
 
 def test_gemma2_sliding_layers_cap_at_the_window():
     spec = load_spec("gemma-2-9b")  # 42 layers alternate sliding (4096) and full; 8 KV heads x 256 dims
     per_layer_token = 2 * 8 * 256 * 2
-    kv = estimate_kv(spec, context=8192)
+    kv = estimate_kv(spec, seq_len=8192)
     assert kv.bytes == 21 * per_layer_token * 8192 + 21 * per_layer_token * 4096
-    short = estimate_kv(spec, context=1000)
+    short = estimate_kv(spec, seq_len=1000)
     assert short.bytes == 42 * per_layer_token * 1000
 
 
 def test_static_cache_is_preallocated_and_paged_blocks_round_up():
     spec = load_spec("llama-3.1-8b")
-    static = estimate_kv(spec, context=100, sequences=2, static=True, max_context=4096, max_sequences=8)
+    static = estimate_kv(spec, seq_len=100, batch=2, static=True, max_seq_len=4096, max_batch=8)
     assert static.bytes == 131_072 * 4096 * 8
-    paged = estimate_kv(spec, context=100, sequences=2, block_size=16)
+    paged = estimate_kv(spec, seq_len=100, batch=2, block_size=16)
     assert paged.bytes == 131_072 * 112 * 2
     with pytest.raises(InputError, match="cannot hold"):
-        estimate_kv(spec, context=5000, static=True, max_context=4096)
+        estimate_kv(spec, seq_len=5000, static=True, max_seq_len=4096)
 
 
 def test_tensor_parallel_splits_heads_then_replicates():
     spec = load_spec("llama-3.1-8b")
-    assert estimate_kv(spec, context=10, tp=4).bytes * 4 == estimate_kv(spec, context=10).bytes
+    assert estimate_kv(spec, seq_len=10, tp=4).bytes * 4 == estimate_kv(spec, seq_len=10).bytes
     # 8 KV heads over 16 cards: one head per card, not half a head
-    assert estimate_kv(spec, context=10, tp=16).bytes * 8 == estimate_kv(spec, context=10).bytes
+    assert estimate_kv(spec, seq_len=10, tp=16).bytes * 8 == estimate_kv(spec, seq_len=10).bytes
 
 
 def test_inverse_solves_are_the_largest_that_fit():
     spec = load_spec("llama-3.1-8b")
     budget = 10 * 2**30
-    n = max_context_for(spec, budget, sequences=2)
-    assert estimate_kv(spec, context=n, sequences=2).bytes <= budget < estimate_kv(spec, context=n + 1, sequences=2).bytes
+    n = max_context_for(spec, budget, batch=2)
+    assert estimate_kv(spec, seq_len=n, batch=2).bytes <= budget < estimate_kv(spec, seq_len=n + 1, batch=2).bytes
     assert n == budget // (131_072 * 2)
-    m = max_sequences_for(spec, budget, context=4096)
+    m = max_sequences_for(spec, budget, seq_len=4096)
     assert m == budget // (131_072 * 4096)
 
 
-@pytest.mark.parametrize("bad", [{"context": 0}, {"context": -1}, {"sequences": 0}, {"dtype": "nf4"}])
+@pytest.mark.parametrize("bad", [{"seq_len": 0}, {"seq_len": -1}, {"batch": 0}, {"dtype": "nf4"}])
 def test_bad_kv_input(bad):
     with pytest.raises(Exception, match="positive integer|weight format"):
-        estimate_kv(load_spec("gpt2"), **({"context": 10} | bad))
+        estimate_kv(load_spec("gpt2"), **({"seq_len": 10} | bad))
 
 
 def test_an_encoder_has_no_kv_cache(cli):
     with pytest.raises(InputError, match="encoder .* keeps no KV cache"):
-        estimate_kv(load_spec("bert-base-uncased"), context=512)
+        estimate_kv(load_spec("bert-base-uncased"), seq_len=512)
     r = cli("kv", "roberta-base", "--context", "512")
     assert r.code == 2 and "no KV cache" in r.err
     # its inference is one forward: the weights plus the larger of one layer's temporaries and the MLM scores
-    from campaign import plan_memory
+    from campaign import estimate_memory, make_workload
 
-    est = plan_memory("bert-base-uncased", mode="infer", batch=8, seq_len=512)
+    est = estimate_memory("bert-base-uncased", make_workload(mode="infer", batch=8, seq_len=512))
     assert [p.name for p in est.phases] == ["load", "forward"] and not any(i.category == "kv" for i in est.items)
     spec = load_spec("bert-base-uncased")
     assert est.peak_allocated_bytes - est.phases[0].bytes == 8 * 512 * spec.vocab_size * 2
@@ -102,7 +102,7 @@ def test_matches_transformers_dynamic_cache(cfg_overrides, model_cls):
     cache = out.past_key_values
     real = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     spec = spec_from_config(cfg, name="tiny", source="test")
-    est = estimate_kv(spec, context=20, sequences=3)
+    est = estimate_kv(spec, seq_len=20, batch=3)
     if spec.model_type == "gemma2":
         # transformers' sliding layers keep window - 1 tokens once full; we count the window (1 token/layer more)
         assert 0 <= est.bytes - real <= 2 * 3 * 2 * 16 * 2 * 2

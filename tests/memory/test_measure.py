@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -241,14 +242,16 @@ def _measurement(peaks: dict[str, int], device_used: int | None = None, reserved
 MiB = 2**20
 
 
-def _estimate(phases: dict[str, int], reserved: int, device: int, method: str = "formula", **workload) -> dict:
-    """An estimate as campaign memory --json writes it, with round figures in MiB."""
-    from campaign.memory.estimate import SCHEMA
+def _estimate(phases: dict[str, int], reserved: int, device: int, method: str = "formula", **workload):
+    """An estimate with round figures in MiB: one item per phase, the headline figures given."""
+    from campaign.memory.estimate import Item, MemoryEstimate, Phase
 
-    return {"schema": SCHEMA, "method": method, "phases": [{"name": n, "bytes": b * MiB} for n, b in phases.items()],
-            "peak_allocated_bytes": max(phases.values()) * MiB, "peak_reserved_bytes": reserved * MiB,
-            "device_bytes": device * MiB, "required_bytes": device * MiB * 11 // 10,
-            "workload": make_workload(**workload).to_dict()}
+    rows = tuple(Phase(n, (Item(n, b * MiB, "", "activations"),)) for n, b in phases.items())
+    peak = max(rows, key=lambda p: p.bytes)
+    return MemoryEstimate(model="", workload=make_workload(**workload), params=0, trainable_params=0, phases=rows,
+                          peak_phase=peak.name, items=peak.items, peak_allocated_bytes=max(phases.values()) * MiB,
+                          peak_reserved_bytes=reserved * MiB, device_bytes=device * MiB,
+                          required_bytes=device * MiB * 11 // 10, reserve_bytes=device * MiB // 10, method=method)
 
 
 def _measured(phases: dict[str, int], reserved: int, device: int, **workload) -> Measurement:
@@ -262,8 +265,6 @@ ESTIMATED = {"load": 1000, "forward": 2000, "backward": 3000, "optimizer step": 
 
 
 def test_explain_attributes_the_gap_and_sizes_the_margin_by_hand():
-    from dataclasses import replace
-
     from campaign import find_card
 
     analytic = _estimate(ESTIMATED, reserved=3300, device=3800)
@@ -330,11 +331,11 @@ def test_cli_explain_on_a_cpu_measurement(cli, tmp_path, write_config):
 
 
 def test_explain_rejects_unrelated_phases():
-    from campaign import plan_memory
+    from campaign import estimate_memory
     from campaign.errors import InputError
 
     with pytest.raises(InputError, match="no measured phase matches"):
-        explain(plan_memory("gpt2"), _measurement({"warmup": 10}))
+        explain(estimate_memory("gpt2", make_workload()), _measurement({"warmup": 10}))
 
 
 class _FakeCuda:
@@ -441,7 +442,7 @@ def test_explain_a_script_without_phases_and_refuse_other_records():
     assert [(r.analytic_bytes // MiB, r.measured_bytes // MiB) for r in e.rows] == [(3000, 3150)]
     assert e.margin == 0.11                  # device 4000 / 3800 = +5.3% -> 6%, + 5 points
     other = Measurement(script.phases, env, label="gpt2", workload=make_workload().to_dict())
-    analytic["model"] = "tiny"
+    analytic = replace(analytic, model="tiny")
     with pytest.raises(InputError, match="'gpt2', the estimate of 'tiny'"):
         explain(analytic, other)
     with pytest.raises(InputError, match="campaign trace --json"):

@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from campaign import plan_memory
+from campaign import estimate_memory, make_workload
 from campaign.errors import InputError
-from campaign.memory import make_workload
 from tests.conftest import tiny_llama
 
 torch = pytest.importorskip("torch")
@@ -86,7 +85,7 @@ def test_inference_kv_matches_a_real_dynamic_cache(tiny_dir):
 def test_traced_and_analytic_agree_on_a_real_size_model():
     w = make_workload(batch=1, seq_len=1024)
     traced = trace_memory("llama-3.2-1b", w)
-    analytic = plan_memory("llama-3.2-1b", batch=1, seq_len=1024)
+    analytic = estimate_memory("llama-3.2-1b", make_workload(batch=1, seq_len=1024))
     t, a = ({p.name: _items(p) for p in e.phases} for e in (traced, analytic))
     # parameters, gradients and optimizer moments agree (the trace rounds each tensor to 512 B)
     assert t["load"]["weights"] == pytest.approx(a["load"]["weights"], rel=1e-3)
@@ -134,7 +133,7 @@ def test_fsdp_over_fake_ranks_holds_one_shard_per_card(tiny_dir):
 def test_trace_and_formula_agree_per_phase(model, kw):
     """Two independent methods (the formula and the real code on fake tensors) agree within 6% per phase."""
     traced = trace_memory(model, make_workload(**kw))
-    analytic = plan_memory(model, **kw)
+    analytic = estimate_memory(model, make_workload(**kw))
     for t, a in zip(traced.phases, analytic.phases):
         assert t.name == a.name
         assert a.bytes == pytest.approx(t.bytes, rel=0.06), t.name
@@ -180,7 +179,7 @@ def test_frozen_model_evaluates_its_loss_without_autograd(tiny_dir):
     assert set(load) == {"weights"} and "gradients" not in forward and "optimizer states" not in forward
     # at the loss: the bf16 logits and their fp32 upcast are alive together
     assert forward["activations"] >= r512(b * s * vocab * 2) + r512(b * s * vocab * 4)
-    analytic = plan_memory(str(tiny_dir), method="frozen", batch=b, seq_len=s)
+    analytic = estimate_memory(str(tiny_dir), make_workload(method="frozen", batch=b, seq_len=s))
     assert [p.name for p in analytic.phases] == ["load", "forward"]
 
 
@@ -257,7 +256,7 @@ def test_trace_and_formula_agree_per_phase_for_each_family(write_config, family,
     activations are most of the training peak (batch 4 x 512 of 4 layers against a 8,000-token vocabulary)."""
     d = write_config(FAMILY_CONFIGS[family], family)
     traced = trace_memory(str(d), make_workload(**kw))
-    analytic = plan_memory(str(d), **kw)
+    analytic = estimate_memory(str(d), make_workload(**kw))
     for t, a in zip(traced.phases, analytic.phases):
         assert t.name == a.name
         assert a.bytes == pytest.approx(t.bytes, rel=0.06), t.name

@@ -237,13 +237,12 @@ def test_config_file_with_wrong_types_through_a_subprocess(tmp_path):
 
 def test_t5_is_modelled_traced_and_measured_as_a_seq2seq_step(write_config):
     pytest.importorskip("transformers")
-    from campaign import plan_memory
-    from campaign.memory import make_workload
+    from campaign import estimate_memory, make_workload
     from campaign.memory.protocol import measure_workload
     from campaign.memory.trace import trace_memory
 
     d = write_config(FAMILIES["t5-v1.0"], "t5")   # no decoder_start_token_id: the step passes decoder inputs
-    est = plan_memory(str(d), batch=2, seq_len=64)
+    est = estimate_memory(str(d), make_workload(batch=2, seq_len=64))
     assert not any(n.startswith("generic activation model") for n in est.notes)
     assert not next(i for i in est.items if i.name == "activations").formula.startswith("generic")
     train = make_workload(batch=2, seq_len=16)

@@ -50,7 +50,8 @@ CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memo
 
 
 def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:
-    """estimate_memory's overrides from --fragmentation / --cuda-context (only those given), for every call."""
+    """estimate_memory's overrides from --fragmentation / --cuda-context (only those given): fragmentation and
+    context_bytes, keywords of every memory call."""
     from ..memory.estimate import parse_share
     from ..units import parse_size
 
@@ -62,77 +63,40 @@ def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, 
     return options
 
 
-def workload_kwargs(*, train: bool | None, method: str, dtype: str | None, kv_dtype: str | None, group_size: int,
-                    double_quant: bool = True,
-                    batch: int | None, seq_len: int | None, context: int | None, sequences: int | None,
-                    optimizer: str | None, mixed_precision: bool, grad_checkpointing: bool, attention: str,
-                    lora_rank: int, lora_targets: str, gpus: int, shard: str,
-                    prefill_chunk: int = 8192, optimizer_impl: str = "foreach", expandable_segments: bool = False,
-                    grad_as_bucket_view: bool = False, kv_cache: str = "static",
-                    new_tokens: int | None = None) -> dict[str, Any]:
-    """Map CLI options onto make_workload's keywords (inference reads --context/--sequences)."""
-    mode = "infer" if train is False else "train"
+def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype: str | None = None,
+                  kv_dtype: str | None = None, group_size: int = 128, double_quant: bool = True,
+                  batch: int | None = None, seq_len: int | None = None, context: int | None = None,
+                  sequences: int | None = None, optimizer: str | None = None, optimizer_impl: str = "foreach",
+                  mixed_precision: bool = False, grad_checkpointing: bool = False, attention: str = "sdpa",
+                  lora_rank: int = 16, lora_targets: str = "all-linear", gpus: int = 1, shard: str = "none",
+                  prefill_chunk: int = 8192, expandable_segments: bool = False, grad_as_bucket_view: bool = False,
+                  kv_cache: str = "static", new_tokens: int | None = None) -> Any:
+    """The validated Workload from a command's workload options, each passed by name (the defaults are those of
+    the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
+    the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
+    ModelSpec, or None when nothing is known of its checkpoint)."""
+    from ..memory import make_workload
+    from ..memory.workload import weights_format
+
+    inference = train is False
+
     def first(*values: int | None, default: int) -> int:
         """The first value given (0 counts as given, so that it is refused, not replaced)."""
         return next((v for v in values if v is not None), default)
 
-    if mode == "infer":
-        length = first(context, seq_len, default=4096)
-        count = first(sequences, batch, default=1)
+    if inference:
+        length, count = first(context, seq_len, default=4096), first(sequences, batch, default=1)
     else:
-        length = first(seq_len, context, default=2048)
-        count = first(batch, sequences, default=1)
-    return dict(mode=mode, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
-                double_quant=double_quant, batch=count,
-                seq_len=length, optimizer=optimizer or ("adamw" if mode == "train" else "none"),
-                mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing, attention=attention,
-                lora_rank=lora_rank, lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
-                prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl, expandable_segments=expandable_segments,
-                grad_as_bucket_view=grad_as_bucket_view, kv_cache=kv_cache, new_tokens=new_tokens)
-
-
-_WORKLOAD_OPTIONS = ("train", "method", "dtype", "kv_dtype", "group_size", "double_quant", "batch", "seq_len", "context", "sequences",
-                     "optimizer", "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets",
-                     "gpus", "shard", "prefill_chunk", "optimizer_impl", "expandable_segments", "grad_as_bucket_view",
-                     "kv_cache", "new_tokens")
-_DEFAULTS = dict(kv_dtype=None, group_size=128, gpus=1, shard="none", prefill_chunk=8192, optimizer_impl="foreach",
-                 expandable_segments=False, grad_as_bucket_view=False, kv_cache="static", new_tokens=None)
-
-
-def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:
-    """(weight dtype, group size) by the one rule `memory` and `kv` share: --dtype when given; else, for
-    inference, a quantized checkpoint's own format (its quantization_config: fp8 for DeepSeek-V3); else None,
-    which make_workload reads as bf16 (nf4 for QLoRA). Training dequantizes: full fine-tuning cannot update fp8.
-    """
-    from ..memory.dtypes import checkpoint_format
-
-    if dtype is not None:
-        return dtype, group_size
-    native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
-    if native is None:
-        return None, group_size
-    return native[0], native[1] if group_size == 128 else group_size
-
-
-def workload_from(options: dict[str, Any], spec: Any = None) -> Any:
-    """The validated Workload from a command's workload options (pass the command's locals()); the weight
-    format by weights_format's rule."""
-    from ..memory import make_workload
-
-    picked = {**_DEFAULTS, **{k: v for k, v in options.items() if k in _WORKLOAD_OPTIONS}}
-    picked["dtype"], picked["group_size"] = weights_format(spec, picked.get("dtype"), picked.get("group_size", 128),
-                                                           inference=picked.get("train") is False)
-    return make_workload(**workload_kwargs(**picked))
-
-
-def emit_estimate(est: Any, fits: list[Any], card: str | None, as_json: bool) -> None:
-    """An estimate (analytic or traced) with its card fits, as JSON or for a person."""
-    if as_json:
-        print_json(est.to_dict() | {"fits": [f.to_dict() for f in fits]})
-    else:
-        from .render.memory import memory as render_memory
-
-        render_memory(est, fits, card)
+        length, count = first(seq_len, context, default=2048), first(batch, sequences, default=1)
+    dtype, group_size = weights_format(spec, dtype, group_size, inference=inference)
+    return make_workload(mode="infer" if inference else "train", method=method, dtype=dtype, kv_dtype=kv_dtype,
+                         group_size=group_size, double_quant=double_quant, batch=count, seq_len=length,
+                         optimizer=optimizer or ("none" if inference else "adamw"), mixed_precision=mixed_precision,
+                         grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+                         lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
+                         prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl,
+                         expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
+                         kv_cache=kv_cache, new_tokens=new_tokens)
 
 
 def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool = False) -> None:

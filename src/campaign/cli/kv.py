@@ -33,41 +33,11 @@ def kv(
     as_json: o.Json = False,
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
-    from ..hardware.cards import find_card
-    from ..memory import estimate_kv, estimate_memory, make_workload, max_value
-    from ..units import fmt_gib
+    from ..memory.kv import plan_kv
     from .render.memory import kv as render_kv
 
-    from ..models import load_spec
-
-    spec = load_spec(model)
-    est = estimate_kv(spec, context=context, sequences=sequences, dtype=kv_dtype, static=static,
-                      max_context=max_context, max_sequences=max_sequences, block_size=block_size, tp=tp)
-    data = est.to_dict()
-    line = None
-    if card:
-        # the same full inference estimate as campaign memory --infer, so both commands agree on what fits
-        c = find_card(card)
-        dtype, group_size = o.weights_format(spec, weights_dtype, inference=True)
-        w = make_workload(mode="infer", dtype=dtype, group_size=group_size, kv_dtype=kv_dtype, batch=sequences,
-                          seq_len=context, gpus=tp, shard="tp" if tp > 1 else "none",
-                          expandable_segments=expandable_segments)
-        overheads = o.overheads(fragmentation, cuda_context)
-        full = estimate_memory(spec, w, reserve=reserve, **overheads)
-        verdict = full.verdict(c.memory_bytes)
-        longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, reserve=reserve, **overheads)
-        most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, reserve=reserve, **overheads)
-        data["card"] = {"name": c.name, "memory_bytes": c.memory_bytes, "weights_dtype": w.dtype,
-                        "required_bytes": full.required_bytes,
-                        "verdict": verdict, "fits": verdict == "fits", "max_context": longest,
-                        "max_sequences": most}
-        line = (f"{c.name}: {verdict} — {fmt_gib(full.required_bytes)} required with {w.dtype} weights, temporaries, context "
-                f"and reserve, of {fmt_gib(c.memory_bytes)}; longest context at {sequences} sequence(s): {longest:,}"
-                f"{' (the model maximum)' if longest == spec.max_position else ''}; most sequences at {context:,} "
-                f"tokens: {most:,}")
-    if as_json:
-        o.print_json(data)
-    else:
-        render_kv(est, line)
-    if card and not data["card"]["fits"]:
-        raise typer.Exit(1)
+    # with --card, the same full inference estimate as campaign memory --infer, so both commands agree on what fits
+    est = plan_kv(model, seq_len=context, batch=sequences, dtype=kv_dtype, static=static, max_seq_len=max_context,
+                  max_batch=max_sequences, block_size=block_size, tp=tp, card=card, weights_dtype=weights_dtype,
+                  reserve=reserve, expandable_segments=expandable_segments, **o.overheads(fragmentation, cuda_context))
+    o.emit(est, render_kv, as_json, failed=est.card is not None and not est.card.fits)

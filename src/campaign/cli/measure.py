@@ -51,7 +51,12 @@ def measure(
                 from ..errors import InputError
 
                 raise InputError("give a MODEL to build, or --script train.py")
-            w = o.workload_from(locals())
+            # nothing of the checkpoint is read for the weight format: --dtype, else bf16
+            w = o.workload_from(None, train=train, method=method, dtype=dtype, batch=batch, seq_len=seq_len,
+                                context=context, sequences=sequences, optimizer=optimizer,
+                                optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
+                                grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+                                lora_targets=lora_targets, prefill_chunk=prefill_chunk)
             with progress_reporter("measuring") as tell:
                 m = measure_workload(model, w, device=device, weights=weights, progress=tell)
     except MeasurementFailed as failed:
@@ -85,13 +90,11 @@ def explain(
     ('tight' included, as in campaign memory); 2 on bad input, or a measurement of another workload.
     """
     from ..errors import InputError
-    from ..hardware.cards import find_card
-    from ..memory import estimate_memory
-    from ..memory.explain import explain as explain_gap
-    from ..memory.explain import load_estimate
+    from ..memory.explain import explain as explain_records
+    from ..memory.explain import explain_model, load_estimate
     from ..memory.measure import load_measurement
+    from ..memory.plan import FEATURED_CARDS
     from ..models import load_spec
-    from .memory import FEATURED_CARDS
     from .render.memory import explanation as render_explanation
 
     if second is None and measured is not None and first.endswith(".json") and Path(first).is_file() \
@@ -101,23 +104,23 @@ def explain(
         if trace_now:
             raise InputError("--trace traces a MODEL's workload; with ESTIMATE.json give --traced TRACED.json "
                              "(from campaign trace --json)")
+    cards = [card] if card else FEATURED_CARDS
+    if second is not None:  # the records are files: read them here, then compare
         analytic = load_estimate(first)
         m = load_measurement(second)
         traced = load_estimate(traced_file) if traced_file else None
+        result = explain_records(analytic, m, traced=traced, cards=cards, force=force)
     else:
         if measured is None:
             raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
         m = load_measurement(measured)
-        w = o.workload_from(locals(), load_spec(first))
-        analytic = estimate_memory(load_spec(first), w, reserve=reserve)
-        traced = None
-        if trace_now:
-            from ..memory.trace import trace_memory
-
-            traced = trace_memory(first, w, reserve=reserve)
-        elif traced_file:
-            traced = load_estimate(traced_file)
-    cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
-    result = explain_gap(analytic, m, traced=traced, cards=cards, force=force)
+        spec = load_spec(first)
+        w = o.workload_from(spec, train=train, method=method, dtype=dtype, batch=batch, seq_len=seq_len,
+                            context=context, sequences=sequences, optimizer=optimizer, optimizer_impl=optimizer_impl,
+                            mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing,
+                            attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
+                            prefill_chunk=prefill_chunk)
+        traced = load_estimate(traced_file) if traced_file and not trace_now else None
+        result = explain_model(spec, w, m, trace=trace_now, traced=traced, cards=cards, force=force, reserve=reserve)
     o.emit(result, render_explanation, as_json,
            failed=result.margin is None or bool(card and result.verdicts[0][2] != "fits"))

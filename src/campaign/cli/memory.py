@@ -6,9 +6,6 @@ import typer
 
 from . import common as o
 
-FEATURED_CARDS = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-40GB", "L40S-48GB", "RTX-A6000-48GB",
-                  "RTX-5090-32GB", "RTX-4090-24GB", "L4-24GB", "T4-16GB", "MI300X-192GB")
-
 
 def register(app: typer.Typer) -> None:
     app.command("memory", epilog="Example: campaign memory llama-3.1-8b --method qlora --batch 4 --seq-len 2048")(memory)
@@ -32,22 +29,18 @@ def memory(
 
     Exit 0 when it fits the --card (or without --card), 1 when it does not fit, 2 on bad input.
     """
-    from ..hardware.cards import all_cards as catalog_cards
-    from ..hardware.cards import find_card
-    from ..memory import estimate_memory, fit_cards
+    from ..memory.plan import plan_memory
     from ..models import load_spec
+    from .render.memory import plan as render_plan
 
     spec = load_spec(model)
-    w = o.workload_from(locals(), spec)
-    overheads = o.overheads(fragmentation, cuda_context)
-    est = estimate_memory(spec, w, reserve=reserve, **overheads)
-    if card:
-        cards = [find_card(card)]
-    elif all_cards:
-        cards = list(catalog_cards())
-    else:
-        cards = [find_card(n) for n in FEATURED_CARDS]
-    fits = fit_cards(spec, w, cards, solve=not no_solve, estimate=est, reserve=reserve, **overheads)
-    o.emit_estimate(est, fits, card, as_json)
-    if card and fits[0].verdict != "fits":
-        raise typer.Exit(1)
+    w = o.workload_from(spec, train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
+                        double_quant=double_quant, batch=batch, seq_len=seq_len, context=context, sequences=sequences,
+                        optimizer=optimizer, optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
+                        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+                        lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
+                        expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
+                        kv_cache=kv_cache, new_tokens=new_tokens)
+    result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
+                         **o.overheads(fragmentation, cuda_context))
+    o.emit(result, render_plan, as_json, failed=not result.passed)

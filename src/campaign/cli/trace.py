@@ -26,22 +26,19 @@ def trace(
     --gpus N --shard fsdp traces FSDP2 full sharding over a fake process group (per-card figures).
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
-    from ..hardware.cards import find_card
-    from ..memory.trace import trace_memory
-    from .render import progress_reporter
-
+    from ..memory.plan import plan_memory
     from ..models import load_spec
+    from .render import progress_reporter
+    from .render.memory import plan as render_plan
 
-    w = o.workload_from(locals(), load_spec(model))
-    with progress_reporter("tracing") as tell:
-        est = trace_memory(model, w, reserve=reserve, progress=tell)
-    from ..memory.estimate import Fit
-    from .memory import FEATURED_CARDS
-
+    spec = load_spec(model)
+    w = o.workload_from(spec, train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
+                        double_quant=double_quant, batch=batch, seq_len=seq_len, context=context, sequences=sequences,
+                        optimizer=optimizer, optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
+                        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
+                        lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
+                        expandable_segments=expandable_segments)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
-    cards = [find_card(card)] if card else [find_card(n) for n in FEATURED_CARDS]
-    fits = [Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes), c.memory_bytes - est.required_bytes)
-            for c in cards]
-    o.emit_estimate(est, fits, card, as_json)
-    if card and fits[0].verdict != "fits":
-        raise typer.Exit(1)
+    with progress_reporter("tracing") as tell:
+        result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell)
+    o.emit(result, render_plan, as_json, failed=not result.passed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..models.spec import ModelSpec
 from .dtypes import ELEMENT_BYTES
 from .states import lora_groups
+from .terms import SavedActivations, Term
 from .workload import Workload
 
 FP32 = 4
@@ -195,8 +196,8 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
     return FP32 * h + FP32 + (2 * c * h if trains else 0.0)
 
 
-def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
-    """(bytes saved over all layers at the end of forward, bytes of one layer, formula) per card."""
+def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
+    """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card."""
     if spec.encdec is not None:
         from . import encdec
 
@@ -220,12 +221,12 @@ def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
         saved = spec.num_layers * tokens * c * spec.hidden_size + final
         formula = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
                    f"{spec.hidden_size} x {c:g}, + final norm; one layer is recomputed in backward")
-        return int(saved), int(one_layer), formula
+        return SavedActivations(int(saved), int(one_layer), formula)
     formula = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
                + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
                + f" = {spec.num_layers} x {tokens} tokens; terms: "
                + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v))
-    return int(spec.num_layers * one_layer + final), int(one_layer), formula
+    return SavedActivations(int(spec.num_layers * one_layer + final), int(one_layer), formula)
 
 
 def _mean_keys(spec: ModelSpec, seq_len: int) -> float:
@@ -236,7 +237,7 @@ def _mean_keys(spec: ModelSpec, seq_len: int) -> float:
     return total / max(1, len(spec.attention))
 
 
-def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
+def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     """Logits and the loss: b x s x V in compute dtype, plus the fp32 upcast and log_softmax output (training).
 
     transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy; log_softmax saves its fp32
@@ -250,25 +251,25 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
     V = spec.vocab_size
     encoder = spec.encoder
     if encoder and not spec.architecture.endswith(("ForMaskedLM", "ForPreTraining")):
-        return 0, "no vocabulary-sized output (a task head)"
+        return Term(0, "no vocabulary-sized output (a task head)")
     if encoder and not w.training:
         positions = w.batch * w.seq_len
-        return int(positions * V * c), f"scores over the vocabulary at every position: b x s x V x {c:g} B"
+        return Term(int(positions * V * c), f"scores over the vocabulary at every position: b x s x V x {c:g} B")
     if not w.training:
         positions = w.batch
-        return int(positions * V * (c + FP32)), (f"last position only (generate): b x V x ({c:g} + 4 fp32 copy) = "
-                                                 f"{w.batch} x {V}")
+        return Term(int(positions * V * (c + FP32)), f"last position only (generate): b x V x ({c:g} + 4 fp32 copy) = "
+                                                     f"{w.batch} x {V}")
     positions = w.batch * w.seq_len
     if encoder:
-        return int(positions * V * 2 * c), f"b x s x V x 2 x {c:g} B (logits + log_softmax) = {positions} x {V}"
+        return Term(int(positions * V * 2 * c), f"b x s x V x 2 x {c:g} B (logits + log_softmax) = {positions} x {V}")
     per = c + 2 * FP32
     if spec.model_type == "gemma2":
         per += c  # final logit soft-capping keeps tanh's output
-    return int(positions * V * per), (f"b x s x V x ({c:g} + 4 fp32 upcast + 4 log_softmax) B = {positions} x {V} "
-                                      f"x {per:g}")
+    return Term(int(positions * V * per), f"b x s x V x ({c:g} + 4 fp32 upcast + 4 log_softmax) B = {positions} x {V} "
+                                          f"x {per:g}")
 
 
-def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: bool = False) -> tuple[int, str]:
+def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: bool = False) -> Term:
     """Largest transient inside one layer when `tokens` positions (over all sequences) go through at once; an
     encoder-decoder's generation adds the encoder pass (prefill) and the encoder output it keeps."""
     if spec.encdec is not None and not w.training:
@@ -296,6 +297,6 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
             scores += 2 * width * tokens + 2 * width * _mean_keys(spec, w.seq_len) * w.batch
         if scores > mlp:
             kind = "math SDPA kernel scores (fp32)" if w.attention == "sdpa" else "eager attention scores"
-            return int(scores), f"{kind}: b x heads x s x keys x {per:g} B" + (
-                " + fp32 q and output per query, K and V per key" if w.attention == "sdpa" else "")
-    return int(mlp), formula
+            return Term(int(scores), f"{kind}: b x heads x s x keys x {per:g} B" + (
+                " + fp32 q and output per query, K and V per key" if w.attention == "sdpa" else ""))
+    return Term(int(mlp), formula)

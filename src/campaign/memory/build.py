@@ -8,12 +8,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InputError
+from ..errors import CampaignError, ConfigError, InputError
 from ..models.meta import building as building  # re-exported: trace and measure wrap construction with it
 from ..models.meta import model_class_and_config as meta_class_and_config
+from ..models.spec import ModelSpec
 from .workload import Workload
 
 ATTENTION_DROPOUT = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
+
+
+def model_config(model: str | Path | ModelSpec) -> tuple[dict[str, Any], ModelSpec, Path | None]:
+    """(config.json dict, ModelSpec, model dir or None) of `model` as every memory call takes it: a catalog name, a
+    model dir, a config.json, a cached repo id, or a ModelSpec (whose config is read again from its source: trace
+    and measure build the model from the config)."""
+    from ..models.architectures import spec_from_config
+    from ..models.resolve import resolve_config
+
+    if isinstance(model, ModelSpec):
+        try:
+            cfg, _source, _name, directory = resolve_config(model.source.removeprefix("catalog:"))
+        except CampaignError:
+            raise InputError(f"{model.name}: its config is not at {model.source!r}, and building the model needs it; "
+                             "pass the model's name, model dir or config.json") from None
+        return cfg, model, directory
+    cfg, source, name, directory = resolve_config(str(model))
+    return cfg, spec_from_config(cfg, name=name, source=source), directory
 
 
 def torch_dtype(torch: Any, w: Workload) -> Any:

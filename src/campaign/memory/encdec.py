@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..models.spec import ModelSpec
 from .dtypes import ELEMENT_BYTES
+from .terms import SavedActivations, Term
 from .workload import Workload
 
 FP32 = 4
@@ -27,8 +28,8 @@ def _lora_targets(spec: ModelSpec, w: Workload) -> dict[str, int]:
     return _targets(spec, w)
 
 
-def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
-    """(bytes saved over both stacks at the end of forward, bytes of the largest layer, formula) of a T5 step.
+def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
+    """Bytes saved over both stacks at the end of forward, bytes of the largest layer, and the formula, of a T5 step.
 
     Per token of a stack, each sublayer's T5LayerNorm keeps its fp32 upcast (pow), the 16-bit input and the fp32
     rsqrt (x * rsqrt reads the 16-bit input), and when weights train the normalized tensor (weight * x) and its
@@ -87,7 +88,7 @@ def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
         formula = (f"checkpointing: each T5Block's input, (L_enc x b x s_enc + L_dec x b x s_dec) x h x {c:g} B = "
                    f"({Le} x {Te} + {Ld} x {Td}) x {h} x {c:g}, + encoder output, final norms, biases; one layer "
                    "is recomputed in backward")
-        return int(saved), int(max(enc_layer, dec_layer)), formula
+        return SavedActivations(int(saved), int(max(enc_layer, dec_layer)), formula)
     saved = Le * enc_layer + Ld * dec_layer + once
     formula = (f"encoder {Le} x ({Te} tokens x {enc_tok:,.0f} B + position-bias copy heads x s^2 x {c:g} + "
                f"logsumexp) + decoder {Ld} x ({Td} tokens x {dec_tok:,.0f} B + cross-attention K/V of the encoder "
@@ -95,22 +96,22 @@ def training_activations(spec: ModelSpec, w: Workload) -> tuple[int, int, str]:
                f"encoder output; decoder length = seq_len {s}; terms per token: T5LayerNorm {norm:,.0f}, attention "
                f"q/k/v/output {attn_tok:,.0f}, FFN {ffn:,.0f}" + (f", dropout masks {mask * h} per sublayer" if drop
                                                                   else ""))
-    return int(saved), int(max(enc_layer, dec_layer)), formula
+    return SavedActivations(int(saved), int(max(enc_layer, dec_layer)), formula)
 
 
-def logits_bytes(spec: ModelSpec, w: Workload) -> tuple[int, str]:
+def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     """T5's loss is CrossEntropyLoss on the compute-dtype logits (no fp32 upcast): training keeps the logits
     (returned) and the log_softmax output; generation computes the last position's logits at each step."""
     c = ELEMENT_BYTES[w.compute_dtype]
     V = spec.vocab_size
     if not w.training:
-        return int(w.batch * V * c), f"one decoder position per sequence (generate): b x V x {c:g} B = {w.batch} x {V}"
+        return Term(int(w.batch * V * c), f"one decoder position per sequence (generate): b x V x {c:g} B = {w.batch} x {V}")
     positions = w.batch * w.seq_len
-    return int(positions * V * 2 * c), (f"b x s_dec x V x 2 x {c:g} B (logits + log_softmax, CrossEntropyLoss in "
-                                        f"the compute dtype) = {positions} x {V}")
+    return Term(int(positions * V * 2 * c), f"b x s_dec x V x 2 x {c:g} B (logits + log_softmax, CrossEntropyLoss in "
+                                            f"the compute dtype) = {positions} x {V}")
 
 
-def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: bool) -> tuple[int, str]:
+def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: bool) -> Term:
     """Transients of generation besides the caches (T5ForConditionalGeneration.generate, no grad).
 
     Always: the encoder output generate keeps for the whole generation (b x s_enc x h). Prefill: the larger of
@@ -128,10 +129,10 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     # gelu_new's elementwise chain holds x, 0.5 x, 1 + tanh(.) and their product at once
     k = 4 if spec.activation in ("gelu_new", "gelu_fast") else 3 if spec.mlp == "gated" else 2
     if decode:  # one token's own tensors are negligible beside the encoder output
-        return int(kept), f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}"
+        return Term(int(kept), f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}")
     from .kv import estimate_kv
 
-    cache = estimate_kv(spec, context=s, sequences=b, dtype=w.cache_dtype).bytes
+    cache = estimate_kv(spec, seq_len=s, batch=b, dtype=w.cache_dtype).bytes
     rows = max(1, tokens // max(1, b))
     chunk = tokens * c * (k * I + 4 * h) + 2 * nh * rows * s * c
     # the encoder pass: its FFN (3 hidden-wide tensors, no cross-attention), the (s, s, heads) bias values kept by
@@ -142,4 +143,4 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     formula = (f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}; + {where}: "
                f"tokens x ({k} x d_ff + 4 x h) x {c:g} B + self- and cross-attention position biases "
                f"(2 x heads x rows x s x {c:g} B)")
-    return int(kept + max(encoder, chunk)), formula
+    return Term(int(kept + max(encoder, chunk)), formula)

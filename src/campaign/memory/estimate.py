@@ -8,6 +8,7 @@ so sum(items) == required_bytes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
@@ -21,6 +22,7 @@ from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, CUDA_CONTEXT_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import check_tensor_parallel, estimate_kv
 from .states import (optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes)
+from .terms import Term
 from .workload import Workload
 
 from .constants import FRAGMENTATION as FRAGMENTATION  # re-exported: trace's default share
@@ -102,6 +104,8 @@ class MemoryEstimate:
         return "does not fit"
 
     def to_dict(self) -> dict[str, Any]:
+        # written by hand, not results.Result: the headline figures come before the long item and phase lists (the
+        # fields' order puts them after), and top_modules read as {module, peak_bytes}
         return {
             "schema": self.schema, "model": self.model, "method": self.method,
             "workload": self.workload.to_dict(), "params": self.params, "trainable_params": self.trainable_params,
@@ -112,6 +116,54 @@ class MemoryEstimate:
             "notes": list(self.notes),
             "top_modules": [{"module": m, "peak_bytes": b} for m, b in self.top_modules],
         }
+
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "the estimate") -> MemoryEstimate:
+        """The estimate `to_dict` wrote (campaign memory --json, campaign trace --json), checked field by field:
+        one-line errors for what is not one."""
+        from dataclasses import fields as dataclass_fields
+
+        from ..validate import JsonObject
+
+        d = JsonObject(data, where, fix="write it with campaign memory --json or campaign trace --json")
+        if d.raw("schema", None) != SCHEMA:
+            d.fail(f"not a campaign memory estimate (schema {d.raw('schema', None)!r})")
+
+        def items(o: JsonObject) -> tuple[Item, ...]:
+            return tuple(Item(i.str("name"), i.count("bytes"), i.str("formula", ""), i.str("category", ""),
+                              i.str("source", "formula")) for i in o.items("items"))
+
+        def phase(p: JsonObject) -> Phase:
+            declared, read = p.count("bytes"), Phase(p.str("name"), items(p), p.str("moment", ""))
+            if declared != read.bytes:
+                p.fail(f"phase {read.name!r} says {declared:,} bytes, its items sum to {read.bytes:,}")
+            return read
+
+        known = {f.name for f in dataclass_fields(Workload)}
+        raw_workload = {k: v for k, v in d.obj("workload").data.items() if k in known}
+        try:
+            workload = Workload(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw_workload.items()})
+        except TypeError as e:
+            d.fail(f"field 'workload' is not a workload ({e})")
+        return cls(model=d.str("model"), workload=workload, params=d.count("params"),
+                   trainable_params=d.count("trainable_params"),
+                   phases=tuple(phase(p) for p in d.items("phases")),
+                   peak_phase=d.str("peak_phase"), items=items(d),
+                   peak_allocated_bytes=d.count("peak_allocated_bytes"),
+                   peak_reserved_bytes=d.count("peak_reserved_bytes"), device_bytes=d.count("device_bytes"),
+                   required_bytes=d.count("required_bytes"), reserve_bytes=d.count("reserve_bytes"),
+                   notes=tuple(str(n) for n in d.list("notes", [])), method=d.str("method", "formula"),
+                   top_modules=tuple((t.str("module"), t.count("peak_bytes")) for t in d.items("top_modules"))
+                   if "top_modules" in d else ())
+
+
+def load_estimate(path: str | Path) -> MemoryEstimate:
+    """A saved estimate (campaign memory --json or campaign trace --json), checked field by field."""
+    from ..io import load_json
+
+    return MemoryEstimate.from_dict(load_json(path, "an estimate (campaign memory --json or campaign trace --json)"),
+                                    where=str(path))
 
 
 def parse_reserve(reserve: str | float | int) -> tuple[float, int]:
@@ -148,31 +200,42 @@ def parse_share(value: str | float, *, what: str = "fragmentation") -> float:
     return share
 
 
-def estimate_memory(spec: ModelSpec, workload: Workload, *, reserve: str | float = "10%",
+def model_spec(model: str | Path | ModelSpec) -> ModelSpec:
+    """The ModelSpec of what every memory call takes as `model`: a catalog name, a model dir, a config.json, a
+    cached repo id (see campaign.models.load_spec), or a ModelSpec already read."""
+    if isinstance(model, ModelSpec):
+        return model
+    from ..models.resolve import load_spec
+
+    return load_spec(str(model))
+
+
+def estimate_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: str | float = "10%",
                     context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float | None = None) -> MemoryEstimate:
     """Estimate per-card GPU memory of a workload, phase by phase.
 
     Args:
-        spec: the model (see campaign.models.load_spec).
+        model: a catalog name, model dir, config.json or cached repo id, or a ModelSpec (see model_spec).
         workload: a validated Workload (see make_workload).
         reserve: explicit safety margin, a fraction of device bytes ('10%') or a size ('4GiB').
         context_bytes: CUDA/ROCm context and library handles outside PyTorch's allocator.
         fragmentation: a flat share of the transient bytes as the allocator overhead, instead of replaying the
             step's tensors through the caching-allocator model (the default, None).
     """
-    w = workload
+    spec, w = model_spec(model), workload
     phases = _training_phases(spec, w) if w.training else _inference_phases(spec, w)
     return finish_estimate(spec, w, phases, reserve=reserve, context_bytes=context_bytes,
-                           fragmentation=fragmentation, method="formula", notes=_notes)
+                           fragmentation=fragmentation, method="formula")
 
 
 def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
-                    context_bytes: int, fragmentation: float | None, method: str, notes: Any,
+                    context_bytes: int, fragmentation: float | None, method: str, notes: tuple[str, ...] = (),
                     top_modules: tuple[tuple[str, int], ...] = (),
                     simulated_reserved: int | None = None) -> MemoryEstimate:
     """Headline figures from per-phase allocations: the allocator model, the context and the reserve.
 
-    Shared by the analytic estimate and the trace, so both give the same JSON shape.
+    Shared by the analytic estimate and the trace, so both give the same JSON shape. `notes` are the method's
+    own (the trace's limits); the workload's and the model's notes follow them.
     """
     peak = max(phases, key=lambda p: p.bytes)
     allocated = peak.bytes
@@ -219,7 +282,8 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         model=spec.name, workload=w, params=spec.inventory_params, trainable_params=trainable_params(spec, w),
         phases=phases, peak_phase=peak.name, items=items, peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved, device_bytes=device, required_bytes=device + reserve_bytes,
-        reserve_bytes=reserve_bytes, notes=notes(spec, w, peak), method=method, top_modules=top_modules,
+        reserve_bytes=reserve_bytes, notes=tuple(notes) + _notes(spec, w, peak), method=method,
+        top_modules=top_modules,
     )
 
 
@@ -332,11 +396,11 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                  f"trainable params x {grad_s:g} B = {Pt:,} x {grad_s:g}" + (f" / {N} cards" if grad_div > 1 else ""),
                  "gradients", "one gradient per trainable parameter")
     opt_div = N if w.shard in ("zero1", "zero2", "zero3", "fsdp") else 1
-    opt_b, opt_formula = optimizer_bytes(spec, w, Pt)
-    optimizer = Item("optimizer states", _div(opt_b, opt_div),
-                     opt_formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
-    acts, one_layer, act_formula = training_activations(spec, w)
-    activations = Item("activations", acts, act_formula, "activations", "saved tensors, per layer")
+    states_term = optimizer_bytes(spec, w, Pt)
+    optimizer = Item("optimizer states", _div(states_term.bytes, opt_div),
+                     states_term.formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
+    saved = training_activations(spec, w)
+    activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
     lg, lg_formula = logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     V, tokens = spec.vocab_size, w.batch * w.seq_len
@@ -353,9 +417,9 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes)
     load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
     if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
-        tmp, tmp_formula = inference_temporaries(spec, w, tokens)
+        tmp = inference_temporaries(spec, w, tokens)
         transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
-                     if lg > tmp else Item("forward temporaries (no grad)", tmp, tmp_formula, "temporaries"))
+                     if lg > tmp.bytes else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
     forward = Phase("forward", tuple(states + persist + fwd_only + [activations, logits]),
@@ -368,7 +432,7 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                       Item("logits gradients", int(tokens * V * grad_per),
                            f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
-    bwd_transient = one_layer if w.grad_checkpointing else 0
+    bwd_transient = saved.one_layer if w.grad_checkpointing else 0
     bwd_end = list(states + persist + fwd_only + [grads])
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
@@ -378,10 +442,10 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     backward = (Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients")
                 if start_b >= end_b else
                 Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed"))
-    step_tmp, step_formula = _step_temporaries(spec, w, Pt)
+    step_tmp = _step_temporaries(spec, w, Pt)
     step = Phase("optimizer step", tuple(states + [grads] + persist + (
-        [Item("optimizer temporaries", _div(step_tmp, opt_div), step_formula, "temporaries", "torch.optim")]
-        if step_tmp else [])), "inside optimizer.step(), gradients still alive")
+        [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries", "torch.optim")]
+        if step_tmp.bytes else [])), "inside optimizer.step(), gradients still alive")
     return load, forward, backward, step
 
 
@@ -390,13 +454,13 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     check_tensor_parallel(spec, tp)
     weights = _weights_items(spec, w)
     if spec.encoder:  # one bidirectional forward over the batch: no cache, nothing generated
-        tmp, tmp_formula = inference_temporaries(spec, w, w.batch * w.seq_len)
+        tmp = inference_temporaries(spec, w, w.batch * w.seq_len)
         lg, lg_formula = logits_bytes(spec, w)
         transient = (Item("scores over the vocabulary", lg, lg_formula, "logits", "transformers MLM head")
-                     if lg > tmp else Item("forward temporaries", _div(tmp, tp), tmp_formula, "temporaries"))
+                     if lg > tmp.bytes else Item("forward temporaries", _div(tmp.bytes, tp), tmp.formula, "temporaries"))
         return (Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card"),
                 Phase("forward", tuple(weights + [transient]), "an encoder's forward over the batch (no KV cache)"))
-    kv = estimate_kv(spec, context=w.seq_len, sequences=w.batch, dtype=w.cache_dtype, tp=tp)
+    kv = estimate_kv(spec, seq_len=w.seq_len, batch=w.batch, dtype=w.cache_dtype, tp=tp)
     kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
                    f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else "")
                    + (f": decoder self-attention, + cross-attention K/V of the encoder output {kv.cross_attention_bytes:,}"
@@ -404,12 +468,12 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                       if kv.cross_attention_bytes else ""), "kv", "campaign kv")
     lg, lg_formula = logits_bytes(spec, w)
     logits = Item("logits", lg, lg_formula, "logits", "transformers generate")
-    pre_tmp, pre_formula = inference_temporaries(spec, w, min(w.batch * w.seq_len, w.prefill_chunk))
-    dec_tmp, dec_formula = inference_temporaries(spec, w, w.batch, decode=True)
+    pre_tmp = inference_temporaries(spec, w, min(w.batch * w.seq_len, w.prefill_chunk))
+    dec_tmp = inference_temporaries(spec, w, w.batch, decode=True)
     split = f" / {tp} cards" if tp > 1 else ""
     load = Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card")
-    prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp, tp),
-                                                              pre_formula + split, "temporaries"), logits]),
+    prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp.bytes, tp),
+                                                              pre_tmp.formula + split, "temporaries"), logits]),
                     f"prefill in chunks of {min(w.batch * w.seq_len, w.prefill_chunk):,} tokens, cache filled")
     growth = []
     if w.kv_cache == "dynamic":  # DynamicCache.update: torch.cat makes the longer layer tensor while the old is alive
@@ -419,8 +483,8 @@ def _inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                        f"self-attention KV cache / (2 x {spec.num_layers} layers): the old tensor alive while the "
                        "longer one is made",
                        "kv", "transformers DynamicCache.update")]
-    decode = Phase("decode", tuple(weights + [kv_item, *growth, Item("decode temporaries", _div(dec_tmp, tp),
-                                                                     dec_formula + split, "temporaries"), logits]),
+    decode = Phase("decode", tuple(weights + [kv_item, *growth, Item("decode temporaries", _div(dec_tmp.bytes, tp),
+                                                                     dec_tmp.formula + split, "temporaries"), logits]),
                    "last token, cache full" + (" (grown by torch.cat each step)" if growth else ""))
     return load, prefill, decode
 
@@ -448,26 +512,27 @@ def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:
     return int(w.batch * w.seq_len * c * (2 * inter + 2 * spec.hidden_size))
 
 
-def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
+def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> Term:
+    """What optimizer.step() allocates beside the states (a Term of 0 bytes when nothing)."""
     s = state_bytes_per_element(w)
     if w.optimizer == "adamw":
         if w.optimizer_impl == "foreach":
-            return int(s * Pt), (f"foreach AdamW (the CUDA default since torch 2.0): one state-sized temporary, "
-                                 f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}")
+            return Term(int(s * Pt), f"foreach AdamW (the CUDA default since torch 2.0): one state-sized temporary, "
+                                     f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}")
         largest = _largest_trainable(spec, w)
         if w.optimizer_impl == "loop":
-            return int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})"
-        return 0, ""
+            return Term(int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})")
+        return Term(0, "")
 
     if w.optimizer == "adafactor":
         # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
         if w.optimizer_impl == "foreach":
-            return int(ADAFACTOR_STEP_COPIES * s * Pt), (f"foreach Adafactor (the CUDA default): one var_estimate "
-                                                         f"per tensor, all at once = {s:g} B x {Pt:,}")
+            return Term(int(ADAFACTOR_STEP_COPIES * s * Pt), f"foreach Adafactor (the CUDA default): one var_estimate "
+                                                             f"per tensor, all at once = {s:g} B x {Pt:,}")
         largest = _largest_trainable(spec, w)
-        return int(ADAFACTOR_STEP_COPIES * s * largest), (f"for-loop Adafactor: one var_estimate the size of the "
-                                                          f"largest tensor ({largest:,}) x {s:g} B")
-    return 0, ""
+        return Term(int(ADAFACTOR_STEP_COPIES * s * largest), f"for-loop Adafactor: one var_estimate the size of the "
+                                                              f"largest tensor ({largest:,}) x {s:g} B")
+    return Term(0, "")
 
 
 def _largest_trainable(spec: ModelSpec, w: Workload) -> int:

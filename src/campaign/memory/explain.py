@@ -3,48 +3,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .estimate import SCHEMA as ESTIMATE_SCHEMA
-from .estimate import MemoryEstimate
-from .measure import Measurement
 from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
+from .estimate import MemoryEstimate
+from .estimate import load_estimate as load_estimate  # re-exported: explain's inputs are read here too
+from .measure import Measurement
+from .workload import Workload
 
 SCHEMA = "campaign.explain/2"
 # what must be equal for two records to describe the same workload
 SAME_WORKLOAD = ("mode", "method", "dtype", "kv_dtype", "batch", "seq_len", "optimizer", "optimizer_impl",
                  "mixed_precision", "grad_checkpointing", "attention", "lora_rank", "lora_targets", "gpus", "shard",
                  "prefill_chunk")
-
-
-@dataclass(frozen=True)
-class Headlines:
-    """The headline figures, per-phase allocated bytes and the workload of an estimate (analytic or traced)."""
-
-    method: str
-    phases: dict[str, int]
-    peak_allocated_bytes: int
-    peak_reserved_bytes: int
-    device_bytes: int
-    required_bytes: int
-    workload: dict[str, Any] | None = None
-    model: str | None = None
-
-    @classmethod
-    def of(cls, est: MemoryEstimate | dict[str, Any], where: str = "the estimate") -> Headlines:
-        from ..validate import JsonObject
-
-        d = JsonObject(est.to_dict() if isinstance(est, MemoryEstimate) else est, where,
-                       fix="write it with campaign memory --json or campaign trace --json")
-        if d.raw("schema", None) != ESTIMATE_SCHEMA:
-            d.fail(f"not a campaign memory estimate (schema {d.raw('schema', None)!r})")
-        workload = d.obj("workload", None)
-        return cls(d.str("method", "formula"), {p.str("name"): p.count("bytes") for p in d.items("phases")},
-                   d.count("peak_allocated_bytes"), d.count("peak_reserved_bytes"), d.count("device_bytes"),
-                   d.count("required_bytes"), workload.data if workload else None, d.str("model", None))
 
 
 @dataclass(frozen=True)
@@ -112,18 +87,8 @@ class Explanation:
                 "notes": list(self.notes)}
 
 
-def load_estimate(path: str | Path) -> dict[str, Any]:
-    """A saved estimate (campaign memory --json or campaign trace --json), checked by Headlines.of when used."""
-    from ..io import load_json
-
-    data = load_json(path, "an estimate (campaign memory --json or campaign trace --json)")
-    Headlines.of(data, where=str(path))
-    return data
-
-
-def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
-            traced: MemoryEstimate | dict[str, Any] | None = None, cards: list[Any] | None = None,
-            force: bool = False) -> Explanation:
+def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEstimate | None = None,
+            cards: Iterable[Any] | None = None, force: bool = False) -> Explanation:
     """Compare per phase, attribute the gap at the peak, and recommend a margin for the campaign.
 
     The gap measured - analytic is split into: the activation model (traced - analytic tensors, with a trace),
@@ -132,21 +97,29 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
     over the estimate on a GPU), rounded up to a whole percent, plus 5 points for run-to-run variation; the plan
     is the analytic device bytes times (1 + margin), and a card fits when it holds the plan.
 
+    The records are result objects: estimate_memory's and trace_memory's, and measure_workload's or
+    measure_script's (saved ones are read with load_estimate and load_measurement). cards: Card objects or names
+    (a name, alias or size, as find_card takes), each given a verdict for the plan.
+
     Raises InputError when the records describe different workloads, share no phase, or (unless force) a
     measured phase is more than PLAUSIBLE_RATIO times the estimate or less than its inverse: the measurement is
     then of something else (another script, model or batch), and a margin from it would be meaningless.
     """
-    a = Headlines.of(analytic)
-    t = Headlines.of(traced) if traced is not None else None
+    from ..hardware.cards import find_card
+
+    a, t = analytic, traced
+    cards = [find_card(c) if isinstance(c, str) else c for c in cards or ()]
     if t is not None and t.method != "traced":
         raise InputError(f"the traced estimate was made by {t.method!r}; give the JSON of campaign trace --json")
     if measured.workload is not None:  # a built model (a script's measurement names neither model nor workload)
         _same_model("the measurement", measured.label, a.model)
-    _same_workload("the measurement", measured.workload, a.workload)
+    _same_workload("the measurement", measured.workload, a.workload.to_dict())
     if t is not None:
         _same_model("the trace", t.model, a.model)
-        _same_workload("the trace", t.workload, a.workload)
-    rows = tuple(PhaseRow(p.name, a.phases.get(p.name), t.phases.get(p.name) if t else None,
+        _same_workload("the trace", t.workload.to_dict(), a.workload.to_dict())
+    estimated = {p.name: p.bytes for p in a.phases}
+    traced_phases = {p.name: p.bytes for p in t.phases} if t else {}
+    rows = tuple(PhaseRow(p.name, estimated.get(p.name), traced_phases.get(p.name) if t else None,
                           p.peak_allocated_bytes, p.peak_reserved_bytes) for p in measured.phases)
     notes = []
     if not any(r.analytic_bytes for r in rows):
@@ -193,7 +166,7 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
     margin = round(percent / 100 + RUN_TO_RUN, 4)
     reason = (f"largest measured excess over the estimate {percent}% (rounded up from {worst:.2%}), in {source}, "
               f"+ {RUN_TO_RUN:.0%} run-to-run variation")
-    peak = max(a.phases, key=a.phases.get) if a.phases else None
+    peak = max(estimated, key=estimated.get) if estimated else None  # type: ignore[arg-type]
     if worst > 0 and peak and source.startswith("phase") and source != f"phase {peak!r}":
         notes.append(f"the margin comes from {source}, not from the estimate's peak phase {peak!r}: that phase is "
                      "underestimated more than the peak; the plan scales the whole estimate by it, so it errs safe")
@@ -204,6 +177,21 @@ def explain(analytic: MemoryEstimate | dict[str, Any], measured: Measurement, *,
                       else "does not fit") for card in cards or [])
     return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, margin, reason,
                        planned, verdicts, tuple(notes))
+
+
+def explain_model(model: str | Path | Any, workload: Workload, measured: Measurement, *, trace: bool = False,
+                  traced: MemoryEstimate | None = None, cards: Iterable[Any] | None = None, force: bool = False,
+                  reserve: str | float = "10%") -> Explanation:
+    """explain for a model's workload: the estimate made now (estimate_memory) and, with trace, the step traced
+    now (trace_memory; the torch extra), or a `traced` estimate already made. model: as every memory call takes it."""
+    from .estimate import estimate_memory
+
+    analytic = estimate_memory(model, workload, reserve=reserve)
+    if trace:
+        from .trace import trace_memory
+
+        traced = trace_memory(model, workload, reserve=reserve)
+    return explain(analytic, measured, traced=traced, cards=cards, force=force)
 
 
 def _plausible(rows: tuple[PhaseRow, ...]) -> None:

@@ -1,11 +1,13 @@
 """KV cache sizing: per token and per layer from KV heads (GQA/MQA), MLA latents and sliding windows."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..models.spec import ModelSpec
+from ..results import Result
 from .dtypes import ELEMENT_BYTES, parse_dtype
 
 SCHEMA = "campaign.kv/1"
@@ -42,8 +44,26 @@ def layer_bytes_per_token(spec: ModelSpec, dtype: str, *, tp: int = 1) -> list[f
 
 
 @dataclass(frozen=True)
-class KVEstimate:
-    """A KV cache size with how it was reached; `bytes` is for all sequences on one card."""
+class KVCard:
+    """The KV cache on one card beside everything else an inference holds: the full inference estimate's verdict,
+    and the longest context (at the given sequences) and the most sequences (at the given context) that fit."""
+
+    name: str
+    memory_bytes: int
+    weights_dtype: str
+    required_bytes: int
+    verdict: str  # fits | tight | does not fit
+    fits: bool
+    max_context: int
+    max_sequences: int
+    model_max_context: int  # the model's max_position_embeddings: the longest context it is made for
+
+
+@dataclass(frozen=True)
+class KVEstimate(Result):
+    """A KV cache size with how it was reached; `bytes` is for all sequences on one card. `context` and
+    `sequences` are the kv command's words for the workload's seq_len and batch. `card`: what fits a card beside
+    the weights (plan_kv with a card), else None."""
 
     model: str
     dtype: str
@@ -62,27 +82,37 @@ class KVEstimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
     cross_attention_bytes: int = 0  # encoder-decoders: K/V of the encoder output, per decoder layer (in `bytes`)
     schema: str = SCHEMA
+    card: KVCard | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = super().to_dict()
+        if self.card is None:  # the JSON of kv without --card has no card field
+            del out["card"]
+        return out
 
 
-def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str = "bf16",
-                static: bool = False, max_context: int | None = None, max_sequences: int | None = None,
-                block_size: int = 1, tp: int = 1, encoder_context: int | None = None) -> KVEstimate:
-    """KV cache bytes for `sequences` concurrent sequences of `context` tokens.
+def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtype: str = "bf16",
+                static: bool = False, max_seq_len: int | None = None, max_batch: int | None = None,
+                block_size: int = 1, tp: int = 1, encoder_seq_len: int | None = None) -> KVEstimate:
+    """KV cache bytes for `batch` concurrent sequences of `seq_len` tokens (the Workload's names; the kv command
+    says --context and --sequences).
 
     Args:
-        context: tokens per sequence (prompt + generated).
-        static: preallocate max_context x max_sequences (a static cache or CUDA graphs) instead of growing.
+        model: a catalog name, model dir, config.json or cached repo id, or a ModelSpec (as every memory call).
+        seq_len: tokens per sequence (prompt + generated).
+        static: preallocate max_seq_len x max_batch (a static cache or CUDA graphs) instead of growing.
         block_size: paged attention block in tokens (vLLM: 16); each sequence rounds up to whole blocks.
         tp: tensor-parallel cards the heads are split over.
-        encoder_context: an encoder-decoder's (T5) input tokens per sequence (default: context); its decoder
-            self-attention caches `context` tokens, and cross-attention K/V of the encoder output are cached once
+        encoder_seq_len: an encoder-decoder's (T5) input tokens per sequence (default: seq_len); its decoder
+            self-attention caches `seq_len` tokens, and cross-attention K/V of the encoder output are cached once
             per sequence in every decoder layer.
     Returns:
         KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
     """
+    from .estimate import model_spec
+
+    spec = model_spec(model)
+    context, sequences, max_context, max_sequences = seq_len, batch, max_seq_len, max_batch
     given = (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp),
              ("max context", max_context), ("max sequences", max_sequences))
     for label, value in given:
@@ -115,7 +145,7 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
         total += rate * cached * seqs
     cross = 0
     if spec.encdec is not None:  # computed at the first decoder step from the encoder output, then reused
-        enc = encoder_context or context
+        enc = encoder_seq_len or context
         enc = -(-enc // block_size) * block_size if block_size > 1 else enc
         cross = int(round(sum(per_layer) * enc * seqs))
         notes.append(f"encoder-decoder: decoder self-attention K/V ({sum(per_layer):,.0f} B per generated token) "
@@ -151,18 +181,57 @@ def estimate_kv(spec: ModelSpec, *, context: int, sequences: int = 1, dtype: str
     )
 
 
-def max_context_for(spec: ModelSpec, budget_bytes: int, *, sequences: int = 1, dtype: str = "bf16",
+def max_context_for(spec: ModelSpec, budget_bytes: int, *, batch: int = 1, dtype: str = "bf16",
                     block_size: int = 1, tp: int = 1, limit: int = 10_000_000) -> int:
     """Longest context per sequence whose cache fits `budget_bytes` (0 if not even one token)."""
-    return largest_satisfying(lambda n: estimate_kv(spec, context=n, sequences=sequences, dtype=dtype,
+    return largest_satisfying(lambda n: estimate_kv(spec, seq_len=n, batch=batch, dtype=dtype,
                                           block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
 
 
-def max_sequences_for(spec: ModelSpec, budget_bytes: int, *, context: int, dtype: str = "bf16",
+def max_sequences_for(spec: ModelSpec, budget_bytes: int, *, seq_len: int, dtype: str = "bf16",
                       block_size: int = 1, tp: int = 1, limit: int = 1_000_000) -> int:
-    """Most concurrent sequences of `context` tokens whose cache fits `budget_bytes`."""
-    return largest_satisfying(lambda n: estimate_kv(spec, context=context, sequences=n, dtype=dtype,
+    """Most concurrent sequences of `seq_len` tokens whose cache fits `budget_bytes`."""
+    return largest_satisfying(lambda n: estimate_kv(spec, seq_len=seq_len, batch=n, dtype=dtype,
                                           block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
+
+
+def plan_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtype: str = "bf16",
+            static: bool = False, max_seq_len: int | None = None, max_batch: int | None = None, block_size: int = 1,
+            tp: int = 1, card: str | None = None, weights_dtype: str | None = None, reserve: str | float = "10%",
+            context_bytes: int | None = None, fragmentation: float | None = None,
+            expandable_segments: bool = False) -> KVEstimate:
+    """The kv command's call: estimate_kv, and with `card` (a name, alias or size) what fits it beside the
+    weights, by the same full inference estimate as estimate_memory (so kv and memory --infer agree).
+
+    weights_dtype: how the weights are stored (default: the checkpoint's own format, as memory --infer; bf16 for a
+    dense one). reserve, context_bytes, fragmentation, expandable_segments: as estimate_memory's.
+    """
+    from dataclasses import replace
+
+    from ..hardware.cards import find_card
+    from .estimate import estimate_memory, model_spec
+    from .fit import max_value
+    from .workload import make_workload, weights_format
+
+    spec = model_spec(model)
+    est = estimate_kv(spec, seq_len=seq_len, batch=batch, dtype=dtype, static=static, max_seq_len=max_seq_len,
+                      max_batch=max_batch, block_size=block_size, tp=tp)
+    if not card:
+        return est
+    c = find_card(card)
+    wdtype, group_size = weights_format(spec, weights_dtype, inference=True)
+    w = make_workload(mode="infer", dtype=wdtype, group_size=group_size, kv_dtype=dtype, batch=batch,
+                      seq_len=seq_len, gpus=tp, shard="tp" if tp > 1 else "none",
+                      expandable_segments=expandable_segments)
+    options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
+    if context_bytes is not None:
+        options["context_bytes"] = context_bytes
+    full = estimate_memory(spec, w, **options)
+    verdict = full.verdict(c.memory_bytes)
+    longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, **options)
+    most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, **options)
+    return replace(est, card=KVCard(c.name, c.memory_bytes, w.dtype, full.required_bytes, verdict, verdict == "fits",
+                                    longest, most, spec.max_position))
 
 
 def largest_satisfying(ok: Any, limit: int) -> int:

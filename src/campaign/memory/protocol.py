@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CampaignError, InputError, MissingDependencyError
-from ..models.architectures import spec_from_config
-from ..models.resolve import resolve_config
+from ..models.spec import ModelSpec
 from .build import (building, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
-                    instantiate, model_class_and_config, optimizer_for, prefill, prefill_chunk, quiet_transformers,
-                    step_inputs, torch_dtype, weights_to_load)
+                    instantiate, model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk,
+                    quiet_transformers, step_inputs, torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -70,9 +69,11 @@ def measure_script(path: str | Path, args: list[str] | None = None, *, device: s
     return meter.result(label=str(path))
 
 
-def measure_workload(model: str, workload: Workload, *, device: str | None = None, weights: str = "auto",
-                     progress: Callable[[str], None] | None = None) -> Measurement:
+def measure_workload(model: str | Path | ModelSpec, workload: Workload, *, device: str | None = None,
+                     weights: str = "auto", progress: Callable[[str], None] | None = None) -> Measurement:
     """Load the model (or build it from its config with random weights) on the device and measure its phases.
+
+    model: a catalog name, model dir, config.json or cached repo id, or a ModelSpec (as every memory call).
 
     weights: "auto" loads a local model dir's safetensors when it has them (a catalog name or a bare config has
     none: random weights), "load" insists, "random" always builds from the config. The footprint is the same
@@ -98,8 +99,8 @@ def measure_workload(model: str, workload: Workload, *, device: str | None = Non
     meter = MemoryMeter(device)
     make_optimizer = _optimizer_factory(torch, w, meter.device)
     tell = progress or (lambda _p: None)
-    cfg, source, name, directory = resolve_config(model)
-    spec = spec_from_config(cfg, name=name, source=source)  # an architecture the planner cannot read: exit 2
+    cfg, spec, directory = model_config(model)  # an architecture the planner cannot read: exit 2
+    name = spec.name
     weights_dir = weights_to_load(cfg, directory, weights)
     cls, config = model_class_and_config(transformers, cfg, w)
     arch = cls.__name__

@@ -7,6 +7,7 @@ from ..errors import InputError
 from ..models.spec import ModelSpec, ParamGroup
 from .constants import BNB_8BIT_BLOCK, FP32_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
+from .terms import Term
 from .workload import Workload
 
 
@@ -90,25 +91,26 @@ def state_bytes_per_element(w: Workload) -> float:
     return ELEMENT_BYTES[w.dtype]
 
 
-def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> tuple[int, str]:
+def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> Term:
     """Optimizer state bytes for `trainable` parameters, and the formula in words."""
     s = state_bytes_per_element(w)
     if w.optimizer == "adamw":
-        return int(2 * s * trainable), f"AdamW: exp_avg + exp_avg_sq = 2 x {s:g} B x trainable params"
+        return Term(int(2 * s * trainable), f"AdamW: exp_avg + exp_avg_sq = 2 x {s:g} B x trainable params")
     if w.optimizer == "adamw-8bit":
         per = 2 * (1 + FP32_BYTES / BNB_8BIT_BLOCK)
-        return int(per * trainable), (f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per {BNB_8BIT_BLOCK} "
-                                      f"= {per:.4f} B x trainable params")
+        return Term(int(per * trainable), f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per "
+                                          f"{BNB_8BIT_BLOCK} = {per:.4f} B x trainable params")
     if w.optimizer == "sgd":
-        return int(s * trainable), f"SGD with momentum: 1 buffer x {s:g} B x trainable params"
+        return Term(int(s * trainable), f"SGD with momentum: 1 buffer x {s:g} B x trainable params")
     if w.optimizer == "adafactor":
         total = 0
         for g in _trainable_shapes(spec, w):
             shape, count = g
             # torch.optim.Adafactor makes row_var / col_var (variance for vectors) in the gradient's dtype
             total += int(s * count * ((shape[0] + shape[1]) if len(shape) == 2 else shape[0]))
-        return total, f"Adafactor (no momentum): row + column second moments per matrix, full for vectors, x {s:g} B"
-    return 0, "no optimizer"
+        return Term(total, f"Adafactor (no momentum): row + column second moments per matrix, full for vectors, "
+                           f"x {s:g} B")
+    return Term(0, "no optimizer")
 
 
 def _trainable_shapes(spec: ModelSpec, w: Workload) -> list[tuple[tuple[int, ...], int]]:

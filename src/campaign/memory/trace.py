@@ -13,27 +13,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pathlib import Path
+
 from ..errors import InputError, MissingDependencyError
-from ..models.architectures import spec_from_config
-from ..models.resolve import resolve_config
+from ..models.spec import ModelSpec
 from .build import (ATTENTION_DROPOUT, building, encode_and_fill, encoder_decoder_cache, extend,
-                    extend_encoder_decoder, finish, instantiate, model_class_and_config, optimizer_for, prefill,
-                    prefill_chunk, quiet_transformers, step_inputs, torch_dtype)
+                    extend_encoder_decoder, finish, instantiate, model_class_and_config, model_config, optimizer_for,
+                    prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
-from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate, _notes
+from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate
 from .states import is_router, weight_bytes
 from .workload import Workload
 
 TRACE_STEPS = 2  # optimizer states exist from the second step on
 
 
-def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%",
+def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: str | float = "10%",
                  context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION,
                  progress: Callable[[str], None] | None = None) -> MemoryEstimate:
     """Peak memory per phase, traced on fake tensors; same shape as estimate_memory (method 'traced').
 
     Args:
-        model: catalog name, model dir, config.json or cached repo id (as everywhere).
+        model: catalog name, model dir, config.json or cached repo id, or a ModelSpec (as everywhere).
         workload: from make_workload; adamw-8bit and multi-card sharding are not traceable here.
         progress: called with the name of each phase as it starts.
     Raises:
@@ -56,8 +57,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
         what = {"none": "DDP (--shard none)", "tp": "tensor parallel"}.get(w.shard, w.shard)
         raise InputError(f"tracing {what} over {w.gpus} cards is not supported; trace --shard fsdp (or zero3, "
                          "traced as FSDP full sharding), or use campaign memory for DDP, ZeRO-1/2 and tensor parallel")
-    cfg, source, name, _ = resolve_config(model)
-    spec = spec_from_config(cfg, name=name, source=source)
+    cfg, spec, _ = model_config(model)
     notes: list[str] = ["traced on fake CPU tensors: CPU SDPA picks its flash kernel (saves output and logsumexp, "
                         "like flash/memory-efficient attention on a GPU)"]
     base_dtype = torch_dtype(torch, w)
@@ -152,10 +152,6 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
                        key=lambda r: -r[1])[:8])
     raw_peak = max(p.bytes for p in phases)
     phases = [_as_stored(p, spec, w) for p in phases]
-
-    def traced_notes(spec_: Any, w_: Workload, peak: Phase) -> tuple[str, ...]:
-        return tuple(notes) + _notes(spec_, w_, peak)
-
     if mesh is not None:
         import torch.distributed as dist
 
@@ -163,7 +159,7 @@ def trace_memory(model: str, workload: Workload, *, reserve: str | float = "10%"
     # the allocator replay saw bf16 linears and a compute-dtype cache: shift it by what the formats save at the peak
     reserved = tracker.allocator.peak_reserved - (raw_peak - max(p.bytes for p in phases))
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
-                           fragmentation=fragmentation, method="traced", notes=traced_notes, top_modules=top,
+                           fragmentation=fragmentation, method="traced", notes=tuple(notes), top_modules=top,
                            simulated_reserved=reserved)
 
 

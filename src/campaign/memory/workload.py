@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ..errors import InputError
-from .dtypes import HALF, QUANTIZED, parse_dtype
+from .dtypes import HALF, QUANTIZED, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
@@ -82,6 +82,20 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:
+    """(weight dtype, group size) by the one rule memory, trace, explain and kv share: `dtype` when given; else, for
+    inference, a quantized checkpoint's own format (its quantization_config: fp8 for DeepSeek-V3); else None,
+    which make_workload reads as bf16 (nf4 for QLoRA). Training dequantizes: full fine-tuning cannot update fp8.
+    `spec` may be None (nothing known of the checkpoint).
+    """
+    if dtype is not None:
+        return dtype, group_size
+    native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
+    if native is None:
+        return None, group_size
+    return native[0], native[1] if group_size == 128 else group_size
 
 
 def make_workload(**kwargs: Any) -> Workload:

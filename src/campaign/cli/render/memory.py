@@ -9,6 +9,7 @@ from ...memory.estimate import Fit, MemoryEstimate
 from ...memory.explain import Explanation
 from ...memory.kv import KVEstimate
 from ...memory.measure import Measurement
+from ...memory.plan import MemoryPlan
 from ...units import fmt_count, fmt_gib
 from . import VERDICT_STYLE, Scale, console, gib
 
@@ -23,6 +24,11 @@ def describe(est: MemoryEstimate) -> str:
         shape = f"{w.batch} sequence{'s' if w.batch > 1 else ''} x {w.seq_len} tokens"
     cards = f"{w.gpus} cards, {w.shard}" if w.gpus > 1 else "1 card"
     return f"{est.model} · {what} · {shape} · {cards} · {w.attention}"
+
+
+def plan(p: MemoryPlan) -> None:
+    """An estimate (memory or trace) with its card fits."""
+    memory(p.estimate, p.fits, p.card)
 
 
 def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> None:
@@ -95,15 +101,20 @@ def fit_table(fits: Sequence[Fit]) -> None:
     console.print(table)
 
 
-def kv(est: KVEstimate, card_line: str | None) -> None:
+def kv(est: KVEstimate) -> None:
+    """The cache size and how it was reached; with a card, what fits it beside the weights."""
     console.print(f"[bold]{est.model}[/bold] · KV cache ({est.kind.upper()}, {est.dtype}) · {est.sequences} "
                   f"sequence{'s' if est.sequences > 1 else ''} x {est.context:,} tokens"
                   + (" · static" if est.static else " · dynamic") + (f" · tp {est.tp}" if est.tp > 1 else ""))
     console.print(f"[bold]{fmt_gib(est.bytes)}[/bold] — {est.bytes_per_token:,.0f} bytes per token "
                   f"({est.bytes_per_token / 1024:,.1f} KiB) over {est.layers_full + est.layers_sliding} layers"
                   + (f"; {est.layers_sliding} sliding layers capped at {est.window:,}" if est.layers_sliding else ""))
-    if card_line:
-        console.print(card_line)
+    if (c := est.card) is not None:
+        console.print(f"{c.name}: {c.verdict} — {fmt_gib(c.required_bytes)} required with {c.weights_dtype} weights, "
+                      f"temporaries, context and reserve, of {fmt_gib(c.memory_bytes)}; longest context at "
+                      f"{est.sequences} sequence(s): {c.max_context:,}"
+                      f"{' (the model maximum)' if c.max_context == c.model_max_context else ''}; most sequences at "
+                      f"{est.context:,} tokens: {c.max_sequences:,}")
     for note in est.notes:
         console.print(f"[dim]- {note}[/dim]")
 

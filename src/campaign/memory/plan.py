@@ -1,0 +1,74 @@
+"""The memory and trace commands' one call: an estimate of a workload (analytic, or traced on fake tensors) with
+its fit on the cards."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..models.spec import ModelSpec
+from .estimate import Fit, MemoryEstimate, model_spec
+from .workload import Workload
+
+# the cards shown when none is asked for: the common rentals, large to small, and one AMD card
+FEATURED_CARDS = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-40GB", "L40S-48GB", "RTX-A6000-48GB",
+                  "RTX-5090-32GB", "RTX-4090-24GB", "L4-24GB", "T4-16GB", "MI300X-192GB")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """An estimate and its fit per card. `card`: the one card asked for (its fit is fits[0]), else None."""
+
+    estimate: MemoryEstimate
+    fits: tuple[Fit, ...]
+    card: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        """It fits the card asked for (always true without one: the table is information, not a check)."""
+        return self.card is None or self.fits[0].verdict == "fits"
+
+    def to_dict(self) -> dict[str, Any]:
+        # written by hand, not results.Result: the estimate's own JSON with the fits beside it, so that
+        # load_estimate (campaign explain) reads what campaign memory --json and campaign trace --json write
+        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]}
+
+
+def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str | None = None,
+                all_cards: bool = False, solve: bool = True, trace: bool = False, reserve: str | float = "10%",
+                context_bytes: int | None = None, fragmentation: float | None = None,
+                progress: Callable[[str], None] | None = None) -> MemoryPlan:
+    """Estimate the workload and fit it to cards: `card` (a name, alias or size like '24GiB'), else every catalog
+    card with all_cards, else FEATURED_CARDS.
+
+    trace: trace the step on fake tensors (trace_memory; the torch extra) instead of the formulas; its fits give the
+    verdict only (the largest batch and context would each need more traces). solve: with the formulas, also the
+    largest batch and longest context per card. reserve, context_bytes, fragmentation: as estimate_memory's;
+    progress: trace_memory's.
+    """
+    from ..hardware.cards import all_cards as catalog_cards
+    from ..hardware.cards import find_card
+    from .estimate import estimate_memory
+    from .fit import fit_cards
+
+    spec = model_spec(model)
+    options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
+    if context_bytes is not None:
+        options["context_bytes"] = context_bytes
+    if trace:
+        from .trace import trace_memory
+
+        if fragmentation is None:
+            options.pop("fragmentation")
+        est = trace_memory(model, workload, progress=progress, **options)
+    else:
+        est = estimate_memory(spec, workload, **options)
+    if card:
+        cards = [find_card(card)]
+    elif all_cards:
+        cards = list(catalog_cards())
+    else:
+        cards = [find_card(n) for n in FEATURED_CARDS]
+    fits = fit_cards(spec, workload, cards, solve=solve and not trace, estimate=est, **options)
+    return MemoryPlan(est, tuple(fits), card)

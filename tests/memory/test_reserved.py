@@ -103,3 +103,26 @@ def test_replayed_overhead_with_checkpointing_is_near_the_trace_of_the_real_step
     ours = est.peak_reserved_bytes - est.peak_allocated_bytes
     theirs = traced.peak_reserved_bytes - traced.peak_allocated_bytes
     assert abs(ours - theirs) <= 0.10 * theirs
+
+
+def test_card_solver_replays_only_probes_the_lower_bound_cannot_decide(monkeypatch):
+    from dataclasses import replace
+
+    from campaign.memory import reserved
+    from campaign.memory.fit import max_value
+    from campaign.memory.kv import largest_satisfying
+
+    spec, w = load_spec("llama-3.1-8b"), make_workload(batch=1, seq_len=2048)
+    calls = []
+    real = reserved.training_overhead
+    monkeypatch.setattr(reserved, "training_overhead", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # 16 GiB: bf16 weights alone are 8.03e9 x 2 B = 14.96 GiB, plus 2 B gradients: no batch fits, and the estimate
+    # without the allocator overhead already says so: no replay at all (each probe replayed the step before)
+    assert max_value(spec, w, 16 * 2**30, "batch", limit=64) == 0
+    assert calls == []
+    # where it fits, the answer is the plain search over the full estimate's probes (a second search, no bound)
+    card = 141 * 10**9
+    plain = largest_satisfying(lambda n: estimate_memory(spec, replace(w, batch=n)).required_bytes <= card, 64)
+    calls.clear()
+    assert max_value(spec, w, card, "batch", limit=64) == plain
+    assert 0 < len(calls)

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
 
-SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block
+SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block (as literal indices below)
 _EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
 
 
@@ -56,23 +56,37 @@ class CachingAllocator:
         self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = self.segments = 0
         self.expandable = expandable
         self.limit = limit
-        self._pools: dict[bool, list] = {True: [], False: []}
+        self._small: list = []  # free blocks of each pool, as (size, segment, offset, block), sorted
+        self._large: list = []
+        self._pools = {True: self._small, False: self._large}
         self._tail: dict[bool, list | None] = {True: None, False: None}  # expandable: each pool's last block
         self._live: dict[object, list] = {}
 
     def malloc(self, key: object, size: int) -> None:
+        """Allocate `size` bytes under `key` (freed by free(key))."""
+        self._live[key] = self.take(size)
+
+    def free(self, key: object) -> None:
+        block = self._live.pop(key, None)
+        if block is not None:
+            self.give(block)
+
+    def take(self, size: int) -> list:
+        """Allocate `size` bytes; the block returned is the handle to give back (no key bookkeeping)."""
         size = MIN_BLOCK if size <= MIN_BLOCK else -(-size // MIN_BLOCK) * MIN_BLOCK
         small = size <= SMALL_SIZE
-        pool = self._pools[small]
+        pool = self._small if small else self._large
         i = bisect_left(pool, (size,))
         if i < len(pool):
-            if self.expandable and pool[i][3] is self._tail[small] and i + 1 < len(pool):
+            block = pool[i][3]
+            if self.expandable and block is self._tail[small] and i + 1 < len(pool):
                 i += 1  # the free end block counts at the size it can grow to: any other fitting block first
             block = pool.pop(i)[3]
         elif self.expandable:
             block = self._grow(size, small)
         else:
-            seg_bytes = segment_size(size)
+            seg_bytes = SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC else \
+                -(-size // ROUND_LARGE) * ROUND_LARGE
             if self.limit is not None and self.reserved + seg_bytes > self.limit:
                 self.release_cached()  # cudaMalloc failed: release_cached_blocks, then retry
             self.segments += 1
@@ -80,50 +94,48 @@ class CachingAllocator:
             self.reserved += seg_bytes
             if self.reserved > self.peak_reserved:
                 self.peak_reserved = self.reserved
-        remaining = block[SIZE] - size
+        remaining = block[0] - size
         if remaining >= MIN_BLOCK if (small or self.expandable) else remaining > SMALL_SIZE:
-            after = block[NEXT]
-            rest = [remaining, block[SEG], block[OFF] + size, True, block, after, small]
+            after = block[5]
+            rest = [remaining, block[1], block[2] + size, True, block, after, small]
             if after is not None:
-                after[PREV] = rest
+                after[4] = rest
             elif self._tail[small] is block:
                 self._tail[small] = rest
-            block[NEXT] = rest
-            block[SIZE] = size
-            insort(pool, (remaining, rest[SEG], rest[OFF], rest))
-        block[FREE] = False
-        self._live[key] = block
-        self.allocated += block[SIZE]
+            block[5] = rest
+            block[0] = size
+            insort(pool, (remaining, rest[1], rest[2], rest))
+        block[3] = False
+        self.allocated += block[0]
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
+        return block
 
-    def free(self, key: object) -> None:
-        block = self._live.pop(key, None)
-        if block is None:
-            return
-        self.allocated -= block[SIZE]
-        small = block[SMALL]
-        pool = self._pools[small]
-        block[FREE] = True
-        before, after = block[PREV], block[NEXT]
-        if before is not None and before[FREE]:  # merge into the free block before
-            del pool[bisect_left(pool, (before[SIZE], before[SEG], before[OFF]))]
-            before[SIZE] += block[SIZE]
-            before[NEXT] = after
+    def give(self, block: list) -> None:
+        """Free a block from take(): it merges with its free neighbours and returns to its pool."""
+        self.allocated -= block[0]
+        small = block[6]
+        pool = self._small if small else self._large
+        block[3] = True
+        before, after = block[4], block[5]
+        if before is not None and before[3]:  # merge into the free block before
+            del pool[bisect_left(pool, (before[0], before[1], before[2]))]
+            before[0] += block[0]
+            before[5] = after
             if after is not None:
-                after[PREV] = before
+                after[4] = before
             elif self._tail[small] is block:
                 self._tail[small] = before
             block = before
-        if after is not None and after[FREE]:  # absorb the free block after
-            del pool[bisect_left(pool, (after[SIZE], after[SEG], after[OFF]))]
-            block[SIZE] += after[SIZE]
-            nxt = block[NEXT] = after[NEXT]
+        if after is not None and after[3]:  # absorb the free block after
+            del pool[bisect_left(pool, (after[0], after[1], after[2]))]
+            block[0] += after[0]
+            nxt = block[5] = after[5]
             if nxt is not None:
-                nxt[PREV] = block
+                nxt[4] = block
             elif self._tail[small] is after:
                 self._tail[small] = block
-        insort(pool, (block[SIZE], block[SEG], block[OFF], block))
+        insort(pool, (block[0], block[1], block[2], block))
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

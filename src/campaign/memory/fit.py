@@ -13,17 +13,29 @@ from .workload import Workload
 
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
-              cache: dict[int, int] | None = None, **options: Any) -> int:
+              cache: dict[int, tuple[int, int | None]] | None = None, **options: Any) -> int:
     """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1).
 
-    `cache` (n -> required bytes) may be shared between calls for several cards of the same workload.
+    A probe first takes the estimate without the allocator overhead, a lower bound of the required bytes (the
+    replayed overhead is never negative, nor is a --fragmentation share): when it already exceeds the card, the
+    probe fails without replaying the step. The probes and their answers are those of the full estimate.
+    `cache` (n -> (lower bound, required bytes or None)) may be shared between calls for several cards of the
+    same workload.
     """
     cache = {} if cache is None else cache
+    bound = {**options, "fragmentation": 0.0}
 
     def ok(n: int) -> bool:
+        w = replace(workload, **{field: n})
         if n not in cache:
-            cache[n] = estimate_memory(spec, replace(workload, **{field: n}), **options).required_bytes
-        return cache[n] <= memory_bytes
+            cache[n] = (estimate_memory(spec, w, **bound).required_bytes, None)
+        low, required = cache[n]
+        if low > memory_bytes:
+            return False
+        if required is None:
+            required = estimate_memory(spec, w, **options).required_bytes
+            cache[n] = (low, required)
+        return required <= memory_bytes
 
     return largest_satisfying(ok, limit)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import count
 
 from ..models.spec import ModelSpec
 from .activations import FP32, layer_saved
@@ -41,24 +40,21 @@ class Overhead:
 
 
 class _Replay:
-    """A caching allocator with handles: alloc(size) -> key, free(key)."""
+    """A caching allocator with handles: alloc(size) -> handle, free(handle, ...)."""
 
     def __init__(self, expandable: bool, limit: int | None = None) -> None:
         self.a = CachingAllocator(expandable=expandable, limit=limit)
-        self._keys = count()
+        self._take = self.a.take
+        self._give = self.a.give
 
-    def alloc(self, size: int | float) -> int | None:
-        size = int(size)
-        if size <= 0:
-            return None
-        key = next(self._keys)
-        self.a.malloc(key, size)
-        return key
+    def alloc(self, size: int | float) -> list | None:
+        return self._take(int(size)) if size >= 1 else None
 
-    def free(self, *keys: int | None) -> None:
-        for key in keys:
-            if key is not None:
-                self.a.free(key)
+    def free(self, *handles: list | None) -> None:
+        give = self._give
+        for handle in handles:
+            if handle is not None:
+                give(handle)
 
 
 def _split(total: int, numels: list[int]) -> Iterator[int]:

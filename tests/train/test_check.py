@@ -330,3 +330,16 @@ def test_cli_bad_setups_are_one_line(cli, tmp_path, body, fragment):
     path.write_text(body)
     r = cli("check", f"{path}:make_setup")
     assert r.code == 2 and fragment in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_the_measured_step_stands_beside_campaign_memorys_estimate():
+    """The second update of the example, counted by the CPU allocator's own records, against the analytic estimate
+    for the same model and workload (fp32, AdamW, 4 x 24): two independent counts."""
+    r = check(f"{EXAMPLE}:make_setup", resume=False, overfit_steps=1, overfit_drop=0.01)
+    rows = {m.phase: m for m in r.memory_vs_estimate}
+    assert set(rows) == {"forward", "backward", "optimizer step"}
+    for m in rows.values():
+        assert 0.8 <= m.ratio <= 1.25, m
+    assert status(r, "step.memory_as_estimated") == "pass"
+    # the estimate counts the frozen embedding as trained (a full fine-tune), and says so
+    assert any("16,384 frozen elements" in n for n in r.notes)

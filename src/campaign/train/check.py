@@ -36,6 +36,22 @@ SCHEMA = "campaign.check/1"
 # neural networks", 2019: "verify loss @ init").
 INIT_LOSS_HIGH = 1.5
 SHOWN = 3                   # parameter names shown in a check's line
+# A measured phase within this factor of the estimate agrees (the estimate's published figures are within 10%; a
+# small CPU step adds the allocator's 512-byte rounding and the kernels' scratch, which weigh more at that size).
+ESTIMATE_BAND = 1.25
+
+
+@dataclass(frozen=True)
+class PhaseMemory:
+    """One phase of the measured step beside `campaign memory`'s estimate for the same model and workload."""
+
+    phase: str
+    measured_bytes: int          # peak allocated
+    estimated_bytes: int | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured_bytes / self.estimated_bytes if self.estimated_bytes else None
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class CheckReport(Result):
     trainable_elements: int
     frozen_elements: int
     memory: Any                                 # the step's Measurement (memory/measure.py)
+    memory_vs_estimate: tuple[PhaseMemory, ...]
     overfit_losses: tuple[float, ...]
     resume: ResumeFigures | None
     device: str
@@ -108,15 +125,17 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
                          "parameters) to check a full step; return it as 'optimizer'")
     if isinstance(s.trainable, str):
         s.trainable = [s.trainable]
-    from .step import checked_step, cross_row_gradient, device_of, overfit, to_device
+    from .step import cross_row_gradient, device_of, overfit, to_device
 
     device = device_of(s.model)
     batches = [to_device(b, device) for b in s.batches]
     kept = _keep(s)
     try:
-        meter, fig = _first_step(s, batches[0], checked_step)
+        meter, fig = _first_step(s, batches[0])
         checks = _step_checks(fig, s)
-        notes: list[str] = []
+        measured = meter.result(label="campaign check: one step")
+        compared, notes = _beside_estimate(s, batches[0], measured)
+        checks.append(_estimate_check(compared))
         resumed = None
         if not resume:
             checks.append(Check("resume.next_step_equal", "skipped", "not run (--no-resume)"))
@@ -147,23 +166,46 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
     return CheckReport(
         checks=tuple(checks), loss=fig.loss, expected_loss=math.log(classes) if classes else None,
         groups=fig.groups, dtypes=fig.dtypes, trainable_elements=fig.trainable_elements,
-        frozen_elements=fig.frozen_elements, memory=meter.result(label="campaign check: one step"),
+        frozen_elements=fig.frozen_elements, memory=measured, memory_vs_estimate=compared,
         overfit_losses=losses, resume=resumed, device=str(device),
         micro_batch=int(next(v for v in batches[0].values() if hasattr(v, "shape")).shape[0]),
         sequence_length=int(first.shape[1]) if first is not None and first.dim() == 2 else None,
         notes=tuple(notes), source=s.source)
 
 
-def _first_step(s: Setup, batch: Any, checked_step: Any) -> tuple[Any, StepFigures]:
+def _first_step(s: Setup, batch: Any) -> tuple[Any, StepFigures]:
+    """The first update, checked; then a second one measured phase by phase (the optimizer's state exists from the
+    first update on, as in every later step)."""
     from ..memory.measure import MemoryMeter
+    from .step import checked_step, measured_step
 
+    fig = checked_step(s.model, s.optimizer, s.scheduler, batch, loss_fn=s.loss, trainable=s.trainable)
     device = next(s.model.parameters()).device
     meter = MemoryMeter("cuda" if device.type == "cuda" else "cpu")
-    with meter.around("step"):
-        meter.track(s.model)
-        fig = checked_step(s.model, s.optimizer, s.scheduler, batch, loss_fn=s.loss, trainable=s.trainable,
-                           meter=meter)
+    measured_step(s.model, s.optimizer, s.scheduler, batch, meter, loss_fn=s.loss)
     return meter, fig
+
+
+def _beside_estimate(s: Setup, batch: Any, measured: Any) -> tuple[tuple[PhaseMemory, ...], list[str]]:
+    from .workload import estimate_for
+
+    est, notes = estimate_for(s.model, s.optimizer, batch)
+    estimated = {p.name: p.bytes for p in est.phases} if est is not None else {}
+    return tuple(PhaseMemory(p.name, p.peak_allocated_bytes, estimated.get(p.name)) for p in measured.phases), notes
+
+
+def _estimate_check(rows: tuple[PhaseMemory, ...]) -> Check:
+    ratios = [(r.phase, r.ratio) for r in rows if r.ratio is not None]
+    if not ratios:
+        return Check("step.memory_as_estimated", "skipped", "no estimate for this model (see the notes)")
+    phase, worst = max(ratios, key=lambda pr: max(pr[1], 1 / pr[1]))
+    seen = ", ".join(f"{p} {r:.2f}x" for p, r in ratios) + " of campaign memory's estimate"
+    if 1 / ESTIMATE_BAND <= worst <= ESTIMATE_BAND:
+        return Check("step.memory_as_estimated", "pass", seen)
+    return Check("step.memory_as_estimated", "warn", seen,
+                 f"the {phase} phase is {worst:.2f}x the estimate: a budget planned on the estimate is off by as "
+                 "much", "read the notes; on the card, `campaign measure` and `campaign explain` on this workload "
+                 "say which term differs")
 
 
 def _step_checks(f: StepFigures, s: Setup) -> list[Check]:

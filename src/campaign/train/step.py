@@ -97,7 +97,8 @@ def matches(name: str, patterns: Sequence[str]) -> bool:
 
 
 def snapshot(model: Any) -> dict[str, Any]:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    """Copies of the parameters in host memory (so that they weigh nothing in a measurement on the card)."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
 
 
 def _dtype(t: Any) -> str:
@@ -112,14 +113,10 @@ def _count(tensors: Sequence[Any]) -> dict[str, int]:
 
 
 def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str, Any], *, loss_fn: Any = None,
-                 trainable: Sequence[str] | None = None, meter: Any = None) -> StepFigures:
-    """Run one full update (zero_grad, loss, backward, optimizer step, scheduler step) and look at each part.
-    With a MemoryMeter, the forward, backward and optimizer step are measured as phases."""
-    import contextlib
-
+                 trainable: Sequence[str] | None = None) -> StepFigures:
+    """Run one full update (zero_grad, loss, backward, optimizer step, scheduler step) and look at each part."""
     import torch
 
-    phase = meter.phase if meter is not None else (lambda _name: contextlib.nullcontext())
     named = list(model.named_parameters())
     before = snapshot(model)
     classes = classes_of(model, batch)
@@ -127,14 +124,12 @@ def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str,
     still = {id(p) for g in optimizer.param_groups if g.get("lr", 1.0) == 0 for p in g["params"]}
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    with phase("forward"):
-        loss = loss_of(model, batch, loss_fn)
+    loss = loss_of(model, batch, loss_fn)
     if not hasattr(loss, "backward") or loss.numel() != 1:
         raise InputError(f"the loss is a {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}, not a "
                          "scalar tensor; return loss.mean() (or the sum divided by the tokens)")
     value = float(loss.detach().float())
-    with phase("backward"):
-        loss.backward()
+    loss.backward()
     grads = {n: p.grad for n, p in named if p.requires_grad}
     groups = []
     for i, g in enumerate(optimizer.param_groups):
@@ -147,12 +142,11 @@ def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str,
     no_grad = tuple(n for n, g in grads.items() if g is None)
     zero = tuple(n for n, g in grads.items() if g is not None and not bool(g.detach().any()))
     nonfinite = tuple(n for n, g in grads.items() if g is not None and not bool(torch.isfinite(g).all()))
-    with phase("optimizer step"):
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    changed = {n for n, p in named if not torch.equal(p.detach(), before[n])}
+    changed = {n for n, p in named if not torch.equal(p.detach().cpu(), before[n])}
     train_names = tuple(n for n, p in named if p.requires_grad)
     state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
     return StepFigures(
@@ -168,6 +162,26 @@ def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str,
                 "optimizer state": _count(state)},
         trainable_elements=sum(p.numel() for _, p in named if p.requires_grad),
         frozen_elements=sum(p.numel() for _, p in named if not p.requires_grad))
+
+
+def measured_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str, Any], meter: Any, *,
+                  loss_fn: Any = None) -> None:
+    """One more update with its forward, backward and optimizer step measured as phases: after a first update, so
+    that the optimizer's state exists, as in every step of a run (and in `campaign memory`'s estimate)."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    with meter.around("step"):
+        meter.track(model, optimizer)
+        with meter.phase("forward"):
+            loss = loss_of(model, batch, loss_fn)
+        with meter.phase("backward"):
+            loss.backward()
+        del loss
+        with meter.phase("optimizer step"):
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def overfit(model: Any, optimizer: Any, batch: Mapping[str, Any], *, steps: int, loss_fn: Any = None,
@@ -242,4 +256,4 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
 
 
 __all__ = ["GroupNorm", "StepFigures", "checked_step", "classes_of", "cross_row_gradient", "loss_of", "matches",
-           "output_tensor", "overfit", "snapshot", "to_device"]
+           "measured_step", "output_tensor", "overfit", "snapshot", "to_device"]

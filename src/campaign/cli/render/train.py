@@ -38,12 +38,17 @@ def render_check(r: Any) -> None:
                   f"{r.trainable_elements:,} of {total:,} parameters train "
                   f"({r.trainable_elements / total:.1%})" if total else "")
     phases = r.memory.phases
+    estimated = {m.phase: m for m in r.memory_vs_estimate}
     scale = Scale(*(p.peak_allocated_bytes for p in phases))
-    t = table(f"Memory of the step ({r.memory.environment.device}, measured)",
-              (("phase", "left"), (f"peak allocated {scale.unit}", "right"), (f"at end {scale.unit}", "right"),
-               ("seconds", "right")))
+    t = table(f"Memory of the second update ({r.memory.environment.device}, measured) beside campaign memory's "
+              "estimate", (("phase", "left"), (f"peak allocated {scale.unit}", "right"), (f"estimate {scale.unit}",
+                                                                                         "right"),
+                           ("measured / estimate", "right"), (f"at end {scale.unit}", "right")))
     for p in phases:
-        t.add_row(p.name, scale(p.peak_allocated_bytes), scale(p.allocated_bytes), f"{p.seconds:.3f}")
+        m = estimated.get(p.name)
+        ratio = m.ratio if m is not None else None
+        t.add_row(p.name, scale(p.peak_allocated_bytes), scale(m.estimated_bytes if m else None),
+                  f"{ratio:.2f}" if ratio is not None else "-", scale(p.allocated_bytes))
     console.print(t)
     t = table("Optimizer groups", (("group", "right"), ("learning rate", "right"), ("tensors", "right"),
                                    ("elements", "right"), ("gradient norm", "right")))

@@ -324,6 +324,25 @@ def test_cli_exit_codes_json_and_one_line_errors(cli, tmp_path, data):
     assert r.code == 2
 
 
+def test_pre_tokenized_data_says_truncation_was_not_observed(data):
+    """The collate only pads token ids made earlier (dataset.map): nothing it does can cut, and what was cut
+    before is not seen, so the count is unknown, not 0; the answers are still compared (target_field)."""
+    setup = sft(data, max_length=12)()
+    tok, collate = setup["tokenizer"], setup["collate"]
+    rows = [{**r, **{k: v[0].tolist() for k, v in collate([r]).items()}} for r in setup["dataset"]]
+
+    def pad_only(examples):
+        width = max(len(e["input_ids"]) for e in examples)
+        def fill(key, value):
+            return torch.tensor([e[key] + [value] * (width - len(e[key])) for e in examples])
+        return {"input_ids": fill("input_ids", tok.pad_token_id), "attention_mask": fill("attention_mask", 0),
+                "labels": fill("labels", -100)}
+
+    r = inspect(lambda: {**setup, "dataset": rows, "collate": pad_only})
+    assert r.truncated is None and r.tokens_cut is None and r.answer_lost == 4 and r.no_loss == 2
+    assert any("truncation not observed" in n for n in r.notes)
+
+
 def test_a_notebook_passes_its_live_objects(data):
     import campaign
 

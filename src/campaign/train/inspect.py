@@ -201,7 +201,7 @@ class _Context:
         self.eos = getattr(tok, "eos_token_id", None)
         self.pad = getattr(tok, "pad_token_id", None)
         self.label_kind = "none"
-        self.observed = False          # the tokenizer's truncation was watched at least once
+        self.encoded = False           # the collate encoded text through the tokenizer (so truncation was seen)
         self.padding_sides: set[str] = set()
         self.position_ids = False
         self.pad_loss: set[int] = set()   # examples with a loss position on padding, in any batch collated
@@ -210,10 +210,9 @@ class _Context:
     # ------------------------------------------------------------------ one example through the collate
     def one(self, data: Sequence[Any], i: int) -> _Stats:
         cuts: list[int] = []
-        with _watch(self.tok, cuts) as watched:
+        with _watch(self.tok, cuts) as calls:
             batch = _collate(self.s.collate, [data[i]], self.where, i)
-        if watched and cuts:
-            self.observed = True
+        self.encoded = self.encoded or calls[0] > 0
         st = _Stats(label=self._label(data[i], batch))
         if self.kind == "image":
             return self._image(batch, st, i)
@@ -221,7 +220,7 @@ class _Context:
         if not rows:
             raise InputError(f"{self.where}: collate returned an empty batch for example {i}")
         ids, attn, labels = rows[0]
-        st.truncated_tokens = sum(cuts) if cuts else (0 if watched is not None else None)
+        st.truncated_tokens = sum(cuts) if calls[0] else None
         self._text(ids, attn, labels, st)
         self._padding(i, attn, labels)
         target = self.s.target_field
@@ -303,7 +302,7 @@ class _Context:
         aligned = len(labels) == len(ids)
         kept = [y for t, y in enumerate(labels) if y != IGNORE_INDEX and (not aligned or attn[t])]
         want = _plain(self.tok.decode(self.tok(answer, add_special_tokens=False)["input_ids"],
-                                                skip_special_tokens=True))
+                                      skip_special_tokens=True))
         return bool(want) and want in _plain(self.tok.decode(kept, skip_special_tokens=True))
 
     def _image(self, batch: Mapping[str, Any], st: _Stats, i: int) -> _Stats:
@@ -338,7 +337,7 @@ class _Context:
         pair = self._show(data, stats, sorted({longest, shortest}))
         by_index = {e.index: e for e in pair}
         lost = self._answers_lost(stats)
-        truncated = sum(bool(st.truncated_tokens) for st in stats) if self.observed or self._watchable() else None
+        truncated = sum(bool(st.truncated_tokens) for st in stats) if self.encoded else None
         classes = tuple(self._summary(k, by_class[k], stats, lost) for k in order)
         checks = self._checks(stats, lost, truncated)
         notes = self._notes(stats, truncated)
@@ -353,9 +352,6 @@ class _Context:
             transform=None if isinstance(self.s.transform, Mapping) else _described(self.s.transform), checks=checks, notes=notes,
             source=self.s.source)
 
-    def _watchable(self) -> bool:
-        return self.kind == "text" and hasattr(self.tok, "_encode_plus")
-
     def _no_loss(self, st: _Stats) -> bool:
         return self.label_kind != "none" and st.loss_positions == 0
 
@@ -367,7 +363,7 @@ class _Context:
             return None
         if self.s.target_field is not None:
             return [st.answer_kept is False for st in stats]
-        if not (self.observed or self._watchable()):
+        if not self.encoded:
             return None
         left = getattr(self.tok, "truncation_side", "right") == "left"
         return [bool(st.truncated_tokens) and (not left or st.loss_positions == 0) for st in stats]
@@ -495,17 +491,20 @@ def _collate(collate: Callable[[list[Any]], Any], examples: list[Any], where: st
 
 
 @contextlib.contextmanager
-def _watch(tok: Any, cuts: list[int]) -> Iterator[bool | None]:
+def _watch(tok: Any, cuts: list[int]) -> Iterator[list[int]]:
     """While the collate runs, every truncating encode through the tokenizer also records how many tokens each
-    sequence lost (its untruncated length - its kept length). Yields None when the tokenizer cannot be watched."""
+    sequence lost (its untruncated length - its kept length). Yields [number of encode calls] (0 throughout when
+    the tokenizer is not a transformers one, or the collate never encodes: pre-tokenized data)."""
+    calls = [0]
     original = getattr(tok, "_encode_plus", None) if tok is not None else None
     if original is None:
-        yield None
+        yield calls
         return
     from transformers.tokenization_utils_base import PaddingStrategy, TruncationStrategy
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
+        calls[0] += 1
         strategy = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
         if strategy not in (TruncationStrategy.DO_NOT_TRUNCATE, "do_not_truncate", False, None):
             plain = {**kwargs, "padding_strategy": PaddingStrategy.DO_NOT_PAD, "return_tensors": None,
@@ -518,7 +517,7 @@ def _watch(tok: Any, cuts: list[int]) -> Iterator[bool | None]:
     own = vars(tok).get("_encode_plus")          # an instance attribute of the user's own, put back after
     tok._encode_plus = watched
     try:
-        yield True
+        yield calls
     finally:
         if own is None:
             del tok._encode_plus

@@ -237,7 +237,7 @@ class NearPair:
     b: int
     jaccard: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # by hand: the similarity rounded for reading
         return {"a": self.a, "b": self.b, "jaccard": round(self.jaccard, 6)}
 
 
@@ -268,6 +268,7 @@ class DedupResult:
         return [g for g in groups.values() if len(g) > 1]
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the clusters and their sizes derived from cluster_of (which stays out, one entry per document)
         clusters = self.clusters
         return {"schema": self.schema, "n_docs": self.n_docs, "n_empty": self.n_empty,
                 "exact_duplicates": self.exact_duplicates, "near_pairs": [p.to_dict() for p in self.near_pairs],

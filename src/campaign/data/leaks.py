@@ -10,6 +10,7 @@ from typing import Any
 
 from ..checks import Check, passed
 from ..errors import InputError
+from ..results import Record
 from .dedup import cross_duplicates
 from .sketch import DedupConfig, Sketches, sketch
 from .read import Dataset, Fields, read_dataset
@@ -36,7 +37,7 @@ _WHY = {
 
 
 @dataclass(frozen=True)
-class LeakExample:
+class LeakExample(Record):
     """One leaking pair: where each side came from, a snippet of each, and what links them."""
 
     index_ref: str
@@ -44,10 +45,6 @@ class LeakExample:
     index_text: str
     query_text: str
     detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index_ref": self.index_ref, "query_ref": self.query_ref, "index_text": self.index_text,
-                "query_text": self.query_text, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -75,6 +72,8 @@ class PairLeak:
         return self.rows / self.query_rows if self.query_rows else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the rate is derived and rounded for reading, and the linked rows and scores stay out (bulky;
+        # --pairs writes them)
         return {"index": self.index, "query": self.query, "rows": self.rows, "query_rows": self.query_rows,
                 "rate": round(self.rate, 6), "links": self.links, "examples": [e.to_dict() for e in self.examples]}
 
@@ -91,19 +90,19 @@ class LeakCheck(Check):
     pairs: tuple[PairLeak, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: Check's fields first, then the counts, the rate rounded for reading
         return {**super().to_dict(), "rows": self.rows, "rate": round(self.rate, 6),
                 "pairs": [p.to_dict() for p in self.pairs]}
 
 
 @dataclass(frozen=True)
-class SplitInfo:
+class SplitInfo(Record):
+    """One split file checked: its name, path, rows and content hash."""
+
     name: str
     path: str
     rows: int
     sha256: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "rows": self.rows, "sha256": self.sha256}
 
 
 @dataclass(frozen=True)
@@ -129,6 +128,7 @@ class LeakReport:
         return next(c for c in self.checks if c.id == check_id)
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the derived status leads, with the schema and version, before the splits and checks
         from ..version import __version__
 
         return {"schema": self.schema, "campaign_version": __version__, "status": self.status,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..results import Record
 from ..io import DELIMITERS, BadRecord, RecordScan, input_file, record_format
 
 __all__ = ["BadRecord", "DELIMITERS", "Dataset", "Fields", "make_dataset", "raw_rows", "read_dataset"]
@@ -22,7 +23,7 @@ MAX_KEPT_BAD = 20  # bad records kept for the report; all are counted
 
 
 @dataclass(frozen=True)
-class Fields:
+class Fields(Record):
     """Which fields (JSONL keys, CSV header names, Parquet columns) play which role."""
 
     text: tuple[str, ...] = ("text",)
@@ -45,10 +46,6 @@ class Fields:
             if n and n not in out:
                 out.append(n)
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": list(self.text), "label": self.label, "group": list(self.group), "id": self.id,
-                "date": self.date}
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,7 @@ class Dataset:
         return Path(self.path).name
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: what the file was (path, format, hash, row count, fields, bad records), never its columns
         return {"path": self.path, "format": self.format, "sha256": self.sha256, "rows": len(self),
                 "fields": self.fields.to_dict(), "bad_records": self.n_bad, "bad": [b.to_dict() for b in self.bad]}
 

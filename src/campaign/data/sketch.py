@@ -84,6 +84,7 @@ class DedupConfig:
         return choose_banding(self.threshold, self.num_perm)
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the banding actually used, the normalizer's id and the candidate probability (derived, rounded)
         b, r = self.banding()
         return {"threshold": self.threshold, "shingle": self.shingle, "ngram": self.ngram, "num_perm": self.num_perm,
                 "bands": b, "rows": r, "seed": self.seed, "strip_punctuation": self.strip_punctuation,

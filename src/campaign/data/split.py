@@ -230,7 +230,7 @@ class SplitPart:
     first_date: str | None = None
     last_date: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # by hand: the fractions rounded for reading
         return {"name": self.name, "path": self.path, "sha256": self.sha256, "rows": self.rows,
                 "target_fraction": round(self.target_fraction, 6), "fraction": round(self.fraction, 6),
                 "labels": dict(self.labels),
@@ -262,6 +262,8 @@ class SplitResult:
         return self.leaks.passed and passed(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: this is the split manifest's file format: schema, version, time and the derived status lead,
+        # the parts are its "splits"
         from ..version import __version__
 
         return {"schema": self.schema, "campaign_version": __version__,

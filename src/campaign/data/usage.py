@@ -60,7 +60,7 @@ class UsageEntry:
     split_sha256: str | None = None     # the split file's bytes when it was used: a use binds to that content
     schema: str = ENTRY_SCHEMA
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # by hand: one line of the ledger file, its schema first
         return {"schema": self.schema, "time": self.time, "split": self.split, "purpose": self.purpose,
                 "note": self.note, "run": self.run, "manifest_sha256": self.manifest_sha256,
                 "split_sha256": self.split_sha256}
@@ -88,6 +88,7 @@ class UsageReport:
         return passed(self.checks)
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the derived status leads, and the entries (the longest part) come last
         return {"schema": self.schema, "status": "pass" if self.passed else "fail", "manifest": self.manifest,
                 "ledger": self.ledger, "splits": list(self.splits), "final_split": self.final_split,
                 "max_final_uses": self.max_final_uses, "final_decisions": self.final_decisions,

@@ -54,7 +54,7 @@ class Phase:
     def bytes(self) -> int:
         return sum(i.bytes for i in self.items)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # by hand: the phase's total (derived from its items) before them
         return {"name": self.name, "bytes": self.bytes, "moment": self.moment,
                 "items": [asdict(i) for i in self.items]}
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..models.spec import ModelSpec
 from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
 from .estimate import MemoryEstimate
 from .estimate import load_estimate as load_estimate  # re-exported: explain's inputs are read here too
@@ -77,6 +78,7 @@ class Explanation:
         return sum(g.bytes for g in self.gaps)
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: each phase row with its derived ratio, the gap's total, and the verdicts as named objects
         return {"schema": self.schema, "label": self.label, "device": self.device,
                 "phases": [asdict(r) | {"ratio": r.ratio} for r in self.rows],
                 "levels": [asdict(level) for level in self.levels],
@@ -179,7 +181,7 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
                        planned, verdicts, tuple(notes))
 
 
-def explain_model(model: str | Path | Any, workload: Workload, measured: Measurement, *, trace: bool = False,
+def explain_model(model: str | Path | ModelSpec, workload: Workload, measured: Measurement, *, trace: bool = False,
                   traced: MemoryEstimate | None = None, cards: Iterable[Any] | None = None, force: bool = False,
                   reserve: str | float = "10%") -> Explanation:
     """explain for a model's workload: the estimate made now (estimate_memory) and, with trace, the step traced

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..models.spec import ModelSpec
-from ..results import Result
+from ..results import Record, Result
 from .dtypes import ELEMENT_BYTES, parse_dtype
 
 SCHEMA = "campaign.kv/1"
@@ -44,7 +44,7 @@ def layer_bytes_per_token(spec: ModelSpec, dtype: str, *, tp: int = 1) -> list[f
 
 
 @dataclass(frozen=True)
-class KVCard:
+class KVCard(Record):
     """The KV cache on one card beside everything else an inference holds: the full inference estimate's verdict,
     and the longest context (at the given sequences) and the most sequences (at the given context) that fit."""
 

@@ -85,6 +85,7 @@ class Measurement:
         return max(self.phases, key=lambda p: p.peak_allocated_bytes).name if self.phases else None
 
     def to_dict(self) -> dict[str, Any]:
+        # by hand: the measurement file's format (load_measurement reads it): the derived peaks before the phases
         return {"schema": self.schema, "label": self.label, "status": self.status, "failed_phase": self.failed_phase,
                 "error": self.error, "peak_phase": self.peak_phase,
                 "peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,

@@ -263,3 +263,13 @@ def test_trace_and_formula_agree_per_phase_for_each_family(write_config, family,
     if kw.get("mode") != "infer":  # the activations themselves, not only phases that weights could dominate
         t_fwd, a_fwd = (_items(next(p for p in e.phases if p.name == "forward")) for e in (traced, analytic))
         assert a_fwd["activations"] + a_fwd["logits and loss"] == pytest.approx(t_fwd["activations"], rel=0.08)
+
+
+def test_fragmentation_share_replaces_the_traced_replay(tiny_dir):
+    w = make_workload(batch=2, seq_len=32)
+    replayed = trace_memory(str(tiny_dir), w)
+    flat = trace_memory(str(tiny_dir), w, fragmentation=0.0)
+    # a zero share: reserved is the peak allocated itself (the share was ignored before: the replay always won)
+    assert flat.peak_reserved_bytes == flat.peak_allocated_bytes == replayed.peak_allocated_bytes
+    # the replay packs small tensors into 2 MiB segments: it reserves at least one whole segment more than it uses
+    assert replayed.peak_reserved_bytes > replayed.peak_allocated_bytes

@@ -17,7 +17,7 @@ def trace(
     optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
     attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
     prefill_chunk: o.PrefillChunk = 8192, gpus: o.Gpus = 1, shard: o.Shard = "none", card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
-    expandable_segments: o.ExpandableSegments = False,
+    expandable_segments: o.ExpandableSegments = False, fragmentation: o.Fragmentation = None,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 
@@ -40,5 +40,6 @@ def trace(
                         expandable_segments=expandable_segments)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
     with progress_reporter("tracing") as tell:
-        result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell)
+        result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell,
+                             **o.overheads(fragmentation, None))
     o.emit(result, render_plan, as_json, failed=not result.passed)

@@ -4,8 +4,8 @@ A figure a user rents a card on rests on these; when one is only assumed, `campa
 measured run) is how to replace it with a measured one, and the overridable ones (`fragmentation`,
 `context_bytes`) reach every place that uses them (estimate, card fit, KV budget).
 Constants still elsewhere: memory/activations.py (the per-tensor terms of saved activations, read off the
-transformers implementations), memory/explain.py (RUN_TO_RUN, the margin's 5 points), memory/tracker.py
-(its 512-byte rounding, = MIN_BLOCK here), memory/reserved.py (the order a step allocates its tensors in).
+transformers implementations) and memory/reserved.py's order in which a step allocates its tensors (code, not a
+number). The 512-byte rounding of `trace`'s tracker and `measure`'s CPU counter is MIN_BLOCK below.
 """
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ ROUND_LARGE = 2 * MiB        # kRoundLarge: ...rounded up to 2 MiB
 CUDA_CONTEXT_BYTES = 500 * MiB
 
 # --- A flat allocator overhead, only when asked -------------------------------------------------------------------
-# `--fragmentation 10%` replaces the replayed overhead by a share of the largest transient working set; this is the
-# share `trace` passes along (its own overhead is its replay of the traced allocations). Assumed.
+# `--fragmentation 10%` (memory, trace, kv) replaces the replayed overhead by a share of the largest transient working
+# set. No command applies a share by default (memory and kv replay the estimate's tensors, trace its traced
+# allocations); this is the value the API re-exports as an example share. Assumed.
 FRAGMENTATION = 0.10
 
 # --- Multi-card communication buffers -------------------------------------------------------------------------------
@@ -57,6 +58,15 @@ ZERO3_PREFETCH_BUCKET = 50_000_000
 # pointing to different offsets of allreduce communication buckets. This can reduce peak memory usage, where the
 # saved memory size will be equal to the total gradients size." (PyTorch docs, DistributedDataParallel)
 DDP_BUCKET_COPIES = 1
+# Its buckets: "bucket_cap_mb - DistributedDataParallel will bucket parameters into multiple buckets so that
+# gradient reduction of each bucket can potentially overlap with backward computation. bucket_cap_mb controls the
+# bucket size in MebiBytes (MiB). If None, a default size of 25 MiB will be used." (PyTorch docs)
+DDP_BUCKET_CAP = 25 * MiB
+
+# --- The replay's resolution ------------------------------------------------------------------------------------
+# A dynamic KV cache's growth is replayed for at most this many decode steps (longer generations in strides of
+# several tokens): the allocator's pattern repeats, and each step is one replayed torch.cat per layer. Assumed.
+DECODE_REPLAY_STEPS = 256
 
 # --- Element sizes the frameworks choose -----------------------------------------------------------------------------
 FP32_BYTES = 4

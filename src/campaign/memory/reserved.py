@@ -21,12 +21,10 @@ from dataclasses import dataclass
 from ..models.spec import ModelSpec
 from .activations import FP32, layer_saved
 from .allocator import CachingAllocator
+from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .states import is_router, lora_groups, state_bytes_per_element
 from .workload import Workload
-
-
-DDP_BUCKET_CAP = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25): its default bucket size
 
 
 @dataclass(frozen=True)
@@ -262,9 +260,6 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
 def _result(r: _Replay) -> Overhead:
     a = r.a
     return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments)
-
-
-DECODE_REPLAY_STEPS = 256  # at most this many growth steps of a dynamic cache are replayed (longer runs: in strides)
 
 
 def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False) -> Overhead:

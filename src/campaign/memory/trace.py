@@ -21,7 +21,7 @@ from .build import (ATTENTION_DROPOUT, building, encode_and_fill, encoder_decode
                     extend_encoder_decoder, finish, instantiate, model_class_and_config, model_config, optimizer_for,
                     prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
-from .estimate import CUDA_CONTEXT_BYTES, FRAGMENTATION, Item, MemoryEstimate, Phase, finish_estimate
+from .estimate import CUDA_CONTEXT_BYTES, Item, MemoryEstimate, Phase, finish_estimate
 from .states import is_router, weight_bytes
 from .workload import Workload
 
@@ -29,13 +29,15 @@ TRACE_STEPS = 2  # optimizer states exist from the second step on
 
 
 def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: str | float = "10%",
-                 context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float = FRAGMENTATION,
+                 context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float | None = None,
                  progress: Callable[[str], None] | None = None) -> MemoryEstimate:
     """Peak memory per phase, traced on fake tensors; same shape as estimate_memory (method 'traced').
 
     Args:
         model: catalog name, model dir, config.json or cached repo id, or a ModelSpec (as everywhere).
         workload: from make_workload; adamw-8bit and multi-card sharding are not traceable here.
+        fragmentation: a flat share of the transient bytes as the allocator overhead (as estimate_memory's),
+            instead of the replay of the traced allocations through the caching-allocator model (None).
         progress: called with the name of each phase as it starts.
     Raises:
         MissingDependencyError: without the torch extra. InputError: an untraceable workload.
@@ -160,7 +162,7 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     reserved = tracker.allocator.peak_reserved - (raw_peak - max(p.bytes for p in phases))
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="traced", notes=tuple(notes), top_modules=top,
-                           simulated_reserved=reserved)
+                           simulated_reserved=reserved if fragmentation is None else None)
 
 
 def _fake_mesh(world: int) -> Any:

@@ -18,7 +18,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-ALLOC_GRANULARITY = 512  # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize
+from .constants import MIN_BLOCK
+
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -33,8 +34,8 @@ def storages(t: torch.Tensor) -> list[Any]:
 
 
 def rounded(nbytes: int) -> int:
-    """Bytes as the caching allocator hands them out: rounded up to its 512-byte blocks."""
-    return -(-nbytes // ALLOC_GRANULARITY) * ALLOC_GRANULARITY
+    """Bytes as the caching allocator hands them out: rounded up to its 512-byte blocks (constants.MIN_BLOCK)."""
+    return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
 class ModuleStack:

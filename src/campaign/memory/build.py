@@ -25,8 +25,10 @@ def model_config(model: str | Path | ModelSpec) -> tuple[dict[str, Any], ModelSp
     from ..models.resolve import resolve_config
 
     if isinstance(model, ModelSpec):
+        # where load_spec read it: a path, 'catalog:REPO' or 'hf-cache:SNAPSHOT_DIR'
+        ref = model.source.split(":", 1)[1] if model.source.startswith(("catalog:", "hf-cache:")) else model.source
         try:
-            cfg, _source, _name, directory = resolve_config(model.source.removeprefix("catalog:"))
+            cfg, _source, _name, directory = resolve_config(ref)
         except CampaignError:
             raise InputError(f"{model.name}: its config is not at {model.source!r}, and building the model needs it; "
                              "pass the model's name, model dir or config.json") from None

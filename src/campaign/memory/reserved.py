@@ -248,12 +248,16 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
         if step == 0:
             for size in state_sizes:
                 r.alloc(size)
+        last = step == 1  # frees after the last allocation change no peak: not replayed
         if step_tmp and w.optimizer_impl == "foreach":
-            r.free(*[r.alloc(s) for s in _split(step_tmp, trainable)])
+            temporaries = [r.alloc(s) for s in _split(step_tmp, trainable)]
+            if not last:
+                r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
             for numel in trainable:
                 r.free(r.alloc(numel * state_bytes_per_element(w)))
-        r.free(*grads)  # zero_grad(set_to_none=True)
+        if not last:
+            r.free(*grads)  # zero_grad(set_to_none=True)
     return _result(r)
 
 

@@ -343,6 +343,25 @@ def test_pre_tokenized_data_says_truncation_was_not_observed(data):
     assert any("truncation not observed" in n for n in r.notes)
 
 
+def test_the_tokenizer_is_left_as_it_was_given(data):
+    setup = sft(data, max_length=12)()
+    tok = setup["tokenizer"]
+    inspect(lambda: setup)
+    assert "_encode_plus" not in vars(tok)                  # the watch is gone: the class's method again
+    own = tok._encode_plus
+    tok._encode_plus = own                                  # a user's own instance attribute survives it
+    inspect(lambda: setup)
+    assert vars(tok)["_encode_plus"] is own
+
+
+def test_a_data_only_setup_is_refused_where_a_model_is_needed(data):
+    from campaign.train.setup import load_setup
+
+    with pytest.raises(InputError, match="must return the model and the batches"):
+        load_setup(sft(data))
+    assert load_setup(sft(data), needs=()).model is None
+
+
 def test_a_notebook_passes_its_live_objects(data):
     import campaign
 

@@ -30,10 +30,14 @@ _LAZY = {
     "use_split": "data.usage", "record_usage": "data.usage", "usage_report": "data.usage",
     "analyze_errors": "evaluate.analysis", "regress": "evaluate.regress", "compare_seeds": "evaluate.seeds",
     "compare_paired": "evaluate.seeds",
-    # 3. about to train: check, batch
+    # 3. about to train: check, inspect, batch, run, runs
     "check": "train.check", "save_checkpoint": "train.checkpoint", "load_checkpoint": "train.checkpoint",
     "check_accumulation": "train.accumulation", "load_setup": "train.setup",
     "inspect": "train.inspect",
+    "run": "track.run", "start_run": "track.run", "end_run": "track.run", "decide_run": "track.run",
+    "Store": "track.store", "diff_runs": "track.compare", "check_run": "track.compare",
+    # 4. which variant: adapters bound to their base
+    "save_adapter": "train.adapters", "load_adapter": "train.adapters",
     # the map
     "guide_map": "guide",
 }

@@ -8,14 +8,14 @@ from typing import Any
 import typer
 
 from ..errors import CampaignError
-from . import cards, data, evaluate, guide, kv, measure, memory, models, trace, train
+from . import cards, data, evaluate, guide, kv, measure, memory, models, trace, track, train
 
 app = typer.Typer(
     name="campaign", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Estimate, measure and record what a GPU compute campaign needs. Start with `campaign guide`.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train):
+for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train, track):
     module.register(app)
 
 

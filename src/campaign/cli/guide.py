@@ -16,4 +16,5 @@ def guide(as_json: o.Json = False) -> None:
     from . import app
     from .render.models import guide as render_guide
 
-    o.emit(guide_map({c.name for c in app.registered_commands if c.name}), render_guide, as_json)
+    built = {c.name for c in app.registered_commands if c.name} | {g.name for g in app.registered_groups if g.name}
+    o.emit(guide_map(built), render_guide, as_json)

@@ -1,0 +1,195 @@
+"""`campaign run ...` and `campaign runs ...`: runs traced to decisions (question 3)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import common as o
+
+Root = Annotated[Path, typer.Option("--root", help="The campaign's record folder.")]
+RunId = Annotated[str, typer.Argument(help="The run's id (campaign runs list).")]
+
+run_app = typer.Typer(name="run", no_args_is_help=True, help="Start, log to, end and decide one run.")
+runs_app = typer.Typer(name="runs", no_args_is_help=True, help="List, show, compare and check runs.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(run_app, name="run")
+    app.add_typer(runs_app, name="runs")
+
+
+def _nested(pairs: list[str]) -> dict:
+    """--param a.b=1 --param c=x -> {'a': {'b': 1}, 'c': 'x'}."""
+    from ..errors import InputError
+    from ..track.run import parse_records
+
+    out: dict = {}
+    for key, value in parse_records(pairs).items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise InputError(f"--param {key}: {p} is already a value, not a set of parameters")
+        node[leaf] = value
+    return out
+
+
+def _duration(text: str) -> float:
+    from ..errors import InputError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise InputError(f"--stale-after {text!r} is not a duration; write e.g. 45m, 2h or 600") from None
+    if not 0 < seconds < 10 * 365 * 86400:
+        raise InputError(f"--stale-after {text!r} must be a positive duration")
+    return seconds
+
+
+@run_app.command("start", epilog="Example: campaign run start lora-r16 --baseline lora-r8-20261130T101500-ab12 "
+                                 "--param lora.r=16 --guard \"f1\\[refund]>=-0.01\" --data data/train.jsonl")
+def start(
+    name: Annotated[str, typer.Argument(help="A short name for the variant (lora-r16).")],
+    hypothesis: Annotated[str, typer.Option(help="What should improve, written before computing.")] = "",
+    guard: Annotated[Optional[list[str]], typer.Option(help="What must not regress, as campaign regress takes it "
+                                                            "(repeat).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option(help="A parameter, key=value (dotted keys nest: "
+                                                            "lora.r=16; repeat).")] = None,
+    baseline: Annotated[Optional[str], typer.Option(help="The run this one changes one thing against.")] = None,
+    data: Annotated[Optional[list[Path]], typer.Option(help="A data file or folder, hashed (repeat).")] = None,
+    seed: Annotated[Optional[list[int]], typer.Option(help="A seed (repeat).")] = None,
+    tag: Annotated[Optional[list[str]], typer.Option(help="A tag (repeat).")] = None,
+    planned: Annotated[bool, typer.Option("--planned", help="Record it as planned, not yet running.")] = False,
+    stale_after: Annotated[str, typer.Option("--stale-after", help="Shown as stopped when nothing is logged for "
+                                                                   "this long (45m, 2h).")] = "1h",
+    root: Root = Path(".campaign"),
+    as_json: o.Json = False,
+) -> None:
+    """Start a run: its manifest with the hypothesis, guards, baseline and the one change against it, data hashes,
+    the git commit with the uncommitted diff, and the environment actually used. Prints the run's id."""
+    from ..track.run import start_run
+
+    m = start_run(name, hypothesis=hypothesis, guards=guard or [], params=_nested(param or []), baseline=baseline,
+                  data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=os.getppid(),
+                  stale_after=_duration(stale_after), status="planned" if planned else "running")
+    if as_json:
+        o.print_json(m.to_dict())
+    else:
+        print(m.id)
+
+
+@run_app.command("log", epilog="Example: campaign run log lora-r16-20261130T101500-ab12 step=100 loss=1.25")
+def log(run_id: RunId,
+        pairs: Annotated[list[str], typer.Argument(help="key=value pairs (numbers parsed as numbers).")],
+        root: Root = Path(".campaign")) -> None:
+    """Append one record of metrics to a run (and keep it shown as running)."""
+    from ..track.run import parse_records
+    from ..track.store import Store
+
+    Store(root).log(run_id, [parse_records(pairs)])
+
+
+@run_app.command("artifact", epilog="Example: campaign run artifact ID preds.jsonl --kind predictions")
+def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or folder, hashed.")],
+             kind: Annotated[str, typer.Option(help="predictions | checkpoint | adapter | memory | evaluation.")] = "",
+             root: Root = Path(".campaign")) -> None:
+    """Record a file or folder a run produced, with its sha256."""
+    from ..track.run import record_artifact
+
+    record_artifact(run_id, path, kind, root=root)
+
+
+@run_app.command("end", epilog="Example: campaign run end ID --status stopped --reason \"loss diverged at step 900\"")
+def end(run_id: RunId,
+        status: Annotated[str, typer.Option(help="completed | stopped | failed | invalid.")] = "completed",
+        reason: Annotated[str, typer.Option(help="What happened (required unless completed).")] = "",
+        root: Root = Path(".campaign")) -> None:
+    """Close a run with its status and reason: stopped and failed runs stay on record."""
+    from ..track.run import end_run
+
+    end_run(run_id, status, reason, root=root)
+
+
+@run_app.command("decide", epilog="Example: campaign run decide ID accepted --why \"+2.1 F1, guards hold\"")
+def decide(run_id: RunId,
+           decision: Annotated[str, typer.Argument(help="accepted | rejected | needs-more-evidence.")],
+           why: Annotated[str, typer.Option(help="The rationale.")] = "",
+           root: Root = Path(".campaign")) -> None:
+    """Record the decision on a run and why."""
+    from ..track.run import decide_run
+
+    decide_run(run_id, decision, why, root=root)
+
+
+@runs_app.command("list", epilog="Example: campaign runs list --status stopped")
+def list_runs(status: Annotated[Optional[str], typer.Option(help="Only runs with this status.")] = None,
+              tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
+              root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+    """Every run, newest first, failed and stopped included; a run whose process died shows as stopped."""
+    from ..track.manifest import STATUSES
+    from ..track.store import Store
+    from .render.track import runs_table
+
+    if status is not None and status not in STATUSES:
+        from ..errors import InputError
+
+        raise InputError(f"--status {status!r} is not one of {', '.join(STATUSES)}")
+    rows = Store(root).list(status=status, tag=tag)
+    if as_json:
+        from ..results import plain
+
+        o.print_json({"schema": "campaign.runs/1", "runs": plain(rows)})
+    else:
+        wanted = " and ".join(f for f in (f"status {status}" if status else "", f"tag {tag}" if tag else "") if f)
+        runs_table(rows, f"no runs with {wanted}" if wanted else "no runs yet (campaign run start NAME)")
+
+
+@runs_app.command("show", epilog="Example: campaign runs show ID --json")
+def show(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+    """One run's manifest, with its effective status."""
+    from ..track.store import Store
+    from .render.track import manifest as render_manifest
+
+    store = Store(root)
+    m = store.read(run_id)
+    status, reason = store.effective(m)
+    m = m.with_(status=status, reason=reason, metrics=m.metrics or store.last_metrics(run_id))
+    if as_json:
+        o.print_json(m.to_dict())
+    else:
+        render_manifest(m)
+
+
+@runs_app.command("diff", epilog="Example: campaign runs diff BASELINE_ID RUN_ID")
+def diff(a: RunId, b: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+    """What differs between two runs (parameters, data, code, environment) and whether more than one set of
+    parameters changed."""
+    from ..track.compare import diff_runs
+    from .render.track import run_diff
+
+    o.emit(diff_runs(a, b, root=root), run_diff, as_json)
+
+
+@runs_app.command("check", epilog="Example: campaign runs check RUN_ID")
+def check(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+    """The run's guards on its recorded predictions against its baseline's (campaign regress). Exit 1 when a guard
+    fails."""
+    from ..track.compare import check_run
+    from .render.evaluate import regress
+
+    report = check_run(run_id, root=root)
+    o.emit(report, regress, as_json, failed=not report.passed)
+
+
+@runs_app.command("rebuild")
+def rebuild(root: Root = Path(".campaign")) -> None:
+    """Make the SQLite index again from the manifest files."""
+    from ..track.store import Store
+
+    print(f"indexed {Store(root).rebuild()} runs")

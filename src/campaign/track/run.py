@@ -1,0 +1,183 @@
+"""Starting, logging to, ending and deciding a run: the calls behind `campaign run ...` and `campaign.run(...)`.
+
+    with campaign.run("lora-r16", hypothesis="r16 beats r8 on f1", guards=["f1[refund]>=-0.01"],
+                      params={"lora": {"r": 16}}, baseline="lora-r8-...") as run:
+        run.log(step=10, loss=1.23)
+        run.artifact("preds.jsonl", kind="predictions")
+
+The environment and the git state are captured at the start; an exception marks the run failed with its reason,
+Ctrl-C or SIGTERM (a preempted instance) marks it stopped; a heartbeat thread keeps it shown as running.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .manifest import DECISIONS, ENDED, STATUSES, Decision, Manifest, file_artifact, new_id, now, param_sets_changed
+from .store import ROOT, Store
+
+FLUSH_RECORDS = 1000      # metric records buffered before one append
+FLUSH_SECONDS = 1.0
+HEARTBEAT_SECONDS = 30.0
+
+
+def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), params: Mapping[str, Any] | None = None,
+              baseline: str | None = None, data: Sequence[str | Path] = (), seeds: Sequence[int] = (),
+              tags: Sequence[str] = (), root: str | Path = ROOT, owner_pid: int | None = None,
+              stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running") -> Manifest:
+    """Write a new run's manifest (status running, or planned) with its code, environment and data hashes.
+
+    Raises:
+        InputError: a malformed guard, an unknown baseline, a data file that does not exist.
+    """
+    from ..evaluate.regress import parse_guard
+    from .code import capture_code
+    from .environment import capture_environment
+
+    if not name.strip():
+        raise InputError("a run needs a name, e.g. lora-r16")
+    if status not in ("running", "planned"):
+        raise InputError(f"a run starts running or planned, not {status!r}")
+    for g in guards:
+        parse_guard(g)
+    store = Store(root)
+    params = dict(params or {})
+    change: dict[str, Any] = {}
+    if baseline is not None:
+        base = store.read(baseline)
+        change = param_sets_changed(params, base.params)
+    code, diff = capture_code(code_dir)
+    m = Manifest(id=new_id(name), name=name, created=now(), status=status, hypothesis=hypothesis,
+                 guards=tuple(guards), baseline=baseline, change=change, params=params,
+                 data=tuple(file_artifact(p, "data") for p in data), code=code.to_dict(),
+                 environment=capture_environment().to_dict(), seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
+                 owner={"host": socket.gethostname(), "pid": owner_pid if owner_pid is not None else os.getpid()},
+                 stale_after=float(stale_after))
+    return store.create(m, diff=diff)
+
+
+def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path = ROOT,
+            metrics: Mapping[str, Any] | None = None) -> Manifest:
+    """Close a run: completed, stopped, failed or invalid (a reason is required for all but completed)."""
+    if status not in ENDED:
+        raise InputError(f"status {status!r}: a run ends {', '.join(ENDED)}")
+    if status != "completed" and not reason.strip():
+        raise InputError(f"a run that ends {status} needs --reason (what happened), so it is not lost")
+    store = Store(root)
+    last = store.last_metrics(run_id)
+    return store.update(run_id, status=status, reason=reason, ended=now(), metrics={**last, **(metrics or {})})
+
+
+def decide_run(run_id: str, decision: str, why: str, *, root: str | Path = ROOT) -> Manifest:
+    """Record the decision on a run (accepted, rejected, needs-more-evidence) with its rationale."""
+    if decision not in DECISIONS:
+        raise InputError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
+    if not why.strip():
+        raise InputError("a decision needs its rationale (--why)")
+    return Store(root).update(run_id, decision=Decision(decision, why, now()))
+
+
+def record_artifact(run_id: str, path: str | Path, kind: str = "", *, root: str | Path = ROOT) -> Manifest:
+    store = Store(root)
+    art = file_artifact(path, kind)
+    m = store.read(run_id)
+    return store.update(run_id, artifacts=tuple(a for a in m.artifacts if a.path != art.path) + (art,))
+
+
+def parse_records(pairs: Sequence[str]) -> dict[str, Any]:
+    """key=value pairs from the command line; values are JSON numbers, booleans or null when they parse as such,
+    text otherwise (a diverged loss=nan stays the text 'nan': JSON has no NaN, and it must not be lost)."""
+    import json
+    import math
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{pair!r} is not key=value (e.g. loss=1.25 step=100)")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        if isinstance(parsed, (dict, list)) or (isinstance(parsed, float) and not math.isfinite(parsed)):
+            parsed = value
+        out[key.strip()] = parsed
+    return out
+
+
+class Run:
+    """A live run (see the module docstring). Records are buffered and appended in batches."""
+
+    def __init__(self, manifest: Manifest, store: Store) -> None:
+        self.manifest, self.store = manifest, store
+        self.id = manifest.id
+        self._buffer: list[dict[str, Any]] = []
+        self._flushed = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True)
+        self._previous_term: Any = None
+
+    def log(self, step: int | None = None, **metrics: Any) -> None:
+        record = ({"step": step} if step is not None else {}) | metrics
+        with self._lock:
+            self._buffer.append(record)
+            due = len(self._buffer) >= FLUSH_RECORDS or time.monotonic() - self._flushed >= FLUSH_SECONDS
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._buffer = self._buffer, []
+            self._flushed = time.monotonic()
+        self.store.log(self.id, batch)
+
+    def artifact(self, path: str | Path, kind: str = "") -> None:
+        self.manifest = record_artifact(self.id, path, kind, root=self.store.root)
+
+    def decide(self, decision: str, why: str) -> None:
+        self.manifest = decide_run(self.id, decision, why, root=self.store.root)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            self.store.heartbeat(self.id)
+
+    def __enter__(self) -> Run:
+        self._beat.start()
+        if threading.current_thread() is threading.main_thread():
+            def terminated(signum: int, _frame: Any) -> None:
+                raise SystemExit(f"terminated by signal {signal.Signals(signum).name}")
+            self._previous_term = signal.signal(signal.SIGTERM, terminated)
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, _tb: Any) -> None:
+        self._stop.set()
+        if self._previous_term is not None:
+            signal.signal(signal.SIGTERM, self._previous_term)
+        self.flush()
+        if error is None:
+            status, reason = "completed", ""
+        elif isinstance(error, KeyboardInterrupt):
+            status, reason = "stopped", "interrupted (Ctrl-C)"
+        elif isinstance(error, SystemExit):
+            status, reason = ("completed", "") if error.code in (None, 0) else ("stopped", str(error.code))
+        else:
+            text = str(error).strip().splitlines()
+            status, reason = "failed", f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
+        self.manifest = end_run(self.id, status, reason, root=self.store.root)
+
+
+def run(name: str, *, root: str | Path = ROOT, **options: Any) -> Run:
+    """A run as a context manager: `with campaign.run("name", ...) as r: r.log(...)` (options: start_run's)."""
+    manifest = start_run(name, root=root, stale_after=options.pop("stale_after", 10 * HEARTBEAT_SECONDS), **options)
+    return Run(manifest, Store(root))
+
+
+__all__ = ["Run", "STATUSES", "decide_run", "end_run", "parse_records", "record_artifact", "run", "start_run"]

@@ -1,0 +1,258 @@
+"""The run store: manifests are files (`.campaign/runs/<id>/manifest.json`, the source of truth, each rewritten
+atomically under the run's lock), metrics are appended to `metrics.jsonl` beside it (one write per batch of
+records, under the same lock: several processes lose nothing), and an SQLite index in WAL mode answers listings. The
+index is derived: `rebuild()` makes it again from the files, and a corrupted manifest never hides the others.
+
+A run marked running whose owner process is gone (same host) or whose heartbeat is older than its `stale_after`
+shows as stopped, with the reason: a killed run is never stuck as running.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import socket
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..io import atomic_write_json, dumps_json, load_json
+from .manifest import ENDED, Manifest, manifest_from, now, parse_time
+
+ROOT = Path(".campaign")
+_COLUMNS = ("id", "name", "status", "reason", "created", "updated", "baseline", "tags", "hypothesis", "decision",
+            "metrics", "error")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as listed: its effective status (a dead run shows as stopped), or the error that makes it
+    unreadable (status 'invalid')."""
+
+    id: str
+    name: str
+    status: str
+    reason: str
+    created: str
+    baseline: str | None
+    tags: tuple[str, ...]
+    hypothesis: str
+    decision: str | None
+    metrics: dict[str, Any]
+
+
+class Store:
+    """The runs under `root` (default .campaign in the current folder)."""
+
+    def __init__(self, root: str | Path = ROOT) -> None:
+        self.root = Path(root)
+        self.runs = self.root / "runs"
+
+    # -- files ------------------------------------------------------------------------------------------------
+    def folder(self, run_id: str) -> Path:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise InputError(f"run id {run_id!r} is not a run id (see `campaign runs list`)")
+        return self.runs / run_id
+
+    @contextlib.contextmanager
+    def locked(self, run_id: str) -> Iterator[Path]:
+        folder = self.folder(run_id)
+        if not folder.is_dir():
+            raise InputError(f"no run {run_id!r} in {self.runs} (see `campaign runs list`)")
+        with open(folder / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield folder
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _make_root(self) -> None:
+        """The store's folder, ignored by git (as .pytest_cache is): runs must not show as untracked code."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        ignore = self.root / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# written by campaign: the run store is not code\n*\n", encoding="utf-8")
+
+    def create(self, manifest: Manifest, *, diff: bytes = b"") -> Manifest:
+        self._make_root()
+        folder = self.folder(manifest.id)
+        folder.mkdir(parents=True, exist_ok=False)
+        if diff:
+            from ..io import atomic_write_bytes
+
+            atomic_write_bytes(folder / "code.diff", diff)
+        with self.locked(manifest.id):
+            atomic_write_json(folder / "manifest.json", manifest.to_dict())
+            self.heartbeat(manifest.id)
+            written = self.read(manifest.id)          # what is on disk, JSON's types (lists, not tuples)
+        self._index([written])
+        return written
+
+    def read(self, run_id: str) -> Manifest:
+        """The manifest as written (InputError naming the file when it is missing or broken)."""
+        path = self.folder(run_id) / "manifest.json"
+        if not path.is_file():
+            raise InputError(f"no run {run_id!r} in {self.runs} (see `campaign runs list`)")
+        return manifest_from(load_json(path, "run manifest"), str(path))
+
+    def update(self, run_id: str, **changes: Any) -> Manifest:
+        """Read, change and rewrite the manifest under the run's lock."""
+        with self.locked(run_id) as folder:
+            atomic_write_json(folder / "manifest.json", self.read(run_id).with_(**changes).to_dict())
+            m = self.read(run_id)
+        self._index([m])
+        return m
+
+    def log(self, run_id: str, records: Sequence[Mapping[str, Any]]) -> None:
+        """Append metric records (dicts of JSON values, e.g. {'step': 10, 'loss': 1.2}) in one write."""
+        if not records:
+            return
+        stamp = now()
+        text = "".join(dumps_json({"t": stamp, **r}, indent=None) for r in records)
+        with self.locked(run_id) as folder:
+            fd = os.open(folder / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                data = text.encode()
+                while data:
+                    data = data[os.write(fd, data):]
+            finally:
+                os.close(fd)
+        self.heartbeat(run_id)
+
+    def metrics(self, run_id: str) -> list[dict[str, Any]]:
+        """Every record logged, in order (a line cut short by a kill is skipped)."""
+        path = self.folder(run_id) / "metrics.jsonl"
+        out = []
+        if path.is_file():
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict):
+                        out.append(rec)
+        return out
+
+    def last_metrics(self, run_id: str) -> dict[str, Any]:
+        """The last value logged of each metric."""
+        last: dict[str, Any] = {}
+        for rec in self.metrics(run_id):
+            last.update({k: v for k, v in rec.items() if k != "t"})
+        return last
+
+    def heartbeat(self, run_id: str) -> None:
+        path = self.folder(run_id) / "heartbeat"
+        path.touch()
+
+    # -- status -----------------------------------------------------------------------------------------------
+    def effective(self, m: Manifest) -> tuple[str, str]:
+        """(status, reason): a running run whose owner is gone or whose heartbeat is stale shows as stopped."""
+        if m.status != "running":
+            return m.status, m.reason
+        beat = self.folder(m.id) / "heartbeat"
+        try:
+            last = dt.datetime.fromtimestamp(beat.stat().st_mtime, dt.timezone.utc)
+        except OSError:
+            last = parse_time(m.created)
+        shown = last.isoformat(timespec="seconds").replace("+00:00", "Z")
+        pid, host = m.owner.get("pid"), m.owner.get("host")
+        if isinstance(pid, int) and host == socket.gethostname() and not _alive(pid):
+            return "stopped", f"its process {pid} ended without closing the run (killed?); last sign of life {shown}"
+        age = (dt.datetime.now(dt.timezone.utc) - last).total_seconds()
+        if age > m.stale_after:
+            return "stopped", f"no heartbeat since {shown} ({age / 60:.0f} min, more than {m.stale_after / 60:.0f})"
+        return "running", m.reason
+
+    # -- index ------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        self._make_root()
+        con = sqlite3.connect(self.root / "index.sqlite", timeout=60)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, name TEXT, status TEXT, reason TEXT, "
+                        "created TEXT, updated TEXT, baseline TEXT, tags TEXT, hypothesis TEXT, decision TEXT, "
+                        "metrics TEXT, error TEXT)")
+            with con:
+                yield con
+        finally:
+            con.close()
+
+    def _index(self, manifests: Iterable[Manifest]) -> None:
+        rows = [(m.id, m.name, m.status, m.reason, m.created, now(), m.baseline, json.dumps(list(m.tags)),
+                 m.hypothesis, m.decision.decision if m.decision else None, json.dumps(m.metrics), None)
+                for m in manifests]
+        with self._db() as con:
+            con.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES "
+                            f"({', '.join('?' * len(_COLUMNS))})", rows)
+
+    def rebuild(self) -> int:
+        """The index made again from the manifest files; returns the runs indexed (unreadable ones included, as
+        invalid with their error)."""
+        ids = sorted(p.name for p in self.runs.iterdir() if p.is_dir()) if self.runs.is_dir() else []
+        good, bad = [], []
+        for run_id in ids:
+            try:
+                good.append(self.read(run_id))
+            except InputError as e:
+                bad.append((run_id, str(e)))
+        with self._db() as con:
+            con.execute("DELETE FROM runs")
+        self._index(good)
+        with self._db() as con:
+            con.executemany("INSERT OR REPLACE INTO runs (id, name, status, reason, created, updated, tags, metrics, "
+                            "error) VALUES (?, ?, 'invalid', ?, '', ?, '[]', '{}', ?)",
+                            [(i, i, e, now(), e) for i, e in bad])
+        return len(ids)
+
+    def list(self, *, status: str | None = None, tag: str | None = None) -> list[RunRow]:
+        """Every run, newest first, with its effective status; filtered by status and tag."""
+        on_disk = {p.name for p in self.runs.iterdir() if p.is_dir()} if self.runs.is_dir() else set()
+        with self._db() as con:
+            indexed = {r[0] for r in con.execute("SELECT id FROM runs")}
+        if on_disk - indexed:                       # written by a process that died before indexing, or copied in
+            self.rebuild()
+        with self._db() as con:
+            rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs ORDER BY created DESC, id DESC").fetchall()
+        out = []
+        for r in rows:
+            rec = dict(zip(_COLUMNS, r))
+            if rec["id"] not in on_disk:
+                continue
+            if rec["error"]:
+                row = RunRow(rec["id"], rec["name"], "invalid", rec["error"], rec["created"], None, (), "", None, {})
+            else:
+                try:
+                    m = self.read(rec["id"])
+                except InputError as e:
+                    row = RunRow(rec["id"], rec["id"], "invalid", str(e), rec["created"], None, (), "", None, {})
+                else:
+                    st, reason = self.effective(m)
+                    row = RunRow(m.id, m.name, st, reason, m.created, m.baseline, m.tags, m.hypothesis,
+                                 m.decision.decision if m.decision else None, m.metrics)
+            if (status is None or row.status == status) and (tag is None or tag in row.tags):
+                out.append(row)
+        return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:                                            # a zombie (killed, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+__all__ = ["ENDED", "ROOT", "RunRow", "Store"]

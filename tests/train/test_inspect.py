@@ -171,6 +171,20 @@ def test_pad_equal_to_eos_masked_by_pad_id_never_learns_eos(data):
     assert by_id(good)["inspect.pad_is_eos_masked"] == "pass" and good.passed
 
 
+def test_transformers_own_lm_collator_with_pad_equal_to_eos_is_caught(data):
+    """DataCollatorForLanguageModeling(mlm=False) sets labels = input_ids and -100 where input_ids == pad id: with
+    pad = eos every EOS goes, the classic 'the fine-tuned model never stops'."""
+    from transformers import DataCollatorForLanguageModeling
+
+    setup = sft(data, pad=None)()
+    tok = setup["tokenizer"]
+    rows = [dict(tok(f"{r['question']} => {r['answer']} </s>")) for r in setup["dataset"]]
+    r = inspect({"dataset": rows, "tokenizer": tok, "collate": DataCollatorForLanguageModeling(tok, mlm=False)})
+    assert by_id(r)["inspect.pad_is_eos_masked"] == "fail" and r.special.eos_learned == 0
+    assert r.truncated is None and by_id(r)["inspect.answer_truncated"] == "skipped"
+    assert r.no_loss == 0 and by_id(r)["inspect.labels_shifted_twice"] == "pass"
+
+
 def test_loss_on_padding_fails(data):
     """Labels copied from input_ids with the padding left in. The examples shown (#1 #3, #0 #2: 10, 15, 8, 12
     tokens) are padded to 15, which pads #1 #0 #2; the pair longest/shortest (#6 19, #8 5) pads #8."""

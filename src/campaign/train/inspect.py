@@ -431,7 +431,7 @@ class _Context:
         if self.kind == "text" and truncated is None:
             notes.append("truncation not observed: the collate never called the tokenizer (pre-tokenized data?); "
                          "what was cut before is not counted")
-        if self.kind == "text" and self.label_kind == "token" and self.s.target_field is None:
+        if self.kind == "text" and self.label_kind == "token" and self.s.target_field is None and truncated is not None:
             notes.append("answers lost are judged by the tokenizer's cut (a prompt + answer text loses its answer "
                          "first); give target_field (the answer's field) to compare with the answer itself")
         if self.label_field is None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..checks import Check, passed
 from ..errors import InputError
-from ..results import Result
+from ..results import Record, Result
 from .setup import Setup, load_setup
 
 SCHEMA = "campaign.inspect/1"
@@ -31,7 +31,7 @@ UNSCALED_PIXEL = 10.0
 
 
 @dataclass(frozen=True)
-class Example:
+class Example(Record):
     """One example after preprocessing. tokens/loss/padding: per position of its row in the batch shown (loss:
     labels != -100 there; padding: attention mask 0); marked: the decoded row, loss positions in « », padding
     collapsed; target: the decoded loss positions; truncated_tokens: what the tokenizer cut (None: not observed);
@@ -53,7 +53,7 @@ class Example:
 
 
 @dataclass(frozen=True)
-class ClassSummary:
+class ClassSummary(Record):
     """Per class over the whole set: lengths in tokens (text) or shapes and pixel statistics (images)."""
 
     label: str
@@ -73,7 +73,7 @@ class ClassSummary:
 
 
 @dataclass(frozen=True)
-class SpecialTokens:
+class SpecialTokens(Record):
     """The tokenizer's BOS/EOS/pad and what the preprocessed examples do with them (counts over the whole set)."""
 
     bos: str | None

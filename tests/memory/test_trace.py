@@ -131,12 +131,13 @@ def test_fsdp_over_fake_ranks_holds_one_shard_per_card(tiny_dir):
     ("bert-base-uncased", dict(batch=8, seq_len=512, mode="infer")),   # an encoder: one forward, no cache
 ])
 def test_trace_and_formula_agree_per_phase(model, kw):
-    """Two independent methods (the formula and the real code on fake tensors) agree within 6% per phase."""
+    """Two independent methods (the formula and the real code on fake tensors) agree within 3% per phase (the
+    largest gap here is 2.6%, BERT's inference forward)."""
     traced = trace_memory(model, make_workload(**kw))
     analytic = estimate_memory(model, make_workload(**kw))
     for t, a in zip(traced.phases, analytic.phases):
         assert t.name == a.name
-        assert a.bytes == pytest.approx(t.bytes, rel=0.06), t.name
+        assert a.bytes == pytest.approx(t.bytes, rel=0.03), t.name
 
 
 def test_classification_heads_get_labels_of_their_shape(write_config):
@@ -246,20 +247,43 @@ FAMILY_CONFIGS = {
 }
 
 
+# Per-phase gaps (formula - trace) / trace above the 3% of the catalog models, each with what the formula leaves out
+# as far as it is known; the gaps were measured on these configs (benchmarks/ has no published figure for them).
+FAMILY_TOLERANCE = {
+    # -5.2% in forward and backward: the traced self_attn keeps about 5 MB per layer more than q, k, v, the output
+    # and logsumexp the formula counts (likely SDPA's masked path for the 256-token sliding window; not verified)
+    ("starcoder2", "train"): 0.06,
+    # -5.7% in prefill: the sliding-window layers' cache holds the whole 512-token prompt while it is prefilled
+    # (cropped to the 128-token window afterwards); the formula counts the window only
+    ("gemma3_text", "infer"): 0.06,
+    # +4.2% decode, -4.0% prefill: Falcon's attention runs the math SDPA kernel here; the formula's fp32 q, k, v
+    # for it overstate a decode step and understate a prefill (not attributed further)
+    ("falcon", "infer"): 0.05,
+    # -3.2% / -3.5% / +3.5% / -3.7%: not attributed yet (gemma3 and olmo2 forward and backward, gpt_neox's prefill,
+    # starcoder2's decode step)
+    ("gemma3_text", "train"): 0.04,
+    ("olmo2", "train"): 0.04,
+    ("gpt_neox", "infer"): 0.04,
+    ("starcoder2", "infer"): 0.04,
+}
+
+
 @pytest.mark.parametrize("family, kw", [
     (family, kw) for family in FAMILY_CONFIGS
     for kw in (dict(batch=4, seq_len=512), dict(batch=2, seq_len=512, mode="infer"))
 ] + [("gpt_neox", dict(batch=4, seq_len=512, method="lora")), ("olmo2", dict(batch=4, seq_len=512, method="lora")),
        ("t5", dict(batch=4, seq_len=512, method="lora"))])
 def test_trace_and_formula_agree_per_phase_for_each_family(write_config, family, kw):
-    """The same rule as the catalog models above: formula and trace within 6% per phase, at sizes where the
-    activations are most of the training peak (batch 4 x 512 of 4 layers against a 8,000-token vocabulary)."""
+    """The same rule as the catalog models above: formula and trace within 3% per phase unless FAMILY_TOLERANCE
+    says why not, at sizes where the activations are most of the training peak (batch 4 x 512 of 4 layers against
+    a 8,000-token vocabulary)."""
     d = write_config(FAMILY_CONFIGS[family], family)
     traced = trace_memory(str(d), make_workload(**kw))
     analytic = estimate_memory(str(d), make_workload(**kw))
+    tolerance = FAMILY_TOLERANCE.get((family, kw.get("mode", "train")), 0.03)
     for t, a in zip(traced.phases, analytic.phases):
         assert t.name == a.name
-        assert a.bytes == pytest.approx(t.bytes, rel=0.06), t.name
+        assert a.bytes == pytest.approx(t.bytes, rel=tolerance), t.name
     if kw.get("mode") != "infer":  # the activations themselves, not only phases that weights could dominate
         t_fwd, a_fwd = (_items(next(p for p in e.phases if p.name == "forward")) for e in (traced, analytic))
         assert a_fwd["activations"] + a_fwd["logits and loss"] == pytest.approx(t_fwd["activations"], rel=0.08)

@@ -233,3 +233,30 @@ def test_runs_check_evaluates_the_guards_on_the_recorded_predictions(repo, cli):
     (repo / "c.jsonl").write_text("")                      # the recorded predictions changed afterwards
     r = cli("runs", "check", cand.id)
     assert r.code == 2 and "changed or are gone" in r.err
+
+
+def test_runs_export_to_mlflow_reads_back_with_mlflows_own_client(repo, cli, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    with run("lora-r16", params={"lora": {"r": 16}, "lr": 3e-4}, hypothesis="r16 helps", tags=["sweep"]) as r:
+        for step in range(1, 6):
+            r.log(step=step, loss=1.0 / step, note="text is not a metric")
+    failed = start_run("oom")
+    end_run(failed.id, "failed", "CUDA out of memory")
+    out = repo / "exported"
+    assert cli("runs", "export", "--mlflow", str(out)).code == 0
+    client = MlflowClient(tracking_uri=out.resolve().as_uri())
+    exported = {x.data.tags["campaign.id"]: x for x in client.search_runs(
+        [client.get_experiment_by_name("campaign").experiment_id])}
+    assert set(exported) == {r.id, failed.id}
+    mine = exported[r.id]
+    assert mine.data.params == {"lora.r": "16", "lr": "0.0003"}
+    assert mine.info.status == "FINISHED" and mine.data.tags["campaign.hypothesis"] == "r16 helps"
+    history = client.get_metric_history(mine.info.run_id, "loss")
+    assert sorted((m.step, m.value) for m in history) == [(s, 1.0 / s) for s in range(1, 6)]
+    assert exported[failed.id].info.status == "FAILED"
+    assert exported[failed.id].data.tags["campaign.reason"] == "CUDA out of memory"
+    again = cli("runs", "export", "--mlflow", str(out))
+    assert again.code == 2 and "exists" in again.err

@@ -187,6 +187,17 @@ def check(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False
     o.emit(report, regress, as_json, failed=not report.passed)
 
 
+@runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")
+def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
+           force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
+           root: Root = Path(".campaign")) -> None:
+    """Every run into an MLflow file store (parameters, metrics at their steps, status, tags), written with MLflow's
+    own client (the mlflow extra)."""
+    from ..track.export import export_mlflow
+
+    print(f"exported {export_mlflow(mlflow, root=root, force=force)} runs to {mlflow}")
+
+
 @runs_app.command("rebuild")
 def rebuild(root: Root = Path(".campaign")) -> None:
     """Make the SQLite index again from the manifest files."""

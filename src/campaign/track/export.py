@@ -1,0 +1,108 @@
+"""Runs exported to an MLflow tracking store (`campaign runs export --mlflow DIR`), written with MLflow's own client
+so any MLflow tool reads them: one MLflow run per campaign run, in the experiment 'campaign', with the parameters
+flattened to dotted keys, every numeric metric record at its step and time, the status (completed -> FINISHED,
+failed -> FAILED, stopped and invalid -> KILLED), and tags for what MLflow has no field for (the campaign id, the
+hypothesis, the guards, the baseline, the reason, the decision, the git commit).
+
+MLflow 3 keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE=true, which is set for the export.
+The folder is written beside its destination and renamed into place when complete.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, MissingDependencyError
+from .manifest import Manifest, parse_time
+from .store import ROOT, Store
+
+STATUS = {"completed": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "invalid": "KILLED",
+          "running": "RUNNING", "planned": "SCHEDULED"}
+MAX_PARAM = 6000              # MLflow's limit on a parameter value's length
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out.update(_flat(v, key) if isinstance(v, dict) else {key: v})
+    return out
+
+
+def _ms(text: str) -> int:
+    return int(parse_time(text).timestamp() * 1000)
+
+
+def export_mlflow(out_dir: str | Path, *, root: str | Path = ROOT, force: bool = False) -> int:
+    """Write every run of the store into a new MLflow file store at out_dir; returns the runs exported.
+
+    Raises:
+        InputError: out_dir exists (unless force) or is not a folder.
+        MissingDependencyError: mlflow is not installed (the mlflow extra).
+    """
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    try:
+        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise MissingDependencyError("mlflow", "mlflow") from None
+    out = Path(out_dir)
+    if out.exists() and not force:
+        raise InputError(f"{out}: exists; give a new folder, or --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder")
+    store = Store(root)
+    rows = store.list()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.campaign-"))
+    try:
+        client = MlflowClient(tracking_uri=stage.resolve().as_uri())
+        experiment = client.create_experiment("campaign")
+        for row in rows:
+            if row.status == "invalid" and row.name == row.id and not row.created:
+                continue                                   # unreadable manifest: nothing to export but its id
+            m = store.read(row.id)
+            _one(client, experiment, store, m, row.status, row.reason, Metric, Param, RunTag)
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return len(rows)
+
+
+def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, reason: str, Metric: Any,
+         Param: Any, RunTag: Any) -> None:
+    tags = {"campaign.id": m.id, "campaign.status": status, "mlflow.runName": m.name}
+    extra = {"campaign.hypothesis": m.hypothesis, "campaign.guards": "; ".join(m.guards),
+             "campaign.baseline": m.baseline or "", "campaign.reason": reason,
+             "campaign.decision": m.decision.decision if m.decision else "",
+             "campaign.decision_why": m.decision.why if m.decision else "",
+             "mlflow.source.git.commit": m.code.get("commit") or "", "campaign.tags": ",".join(m.tags)}
+    tags.update({k: v for k, v in extra.items() if v})
+    run = client.create_run(experiment, start_time=_ms(m.created), tags=tags)
+    run_id = run.info.run_id
+    params = [Param(k, str(v)[:MAX_PARAM]) for k, v in sorted(_flat(m.params).items())]
+    for i in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[i:i + 100])
+    metrics = []
+    for n, rec in enumerate(store.metrics(m.id)):
+        step = rec.get("step", n)
+        stamp = _ms(rec["t"]) if isinstance(rec.get("t"), str) else _ms(m.created)
+        for k, v in rec.items():
+            if k not in ("t", "step") and isinstance(v, (int, float)) and not isinstance(v, bool):
+                metrics.append(Metric(k, float(v), stamp, int(step) if isinstance(step, int) else n))
+    for i in range(0, len(metrics), 1000):                 # MLflow's batch limit
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    if status == "planned":
+        client.update_run(run_id, status="SCHEDULED")
+    elif status != "running":
+        client.set_terminated(run_id, status=STATUS[status], end_time=end)
+
+
+__all__ = ["export_mlflow"]

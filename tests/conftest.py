@@ -12,6 +12,12 @@ import pytest
 os.environ["COLUMNS"] = "200"
 
 
+@pytest.fixture(autouse=True)
+def _records_in_tmp(tmp_path, monkeypatch):
+    """Run records (campaign run, a final-test use) go to the test's own folder, never the repository's .campaign."""
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / ".campaign"))
+
+
 @dataclass
 class Result:
     code: int

@@ -27,7 +27,7 @@ _LAZY = {
     # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
     "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",
     "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",
-    "use_split": "data.usage", "record_usage": "data.usage", "usage_report": "data.usage",
+    "use_split": "track.usage", "record_usage": "track.usage", "usage_report": "track.usage",
     "analyze_errors": "evaluate.analysis", "regress": "evaluate.regress", "compare_seeds": "evaluate.seeds",
     "compare_paired": "evaluate.seeds",
     # 3. about to train: check, inspect, batch, run, runs

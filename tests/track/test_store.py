@@ -27,6 +27,7 @@ GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t"]
 def repo(tmp_path, monkeypatch):
     """A real git repository with one commit, then a modified file and an untracked one."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CAMPAIGN_ROOT")                 # the default: .campaign in the current folder
     subprocess.run([*GIT, "init", "-q"], check=True)
     (tmp_path / "train.py").write_text("lr = 1e-3\n")
     subprocess.run([*GIT, "add", "train.py"], check=True)

@@ -124,7 +124,7 @@ def usage(
 
     Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
     """
-    from ..data.usage import use_split
+    from ..track.usage import use_split
     from .render.data import usage as render_usage
 
     report = use_split(manifest, split=record, purpose=purpose, note=note, run=run, max_final_uses=max_final_uses,

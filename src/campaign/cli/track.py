@@ -9,7 +9,8 @@ import typer
 
 from . import common as o
 
-Root = Annotated[Path, typer.Option("--root", help="The campaign's record folder.")]
+Root = Annotated[Optional[Path], typer.Option("--root", help="The campaign's record folder (default: "
+                                                              "$CAMPAIGN_ROOT, else .campaign here).")]
 RunId = Annotated[str, typer.Argument(help="The run's id (campaign runs list).")]
 
 run_app = typer.Typer(name="run", no_args_is_help=True, help="Start, log to, end and decide one run.")
@@ -68,7 +69,7 @@ def start(
     planned: Annotated[bool, typer.Option("--planned", help="Record it as planned, not yet running.")] = False,
     stale_after: Annotated[str, typer.Option("--stale-after", help="Shown as stopped when nothing is logged for "
                                                                    "this long (45m, 2h).")] = "1h",
-    root: Root = Path(".campaign"),
+    root: Root = None,
     as_json: o.Json = False,
 ) -> None:
     """Start a run: its manifest with the hypothesis, guards, baseline and the one change against it, data hashes,
@@ -87,7 +88,7 @@ def start(
 @run_app.command("log", epilog="Example: campaign run log lora-r16-20261130T101500-ab12 step=100 loss=1.25")
 def log(run_id: RunId,
         pairs: Annotated[list[str], typer.Argument(help="key=value pairs (numbers parsed as numbers).")],
-        root: Root = Path(".campaign")) -> None:
+        root: Root = None) -> None:
     """Append one record of metrics to a run (and keep it shown as running)."""
     from ..track.run import parse_records
     from ..track.store import Store
@@ -98,7 +99,7 @@ def log(run_id: RunId,
 @run_app.command("artifact", epilog="Example: campaign run artifact ID preds.jsonl --kind predictions")
 def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or folder, hashed.")],
              kind: Annotated[str, typer.Option(help="predictions | checkpoint | adapter | memory | evaluation.")] = "",
-             root: Root = Path(".campaign")) -> None:
+             root: Root = None) -> None:
     """Record a file or folder a run produced, with its sha256."""
     from ..track.run import record_artifact
 
@@ -109,7 +110,7 @@ def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or
 def end(run_id: RunId,
         status: Annotated[str, typer.Option(help="completed | stopped | failed | invalid.")] = "completed",
         reason: Annotated[str, typer.Option(help="What happened (required unless completed).")] = "",
-        root: Root = Path(".campaign")) -> None:
+        root: Root = None) -> None:
     """Close a run with its status and reason: stopped and failed runs stay on record."""
     from ..track.run import end_run
 
@@ -120,7 +121,7 @@ def end(run_id: RunId,
 def decide(run_id: RunId,
            decision: Annotated[str, typer.Argument(help="accepted | rejected | needs-more-evidence.")],
            why: Annotated[str, typer.Option(help="The rationale.")] = "",
-           root: Root = Path(".campaign")) -> None:
+           root: Root = None) -> None:
     """Record the decision on a run and why."""
     from ..track.run import decide_run
 
@@ -130,7 +131,7 @@ def decide(run_id: RunId,
 @runs_app.command("list", epilog="Example: campaign runs list --status stopped")
 def list_runs(status: Annotated[Optional[str], typer.Option(help="Only runs with this status.")] = None,
               tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
-              root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+              root: Root = None, as_json: o.Json = False) -> None:
     """Every run, newest first, failed and stopped included; a run whose process died shows as stopped."""
     from ..track.manifest import STATUSES
     from ..track.store import Store
@@ -151,7 +152,7 @@ def list_runs(status: Annotated[Optional[str], typer.Option(help="Only runs with
 
 
 @runs_app.command("show", epilog="Example: campaign runs show ID --json")
-def show(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+def show(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     """One run's manifest, with its effective status."""
     from ..track.store import Store
     from .render.track import manifest as render_manifest
@@ -167,7 +168,7 @@ def show(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False)
 
 
 @runs_app.command("diff", epilog="Example: campaign runs diff BASELINE_ID RUN_ID")
-def diff(a: RunId, b: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+def diff(a: RunId, b: RunId, root: Root = None, as_json: o.Json = False) -> None:
     """What differs between two runs (parameters, data, code, environment) and whether more than one set of
     parameters changed."""
     from ..track.compare import diff_runs
@@ -177,7 +178,7 @@ def diff(a: RunId, b: RunId, root: Root = Path(".campaign"), as_json: o.Json = F
 
 
 @runs_app.command("check", epilog="Example: campaign runs check RUN_ID")
-def check(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False) -> None:
+def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     """The run's guards on its recorded predictions against its baseline's (campaign regress). Exit 1 when a guard
     fails."""
     from ..track.compare import check_run
@@ -190,7 +191,7 @@ def check(run_id: RunId, root: Root = Path(".campaign"), as_json: o.Json = False
 @runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")
 def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
            force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
-           root: Root = Path(".campaign")) -> None:
+           root: Root = None) -> None:
     """Every run into an MLflow file store (parameters, metrics at their steps, status, tags), written with MLflow's
     own client (the mlflow extra)."""
     from ..track.export import export_mlflow
@@ -199,7 +200,7 @@ def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder f
 
 
 @runs_app.command("rebuild")
-def rebuild(root: Root = Path(".campaign")) -> None:
+def rebuild(root: Root = None) -> None:
     """Make the SQLite index again from the manifest files."""
     from ..track.store import Store
 

@@ -1,4 +1,5 @@
-"""Leak-free evaluation data: read, normalize, deduplicate (exact and near), split, check leaks, track test use.
+"""Leak-free evaluation data: read, normalize, deduplicate (exact and near), split, check leaks. (The test-set
+usage ledger is in campaign.track.usage, with the run records.)
 
 numpy, pyarrow and scikit-learn (the `data` extra) are imported inside the functions that need them, so importing
 this package stays light.
@@ -9,10 +10,8 @@ from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
 from .normalize import NORMALIZER_VERSION, content_hash, normalize_text
 from .read import Dataset, Fields, make_dataset, read_dataset
 from .split import LeakFreeSplitter, SplitResult, load_manifest, parse_ratios, split_file
-from .usage import PURPOSES, UsageEntry, UsageReport, record_usage, usage_report, use_split
 
 __all__ = ["CHECK_IDS", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
-           "LeakReport", "NORMALIZER_VERSION", "NearPair", "PURPOSES", "SplitResult", "UsageEntry", "UsageReport",
+           "LeakReport", "NORMALIZER_VERSION", "NearPair", "SplitResult",
            "check_files", "choose_banding", "content_hash", "find_duplicates", "find_leaks", "load_manifest",
-           "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "record_usage", "sketch", "split_file",
-           "usage_report", "use_split"]
+           "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "sketch", "split_file"]

@@ -13,7 +13,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Result
 from .manifest import param_sets_changed
-from .store import ROOT, Store
+from .store import Store
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def diff_runs(a: str, b: str, *, root: str | Path = ROOT) -> RunDiff:
+def diff_runs(a: str, b: str, *, root: str | Path | None = None) -> RunDiff:
     store = Store(root)
     ma, mb = store.read(a), store.read(b)
     diffs = []
@@ -81,7 +81,7 @@ def diff_runs(a: str, b: str, *, root: str | Path = ROOT) -> RunDiff:
     return RunDiff(a, b, tuple(diffs), sets, tuple(checks))
 
 
-def check_run(run_id: str, *, root: str | Path = ROOT) -> Any:
+def check_run(run_id: str, *, root: str | Path | None = None) -> Any:
     """The run's guards on its predictions against its baseline's (a RegressionReport).
 
     Raises:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputError, MissingDependencyError
 from .manifest import Manifest, parse_time
-from .store import ROOT, Store
+from .store import Store
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "invalid": "KILLED",
           "running": "RUNNING", "planned": "SCHEDULED"}
@@ -37,7 +37,7 @@ def _ms(text: str) -> int:
     return int(parse_time(text).timestamp() * 1000)
 
 
-def export_mlflow(out_dir: str | Path, *, root: str | Path = ROOT, force: bool = False) -> int:
+def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force: bool = False) -> int:
     """Write every run of the store into a new MLflow file store at out_dir; returns the runs exported.
 
     Raises:

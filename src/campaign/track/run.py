@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InputError
 from .manifest import DECISIONS, ENDED, STATUSES, Decision, Manifest, file_artifact, new_id, now, param_sets_changed
-from .store import ROOT, Store
+from .store import Store
 
 FLUSH_RECORDS = 1000      # metric records buffered before one append
 FLUSH_SECONDS = 1.0
@@ -30,9 +30,11 @@ HEARTBEAT_SECONDS = 30.0
 
 def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), params: Mapping[str, Any] | None = None,
               baseline: str | None = None, data: Sequence[str | Path] = (), seeds: Sequence[int] = (),
-              tags: Sequence[str] = (), root: str | Path = ROOT, owner_pid: int | None = None,
-              stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running") -> Manifest:
-    """Write a new run's manifest (status running, or planned) with its code, environment and data hashes.
+              tags: Sequence[str] = (), root: str | Path | None = None, owner_pid: int | None = None,
+              stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running",
+              with_torch: bool = True) -> Manifest:
+    """Write a new run's manifest (status running, or planned) with its code, environment and data hashes
+    (with_torch=False: the environment without importing torch, for records that ran no model).
 
     Raises:
         InputError: a malformed guard, an unknown baseline, a data file that does not exist.
@@ -57,13 +59,13 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
     m = Manifest(id=new_id(name), name=name, created=now(), status=status, hypothesis=hypothesis,
                  guards=tuple(guards), baseline=baseline, change=change, params=params,
                  data=tuple(file_artifact(p, "data") for p in data), code=code.to_dict(),
-                 environment=capture_environment().to_dict(), seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
+                 environment=capture_environment(with_torch=with_torch).to_dict(), seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
                  owner={"host": socket.gethostname(), "pid": owner_pid if owner_pid is not None else os.getpid()},
                  stale_after=float(stale_after))
     return store.create(m, diff=diff)
 
 
-def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path = ROOT,
+def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path | None = None,
             metrics: Mapping[str, Any] | None = None) -> Manifest:
     """Close a run: completed, stopped, failed or invalid (a reason is required for all but completed)."""
     if status not in ENDED:
@@ -75,7 +77,7 @@ def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path = RO
     return store.update(run_id, status=status, reason=reason, ended=now(), metrics={**last, **(metrics or {})})
 
 
-def decide_run(run_id: str, decision: str, why: str, *, root: str | Path = ROOT) -> Manifest:
+def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None = None) -> Manifest:
     """Record the decision on a run (accepted, rejected, needs-more-evidence) with its rationale."""
     if decision not in DECISIONS:
         raise InputError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
@@ -84,7 +86,7 @@ def decide_run(run_id: str, decision: str, why: str, *, root: str | Path = ROOT)
     return Store(root).update(run_id, decision=Decision(decision, why, now()))
 
 
-def record_artifact(run_id: str, path: str | Path, kind: str = "", *, root: str | Path = ROOT) -> Manifest:
+def record_artifact(run_id: str, path: str | Path, kind: str = "", *, root: str | Path | None = None) -> Manifest:
     store = Store(root)
     art = file_artifact(path, kind)
     m = store.read(run_id)
@@ -174,7 +176,7 @@ class Run:
         self.manifest = end_run(self.id, status, reason, root=self.store.root)
 
 
-def run(name: str, *, root: str | Path = ROOT, **options: Any) -> Run:
+def run(name: str, *, root: str | Path | None = None, **options: Any) -> Run:
     """A run as a context manager: `with campaign.run("name", ...) as r: r.log(...)` (options: start_run's)."""
     manifest = start_run(name, root=root, stale_after=options.pop("stale_after", 10 * HEARTBEAT_SECONDS), **options)
     return Run(manifest, Store(root))

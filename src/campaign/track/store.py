@@ -25,6 +25,11 @@ from ..io import atomic_write_json, dumps_json, load_json
 from .manifest import ENDED, Manifest, manifest_from, now, parse_time
 
 ROOT = Path(".campaign")
+ROOT_VARIABLE = "CAMPAIGN_ROOT"     # where every record goes when no root is given (default: .campaign here)
+
+
+def default_root() -> Path:
+    return Path(os.environ.get(ROOT_VARIABLE) or ROOT)
 _COLUMNS = ("id", "name", "status", "reason", "created", "updated", "baseline", "tags", "hypothesis", "decision",
             "metrics", "error")
 
@@ -47,10 +52,10 @@ class RunRow:
 
 
 class Store:
-    """The runs under `root` (default .campaign in the current folder)."""
+    """The runs under `root` (default: $CAMPAIGN_ROOT, else .campaign in the current folder)."""
 
-    def __init__(self, root: str | Path = ROOT) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
         self.runs = self.root / "runs"
 
     # -- files ------------------------------------------------------------------------------------------------
@@ -255,4 +260,4 @@ def _alive(pid: int) -> bool:
         return True
 
 
-__all__ = ["ENDED", "ROOT", "RunRow", "Store"]
+__all__ = ["ENDED", "ROOT", "ROOT_VARIABLE", "RunRow", "Store", "default_root"]

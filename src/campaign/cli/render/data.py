@@ -9,7 +9,7 @@ from . import checks, console, status
 if TYPE_CHECKING:
     from ...data.leaks import LeakReport
     from ...data.split import SplitResult
-    from ...data.usage import UsageReport
+    from ...track.usage import UsageReport
 
 
 def split(r: "SplitResult") -> None:
@@ -91,7 +91,7 @@ def usage(r: "UsageReport") -> None:
     """Verdict on the final split, the counts per split and purpose, the recorded entry, warnings."""
     from rich.table import Table
 
-    from ...data.usage import PURPOSES
+    from ...track.usage import PURPOSES
 
     if r.recorded:
         e = r.recorded

@@ -1,5 +1,9 @@
 """Test-set usage ledger: which split each evaluation used and for what (training, model selection, final test).
 
+Every use is also a record of the run store (track/store.py): a use with a run id is added to that run's
+artifacts (kind 'evaluation:<purpose>', the split file with its hash); a final-test use without one becomes a run of
+its own (completed, tagged 'usage'), so `campaign runs list` shows every look at the test set.
+
 Each look at the final test split that informs a choice weakens it as an unbiased estimate; the ledger counts
 those looks and warns past a set number. One JSON-lines file per split manifest, next to it
 (split_manifest.usage.jsonl); entries are appended under an exclusive lock with one write each, so concurrent
@@ -16,7 +20,7 @@ from typing import Any
 
 from ..checks import Check, passed
 from ..errors import InputError
-from .split import MANIFEST_NAME, load_manifest
+from ..data.split import MANIFEST_NAME, load_manifest
 
 SCHEMA = "campaign.usage/1"
 ENTRY_SCHEMA = "campaign.usage_entry/1"
@@ -123,11 +127,13 @@ def _append_line(path: Path, line: str) -> None:
 
 
 def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, note: str = "",
-                 run: str | None = None, when: datetime | None = None) -> UsageEntry:
-    """Append one use of `split` for `purpose` to the manifest's ledger and return the entry.
+                 run: str | None = None, when: datetime | None = None,
+                 runs_root: str | os.PathLike[str] | None = None) -> UsageEntry:
+    """Append one use of `split` for `purpose` to the manifest's ledger, record it in the run store (see the module
+    docstring) and return the entry.
 
     Raises:
-        InputError: no such manifest, an unknown split name or purpose.
+        InputError: no such manifest, an unknown split name or purpose, an unknown run id.
     """
     from ..io import sha256_file
 
@@ -142,11 +148,38 @@ def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, 
     hashes = {s["name"]: s["sha256"] for s in data["splits"]}
     if split not in hashes:
         raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(hashes)}); name one of them")
+    purpose = parse_purpose(purpose)
+    path = next((mpath.parent / Path(str(s.get("path", ""))).name for s in data["splits"] if s["name"] == split),
+                None)
+    run = _run_record(run, split, purpose, " ".join(note.split()), path, runs_root)
     entry = UsageEntry(time=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"), split=split,
-                       purpose=parse_purpose(purpose), note=" ".join(note.split()), run=run,
+                       purpose=purpose, note=" ".join(note.split()), run=run,
                        manifest_sha256=sha256_file(mpath), split_sha256=hashes[split])
     _append_line(ledger_path(mpath), json.dumps(entry.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     return entry
+
+
+def _run_record(run: str | None, split: str, purpose: str, note: str, path: Path | None,
+                root: str | os.PathLike[str] | None) -> str | None:
+    """The run this use belongs to: the given run gets the split as an artifact; a final-test use without a run
+    becomes a completed run tagged 'usage'. Returns the run id (None for an unattached training or selection use)."""
+    from .manifest import file_artifact
+    from .run import end_run, record_artifact, start_run
+    from .store import Store
+
+    if run is not None:
+        Store(root).read(run)                       # an unknown id is refused before anything is written
+        if path is not None and path.is_file():
+            record_artifact(run, path, f"evaluation:{purpose}", root=root)
+        return run
+    if purpose != "final_test":
+        return None
+    m = start_run(f"final-test-{split}", hypothesis=note, tags=("usage", purpose), root=root,
+                  data=[path] if path is not None and path.is_file() else [], with_torch=False)
+    if path is not None and path.is_file():
+        Store(root).update(m.id, artifacts=(file_artifact(path, f"evaluation:{purpose}"),))
+    end_run(m.id, "completed", root=root)
+    return m.id
 
 
 def read_ledger(manifest: str | os.PathLike[str]) -> tuple[list[UsageEntry], list[str]]:

@@ -11,10 +11,10 @@ import pytest
 
 from campaign.data.read import Fields
 from campaign.data.split import split_file
-from campaign.data.usage import ledger_path, read_ledger, record_usage, usage_report, use_split
+from campaign.track.usage import ledger_path, read_ledger, record_usage, usage_report, use_split
 from campaign.errors import InputError
 
-from .conftest import sentence, write_jsonl
+from tests.data.conftest import sentence, write_jsonl
 
 
 @pytest.fixture
@@ -150,3 +150,23 @@ def test_a_malformed_manifest_is_one_line(tmp_path, splits, fragment):
         msg = str(e.value)
         assert fragment in msg and str(m) in msg and "\n" not in msg and "campaign split" in msg
     assert not ledger_path(m).exists()
+
+
+def test_every_final_test_use_is_a_run_record(manifest, tmp_path):
+    from campaign.track.store import Store
+
+    store = Store(tmp_path / "records")
+    entry = record_usage(manifest, split="test", purpose="final-test", note="the report", runs_root=store.root)
+    m = store.read(entry.run)
+    assert m.status == "completed" and m.tags == ("usage", "final_test") and m.hypothesis == "the report"
+    test_file = Path(manifest).parent / "test.jsonl" if Path(manifest).is_file() else Path(manifest) / "test.jsonl"
+    assert [(a.kind, Path(a.path).name) for a in m.artifacts] == [("evaluation:final_test", test_file.name)]
+    # a use attached to an existing run adds the split to that run; an unknown run is refused before writing
+    from campaign.track.run import start_run
+
+    run = start_run("selection", root=store.root, with_torch=False)
+    record_usage(manifest, split="val", purpose="model-selection", run=run.id, runs_root=store.root)
+    assert [a.kind for a in store.read(run.id).artifacts] == ["evaluation:model_selection"]
+    with pytest.raises(InputError, match="no run 'nope'"):
+        record_usage(manifest, split="val", purpose="model-selection", run="nope", runs_root=store.root)
+    assert {r.id for r in store.list()} == {entry.run, run.id}

@@ -35,7 +35,8 @@ _LAZY = {
     "check_accumulation": "train.accumulation", "load_setup": "train.setup",
     "inspect": "train.inspect",
     "run": "track.run", "start_run": "track.run", "end_run": "track.run", "decide_run": "track.run",
-    "Store": "track.store", "diff_runs": "track.compare", "check_run": "track.compare",
+    "Store": "track.store", "list_runs": "track.store", "show_run": "track.store", "diff_runs": "track.compare",
+    "check_run": "track.compare", "export_mlflow": "track.export",
     # 4. which variant: adapters bound to their base
     "save_adapter": "train.adapters", "load_adapter": "train.adapters",
     # the map

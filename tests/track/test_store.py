@@ -201,7 +201,7 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
                            (["run", "start", "x", "--stale-after", "soon"], "not a duration"),
                            (["run", "end", run_id, "--status", "stopped"], "needs --reason"),
                            (["run", "decide", run_id, "maybe", "--why", "x"], "decision 'maybe'"),
-                           (["runs", "list", "--status", "lost"], "--status 'lost'")):
+                           (["runs", "list", "--status", "lost"], "status 'lost'")):
         r = cli(*argv)
         assert r.code == 2 and fragment in r.err and len(r.err.strip().splitlines()) == 1, (argv, r.err)
     assert cli("run", "log", run_id, "loss=NaN").code == 0            # a diverged loss is kept, as text

@@ -133,38 +133,19 @@ def list_runs(status: Annotated[Optional[str], typer.Option(help="Only runs with
               tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
               root: Root = None, as_json: o.Json = False) -> None:
     """Every run, newest first, failed and stopped included; a run whose process died shows as stopped."""
-    from ..track.manifest import STATUSES
-    from ..track.store import Store
+    from ..track.store import list_runs as runs_of
     from .render.track import runs_table
 
-    if status is not None and status not in STATUSES:
-        from ..errors import InputError
-
-        raise InputError(f"--status {status!r} is not one of {', '.join(STATUSES)}")
-    rows = Store(root).list(status=status, tag=tag)
-    if as_json:
-        from ..results import plain
-
-        o.print_json({"schema": "campaign.runs/1", "runs": plain(rows)})
-    else:
-        wanted = " and ".join(f for f in (f"status {status}" if status else "", f"tag {tag}" if tag else "") if f)
-        runs_table(rows, f"no runs with {wanted}" if wanted else "no runs yet (campaign run start NAME)")
+    o.emit(runs_of(status=status, tag=tag, root=root), runs_table, as_json)
 
 
 @runs_app.command("show", epilog="Example: campaign runs show ID --json")
 def show(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     """One run's manifest, with its effective status."""
-    from ..track.store import Store
+    from ..track.store import show_run
     from .render.track import manifest as render_manifest
 
-    store = Store(root)
-    m = store.read(run_id)
-    status, reason = store.effective(m)
-    m = m.with_(status=status, reason=reason, metrics=m.metrics or store.last_metrics(run_id))
-    if as_json:
-        o.print_json(m.to_dict())
-    else:
-        render_manifest(m)
+    o.emit(show_run(run_id, root=root), render_manifest, as_json)
 
 
 @runs_app.command("diff", epilog="Example: campaign runs diff BASELINE_ID RUN_ID")

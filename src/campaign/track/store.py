@@ -22,7 +22,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, dumps_json, load_json
-from .manifest import ENDED, Manifest, manifest_from, now, parse_time
+from ..results import Record, Result
+from .manifest import ENDED, STATUSES, Manifest, manifest_from, now, parse_time
 
 ROOT = Path(".campaign")
 ROOT_VARIABLE = "CAMPAIGN_ROOT"     # where every record goes when no root is given (default: .campaign here)
@@ -35,7 +36,7 @@ _COLUMNS = ("id", "name", "status", "reason", "created", "updated", "baseline", 
 
 
 @dataclass(frozen=True)
-class RunRow:
+class RunRow(Record):
     """One run as listed: its effective status (a dead run shows as stopped), or the error that makes it
     unreadable (status 'invalid')."""
 
@@ -246,6 +247,31 @@ class Store:
         return out
 
 
+@dataclass(frozen=True)
+class RunList(Result):
+    """Runs as `campaign runs list` shows them, newest first, with the filters applied."""
+
+    runs: tuple[RunRow, ...]
+    status: str | None = None
+    tag: str | None = None
+    schema: str = "campaign.runs/1"
+
+
+def list_runs(*, status: str | None = None, tag: str | None = None, root: str | Path | None = None) -> RunList:
+    """Every run (failed, stopped and invalid ones included), filtered by effective status and tag."""
+    if status is not None and status not in STATUSES:
+        raise InputError(f"status {status!r} is not one of {', '.join(STATUSES)}")
+    return RunList(tuple(Store(root).list(status=status, tag=tag)), status, tag)
+
+
+def show_run(run_id: str, *, root: str | Path | None = None) -> Manifest:
+    """A run's manifest with its effective status and, while it has none recorded, its last metrics."""
+    store = Store(root)
+    m = store.read(run_id)
+    status, reason = store.effective(m)
+    return m.with_(status=status, reason=reason, metrics=m.metrics or store.last_metrics(run_id))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -260,4 +286,4 @@ def _alive(pid: int) -> bool:
         return True
 
 
-__all__ = ["ENDED", "ROOT", "ROOT_VARIABLE", "RunRow", "Store", "default_root"]
+__all__ = ["ENDED", "ROOT", "ROOT_VARIABLE", "RunList", "RunRow", "Store", "default_root", "list_runs", "show_run"]

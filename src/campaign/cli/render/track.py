@@ -20,9 +20,12 @@ def _metrics(m: dict[str, Any], n: int = 3) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown)
 
 
-def runs_table(rows: list[Any], empty: str = "no runs yet (campaign run start NAME)") -> None:
+def runs_table(listed: Any) -> None:
+    rows = listed.runs
     if not rows:
-        console.print(empty)
+        wanted = " and ".join(f for f in (f"status {listed.status}" if listed.status else "",
+                                          f"tag {listed.tag}" if listed.tag else "") if f)
+        console.print(f"no runs with {wanted}" if wanted else "no runs yet (campaign run start NAME)")
         return
     counts: dict[str, int] = {}
     for r in rows:

@@ -85,4 +85,6 @@ def test_the_readme_python_block_runs():
     printed = out.getvalue()
     # the example's planted facts (README's data section): 80/10/10 of 420 rows, 5 re-sent tickets
     assert "True [('train', 336), ('val', 42), ('test', 42)]" in printed
-    assert "('leak.near_duplicate', 'fail', 5)" in printed and printed.splitlines()[-1] == "convincing"
+    assert "('leak.near_duplicate', 'fail', 5)" in printed and "\nconvincing\n" in printed
+    assert "True ['step.finite_loss', 'step.initial_loss', 'step.finite_grads'" in printed
+    assert printed.splitlines()[-1] == "[('baseline', 'completed')]"

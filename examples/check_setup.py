@@ -8,11 +8,11 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
-def make_setup():
+def make_setup(device="cpu"):
     torch.manual_seed(0)
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                          num_hidden_layers=2, vocab_size=256, max_position_embeddings=128, attention_dropout=0.1)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config).to(device)
     for p in model.model.embed_tokens.parameters():      # the embeddings stay frozen
         p.requires_grad_(False)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
@@ -24,6 +24,11 @@ def make_setup():
         batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
     return {"model": model, "optimizer": optimizer, "scheduler": scheduler, "batches": batches,
             "trainable": ["model.layers", "model.norm", "lm_head"]}
+
+
+def on_card():
+    """The same setup on the GPU (benchmarks/gpu_train_check.py): the checks' tolerances for GPU kernels."""
+    return make_setup(device="cuda")
 
 
 def save_weights_and_optimizer(directory, model, optimizer, scheduler, position):

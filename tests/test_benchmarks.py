@@ -29,3 +29,14 @@ def test_gpu_check_dry_run_writes_every_workload(tmp_path):
         gaps = row["explain"]["gaps"]
         assert sum(g["bytes"] for g in gaps) == row["measured"]["peak_allocated"] - row["estimate"]["peak_allocated"]
         assert row["explain"]["margin"] >= 0.05
+
+
+def test_gpu_train_check_dry_run_passes_on_the_cpu_setups(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_train_check.py"), "--dry-run"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads((tmp_path / "train_check.json").read_text())
+    assert [row["setup"] for row in rows] == ["make_setup", "lora_setup"]
+    assert all(row["passed"] for row in rows)
+    assert rows[1]["checks"]["adapter.reload_equal"] == "pass"

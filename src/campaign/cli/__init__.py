@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any
 
@@ -12,7 +13,9 @@ from . import cards, data, evaluate, guide, kv, measure, memory, models, trace, 
 
 app = typer.Typer(
     name="campaign", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-    help="Estimate, measure and record what a GPU compute campaign needs. Start with `campaign guide`.",
+    help="Estimate, measure and record what a GPU compute campaign needs. Start with `campaign guide`. Add --record "
+         "(or set CAMPAIGN_RECORD=1) to any command to save its result in the record folder (.campaign/records, or "
+         "$CAMPAIGN_ROOT/records).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train, track):
@@ -51,6 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
+    from . import common
+
+    record = "--record" in args or os.environ.get("CAMPAIGN_RECORD", "") not in ("", "0")
+    if "--record" in args:
+        args.remove("--record")
+    common.RECORDING.update(on=record, argv=list(args))
     try:
         command = _finite_floats(typer.main.get_command(app))
         code = command.main(args=args, prog_name="campaign", standalone_mode=False)

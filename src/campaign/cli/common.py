@@ -99,8 +99,19 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                          kv_cache=kv_cache, new_tokens=new_tokens)
 
 
+# Set by `campaign --record` (or CAMPAIGN_RECORD=1): every emitted result is also saved in the record folder.
+RECORDING: dict[str, Any] = {"on": False, "argv": []}
+
+
 def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool = False) -> None:
-    """A result object as JSON (its to_dict()) or rendered for a person; exit 1 when its check failed."""
+    """A result object as JSON (its to_dict()) or rendered for a person; exit 1 when its check failed. Under
+    `campaign --record`, the result is saved in the record folder first (track/records.py)."""
+    if RECORDING["on"]:
+        from ..track.records import save_record
+
+        words = [a for a in RECORDING["argv"][:2] if not a.startswith("-")]
+        command = " ".join(words[:2] if words[:1] in (["run"], ["runs"]) else words[:1])
+        save_record(result, command=command, argv=RECORDING["argv"])
     if as_json:
         print_json(result.to_dict())
     else:

@@ -1,0 +1,67 @@
+"""The campaign's record folder: every command's result, saved when asked (`campaign --record ...` or
+CAMPAIGN_RECORD=1), so the report finds memory estimates, traces, measurements, splits, leak checks, usage ledgers,
+error analyses, regressions, seed comparisons and checks without the user listing files.
+
+`<root>/records/<command>/<UTC time>-<hash>.json`, each written atomically: {'record': 'campaign.record/1',
+'command', 'argv', 'created', 'result': the result's to_dict() (with its own schema)}. Reading tolerates what it
+cannot use: a broken file is listed with its error, never a crash.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_json, dumps_json, load_json
+from .store import default_root
+
+SCHEMA = "campaign.record/1"
+VARIABLE = "CAMPAIGN_RECORD"
+
+
+@dataclass(frozen=True)
+class SavedRecord:
+    path: str
+    command: str
+    created: str
+    schema: str | None            # the result's own schema ('campaign.memory/1'), None when unreadable
+    result: dict[str, Any] | None
+    error: str | None = None
+
+
+def save_record(result: Any, *, command: str, argv: list[str] | tuple[str, ...] = (),
+                root: str | Path | None = None) -> Path:
+    """Write one result (an object with to_dict(), or a dict) into the record folder; returns its path."""
+    data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    now = dt.datetime.now(dt.timezone.utc)
+    text = dumps_json(data, indent=None)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    name = command.strip().replace(" ", "-") or "result"
+    folder = Path(root) if root is not None else default_root()
+    path = folder / "records" / name / f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{digest}.json"
+    atomic_write_json(path, {"record": SCHEMA, "command": command, "argv": list(argv),
+                             "created": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                             "result": data})
+    return path
+
+
+def load_records(root: str | Path | None = None) -> list[SavedRecord]:
+    """Every saved record, oldest first; unreadable ones carry their error."""
+    folder = (Path(root) if root is not None else default_root()) / "records"
+    out = []
+    for path in sorted(folder.glob("*/*.json"), key=lambda p: p.name):
+        try:
+            doc = load_json(path, "campaign record")
+            if not isinstance(doc, dict) or doc.get("record") != SCHEMA or not isinstance(doc.get("result"), dict):
+                raise ValueError("not a campaign record")
+            result = doc["result"]
+            out.append(SavedRecord(str(path), str(doc.get("command", "")), str(doc.get("created", "")),
+                                   result.get("schema") if isinstance(result.get("schema"), str) else None, result))
+        except Exception as e:  # noqa: BLE001 - a report lists what it could not read
+            out.append(SavedRecord(str(path), path.parent.name, "", None, None, f"{type(e).__name__}: {e}"))
+    return out
+
+
+__all__ = ["SCHEMA", "SavedRecord", "VARIABLE", "load_records", "save_record"]

@@ -39,6 +39,7 @@ _LAZY = {
     "check_run": "track.compare", "export_mlflow": "track.export",
     # 4. which variant: adapters bound to their base
     "save_adapter": "train.adapters", "load_adapter": "train.adapters",
+    "compare_quant": "compress.quant", "QuantReport": "compress.quant",
     # the map
     "guide_map": "guide",
 }

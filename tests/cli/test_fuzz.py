@@ -113,9 +113,20 @@ def _reader_cases(tmp_path, measurement):
                                            + payload.replace(b"\n", b" ") + b"\n")
         return ["seeds", str(tmp_path / "s.jsonl")]
 
+    def plan(payload):
+        (tmp_path / "plan.yaml").write_bytes(payload)
+        return ["budget", str(tmp_path / "plan.yaml")]
+
+    def prices(payload):
+        (tmp_path / "good_plan.yaml").write_text('{"card": "h100", "phases": [{"name": "a", "hours": 2}]}',
+                                                 encoding="utf-8")
+        (tmp_path / "prices.yaml").write_bytes(payload)
+        return ["budget", str(tmp_path / "good_plan.yaml"), "--prices", str(tmp_path / "prices.yaml")]
+
     return {"config.json": config, "safetensors index": index, "safetensors header": header,
             "measurement": measured, "estimate": estimate, "split manifest": manifest, "JSON schema": schema,
-            "data record": data_line, "prediction record": predictions_line, "seeds record": seeds_line}
+            "data record": data_line, "prediction record": predictions_line, "seeds record": seeds_line,
+            "plan file": plan, "price file": prices}
 
 
 @pytest.mark.parametrize("broken", sorted(BROKEN_JSON))
@@ -269,7 +280,7 @@ POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", 
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
             "--overfit-steps", "--overfit-lr"}
 # Fractions or rates: outside [0, 1] they mean nothing.
-FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop"}
+FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu", "--margin"}
 
 
 def test_every_numeric_option_is_covered():
@@ -297,6 +308,8 @@ def bases(tmp_path):
     from campaign.data import split_file
 
     manifest = split_file(data, tmp_path / "splits", ratios="50/50").manifest
+    plan = tmp_path / "plan.yaml"
+    plan.write_text('{"card": "h100", "phases": [{"name": "a", "hours": 2}]}', encoding="utf-8")
     return {"memory": ["memory", "gpt2"], "kv": ["kv", "gpt2", "--static"], "trace": ["trace", str(model)],
             "measure": ["measure", str(model), "--weights", "random"],
             "explain": ["explain", "gpt2", "--measured", str(tmp_path / "absent.json")],
@@ -305,13 +318,15 @@ def bases(tmp_path):
             "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)],
             "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"],
             "check": ["check", str(EXAMPLES / "check_setup.py") + ":make_setup", "--no-resume"],
-            "inspect": ["inspect", str(EXAMPLES / "inspect_setup.py") + ":make_fixed_setup"]}
+            "inspect": ["inspect", str(EXAMPLES / "inspect_setup.py") + ":make_fixed_setup"],
+            "quant": ["quant", str(EXAMPLES / "quant_setup.py") + ":make_setup", "--formats", "int8"],
+            "budget": ["budget", str(plan)]}
 
 
 @pytest.mark.parametrize("command, option, kind", NUMERIC, ids=[f"{c}{o}" for c, o, _ in NUMERIC])
 def test_every_numeric_option_refuses_what_cannot_be_right(cli, bases, command, option, kind):
     base = bases[command]
-    heavy = command in ("trace", "measure", "batch", "check")
+    heavy = command in ("trace", "measure", "batch", "check", "quant")
     values = ["nan", "inf", "-inf", "1e309", "abc"] if kind == "float" else ["abc", "9" * 5000, "1.5"]
     for v in values:                                    # never a quantity: refused while parsing
         refused(cli(*base, option, v), option)

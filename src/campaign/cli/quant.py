@@ -1,0 +1,72 @@
+"""`campaign quant SETUP`: quantization variants compared on the same evaluation data (question 4)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import common as o
+
+
+def register(app: typer.Typer) -> None:
+    app.command("quant", epilog="Example: campaign quant examples/quant_setup.py:make_setup --formats int8,int4 "
+                                "--guard \"perplexity<=0.5\" --csv quant.csv --plot quant.png")(quant)
+
+
+def _names(text: Optional[str]) -> Optional[list[str]]:
+    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
+
+
+def quant(
+    setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model (a module, a function making "
+                                              "it, or a model dir), the evaluation batches and the metric "
+                                              "(perplexity, or classification/extraction with predict and gold); "
+                                              "optionally calibration batches (see examples/quant_setup.py).")],
+    formats: Annotated[Optional[str], typer.Option("--formats", help="Variants after the reference, comma-"
+                                                   "separated: int8, int4 (torchao, CPU or GPU); fp8, nf4, "
+                                                   "bnb-int8 (GPU); fp32, bf16, fp16 (default: every format this "
+                                                   "machine runs).")] = None,
+    reference: Annotated[Optional[str], typer.Option("--reference", help="fp32 | bf16 | fp16 (default: the model's "
+                                                     "own precision).")] = None,
+    guard: Annotated[Optional[list[str]], typer.Option("--guard", help="What must not get worse, as campaign regress "
+                                                       "takes it: \"perplexity<=0.5\", \"f1\\[refund]>=-0.01\" "
+                                                       "(repeatable); a variant that breaks one is flagged.")] = None,
+    group_size: o.GroupSize = 128,
+    context: Annotated[Optional[int], typer.Option("--context", help="KV cache estimate: tokens per sequence "
+                                                   "(default: the longest evaluation row).")] = None,
+    sequences: Annotated[int, typer.Option("--sequences", help="KV cache estimate: concurrent sequences.")] = 1,
+    kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache precisions estimated, comma-"
+                                                    "separated (default: the reference's, fp8, int8).")] = None,
+    confidence: Annotated[float, typer.Option("--confidence", help="Level of the paired interval.")] = 0.95,
+    csv: Annotated[Optional[Path], typer.Option("--csv", help="Write the table (one row per variant) to this "
+                                                "CSV file.")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write memory against quality: .png, .svg or "
+                                                ".pdf.")] = None,
+    as_json: o.Json = False,
+) -> None:
+    """The reference precision and each weight format on the same evaluation data: weights estimated (campaign
+    memory's formats), stored and measured (the measuring protocol), the KV cache by precision (estimated),
+    quality with a paired test against the reference (per-example NLL, or campaign regress on predictions), and
+    forward latency per token.
+
+    Exit 0 when no variant breaks a guard, 1 when one does (flagged), 2 on bad input: a format this machine cannot
+    run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
+    """
+    from ..compress.quant import compare_quant, plot_quant, write_csv
+    from .render import progress_reporter
+    from .render.quant import render_quant
+
+    if plot is not None:
+        from ..evaluate.plots import _check_path
+
+        _check_path(plot)
+    with progress_reporter("quant") as tell:
+        report = compare_quant(setup, formats=_names(formats), reference=reference, guards=guard or (),
+                               group_size=group_size, context=context, sequences=sequences,
+                               kv_dtypes=_names(kv_dtype), confidence=confidence, progress=tell)
+    if csv is not None:
+        write_csv(report, csv)
+    if plot is not None:
+        plot_quant(report, plot)
+    o.emit(report, render_quant, as_json, failed=not report.passed)

@@ -1,0 +1,61 @@
+"""Renderer of `campaign quant`: the verdict, one row per variant (memory estimated, stored and measured; quality
+and its paired test against the reference; latency), the KV cache by precision, the broken guards, the notes."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import Scale, console, escape, notes, table
+
+
+def render_quant(r: Any) -> None:
+    ev = r.evaluation
+    flagged = [v for v in r.variants if v.flagged]
+    verdict = "[green]PASS[/green]" if r.passed else \
+        f"[red]FLAGGED[/red] — {', '.join(v.name for v in flagged)} broke a guard"
+    console.print(f"{verdict} — {escape(r.model)}: {len(r.variants)} variants on the same {ev.examples:,} examples "
+                  f"({ev.tokens:,} tokens, sha256 {ev.sha256[:12]}), reference {r.reference}, on {r.device}")
+    if r.calibration is not None:
+        c = r.calibration
+        console.print(f"calibration: {escape(c.name)}, {c.examples:,} examples ({c.tokens:,} tokens), sha256 "
+                      f"{c.sha256[:12]}")
+    scale = Scale(*(x for v in r.variants for x in (v.weight_bytes_stored, v.weight_bytes_estimated,
+                                                    v.weight_bytes_measured, v.kv_bytes_estimated)))
+    quality = "perplexity" if r.metric == "perplexity" else "accuracy"
+    t = table(f"Variants ({scale.unit}): weights estimated (campaign memory's format), stored (counted from the "
+              "tensors), measured (loaded)",
+              (("variant", "left"), ("weights est.", "right"), ("stored", "right"), ("measured", "right"),
+               ("KV est.", "right"), (quality, "right"), ("change", "right"),
+               ("p" if r.metric == "perplexity" else "flips, p", "right"), ("status", "left")))
+    for v in r.variants:
+        status = {"reference": "reference", "pass": "[green]pass[/green]", "flagged": "[red]flagged[/red]"}[v.status]
+        if v.flips is not None:
+            test = f"-{v.flips[0]} +{v.flips[1]}, {v.p_value:.3g}"
+        else:
+            test = "-" if v.p_value is None else f"{v.p_value:.3g}"
+        t.add_row(v.name, scale(v.weight_bytes_estimated), scale(v.weight_bytes_stored), scale(v.weight_bytes_measured),
+                  scale(v.kv_bytes_estimated), _q(v.quality, r.metric),
+                  "-" if v.delta is None else _d(v.delta, r.metric), test, status)
+    console.print(t)
+    if r.kv:
+        kscale = Scale(*(k.bytes for k in r.kv))
+        t = table("KV cache, estimated", (("dtype", "left"), ("bytes/token", "right"),
+                                          (f"{r.context:,} x {r.sequences} ({kscale.unit})", "right")))
+        for k in r.kv:
+            t.add_row(k.dtype, f"{k.bytes_per_token:,.0f}", kscale(k.bytes))
+        console.print(t)
+    for v in r.variants:
+        for g in v.guards:
+            if not g.passed:
+                console.print(f"[red]{v.name}[/red]: guard {escape(g.expression)} broken — {escape(g.describe())}")
+    timed = [f"{v.name} {v.ms_per_token:.3f}" for v in r.variants if v.ms_per_token is not None]
+    if timed:
+        console.print(f"forward ms per token (first batch, fastest of 5, on {r.device}): " + ", ".join(timed))
+    notes(r.notes, escaped=True)
+
+
+def _q(x: float, metric: str) -> str:
+    return f"{x:,.2f}" if metric == "perplexity" else f"{x:.2%}"
+
+
+def _d(x: float, metric: str) -> str:
+    return f"{x:+,.3f}" if metric == "perplexity" else f"{x * 100:+.2f} pts"

@@ -1,0 +1,177 @@
+"""campaign quant for real on the CPU: a tiny Llama built here, torchao's int8 and int4 weight-only formats, every
+variant evaluated on the same batches; bytes against a count from shapes, quality against the model's own loss."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("torchao")
+pytest.importorskip("scipy")
+
+from campaign.compress import compare_quant  # noqa: E402
+from campaign.compress.quant import digest  # noqa: E402
+from campaign.errors import InputError  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HIDDEN, INTER, LAYERS, VOCAB, KV_HEADS, HEADS = 64, 128, 2, 256, 2, 4
+
+
+def tiny_llama(dtype=torch.bfloat16):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=HEADS,
+                         num_key_value_heads=KV_HEADS, num_hidden_layers=LAYERS, vocab_size=VOCAB,
+                         max_position_embeddings=128)
+    return LlamaForCausalLM(config).to(dtype)
+
+
+def batches(rows=6, length=24, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(2):
+        ids = torch.randint(0, VOCAB, (rows, length), generator=g)
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def report():
+    return compare_quant({"model": tiny_llama(), "batches": batches()}, formats=["int8", "int4"], group_size=32)
+
+
+def linear_shapes():
+    """(out, in) of every Linear a format converts: the projections of each block (not the LM head)."""
+    head = HIDDEN // HEADS
+    per_layer = [(HEADS * head, HIDDEN), (KV_HEADS * head, HIDDEN), (KV_HEADS * head, HIDDEN), (HIDDEN, HEADS * head),
+                 (INTER, HIDDEN), (INTER, HIDDEN), (HIDDEN, INTER)]
+    return per_layer * LAYERS
+
+
+def test_int8_weight_bytes_are_one_byte_per_element_plus_scales(report):
+    ref, int8 = report.variants[0], report.variants[1]
+    assert (ref.name, int8.name) == ("bf16", "int8")
+    # torchao int8 weight-only: int8 data, an fp32 scale and an int8 zero point per output row
+    quantized = sum(o * i * 1 + o * 4 + o * 1 for o, i in linear_shapes())
+    assert int8.quantized_bytes_stored == quantized
+    dense_params = VOCAB * HIDDEN * 2 + HIDDEN * (2 * LAYERS + 1)          # embeddings, LM head, norms (bf16)
+    buffers = sum(b.numel() * b.element_size() for b in tiny_llama().buffers())
+    assert int8.weight_bytes_stored == quantized + dense_params * 2 + buffers
+    assert ref.weight_bytes_stored == (sum(o * i for o, i in linear_shapes()) + dense_params) * 2 + buffers
+    # campaign memory's int8 layout has no zero point: the estimate is the hand count less one byte per row (and
+    # less the rotary buffers, which a spec read from the config does not list)
+    assert int8.weight_bytes_estimated == int8.weight_bytes_stored - sum(o for o, _ in linear_shapes()) - buffers
+    assert ref.weight_bytes_estimated == ref.weight_bytes_stored - buffers
+    # measured by the CPU allocator's records at its 512-byte granularity: at most 511 B more per tensor
+    tensors = 3 * len(linear_shapes()) + 2 + 2 * LAYERS + 1 + 1
+    assert int8.weight_bytes_stored <= int8.weight_bytes_measured <= int8.weight_bytes_stored + 511 * tensors
+
+
+def test_int4_on_the_cpu_stores_a_byte_per_value_and_the_estimate_packs_two(report):
+    int4 = report.variants[2]
+    # torchao's CPU int4: int8 per value, a bf16 scale and an int8 zero point per group of 32 input columns
+    assert int4.quantized_bytes_stored == sum(o * i + (o * i // 32) * 3 for o, i in linear_shapes())
+    assert int4.weight_bytes_estimated < int4.weight_bytes_stored
+    assert any("one per int8 byte" in n for n in report.notes)
+
+
+def test_quality_is_the_models_own_loss_and_differences_are_tested(report):
+    model = tiny_llama()
+    with torch.no_grad():
+        losses = [model(input_ids=b["input_ids"], labels=b["input_ids"]).loss.float().item() for b in batches()]
+    ref = report.variants[0]
+    assert ref.quality == pytest.approx(math.exp(sum(losses) / len(losses)), rel=1e-3)
+    for v in report.variants[1:]:
+        assert v.delta == pytest.approx(v.quality - ref.quality)
+        assert v.test.startswith("paired t on per-example NLL (12 examples)")
+        assert 0 <= v.p_value <= 1 and v.interval[0] <= v.interval[1]
+    # int4 moves the loss more than int8 does
+    assert abs(report.variants[2].delta) > abs(report.variants[1].delta)
+    assert report.passed and report.evaluation.examples == 12 and report.evaluation.tokens == 288
+
+
+def test_a_broken_guard_flags_the_variant_and_exit_is_1(cli):
+    r = cli("quant", str(EXAMPLES / "quant_setup.py") + ":classifier_setup", "--guard", "accuracy>=0", "--json")
+    assert r.code == 1, r.err
+    d = r.json()
+    by = {v["name"]: v for v in d["variants"]}
+    assert d["passed"] is False and by["int4"]["status"] == "flagged" and by["int8"]["status"] == "pass"
+    assert by["int4"]["flips"][0] > by["int4"]["flips"][1]
+    assert by["int4"]["test"].startswith("McNemar")
+
+
+def test_kv_is_estimated_per_precision(report):
+    per_token = 2 * LAYERS * KV_HEADS * (HIDDEN // HEADS)     # K and V elements per token
+    assert [(k.dtype, k.bytes) for k in report.kv] == [("bf16", per_token * 2 * 24), ("fp8", per_token * 24),
+                                                        ("int8", per_token * 24)]
+
+
+def test_gpu_formats_are_refused_on_the_cpu_in_one_line(cli):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(InputError, match="needs a CUDA GPU"):
+        compare_quant({"model": tiny_llama(), "batches": batches()}, formats=["nf4"])
+    r = cli("quant", str(EXAMPLES / "quant_setup.py") + ":make_setup", "--formats", "fp8")
+    assert r.code == 2 and "needs a CUDA GPU" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_a_calibrated_format_without_calibration_data_is_refused():
+    with pytest.raises(InputError, match="calibrates on data"):
+        compare_quant({"model": tiny_llama(), "batches": batches()}, formats=["gptq"])
+
+
+def test_calibration_data_is_named_and_hashed():
+    cal = batches(seed=7)
+    r = compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": cal,
+                       "calibration_name": "random ids, seed 7"}, formats=[])
+    assert r.calibration.name == "random ids, seed 7" and r.calibration.sha256 == digest(cal, "x").sha256
+    assert r.calibration.sha256 != r.evaluation.sha256
+
+
+def test_evaluation_sets_that_differ_between_variants_are_refused():
+    model = tiny_llama()
+
+    def mutating(m, batch):                      # changes the data the next variant sees
+        batch["input_ids"][0, 0] = (batch["input_ids"][0, 0] + 1) % VOCAB
+        return ["a"] * batch["input_ids"].shape[0]
+
+    setup = {"model": model, "batches": batches(), "predict": mutating, "gold": ["a"] * 12}
+    with pytest.raises(InputError, match="batches changed while variant bf16"):
+        compare_quant(setup, formats=["int8"])
+
+    def short(m, batch):
+        return ["a"]
+
+    with pytest.raises(InputError, match="1 predictions for a batch of 6 rows"):
+        compare_quant({"model": model, "batches": batches(), "predict": short, "gold": ["a"] * 12}, formats=[])
+
+
+def test_cli_writes_json_csv_and_plot(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    out_csv, out_png = tmp_path / "q.csv", tmp_path / "q.png"
+    r = cli("quant", str(EXAMPLES / "quant_setup.py") + ":make_setup", "--formats", "int8", "--json",
+            "--csv", str(out_csv), "--plot", str(out_png), "--guard", "perplexity<=1")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["schema"] == "campaign.quant/1" and [v["name"] for v in d["variants"]] == ["bf16", "int8"]
+    rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
+    assert [row["variant"] for row in rows] == ["bf16", "int8"]
+    assert int(rows[1]["weight_bytes_stored"]) == d["variants"][1]["weight_bytes_stored"]
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--formats", "int3"], "unknown format 'int3'"),
+    (["--reference", "int8"], "is a quantized format"),
+    (["--guard", "perplexity=>1"], "is not of the form"),
+    (["--plot", "q.txt"], "use .png, .svg or .pdf"),
+])
+def test_bad_input_is_one_line_and_exit_2(cli, argv, fragment):
+    r = cli("quant", str(EXAMPLES / "quant_setup.py") + ":make_setup", *argv)
+    assert r.code == 2 and fragment in r.err and len(r.err.strip().splitlines()) == 1

@@ -42,12 +42,17 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,
               estimate: MemoryEstimate | None = None, **options: Any) -> list[Fit]:
-    """Verdict, headroom and (optionally) the largest batch and longest context per card."""
+    """Verdict, headroom and (optionally) the largest batch and longest context per card.
+
+    `estimate`: the estimate of `workload` made with the same options (computed here when not given); a formula
+    estimate is also the solver's probe at the workload's own batch and length, so it is not replayed again.
+    """
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
     out = []
-    batches: dict[int, int] = {}
-    lengths: dict[int, int] = {}
+    seed = (est.required_bytes, est.required_bytes)  # (lower bound, required) of the probe at the workload itself
+    batches: dict[int, tuple[int, int | None]] = {workload.batch: seed} if est.method == "formula" else {}
+    lengths: dict[int, tuple[int, int | None]] = {workload.seq_len: seed} if est.method == "formula" else {}
     for card in cards:
         mb = mc = None
         if solve:

@@ -40,6 +40,9 @@ _LAZY = {
     # 4. which variant: adapters bound to their base
     "save_adapter": "train.adapters", "load_adapter": "train.adapters",
     "compare_quant": "compress.quant", "QuantReport": "compress.quant",
+    # 5. my budget is limited: budget, ablate, bench
+    "budget": "plan.budget", "read_plan": "plan.budget", "load_prices": "plan.prices",
+    "estimate_runtime": "plan.runtime",
     # the map
     "guide_map": "guide",
 }

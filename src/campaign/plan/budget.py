@@ -1,0 +1,427 @@
+"""`campaign budget`: a campaign's phases scheduled on each rental a price file offers (3/7/30-day packages and
+on-demand hours, per card), whether each fits its window (the critical path, not only the total hours), its cost
+in exact cents, the recommendation and, when nothing fits, what to cut first."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..checks import Check
+from ..errors import InputError
+from ..results import Record, Result
+from ..validate import JsonObject
+from .prices import PriceFile, cents, hourly_cost, load_prices, load_yaml, usd
+from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
+from .schedule import KINDS, Phase, Schedule, check_phases, critical_path, schedule
+
+SCHEMA = "campaign.budget/1"
+FIX = "see examples/plan/plan.yaml for the format"
+
+
+@dataclass(frozen=True)
+class PhaseSpec(Record):
+    """A phase as the plan file gives it: hours per run on the plan's card, or an estimate to compute per card."""
+
+    phase: Phase
+    estimate: dict[str, Any] | None = None       # {model, tokens, method, batch, seq_len, ...} when hours are not given
+
+
+@dataclass(frozen=True)
+class CampaignPlan(Record):
+    """A plan file read: phases, the card its hours are for, the cards to compare, margin and limits."""
+
+    path: str
+    name: str
+    card: str | None
+    compare: tuple[str, ...]
+    margin: float
+    phases: tuple[PhaseSpec, ...]
+    deadline_hours: float | None = None
+    budget_cents: int | None = None
+    on_demand_cards: int | None = None
+
+
+@dataclass(frozen=True)
+class Cut(Record):
+    """Runs removed from a phase to make an option fit, and the card-hours it saves (margin included)."""
+
+    phase: str
+    runs_cut: int
+    runs_left: int
+    card_hours_saved: float
+
+
+@dataclass(frozen=True)
+class Option(Record):
+    """One way to rent: a package (window_hours) or on-demand hours (window_hours None) of `cards` cards.
+    hours: when the last run ends; slack_hours: window - hours; utilization: busy card-hours / (cards x window).
+    cost_cents is exact; cost_usd is the same amount in dollars."""
+
+    name: str
+    card: str
+    cards: int
+    window_hours: float | None
+    hours: float | None
+    critical_path_hours: float
+    card_hours: float
+    utilization: float | None
+    slack_hours: float | None
+    cost_cents: int
+    cost_usd: float
+    fits: bool
+    why: str
+    useful: int
+    cost_per_useful_cents: int | None
+    cuts: tuple[Cut, ...] = ()
+    fits_after_cuts: bool = False
+
+
+@dataclass(frozen=True)
+class BudgetReport(Result):
+    """Every option compared, the recommended one (None when nothing fits) with its schedule, the phases on its
+    card, the runtime estimates used, and what to cut first when nothing fits."""
+
+    plan: str
+    name: str
+    margin: float
+    packages: tuple[Option, ...]
+    recommended: str | None
+    recommended_card: str | None
+    why: str
+    phases: tuple[Phase, ...]
+    schedule: Schedule | None
+    cut_first: tuple[Cut, ...]
+    cut_for: str | None
+    estimates: tuple[RuntimeEstimate, ...]
+    checks: tuple[Check, ...]
+    prices: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    plot: str | None = None
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return self.recommended is not None
+
+
+def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
+    """Read a plan file (YAML or JSON): name, card, compare, margin ('15%'), deadline_days, budget_usd,
+    on_demand_cards, phases: [{name, kind, runs, hours | estimate, cards, after, useful, priority}].
+
+    Raises:
+        InputError: one line naming the file and the field (a cycle, a negative duration, an unknown phase).
+    """
+    from ..hardware import find_card
+    from ..memory.estimate import parse_share
+
+    where = str(path)
+    doc = JsonObject(load_yaml(path, "plan file"), where, fix=FIX)
+    card = find_card(doc.str("card")).name if "card" in doc else None
+    compare = tuple(find_card(str(c)).name for c in doc.list("compare", []))
+    margin = parse_share(doc.raw("margin", "15%"), what=f"{where}: margin")
+    specs: list[PhaseSpec] = []
+    experiments = 0
+    for i, p in enumerate(doc.items("phases")):
+        name = p.str("name")
+        kind = p.str("kind", "experiment")
+        if kind not in KINDS:
+            p.fail(f"field 'kind' is {kind!r}; use one of {', '.join(KINDS)}")
+        runs = p.count("runs", 1, minimum=1, maximum=100_000)
+        ncards = p.count("cards", 1, minimum=1, maximum=4096)
+        after = p.raw("after", [])
+        after = (after,) if isinstance(after, str) else after
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            p.fail("field 'after' must be a phase name or a list of phase names")
+        estimate = p.obj("estimate").data if "estimate" in p else None
+        if "hours" in p:
+            hours = p.raw("hours")
+            if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) \
+                    or hours <= 0:
+                p.fail(f"field 'hours' is {hours!r}; a duration must be a number of hours above 0")
+            if card is None:
+                doc.fail(f"phase {name!r} gives hours but the plan names no 'card' they were taken on; add card:")
+        elif estimate is None:
+            p.fail("give 'hours' (per run) or an 'estimate' ({model, tokens, ...})")
+        else:
+            hours = 1.0
+        if kind == "experiment":
+            experiments += 1
+        priority = p.count("priority", experiments if kind == "experiment" else None, minimum=0)
+        useful = p.count("useful", runs if kind == "experiment" else 0, maximum=10**9)
+        phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority,
+                      "given" if "hours" in p else "estimated")
+        specs.append(PhaseSpec(phase, estimate))
+    check_phases(tuple(s.phase for s in specs), where)
+    deadline = doc.number("deadline_days", None, minimum=0)
+    if deadline is not None and deadline <= 0:
+        doc.fail("field 'deadline_days' must be above 0")
+    budget = cents(doc.raw("budget_usd"), where, "budget_usd") if "budget_usd" in doc else None
+    return CampaignPlan(where, str(doc.raw("name", os.path.basename(where))), card, compare, margin, tuple(specs),
+                        None if deadline is None else deadline * 24, budget,
+                        doc.count("on_demand_cards", None, minimum=1, maximum=4096))
+
+
+def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple[Phase, ...], list[RuntimeEstimate],
+                                                                          list[str]]:
+    """The plan's phases with their hours on `card`: given hours on the plan's card as they are, scaled by the
+    bf16 FLOP/s ratio on another card; estimated hours from FLOPs. Also the estimates and what cannot run there
+    (a micro-batch that does not fit the card's memory)."""
+    from ..hardware import find_card
+    from ..memory import make_workload
+
+    out: list[Phase] = []
+    estimates: list[RuntimeEstimate] = []
+    refused: list[str] = []
+    target = find_card(card)
+    for s in plan.phases:
+        p = s.phase
+        if s.estimate is not None:
+            e = JsonObject(s.estimate, f"{plan.path}: phase {p.name!r}: estimate", fix=FIX)
+            options = {k: e.data[k] for k in ("method", "batch", "seq_len", "grad_checkpointing", "mixed_precision",
+                                              "lora_rank", "dtype", "shard") if k in e}
+            try:
+                workload = make_workload(mode=e.str("mode", "train"), gpus=p.cards, **options)
+            except TypeError as err:
+                e.fail(f"a field has the wrong type ({err})")
+            tokens = e.count("tokens", minimum=1, maximum=10**16)
+            est = replace(estimate_runtime(e.str("model"), workload, tokens=tokens, card=target.name, mfu=mfu),
+                          phase=p.name)
+            estimates.append(est)
+            if est.memory_verdict != "fits":
+                refused.append(f"{p.name}: {est.model} does not fit {target.name} at this micro-batch "
+                               f"({est.memory_verdict}; campaign memory)")
+            out.append(replace(p, hours=est.hours, hours_how="estimated"))
+        elif plan.card is not None and target.name != plan.card:
+            source = find_card(plan.card)
+            if not (source.bf16_dense_flops and target.bf16_dense_flops):
+                refused.append(f"{p.name}: hours given on {plan.card}; no bf16 FLOP/s to scale them to {target.name}")
+                out.append(p)
+            else:
+                out.append(replace(p, hours=p.hours * source.bf16_dense_flops / target.bf16_dense_flops,
+                                   hours_how="scaled"))
+        else:
+            out.append(p)
+    return tuple(out), estimates, refused
+
+
+def _useful(phases: tuple[Phase, ...]) -> int:
+    return sum(p.useful for p in phases)
+
+
+def _option(phases: tuple[Phase, ...], card: str, name: str, ncards: int, window: float | None, price: int | None,
+            hourly: int | None, plan: CampaignPlan, refused: list[str]) -> Option:
+    cp, chain = critical_path(phases, plan.margin)
+    sched = schedule(phases, ncards, margin=plan.margin)
+    card_hours = sum(p.card_hours for p in phases) * (1 + plan.margin)
+    useful = _useful(phases)
+    if sched is None:
+        need = max(p.cards for p in phases)
+        why = f"a run needs {need} cards, the rental holds {ncards}"
+        return Option(name, card, ncards, window, None, cp, card_hours, None, None, price or 0, (price or 0) / 100,
+                      False, why, useful, None)
+    hours = sched.makespan_hours
+    cost = price if price is not None else hourly_cost(hourly or 0, ncards, hours)
+    limit = window if window is not None else math.inf
+    if plan.deadline_hours is not None:
+        limit = min(limit, plan.deadline_hours)
+    why = ""
+    if refused:
+        why = refused[0]
+    elif cp > limit + 1e-9:
+        what = "window" if window is not None and limit == window else "deadline"
+        why = f"the critical path alone ({' -> '.join(chain)}) takes {cp:,.1f} h > the {limit:,.0f} h {what}: " \
+              f"more cards do not shorten it"
+    elif card_hours > ncards * limit + 1e-9:
+        why = f"{card_hours:,.1f} card-hours of work > {ncards} card(s) x {limit:,.0f} h"
+    elif hours > limit + 1e-9:
+        why = f"scheduled on {ncards} card(s) it ends at {hours:,.1f} h > {limit:,.0f} h"
+    elif plan.budget_cents is not None and cost > plan.budget_cents:
+        why = f"costs {usd(cost)} > the budget of {usd(plan.budget_cents)}"
+    fits = not why
+    util = sched.busy_card_hours / (ncards * window) if window else None
+    slack = window - hours if window is not None else None
+    per_useful = (cost + useful // 2) // useful if useful and fits else None     # half a cent rounds up
+    return Option(name, card, ncards, window, hours, cp, card_hours, util, slack, cost, cost / 100, fits, why,
+                  useful, per_useful)
+
+
+def _cuts(phases: tuple[Phase, ...], fits: Any) -> tuple[tuple[Cut, ...], bool]:
+    """Runs removed one at a time from the cuttable phases (highest priority number first, later phases first
+    among equals), down to one run each, until fits(phases) holds: (the cuts, whether it then fits)."""
+    order = sorted((p for p in phases if p.priority is not None and p.runs > 1),
+                   key=lambda p: (-(p.priority or 0), -[q.name for q in phases].index(p.name)))
+    current = {p.name: p for p in phases}
+    cut: dict[str, int] = {}
+    for target in order:
+        while current[target.name].runs > 1:
+            if fits(tuple(current[p.name] for p in phases)):
+                break
+            q = current[target.name]
+            current[target.name] = replace(q, runs=q.runs - 1, useful=max(q.useful - (q.useful > 0), 0))
+            cut[target.name] = cut.get(target.name, 0) + 1
+    ok = fits(tuple(current[p.name] for p in phases))
+    by = {p.name: p for p in phases}
+    return tuple(Cut(n, k, by[n].runs - k, k * by[n].hours * by[n].cards) for n, k in cut.items()), ok
+
+
+def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.PathLike[str] | PriceFile | None = None,
+           cards: tuple[str, ...] | list[str] | None = None, packages: tuple[str, ...] | list[str] | None = None,
+           mfu: float = MFU, margin: float | None = None, plot: str | os.PathLike[str] | None = None) -> BudgetReport:
+    """Compare every rental of the price file (its packages and on-demand hours, for each card compared) on the
+    plan: fits, slack, utilization, cost and cost per useful result; recommend the cheapest that fits.
+
+    Args:
+        plan: a plan file (read_plan) or a CampaignPlan.
+        prices: a price file (load_prices; default the bundled example) or a PriceFile.
+        cards: the cards to compare (default: the plan's 'compare', else every card of the price file).
+        packages: only these packages (by name; 'on-demand' for the hourly price), each must be in the price file.
+        mfu: model FLOPs utilization for estimated hours; margin: overrides the plan's recovery margin.
+        plot: write the recommended schedule as a Gantt chart (.png or .svg; matplotlib).
+    Raises:
+        InputError: a bad plan or price file, or a card missing from the price file.
+    """
+    from ..hardware import find_card
+
+    if not 0 < mfu <= 1:
+        raise InputError(f"MFU {mfu!r} must be in (0, 1]; e.g. 0.4")
+    p = plan if isinstance(plan, CampaignPlan) else read_plan(plan)
+    if margin is not None:
+        if not 0 <= margin < 1:
+            raise InputError(f"margin {margin!r} must be a share in [0, 1); e.g. 0.15")
+        p = replace(p, margin=margin)
+    pf = prices if isinstance(prices, PriceFile) else load_prices(prices)
+    compared = tuple(find_card(c).name for c in cards) if cards else p.compare or tuple(c.card for c in pf.cards)
+    options: list[Option] = []
+    per_card: dict[str, tuple[Phase, ...]] = {}
+    estimates: list[RuntimeEstimate] = []
+    for card in compared:
+        cp = pf.for_card(card)
+        phases, est, refused = phases_on(p, cp.card, mfu=mfu)
+        per_card[cp.card] = phases
+        estimates.extend(est)
+        wanted = [n for n in packages or () if n != "on-demand"]
+        for pk in [pf.package(cp.card, n) for n in wanted] if wanted else cp.packages:
+            options.append(_option(phases, cp.card, pk.name, pk.cards, pk.hours, pk.price_cents, None, p, refused))
+        if packages and "on-demand" in packages and cp.hourly_cents is None:
+            raise InputError(f"{pf.path}: card {cp.card!r} has no hourly price; add 'hourly' or drop on-demand")
+        if cp.hourly_cents is not None and (not packages or "on-demand" in packages):
+            n = p.on_demand_cards or max(ph.cards for ph in phases)
+            options.append(_option(phases, cp.card, "on-demand", n, None, None, cp.hourly_cents, p, refused))
+    # what to cut: for each option that does not fit (memory refusals aside)
+    final: list[Option] = []
+    for o in options:
+        if o.fits or (o.why and "does not fit" in o.why and "micro-batch" in o.why) or o.hours is None:
+            final.append(o)
+            continue
+        phases = per_card[o.card]
+        pk_price = o.cost_cents if o.window_hours is not None else None
+        hourly = pf.for_card(o.card).hourly_cents
+
+        def fits(ph: tuple[Phase, ...], o: Option = o, pk_price: int | None = pk_price, hourly: int | None = hourly) \
+                -> bool:
+            return _option(ph, o.card, o.name, o.cards, o.window_hours, pk_price, hourly, p, []).fits
+
+        cuts, ok = _cuts(phases, fits)
+        final.append(replace(o, cuts=cuts, fits_after_cuts=ok))
+    fitting = [o for o in final if o.fits]
+    best = min(fitting, key=lambda o: (o.cost_cents, -(o.slack_hours or 0), o.hours or 0), default=None)
+    cut_first: tuple[Cut, ...] = ()
+    cut_for = None
+    if best is None:
+        rescued = [o for o in final if o.fits_after_cuts]
+        if rescued:
+            pick = min(rescued, key=lambda o: (sum(c.runs_cut for c in o.cuts), o.cost_cents))
+            cut_first, cut_for = pick.cuts, f"{pick.card} {pick.name}"
+    why = _why(best, final)
+    card = best.card if best else (p.card or compared[0])
+    sched = schedule(per_card[card], best.cards, margin=p.margin) if best else None
+    checks = _checks(p, best, final, estimates)
+    notes = _notes(p, estimates, mfu, pf, per_card)
+    written = None
+    if plot is not None and sched is not None and best is not None:
+        from .plots import gantt
+
+        written = str(gantt(sched, plot, title=f"{p.name}: {best.card} {best.name}", window=best.window_hours))
+    return BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
+                        best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
+                        tuple(estimates), tuple(checks),
+                        {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
+                        tuple(notes), written)
+
+
+def _why(best: Option | None, options: list[Option]) -> str:
+    if best is None:
+        return "no rental fits: " + (options[0].why if options else "no option priced")
+    text = f"the cheapest that fits: {usd(best.cost_cents)}"
+    if best.window_hours is not None:
+        text += f", ends at {best.hours:,.1f} h of {best.window_hours:,.0f} h ({best.slack_hours:,.1f} h slack)"
+    else:
+        text += f", {best.hours:,.1f} h billed by the hour"
+    if best.cost_per_useful_cents is not None:
+        text += f", {usd(best.cost_per_useful_cents)} per useful result"
+    shorter = [o for o in options if o.card == best.card and not o.fits and o.window_hours is not None
+               and (best.window_hours is None or o.window_hours < best.window_hours)]
+    if shorter:
+        o = min(shorter, key=lambda o: o.cost_cents)
+        text += f"; {o.name} does not fit ({o.why})"
+    return text
+
+
+def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimates: list[RuntimeEstimate]) -> \
+        list[Check]:
+    phases = tuple(s.phase for s in p.phases)
+    baselines = [ph.name for ph in phases if ph.kind == "baseline"]
+    experiments = [ph for ph in phases if ph.kind == "experiment"]
+    after = {ph.name: set(ph.after) for ph in phases}
+
+    def ancestors(n: str) -> set[str]:
+        seen: set[str] = set()
+        stack = list(after[n])
+        while stack:
+            a = stack.pop()
+            if a not in seen:
+                seen.add(a)
+                stack.extend(after[a])
+        return seen
+
+    out: list[Check] = []
+    if not baselines:
+        out.append(Check("budget.baseline_first", "warn", "no phase of kind 'baseline'",
+                         "without the starting model evaluated first, no experiment has a concrete reference",
+                         "add a baseline phase and put the experiments after it"))
+    else:
+        loose = [e.name for e in experiments if not ancestors(e.name) & set(baselines)]
+        out.append(Check("budget.baseline_first", "warn" if loose else "pass",
+                         f"experiments not after the baseline: {', '.join(loose)}" if loose
+                         else f"every experiment comes after {', '.join(baselines)}",
+                         "an experiment run before the baseline is evaluated has nothing to be compared with",
+                         "add the baseline phase to their 'after'"))
+    out.append(Check("budget.margin", "warn" if p.margin < 0.1 else "pass", f"recovery margin {p.margin:.0%} on "
+                     "every run", "runs crash, get preempted and need their checkpoints re-checked in a fresh process",
+                     "keep a margin of 10-20% (margin: 15%)"))
+    if estimates:
+        names = ", ".join(dict.fromkeys(e.phase for e in estimates))
+        out.append(Check("budget.estimated_hours", "warn", f"hours of {names} estimated from FLOPs",
+                         "an estimate, not a measurement: real MFU varies with batch, sequence and kernels",
+                         "time a few steps on the card and give hours (or --mfu)"))
+    out.append(Check("budget.fits", "pass" if best else "fail",
+                     f"{best.card} {best.name} fits" if best else "no rental fits the plan",
+                     "a campaign that overruns its window loses the runs in flight",
+                     "cut runs as listed, take a longer package or more cards"))
+    return out
+
+
+def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: PriceFile,
+           per_card: dict[str, tuple[Phase, ...]]) -> list[str]:
+    notes = []
+    if pf.example:
+        notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
+    if estimates:
+        notes.append(f"estimated hours = FLOPs / (bf16 FLOP/s x cards x MFU {mfu:.0%}); MFU default: {MFU_SOURCE}")
+    if any(ph.hours_how == "scaled" for phases in per_card.values() for ph in phases):
+        notes.append(f"hours given on {p.card} are scaled to other cards by the ratio of dense bf16 FLOP/s "
+                     "(an estimate)")
+    notes.append("on-demand: each card billed per started hour for the whole schedule")
+    return notes

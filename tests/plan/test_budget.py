@@ -1,0 +1,215 @@
+"""campaign budget on plans scheduled by hand: which package fits (the critical path, not only the total hours),
+slack, utilization, exact cents, what to cut, and the bad inputs refused in one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from campaign.plan.budget import budget
+
+
+def _plan(*phases, margin="0%", **extra):
+    return {"name": "t", "card": "H100-SXM-80GB", "margin": margin, "phases": list(phases), **extra}
+
+
+def _by(rep, name):
+    return next(o for o in rep.packages if o.name == name)
+
+
+# a (1 x 10 h) -> b (4 runs x 20 h) -> c (1 x 5 h), one card each, no margin:
+# on one card 10 + 4 x 20 + 5 = 95 h; critical path 10 + 20 + 5 = 35 h.
+SEVEN_NOT_THREE = _plan({"name": "a", "kind": "baseline", "hours": 10},
+                        {"name": "b", "runs": 4, "hours": 20, "after": ["a"]},
+                        {"name": "c", "kind": "export", "hours": 5, "after": ["b"]})
+
+
+def test_a_plan_that_fits_seven_days_but_not_three(write_yaml, prices):
+    rep = budget(write_yaml(SEVEN_NOT_THREE), prices=prices)
+    three, seven, four = _by(rep, "3-day"), _by(rep, "7-day"), _by(rep, "3-day-4x")
+    assert (three.hours, three.critical_path_hours, three.fits) == (95, 35, False)
+    assert "95.0 card-hours of work > 1 card(s) x 72 h" in three.why
+    assert seven.fits and seven.slack_hours == 168 - 95 and seven.utilization == pytest.approx(95 / 168)
+    # four cards: a 10 h, then b's 4 runs side by side 20 h, then c 5 h = 35 h, busy 10 + 80 + 5 = 95 card-hours
+    assert four.fits and four.hours == 35 and four.utilization == pytest.approx(95 / (4 * 72))
+    # on demand: one card, 95 started hours x $2.50 = $237.50, more than the 7-day's $200.00
+    od = _by(rep, "on-demand")
+    assert (od.cost_cents, od.cost_usd, od.fits) == (23_750, 237.5, True)
+    assert (rep.recommended, rep.recommended_card) == ("7-day", "H100-SXM-80GB")
+    # useful results: b's 4 runs (an experiment); $200.00 / 4 = $50.00
+    assert seven.useful == 4 and seven.cost_per_useful_cents == 5_000
+    assert "3-day does not fit" in rep.why and rep.passed
+
+
+def test_total_hours_fit_three_days_but_the_critical_path_does_not(write_yaml, prices):
+    chain = _plan({"name": "a", "kind": "baseline", "hours": 40}, {"name": "b", "hours": 40, "after": ["a"]})
+    rep = budget(write_yaml(chain), prices=prices, packages=["3-day-4x"])
+    four = _by(rep, "3-day-4x")
+    # 80 card-hours fit 4 cards x 72 h = 288, but a -> b takes 80 h > 72 h whatever the cards
+    assert four.card_hours == 80 and four.critical_path_hours == 80 and not four.fits
+    assert "critical path alone (a -> b) takes 80.0 h > the 72 h window" in four.why
+    assert rep.recommended is None and not rep.passed
+
+
+def test_the_margin_lengthens_every_run(write_yaml, prices):
+    rep = budget(write_yaml(_plan({"name": "a", "kind": "baseline", "hours": 10, "runs": 2}, margin="20%")),
+                 prices=prices, packages=["7-day"])
+    assert _by(rep, "7-day").hours == pytest.approx(2 * 10 * 1.2)
+    runs = rep.schedule.runs
+    assert [(r.start_hours, r.end_hours) for r in runs] == [(0, pytest.approx(12)), (pytest.approx(12), pytest.approx(24))]
+
+
+def test_cents_are_exact_over_a_thirty_day_schedule(write_yaml, tmp_path):
+    # $2.49 an hour x 4 cards x 720 h: 2.49 * 4 * 720 in floats is 7171.200000000001; in cents 249 * 2880 = 717,120
+    prices = write_yaml({"cards": [{"card": "H100-SXM-80GB", "hourly": 2.49,
+                                    "packages": [{"name": "30-day-4x", "days": 30, "cards": 4, "price": "4999.99"}]}]},
+                        "p.yaml")
+    assert 2.49 * 4 * 720 != 7171.2
+    month = _plan({"name": "a", "kind": "baseline", "hours": 10},
+                  *({"name": f"x{i}", "runs": 4, "hours": 10, "after": ["a"] if i == 0 else [f"x{i - 1}"]}
+                    for i in range(70)), {"name": "z", "kind": "export", "hours": 9.5, "after": ["x69"]},
+                  on_demand_cards=4)
+    rep = budget(write_yaml(month), prices=prices)
+    od, pk = _by(rep, "on-demand"), _by(rep, "30-day-4x")
+    # 10 + 70 x 10 + 9.5 = 719.5 h, billed as 720 started hours on each of 4 cards
+    assert od.hours == pytest.approx(719.5) and od.cost_cents == 717_120 and od.cost_usd == 7171.2
+    assert pk.fits and pk.cost_cents == 499_999 and pk.slack_hours == pytest.approx(0.5)
+    # 70 x 4 = 280 useful results: 499,999 / 280 = 1,785.71 cents -> 1,786 (half a cent up)
+    assert pk.useful == 280 and pk.cost_per_useful_cents == 1_786
+    assert rep.recommended == "30-day-4x"
+
+
+def test_when_nothing_fits_the_lowest_priority_runs_are_cut_first(write_yaml, prices):
+    # on one card for 72 h: 10 + 3 x 20 (sweep, priority 1) + 4 x 10 (extra, priority 2) = 110 h
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 10},
+                 {"name": "sweep", "runs": 3, "hours": 20, "after": ["a"], "priority": 1},
+                 {"name": "extra", "runs": 4, "hours": 10, "after": ["a"], "priority": 2})
+    rep = budget(write_yaml(plan), prices=prices, packages=["3-day"])
+    assert rep.recommended is None
+    # cut extra first, down to one run (-30 h: 80 h), then one sweep run (-20 h: 60 h <= 72)
+    assert [(c.phase, c.runs_cut, c.runs_left, c.card_hours_saved) for c in rep.cut_first] == \
+        [("extra", 3, 1, 30.0), ("sweep", 1, 2, 20.0)]
+    assert rep.cut_for == "H100-SXM-80GB 3-day"
+
+
+def test_a_budget_in_usd_is_a_limit(write_yaml, prices):
+    rep = budget(write_yaml({**SEVEN_NOT_THREE, "budget_usd": "150"}), prices=prices)
+    assert not _by(rep, "7-day").fits and "costs $200.00 > the budget of $150.00" in _by(rep, "7-day").why
+
+
+def test_schedule_puts_runs_on_free_cards_critical_path_first(write_yaml, prices):
+    # long (1 x 30 h) and short (3 x 10 h) both after a (5 h) on 4 cards: both start at 5 h; long ends at 35 h
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 5}, {"name": "short", "runs": 3, "hours": 10,
+                                                                 "after": ["a"]},
+                 {"name": "long", "hours": 30, "after": ["a"]})
+    rep = budget(write_yaml(plan), prices=prices, packages=["3-day-4x"])
+    s = rep.schedule
+    assert s.makespan_hours == 35 and s.busy_card_hours == 5 + 30 + 30
+    assert [(r.phase, r.cards, r.start_hours) for r in s.runs] == [
+        ("a", (0,), 0), ("long", (0,), 5), ("short", (1,), 5), ("short", (2,), 5), ("short", (3,), 5)]
+
+
+def test_hours_estimated_from_flops_say_so(write_yaml, prices):
+    est = {"model": "llama-3.1-8b", "method": "lora", "tokens": 100_000_000, "batch": 4, "seq_len": 2048,
+           "grad_checkpointing": True}
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": est})
+    rep = budget(write_yaml(plan), prices=prices, packages=["7-day"], mfu=0.5)
+    (e,) = rep.estimates
+    # per token: 6 x LoRA params (41,943,040) + 4 x frozen base (8,030,261,248) + 2 x all params (the recomputed
+    # forward of checkpointing) + 12 x 32 layers x 4096 x 2048 (attention)
+    per_token = 6 * 41_943_040 + 4 * 8_030_261_248 + 2 * (8_030_261_248 + 41_943_040) + 12 * 32 * 4096 * 2048
+    assert e.flops == per_token * 100_000_000
+    assert e.hours == pytest.approx(per_token * 1e8 / (989.5e12 * 0.5) / 3600)
+    assert e.how == "estimated" and e.memory_verdict == "fits" and e.max_batch >= 4 and e.phase == "ft"
+    assert next(p for p in rep.phases if p.name == "ft").hours_how == "estimated"
+    assert any(c.id == "budget.estimated_hours" and c.status == "warn" for c in rep.checks)
+    assert _by(rep, "7-day").fits
+
+
+def test_a_micro_batch_that_does_not_fit_the_card_refuses_it(write_yaml, prices):
+    # without checkpointing, 4 x 2048 tokens of Llama-3.1-8B LoRA need more than an H100's 80 GB (campaign memory)
+    est = {"model": "llama-3.1-8b", "method": "lora", "tokens": 1_000_000, "batch": 4, "seq_len": 2048}
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": est})
+    rep = budget(write_yaml(plan), prices=prices, packages=["7-day"])
+    assert rep.estimates[0].memory_verdict != "fits"
+    assert not _by(rep, "7-day").fits and "does not fit H100-SXM-80GB at this micro-batch" in _by(rep, "7-day").why
+
+
+def test_the_baseline_first_check(write_yaml, prices):
+    loose = _plan({"name": "a", "kind": "checks", "hours": 1}, {"name": "b", "hours": 1})
+    rep = budget(write_yaml(loose), prices=prices, packages=["7-day"])
+    assert next(c for c in rep.checks if c.id == "budget.baseline_first").status == "warn"
+    rep = budget(write_yaml(SEVEN_NOT_THREE), prices=prices, packages=["7-day"])
+    assert next(c for c in rep.checks if c.id == "budget.baseline_first").status == "pass"
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_json_has_the_packages_and_the_recommendation(cli, write_yaml, prices, tmp_path):
+    r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices), "--json", "--plot",
+            str(tmp_path / "g.svg"))
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["schema"] == "campaign.budget/1" and d["recommended"] == "7-day"
+    seven = next(p for p in d["packages"] if p["name"] == "7-day")
+    assert {k: seven[k] for k in ("card", "hours", "cost_usd", "fits", "slack_hours")} == \
+        {"card": "H100-SXM-80GB", "hours": 95.0, "cost_usd": 200.0, "fits": True, "slack_hours": 73.0}
+    assert (tmp_path / "g.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
+
+
+def test_cli_human_output_and_exit_1_when_nothing_fits(cli, write_yaml, prices):
+    r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices))
+    assert r.code == 0 and "TAKE H100-SXM-80GB 7-day" in r.out and "Schedule" in r.out
+    r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices), "--package", "3-day")
+    assert r.code == 1 and "NOTHING FITS" in r.out and "Cut first" in r.out
+
+
+@pytest.mark.parametrize("phases, fragment", [
+    ([{"name": "a", "hours": 1, "after": ["b"]}, {"name": "b", "hours": 1, "after": ["a"]}],
+     "cycle (a -> b -> a)"),
+    ([{"name": "a", "hours": -3}], "field 'hours' is -3; a duration must be a number of hours above 0"),
+    ([{"name": "a", "hours": 0}], "above 0"),
+    ([{"name": "a", "hours": "ten"}], "field 'hours' is 'ten'"),
+    ([{"name": "a", "hours": 1, "after": ["nope"]}], "comes after 'nope', which is not a phase"),
+    ([{"name": "a", "hours": 1}, {"name": "a", "hours": 2}], "listed twice"),
+    ([{"name": "a", "hours": 1, "kind": "party"}], "kind"),
+    ([{"name": "a"}], "give 'hours'"),
+    ([{"name": "a", "hours": 1, "runs": 0}], "field 'runs' must be between 1"),
+])
+def test_bad_plans_are_one_line_and_exit_2(cli, write_yaml, prices, phases, fragment):
+    r = cli("budget", str(write_yaml(_plan(*phases))), "--prices", str(prices))
+    assert r.code == 2 and r.err.count("\n") == 1 and fragment in r.err, r.err
+    assert "plan.yaml" in r.err
+
+
+def test_a_package_or_card_missing_from_the_price_file_is_one_line(cli, write_yaml, prices):
+    plan = str(write_yaml(SEVEN_NOT_THREE))
+    r = cli("budget", plan, "--prices", str(prices), "--package", "14-day")
+    assert r.code == 2 and "prices.yaml: card 'H100-SXM-80GB' has no package '14-day'" in r.err, r.err
+    r = cli("budget", plan, "--prices", str(prices), "--card", "a100-80gb")
+    assert r.code == 2 and "prices.yaml: no prices for card 'A100-SXM-80GB'" in r.err, r.err
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"hourly": "two"}, "field 'hourly' is not an amount"),
+    ({"hourly": "-1"}, "field 'hourly' must be an amount from 0"),
+    ({"packages": [{"name": "3-day", "days": 0, "price": "1"}]}, "field 'days' must be between 1"),
+    ({"packages": [{"name": "3-day", "days": 3}]}, "missing field 'price'"),
+    ({"packages": [{"name": "x", "days": 3, "price": 1}, {"name": "x", "days": 7, "price": 2}]}, "repeat"),
+])
+def test_a_malformed_price_file_names_the_file_and_field(cli, write_yaml, change, fragment):
+    from .conftest import PRICES
+
+    bad = json.loads(json.dumps(PRICES))
+    bad["cards"][0].update(change)
+    r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(write_yaml(bad, "bad.yaml")))
+    assert r.code == 2 and r.err.count("\n") == 1 and fragment in r.err and "bad.yaml" in r.err, r.err
+
+
+def test_the_bundled_example_prices_are_marked_as_example_data():
+    from campaign.plan.prices import example_prices_path, load_prices
+
+    p = load_prices()
+    assert p.example and p.date and "example" in p.source
+    assert "EXAMPLE DATA" in example_prices_path().read_text(encoding="utf-8")

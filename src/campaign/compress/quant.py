@@ -533,6 +533,12 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     if device == "cpu":
         notes.append("ms/token on the CPU compares variants with each other only: weight-only formats dequantize "
                      "in software here, slower than the reference; measure latency on the card you rent")
+    ref_row = variants[0]
+    if ref_row.weight_bytes_estimated and abs(ref_row.weight_bytes_estimated - ref_row.weight_bytes_stored) > \
+            0.05 * ref_row.weight_bytes_stored:
+        notes.append(f"the reference's weight estimate is {ref_row.weight_bytes_estimated / ref_row.weight_bytes_stored - 1:+.0%} "
+                     "off what it stores: campaign memory counts the architecture's causal-LM inventory (its LM head); "
+                     "a model with another head (a classifier) stores a different one")
     if spec is None:
         notes.append("the model has no transformers config campaign memory reads: weights and KV are not estimated")
     notes.append("KV cache: estimated per precision (campaign kv); its effect on quality is not measured here")

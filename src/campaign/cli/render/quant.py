@@ -11,7 +11,7 @@ def render_quant(r: Any) -> None:
     ev = r.evaluation
     flagged = [v for v in r.variants if v.flagged]
     verdict = "[green]PASS[/green]" if r.passed else \
-        f"[red]FLAGGED[/red] — {', '.join(v.name for v in flagged)} broke a guard"
+        f"[red]FLAGGED[/red] ({', '.join(v.name for v in flagged)} broke a guard)"
     console.print(f"{verdict} — {escape(r.model)}: {len(r.variants)} variants on the same {ev.examples:,} examples "
                   f"({ev.tokens:,} tokens, sha256 {ev.sha256[:12]}), reference {r.reference}, on {r.device}")
     if r.calibration is not None:
@@ -21,8 +21,7 @@ def render_quant(r: Any) -> None:
     scale = Scale(*(x for v in r.variants for x in (v.weight_bytes_stored, v.weight_bytes_estimated,
                                                     v.weight_bytes_measured, v.kv_bytes_estimated)))
     quality = "perplexity" if r.metric == "perplexity" else "accuracy"
-    t = table(f"Variants ({scale.unit}): weights estimated (campaign memory's format), stored (counted from the "
-              "tensors), measured (loaded)",
+    t = table(f"Variants ({scale.unit}; weights: campaign memory's estimate, stored in the tensors, measured loaded)",
               (("variant", "left"), ("weights est.", "right"), ("stored", "right"), ("measured", "right"),
                ("KV est.", "right"), (quality, "right"), ("change", "right"),
                ("p" if r.metric == "perplexity" else "flips, p", "right"), ("status", "left")))

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..errors import CampaignError
-from . import cards, data, evaluate, guide, kv, measure, memory, models, plan, quant, trace, track, train
+from . import cards, data, evaluate, guide, kv, measure, memory, models, plan, quant, report, trace, track, train
 
 app = typer.Typer(
     name="campaign", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -18,7 +18,7 @@ app = typer.Typer(
          "$CAMPAIGN_ROOT/records).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train, track, quant, plan):
+for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train, track, quant, plan, report):
     module.register(app)
 
 

@@ -1,0 +1,235 @@
+"""`campaign report`: one self-contained HTML file from the campaign's records (track/records.py) and runs
+(track/store.py), with a section per question of the guide. Each figure says how it was obtained (estimated,
+traced, measured, counted) and when; what is missing is said; a record that cannot be read is listed, never fatal.
+No script, stylesheet, font or image is fetched: styles are inline and pictures are inline SVG.
+"""
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..io import atomic_write_text
+from ..results import Result
+from ..track.records import SavedRecord, load_records
+
+SCHEMA = "campaign.report/1"
+GiB = 2**30
+QUESTIONS = (
+    (1, "My model has never run. Where do I start?",
+     ("campaign.memory", "campaign.measurement", "campaign.explain", "campaign.kv")),
+    (2, "The score goes up, but can I trust it?",
+     ("campaign.split", "campaign.leaks", "campaign.usage", "campaign.errors", "campaign.regress", "campaign.seeds")),
+    (3, "I am about to train. What must I check first?",
+     ("campaign.check", "campaign.inspect", "campaign.batch", "campaign.runs")),
+    (4, "Fine-tune or compress: which variant?", ("campaign.quant", "campaign.ablate")),
+    (5, "My budget is limited. What do I run first?", ("campaign.budget", "campaign.bench")),
+)
+# What each question misses when nothing of that kind was recorded, and the command that records it.
+EXPECTED = {
+    "campaign.memory": "no memory estimate: campaign --record memory MODEL ...",
+    "campaign.measurement": "no measurement on a card: campaign --record measure MODEL ... (on the rented card)",
+    "campaign.leaks": "no leak check: campaign --record leaks TRAIN TEST",
+    "campaign.errors": "no error analysis: campaign --record errors PREDICTIONS",
+    "campaign.seeds": "no seed comparison: campaign --record seeds RESULTS.csv",
+    "campaign.check": "no step check: campaign --record check setup.py:make_setup",
+}
+
+
+@dataclass(frozen=True)
+class ReportResult(Result):
+    path: str
+    sections: tuple[str, ...]
+    records: int
+    unreadable: int
+    runs: int
+    figures: int
+    missing: tuple[str, ...]
+    schema: str = SCHEMA
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _gib(n: Any) -> str:
+    return f"{n / GiB:,.2f} GiB" if isinstance(n, (int, float)) else "-"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(svg: str, caption: str) -> str:
+    return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" if svg else ""
+
+
+def _checks(checks: Any) -> str:
+    rows = [[c.get("id", ""), c.get("status", ""), c.get("seen", "")] for c in checks or [] if isinstance(c, dict)]
+    return _table(["check", "status", "seen"], rows) if rows else ""
+
+
+# -- one block per kind of record ---------------------------------------------------------------------------------
+def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import memory_phases
+
+    how = "traced (fake tensors)" if d.get("method") == "traced" else "estimated (formula)"
+    w = d.get("workload") or {}
+    fits = [f"{f.get('card')}: {f.get('verdict')}" for f in d.get("fits") or [] if isinstance(f, dict)]
+    body = _table(["model", "workload", "peak phase", "peak allocated", "device", "required (with reserve)"],
+                  [[d.get("model"), f"{w.get('mode', '')} {w.get('method', '')} batch {w.get('batch')} x "
+                                     f"{w.get('seq_len')} {w.get('dtype', '')}", d.get("peak_phase"),
+                    _gib(d.get("peak_allocated_bytes")), _gib(d.get("device_bytes")), _gib(d.get("required_bytes"))]])
+    if fits:
+        body += f"<p>cards: {_e('; '.join(fits))}</p>"
+    svg = memory_phases(d, f"{d.get('model')}: memory per phase, {how}")
+    return f"memory of {d.get('model')}, {how}", body + _figure(svg, f"{how}, {r.created}")
+
+
+def _measurement(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import measured_phases
+
+    env = d.get("environment") or {}
+    rows = [[p.get("name"), _gib(p.get("peak_allocated_bytes")), _gib(p.get("peak_reserved_bytes")),
+             _gib(p.get("device_used_bytes"))] for p in d.get("phases") or [] if isinstance(p, dict)]
+    body = _table(["phase", "peak allocated", "peak reserved", "device"], rows)
+    where = f"{env.get('device_name', '?')} ({env.get('device', '?')})"
+    return (f"measured on {where}",
+            body + _figure(measured_phases(d, f"measured on {where}"), f"measured, {r.created}"))
+
+
+def _name(source: Any) -> str:
+    """A file's name from a record's source (a path, or {'path': ..., 'sha256': ...})."""
+    path = source.get("path", "") if isinstance(source, dict) else source
+    return Path(str(path or "")).name
+
+
+def _number(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _count(v: Any) -> Any:
+    return len(v) if isinstance(v, (list, tuple)) else v
+
+
+def _errors(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import confusion
+
+    averages = {k: v.get("f1") if isinstance(v, dict) else v for k, v in (d.get("averages") or {}).items()}
+    body = _table(["examples", "errors", "accuracy", *[f"{k} F1" for k in averages]],
+                  [[d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
+                    *[_number(v) for v in averages.values()]]])
+    return (f"errors of {_name(d.get('source'))}",
+            body + _figure(confusion(d, "confusion matrix (counted)"), f"counted, {r.created}"))
+
+
+def _seeds(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import seeds
+
+    body = _table(["metric", "seeds", "mean difference", "interval", "verdict"],
+                  [[d.get("metric"), d.get("n_seeds"), _number(d.get("mean_diff")),
+                    f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", d.get("verdict")]])
+    return (f"{d.get('candidate')} vs {d.get('baseline')} over seeds",
+            body + _figure(seeds(d, "per-seed differences and the useful-effect band"), f"measured, {r.created}"))
+
+
+def _regress(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    guards = [[g.get("expression", g.get("metric", "")), _number(g.get("delta")), g.get("passed")] for g in d.get("guards") or []
+              if isinstance(g, dict)]
+    body = _table(["examples", "accuracy before", "after", "right to wrong", "wrong to right", "passed"],
+                  [[d.get("examples"), _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
+                    _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), d.get("passed")]])
+    if guards:
+        body += _table(["guard", "change", "passed"], guards)
+    return f"{_name(d.get('candidate'))} against {_name(d.get('baseline'))}", body
+
+
+def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    body = _checks(d.get("checks"))
+    verdict = d.get("verdict") or d.get("status") or ("passed" if d.get("passed") else None)
+    if verdict is not None:
+        body = f"<p>verdict: {_e(verdict)}</p>" + body
+    return f"{r.command or d.get('schema')}", body or "<p>recorded (see the JSON file)</p>"
+
+
+HANDLERS: dict[str, Callable[[SavedRecord, dict[str, Any]], tuple[str, str]]] = {
+    "campaign.memory": _memory, "campaign.measurement": _measurement, "campaign.errors": _errors,
+    "campaign.seeds": _seeds, "campaign.regress": _regress,
+}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:60em;color:#222}
+h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{font-size:1.05em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;
+font-size:.9em}th{background:#f3f3f3}.missing{color:#9d0208}.meta{color:#666;font-size:.85em}
+figure{margin:.5em 0}figcaption{color:#666;font-size:.85em}svg{max-width:100%;height:auto}
+@media print{body{max-width:none;margin:0}h2{page-break-before:always}figure,table{page-break-inside:avoid}}
+"""
+
+
+def _schema_kind(schema: str | None) -> str:
+    return (schema or "").split("/")[0]
+
+
+def build_report(out: str | Path = "report.html", *, root: str | Path | None = None,
+                 title: str = "Campaign report") -> ReportResult:
+    """Write the report of the record folder and runs under `root` to `out` (atomically)."""
+    import datetime as dt
+
+    from ..track.store import list_runs
+    from .figures import runs_over_time
+
+    records = load_records(root)
+    runs = list_runs(root=root).runs
+    latest: dict[tuple[str, str, str], SavedRecord] = {}
+    for r in records:                           # oldest first: the latest of each kind, command and subject wins
+        if r.result is not None:
+            d = r.result
+            subject = str(d.get("model") or d.get("source") or d.get("candidate") or d.get("label") or "")
+            latest[(_schema_kind(r.schema), r.command, subject)] = r
+    by_kind: dict[str, list[SavedRecord]] = {}
+    for (kind, _, _), r in sorted(latest.items(), key=lambda kv: kv[1].created):
+        by_kind.setdefault(kind, []).append(r)
+    parts, sections, figures, missing = [], [], 0, []
+    for number, question, kinds in QUESTIONS:
+        blocks = []
+        for kind in kinds:
+            if kind == "campaign.runs":
+                continue
+            for r in by_kind.get(kind, []):
+                name, body = HANDLERS.get(kind, _generic)(r, r.result or {})
+                figures += body.count("<svg")
+                blocks.append(f"<h3>{_e(name)}</h3><p class='meta'>{_e(r.command)} — recorded {_e(r.created)} — "
+                              f"{_e(Path(r.path).name)}</p>{body}")
+        if number == 3 and runs:
+            rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.reason] for x in runs]
+            svg = runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision, "name": x.name}
+                                  for x in runs])
+            figures += bool(svg)
+            blocks.append("<h3>runs</h3>" + _table(["id", "status", "decision", "baseline", "reason"], rows)
+                          + _figure(svg, "recorded by campaign run"))
+        absent = [EXPECTED[k] for k in kinds if k in EXPECTED and not by_kind.get(k)]
+        missing += absent
+        miss = "".join(f"<li class='missing'>{_e(m)}</li>" for m in absent)
+        sections.append(f"{number}. {question}")
+        parts.append(f"<section id='q{number}'><h2>{number}. {_e(question)}</h2>"
+                     + ("".join(blocks) or "<p class='missing'>nothing recorded for this question yet</p>")
+                     + (f"<ul>{miss}</ul>" if miss else "") + "</section>")
+    bad = [r for r in records if r.result is None]
+    if bad:
+        parts.append("<section id='unreadable'><h2>Records that could not be read</h2>"
+                     + _table(["file", "error"], [[r.path, r.error] for r in bad]) + "</section>")
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>"
+            f"<h1>{_e(title)}</h1><p class='meta'>written {when} from {len(records)} records and {len(runs)} runs"
+            "</p>" + "".join(parts) + "</body></html>\n")
+    path = atomic_write_text(out, page)
+    return ReportResult(str(path), tuple(sections), len(records), len(bad), len(runs), figures, tuple(missing))
+
+
+__all__ = ["ReportResult", "build_report"]

@@ -1,0 +1,89 @@
+"""campaign report: one self-contained HTML file from real records, opened in a real headless browser."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+QUESTIONS = ("1. My model has never run. Where do I start?", "2. The score goes up, but can I trust it?",
+             "3. I am about to train. What must I check first?", "4. Fine-tune or compress: which variant?",
+             "5. My budget is limited. What do I run first?")
+
+
+@pytest.fixture
+def campaign_records(cli, tmp_path, monkeypatch):
+    """Records made by the real commands (--record), one run, and one record broken by hand."""
+    pytest.importorskip("matplotlib")
+    root = tmp_path / "records-root"
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(root))
+    data = EXAMPLES / "data"
+    for argv in (["memory", "gpt2", "--card", "rtx-4090"], ["errors", str(data / "candidate.jsonl")],
+                 ["seeds", str(data / "seeds.csv"), "--min-effect", "0.5"],
+                 ["regress", str(data / "baseline.jsonl"), str(data / "candidate.jsonl")]):
+        assert cli("--record", *argv).code in (0, 1), argv
+    started = cli("run", "start", "baseline", "--param", "lr=0.001")
+    assert cli("run", "end", started.out.strip(), "--status", "failed", "--reason", "CUDA out of memory").code == 0
+    broken = root / "records" / "seeds" / "20990101T000000000000Z-0badf00d.json"
+    broken.write_text('{"record": "campaign.record/1", "result": ')
+    return root
+
+
+def test_the_report_holds_every_question_the_records_and_what_is_missing(cli, campaign_records, tmp_path):
+    out = tmp_path / "report.html"
+    r = cli("report", "--out", str(out), "--json")
+    assert r.code == 0
+    summary = r.json()
+    assert summary["records"] == 5 and summary["unreadable"] == 1 and summary["runs"] == 1
+    page = out.read_text(encoding="utf-8")
+    for q in QUESTIONS:
+        assert f">{q}</h2>" in page.replace("&#x27;", "'")
+    # four pictures: memory per phase, the confusion matrix, the seed differences, the runs over time
+    assert page.count("<svg") == summary["figures"] == 4
+    # the accuracy shown is the one counted here from the predictions file
+    rows = [json.loads(line) for line in (EXAMPLES / "data" / "candidate.jsonl").read_text().splitlines()]
+    accuracy = sum(x["gold"] == x["pred"] for x in rows) / len(rows)
+    assert f"<td>{accuracy:.4f}</td>" in page
+    assert "CUDA out of memory" in page and "0badf00d" in page                # the failed run, the broken record
+    assert "no measurement on a card" in page and "no step check" in page    # what is missing is said
+
+
+def test_the_report_fetches_nothing(cli, campaign_records, tmp_path):
+    out = tmp_path / "report.html"
+    assert cli("report", "--out", str(out)).code == 0
+    page = out.read_text(encoding="utf-8")
+    assert "<script" not in page and "<link" not in page and "<img" not in page and "@import" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert not re.search(r"url\(\s*['\"]?(https?:|//)", page)
+    # the only URLs are XML namespace names, which a browser never fetches
+    assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg",
+                                                             "http://www.w3.org/1999/xlink"}
+
+
+def test_headless_chromium_renders_the_report(cli, campaign_records, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    plt = pytest.importorskip("matplotlib.pyplot")
+    out = tmp_path / "report.html"
+    assert cli("report", "--out", str(out)).code == 0
+    shot = tmp_path / "shot.png"
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--no-first-run", "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1200,2400",
+                           f"--screenshot={shot}", out.resolve().as_uri()], capture_output=True, text=True,
+                          timeout=120)
+    assert shot.is_file(), done.stderr[-2000:]
+    pixels = plt.imread(str(shot))
+    assert pixels.shape[:2] == (2400, 1200)
+    ink = (pixels[..., :3].mean(axis=2) < 0.9).mean()      # share of pixels that are not (near) white
+    assert 0.02 < ink < 0.6, ink
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          out.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count("<section") == 6 and dom.count("<svg") == 4              # 5 questions + unreadable records

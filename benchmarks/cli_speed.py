@@ -39,12 +39,13 @@ def solve_figure() -> str:
     spec, w = load_spec("llama-3.1-8b"), make_workload()
     cards = [find_card(n) for n in FEATURED_CARDS]
     est = estimate_memory(spec, w)
-    replays, real = [], reserved.training_overhead
-    reserved.training_overhead = lambda *a, **k: replays.append(1) or real(*a, **k)
+    replays, real = [], reserved._training_replay
+    reserved._training_replay = lambda *a, **k: replays.append(1) or real(*a, **k)
     try:
         best = float("inf")
         for _ in range(5):
             replays.clear()
+            reserved._SAME_STEP.clear()  # a cold process: no replay kept from the round before
             start = time.process_time()
             fit_cards(spec, w, cards, estimate=est)
             best = min(best, time.process_time() - start)

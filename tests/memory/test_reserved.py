@@ -126,3 +126,28 @@ def test_card_solver_replays_only_probes_the_lower_bound_cannot_decide(monkeypat
     calls.clear()
     assert max_value(spec, w, card, "batch", limit=64) == plain
     assert 0 < len(calls)
+
+
+def test_probes_with_the_same_tokens_and_phases_are_replayed_once(monkeypatch):
+    from campaign.memory import reserved
+
+    spec = load_spec("llama-3.1-8b")
+    wide, long = make_workload(batch=2, seq_len=2048), make_workload(batch=1, seq_len=4096)
+    # 4,096 tokens either way, and the formula's phases are the same bytes (by hand: every per-layer term and the
+    # logits scale with batch x length under SDPA)
+    assert [p.bytes for p in estimate_memory(spec, wide).phases] == [p.bytes for p in estimate_memory(spec, long).phases]
+    monkeypatch.setattr(reserved, "_SAME_STEP", {})
+    replays = []
+    real = reserved._training_replay
+    monkeypatch.setattr(reserved, "_training_replay", lambda *a, **k: replays.append(1) or real(*a, **k))
+    first, second = estimate_memory(spec, wide), estimate_memory(spec, long)
+    assert len(replays) == 1
+    assert first.peak_reserved_bytes - first.peak_allocated_bytes == \
+        second.peak_reserved_bytes - second.peak_allocated_bytes
+    monkeypatch.setattr(reserved, "_SAME_STEP", {})  # replayed afresh: the same overhead
+    fresh = estimate_memory(spec, long)
+    assert fresh.peak_reserved_bytes == second.peak_reserved_bytes and len(replays) == 2
+    # eager attention keeps scores that grow with the length itself: not the same step, replayed again
+    estimate_memory(spec, make_workload(batch=2, seq_len=2048, attention="eager"))
+    estimate_memory(spec, make_workload(batch=1, seq_len=4096, attention="eager"))
+    assert len(replays) == 4

@@ -175,3 +175,26 @@ def test_cli_writes_json_csv_and_plot(cli, tmp_path):
 def test_bad_input_is_one_line_and_exit_2(cli, argv, fragment):
     r = cli("quant", str(EXAMPLES / "quant_setup.py") + ":make_setup", *argv)
     assert r.code == 2 and fragment in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_memory_freed_shows_as_a_smaller_card():
+    """The 8B model's estimate by format: bf16 needs a larger card than int8, int8 than int4 (campaign memory)."""
+    from campaign.compress.formats import FORMATS
+    from campaign.compress.quant import _estimate_weights
+    from campaign.hardware import all_cards
+    from campaign.models import load_spec
+
+    spec = load_spec("llama-3.1-8b")
+    memory = {c.name: c.memory_bytes for c in all_cards()}
+    got = {f: _estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1) for f in ("bf16", "int8", "int4")}
+    assert got["bf16"][0] > got["int8"][0] > got["int4"][0]
+    assert got["bf16"][1] > got["int8"][1] > got["int4"][1]
+    assert memory[got["bf16"][2]] > memory[got["int8"][2]] >= memory[got["int4"][2]]
+    assert memory[got["bf16"][2]] >= got["bf16"][1]
+
+
+def test_a_model_directory_is_loaded_in_its_saved_precision(tmp_path):
+    tiny_llama().save_pretrained(tmp_path / "m")
+    r = compare_quant({"model": str(tmp_path / "m"), "batches": batches()}, formats=["int8"])
+    assert r.reference == "bf16" and [v.name for v in r.variants] == ["bf16", "int8"]
+    assert r.variants[0].weight_bytes_stored > r.variants[1].weight_bytes_stored

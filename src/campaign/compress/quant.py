@@ -60,7 +60,9 @@ class QuantVariant(Record):
     """One variant on the evaluation data. Bytes: estimated (campaign memory's format), stored (counted from the
     tensors the format left), measured (MemoryMeter: allocated at the end of loading; the evaluation's peak).
     delta: quality minus the reference's; p_value: the paired test's (t-test on per-example NLL for perplexity,
-    McNemar for classification and extraction); status: reference | pass | flagged (a guard broke)."""
+    McNemar for classification and extraction); status: reference | pass | flagged (a guard broke).
+    required_bytes_estimated: `campaign memory`'s inference estimate for the format at context x sequences (weights,
+    KV, activations, CUDA context, reserve); smallest_card: the catalog card with the least memory it fits."""
 
     name: str
     format: str
@@ -72,6 +74,8 @@ class QuantVariant(Record):
     weight_bytes_measured: int
     peak_bytes_measured: int
     kv_bytes_estimated: int | None
+    required_bytes_estimated: int | None
+    smallest_card: str | None
     quality: float
     metrics: dict[str, float]
     delta: float | None
@@ -208,7 +212,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     reference_out = outcomes[ref_fmt.name]
     built = []
     for f, row in zip(variants, rows):
-        est = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
+        est, required, card = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
         kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
         if f is ref_fmt:
             quality, metrics = _quality(s, reference_out)
@@ -221,6 +225,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             name=f.name, format=f.description, library=f.library, memory_format=f.memory_dtype,
             weight_bytes_estimated=est, weight_bytes_stored=row["stored"], quantized_bytes_stored=row["quantized"],
             weight_bytes_measured=row["measured"], peak_bytes_measured=row["peak"], kv_bytes_estimated=kv_here,
+            required_bytes_estimated=required, smallest_card=card,
             quality=quality, metrics=metrics, delta=test["delta"], p_value=test["p"], test=test["test"],
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
             calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
@@ -268,6 +273,7 @@ def _run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], 
     from ..memory.measure import MemoryMeter
 
     meter = MemoryMeter(device)
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0   # a fresh CPU meter starts at zero
     with meter.around(f.name):
         with meter.phase("load"):
             variant = copy.deepcopy(reference).to(device)
@@ -284,7 +290,7 @@ def _run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], 
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"outcomes": outcomes, "stored": counted["quantized"] + counted["dense"], "quantized": counted["quantized"],
-            "measured": load.allocated_bytes, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
+            "measured": load.allocated_bytes - before, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
             "ms_per_token": ms}
 
 
@@ -461,16 +467,19 @@ def _spec(model: Any, s: QuantSetup) -> Any:
         return None
 
 
-def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: int, sequences: int) -> int | None:
-    """Weight bytes by `campaign memory`'s estimate with the variant's format; what a quantizer leaves unconverted
-    is counted in the reference precision (the estimate keeps it in bf16)."""
+def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: int,
+                      sequences: int) -> tuple[int | None, int | None, str | None]:
+    """(weight bytes, required bytes, smallest card that fits) by `campaign memory`'s inference estimate with the
+    variant's format. What a quantizer leaves unconverted is counted in the reference precision (the estimate keeps
+    it in bf16)."""
     if spec is None:
-        return None
-    from ..memory import estimate_memory, make_workload
+        return None, None, None
+    from ..hardware import all_cards
+    from ..memory import estimate_memory, fit_cards, make_workload
     from ..memory.dtypes import ELEMENT_BYTES
 
-    est = estimate_memory(spec, make_workload(mode="infer", dtype=f.memory_dtype, group_size=group_size,
-                                              seq_len=ctx, batch=sequences))
+    w = make_workload(mode="infer", dtype=f.memory_dtype, group_size=group_size, seq_len=ctx, batch=sequences)
+    est = estimate_memory(spec, w)
     total = 0
     for item in est.items:
         if item.category != "weights":
@@ -479,7 +488,9 @@ def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: i
             total += int(item.bytes * ELEMENT_BYTES[ref.name] / 2)
         else:
             total += item.bytes
-    return total
+    cards = {c.name: c.memory_bytes for c in all_cards()}
+    fits = [fit.card for fit in fit_cards(spec, w, all_cards(), solve=False, estimate=est) if fit.verdict == "fits"]
+    return total, est.required_bytes, min(fits, key=lambda c: cards[c]) if fits else None
 
 
 def _kv_rows(spec: Any, names: Sequence[str], ctx: int, sequences: int) -> tuple[KVRow, ...]:
@@ -553,7 +564,8 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
 # --------------------------------------------------------------------------------------------- files written
 
 CSV_COLUMNS = ("variant", "library", "memory_format", "weight_bytes_estimated", "weight_bytes_stored",
-               "weight_bytes_measured", "peak_bytes_measured", "kv_bytes_estimated", "metric", "quality", "delta",
+               "weight_bytes_measured", "peak_bytes_measured", "kv_bytes_estimated", "required_bytes_estimated",
+               "smallest_card", "metric", "quality", "delta",
                "p_value", "ms_per_token", "status", "guards_failed")
 
 
@@ -566,7 +578,8 @@ def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
     w.writerow(CSV_COLUMNS)
     for v in report.variants:
         w.writerow([v.name, v.library, v.memory_format, _cell(v.weight_bytes_estimated), v.weight_bytes_stored,
-                    v.weight_bytes_measured, v.peak_bytes_measured, _cell(v.kv_bytes_estimated), report.metric,
+                    v.weight_bytes_measured, v.peak_bytes_measured, _cell(v.kv_bytes_estimated),
+                    _cell(v.required_bytes_estimated), v.smallest_card or "", report.metric,
                     f"{v.quality:.6g}", _cell(v.delta, ".6g"), _cell(v.p_value, ".4g"),
                     _cell(v.ms_per_token, ".4g"), v.status, ";".join(g.expression for g in v.guards if not g.passed)])
     return atomic_write_text(path, buf.getvalue())

@@ -24,7 +24,8 @@ def render_quant(r: Any) -> None:
     t = table(f"Variants ({scale.unit}; weights: campaign memory's estimate, stored in the tensors, measured loaded)",
               (("variant", "left"), ("weights est.", "right"), ("stored", "right"), ("measured", "right"),
                ("KV est.", "right"), (quality, "right"), ("change", "right"),
-               ("p" if r.metric == "perplexity" else "flips, p", "right"), ("status", "left")))
+               ("p" if r.metric == "perplexity" else "flips, p", "right"), ("smallest card", "left"),
+               ("status", "left")))
     for v in r.variants:
         status = {"reference": "reference", "pass": "[green]pass[/green]", "flagged": "[red]flagged[/red]"}[v.status]
         if v.flips is not None:
@@ -33,7 +34,7 @@ def render_quant(r: Any) -> None:
             test = "-" if v.p_value is None else f"{v.p_value:.3g}"
         t.add_row(v.name, scale(v.weight_bytes_estimated), scale(v.weight_bytes_stored), scale(v.weight_bytes_measured),
                   scale(v.kv_bytes_estimated), _q(v.quality, r.metric),
-                  "-" if v.delta is None else _d(v.delta, r.metric), test, status)
+                  "-" if v.delta is None else _d(v.delta, r.metric), test, v.smallest_card or "-", status)
     console.print(t)
     if r.kv:
         kscale = Scale(*(k.bytes for k in r.kv))

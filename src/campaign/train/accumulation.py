@@ -262,9 +262,17 @@ def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float)
         except subprocess.TimeoutExpired:
             raise InputError(f"the {processes}-process check did not finish in {timeout:.0f} s") from None
         if done.returncode != 0 or not out.is_file():
-            tail = [line for line in (done.stderr or "").splitlines() if line.strip()][-1:] or ["no output"]
-            raise InputError(f"the {processes}-process check failed under torchrun: {tail[0][:300]}")
+            raise InputError(f"the {processes}-process check failed under torchrun (exit {done.returncode}): "
+                             f"{_cause(done.stderr or '')[:300]}")
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _cause(stderr: str) -> str:
+    """The line of torchrun's output that says what went wrong: the last error or exception line of a worker (its
+    report is framed by lines of '=' and headed 'Root Cause'), else the last line with text."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and set(line.strip()) != {"="}]
+    errors = [line for line in lines if "Error" in line or "error:" in line or "Exception" in line]
+    return (errors or lines or ["no output"])[-1]
 
 
 def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:

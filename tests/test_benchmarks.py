@@ -40,3 +40,16 @@ def test_gpu_train_check_dry_run_passes_on_the_cpu_setups(tmp_path):
     assert [row["setup"] for row in rows] == ["make_setup", "lora_setup"]
     assert all(row["passed"] for row in rows)
     assert rows[1]["checks"]["adapter.reload_equal"] == "pass"
+
+
+def test_gpu_quant_check_dry_run_compares_the_cpu_formats(tmp_path):
+    pytest.importorskip("torchao")
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_quant_check.py"), "--dry-run"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads((tmp_path / "quant_check.json").read_text())
+    assert [row["format"] for row in rows] == ["int8", "int4"] and not any("failed" in row for row in rows)
+    for row in rows:
+        ref, variant = row["variants"]
+        assert variant["weight_bytes_stored"] < ref["weight_bytes_stored"] and variant["p_value"] is not None

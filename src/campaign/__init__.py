@@ -42,7 +42,8 @@ _LAZY = {
     "compare_quant": "compress.quant", "QuantReport": "compress.quant",
     # 5. my budget is limited: budget, ablate, bench
     "budget": "plan.budget", "read_plan": "plan.budget", "load_prices": "plan.prices",
-    "estimate_runtime": "plan.runtime",
+    "estimate_runtime": "plan.runtime", "plan_ablation": "plan.ablate", "read_factors": "plan.ablate",
+    "analyze_ablation": "plan.effects",
     # the map
     "guide_map": "guide",
 }

@@ -123,10 +123,14 @@ def _reader_cases(tmp_path, measurement):
         (tmp_path / "prices.yaml").write_bytes(payload)
         return ["budget", str(tmp_path / "good_plan.yaml"), "--prices", str(tmp_path / "prices.yaml")]
 
+    def factors(payload):
+        (tmp_path / "factors.yaml").write_bytes(payload)
+        return ["ablate", "plan", str(tmp_path / "factors.yaml")]
+
     return {"config.json": config, "safetensors index": index, "safetensors header": header,
             "measurement": measured, "estimate": estimate, "split manifest": manifest, "JSON schema": schema,
             "data record": data_line, "prediction record": predictions_line, "seeds record": seeds_line,
-            "plan file": plan, "price file": prices}
+            "plan file": plan, "price file": prices, "factors file": factors}
 
 
 @pytest.mark.parametrize("broken", sorted(BROKEN_JSON))
@@ -278,7 +282,7 @@ NUMERIC = _numeric_options()
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
-            "--overfit-steps", "--overfit-lr"}
+            "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu", "--margin"}
 

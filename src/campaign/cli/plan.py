@@ -15,6 +15,13 @@ Mfu = Annotated[Optional[float], typer.Option("--mfu", help="Model FLOPs utiliza
 
 def register(app: typer.Typer) -> None:
     app.command("budget", epilog="Example: campaign budget examples/plan/plan.yaml --plot gantt.png")(budget)
+    ablate = typer.Typer(no_args_is_help=True, help="Plan an ablation (design, seeds, budget) and analyze its "
+                         "results (effects, interactions, comparisons with the control).")
+    ablate.command("plan", epilog="Example: campaign ablate plan examples/plan/factors.yaml --budget-gpu-hours 40")(
+        ablate_plan)
+    ablate.command("analyze", epilog="Example: campaign ablate analyze examples/plan/ablation_results.csv --factors "
+                   "examples/plan/factors.yaml")(ablate_analyze)
+    app.add_typer(ablate, name="ablate")
 
 
 def budget(
@@ -44,3 +51,60 @@ def budget(
 
     rep = run_budget(plan, prices=prices, cards=card, packages=package, mfu=MFU if mfu is None else mfu, margin=margin, plot=plot)
     o.emit(rep, render_budget, as_json, failed=not rep.passed)
+
+
+def ablate_plan(
+    factors: Annotated[str, typer.Argument(help="Factors file (YAML or JSON): factors with levels and a control, "
+                                           "hours per run, seeds or seed_sd + min_effect, a budget; see "
+                                           "examples/plan/factors.yaml.")],
+    design: Annotated[Optional[str], typer.Option(help="auto (the most informative that fits the budget) | ofat | "
+                                                  "full | fractional (default: the file's, else auto).")] = None,
+    fraction: Annotated[Optional[int], typer.Option("--fraction", help="p of a 2^(k-p) fraction (standard "
+                                                    "generators; or give 'generators' in the file).")] = None,
+    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Seeds per cell (default: from the file, sized by "
+                                                 "power when it gives seed_sd and min_effect).")] = None,
+    budget_gpu_hours: Annotated[Optional[float], typer.Option("--budget-gpu-hours", help="GPU-hour budget "
+                                                              "(card-hours).")] = None,
+    budget_usd: Annotated[Optional[str], typer.Option("--budget-usd", help="Budget in USD, at the hourly price of "
+                                                      "the file's card.")] = None,
+    prices: Prices = None,
+    as_json: o.Json = False,
+) -> None:
+    """An ablation plan: the design with its runs, seeds per cell, GPU-hours and cost; for a two-level fraction its
+    resolution and aliases; under a budget what runs first, what is cut and which interactions remain estimable.
+
+    Exit 0 when the plan fits the budget, 1 when it does not, 2 on bad input.
+    """
+    from ..plan.ablate import plan_ablation
+    from .render.plan import ablate_plan as render
+
+    rep = plan_ablation(factors, design=design, seeds=seeds, fraction=fraction, budget_gpu_hours=budget_gpu_hours,
+                        budget_usd=budget_usd, prices=prices)
+    o.emit(rep, render, as_json, failed=not rep.passed)
+
+
+def ablate_analyze(
+    results: Annotated[str, typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, the seed "
+                                           "and the metric, one row per run.")],
+    factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.")],
+    metric: Annotated[Optional[str], typer.Option("--metric-field", help="Column of the metric (default: the "
+                                                  "factors file's metric).")] = None,
+    seed_field: Annotated[str, typer.Option("--seed-field", help="Column of the seed.")] = "seed",
+    confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
+    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest improvement worth having, in metric "
+                                              "units.")] = 0.0,
+    lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error "
+                                                  "rate.")] = False,
+    as_json: o.Json = False,
+) -> None:
+    """Main effects and two-factor interactions with intervals from the seeds (aliases stated for a fraction), and
+    every cell against the control with Holm's correction.
+
+    Exit 0 when analyzed, 2 on bad input.
+    """
+    from ..plan.effects import analyze_ablation
+    from .render.plan import ablate_analysis as render
+
+    rep = analyze_ablation(results, factors, metric=metric, seed_field=seed_field, confidence=confidence,
+                           higher_is_better=not lower_is_better, min_effect=min_effect)
+    o.emit(rep, render, as_json)

@@ -87,3 +87,101 @@ def _gantt(r: Any) -> None:
         g.add_row(escape(sp.phase), f"{sp.start_hours:,.1f}", f"{sp.end_hours:,.1f}",
                   "·" * a + "█" * (b - a) + "·" * (BAR - b))
     console.print(g)
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:+,.4g}"
+
+
+def ablate_plan(r: Any) -> None:
+    """An ablation plan: the verdict, the design and its cells, aliases, what runs first and what is cut."""
+    d = r.design
+    cost = f", {usd(d.cost_cents)} at {escape(r.card)}'s hourly price" if d.cost_cents is not None else ""
+    budget = []
+    if r.budget_card_hours is not None:
+        budget.append(f"{r.budget_card_hours:,.1f} GPU-hours")
+    if r.budget_cents is not None:
+        budget.append(usd(r.budget_cents))
+    head = f"[bold]{escape(r.path)}[/bold] · {escape(r.name)} · {len(r.factors)} factors, metric {escape(r.metric)}"
+    console.print(head + (f" · budget {' and '.join(budget)}" if budget else ""))
+    verdict = "[green]PLAN[/green]" if r.fits else "[red]OVER BUDGET[/red]"
+    console.print(f"{verdict} {d.name}: {len(d.cells)} cells x {d.seeds_per_cell} seeds = {d.runs} runs, "
+                  f"{d.card_hours:,.1f} GPU-hours{cost}")
+    f = table("Factors (the control is coded -1)",
+              [("", "left"), ("factor", "left"), ("control", "left"), ("other levels", "left")])
+    for x in r.factors:
+        f.add_row(x.letter, escape(x.name), escape(x.control), escape(", ".join(v for v in x.levels
+                                                                                 if v != x.control)))
+    console.print(f)
+    if d.kind == "fractional":
+        console.print(f"Generators {', '.join(d.generators)}; defining relation I = {' = '.join(d.defining_relation)}"
+                      f"; resolution {_roman(d.resolution)}")
+        a = table("Aliases", [("effect", "left"), ("aliased with", "left")])
+        for al in d.aliases:
+            a.add_row(al.effect, " = ".join(al.aliases) or "-")
+        console.print(a)
+    console.print("Two-factor interactions estimable clear of main effects and each other: "
+                  + (", ".join(d.clear_interactions) or "none")
+                  + ("; only as aliased sums: " + "; ".join(d.aliased_interactions) if d.aliased_interactions else ""))
+    order = {label: i for i, label in enumerate(r.run_first)}
+    c = table("Cells, in the order to run them", [("#", "right"), ("cell", "left")]
+              + [(escape(x.name), "left") for x in r.factors] + [("seeds", "right"), ("GPU-h", "right")])
+    for cell in sorted(d.cells, key=lambda x: order.get(x.label, len(order))):
+        c.add_row(str(order.get(cell.label, 0) + 1), cell.label, *(escape(cell.levels[x.name]) for x in r.factors),
+                  str(cell.seeds), f"{cell.card_hours:,.1f}")
+    console.print(c)
+    alt = table("Other designs", [("design", "left"), ("cells", "right"), ("seeds", "right"), ("runs", "right"),
+                                  ("GPU-h", "right"), ("cost", "right")])
+    for x in r.alternatives:
+        alt.add_row(x.name, str(len(x.cells)), str(x.seeds_per_cell), str(x.runs), f"{x.card_hours:,.1f}",
+                    usd(x.cost_cents))
+    if r.alternatives:
+        console.print(alt)
+    for line in r.cut:
+        console.print(f"cut: {escape(line)}")
+    checks(r.checks)
+    notes(r.notes, escaped=True)
+
+
+def _roman(n: int | None) -> str:
+    from ...plan.ablate import roman
+
+    return roman(n or 0)
+
+
+def ablate_analysis(r: Any) -> None:
+    """An ablation's analysis: cell means, effects with intervals, comparisons with the control."""
+    console.print(f"[bold]{escape(r.path)}[/bold] · {r.runs} runs in {len(r.cells)} cells · {escape(r.design)} · "
+                  f"metric {escape(r.metric)}" + ("" if r.higher_is_better else " (lower is better)"))
+    if r.error_variance is not None:
+        console.print(f"Spread between seeds: pooled variance {r.error_variance:,.6g} on {r.error_df} df (SD "
+                      f"{r.error_variance ** 0.5:,.4g})")
+    c = table("Cells", [("cell", "left")] + [(escape(f.name), "left") for f in r.factors]
+              + [("n", "right"), ("mean", "right"), ("SD", "right")])
+    for cell in r.cells:
+        c.add_row(cell.label, *(escape(cell.levels[f.name]) for f in r.factors), str(cell.n), f"{cell.mean:,.4g}",
+                  "-" if cell.sd is None else f"{cell.sd:,.4g}")
+    console.print(c)
+    if r.effects:
+        e = table(f"Effects (mean at the other level - mean at the control; {r.confidence:.0%} intervals)",
+                  [("effect", "left"), ("factors", "left"), ("aliased with", "left"), ("estimate", "right"),
+                   ("SE", "right"), ("interval", "right"), ("p", "right")])
+        for x in r.effects:
+            e.add_row(x.effect, escape(x.names), " = ".join(x.aliases) or "-", _x(x.estimate),
+                      "-" if x.se is None else f"{x.se:,.4g}",
+                      "-" if x.ci_low is None else f"[{_x(x.ci_low)}, {_x(x.ci_high)}]", _p(x.p_value))
+        console.print(e)
+    if r.comparisons:
+        k = table(f"Against the control (improvement; {r.confidence:.0%} intervals; {escape(r.correction)})",
+                  [("cell", "left"), ("test", "left"), ("n", "right"), ("improvement", "right"),
+                   ("interval", "right"), ("p", "right"), ("p Holm", "right"), ("verdict", "left")])
+        for x in r.comparisons:
+            k.add_row(x.label, x.test, str(x.n), _x(x.improvement),
+                      "-" if x.ci_low is None else f"[{_x(x.ci_low)}, {_x(x.ci_high)}]", _p(x.p_value),
+                      _p(x.p_holm), x.verdict)
+        console.print(k)
+    notes(r.notes, escaped=True)

@@ -1,0 +1,552 @@
+"""`campaign ablate plan`: factors with levels and a control, a design (one factor at a time from the control, full
+factorial, two-level fractional factorial with its generators, resolution and alias structure), seeds per cell,
+GPU-hours and USD, and what to run first and what is cut under a budget.
+
+Factors are lettered A, B, C... in the file's order, which is also their priority (the last is cut first). In a
+two-level design a factor's control level is coded -1 and its other level +1; the Yates label of a cell names the
+factors away from their control ('(1)' is the control itself, 'ab' has A and B changed).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, replace
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from ..checks import Check
+from ..errors import InputError
+from ..results import Record, Result
+from ..validate import JsonObject
+from .prices import cents, load_prices, load_yaml, usd
+
+SCHEMA = "campaign.ablate_plan/1"
+FIX = "see examples/plan/factors.yaml for the format"
+LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"     # I is skipped: it names the identity in a defining relation
+MIN_SEEDS = 2                               # fewer gives no spread between seeds, so no interval
+# Generators of the 2^(k-p) designs of maximum resolution (minimum aberration), as tabulated by Box, Hunter &
+# Hunter (Statistics for Experimenters, 2nd ed., 2005, Table 6.22) and Montgomery (Design and Analysis of
+# Experiments, table of selected 2^(k-p) fractional factorial designs); signs are set so the control is a run.
+STANDARD_GENERATORS: dict[tuple[int, int], tuple[str, ...]] = {
+    (3, 1): ("C=AB",), (4, 1): ("D=ABC",), (5, 1): ("E=ABCD",), (5, 2): ("D=AB", "E=AC"),
+    (6, 1): ("F=ABCDE",), (6, 2): ("E=ABC", "F=BCD"), (6, 3): ("D=AB", "E=AC", "F=BC"),
+    (7, 1): ("G=ABCDEF",), (7, 2): ("F=ABCD", "G=ABDE"), (7, 3): ("E=ABC", "F=BCD", "G=ACD"),
+    (7, 4): ("D=AB", "E=AC", "F=BC", "G=ABC"),
+    (8, 2): ("G=ABCD", "H=ABEF"), (8, 3): ("F=ABC", "G=ABD", "H=BCDE"), (8, 4): ("E=BCD", "F=ACD", "G=ABC",
+                                                                                  "H=ABD"),
+}
+
+
+@dataclass(frozen=True)
+class Factor(Record):
+    """A factor: its letter, its levels (as text) and the control level among them."""
+
+    name: str
+    letter: str
+    levels: tuple[str, ...]
+    control: str
+
+
+@dataclass(frozen=True)
+class Cell(Record):
+    """One combination of levels: its Yates label, the level of each factor, the seeds to run and their hours."""
+
+    label: str
+    levels: dict[str, str]
+    seeds: int
+    card_hours: float
+
+
+@dataclass(frozen=True)
+class Alias(Record):
+    """An effect and what it is confounded with (up to three-factor words), e.g. AB = CD."""
+
+    effect: str
+    aliases: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Design(Record):
+    """A design costed: kind (ofat | full | fractional), its cells, seeds per cell, runs, card-hours and cents;
+    for a two-level fraction its generators, defining relation, resolution and aliases."""
+
+    kind: str
+    factors: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    seeds_per_cell: int
+    runs: int
+    card_hours: float
+    cost_cents: int | None
+    generators: tuple[str, ...] = ()
+    defining_relation: tuple[str, ...] = ()
+    resolution: int | None = None
+    aliases: tuple[Alias, ...] = ()
+    clear_interactions: tuple[str, ...] = ()
+    aliased_interactions: tuple[str, ...] = ()
+    includes_control: bool = True
+
+    @property
+    def name(self) -> str:
+        k, p = len(self.factors), len(self.generators)
+        if self.kind == "fractional":
+            return f"2^({k}-{p}) fractional, resolution {roman(self.resolution or 0)}"
+        if self.kind == "full":
+            return "full factorial"
+        return "one factor at a time"
+
+
+@dataclass(frozen=True)
+class AblationPlan(Result):
+    """The design chosen under the budget (or the one asked for), the others costed, what runs first, what is cut
+    and which interactions remain estimable."""
+
+    path: str
+    name: str
+    metric: str
+    factors: tuple[Factor, ...]
+    design: Design
+    alternatives: tuple[Design, ...]
+    fits: bool
+    budget_card_hours: float | None
+    budget_cents: int | None
+    hours_per_run: float
+    cards_per_run: int
+    card: str | None
+    seeds_how: str                      # given | power | default
+    seeds_paired: int | None            # seeds a two-variant paired comparison needs (campaign seeds' power)
+    run_first: tuple[str, ...]
+    cut: tuple[str, ...]
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return self.fits
+
+
+def roman(n: int) -> str:
+    return {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII"}.get(n, str(n))
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class FactorsFile(Record):
+    """A factors file read (see read_factors)."""
+
+    path: str
+    name: str
+    metric: str
+    factors: tuple[Factor, ...]
+    design: str
+    generators: tuple[str, ...]
+    fraction: int | None
+    seeds: int | None
+    seed_sd: float | None
+    min_effect: float | None
+    hours_per_run: float
+    cards_per_run: int
+    card: str | None
+    budget_card_hours: float | None
+    budget_cents: int | None
+
+
+def _level(value: Any, where: JsonObject, what: str) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        where.fail(f"{what} {value!r} must be a single value (a number or a name)")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return repr(value)
+    return str(value)
+
+
+def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
+    """Read a factors file (YAML or JSON): name, metric, factors: [{name, levels, control}], design (auto | ofat |
+    full | fractional), generators (['D=ABC']) or fraction (p), seeds or seed_sd + min_effect, hours_per_run,
+    cards_per_run, card, budget_gpu_hours or budget_usd.
+
+    Raises:
+        InputError: one line naming the file and the field (a factor with one level, a control not among its levels).
+    """
+    from ..hardware import find_card
+
+    where = str(path)
+    doc = JsonObject(load_yaml(path, "factors file"), where, fix=FIX)
+    factors: list[Factor] = []
+    items = doc.items("factors")
+    if not items:
+        doc.fail("field 'factors' is empty; list at least one factor with its levels")
+    if len(items) > len(LETTERS):
+        doc.fail(f"{len(items)} factors; at most {len(LETTERS)} can be lettered")
+    for i, f in enumerate(items):
+        name = f.str("name")
+        levels = tuple(_level(v, f, "level") for v in f.list("levels"))
+        if len(levels) < 2:
+            f.fail(f"factor {name!r} has {len(levels)} level(s); a factor needs at least two (its control and a "
+                   f"change)")
+        if len(set(levels)) != len(levels):
+            f.fail(f"factor {name!r} lists a level twice ({', '.join(levels)})")
+        control = _level(f.raw("control", f.list("levels")[0]), f, "control")
+        if control not in levels:
+            f.fail(f"control {control!r} of factor {name!r} is not one of its levels ({', '.join(levels)})")
+        if any(x.name == name for x in factors):
+            f.fail(f"factor {name!r} is listed twice")
+        factors.append(Factor(name, LETTERS[i], levels, control))
+    design = doc.str("design", "auto")
+    if design not in ("auto", "ofat", "full", "fractional"):
+        doc.fail(f"field 'design' is {design!r}; use auto, ofat, full or fractional")
+    generators = tuple(str(g) for g in doc.list("generators", []))
+    fraction = doc.count("fraction", None, minimum=1, maximum=len(factors))
+    seeds = doc.count("seeds", None, minimum=1, maximum=10_000)
+    seed_sd = doc.number("seed_sd", None, minimum=0)
+    min_effect = doc.number("min_effect", None)
+    hours = doc.number("hours_per_run", minimum=0)
+    if hours <= 0:
+        doc.fail("field 'hours_per_run' must be above 0")
+    card = find_card(doc.str("card")).name if "card" in doc else None
+    budget_hours = doc.number("budget_gpu_hours", None, minimum=0)
+    budget = cents(doc.raw("budget_usd"), where, "budget_usd") if "budget_usd" in doc else None
+    if budget is not None and card is None:
+        doc.fail("a budget in USD needs the 'card' whose hourly price applies")
+    return FactorsFile(where, str(doc.raw("name", os.path.basename(where))), doc.str("metric", "metric"),
+                       tuple(factors), design, generators, fraction, seeds, seed_sd, min_effect, float(hours),
+                       doc.count("cards_per_run", 1, minimum=1, maximum=4096), card, budget_hours, budget)
+
+
+# ------------------------------------------------------------------------------------------ two-level algebra
+
+
+def parse_generator(text: str, letters: str) -> tuple[str, int, frozenset[str]]:
+    """'D=ABC' or 'D = -ABC' -> ('D', sign, {'A', 'B', 'C'}); letters: the design's factor letters."""
+    left, sep, right = text.replace(" ", "").upper().partition("=")
+    sign = -1 if right.startswith("-") else 1
+    word = right.lstrip("+-")
+    if not sep or len(left) != 1 or left not in letters or not word or any(c not in letters for c in word) \
+            or left in word or len(set(word)) != len(word):
+        raise InputError(f"generator {text!r} is not of the form D=ABC over the factor letters {letters}; write the "
+                         f"generated factor, '=', then a product of other factors")
+    return left, sign, frozenset(word)
+
+
+def word(letters: frozenset[str] | set[str]) -> str:
+    return "".join(sorted(letters, key=LETTERS.index)) or "I"
+
+
+def defining_relation(generators: list[tuple[str, int, frozenset[str]]]) -> list[tuple[int, frozenset[str]]]:
+    """Every word of the defining relation I = ... : the products of the generator words (each D=ABC gives
+    I = ABCD), with their signs; 2^p - 1 words."""
+    base = [(s, w | {g}) for g, s, w in generators]
+    out = []
+    for r in range(1, len(base) + 1):
+        for combo in itertools.combinations(base, r):
+            sign, letters = 1, frozenset()
+            for s, w in combo:
+                sign, letters = sign * s, letters ^ w
+            out.append((sign, letters))
+    return out
+
+
+def aliases(letters: str, relation: list[tuple[int, frozenset[str]]], *, up_to: int = 3) -> list[Alias]:
+    """For each main effect and two-factor interaction, the effects it is confounded with (effect x each word of
+    the defining relation), of order <= up_to."""
+    effects = [frozenset(c) for c in letters] + [frozenset(p) for p in itertools.combinations(letters, 2)]
+    out = []
+    for e in effects:
+        chain = sorted(((s, e ^ w) for s, w in relation if len(e ^ w) <= up_to),
+                       key=lambda x: (len(x[1]), word(x[1])))
+        out.append(Alias(word(e), tuple(("-" if s < 0 else "") + word(w) for s, w in chain)))
+    return out
+
+
+def _coded_cells(factors: tuple[Factor, ...], generators: list[tuple[str, int, frozenset[str]]]) -> list[dict[str, int]]:
+    """Coded runs (letter -> -1/+1): the full factorial in the base factors in standard order (A changes fastest),
+    each generated factor the signed product of its word."""
+    generated = {g for g, _, _ in generators}
+    base = [f.letter for f in factors if f.letter not in generated]
+    runs = []
+    for i in range(2 ** len(base)):
+        run = {b: (1 if (i >> j) & 1 else -1) for j, b in enumerate(base)}
+        for g, s, w in generators:
+            run[g] = s * math.prod(run[c] for c in w)
+        runs.append(run)
+    return runs
+
+
+def yates(levels: dict[str, int]) -> str:
+    return "".join(c.lower() for c in sorted(levels, key=LETTERS.index) if levels[c] > 0) or "(1)"
+
+
+# ------------------------------------------------------------------------------------------ designs
+
+
+def _cell(factors: tuple[Factor, ...], chosen: dict[str, str], seeds: int, hours: float) -> Cell:
+    label = "".join(f.letter.lower() + ("" if len(f.levels) == 2 else f"{f.levels.index(chosen[f.name])}")
+                    for f in factors if chosen[f.name] != f.control) or "(1)"
+    return Cell(label, dict(chosen), seeds, seeds * hours)
+
+
+def _other(f: Factor) -> str:
+    return next(v for v in f.levels if v != f.control)
+
+
+def _cost(card_hours: float, hourly: int | None) -> int | None:
+    if hourly is None:
+        return None
+    return int((Decimal(repr(card_hours)) * hourly).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None) -> Design:
+    """The control, then each factor's other levels one at a time from the control: 1 + sum(levels - 1) cells."""
+    control = {f.name: f.control for f in factors}
+    cells = [_cell(factors, control, seeds, hours)]
+    for f in factors:
+        for v in f.levels:
+            if v != f.control:
+                cells.append(_cell(factors, {**control, f.name: v}, seeds, hours))
+    total = sum(c.card_hours for c in cells)
+    return Design("ofat", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+                  _cost(total, hourly))
+
+
+def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None) -> Design:
+    """Every combination of levels; for two-level factors the cells in standard order, all effects clear."""
+    combos = itertools.product(*[[f.control] + [v for v in f.levels if v != f.control] for f in reversed(factors)])
+    cells = [_cell(factors, dict(zip([f.name for f in reversed(factors)], c)), seeds, hours) for c in combos]
+    total = sum(c.card_hours for c in cells)
+    letters = "".join(f.letter for f in factors)
+    two = all(len(f.levels) == 2 for f in factors)
+    inter = tuple(word(frozenset(p)) for p in itertools.combinations(letters, 2))
+    return Design("full", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+                  _cost(total, hourly), aliases=tuple(Alias(a.effect, ()) for a in aliases(letters, []))
+                  if two else (), clear_interactions=inter)
+
+
+def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None, *,
+               generators: tuple[str, ...] = (), p: int | None = None) -> Design:
+    """A two-level 2^(k-p) fraction: the generators given, else the standard ones for (k, p) with signs that keep
+    the control among the runs; its defining relation, resolution (the shortest word) and aliases.
+
+    Raises:
+        InputError: a factor with more than two levels, no standard generators for (k, p), a bad generator.
+    """
+    k = len(factors)
+    many = [f.name for f in factors if len(f.levels) != 2]
+    if many:
+        raise InputError(f"a two-level fractional design needs two levels per factor; {many[0]!r} has more; use "
+                         f"design: full or ofat, or keep two levels")
+    letters = "".join(f.letter for f in factors)
+    if generators:
+        parsed = [parse_generator(g, letters) for g in generators]
+        gen_letters = [g for g, _, _ in parsed]
+        if len(set(gen_letters)) != len(gen_letters) or any(g in w for _, _, w in parsed for g in gen_letters):
+            raise InputError(f"generators {', '.join(generators)}: each generated factor must appear once, on the "
+                             f"left only; write them over the base factors")
+    else:
+        if p is None:
+            p = 1
+        if (k, p) not in STANDARD_GENERATORS:
+            raise InputError(f"no standard generators for a 2^({k}-{p}) design; give 'generators' such as "
+                             f"['D=ABC']")
+        parsed = []
+        for g in STANDARD_GENERATORS[k, p]:
+            left, _, w = parse_generator(g, letters)
+            parsed.append((left, 1 if len(w) % 2 else -1, w))     # all factors at -1 then give -1 on the left
+    relation = defining_relation(parsed)
+    resolution = min(len(w) for _, w in relation)
+    runs = _coded_cells(factors, parsed)
+    by_letter = {f.letter: f for f in factors}
+    cells = [_cell(factors, {by_letter[c].name: (by_letter[c].control if v < 0 else _other(by_letter[c]))
+                             for c, v in run.items()}, seeds, hours) for run in runs]
+    includes = any(all(v < 0 for v in run.values()) for run in runs)
+    al = aliases(letters, relation)
+    two = [a for a in al if len(a.effect) == 2]
+    clear = tuple(a.effect for a in two if all(len(x.lstrip("-")) > 2 for x in a.aliases))
+    chains: dict[frozenset[str], str] = {}             # each chain of confounded interactions once: AB = CD
+    for a in two:
+        if a.effect not in clear:
+            members = [a.effect] + [x for x in a.aliases if len(x.lstrip("-")) <= 2]
+            chains.setdefault(frozenset(m.lstrip("-") for m in members), " = ".join(members))
+    aliased = tuple(chains.values())
+    total = sum(c.card_hours for c in cells)
+    gens = tuple(f"{g}={'-' if s < 0 else ''}{word(w)}" for g, s, w in parsed)
+    return Design("fractional", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+                  _cost(total, hourly), gens, tuple(("-" if s < 0 else "") + word(w) for s, w in relation),
+                  resolution, tuple(al), clear, aliased, includes)
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+def _seeds_for(design_cells: int, paired: int | None, given: int | None, kind: str) -> int:
+    """Seeds per cell: as given; else from the paired seeds a two-variant comparison needs: OFAT compares each
+    cell with the control, so each needs them all; a two-level factorial estimates each effect from every run
+    (half against half: SE 2 sigma / sqrt(N)), so cells x seeds = 2 x paired suffices, at least MIN_SEEDS."""
+    if given is not None:
+        return given
+    if paired is None:
+        return 3
+    if kind == "ofat":
+        return max(paired, MIN_SEEDS)
+    return max(MIN_SEEDS, math.ceil(2 * paired / design_cells))
+
+
+def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design: str | None = None,
+                  seeds: int | None = None, fraction: int | None = None, budget_gpu_hours: float | None = None,
+                  budget_usd: str | float | None = None, prices: str | os.PathLike[str] | None = None) -> AblationPlan:
+    """Plan an ablation: the design asked for (or, with design 'auto', the most informative one that fits the
+    budget: full factorial, then two-level fractions of falling resolution, then one factor at a time, seeds
+    lowered to MIN_SEEDS, and factors dropped from the end of the list), costed in card-hours and USD.
+
+    Args override the file's: design (auto | ofat | full | fractional), seeds, fraction (p), budget_gpu_hours,
+    budget_usd; prices: the price file for the card's hourly price (default: the bundled example).
+    Raises:
+        InputError: a bad factors file or option.
+    """
+    if seeds is not None and seeds < 1:
+        raise InputError(f"seeds {seeds!r} must be at least 1; e.g. --seeds 3")
+    if fraction is not None and fraction < 1:
+        raise InputError(f"fraction {fraction!r} must be at least 1 (the p of a 2^(k-p) design); e.g. --fraction 1")
+    if budget_gpu_hours is not None and not 0 < budget_gpu_hours < math.inf:
+        raise InputError(f"GPU-hour budget {budget_gpu_hours!r} must be a number above 0; e.g. --budget-gpu-hours 40")
+    ff = factors_file if isinstance(factors_file, FactorsFile) else read_factors(factors_file)
+    if fraction is not None and fraction >= len(ff.factors):
+        raise InputError(f"fraction {fraction!r} leaves no base factor of {len(ff.factors)}; use 1 to "
+                         f"{len(ff.factors) - 1}")
+    ff = replace(ff, design=design or ff.design, seeds=seeds if seeds is not None else ff.seeds,
+                 fraction=fraction if fraction is not None else ff.fraction,
+                 budget_card_hours=budget_gpu_hours if budget_gpu_hours is not None else ff.budget_card_hours,
+                 budget_cents=cents(budget_usd, "--budget-usd", "budget_usd") if budget_usd is not None
+                 else ff.budget_cents)
+    if ff.design not in ("auto", "ofat", "full", "fractional"):
+        raise InputError(f"design {ff.design!r} is not known; use auto, ofat, full or fractional")
+    if ff.budget_cents is not None and ff.card is None:
+        raise InputError(f"{ff.path}: a budget in USD needs the 'card' whose hourly price applies; add card:")
+    hourly = load_prices(prices).for_card(ff.card).hourly_cents if ff.card else None
+    paired = None
+    seeds_how = "given" if ff.seeds is not None else "default"
+    notes: list[str] = []
+    if ff.seeds is None and ff.seed_sd is not None and ff.min_effect is not None:
+        from ..evaluate.stats import seeds_for_power
+
+        paired = seeds_for_power(ff.min_effect, ff.seed_sd) if ff.min_effect else None
+        if paired is None:
+            raise InputError(f"{ff.path}: no number of seeds detects min_effect {ff.min_effect!r}; give a non-zero "
+                             f"min_effect or seeds")
+        seeds_how = "power"
+        notes.append(f"{paired} paired seeds give 80% power to detect {ff.min_effect:g} at a seed SD of "
+                     f"{ff.seed_sd:g} (campaign seeds' paired t); a two-level factorial reuses every run for every "
+                     "effect, so its cells need fewer")
+    elif ff.seeds is None:
+        notes.append("3 seeds per cell by default; give seed_sd (campaign seeds' SD of differences) and min_effect "
+                     "to size them by power")
+    hours = ff.hours_per_run * ff.cards_per_run
+    two_level = all(len(f.levels) == 2 for f in ff.factors)
+
+    def build(kind: str, factors: tuple[Factor, ...], p: int | None = None, min_seeds: bool = False) -> Design:
+        n_cells = {"ofat": 1 + sum(len(f.levels) - 1 for f in factors),
+                   "full": math.prod(len(f.levels) for f in factors),
+                   "fractional": 2 ** (len(factors) - (p or len(ff.generators) or 1))}[kind]
+        s = MIN_SEEDS if min_seeds and ff.seeds is None else _seeds_for(n_cells, paired, ff.seeds, kind)
+        if kind == "ofat":
+            return ofat(factors, s, hours, hourly)
+        if kind == "full":
+            return full_factorial(factors, s, hours, hourly)
+        gens = ff.generators if factors == ff.factors and p is None else ()
+        return fractional(factors, s, hours, hourly, generators=gens, p=p or ff.fraction)
+
+    def fits(d: Design) -> bool:
+        return (ff.budget_card_hours is None or d.card_hours <= ff.budget_card_hours + 1e-9) and \
+            (ff.budget_cents is None or (d.cost_cents or 0) <= ff.budget_cents)
+
+    candidates: list[Design] = []
+    if ff.design == "auto":
+        k = len(ff.factors)
+        candidates.append(build("full", ff.factors))
+        if two_level:
+            for p in range(1, k):
+                if (k, p) in STANDARD_GENERATORS:
+                    candidates.append(build("fractional", ff.factors, p))
+        candidates.append(build("ofat", ff.factors))
+        if ff.seeds is None:
+            candidates.append(build("ofat", ff.factors, min_seeds=True))
+    else:
+        candidates.append(build(ff.design, ff.factors, ff.fraction))
+        if ff.design != "ofat":
+            candidates.append(build("ofat", ff.factors))
+    chosen = next((d for d in candidates if fits(d)), None)
+    cut: list[str] = []
+    if ff.design != "auto" and chosen is not candidates[0]:
+        chosen = None                     # the design asked for does not fit: say so, offer the rest
+    if chosen is None:
+        for drop in range(1, len(ff.factors)):
+            kept = ff.factors[:-drop]
+            d = build("ofat", kept, min_seeds=True)
+            if fits(d):
+                cut.append(f"factors {', '.join(f.name for f in ff.factors[-drop:])} (last in priority) and seeds "
+                           f"down to {d.seeds_per_cell}: one factor at a time over {', '.join(f.name for f in kept)} "
+                           f"fits ({d.card_hours:,.1f} card-hours)")
+                candidates.append(d)
+                break
+    design_ = chosen or candidates[0]
+    alternatives = tuple(d for d in candidates if d is not design_)
+    if chosen is not None and chosen is not candidates[0]:
+        first = candidates[0]
+        cut.insert(0, f"{first.name} ({first.runs} runs, {first.card_hours:,.1f} card-hours) is over the budget")
+        if chosen.kind == "fractional":
+            cut.append(f"interactions aliased in the {chosen.name}: {'; '.join(chosen.aliased_interactions) or 'none'}")
+        if chosen.kind == "ofat":
+            cut.append("every interaction: one factor at a time estimates none")
+    checks = _checks(ff, design_, chosen is not None)
+    return AblationPlan(ff.path, ff.name, ff.metric, ff.factors, design_, alternatives, chosen is not None,
+                        ff.budget_card_hours, ff.budget_cents, ff.hours_per_run, ff.cards_per_run, ff.card,
+                        seeds_how, paired, _order(design_, ff.factors), tuple(cut), tuple(checks),
+                        tuple(notes + _notes(design_, ff)))
+
+
+def _order(d: Design, factors: tuple[Factor, ...]) -> tuple[str, ...]:
+    """The control first; then OFAT in factor order; a full two-level factorial's half-fraction holding the
+    control (I = -ABC..., resolution k) before the other half, so stopping halfway leaves a clean fraction."""
+    labels = [c.label for c in d.cells]
+    rest = [x for x in labels if x != "(1)"]
+    if d.kind == "full" and all(len(f.levels) == 2 for f in factors) and len(factors) >= 3:
+        half = [x for x in rest if len(x) % 2 == 0]          # same parity as the control: product (-1)^k
+        return tuple(["(1)"] + half + [x for x in rest if x not in half])
+    return tuple((["(1)"] if "(1)" in labels else []) + rest)
+
+
+def _checks(ff: FactorsFile, d: Design, fits: bool) -> list[Check]:
+    out = [Check("ablate.control_run", "pass" if d.includes_control else "warn",
+                 "the control is one of the runs" if d.includes_control else "the control is not among the runs",
+                 "every variant is read against the control: it must be run with the same seeds",
+                 "use generators whose signs keep the control (the defaults do), or add the control run")]
+    if d.kind == "fractional":
+        status = "pass" if (d.resolution or 0) >= 4 else "warn"
+        out.append(Check("ablate.resolution", status, f"resolution {roman(d.resolution or 0)}",
+                         "at resolution III main effects are aliased with two-factor interactions",
+                         "take a smaller fraction (fraction: 1) or fewer factors"))
+    out.append(Check("ablate.seeds", "pass" if d.seeds_per_cell >= MIN_SEEDS else "warn",
+                     f"{d.seeds_per_cell} seed(s) per cell",
+                     "with one seed there is no spread between seeds, so no interval on any effect",
+                     f"run at least {MIN_SEEDS} seeds per cell"))
+    if ff.budget_card_hours is not None or ff.budget_cents is not None:
+        out.append(Check("ablate.budget", "pass" if fits else "fail",
+                         f"{d.name}: {d.card_hours:,.1f} card-hours" + (f", {usd(d.cost_cents)}" if d.cost_cents
+                                                                         is not None else "")
+                         + (" fits the budget" if fits else " is over the budget"),
+                         "an ablation cut off halfway leaves effects you cannot separate",
+                         "cut as listed, or raise the budget"))
+    return out
+
+
+def _notes(d: Design, ff: FactorsFile) -> list[str]:
+    notes = []
+    if d.kind == "fractional":
+        notes.append(f"defining relation I = {' = '.join(d.defining_relation)}; aliases of order above three are "
+                     "left out")
+    if ff.card is None:
+        notes.append("no card given: cost in card-hours only; add card: for USD at its hourly price")
+    return notes

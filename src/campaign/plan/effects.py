@@ -1,0 +1,271 @@
+"""`campaign ablate analyze`: the effects of an ablation's factors from its results (one row per run: each
+factor's level, the seed, the metric), with intervals from the spread between seeds.
+
+Two-level factorial data (full or a fraction): each main effect and two-factor interaction as mean(metric at +1) -
+mean(metric at -1) over the cell means, effect = sum(c_i ybar_i) / (C/2) with c_i = -1/+1 (the control level is
+-1); its SE from the pooled within-cell variance s^2 (df = N - C): s sqrt(sum 1/n_i) / (C/2), i.e. 2s/sqrt(N) when
+balanced (Montgomery, Design and Analysis of Experiments, ch. 6). Effects that share a column in the data are
+aliased and reported together (AB = CD). Every cell against the control: a paired t on the seeds they share
+(campaign seeds' statistics) or Welch's t otherwise, with Holm's step-down correction over the comparisons.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from ..results import Record, Result
+from .ablate import Factor, FactorsFile, read_factors, word
+
+SCHEMA = "campaign.ablate/1"
+
+
+@dataclass(frozen=True)
+class CellMean(Record):
+    """A cell's runs: its Yates label, levels, seeds, mean and SD (ddof=1; None with one run)."""
+
+    label: str
+    levels: dict[str, str]
+    n: int
+    mean: float
+    sd: float | None
+
+
+@dataclass(frozen=True)
+class Effect(Record):
+    """A main effect or two-factor interaction (letters, and factor names), with what it is aliased with in this
+    design, its estimate, SE, interval and two-sided p-value (None without replicated cells)."""
+
+    effect: str
+    names: str
+    aliases: tuple[str, ...]
+    estimate: float
+    se: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+
+
+@dataclass(frozen=True)
+class Comparison(Record):
+    """One cell against the control: the improvement (cell - control, or control - cell for a lower-is-better
+    metric), its interval, the raw and Holm-adjusted p-values and the verdict against min_effect."""
+
+    label: str
+    levels: dict[str, str]
+    n: int
+    test: str                       # paired t | Welch t
+    improvement: float
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    p_holm: float | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class AblationAnalysis(Result):
+    """Cell means, factorial effects (when the data is a two-level factorial), comparisons with the control."""
+
+    path: str
+    sha256: str
+    metric: str
+    factors: tuple[Factor, ...]
+    design: str
+    runs: int
+    cells: tuple[CellMean, ...]
+    effects: tuple[Effect, ...]
+    error_variance: float | None
+    error_df: int
+    confidence: float
+    comparisons: tuple[Comparison, ...]
+    correction: str
+    min_effect: float
+    higher_is_better: bool
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+
+def _match(value: str, f: Factor, where: str) -> str:
+    """The factor level a cell of the results names: the same text, else the same number ('1e-4' = 0.0001)."""
+    if value in f.levels:
+        return value
+    try:
+        x = float(value)
+        for level in f.levels:
+            try:
+                if float(level) == x:
+                    return level
+            except ValueError:
+                continue
+    except ValueError:
+        pass
+    raise InputError(f"{where}: {f.name} = {value!r} is not one of its levels ({', '.join(f.levels)}); fix the "
+                     f"row or the factors file")
+
+
+def holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979): sorted ascending, p_(i) x (m - i + 1), made monotone."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+def analyze_ablation(results: str | os.PathLike[str], factors: str | os.PathLike[str] | FactorsFile, *,
+                     metric: str | None = None, seed_field: str = "seed", confidence: float = 0.95,
+                     higher_is_better: bool = True, min_effect: float = 0.0) -> AblationAnalysis:
+    """Effects and comparisons of an ablation's results (JSONL, CSV/TSV or Parquet: a column per factor, the seed,
+    the metric; metric defaults to the factors file's).
+
+    Raises:
+        InputError: a missing column, a level not in the factors file, a (cell, seed) twice, confidence outside (0, 1).
+    """
+    from ..evaluate.predictions import label_of, number_of, read_rows, require_columns
+    from ..evaluate.seeds import verdict_of
+    from ..evaluate.stats import paired_t, scipy_stats
+
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence {confidence!r} must be between 0 and 1; e.g. 0.95")
+    ff = factors if isinstance(factors, FactorsFile) else read_factors(factors)
+    metric = metric or ff.metric
+    rows, digest = read_rows(results, what="ablation results")
+    names = [f.name for f in ff.factors]
+    require_columns(rows, names + [seed_field, metric], results, options={metric: "--metric-field",
+                                                                          seed_field: "--seed-field"})
+    data: dict[tuple[str, ...], dict[str, float]] = {}
+    for row in rows:
+        where = f"{results} line {row.line}"
+        key = tuple(_match(label_of(row.fields[f.name], where=where, what=f.name) or "", f, where) for f in ff.factors)
+        seed = label_of(row.fields[seed_field], where=where, what="seed") or ""
+        if seed in data.setdefault(key, {}):
+            raise InputError(f"{where}: the cell {dict(zip(names, key))} has seed {seed!r} twice; keep one row per "
+                             f"cell and seed")
+        data[key][seed] = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
+    if not data:
+        raise InputError(f"{results}: no rows; give one row per run (factor levels, seed, {metric})")
+    st = scipy_stats()
+    alpha = 1 - confidence
+
+    def label(key: tuple[str, ...]) -> str:
+        return "".join(f.letter.lower() + ("" if len(f.levels) == 2 else str(f.levels.index(v)))
+                       for f, v in zip(ff.factors, key) if v != f.control) or "(1)"
+
+    cells = []
+    for key, values in data.items():
+        v = list(values.values())
+        mean = math.fsum(v) / len(v)
+        sd = math.sqrt(math.fsum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else None
+        cells.append(CellMean(label(key), dict(zip(names, key)), len(v), mean, sd))
+    n_total = sum(c.n for c in cells)
+    df = n_total - len(cells)
+    ss = math.fsum((x - c.mean) ** 2 for c, vals in zip(cells, data.values()) for x in vals.values())
+    s2 = ss / df if df > 0 else None
+    notes: list[str] = []
+    effects, design = _effects(ff, cells, s2, df, confidence, st)
+    if s2 is None:
+        notes.append("no cell has two seeds: no spread between seeds, so no interval or p-value")
+    comparisons = _comparisons(ff, cells, data, confidence, higher_is_better, min_effect, paired_t, st, alpha,
+                               verdict_of)
+    correction = f"Holm's step-down over {len(comparisons)} comparisons with the control (family-wise error " \
+        f"{alpha:.0%})" if comparisons else "none: no control cell to compare with"
+    if effects:
+        notes.append("effect intervals are per effect, not adjusted for their number: a screening design; confirm "
+                     "what you act on")
+    return AblationAnalysis(str(results), digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
+                            s2, df, confidence, tuple(comparisons), correction, min_effect, higher_is_better,
+                            tuple(notes))
+
+
+def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, confidence: float,
+             st: Any) -> tuple[list[Effect], str]:
+    """Main effects and two-factor interactions when every factor has two levels and the cells balance each main
+    effect; effects with the same (or opposite) column are aliased and given once."""
+    factors = ff.factors
+    if any(len(f.levels) != 2 for f in factors):
+        return [], "multi-level: comparisons with the control only"
+    coded = [{f.letter: (-1 if c.levels[f.name] == f.control else 1) for f in factors} for c in cells]
+    C = len(cells)
+    if C < 2 or any(sum(x[f.letter] for x in coded) != 0 for f in factors):
+        return [], "not a two-level factorial (a main effect is unbalanced): comparisons with the control only"
+    k = len(factors)
+    design = "full factorial" if C == 2 ** k else f"2^({k}-{k - round(math.log2(C))}) fraction" \
+        if C & (C - 1) == 0 else "two-level, balanced"
+    letters = [f.letter for f in factors]
+    by_letter = {f.letter: f.name for f in factors}
+    # three-factor words only to name what a main effect is aliased with in a fraction (A = BCD)
+    candidates = [frozenset(w) for r in (1, 2, 3) for w in itertools.combinations(letters, r)]
+    groups: dict[tuple[int, ...], list[tuple[int, frozenset[str]]]] = {}
+    for e in candidates:
+        col = tuple(math.prod(x[c] for c in e) for x in coded)
+        if sum(col) != 0:                        # a constant or unbalanced column: not estimable here
+            continue
+        key = col if col[0] > 0 else tuple(-v for v in col)
+        groups.setdefault(key, []).append((1 if col[0] > 0 else -1, e))
+    tq = float(st.t.ppf(1 - (1 - confidence) / 2, df)) if s2 is not None else None
+    out = []
+    half = C / 2
+    for _, members in groups.items():
+        sign, e = members[0]
+        if len(e) > 2:
+            continue
+        col = [math.prod(x[c] for c in e) for x in coded]
+        est = math.fsum(v * c.mean for v, c in zip(col, cells)) / half
+        se = math.sqrt(s2 * math.fsum(1 / c.n for c in cells)) / half if s2 is not None else None
+        low = high = p = None
+        if se is not None and tq is not None:
+            low, high = est - tq * se, est + tq * se
+            p = float(2 * st.t.sf(abs(est / se), df)) if se > 0 else (0.0 if est else 1.0)
+        aliases = tuple(("-" if s != sign else "") + word(w) for s, w in members[1:])
+        out.append(Effect(word(e), " x ".join(by_letter[c] for c in word(e)), aliases, est, se, low, high, p))
+    return out, design
+
+
+def _comparisons(ff: FactorsFile, cells: list[CellMean], data: dict[tuple[str, ...], dict[str, float]],
+                 confidence: float, higher: bool, min_effect: float, paired_t: Any, st: Any, alpha: float,
+                 verdict_of: Any) -> list[Comparison]:
+    control_key = tuple(f.control for f in ff.factors)
+    if control_key not in data:
+        return []
+    base = data[control_key]
+    raw = []
+    for c, (key, values) in zip(cells, data.items()):
+        if key == control_key:
+            continue
+        shared = [s for s in values if s in base]
+        sign = 1 if higher else -1
+        if len(shared) >= 2 and len(shared) == len(values) == len(base):
+            t = paired_t([sign * (values[s] - base[s]) for s in shared], confidence=confidence)
+            raw.append((c, len(shared), "paired t", t.mean, t.ci_low, t.ci_high, t.p_value))
+        else:
+            a, b = list(values.values()), list(base.values())
+            mean = sign * (math.fsum(a) / len(a) - math.fsum(b) / len(b))
+            if len(a) < 2 or len(b) < 2:
+                raw.append((c, len(a), "Welch t", mean, None, None, None))
+                continue
+            va, vb = (math.fsum((x - math.fsum(v) / len(v)) ** 2 for x in v) / (len(v) - 1) for v in (a, b))
+            se2 = va / len(a) + vb / len(b)
+            if se2 == 0:
+                raw.append((c, len(a), "Welch t", mean, mean, mean, 0.0 if mean else 1.0))
+                continue
+            dfw = se2 ** 2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
+            q = float(st.t.ppf(1 - alpha / 2, dfw))
+            p = float(2 * st.t.sf(abs(mean) / math.sqrt(se2), dfw))
+            raw.append((c, len(a), "Welch t", mean, mean - q * math.sqrt(se2), mean + q * math.sqrt(se2), p))
+    ps = [r[6] for r in raw if r[6] is not None]
+    adjusted = iter(holm(ps))
+    out = []
+    for c, n, test, mean, low, high, p in raw:
+        ph = next(adjusted) if p is not None else None
+        verdict = verdict_of(low, high, min_effect)
+        if verdict == "convincing" and (ph is None or ph >= alpha):
+            verdict = "inconclusive"
+        out.append(Comparison(c.label, c.levels, n, test, mean, low, high, p, ph, verdict))
+    return out

@@ -1,4 +1,4 @@
-"""`campaign report`: the campaign's records and runs in one self-contained HTML file."""
+"""`campaign report` and `campaign export`: the campaign's records in one HTML file, and the hand-over bundle."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +11,7 @@ from . import common as o
 
 def register(app: typer.Typer) -> None:
     app.command("report", epilog="Example: campaign report --out report.html")(report)
+    app.command("export", epilog="Example: campaign export handover/ --run lora-r16-20261130T101500-ab12")(export)
 
 
 def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path("report.html"),
@@ -24,3 +25,19 @@ def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to wri
     from .render.report import report as render_report
 
     o.emit(build_report(out, root=root, title=title), render_report, as_json)
+
+
+def export(bundle: Annotated[Path, typer.Argument(help="A new folder for the bundle.")],
+           run: Annotated[Optional[str], typer.Option(help="The accepted run to hand over (default: the newest "
+                                                           "accepted one).")] = None,
+           force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
+           root: Annotated[Optional[Path], typer.Option("--root", help="The record folder (default: "
+                                                                       "$CAMPAIGN_ROOT, else .campaign here).")] = None,
+           as_json: o.Json = False) -> None:
+    """The hand-over: the accepted run's model or adapter files (re-hashed against what the run recorded), its
+    manifest and its baseline's, the report, and a README of the limits observed; every file in bundle.json with
+    its sha256. Written beside and renamed into place when complete."""
+    from ..report.bundle import export_bundle
+    from .render.report import bundle as render_bundle
+
+    o.emit(export_bundle(bundle, run=run, root=root, force=force), render_bundle, as_json)

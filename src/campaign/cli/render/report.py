@@ -1,4 +1,4 @@
-"""Renderer of the report command: where it was written and what it holds."""
+"""Renderers of report and export: where each was written and what it holds."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,3 +10,9 @@ def report(r: Any) -> None:
     console.print(f"wrote {escape(r.path)}: {r.records} records ({r.unreadable} unreadable), {r.runs} runs, "
                   f"{r.figures} figures")
     notes(r.missing, escaped=True)
+
+
+def bundle(r: Any) -> None:
+    console.print(f"wrote {escape(r.path)}: run {escape(r.run)}, {len(r.files)} files, {r.bytes / 2**20:.2f} MiB, "
+                  "every one re-hashed (bundle.json)")
+    notes(r.limits, escaped=True)

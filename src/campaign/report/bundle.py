@@ -1,0 +1,171 @@
+"""`campaign export BUNDLE_DIR`: what is handed over at the end of a rental, in one folder: the accepted run's
+model or adapter files (with the adapter's binding to its exact base), its manifest and its baseline's (with the
+uncommitted code diffs), the report, and a README of the limits observed (guards, slices that regressed, the memory
+margin measured). Every file is listed in bundle.json with its sha256.
+
+The bundle is built in a sibling folder and renamed into place when complete; every copied artifact is hashed
+again and must match the hash its run recorded, so a checkpoint changed after it was recorded is refused, not
+shipped.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..io import atomic_write_json, atomic_write_text, sha256_file
+from ..results import Result
+from ..track.manifest import Manifest, file_artifact
+from ..track.records import load_records
+from ..track.store import Store
+
+SCHEMA = "campaign.bundle/1"
+SHIPPED = ("adapter", "checkpoint", "model", "predictions", "config")
+
+
+@dataclass(frozen=True)
+class BundleResult(Result):
+    path: str
+    run: str
+    baseline: str | None
+    files: tuple[str, ...]
+    bytes: int
+    limits: tuple[str, ...]
+    schema: str = SCHEMA
+
+
+def _accepted(store: Store, run_id: str | None) -> Manifest:
+    if run_id is not None:
+        m = store.read(run_id)
+        if m.decision is None or m.decision.decision != "accepted":
+            raise InputError(f"run {run_id} is not accepted (decision: {m.decision.decision if m.decision else 'none'})"
+                             f"; decide it first: campaign run decide {run_id} accepted --why ...")
+        return m
+    accepted = [r for r in store.list() if r.decision == "accepted"]
+    if not accepted:
+        raise InputError(f"no accepted run in {store.runs}; accept one (campaign run decide ID accepted --why ...) or "
+                         "give --run ID")
+    return store.read(accepted[0].id)                     # newest first
+
+
+def _limits(m: Manifest, root: str | Path | None) -> list[str]:
+    """What the hand-over must say it was not shown to do: guards, slices that fell, the memory margin measured."""
+    out = []
+    if m.guards:
+        out.append(f"guards stated before the run (what must not regress): {'; '.join(m.guards)}")
+    else:
+        out.append("no guards were stated for this run: nothing was checked for regressions")
+    for r in load_records(root):
+        d = r.result or {}
+        kind = (r.schema or "").split("/")[0]
+        if kind == "campaign.regress":
+            fell = [f"{x.get('name')} {x['delta']:+.4f}" for x in d.get("deltas") or []
+                    if isinstance(x, dict) and isinstance(x.get("delta"), (int, float)) and x["delta"] < 0]
+            fell += [f"F1[{x.get('label')}] {x['delta_f1']:+.4f}" for x in d.get("per_class") or []
+                     if isinstance(x, dict) and isinstance(x.get("delta_f1"), (int, float)) and x["delta_f1"] < 0]
+            if fell:
+                out.append(f"regressed against the baseline ({r.created}): {', '.join(fell[:8])}")
+        elif kind == "campaign.explain" and isinstance(d.get("margin"), (int, float)):
+            out.append(f"memory: plan with a {d['margin']:.0%} margin over the measured peak ({r.created})")
+        elif kind == "campaign.measurement":
+            peak = max((p.get("peak_reserved_bytes", 0) for p in d.get("phases") or []), default=0)
+            env = d.get("environment") or {}
+            out.append(f"memory measured on {env.get('device_name', '?')}: peak reserved {peak / 2**30:.2f} GiB "
+                       f"({r.created})")
+    return out
+
+
+def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Path | None = None,
+                  force: bool = False) -> BundleResult:
+    """Write the hand-over bundle of the accepted run (see the module docstring).
+
+    Raises:
+        InputError: no accepted run, out_dir exists (unless force), an artifact missing or changed since recorded.
+    """
+    from .build import build_report
+
+    store = Store(root)
+    m = _accepted(store, run)
+    base = store.read(m.baseline) if m.baseline else None
+    out = Path(out_dir)
+    if out.exists() and not force:
+        raise InputError(f"{out}: exists; give a new folder, or --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.campaign-"))
+    try:
+        for a in m.artifacts:
+            if a.kind.split(":")[0] not in SHIPPED:
+                continue
+            src = Path(a.path)
+            if not src.exists():
+                raise InputError(f"{src}: recorded as the run's {a.kind} but gone; restore it or record it again")
+            dest = stage / "artifacts" / src.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
+            if file_artifact(dest, a.kind).sha256 != a.sha256:
+                raise InputError(f"{src}: changed since it was recorded for run {m.id} (sha256 differs); record it "
+                                 "again (campaign run artifact) or restore the recorded version")
+        for tag, manifest in (("run", m), ("baseline", base)):
+            if manifest is None:
+                continue
+            folder = store.folder(manifest.id)
+            for name in ("manifest.json", "code.diff"):
+                if (folder / name).is_file():
+                    (stage / tag).mkdir(exist_ok=True)
+                    shutil.copy2(folder / name, stage / tag / name)
+        build_report(stage / "report.html", root=root, title=f"Campaign report: {m.name}")
+        limits = _limits(m, root)
+        atomic_write_text(stage / "README.md", _readme(m, base, limits))
+        files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+        hashes = {f: sha256_file(stage / f) for f in files}
+        atomic_write_json(stage / "bundle.json", {
+            "schema": SCHEMA, "run": m.id, "baseline": m.baseline,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "sha256": hashes})
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(stage, out)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    size = sum((out / f).stat().st_size for f in files)
+    return BundleResult(str(out), m.id, m.baseline, tuple(files), size, tuple(limits))
+
+
+def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
+    lines = [f"# {m.name}: hand-over", "", f"Run `{m.id}`, accepted: {m.decision.why if m.decision else ''}", ""]
+    if m.hypothesis:
+        lines += [f"Hypothesis: {m.hypothesis}", ""]
+    if base is not None:
+        change = ", ".join(m.change) or "nothing"
+        lines += [f"Baseline `{base.id}`; what changed: {change}.", ""]
+    code = m.code
+    if code.get("commit"):
+        lines += [f"Code: commit {code['commit']}" + (" plus the uncommitted diff in run/code.diff"
+                                                      if code.get("diff_sha256") else ""), ""]
+    for a in m.artifacts:
+        if a.kind.split(":")[0] in SHIPPED:
+            lines.append(f"- artifacts/{Path(a.path).name} ({a.kind}, sha256 {a.sha256})")
+            binding = Path(a.path) / "campaign_binding.json"
+            if binding.is_file():
+                lines.append("  bound to its base model by campaign_binding.json: load it with "
+                             "campaign.load_adapter(base, folder), which refuses another base")
+    lines += ["", "## Limits observed", ""] + [f"- {limit}" for limit in limits]
+    lines += ["", "Every file is listed with its sha256 in bundle.json; report.html is the campaign's report.", ""]
+    return "\n".join(lines)
+
+
+def verify_bundle(folder: str | Path) -> list[str]:
+    """Files of a bundle whose sha256 no longer matches bundle.json (empty when intact)."""
+    from ..io import load_json
+
+    doc = load_json(Path(folder) / "bundle.json", "bundle")
+    hashes: dict[str, Any] = doc.get("sha256", {}) if isinstance(doc, dict) else {}
+    return [f for f, h in hashes.items() if not (Path(folder) / f).is_file() or sha256_file(Path(folder) / f) != h]
+
+
+__all__ = ["BundleResult", "export_bundle", "verify_bundle"]

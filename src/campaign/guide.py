@@ -51,6 +51,8 @@ QUESTIONS: tuple[Question, ...] = (
     Question(5, "My budget is limited. What do I run first?", "an order of experiments, cost against useful results", (
         Step("budget", "a campaign split into phases, costed in USD against 3/7/30-day packages"),
         Step("bench", "cost compared at equal quality"),
+        Step("report", "the whole campaign in one HTML file: each figure, how and when obtained, what is missing"),
+        Step("export", "the hand-over: the accepted model or adapter, manifests, report, limits observed"),
     )),
 )
 

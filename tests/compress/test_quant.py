@@ -198,3 +198,22 @@ def test_a_model_directory_is_loaded_in_its_saved_precision(tmp_path):
     r = compare_quant({"model": str(tmp_path / "m"), "batches": batches()}, formats=["int8"])
     assert r.reference == "bf16" and [v.name for v in r.variants] == ["bf16", "int8"]
     assert r.variants[0].weight_bytes_stored > r.variants[1].weight_bytes_stored
+
+
+def test_extraction_outputs_are_compared_with_regress_and_validity_guards():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("quant_example", EXAMPLES / "quant_setup.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    made = example.classifier_setup()
+
+    def as_json(model, batch):                   # the answer as a JSON object; row 0 of each batch is cut off
+        labels = example.predict(model, batch)
+        return [json.dumps({"label": a})[:-1] if i == 0 else json.dumps({"label": a}) for i, a in enumerate(labels)]
+
+    setup = {**made, "metric": "extraction", "predict": as_json, "gold": [{"label": g} for g in made["gold"]]}
+    r = compare_quant(setup, formats=["int8"], guards=["valid_json>=0"])
+    ref, int8 = r.variants
+    assert ref.metrics["valid_json"] == pytest.approx(45 / 48) and int8.status == "pass"
+    assert int8.test.startswith("McNemar") and int8.guards[0].metric == "valid_json"

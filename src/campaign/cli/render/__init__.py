@@ -5,7 +5,7 @@ prints the result's to_dict()).
 This module holds what every family shares: the console, the verdict and status styles, one unit per table
 (Scale), the progress spinner, user text escaped, the notes and the list of Check rows. One module per family:
 memory.py (memory, trace, kv, measure, explain), data.py (split, leaks, usage), evaluate.py (errors, regress,
-seeds), models.py (models, cards, guide), train.py (batch, check, inspect). A new result type gets its renderer
+seeds), models.py (models, cards, guide), train.py (batch, check, inspect), quant.py (quant). A new result type gets its renderer
 in its family's module; the command imports it there and hands it to common.emit.
 """
 from __future__ import annotations

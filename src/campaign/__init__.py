@@ -46,7 +46,7 @@ _LAZY = {
     # 5. my budget is limited: budget, ablate, bench
     "budget": "plan.budget", "read_plan": "plan.budget", "load_prices": "plan.prices",
     "estimate_runtime": "plan.runtime", "plan_ablation": "plan.ablate", "read_factors": "plan.ablate",
-    "analyze_ablation": "plan.effects",
+    "analyze_ablation": "plan.effects", "bench": "plan.bench",
     # the map
     "guide_map": "guide",
 }

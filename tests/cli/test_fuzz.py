@@ -127,10 +127,14 @@ def _reader_cases(tmp_path, measurement):
         (tmp_path / "factors.yaml").write_bytes(payload)
         return ["ablate", "plan", str(tmp_path / "factors.yaml")]
 
+    def cost(payload):
+        (tmp_path / "cost.yaml").write_bytes(payload)
+        return ["bench", str(tmp_path / "cost.yaml")]
+
     return {"config.json": config, "safetensors index": index, "safetensors header": header,
             "measurement": measured, "estimate": estimate, "split manifest": manifest, "JSON schema": schema,
             "data record": data_line, "prediction record": predictions_line, "seeds record": seeds_line,
-            "plan file": plan, "price file": prices, "factors file": factors}
+            "plan file": plan, "price file": prices, "factors file": factors, "cost file": cost}
 
 
 @pytest.mark.parametrize("broken", sorted(BROKEN_JSON))

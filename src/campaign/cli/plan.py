@@ -1,4 +1,4 @@
-"""`campaign budget`, `campaign ablate plan|analyze`: my budget is limited, what do I run first?"""
+"""`campaign budget`, `campaign ablate plan|analyze`, `campaign bench`: my budget is limited, what do I run first?"""
 from __future__ import annotations
 
 from typing import Annotated, List, Optional
@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
     ablate.command("analyze", epilog="Example: campaign ablate analyze examples/plan/ablation_results.csv --factors "
                    "examples/plan/factors.yaml")(ablate_analyze)
     app.add_typer(ablate, name="ablate")
+    app.command("bench", epilog="Example: campaign bench examples/plan/cost.yaml --out bench")(bench)
 
 
 def budget(
@@ -108,3 +109,24 @@ def ablate_analyze(
     rep = analyze_ablation(results, factors, metric=metric, seed_field=seed_field, confidence=confidence,
                            higher_is_better=not lower_is_better, min_effect=min_effect)
     o.emit(rep, render, as_json)
+
+
+def bench(
+    cost: Annotated[str, typer.Argument(help="Cost file (YAML or JSON): the target quality, the protocol and, per "
+                                        "configuration, its runs' hours to the target or their curves; see "
+                                        "examples/plan/cost.yaml.")],
+    prices: Prices = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Folder to write raw.csv (one row per run) and "
+                                               "protocol.md into, together.")] = None,
+    as_json: o.Json = False,
+) -> None:
+    """Cost at equal quality: for each configuration the time its runs took to reach the target, its cost under
+    each rental, the cheapest way to reach the target; configurations that never reach it are marked.
+
+    Exit 0 when a configuration reaches the target in every run, 1 when none does, 2 on bad input.
+    """
+    from ..plan.bench import bench as run_bench
+    from .render.plan import bench as render
+
+    rep = run_bench(cost, prices=prices, out=out)
+    o.emit(rep, render, as_json, failed=not rep.passed)

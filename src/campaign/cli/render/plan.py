@@ -185,3 +185,38 @@ def ablate_analysis(r: Any) -> None:
                       _p(x.p_holm), x.verdict)
         console.print(k)
     notes(r.notes, escaped=True)
+
+
+def bench(r: Any) -> None:
+    """Cost at equal quality: the cheapest way to the target, every configuration, the files written."""
+    direction = ">=" if r.higher_is_better else "<="
+    console.print(f"[bold]{escape(r.path)}[/bold] · {escape(r.name)} · target {escape(r.metric)} {direction} "
+                  f"{r.target:g} · {r.repeats} run(s) to the target costed")
+    head = "[green]CHEAPEST[/green]" if r.cheapest else "[red]NONE REACHES[/red]"
+    console.print(f"{head} — {escape(r.why)}")
+    t = table("Configurations (hours to the target: mean and slowest run; cost of the slowest x runs)",
+              [("configuration", "left"), ("card", "left"), ("cards", "right"), ("method", "left"), ("runs", "right"),
+               ("status", "left"), ("mean h", "right"), ("slowest h", "right"), ("cheapest", "left"),
+               ("cost", "right")])
+    t.columns[0].no_wrap = t.columns[1].no_wrap = True
+    for c in r.configurations:
+        t.add_row(escape(c.name), escape(c.card), str(c.cards), escape(f"{c.method} {c.precision}".strip()),
+                  str(len(c.runs)), c.status, _h2(c.hours_mean), _h2(c.hours_worst), escape(c.cheapest or "-"),
+                  usd(c.cheapest_cents))
+    console.print(t)
+    names = list(dict.fromkeys(x.name for c in r.configurations for x in c.rentals))
+    if names:
+        p = table("Cost under each rental (- : the rental's window or cards do not hold the runs)",
+                  [("configuration", "left")] + [(escape(n), "right") for n in names])
+        for c in r.configurations:
+            if c.rentals:
+                by = {x.name: x for x in c.rentals}
+                p.add_row(escape(c.name), *(usd(by[n].cost_cents) if n in by and by[n].fits else "-" for n in names))
+        console.print(p)
+    for f in r.files:
+        console.print(f"Wrote {escape(f)}")
+    notes(r.notes, escaped=True)
+
+
+def _h2(hours: float | None) -> str:
+    return "-" if hours is None else f"{hours:,.2f}"

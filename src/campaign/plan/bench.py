@@ -1,0 +1,282 @@
+"""`campaign bench`: cost at equal quality. A target quality is fixed; for each configuration (card, cards, method,
+precision) the time its runs took to reach it (given, or read off each run's curve of (hours, metric) at the first
+crossing, interpolated linearly), the cost of that time under each rental of the price file, and the cheapest way
+to reach the target; configurations whose runs never reach it are marked. The raw table (CSV, one row per run)
+and the protocol (same data, same evaluation, number of runs, how time was measured) are written together."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..results import Record, Result
+from ..validate import JsonObject
+from .prices import PriceFile, hourly_cost, load_prices, load_yaml, usd
+
+SCHEMA = "campaign.bench/1"
+FIX = "see examples/plan/cost.yaml for the format"
+RAW = "raw.csv"
+PROTOCOL = "protocol.md"
+
+
+@dataclass(frozen=True)
+class BenchRun(Record):
+    """One run: its seed, the hours it took to reach the target (None: never), the last metric, how timed."""
+
+    seed: str
+    hours_to_target: float | None
+    final: float | None
+    how: str                        # given | curve
+
+
+@dataclass(frozen=True)
+class RentalCost(Record):
+    """The time to the target priced under one rental: fits when the rental's window holds it."""
+
+    name: str
+    cards: int
+    window_hours: float | None
+    fits: bool
+    cost_cents: int | None
+
+
+@dataclass(frozen=True)
+class Configuration(Record):
+    """A configuration's runs, whether they reach the target (every run must), the mean and the slowest time to
+    it, and its cost under each rental (priced on the slowest run, so a repeat fits too)."""
+
+    name: str
+    card: str
+    cards: int
+    method: str
+    precision: str
+    runs: tuple[BenchRun, ...]
+    status: str                     # reaches | reaches in k of n runs | never reaches
+    hours_mean: float | None
+    hours_worst: float | None
+    rentals: tuple[RentalCost, ...]
+    cheapest: str | None
+    cheapest_cents: int | None
+
+
+@dataclass(frozen=True)
+class BenchReport(Result):
+    """Every configuration at the target, the cheapest way to reach it, and the files written."""
+
+    path: str
+    name: str
+    metric: str
+    target: float
+    higher_is_better: bool
+    repeats: int
+    configurations: tuple[Configuration, ...]
+    cheapest: str | None
+    cheapest_rental: str | None
+    cheapest_cents: int | None
+    why: str
+    protocol: dict[str, Any]
+    prices: dict[str, Any] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return self.cheapest is not None
+
+
+def crossing(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
+    """The first time a curve of (hours, metric) points, in time order, reaches the target: linear
+    interpolation between the last point short of it and the first at or past it; None if it never does."""
+    def reached(y: float) -> bool:
+        return y >= target if higher else y <= target
+
+    prev: tuple[float, float] | None = None
+    for t, y in curve:
+        if reached(y):
+            if prev is None or prev[1] == y:
+                return t
+            t0, y0 = prev
+            return t0 + (target - y0) * (t - t0) / (y - y0)
+        prev = (t, y)
+    return None
+
+
+def _runs(c: JsonObject, target: float, higher: bool) -> list[BenchRun]:
+    out = []
+    for i, r in enumerate(c.items("runs")):
+        seed = str(r.raw("seed", i))
+        if "curve" in r:
+            points = []
+            for j, p in enumerate(r.list("curve")):
+                if not (isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float))
+                                                                    and not isinstance(v, bool)
+                                                                    and math.isfinite(v) for v in p)):
+                    r.fail(f"curve[{j}] must be [hours, metric], two numbers, got {p!r}")
+                points.append((float(p[0]), float(p[1])))
+            if not points:
+                r.fail("field 'curve' is empty; give [hours, metric] points")
+            if any(b[0] <= a[0] for a, b in zip(points, points[1:])) or points[0][0] < 0:
+                r.fail("the curve's hours must start at 0 or more and increase")
+            out.append(BenchRun(seed, crossing(points, target, higher), points[-1][1], "curve"))
+        elif "hours_to_target" in r:
+            hours = r.data["hours_to_target"]
+            if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float))
+                                      or not math.isfinite(hours) or hours <= 0):
+                r.fail(f"field 'hours_to_target' is {hours!r}; give hours above 0, or null when it never reached")
+            final = r.number("final", None)
+            out.append(BenchRun(seed, None if hours is None else float(hours), final, "given"))
+        else:
+            r.fail("give 'hours_to_target' (null when the run never reached the target) or a 'curve'")
+    if not out:
+        c.fail("field 'runs' is empty; give at least one run")
+    return out
+
+
+def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int) -> list[RentalCost]:
+    """`repeats` runs of `hours` on `cards` cards each, priced under every rental of the card: a package runs
+    floor(its cards / cards) side by side and fits when ceil(repeats / that) x hours <= its window; on demand
+    each run is billed per started hour on its cards."""
+    prices = pf.for_card(card)
+    out = []
+    for pk in prices.packages:
+        side = pk.cards // cards
+        fits = side >= 1 and math.ceil(repeats / side) * hours <= pk.hours + 1e-9
+        out.append(RentalCost(pk.name, pk.cards, float(pk.hours), fits, pk.price_cents))
+    if prices.hourly_cents is not None:
+        out.append(RentalCost("on-demand", cards, None, True, repeats * hourly_cost(prices.hourly_cents, cards,
+                                                                                    hours)))
+    return out
+
+
+def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] | PriceFile | None = None,
+          out: str | os.PathLike[str] | None = None) -> BenchReport:
+    """Cost at equal quality from a cost file (YAML or JSON): name, metric, target, higher_is_better, repeats (the
+    runs to the target the campaign needs, default 1), protocol
+    {data, evaluation, timing}, configurations: [{name, card, cards, method, precision, runs: [{seed,
+    hours_to_target | curve: [[hours, metric], ...]}]}].
+
+    Args:
+        prices: the price file (default: the bundled example prices).
+        out: a folder to write raw.csv and protocol.md into, together (all-or-nothing).
+    Raises:
+        InputError: one line naming the file and the field.
+    """
+    from ..hardware import find_card
+    from ..io import sha256_file
+
+    where = str(cost_file)
+    doc = JsonObject(load_yaml(cost_file, "cost file"), where, fix=FIX)
+    metric = doc.str("metric", "metric")
+    target = float(doc.number("target"))
+    higher = doc.raw("higher_is_better", True)
+    if not isinstance(higher, bool):
+        doc.fail("field 'higher_is_better' must be true or false")
+    repeats = doc.count("repeats", 1, minimum=1, maximum=100_000)
+    proto = doc.obj("protocol", None)
+    protocol = {k: str(proto.raw(k, "")) if proto is not None else "" for k in ("data", "evaluation", "timing")}
+    pf = prices if isinstance(prices, PriceFile) else load_prices(prices)
+    configs: list[Configuration] = []
+    names: set[str] = set()
+    for c in doc.items("configurations"):
+        name = c.str("name")
+        if name in names:
+            c.fail(f"configuration {name!r} is listed twice")
+        names.add(name)
+        card = find_card(c.str("card")).name
+        ncards = c.count("cards", 1, minimum=1, maximum=4096)
+        runs = _runs(c, target, higher)
+        reached = [r.hours_to_target for r in runs if r.hours_to_target is not None]
+        if len(reached) == len(runs):
+            status = "reaches"
+        elif reached:
+            status = f"reaches in {len(reached)} of {len(runs)} runs"
+        else:
+            status = "never reaches"
+        mean = math.fsum(reached) / len(reached) if reached else None
+        worst = max(reached) if reached else None
+        rentals = _rentals(pf, card, ncards, worst, repeats) if status == "reaches" and worst is not None else []
+        best = min((r for r in rentals if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
+                   default=None)
+        configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),
+                                     status, mean, worst, tuple(rentals), best.name if best else None,
+                                     best.cost_cents if best else None))
+    if not configs:
+        doc.fail("field 'configurations' is empty")
+    ok = [c for c in configs if c.cheapest_cents is not None]
+    win = min(ok, key=lambda c: (c.cheapest_cents or 0, c.hours_worst or 0), default=None)
+    if win:
+        why = f"{win.name} reaches {metric} {target:g} in {win.hours_worst:,.2f} h (slowest of {len(win.runs)} runs) " \
+              f"on {win.cards} x {win.card}: {usd(win.cheapest_cents or 0)} {win.cheapest}" + \
+              (f" for {repeats} such runs" if repeats > 1 else "")
+        others = sorted((c for c in ok if c is not win), key=lambda c: c.cheapest_cents or 0)
+        if others:
+            why += f"; next {others[0].name} at {usd(others[0].cheapest_cents or 0)}"
+    else:
+        why = f"no configuration reaches {metric} {target:g} in every run"
+    notes = ["every run must reach the target for a configuration to count; its cost is the slowest run's hours, "
+             f"x {repeats} run(s), priced under each rental (on demand: each run per started hour x cards; a "
+             "package: its cards side by side within its window)"]
+    if pf.example:
+        notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
+    source = {"path": where, "sha256": sha256_file(where)}
+    report = BenchReport(where, str(doc.raw("name", os.path.basename(where))), metric, target, higher, repeats,
+                         tuple(configs), win.name if win else None, win.cheapest if win else None,
+                         win.cheapest_cents if win else None, why, protocol | {"source": source},
+                         {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
+                         (), tuple(notes))
+    if out is not None:
+        from dataclasses import replace
+
+        from ..io import file_set
+
+        with file_set(out, replaces=(RAW, PROTOCOL)) as stage:
+            (stage / RAW).write_text(raw_csv(report), encoding="utf-8")
+            (stage / PROTOCOL).write_text(protocol_text(report), encoding="utf-8")
+        report = replace(report, files=(os.path.join(str(out), RAW), os.path.join(str(out), PROTOCOL)))
+    return report
+
+
+def raw_csv(r: BenchReport) -> str:
+    """One row per run: configuration, card, cards, method, precision, seed, hours to the target (empty when
+    never), reached, final metric, how it was timed."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["configuration", "card", "cards", "method", "precision", "seed", "hours_to_target", "reached",
+                "final_" + r.metric, "timed"])
+    for c in r.configurations:
+        for run in c.runs:
+            w.writerow([c.name, c.card, c.cards, c.method, c.precision, run.seed,
+                        "" if run.hours_to_target is None else f"{run.hours_to_target:.6g}",
+                        str(run.hours_to_target is not None).lower(), "" if run.final is None else f"{run.final:g}",
+                        run.how])
+    return buf.getvalue()
+
+
+def protocol_text(r: BenchReport) -> str:
+    """The protocol beside the raw table: what was fixed, what was measured and how, and the result."""
+    p = r.protocol
+    direction = "at least" if r.higher_is_better else "at most"
+    lines = [f"# Cost at equal quality: {r.name}", "",
+             f"- Target: {r.metric} {direction} {r.target:g}, the same for every configuration.",
+             f"- Data: {p.get('data') or 'not stated'} (the same data for every configuration).",
+             f"- Evaluation: {p.get('evaluation') or 'not stated'} (the same procedure for every configuration).",
+             f"- Runs measured: {', '.join(f'{c.name} {len(c.runs)}' for c in r.configurations)}; costed for "
+             f"{r.repeats} run(s) to the target.",
+             f"- Time measured: {p.get('timing') or 'not stated'}; from a run's curve, the first crossing of the "
+             "target, interpolated linearly between evaluations.",
+             f"- Prices: {r.prices.get('source')} ({r.prices.get('date')})"
+             + (", example data" if r.prices.get("example") else "") + ".",
+             f"- Input: {p['source']['path']} (sha256 {p['source']['sha256']}); raw table: {RAW}.", "",
+             "| configuration | card | cards | method | precision | status | mean h | slowest h | cheapest | cost |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in r.configurations:
+        lines.append(f"| {c.name} | {c.card} | {c.cards} | {c.method} | {c.precision} | {c.status} | "
+                     f"{'-' if c.hours_mean is None else f'{c.hours_mean:.2f}'} | "
+                     f"{'-' if c.hours_worst is None else f'{c.hours_worst:.2f}'} | {c.cheapest or '-'} | "
+                     f"{'-' if c.cheapest_cents is None else usd(c.cheapest_cents)} |")
+    lines += ["", f"Result: {r.why}.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""campaign bench: time to a fixed quality from given hours or curves, priced under each rental by hand, the
+cheapest way to the target, configurations that never reach it, and the raw table with its protocol."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from campaign.plan.bench import bench, crossing
+
+
+def test_crossing_interpolates_between_evaluations():
+    # 70 at 1 h, 74 at 3 h: 72 is half way, at 2 h; a point exactly at the target is its own time
+    assert crossing([(1, 70), (3, 74)], 72, True) == 2.0
+    assert crossing([(0.5, 71), (1, 72), (2, 73)], 72, True) == 1.0
+    assert crossing([(1, 70), (2, 71)], 72, True) is None
+    # a loss going down to 0.5: 0.8 at 1 h, 0.4 at 2 h -> 1.75 h
+    assert crossing([(1, 0.8), (2, 0.4)], 0.5, False) == pytest.approx(1.75)
+
+
+COST = {
+    "name": "t", "metric": "f1", "target": 72, "repeats": 4,
+    "protocol": {"data": "heldout.jsonl", "evaluation": "macro F1", "timing": "wall clock"},
+    "configurations": [
+        {"name": "fast", "card": "h100", "method": "lora", "precision": "bf16",
+         "runs": [{"seed": 0, "hours_to_target": 5.0}, {"seed": 1, "hours_to_target": 6.0},
+                  {"seed": 2, "hours_to_target": 7.0}]},
+        {"name": "curve", "card": "h100", "cards": 4, "method": "full", "precision": "bf16",
+         "runs": [{"seed": 0, "curve": [[1, 70], [3, 74]]}, {"seed": 1, "curve": [[1, 71], [2, 72.5]]}]},
+        {"name": "never", "card": "h100", "runs": [{"seed": 0, "hours_to_target": None, "final": 71.0},
+                                                    {"seed": 1, "hours_to_target": 3.0}]},
+    ],
+}
+
+
+def test_costs_at_equal_quality_by_hand(write_yaml, prices, tmp_path):
+    rep = bench(write_yaml(COST, "cost.yaml"), prices=prices, out=tmp_path / "out")
+    fast, curve, never = rep.configurations
+    # fast: mean (5 + 6 + 7) / 3 = 6 h, slowest 7 h; 4 runs of 7 h on one card
+    assert (fast.status, fast.hours_mean, fast.hours_worst) == ("reaches", 6.0, 7.0)
+    cost = {r.name: (r.fits, r.cost_cents) for r in fast.rentals}
+    # on demand: 4 runs x 7 started hours x $2.50 = $70.00; 3-day (1 card): 4 x 7 = 28 h <= 72 h, $100.00;
+    # 3-day-4x: the 4 runs side by side in 7 h, $500.00
+    assert cost["on-demand"] == (True, 7_000) and cost["3-day"] == (True, 10_000) and cost["3-day-4x"] == (True,
+                                                                                                            50_000)
+    assert (fast.cheapest, fast.cheapest_cents) == ("on-demand", 7_000)
+    # curve: 2.0 h and 1 + (72 - 71) / (72.5 - 71) = 1.667 h; slowest 2 h on 4 cards: a 1-card package cannot hold
+    # it; on demand 4 runs x 2 h x 4 cards x $2.50 = $80.00; 3-day-4x holds one run at a time: 4 x 2 = 8 h, $500
+    assert curve.hours_worst == 2.0 and curve.hours_mean == pytest.approx((2.0 + 1 + 1 / 1.5) / 2)
+    cc = {r.name: (r.fits, r.cost_cents) for r in curve.rentals}
+    assert cc["3-day"][0] is False and cc["on-demand"] == (True, 8_000) and cc["3-day-4x"] == (True, 50_000)
+    assert never.status == "reaches in 1 of 2 runs" and never.cheapest is None and never.rentals == ()
+    assert rep.cheapest == "fast" and rep.cheapest_rental == "on-demand" and rep.cheapest_cents == 7_000
+    assert "next curve at $80.00" in rep.why and rep.passed
+    rows = list(csv.DictReader((tmp_path / "out" / "raw.csv").open(encoding="utf-8")))
+    assert len(rows) == 7 and rows[-2]["reached"] == "false" and rows[-2]["hours_to_target"] == ""
+    assert rows[3]["hours_to_target"] == "2" and rows[3]["timed"] == "curve" and rows[3]["cards"] == "4"
+    text = (tmp_path / "out" / "protocol.md").read_text(encoding="utf-8")
+    assert "Target: f1 at least 72" in text and "Runs measured: fast 3, curve 2, never 2; costed for 4 run(s)" \
+        in text and "wall clock" in text and "heldout.jsonl" in text
+
+
+def test_cli_exit_1_when_nothing_reaches_and_bad_input_exit_2(cli, write_yaml, prices):
+    never = {**COST, "configurations": [COST["configurations"][2]]}
+    r = cli("bench", str(write_yaml(never, "never.yaml")), "--prices", str(prices))
+    assert r.code == 1 and "NONE REACHES" in r.out
+    r = cli("bench", str(write_yaml(COST, "cost.yaml")), "--prices", str(prices), "--json")
+    assert r.code == 0 and r.json()["schema"] == "campaign.bench/1" and r.json()["cheapest"] == "fast"
+    bad = {**COST, "configurations": [{"name": "x", "card": "h100", "runs": [{"hours_to_target": -2}]}]}
+    r = cli("bench", str(write_yaml(bad, "bad.yaml")), "--prices", str(prices))
+    assert r.code == 2 and "field 'hours_to_target' is -2" in r.err and "bad.yaml" in r.err, r.err
+    bad = {**COST, "configurations": [{"name": "x", "card": "h100", "runs": [{"curve": [[2, 70], [1, 72]]}]}]}
+    r = cli("bench", str(write_yaml(bad, "bad2.yaml")), "--prices", str(prices))
+    assert r.code == 2 and "hours must start at 0 or more and increase" in r.err, r.err
+    bad = {**COST, "configurations": [{"name": "x", "card": "a100-80gb", "runs": [{"hours_to_target": 1}]}]}
+    r = cli("bench", str(write_yaml(bad, "bad3.yaml")), "--prices", str(prices))
+    assert r.code == 2 and "no prices for card 'A100-SXM-80GB'" in r.err, r.err

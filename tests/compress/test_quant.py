@@ -217,3 +217,18 @@ def test_extraction_outputs_are_compared_with_regress_and_validity_guards():
     ref, int8 = r.variants
     assert ref.metrics["valid_json"] == pytest.approx(45 / 48) and int8.status == "pass"
     assert int8.test.startswith("McNemar") and int8.guards[0].metric == "valid_json"
+
+
+def test_tensor_predictions_and_labels_in_the_batches_are_read_as_labels():
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    model = LlamaForSequenceClassification(LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTER,
+                                                       num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                                                       num_hidden_layers=LAYERS, vocab_size=VOCAB, num_labels=2,
+                                                       pad_token_id=0))
+    data = [{**b, "labels": torch.arange(6) % 2} for b in batches()]
+    r = compare_quant({"model": model, "batches": data,
+                       "predict": lambda m, b: m(input_ids=b["input_ids"]).logits.argmax(-1)}, formats=["int8"])
+    assert r.metric == "classification" and r.evaluation.examples == 12
+    assert {k for k in r.variants[0].metrics if k.startswith("f1[")} <= {"f1[0]", "f1[1]"}

@@ -342,11 +342,18 @@ def _outcomes(model: Any, s: QuantSetup, examples: list[str], device: str) -> li
             if len(preds) != rows:
                 raise InputError(f"{s.source}: predict returned {len(preds)} predictions for a batch of {rows} rows; "
                                  "the evaluation sets would differ between variants: return one per row")
-            out.extend(p.item() if hasattr(p, "item") and getattr(p, "numel", lambda: 2)() == 1 else p
-                       for p in preds)
+            out.extend(_scalar(p) for p in preds)
     if len(out) != len(examples):
         raise InputError(f"{len(out)} outcomes for {len(examples)} examples; the evaluation sets differ")
     return out
+
+
+def _scalar(value: Any) -> Any:
+    """A one-element tensor or a numpy scalar as the Python value it holds; anything else as it is."""
+    if hasattr(value, "item") and (not hasattr(value, "numel") or value.numel() == 1) and \
+            getattr(value, "ndim", 0) in (0, 1):
+        return value.item()
+    return value
 
 
 def _nll(model: Any, batch: Mapping[str, Any], device: str) -> list[tuple[float, int]]:
@@ -406,7 +413,7 @@ def _gold(s: QuantSetup) -> list[Any]:
         return list(s.gold)
     out: list[Any] = []
     for b in s.batches:
-        out.extend(x.item() if hasattr(x, "item") else x for x in b["labels"])
+        out.extend(_scalar(x) for x in b["labels"])
     return out
 
 

@@ -75,3 +75,25 @@ def test_cli_exit_1_when_nothing_reaches_and_bad_input_exit_2(cli, write_yaml, p
     bad = {**COST, "configurations": [{"name": "x", "card": "a100-80gb", "runs": [{"hours_to_target": 1}]}]}
     r = cli("bench", str(write_yaml(bad, "bad3.yaml")), "--prices", str(prices))
     assert r.code == 2 and "no prices for card 'A100-SXM-80GB'" in r.err, r.err
+
+
+def test_the_raw_table_and_protocol_are_written_all_or_nothing(write_yaml, prices, tmp_path, monkeypatch):
+    import sys
+
+    bench_module = sys.modules["campaign.plan.bench"]     # the package exports the function under the same name
+
+    out = tmp_path / "out"
+    bench(write_yaml(COST, "cost.yaml"), prices=prices, out=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    changed = {**COST, "target": 71}
+
+    def fail(report):
+        raise RuntimeError("killed while writing the protocol")
+
+    monkeypatch.setattr(bench_module, "protocol_text", fail)
+    with pytest.raises(RuntimeError):
+        bench(write_yaml(changed, "cost2.yaml"), prices=prices, out=out)
+    # the raw table of the second run was staged, never swapped in: the folder holds the first set, whole
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(before) == ["protocol.md", "raw.csv"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []

@@ -213,3 +213,23 @@ def test_the_bundled_example_prices_are_marked_as_example_data():
     p = load_prices()
     assert p.example and p.date and "example" in p.source
     assert "EXAMPLE DATA" in example_prices_path().read_text(encoding="utf-8")
+
+
+def test_hours_measured_from_a_recorded_run(write_yaml, prices, monkeypatch, tmp_path):
+    import campaign.track.run as run_module
+    from campaign.track.run import end_run, start_run
+
+    monkeypatch.setattr(run_module, "now", lambda: "2026-01-01T08:00:00.000Z")
+    m = start_run("sweep-0", code_dir=tmp_path, with_torch=False)
+    monkeypatch.setattr(run_module, "now", lambda: "2026-01-01T14:30:00.000Z")
+    end_run(m.id, "completed")
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "b", "runs": 2, "measured": m.id,
+                                                                 "after": ["a"]})
+    rep = budget(write_yaml(plan), prices=prices, packages=["7-day"])
+    b = next(p for p in rep.phases if p.name == "b")
+    # 08:00 to 14:30: 6.5 h per run; 1 + 2 x 6.5 = 14 h on one card
+    assert (b.hours, b.hours_how) == (6.5, "measured") and _by(rep, "7-day").hours == 14
+    running = start_run("sweep-1", code_dir=tmp_path, with_torch=False)
+    plan["phases"][1]["measured"] = running.id
+    with pytest.raises(Exception, match="has not ended"):
+        budget(write_yaml(plan), prices=prices, packages=["7-day"])

@@ -108,7 +108,8 @@ class BudgetReport(Result):
 
 def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     """Read a plan file (YAML or JSON): name, card, compare, margin ('15%'), deadline_days, budget_usd,
-    on_demand_cards, phases: [{name, kind, runs, hours | estimate, cards, after, useful, priority}].
+    on_demand_cards, phases: [{name, kind, runs, hours | measured | estimate, cards, after, useful, priority}]; hours
+    per run given, measured (a recorded run's id: its wall-clock from start to end) or estimated from FLOPs.
 
     Raises:
         InputError: one line naming the file and the field (a cycle, a negative duration, an unknown phase).
@@ -142,16 +143,20 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
                 p.fail(f"field 'hours' is {hours!r}; a duration must be a number of hours above 0")
             if card is None:
                 doc.fail(f"phase {name!r} gives hours but the plan names no 'card' they were taken on; add card:")
+        elif "measured" in p:
+            hours = _measured_hours(p, p.str("measured"))
+            if card is None:
+                doc.fail(f"phase {name!r} is measured but the plan names no 'card' it ran on; add card:")
         elif estimate is None:
-            p.fail("give 'hours' (per run) or an 'estimate' ({model, tokens, ...})")
+            p.fail("give 'hours' (per run), 'measured' (a recorded run's id) or an 'estimate' ({model, tokens, ...})")
         else:
             hours = 1.0
         if kind == "experiment":
             experiments += 1
         priority = p.count("priority", experiments if kind == "experiment" else None, minimum=0)
         useful = p.count("useful", runs if kind == "experiment" else 0, maximum=10**9)
-        phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority,
-                      "given" if "hours" in p else "estimated")
+        how = "given" if "hours" in p else "measured" if "measured" in p else "estimated"
+        phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority, how)
         specs.append(PhaseSpec(phase, estimate))
     check_phases(tuple(s.phase for s in specs), where)
     deadline = doc.number("deadline_days", None, minimum=0)
@@ -161,6 +166,20 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     return CampaignPlan(where, str(doc.raw("name", os.path.basename(where))), card, compare, margin, tuple(specs),
                         None if deadline is None else deadline * 24, budget,
                         doc.count("on_demand_cards", None, minimum=1, maximum=4096))
+
+
+def _measured_hours(p: JsonObject, run_id: str) -> float:
+    """A recorded run's wall-clock hours (campaign run: created to ended)."""
+    from ..track.manifest import parse_time
+    from ..track.store import show_run
+
+    m = show_run(run_id)
+    if not m.ended:
+        p.fail(f"run {run_id!r} has not ended (status {m.status}); end it with campaign run end, or give 'hours'")
+    hours = (parse_time(m.ended) - parse_time(m.created)).total_seconds() / 3600
+    if hours <= 0:
+        p.fail(f"run {run_id!r} took no time ({m.created} to {m.ended}); give 'hours'")
+    return hours
 
 
 def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple[Phase, ...], list[RuntimeEstimate],

@@ -233,3 +233,15 @@ def test_hours_measured_from_a_recorded_run(write_yaml, prices, monkeypatch, tmp
     plan["phases"][1]["measured"] = running.id
     with pytest.raises(Exception, match="has not ended"):
         budget(write_yaml(plan), prices=prices, packages=["7-day"])
+
+
+def test_a_run_too_big_for_one_card_says_how_many_cards_hold_it(write_yaml, prices):
+    # full fine-tuning of Llama-3.1-8B with AdamW, all in bf16: weights, gradients and two states are 8 B per
+    # parameter, 8.03e9 x 8 = 64 GB before activations and the reserve: campaign memory does not fit it on one H100
+    # (80 GB, 10% reserve), and ZeRO-3 over more cards does
+    est = {"model": "llama-3.1-8b", "method": "full", "tokens": 1_000_000, "batch": 1, "seq_len": 512,
+           "grad_checkpointing": True}
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": est})
+    rep = budget(write_yaml(plan), prices=prices, packages=["7-day"])
+    why = _by(rep, "7-day").why
+    assert "does not fit H100-SXM-80GB" in why and "with ZeRO-3 (set cards:" in why, why

@@ -182,6 +182,22 @@ def _measured_hours(p: JsonObject, run_id: str) -> float:
     return hours
 
 
+def _cards_needed(e: JsonObject, workload: Any, card: str) -> str:
+    """When one card's memory is short: the fewest cards (2, 4 or 8) that hold the run with ZeRO-3 sharding, as
+    campaign memory plans it, or '' when none does or the run is sharded already."""
+    from dataclasses import replace as with_
+
+    from ..memory.plan import plan_memory
+
+    if workload.shard != "none":
+        return ""
+    for n in (2, 4, 8):
+        if n > workload.gpus and plan_memory(e.str("model"), with_(workload, gpus=n, shard="zero3"), card=card,
+                                             solve=False).fits[0].verdict == "fits":
+            return f"; it fits on {n} cards with ZeRO-3 (set cards: {n}, shard: zero3)"
+    return ""
+
+
 def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple[Phase, ...], list[RuntimeEstimate],
                                                                           list[str]]:
     """The plan's phases with their hours on `card`: given hours on the plan's card as they are, scaled by the
@@ -210,7 +226,7 @@ def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple
             estimates.append(est)
             if est.memory_verdict != "fits":
                 refused.append(f"{p.name}: {est.model} does not fit {target.name} at this micro-batch "
-                               f"({est.memory_verdict}; campaign memory)")
+                               f"({est.memory_verdict}; campaign memory)" + _cards_needed(e, workload, target.name))
             out.append(replace(p, hours=est.hours, hours_how="estimated"))
         elif plan.card is not None and target.name != plan.card:
             source = find_card(plan.card)

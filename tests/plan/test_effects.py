@@ -97,3 +97,28 @@ def test_results_that_do_not_match_the_factors_are_one_line(cli, etch, tmp_path)
     assert r.code == 2 and "no 'seed' field" in r.err and "--seed-field" in r.err, r.err
     r = cli("ablate", "analyze", str(results), "--factors", str(factors), "--seed-field", "replicate", "--json")
     assert r.code == 0 and r.json()["schema"] == "campaign.ablate/1"
+
+
+def test_effects_from_recorded_runs(cli, write_yaml, tmp_path):
+    from campaign.track.run import end_run, start_run
+
+    factors = write_yaml({"metric": "acc", "hours_per_run": 1,
+                          "factors": [{"name": "lora.r", "levels": [8, 32]}, {"name": "lr", "levels": [1, 3]}]},
+                         "f.yaml")
+    # acc = 70 + 2 (r = 32) + 1 (lr = 3) + 0.5 x seed: effects 2 and 1 exactly, no interaction
+    for r in (8, 32):
+        for lr in (1, 3):
+            for seed in (0, 1):
+                m = start_run(f"r{r}-lr{lr}-s{seed}", params={"lora": {"r": r}, "lr": lr}, seeds=[seed],
+                              tags=["abl"], code_dir=tmp_path, with_torch=False)
+                end_run(m.id, "completed", metrics={"acc": 70 + 2 * (r == 32) + (lr == 3) + 0.5 * seed})
+    failed = start_run("broken", params={"lora": {"r": 8}, "lr": 1}, seeds=[9], tags=["abl"], code_dir=tmp_path,
+                       with_torch=False)
+    end_run(failed.id, "failed", "out of memory")              # not a result: left out
+    r = cli("ablate", "analyze", "--runs", "abl", "--factors", str(factors), "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    got = {e["effect"]: round(e["estimate"], 9) for e in d["effects"]}
+    assert got == {"A": 2.0, "B": 1.0, "AB": 0.0} and d["runs"] == 8 and d["path"] == "runs tagged 'abl'"
+    r = cli("ablate", "analyze", "--runs", "none", "--factors", str(factors))
+    assert r.code == 2 and "no completed run is tagged 'none'" in r.err, r.err

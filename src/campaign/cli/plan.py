@@ -85,9 +85,11 @@ def ablate_plan(
 
 
 def ablate_analyze(
-    results: Annotated[str, typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, the seed "
-                                           "and the metric, one row per run.")],
-    factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.")],
+    results: Annotated[Optional[str], typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, "
+                                                     "the seed and the metric, one row per run.")] = None,
+    factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.")] = "",
+    runs: Annotated[Optional[str], typer.Option("--runs", help="Read the completed runs with this tag instead of a "
+                                                "file (campaign run start --tag; factors from their params).")] = None,
     metric: Annotated[Optional[str], typer.Option("--metric-field", help="Column of the metric (default: the "
                                                   "factors file's metric).")] = None,
     seed_field: Annotated[str, typer.Option("--seed-field", help="Column of the seed.")] = "seed",
@@ -106,7 +108,11 @@ def ablate_analyze(
     from ..plan.effects import analyze_ablation
     from .render.plan import ablate_analysis as render
 
-    rep = analyze_ablation(results, factors, metric=metric, seed_field=seed_field, confidence=confidence,
+    if not factors:
+        from ..errors import InputError
+
+        raise InputError("--factors FILE is required: the factors file the ablation was planned with")
+    rep = analyze_ablation(results, factors, runs_tag=runs, metric=metric, seed_field=seed_field, confidence=confidence,
                            higher_is_better=not lower_is_better, min_effect=min_effect)
     o.emit(rep, render, as_json)
 

@@ -119,11 +119,41 @@ def holm(p: list[float]) -> list[float]:
     return out
 
 
-def analyze_ablation(results: str | os.PathLike[str], factors: str | os.PathLike[str] | FactorsFile, *,
-                     metric: str | None = None, seed_field: str = "seed", confidence: float = 0.95,
-                     higher_is_better: bool = True, min_effect: float = 0.0) -> AblationAnalysis:
+def rows_from_runs(tag: str, *, seed_field: str = "seed", root: str | os.PathLike[str] | None = None) -> list[Any]:
+    """The completed runs tagged `tag` (campaign run start --tag) as result rows: each run's parameters (the
+    factors, by name), its first seed under `seed_field` and its last logged metrics; `line` is the run's position.
+    Also returns nothing for runs that did not complete (failed, stopped, invalid runs are not results)."""
+    from ..evaluate.predictions import Row
+    from ..track.store import list_runs, show_run
+
+    rows = []
+    for i, r in enumerate(reversed(list_runs(status="completed", tag=tag, root=root).runs)):
+        m = show_run(r.id, root=root)
+        rows.append((m.id, Row(i + 1, {**_flat(m.params), seed_field: m.seeds[0] if m.seeds else m.id,
+                                       **m.metrics})))
+    if not rows:
+        raise InputError(f"no completed run is tagged {tag!r}; tag the ablation's runs (campaign run start --tag "
+                         f"{tag}) or give a results file")
+    return rows
+
+
+def _flat(params: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested parameters as dotted names: {'lora': {'r': 16}} -> {'lora.r': 16} (and the nested object kept)."""
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        out[prefix + k] = v
+        if isinstance(v, dict):
+            out.update(_flat(v, prefix + k + "."))
+    return out
+
+
+def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.PathLike[str] | FactorsFile, *,
+                     runs_tag: str | None = None, metric: str | None = None, seed_field: str = "seed",
+                     confidence: float = 0.95, higher_is_better: bool = True,
+                     min_effect: float = 0.0) -> AblationAnalysis:
     """Effects and comparisons of an ablation's results (JSONL, CSV/TSV or Parquet: a column per factor, the seed,
-    the metric; metric defaults to the factors file's).
+    the metric; metric defaults to the factors file's), or of the completed runs tagged `runs_tag` (their
+    manifests' parameters, seeds and last metrics) when results is None.
 
     Raises:
         InputError: a missing column, a level not in the factors file, a (cell, seed) twice, confidence outside (0, 1).
@@ -134,15 +164,24 @@ def analyze_ablation(results: str | os.PathLike[str], factors: str | os.PathLike
 
     if not 0 < confidence < 1:
         raise InputError(f"confidence {confidence!r} must be between 0 and 1; e.g. 0.95")
+    if (results is None) == (runs_tag is None):
+        raise InputError("give a results file or --runs TAG (the tag of the ablation's recorded runs), one of them")
     ff = factors if isinstance(factors, FactorsFile) else read_factors(factors)
     metric = metric or ff.metric
-    rows, digest = read_rows(results, what="ablation results")
+    if results is not None:
+        rows, digest = read_rows(results, what="ablation results")
+        source = str(results)
+        wheres = [f"{results} line {r.line}" for r in rows]
+    else:
+        found = rows_from_runs(runs_tag or "", seed_field=seed_field)
+        rows, digest = [r for _, r in found], ""
+        source = f"runs tagged {runs_tag!r}"
+        wheres = [f"run {i}" for i, _ in found]
     names = [f.name for f in ff.factors]
-    require_columns(rows, names + [seed_field, metric], results, options={metric: "--metric-field",
-                                                                          seed_field: "--seed-field"})
+    require_columns(rows, names + [seed_field, metric], source, options={metric: "--metric-field",
+                                                                         seed_field: "--seed-field"})
     data: dict[tuple[str, ...], dict[str, float]] = {}
-    for row in rows:
-        where = f"{results} line {row.line}"
+    for row, where in zip(rows, wheres):
         key = tuple(_match(label_of(row.fields[f.name], where=where, what=f.name) or "", f, where) for f in ff.factors)
         seed = label_of(row.fields[seed_field], where=where, what="seed") or ""
         if seed in data.setdefault(key, {}):
@@ -150,7 +189,7 @@ def analyze_ablation(results: str | os.PathLike[str], factors: str | os.PathLike
                              f"cell and seed")
         data[key][seed] = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
     if not data:
-        raise InputError(f"{results}: no rows; give one row per run (factor levels, seed, {metric})")
+        raise InputError(f"{source}: no rows; give one row per run (factor levels, seed, {metric})")
     st = scipy_stats()
     alpha = 1 - confidence
 
@@ -179,7 +218,7 @@ def analyze_ablation(results: str | os.PathLike[str], factors: str | os.PathLike
     if effects:
         notes.append("effect intervals are per effect, not adjusted for their number: a screening design; confirm "
                      "what you act on")
-    return AblationAnalysis(str(results), digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
+    return AblationAnalysis(source, digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
                             s2, df, confidence, tuple(comparisons), correction, min_effect, higher_is_better,
                             tuple(notes))
 

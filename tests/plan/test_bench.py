@@ -97,3 +97,31 @@ def test_the_raw_table_and_protocol_are_written_all_or_nothing(write_yaml, price
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(before) == ["protocol.md", "raw.csv"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_time_to_target_from_recorded_runs(write_yaml, prices, monkeypatch, tmp_path):
+    import campaign.track.run as run_module
+    import campaign.track.store as store_module
+    from campaign.track.run import end_run, start_run
+    from campaign.track.store import Store
+
+    def at(stamp):
+        monkeypatch.setattr(run_module, "now", lambda: stamp)
+        monkeypatch.setattr(store_module, "now", lambda: stamp)
+
+    # seed 0: f1 70 at 1 h, 74 at 3 h -> 72 at 2 h; seed 1 (stopped): 71 at 1 h, never 72
+    at("2026-01-01T00:00:00.000Z")
+    a = start_run("a", seeds=[0], tags=["h100"], code_dir=tmp_path, with_torch=False)
+    b = start_run("b", seeds=[1], tags=["h100"], code_dir=tmp_path, with_torch=False)
+    at("2026-01-01T01:00:00.000Z")
+    Store().log(a.id, [{"step": 10, "f1": 70}])
+    Store().log(b.id, [{"step": 10, "f1": 71}])
+    at("2026-01-01T03:00:00.000Z")
+    Store().log(a.id, [{"step": 30, "f1": 74}])
+    end_run(a.id, "completed")
+    end_run(b.id, "stopped", "preempted")
+    cost = {"metric": "f1", "target": 72, "configurations": [{"name": "x", "card": "h100", "runs_tag": "h100"}]}
+    rep = bench(write_yaml(cost, "c.yaml"), prices=prices)
+    (c,) = rep.configurations
+    assert [(r.seed, r.hours_to_target, r.final) for r in c.runs] == [("0", 2.0, 74.0), ("1", None, 71.0)]
+    assert c.status == "reaches in 1 of 2 runs" and c.runs[0].how == f"run {a.id}" and not rep.passed

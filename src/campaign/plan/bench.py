@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
 from .prices import PriceFile, hourly_cost, load_prices, load_yaml, usd
@@ -29,7 +30,7 @@ class BenchRun(Record):
     seed: str
     hours_to_target: float | None
     final: float | None
-    how: str                        # given | curve
+    how: str                        # given | curve | run <id> (a recorded run's logged metrics)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,35 @@ def crossing(curve: list[tuple[float, float]], target: float, higher: bool) -> f
     return None
 
 
-def _runs(c: JsonObject, target: float, higher: bool) -> list[BenchRun]:
+def runs_from_store(tag: str, metric: str, target: float, higher: bool, where: str) -> list[BenchRun]:
+    """The ended runs recorded with `tag` (campaign run: completed, stopped or failed; a stopped or failed run that
+    never reached the target counts as one that never does), each timed from its start to the first logged
+    `metric` at or past the target (interpolated between records), on the records' own clock."""
+    from ..track.manifest import parse_time
+    from ..track.store import Store, show_run
+
+    store = Store()
+    out = []
+    for row in reversed(store.list(tag=tag)):
+        if row.status not in ("completed", "stopped", "failed"):
+            continue
+        m = show_run(row.id)
+        start = parse_time(m.created)
+        curve = [((parse_time(r["t"]) - start).total_seconds() / 3600, float(r[metric]))
+                 for r in store.metrics(row.id) if isinstance(r.get(metric), (int, float))
+                 and not isinstance(r.get(metric), bool) and isinstance(r.get("t"), str)]
+        hours = crossing(curve, target, higher) if curve else None
+        out.append(BenchRun(str(m.seeds[0]) if m.seeds else m.id, hours, curve[-1][1] if curve else None,
+                            f"run {m.id}"))
+    if not out:
+        raise InputError(f"{where}: no ended run is tagged {tag!r}; record the runs with campaign run start --tag "
+                         f"{tag}, or give 'runs'")
+    return out
+
+
+def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[BenchRun]:
+    if "runs_tag" in c:
+        return runs_from_store(c.str("runs_tag"), metric, target, higher, c.where)
     out = []
     for i, r in enumerate(c.items("runs")):
         seed = str(r.raw("seed", i))
@@ -132,7 +161,7 @@ def _runs(c: JsonObject, target: float, higher: bool) -> list[BenchRun]:
         else:
             r.fail("give 'hours_to_target' (null when the run never reached the target) or a 'curve'")
     if not out:
-        c.fail("field 'runs' is empty; give at least one run")
+        c.fail("field 'runs' is empty; give at least one run, or 'runs_tag'")
     return out
 
 
@@ -188,7 +217,7 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
         names.add(name)
         card = find_card(c.str("card")).name
         ncards = c.count("cards", 1, minimum=1, maximum=4096)
-        runs = _runs(c, target, higher)
+        runs = _runs(c, target, higher, metric)
         reached = [r.hours_to_target for r in runs if r.hours_to_target is not None]
         if len(reached) == len(runs):
             status = "reaches"

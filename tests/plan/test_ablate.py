@@ -120,3 +120,15 @@ def test_bad_generators_and_designs_are_refused(cli, write_yaml):
     assert r.code == 2 and "needs two levels per factor; 'a' has more" in r.err, r.err
     r = cli("ablate", "plan", str(write_yaml({**base, "budget_usd": "10"}, "h.yaml")))
     assert r.code == 2 and "needs the 'card'" in r.err, r.err
+
+
+def test_hours_scale_per_level_prices_each_cell(write_yaml):
+    factors = [{"name": n, "levels": ["a", "b"]} for n in ("p", "q", "r")] + \
+        [{"name": "epochs", "levels": [1, 2], "hours_scale": [1, 2]}]
+    rep = plan_ablation(write_yaml({"hours_per_run": 2, "seeds": 2, "design": "fractional", "factors": factors},
+                                   "f.yaml"))
+    # 2^(4-1): 4 cells at 1 epoch x 2 seeds x 2 h + 4 cells at 2 epochs x 2 seeds x 4 h = 16 + 32 = 48 h
+    assert sum(c.levels["epochs"] == "2" for c in rep.design.cells) == 4 and rep.design.card_hours == 48
+    bad = write_yaml({"hours_per_run": 2, "factors": [{"name": "e", "levels": [1, 2], "hours_scale": [1]}]}, "g.yaml")
+    with pytest.raises(Exception, match="one number above 0 per level"):
+        plan_ablation(bad)

@@ -46,6 +46,7 @@ class Factor(Record):
     letter: str
     levels: tuple[str, ...]
     control: str
+    hours_scale: tuple[float, ...] = ()     # per level, a run's hours relative to hours_per_run (2 epochs: 2.0)
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,11 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
             f.fail(f"control {control!r} of factor {name!r} is not one of its levels ({', '.join(levels)})")
         if any(x.name == name for x in factors):
             f.fail(f"factor {name!r} is listed twice")
-        factors.append(Factor(name, LETTERS[i], levels, control))
+        raw = f.list("hours_scale", [1.0] * len(levels))
+        if len(raw) != len(levels) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                              and math.isfinite(x) and x > 0 for x in raw):
+            f.fail(f"field 'hours_scale' must give one number above 0 per level of {name!r} ({len(levels)})")
+        factors.append(Factor(name, LETTERS[i], levels, control, tuple(float(x) for x in raw)))
     design = doc.str("design", "auto")
     if design not in ("auto", "ofat", "full", "fractional"):
         doc.fail(f"field 'design' is {design!r}; use auto, ofat, full or fractional")
@@ -286,7 +291,8 @@ def yates(levels: dict[str, int]) -> str:
 def _cell(factors: tuple[Factor, ...], chosen: dict[str, str], seeds: int, hours: float) -> Cell:
     label = "".join(f.letter.lower() + ("" if len(f.levels) == 2 else f"{f.levels.index(chosen[f.name])}")
                     for f in factors if chosen[f.name] != f.control) or "(1)"
-    return Cell(label, dict(chosen), seeds, seeds * hours)
+    scale = math.prod(f.hours_scale[f.levels.index(chosen[f.name])] if f.hours_scale else 1.0 for f in factors)
+    return Cell(label, dict(chosen), seeds, seeds * hours * scale)
 
 
 def _other(f: Factor) -> str:

@@ -63,10 +63,12 @@ def test_a_correct_llama_setup_passes_every_check_with_figures_from_its_shapes()
 
 def test_the_users_objects_are_put_back_as_given():
     model = llama()
+    model.model.norm.eval()                            # a module the user keeps in eval inside a model in train mode
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
     check(lambda: {"model": model, "optimizer": opt, "batches": lm_batches()}, overfit_steps=3)
+    assert model.training and not model.model.norm.training
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert opt.state_dict()["state"] == {} and opt.param_groups[0]["lr"] == 1e-2
     assert torch.equal(rng, torch.get_rng_state())
@@ -237,6 +239,7 @@ SETUP = textwrap.dedent('''
         state = {"model": model.state_dict(), "position": position}
         if SAVE_OPTIMIZER:
             state["optimizer"] = optimizer.state_dict()
+        if SAVE_SCHEDULER:
             state["scheduler"] = scheduler.state_dict()
         if SAVE_RNG:
             state["rng"] = torch.get_rng_state()
@@ -248,6 +251,7 @@ SETUP = textwrap.dedent('''
         model.load_state_dict(state["model"])
         if "optimizer" in state:
             optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:
             scheduler.load_state_dict(state["scheduler"])
         if "rng" in state:
             torch.set_rng_state(state["rng"])
@@ -256,12 +260,66 @@ SETUP = textwrap.dedent('''
 
     def own_checkpointing():
         return {**make_setup(), "save_checkpoint": save, "load_checkpoint": load}
+
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 8)
+            self.norm = torch.nn.BatchNorm1d(8)
+            self.out = torch.nn.Linear(8, 3)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def forward(self, input_ids, labels=None):
+            logits = self.out(self.norm(self.embed(input_ids).mean(1)))
+            loss = torch.nn.functional.cross_entropy(logits, labels) if labels is not None else None
+            return {"loss": loss, "logits": logits}
+
+
+    def save_parameters_only(directory, model, optimizer, scheduler, position):
+        torch.save({"params": dict(model.named_parameters()), "optimizer": optimizer.state_dict(),
+                    "position": position}, directory / "ckpt.pt")
+
+
+    def load_parameters_only(directory, model, optimizer, scheduler):
+        state = torch.load(directory / "ckpt.pt", weights_only=True)
+        model.load_state_dict(state["params"], strict=False)
+        optimizer.load_state_dict(state["optimizer"])
+        return state["position"]
+
+
+    def batchnorm_setup():
+        torch.manual_seed(0)
+        model = Classifier()
+        g = torch.Generator().manual_seed(2)
+        batches = [{"input_ids": torch.randint(0, 50, (6, 5), generator=g), "labels": torch.tensor([0, 1, 2] * 2)}
+                   for _ in range(2)]
+        return {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "batches": batches,
+                "save_checkpoint": save_parameters_only, "load_checkpoint": load_parameters_only}
+
+
+    def load_raises(directory, model, optimizer, scheduler):
+        raise RuntimeError("Error(s) in loading state_dict: missing key lm_head.weight")
+
+
+    def reload_fails():
+        return {**make_setup(), "save_checkpoint": save, "load_checkpoint": load_raises}
+
+
+    def save_raises(directory, model, optimizer, scheduler, position):
+        raise ValueError("disk quota exceeded")
+
+
+    def saving_fails():
+        return {**make_setup(), "save_checkpoint": save_raises, "load_checkpoint": load}
 ''')
 
 
-def setup_file(tmp_path, *, optimizer: bool = True, rng: bool = True) -> str:
+def setup_file(tmp_path, *, optimizer: bool = True, rng: bool = True, scheduler: bool = True) -> str:
     path = tmp_path / "setup.py"
-    path.write_text(SETUP + f"\nSAVE_OPTIMIZER = {optimizer}\nSAVE_RNG = {rng}\n")
+    path.write_text(SETUP + f"\nSAVE_OPTIMIZER = {optimizer}\nSAVE_RNG = {rng}\nSAVE_SCHEDULER = {scheduler}\n")
     return str(path)
 
 
@@ -283,6 +341,30 @@ def test_a_loop_that_forgets_the_generator_fails_the_next_step(tmp_path):
     c = next(c for c in r.checks if c.id == "resume.next_step_equal")
     assert c.status == "fail" and "dropout" in c.seen
     assert r.resume.loss != r.resume.resumed_loss
+
+
+def test_a_loop_that_forgets_the_scheduler_fails_the_next_update(tmp_path):
+    # StepLR halves the rate each update: resumed without its state, the rate of the update after is 2x too big
+    r = check(setup_file(tmp_path, scheduler=False) + ":own_checkpointing", overfit_steps=1, overfit_drop=0.01)
+    assert status(r, "resume.next_step_equal") == "pass"
+    assert status(r, "resume.next_update_equal") == "fail"
+
+
+def test_a_loop_that_loses_the_buffers_fails_the_reloaded_weights(tmp_path):
+    # the loop saves named_parameters only: BatchNorm's running statistics come back at their initial values
+    r = check(setup_file(tmp_path) + ":batchnorm_setup", overfit_steps=1, overfit_drop=0.01)
+    c = next(c for c in r.checks if c.id == "resume.weights_equal")
+    assert c.status == "fail" and "norm.running_mean" in c.seen
+
+
+@pytest.mark.parametrize("factory, failing", [("reload_fails", "resume.next_step_equal"),
+                                              ("saving_fails", "resume.files_written")])
+def test_a_checkpoint_that_does_not_save_or_reload_fails_its_check_not_the_command(tmp_path, cli, factory, failing):
+    r = cli("check", setup_file(tmp_path) + f":{factory}", "--json", "--overfit-steps", "1", "--overfit-drop", "0.01")
+    assert r.code == 1, r.err
+    checks = {c["id"]: c for c in r.json()["checks"]}
+    assert checks[failing]["status"] == "fail"
+    assert checks["step.finite_loss"]["status"] == "pass"                  # every other check still reported
 
 
 def test_a_loop_that_forgets_the_optimizer_fails_the_next_update(tmp_path):

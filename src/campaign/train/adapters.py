@@ -67,12 +67,13 @@ def weights_sha256(tensors: dict[str, Any]) -> str:
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}\0{str(t.dtype).removeprefix('torch.')}\0{tuple(t.shape)}\0".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-dim: a counter
     return h.hexdigest()
 
 
 def files_sha256(directory: str | Path) -> str:
-    """The same hash from a model folder's safetensors files (all of them, read tensor by tensor)."""
+    """The same hash from a model folder's safetensors files (all of them, read tensor by tensor). A model whose
+    weights are tied stores the shared tensor once, so its files hash differently from its live state_dict."""
     from safetensors import safe_open
 
     tensors = {}

@@ -119,13 +119,19 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
         raise InputError(f"overfit steps {overfit_steps!r} must be a whole number from 1 to 10000")
     if not 0 < overfit_drop < 1:
         raise InputError(f"overfit drop {overfit_drop!r} must be a fraction between 0 and 1, e.g. 0.5")
+    if overfit_lr is not None and not overfit_lr > 0:
+        raise InputError(f"overfit learning rate {overfit_lr!r} must be > 0")
     s = load_setup(setup)
     if s.optimizer is None or not isinstance(s.optimizer, torch.optim.Optimizer):
         raise InputError(f"{s.source or 'the setup'}: needs the optimizer (a torch.optim.Optimizer over the model's "
                          "parameters) to check a full step; return it as 'optimizer'")
     if isinstance(s.trainable, str):
         s.trainable = [s.trainable]
-    from .step import cross_row_gradient, device_of, overfit, to_device
+    if s.trainable is not None and (not isinstance(s.trainable, (list, tuple))
+                                    or not all(isinstance(t, str) for t in s.trainable)):
+        raise InputError(f"{s.source or 'the setup'}: trainable must be a list of parameter-name globs or module "
+                         f"names (e.g. ['*lora_*', 'score']), not {s.trainable!r}")
+    from .step import cross_row_gradient, device_of, first_rows, overfit, to_device
 
     device = device_of(s.model)
     batches = [to_device(b, device) for b in s.batches]
@@ -168,7 +174,7 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
         groups=fig.groups, dtypes=fig.dtypes, trainable_elements=fig.trainable_elements,
         frozen_elements=fig.frozen_elements, memory=measured, memory_vs_estimate=compared,
         overfit_losses=losses, resume=resumed, device=str(device),
-        micro_batch=int(next(v for v in batches[0].values() if hasattr(v, "shape")).shape[0]),
+        micro_batch=first_rows(batches[0]),
         sequence_length=int(first.shape[1]) if first is not None and first.dim() == 2 else None,
         notes=tuple(notes), source=s.source)
 
@@ -305,7 +311,9 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
 
 
 def _independence(s: Setup, batch: Any, cross_row_gradient: Any) -> Check:
-    rows = int(next(v for v in batch.values() if hasattr(v, "shape")).shape[0])
+    from .step import first_rows
+
+    rows = first_rows(batch)
     if rows < 2:
         return Check("batch.independent", "skipped", "the first batch has one row", "",
                      "give a batch of two rows or more")
@@ -345,27 +353,52 @@ def _overfit_check(losses: tuple[float, ...], drop: float, lr: float | None, opt
                  "(--overfit-steps)")
 
 
+def _writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".campaign-probe-")
+        probe.close()
+    except OSError as e:
+        raise InputError(f"{e.filename or folder}: cannot write the checkpoint ({e.strerror or e}); give a writable "
+                         "--checkpoint-dir") from None
+
+
+def _first(e: BaseException) -> str:
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[0][:240]}" if lines else type(e).__name__
+
+
 def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, timeout: float,
-            device: Any) -> tuple[ResumeFigures, list[Check]]:
-    from .resume import next_step, run_fresh, save
-    from .step import snapshot
+            device: Any) -> tuple[ResumeFigures | None, list[Check]]:
+    from .resume import FreshProcessFailed, next_step, run_fresh, save
+    from .step import full_state
 
     with tempfile.TemporaryDirectory(prefix="campaign-check-") as tmp:
         folder = Path(checkpoint_dir) / "step-1" if checkpoint_dir is not None else Path(tmp) / "step-1"
+        if checkpoint_dir is not None:
+            _writable(Path(checkpoint_dir))
         try:
             save(s, folder, 1)
-        except OSError as e:
-            raise InputError(f"{e.filename or folder}: cannot write the checkpoint ({e.strerror or e}); give a "
-                             "writable --checkpoint-dir") from None
+        except Exception as e:  # the loop's own save_checkpoint, or campaign's: either way the resume is not there
+            return None, [Check("resume.files_written", "fail", f"saving the checkpoint raised {_first(e)}",
+                                "a run that cannot save cannot resume", "fix save_checkpoint (see the error)")]
         files = tuple(sorted((p.name, p.stat().st_size) for p in folder.rglob("*") if p.is_file()))
-        saved = snapshot(s.model)
+        saved = full_state(s.model)
         ours = next_step(s.model, s.optimizer, s.scheduler, batch, s.loss)
-        theirs = run_fresh(ref, folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
+        try:
+            theirs = run_fresh(ref, folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
+        except FreshProcessFailed as e:
+            return None, [Check("resume.files_written", "pass" if files else "fail", f"{len(files)} files"),
+                          Check("resume.next_step_equal", "fail", f"reloading in a fresh process failed: {e}",
+                                "a checkpoint that does not reload is no checkpoint",
+                                "make load_checkpoint read what save_checkpoint writes (strict, same names)")]
     exact = device.type == "cpu"
     differ = tuple(n for n, t in saved.items() if n not in theirs["loaded"]
                    or not _same(t, theirs["loaded"][n], exact))
     grads = _max_diff(ours.grads, theirs["grads"])
     after = _max_diff(ours.after, theirs["after"])
+    rates = _max_diff({"lr": ours.lrs}, {"lr": theirs["lrs"]})
+    after = max(after, rates)
     resumed_loss = float(theirs["loss"])
     loss = float(ours.loss)
     figures = ResumeFigures(theirs["position"], files, differ, loss, resumed_loss, grads, after, ours.drew_random)
@@ -380,7 +413,8 @@ def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, t
                             "the resumed run starts from other weights than the ones saved",
                             "save and load the full state_dict (tied weights once), strict"))
     else:
-        checks.append(Check("resume.weights_equal", "pass", f"{len(saved)} tensors reloaded {how} equal"))
+        checks.append(Check("resume.weights_equal", "pass", f"{len(saved)} tensors reloaded {how} equal (parameters "
+                            "and buffers)"))
     same_step = _close(loss, resumed_loss, exact) and grads == 0.0 if exact else \
         _close(loss, resumed_loss, exact) and grads <= 1e-5 * max(1.0, _scale(ours.grads))
     if same_step:
@@ -399,13 +433,14 @@ def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, t
                             "with the weights; keep state out of Python attributes"))
     if same_step and after > (0.0 if exact else 1e-5 * max(1.0, _scale(ours.after))):
         checks.append(Check("resume.next_update_equal", "fail",
-                            f"the same gradients give other weights after the update (up to {after:.2e} apart)",
+                            f"the same gradients give other weights, buffers or next learning rates after the "
+                            f"update (up to {after:.2e} apart)",
                             "the optimizer or scheduler restarted: Adam's moments, its step count or the learning "
                             "rate differ after a resume", "save and load optimizer.state_dict() and "
                             "scheduler.state_dict()"))
     elif same_step:
-        checks.append(Check("resume.next_update_equal", "pass", f"weights after the next update equal {how} "
-                            "(optimizer and scheduler restored)"))
+        checks.append(Check("resume.next_update_equal", "pass", f"weights, buffers and the next learning rates after "
+                            f"the next update equal {how} (optimizer and scheduler restored)"))
     else:
         checks.append(Check("resume.next_update_equal", "skipped", "the next step already differs"))
     if same_step and not ours.drew_random:
@@ -497,12 +532,15 @@ def _close(a: float, b: float, exact: bool) -> bool:
 
 
 def _keep(s: Setup) -> dict[str, Any]:
+    """The user's objects as given, in host memory (a copy on the card would weigh in the measured step)."""
     from .checkpoint import rng_state
+    from .step import modes
 
-    return {"model": {k: v.detach().clone() for k, v in s.model.state_dict().items()},
+    return {"model": {k: v.detach().to("cpu", copy=True) for k, v in s.model.state_dict().items()},
+            "modes": modes(s.model),
             "optimizer": copy.deepcopy(s.optimizer.state_dict()),
             "scheduler": copy.deepcopy(s.scheduler.state_dict()) if s.scheduler is not None else None,
-            "rng": rng_state(), "training": s.model.training}
+            "rng": rng_state()}
 
 
 def _restore(s: Setup, kept: dict[str, Any]) -> None:
@@ -513,7 +551,9 @@ def _restore(s: Setup, kept: dict[str, Any]) -> None:
     if s.scheduler is not None:
         s.scheduler.load_state_dict(kept["scheduler"])
     set_rng_state(kept["rng"])
-    s.model.train(kept["training"])
+    from .step import set_modes
+
+    set_modes(s.model, kept["modes"])
     s.optimizer.zero_grad(set_to_none=True)
 
 

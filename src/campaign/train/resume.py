@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .step import device_of, loss_of, snapshot, to_device
+from .step import device_of, full_state, loss_of, to_device, train_mode
 
 
 class FreshProcessFailed(InputError):
@@ -32,14 +32,15 @@ class NextStep:
 
     loss: Any
     grads: dict[str, Any]
-    after: dict[str, Any]
+    after: dict[str, Any]      # the state_dict after the update: parameters and persistent buffers
+    lrs: Any                   # each group's rate for the update after this one, then the scheduler's last_epoch
     drew_random: bool          # the step changed torch's generator (dropout): a generator not restored would show
 
 
 def next_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str, Any], loss_fn: Any = None) -> NextStep:
     import torch
 
-    model.train()
+    train_mode(model)
     optimizer.zero_grad(set_to_none=True)
     rng = torch.get_rng_state()
     loss = loss_of(model, batch, loss_fn)
@@ -50,7 +51,11 @@ def next_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str, An
     if scheduler is not None:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return NextStep(loss.detach().clone().reshape(()), grads, snapshot(model), drew)
+    # the rates of the update after this one, and the scheduler's position (a schedule whose rate follows a
+    # multiplicative rule can give the same next rate from a lost state, and drift later)
+    position = [float(scheduler.last_epoch)] if scheduler is not None and hasattr(scheduler, "last_epoch") else []
+    lrs = torch.tensor([float(g.get("lr", 0.0)) for g in optimizer.param_groups] + position, dtype=torch.float64)
+    return NextStep(loss.detach().clone().reshape(()), grads, full_state(model), lrs, drew)
 
 
 def save(setup: Any, directory: Path, position: int) -> None:
@@ -99,7 +104,8 @@ def run_fresh(setup_ref: str, directory: Path, out: Path, *, mode: str = "resume
     tensors = load_file(str(out))
     if mode == "adapter":
         return {"outputs": tensors["outputs"]}
-    result: dict[str, Any] = {"loss": tensors.pop("loss"), "position": int(tensors.pop("position"))}
+    result: dict[str, Any] = {"loss": tensors.pop("loss"), "position": int(tensors.pop("position")),
+                              "lrs": tensors.pop("lrs")}
     for part in ("grads", "after", "loaded"):
         prefix = part + "/"
         result[part] = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
@@ -118,11 +124,11 @@ def _worker(setup_ref: str, directory: str, out: str) -> None:
     position = load(setup, Path(directory))
     if position >= len(setup.batches):
         raise InputError(f"the checkpoint's next batch is {position}; the setup gives {len(setup.batches)}")
-    loaded = snapshot(setup.model)
+    loaded = full_state(setup.model)
     device = device_of(setup.model)
     step = next_step(setup.model, setup.optimizer, setup.scheduler, to_device(setup.batches[position], device),
                      setup.loss)
-    tensors = {"loss": step.loss.cpu(), "position": torch.tensor(position)}
+    tensors = {"loss": step.loss.cpu(), "position": torch.tensor(position), "lrs": step.lrs}
     for part, values in (("grads", step.grads), ("after", step.after), ("loaded", loaded)):
         tensors.update({f"{part}/{k}": v.cpu().contiguous() for k, v in values.items()})
     atomic_write_bytes(out, save(tensors))
@@ -140,6 +146,8 @@ def _adapter_worker(setup_ref: str, directory: str, out: str) -> None:
     from .step import output_tensor
 
     setup = load_setup(setup_ref)
+    if setup.model is None:
+        raise InputError("the setup returned no model")
     base = setup.model.unload()                  # the bare base: adapter layers taken off, nothing merged
     model = load_adapter(base, directory)
     model.eval()

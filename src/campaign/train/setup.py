@@ -117,7 +117,7 @@ def _from(made: Any, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) -> Set
         get = lambda k: getattr(made, k, None)  # noqa: E731
     if "model" in needs and "batches" in needs and (get("model") is None or get("batches") is None):
         raise InputError(f"{where} must return the model and the batches (a dict or an object with .model and "
-                         ".batches); got {type(made).__name__}")
+                         f".batches); got {type(made).__name__}")
     if not isinstance(made, Mapping) and not any(get(k) is not None for k in FIELDS):
         raise InputError(f"{where} must return a dict (or an object) with the setup's fields ({', '.join(FIELDS)}); "
                          f"got {type(made).__name__}")

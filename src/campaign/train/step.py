@@ -82,11 +82,15 @@ def output_tensor(out: Any) -> Any:
 
 
 def classes_of(model: Any, batch: Mapping[str, Any]) -> int | None:
-    """The size of the output's last dimension (vocabulary or labels) from a forward without labels."""
+    """The size of the output's last dimension (vocabulary or labels) from a forward without labels; None when the
+    model does not take the batch's keys as its arguments (a setup with its own loss(model, batch))."""
     import torch
 
-    with torch.no_grad():
-        out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    try:
+        with torch.no_grad():
+            out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    except TypeError:
+        return None
     logits = output_tensor(out)
     return int(logits.shape[-1]) if logits is not None and logits.dim() >= 2 and logits.shape[-1] > 1 else None
 
@@ -99,6 +103,39 @@ def matches(name: str, patterns: Sequence[str]) -> bool:
 def snapshot(model: Any) -> dict[str, Any]:
     """Copies of the parameters in host memory (so that they weigh nothing in a measurement on the card)."""
     return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}
+
+
+def full_state(model: Any) -> dict[str, Any]:
+    """Copies, in host memory, of everything the model's state_dict holds: parameters and persistent buffers
+    (BatchNorm's running statistics, step counters)."""
+    return {n: t.detach().to("cpu", copy=True) for n, t in model.state_dict().items() if hasattr(t, "detach")}
+
+
+def modes(model: Any) -> dict[str, bool]:
+    """Each module's training flag (a user may keep a frozen BatchNorm in eval inside a model in train mode)."""
+    return {n: m.training for n, m in model.named_modules()}
+
+
+def set_modes(model: Any, saved: dict[str, bool]) -> None:
+    for n, m in model.named_modules():
+        if n in saved:
+            m.training = saved[n]
+
+
+def train_mode(model: Any) -> None:
+    """Train mode as the loop's model.train() gives it, unless the model is in train mode already (then its
+    modules' own flags are left as the user set them)."""
+    if not model.training:
+        model.train()
+
+
+def first_rows(batch: Mapping[str, Any]) -> int:
+    """Rows of a batch: the first dimension of its first tensor that has one (0-dim values such as a token count
+    are skipped)."""
+    for v in batch.values():
+        if hasattr(v, "shape") and len(v.shape) >= 1:
+            return int(v.shape[0])
+    raise InputError("the batch holds no tensor with a batch dimension")
 
 
 def _dtype(t: Any) -> str:
@@ -122,7 +159,7 @@ def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str,
     classes = classes_of(model, batch)
     held = {id(p) for g in optimizer.param_groups for p in g["params"]}
     still = {id(p) for g in optimizer.param_groups if g.get("lr", 1.0) == 0 for p in g["params"]}
-    model.train()
+    train_mode(model)
     optimizer.zero_grad(set_to_none=True)
     loss = loss_of(model, batch, loss_fn)
     if not hasattr(loss, "backward") or loss.numel() != 1:
@@ -168,7 +205,7 @@ def measured_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str
                   loss_fn: Any = None) -> None:
     """One more update with its forward, backward and optimizer step measured as phases: after a first update, so
     that the optimizer's state exists, as in every step of a run (and in `campaign memory`'s estimate)."""
-    model.train()
+    train_mode(model)
     optimizer.zero_grad(set_to_none=True)
     with meter.around("step"):
         meter.track(model, optimizer)
@@ -186,14 +223,17 @@ def measured_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str
 
 def overfit(model: Any, optimizer: Any, batch: Mapping[str, Any], *, steps: int, loss_fn: Any = None,
             lr: float | None = None) -> tuple[float, ...]:
-    """Train `steps` updates on the one batch (the optimizer's learning rate, or `lr`) and return the loss before
-    each update and after the last. The caller restores the model and optimizer afterwards."""
+    """Train `steps` updates on the one batch and return the loss before each update and after the last. The rate
+    is `lr`, else each group's peak under its schedule (`initial_lr`, which torch's schedulers set: a warm-up does
+    not stall the test), else its current one. The caller restores the model and optimizer afterwards."""
     import torch
 
-    if lr is not None:
-        for g in optimizer.param_groups:
+    for g in optimizer.param_groups:
+        if lr is not None:
             g["lr"] = lr
-    model.train()
+        elif "initial_lr" in g:
+            g["lr"] = g["initial_lr"]
+    train_mode(model)
     losses = []
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
@@ -233,11 +273,14 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
             raise InputError("batch independence needs token ids with model.get_input_embeddings() or a "
                              "floating-point input")
         inputs[key] = captured["x"] = inputs[key].detach().clone().requires_grad_(True)
-    was_training = model.training
+    saved = modes(model)
     model.eval()
     try:
         with torch.enable_grad():
-            out = output_tensor(model(**inputs))
+            try:
+                out = output_tensor(model(**inputs))
+            except TypeError as e:
+                raise InputError(f"the model does not take the batch's keys as arguments ({e}); not checked") from None
             if out is None or out.dim() < 1 or out.shape[0] != captured["x"].shape[0]:
                 raise InputError("batch independence needs an output with one row per input row (logits)")
             direction = torch.randn(out[row].shape, generator=torch.Generator().manual_seed(seed))
@@ -245,7 +288,7 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
     finally:
         if handle is not None:
             handle.remove()
-        model.train(was_training)
+        set_modes(model, saved)
         for p in model.parameters():
             p.grad = None
     g = captured["x"].grad
@@ -256,4 +299,5 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
 
 
 __all__ = ["GroupNorm", "StepFigures", "checked_step", "classes_of", "cross_row_gradient", "loss_of", "matches",
-           "measured_step", "output_tensor", "overfit", "snapshot", "to_device"]
+           "first_rows", "full_state", "measured_step", "modes", "output_tensor", "overfit", "set_modes",
+           "train_mode", "snapshot", "to_device"]

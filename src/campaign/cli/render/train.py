@@ -62,7 +62,7 @@ def render_check(r: Any) -> None:
                       f"{len(r.overfit_losses) - 1} updates")
     if r.resume is not None:
         m = r.resume
-        console.print(f"resume: checkpoint after update 1 ({len(m.files)} files), next loss {m.loss:.6f} "
+        console.print(f"resume: checkpoint after the first updates ({len(m.files)} files), next loss {m.loss:.6f} "
                       f"uninterrupted vs {m.resumed_loss:.6f} in a fresh process")
     checks(r.checks, ("fail", "warn", "skipped"))
     notes(r.notes)

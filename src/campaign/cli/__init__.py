@@ -56,9 +56,11 @@ def main(argv: list[str] | None = None) -> None:
         args.remove("--debug")
     from . import common
 
-    record = "--record" in args or os.environ.get("CAMPAIGN_RECORD", "") not in ("", "0")
-    if "--record" in args:
-        args.remove("--record")
+    # `campaign --record COMMAND ...`: only before the command (`campaign usage --record SPLIT` is usage's own option)
+    record = bool(args) and args[0] == "--record"
+    if record:
+        args.pop(0)
+    record = record or os.environ.get("CAMPAIGN_RECORD", "") not in ("", "0")
     common.RECORDING.update(on=record, argv=list(args))
     try:
         command = _finite_floats(typer.main.get_command(app))

@@ -388,7 +388,10 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
 
 def _why(best: Option | None, options: list[Option]) -> str:
     if best is None:
-        return "no rental fits: " + (options[0].why if options else "no option priced")
+        if not options:
+            return "no rental priced"
+        widest = max(options, key=lambda o: (math.inf if o.window_hours is None else o.window_hours, o.cards))
+        return f"no rental fits; the widest, {widest.card} {widest.name}: {widest.why}"
     text = f"the cheapest that fits: {usd(best.cost_cents)}"
     if best.window_hours is not None:
         text += f", ends at {best.hours:,.1f} h of {best.window_hours:,.0f} h ({best.slack_hours:,.1f} h slack)"

@@ -192,7 +192,9 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
     assert started.code == 0
     run_id = started.out.strip()
     m = Store().read(run_id)
-    assert m.params == {"lora": {"r": 16}, "lr": 0.0003} and m.owner["pid"] == os.getppid()
+    # started from a shell command that exits at once: no owner process, the heartbeat alone says it is alive
+    assert m.params == {"lora": {"r": 16}, "lr": 0.0003} and m.owner["pid"] is None
+    assert next(x for x in Store().list() if x.id == run_id).status == "running"
     assert cli("run", "log", run_id, "step=10", "loss=1.5", "note=warmup").code == 0
     assert Store().metrics(run_id)[-1] | {"t": None} == {"t": None, "step": 10, "loss": 1.5, "note": "warmup"}
     for argv, fragment in ((["run", "log", "no-such-run", "x=1"], "no run 'no-such-run'"),
@@ -208,6 +210,10 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
     assert Store().metrics(run_id)[-1]["loss"] == "NaN"
     assert cli("run", "log", run_id, "loss=1.5").code == 0
     assert cli("run", "end", run_id, "--status", "completed").code == 0
+    again = cli("run", "end", run_id, "--status", "failed", "--reason", "oops")
+    assert again.code == 2 and "already ended completed" in again.err         # a closed run keeps its status
+    late = cli("run", "log", run_id, "step=11")
+    assert late.code == 2 and "already ended" in late.err
     assert cli("run", "decide", run_id, "accepted", "--why", "+2 points").code == 0
     shown = json.loads(cli("runs", "show", run_id, "--json").out)
     assert shown["status"] == "completed" and shown["decision"]["why"] == "+2 points"
@@ -261,3 +267,95 @@ def test_runs_export_to_mlflow_reads_back_with_mlflows_own_client(repo, cli, mon
     assert exported[failed.id].data.tags["campaign.reason"] == "CUDA out of memory"
     again = cli("runs", "export", "--mlflow", str(out))
     assert again.code == 2 and "exists" in again.err
+
+
+def test_a_failure_reason_survives_and_force_keeps_the_history(repo):
+    m = start_run("oom")
+    end_run(m.id, "failed", "CUDA out of memory")
+    with pytest.raises(InputError, match="already ended failed"):
+        end_run(m.id, "completed")
+    changed = end_run(m.id, "invalid", "wrong data split", force=True)
+    assert changed.status == "invalid" and "was failed: CUDA out of memory" in changed.reason
+
+
+def test_a_diverged_loss_logged_from_python_is_kept_not_nulled(repo):
+    with run("diverged") as r:
+        r.log(step=1, loss=float("nan"), grad_norm=float("inf"))
+    assert Store().metrics(r.id)[0] | {"t": None} == {"t": None, "step": 1, "loss": "nan", "grad_norm": "inf"}
+
+
+PREEMPTED = textwrap.dedent("""
+    import signal, sys, time
+    import campaign.track.run as R
+    saved = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: saved.append("checkpoint"))
+    with R.run("preempted", root=sys.argv[1]) as r:
+        print(r.id, flush=True)
+        r.log(step=1, loss=1.0)
+        print("logged", flush=True)
+        try:
+            time.sleep(60)
+        finally:
+            r.log(user_handler=",".join(saved))
+""")
+
+
+def test_sigterm_runs_the_users_own_handler_first(repo):
+    proc = subprocess.Popen([sys.executable, "-c", PREEMPTED, ".campaign"], stdout=subprocess.PIPE, text=True)
+    run_id = proc.stdout.readline().strip()
+    assert proc.stdout.readline().strip() == "logged"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    m = Store().read(run_id)
+    assert m.status == "stopped" and "SIGTERM" in m.reason
+    assert Store().metrics(run_id)[-1]["user_handler"] == "checkpoint"
+
+
+BUFFERED = textwrap.dedent("""
+    import sys, time
+    import campaign.track.run as R
+    with R.run("buffered", root=sys.argv[1]) as r:
+        print(r.id, flush=True)
+        r.log(step=1000, final_accuracy=0.91)        # buffered: no explicit flush
+        time.sleep(60)
+""")
+
+
+def test_buffered_records_reach_the_disk_before_a_kill(repo):
+    proc = subprocess.Popen([sys.executable, "-c", BUFFERED, ".campaign"], stdout=subprocess.PIPE, text=True)
+    run_id = proc.stdout.readline().strip()
+    deadline = time.time() + 20
+    while not Store().metrics(run_id) and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert [r["final_accuracy"] for r in Store().metrics(run_id)] == [0.91]
+
+
+def test_a_bad_timestamp_or_a_copied_folder_shows_as_invalid_and_listing_goes_on(repo):
+    good = start_run("good")
+    bad = start_run("bad")
+    path = repo / ".campaign" / "runs" / bad.id / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["created"] = "yesterday"
+    path.write_text(json.dumps(doc))
+    import shutil
+    shutil.copytree(repo / ".campaign" / "runs" / good.id, repo / ".campaign" / "runs" / "good-copy")
+    rows = {r.id: r for r in Store().list()}
+    assert rows[good.id].status == "running"
+    assert rows[bad.id].status == "invalid" and "not an ISO 8601 time" in rows[bad.id].reason
+    assert rows["good-copy"].status == "invalid" and "not the folder's" in rows["good-copy"].reason
+
+
+def test_mlflow_export_takes_campaigns_own_metric_names(repo, cli, monkeypatch):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    with run("per-class") as r:
+        r.log(step=1, **{"f1[refund]": 0.8})
+    out = repo / "exported"
+    assert cli("runs", "export", "--mlflow", str(out)).code == 0
+    client = MlflowClient(tracking_uri=out.resolve().as_uri())
+    exported = client.search_runs([client.get_experiment_by_name("campaign").experiment_id])[0]
+    assert exported.data.metrics == {"f1_refund_": 0.8}

@@ -1,7 +1,6 @@
 """`campaign run ...` and `campaign runs ...`: runs traced to decisions (question 3)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -77,7 +76,7 @@ def start(
     from ..track.run import start_run
 
     m = start_run(name, hypothesis=hypothesis, guards=guard or [], params=_nested(param or []), baseline=baseline,
-                  data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=os.getppid(),
+                  data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=0,
                   stale_after=_duration(stale_after), status="planned" if planned else "running")
     if as_json:
         o.print_json(m.to_dict())
@@ -89,11 +88,10 @@ def start(
 def log(run_id: RunId,
         pairs: Annotated[list[str], typer.Argument(help="key=value pairs (numbers parsed as numbers).")],
         root: Root = None) -> None:
-    """Append one record of metrics to a run (and keep it shown as running)."""
-    from ..track.run import parse_records
-    from ..track.store import Store
+    """Append one record of metrics to a run (and keep it shown as running); a run that has ended is refused."""
+    from ..track.run import log_run, parse_records
 
-    Store(root).log(run_id, [parse_records(pairs)])
+    log_run(run_id, [parse_records(pairs)], root=root)
 
 
 @run_app.command("artifact", epilog="Example: campaign run artifact ID preds.jsonl --kind predictions")
@@ -110,11 +108,13 @@ def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or
 def end(run_id: RunId,
         status: Annotated[str, typer.Option(help="completed | stopped | failed | invalid.")] = "completed",
         reason: Annotated[str, typer.Option(help="What happened (required unless completed).")] = "",
+        force: Annotated[bool, typer.Option("--force", help="Change the status of a run that has ended (the earlier "
+                                                            "one is kept in the reason).")] = False,
         root: Root = None) -> None:
     """Close a run with its status and reason: stopped and failed runs stay on record."""
     from ..track.run import end_run
 
-    end_run(run_id, status, reason, root=root)
+    end_run(run_id, status, reason, root=root, force=force)
 
 
 @run_app.command("decide", epilog="Example: campaign run decide ID accepted --why \"+2.1 F1, guards hold\"")

@@ -12,7 +12,7 @@ from typing import Any
 from ..checks import Check
 from ..errors import InputError
 from ..results import Result
-from .manifest import param_sets_changed
+from .manifest import flatten, param_sets_changed
 from .store import Store
 
 
@@ -34,23 +34,13 @@ class RunDiff(Result):
     schema: str = "campaign.runs_diff/1"
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        out.update(_flat(v, key) if isinstance(v, dict) and v else {key: v})
-    return out
-
-
 def diff_runs(a: str, b: str, *, root: str | Path | None = None) -> RunDiff:
     store = Store(root)
     ma, mb = store.read(a), store.read(b)
     diffs = []
     for part, da, db in (("params", ma.params, mb.params), ("code", ma.code, mb.code),
                          ("environment", ma.environment, mb.environment)):
-        fa, fb = _flat(da), _flat(db)
+        fa, fb = flatten(da), flatten(db)
         diffs += [Difference(part, k, fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb))
                   if fa.get(k) != fb.get(k) and not (part == "environment" and k.startswith("visible"))]
     data_a = {d.path: d.sha256 for d in ma.data}

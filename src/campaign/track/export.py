@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
-from .manifest import Manifest, parse_time
+from .manifest import Manifest, flatten, parse_time
 from .store import Store
 
 STATUS = {"completed": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "invalid": "KILLED",
@@ -25,12 +26,9 @@ STATUS = {"completed": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "inv
 MAX_PARAM = 6000              # MLflow's limit on a parameter value's length
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        out.update(_flat(v, key) if isinstance(v, dict) else {key: v})
-    return out
+def _key(name: str) -> str:
+    """A name MLflow accepts (letters, digits, _ - . space /): campaign's 'f1[refund]' becomes 'f1_refund_'."""
+    return re.sub(r"[^\w\-. /]", "_", name)
 
 
 def _ms(text: str) -> int:
@@ -86,7 +84,7 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
     tags.update({k: v for k, v in extra.items() if v})
     run = client.create_run(experiment, start_time=_ms(m.created), tags=tags)
     run_id = run.info.run_id
-    params = [Param(k, str(v)[:MAX_PARAM]) for k, v in sorted(_flat(m.params).items())]
+    params = [Param(_key(k), str(v)[:MAX_PARAM]) for k, v in sorted(flatten(m.params).items())]
     for i in range(0, len(params), 100):
         client.log_batch(run_id, params=params[i:i + 100])
     metrics = []
@@ -95,7 +93,7 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
         stamp = _ms(rec["t"]) if isinstance(rec.get("t"), str) else _ms(m.created)
         for k, v in rec.items():
             if k not in ("t", "step") and isinstance(v, (int, float)) and not isinstance(v, bool):
-                metrics.append(Metric(k, float(v), stamp, int(step) if isinstance(step, int) else n))
+                metrics.append(Metric(_key(k), float(v), stamp, int(step) if isinstance(step, int) else n))
     for i in range(0, len(metrics), 1000):                 # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
     end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)

@@ -32,7 +32,7 @@ def parse_time(text: str) -> dt.datetime:
 def new_id(name: str) -> str:
     """'<name>-<UTC time>-<4 hex>': readable, sorts by creation, unique across concurrent starts."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "run"
-    return f"{slug}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
+    return f"{slug}-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,13 @@ def manifest_from(data: Any, where: str) -> Manifest:
     decision = d.obj("decision", None)
     if decision is not None and decision.str("decision") not in DECISIONS:
         decision.fail(f"decision {decision.str('decision')!r} is not one of {', '.join(DECISIONS)}")
+    for key in ("created", "ended"):
+        value = d.str(key, None)
+        if value is not None:
+            try:
+                parse_time(value)
+            except ValueError:
+                d.fail(f"{key} {value!r} is not an ISO 8601 time")
     seeds = d.list("seeds", [])
     if not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         d.fail("seeds must be whole numbers")
@@ -130,11 +137,22 @@ def param_sets_changed(params: dict[str, Any], baseline: dict[str, Any]) -> dict
             if params.get(k) != baseline.get(k)}
 
 
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested parameters as dotted keys: {'lora': {'r': 16}} -> {'lora.r': 16} (an empty set stays as {})."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        out.update(flatten(v, key) if isinstance(v, dict) and v else {key: v})
+    return out
+
+
 def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     """An artifact record for a file (its sha256 and size) or a folder (a sha256 over its files' names and hashes)."""
     from ..io import sha256_bytes, sha256_file
 
-    p = Path(path)
+    p = Path(path).resolve()                      # absolute: the record holds wherever it is read from
     if p.is_file():
         return Artifact(str(p), sha256_file(p), p.stat().st_size, kind)
     if p.is_dir():
@@ -144,5 +162,5 @@ def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     raise InputError(f"{p}: no such file or folder to record")
 
 
-__all__ = ["Artifact", "DECISIONS", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact",
+__all__ = ["Artifact", "DECISIONS", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
            "manifest_from", "new_id", "now", "param_sets_changed", "parse_time"]

@@ -26,6 +26,7 @@ from .store import Store
 FLUSH_RECORDS = 1000      # metric records buffered before one append
 FLUSH_SECONDS = 1.0
 HEARTBEAT_SECONDS = 30.0
+TERMINATED = "terminated by signal"
 
 
 def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), params: Mapping[str, Any] | None = None,
@@ -34,7 +35,9 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
               stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running",
               with_torch: bool = True) -> Manifest:
     """Write a new run's manifest (status running, or planned) with its code, environment and data hashes
-    (with_torch=False: the environment without importing torch, for records that ran no model).
+    (with_torch=False: the environment without importing torch, for records that ran no model). owner_pid: the
+    process whose end means the run died (default this one; 0: none, the heartbeat alone tells, as for a run started
+    from a shell command that exits at once).
 
     Raises:
         InputError: a malformed guard, an unknown baseline, a data file that does not exist.
@@ -60,21 +63,38 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
                  guards=tuple(guards), baseline=baseline, change=change, params=params,
                  data=tuple(file_artifact(p, "data") for p in data), code=code.to_dict(),
                  environment=capture_environment(with_torch=with_torch).to_dict(), seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
-                 owner={"host": socket.gethostname(), "pid": owner_pid if owner_pid is not None else os.getpid()},
+                 owner={"host": socket.gethostname(), "pid": os.getpid() if owner_pid is None else owner_pid or None},
                  stale_after=float(stale_after))
     return store.create(m, diff=diff)
 
 
 def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path | None = None,
-            metrics: Mapping[str, Any] | None = None) -> Manifest:
-    """Close a run: completed, stopped, failed or invalid (a reason is required for all but completed)."""
+            metrics: Mapping[str, Any] | None = None, force: bool = False) -> Manifest:
+    """Close a run: completed, stopped, failed or invalid (a reason is required for all but completed). A run that
+    has ended keeps its status and reason unless force (then the earlier ones stay in the reason's history)."""
     if status not in ENDED:
         raise InputError(f"status {status!r}: a run ends {', '.join(ENDED)}")
     if status != "completed" and not reason.strip():
         raise InputError(f"a run that ends {status} needs --reason (what happened), so it is not lost")
     store = Store(root)
+    m = store.read(run_id)
+    if m.status in ENDED:
+        if not force:
+            raise InputError(f"run {run_id} already ended {m.status}" + (f" ({m.reason})" if m.reason else "")
+                             + "; give --force to change it (the earlier status is kept in the reason)")
+        reason = f"{reason} (was {m.status}" + (f": {m.reason})" if m.reason else ")")
     last = store.last_metrics(run_id)
     return store.update(run_id, status=status, reason=reason, ended=now(), metrics={**last, **(metrics or {})})
+
+
+def log_run(run_id: str, records: Sequence[Mapping[str, Any]], *, root: str | Path | None = None) -> None:
+    """Append records to a run that has not ended (logging to a closed run would rewrite what it reported)."""
+    store = Store(root)
+    m = store.read(run_id)
+    if m.status in ENDED:
+        raise InputError(f"run {run_id} already ended {m.status}; start a new run, or reopen nothing: its records "
+                         "are final")
+    store.log(run_id, [_finite(r) for r in records])
 
 
 def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None = None) -> Manifest:
@@ -114,6 +134,14 @@ def parse_records(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _finite(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record whose non-finite floats (a diverged loss) are kept as their text, 'nan' or 'inf': JSON has no NaN,
+    and writing null would make a diverged run look unmeasured."""
+    import math
+
+    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
 class Run:
     """A live run (see the module docstring). Records are buffered and appended in batches."""
 
@@ -128,7 +156,7 @@ class Run:
         self._previous_term: Any = None
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
-        record = ({"step": step} if step is not None else {}) | metrics
+        record = _finite(({"step": step} if step is not None else {}) | metrics)
         with self._lock:
             self._buffer.append(record)
             due = len(self._buffer) >= FLUSH_RECORDS or time.monotonic() - self._flushed >= FLUSH_SECONDS
@@ -148,14 +176,30 @@ class Run:
         self.manifest = decide_run(self.id, decision, why, root=self.store.root)
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            self.store.heartbeat(self.id)
+        """Every few seconds: flush what is buffered (a kill loses at most that interval) and beat at least every
+        HEARTBEAT_SECONDS."""
+        beat = time.monotonic()
+        while not self._stop.wait(FLUSH_SECONDS):
+            with self._lock:
+                pending = bool(self._buffer)
+            if pending:
+                self.flush()                              # appending beats the heart too
+                beat = time.monotonic()
+            elif time.monotonic() - beat >= HEARTBEAT_SECONDS:
+                self.store.heartbeat(self.id)
+                beat = time.monotonic()
 
     def __enter__(self) -> Run:
         self._beat.start()
         if threading.current_thread() is threading.main_thread():
-            def terminated(signum: int, _frame: Any) -> None:
-                raise SystemExit(f"terminated by signal {signal.Signals(signum).name}")
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def terminated(signum: int, frame: Any) -> None:
+                if callable(previous):                    # the user's handler (a checkpoint on preemption) runs first
+                    previous(signum, frame)
+                if previous is signal.SIG_IGN:
+                    return
+                raise SystemExit(f"{TERMINATED} {signal.Signals(signum).name}")
             self._previous_term = signal.signal(signal.SIGTERM, terminated)
         return self
 
@@ -169,7 +213,13 @@ class Run:
         elif isinstance(error, KeyboardInterrupt):
             status, reason = "stopped", "interrupted (Ctrl-C)"
         elif isinstance(error, SystemExit):
-            status, reason = ("completed", "") if error.code in (None, 0) else ("stopped", str(error.code))
+            code = error.code
+            if code in (None, 0):
+                status, reason = "completed", ""
+            elif isinstance(code, str) and code.startswith(TERMINATED):
+                status, reason = "stopped", code
+            else:
+                status, reason = "failed", f"exited with {code}"
         else:
             text = str(error).strip().splitlines()
             status, reason = "failed", f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
@@ -182,4 +232,5 @@ def run(name: str, *, root: str | Path | None = None, **options: Any) -> Run:
     return Run(manifest, Store(root))
 
 
-__all__ = ["Run", "STATUSES", "decide_run", "end_run", "parse_records", "record_artifact", "run", "start_run"]
+__all__ = ["Run", "STATUSES", "decide_run", "end_run", "log_run", "parse_records", "record_artifact", "run",
+           "start_run"]

@@ -87,7 +87,11 @@ class Store:
     def create(self, manifest: Manifest, *, diff: bytes = b"") -> Manifest:
         self._make_root()
         folder = self.folder(manifest.id)
-        folder.mkdir(parents=True, exist_ok=False)
+        try:
+            folder.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise InputError(f"{folder}: a run with this id exists already; start it again (ids carry 32 random "
+                             "bits)") from None
         if diff:
             from ..io import atomic_write_bytes
 
@@ -104,7 +108,11 @@ class Store:
         path = self.folder(run_id) / "manifest.json"
         if not path.is_file():
             raise InputError(f"no run {run_id!r} in {self.runs} (see `campaign runs list`)")
-        return manifest_from(load_json(path, "run manifest"), str(path))
+        m = manifest_from(load_json(path, "run manifest"), str(path))
+        if m.id != run_id:
+            raise InputError(f"{path}: holds run {m.id!r}, not the folder's {run_id!r} (a copied run folder?); "
+                             "rename the folder or start a new run")
+        return m
 
     def update(self, run_id: str, **changes: Any) -> Manifest:
         """Read, change and rewrite the manifest under the run's lock."""

@@ -71,10 +71,6 @@ def check(
     from .render import progress_reporter
     from .render.train import render_check
 
-    if overfit_lr is not None and overfit_lr <= 0:
-        from ..errors import InputError
-
-        raise InputError(f"--overfit-lr {overfit_lr} must be > 0")
     with progress_reporter("check") as tell:
         tell("one step, resume in a fresh process, overfit")
         report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,

@@ -210,10 +210,13 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         rows.append(row)
 
     reference_out = outcomes[ref_fmt.name]
+    # each variant's KV cache at the reference's compute precision (weight formats leave the cache as it is)
+    kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
+    if kv_here is None and spec is not None:
+        kv_here = _kv_rows(spec, [compute], ctx, sequences)[0].bytes
     built = []
     for f, row in zip(variants, rows):
         est, required, card = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
-        kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
         if f is ref_fmt:
             quality, metrics = _quality(s, reference_out)
             test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": ()}

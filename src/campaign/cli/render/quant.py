@@ -21,7 +21,8 @@ def render_quant(r: Any) -> None:
     scale = Scale(*(x for v in r.variants for x in (v.weight_bytes_stored, v.weight_bytes_estimated,
                                                     v.weight_bytes_measured, v.kv_bytes_estimated)))
     quality = "perplexity" if r.metric == "perplexity" else "accuracy"
-    t = table(f"Variants ({scale.unit}; weights: campaign memory's estimate, stored in the tensors, measured loaded)",
+    t = table(f"Variants ({scale.unit}; weights: campaign memory's estimate, stored in the tensors, measured loaded; "
+              f"KV in {r.reference})",
               (("variant", "left"), ("weights est.", "right"), ("stored", "right"), ("measured", "right"),
                ("KV est.", "right"), (quality, "right"), ("change", "right"),
                ("p" if r.metric == "perplexity" else "flips, p", "right"), ("smallest card", "left"),

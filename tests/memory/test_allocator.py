@@ -1,6 +1,10 @@
 """The caching-allocator model on sequences worked out by hand from CUDACachingAllocator's rules."""
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from campaign.memory.allocator import CachingAllocator, replay
 
 MiB = 1 << 20
@@ -103,3 +107,90 @@ def test_expandable_segments_split_any_remainder_of_512_bytes_or_more():
     plain.malloc("a", 9 * MiB + MiB // 2)  # a 20 MiB segment: 10.5 MiB left (> 1 MiB): split
     plain.malloc("b", 10 * MiB)  # takes the 10.5 MiB rest whole: 0.5 MiB is not > 1 MiB
     assert plain.allocated == 20 * MiB
+
+
+class _Plain:
+    """A second, deliberately naive reading of the same rules: each segment a list of [offset, size, free] in
+    address order, best fit by scanning every free block; no sorted pools, no neighbour links."""
+
+    def __init__(self, expandable: bool) -> None:
+        self.expandable, self.segments, self.live = expandable, [], {}
+        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
+
+    def malloc(self, key, size):
+        size = max(512, -(-size // 512) * 512)
+        small = size <= MiB
+        pages = [s for s in self.segments if s["small"] == small]
+        fits = [(b[1], s["id"], b[0], s, b) for s in pages for b in s["blocks"] if b[2] and b[1] >= size]
+        if self.expandable and pages:
+            tail = pages[0]["blocks"][-1]
+            others = [f for f in fits if f[4] is not tail]
+            fits = others or fits  # the free end block only when nothing else fits
+        if fits:
+            _, _, _, seg, block = min(fits, key=lambda f: f[:3])
+        elif self.expandable:
+            page = 2 * MiB if small else 20 * MiB
+            if not pages:
+                self.segments.append({"id": -1 if small else -2, "small": small, "blocks": []})
+                pages = [self.segments[-1]]
+            seg = pages[0]
+            last = seg["blocks"][-1] if seg["blocks"] else None
+            if last is not None and last[2]:
+                mapped = -(-(size - last[1]) // page) * page
+                last[1] += mapped
+                block = last
+            else:
+                mapped = -(-size // page) * page
+                block = [last[0] + last[1] if last else 0, mapped, True]
+                seg["blocks"].append(block)
+            self._reserve(mapped)
+        else:
+            total = 2 * MiB if small else 20 * MiB if size < 10 * MiB else -(-size // (2 * MiB)) * 2 * MiB
+            seg = {"id": len(self.segments) + 1, "small": small, "blocks": [[0, total, True]]}
+            self.segments.append(seg)
+            block = seg["blocks"][0]
+            self._reserve(total)
+        rest = block[1] - size
+        if rest >= 512 if (small or self.expandable) else rest > MiB:
+            blocks = seg["blocks"]
+            blocks.insert(blocks.index(block) + 1, [block[0] + size, rest, True])
+            block[1] = size
+        block[2] = False
+        self.live[key] = (seg, block)
+        self.allocated += block[1]
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def _reserve(self, nbytes):
+        self.reserved += nbytes
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def free(self, key):
+        seg, block = self.live.pop(key)
+        self.allocated -= block[1]
+        block[2] = True
+        blocks = seg["blocks"]
+        i = blocks.index(block)
+        if i + 1 < len(blocks) and blocks[i + 1][2]:
+            block[1] += blocks.pop(i + 1)[1]
+        if i > 0 and blocks[i - 1][2]:
+            blocks[i - 1][1] += blocks.pop(i)[1]
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+def test_the_model_matches_a_naive_reading_of_the_rules_on_random_sequences(expandable):
+    rng = random.Random(7)
+    for _ in range(150):
+        fast, plain, live, key = CachingAllocator(expandable=expandable), _Plain(expandable), [], 0
+        for _ in range(60):
+            if live and rng.random() < 0.45:
+                k = live.pop(rng.randrange(len(live)))
+                fast.free(k)
+                plain.free(k)
+            else:
+                size = rng.choice([rng.randint(1, 2 * MiB), rng.randint(1, 30 * MiB), rng.randint(1, 200 * MiB)])
+                fast.malloc(key, size)
+                plain.malloc(key, size)
+                live.append(key)
+                key += 1
+            assert (fast.allocated, fast.reserved, fast.peak_reserved) == \
+                (plain.allocated, plain.reserved, plain.peak_reserved)

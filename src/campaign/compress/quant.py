@@ -606,13 +606,17 @@ def plot_quant(report: QuantReport, path: str | os.PathLike[str]) -> Path:
     p = _check_path(path)
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot()
-    mib = 2 ** 20
+    unit, div = ("GiB", 2 ** 30) if max(v.weight_bytes_stored for v in report.variants) >= 2 ** 30 else ("MiB", 2 ** 20)
     for v in report.variants:
         colour = "tab:red" if v.flagged else ("tab:gray" if v.status == "reference" else "tab:blue")
-        ax.scatter([v.weight_bytes_stored / mib], [v.quality], color=colour, zorder=3)
-        ax.annotate(v.name, (v.weight_bytes_stored / mib, v.quality), textcoords="offset points", xytext=(5, 4))
-    ax.set_xlabel("weights stored (MiB)")
-    ax.set_ylabel(report.metric if report.metric == "perplexity" else f"{report.metric} accuracy")
-    ax.set_title(f"{report.model}: memory against quality ({report.evaluation.examples} examples)")
+        x = v.weight_bytes_stored / div
+        ax.scatter([x], [v.quality], color=colour, zorder=3)
+        ax.annotate(v.name + (" (flagged)" if v.flagged else ""), (x, v.quality), textcoords="offset points",
+                    xytext=(5, 4), fontsize=9)
+    ax.margins(x=0.2, y=0.2)
+    ax.set_xlabel(f"weights stored ({unit})")
+    ax.set_ylabel("perplexity (lower is better)" if report.metric == "perplexity" else f"{report.metric} accuracy")
+    ax.set_title(f"{report.model}: memory against quality\n{report.evaluation.examples} examples, reference "
+                 f"{report.reference}, on {report.device}", fontsize=10)
     ax.grid(True, alpha=0.3)
     return _save(fig, p)

@@ -2,7 +2,7 @@
 what was seen, why it matters and the fix. A skipped check is never counted as passed."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,12 @@ class Check:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
+
+
+def listed(names: Sequence[str], limit: int = 3) -> str:
+    """The first `limit` names and how many more, for a check's one line ('a, b, c and 4 more')."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def passed(checks: Iterable[Check]) -> bool:

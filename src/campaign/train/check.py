@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import copy
 import math
-import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check, passed
+from ..checks import Check, listed, passed
 from ..errors import InputError
 from ..results import Result
+from .adapter_check import adapter_checks
+from .resume_check import ResumeFigures, resume_checks
 from .setup import Setup, load_setup
 from .step import GroupNorm, StepFigures
 
@@ -35,7 +35,6 @@ SCHEMA = "campaign.check/1"
 # (an init scale, a missing 1/sqrt(d)) or the loss is summed instead of averaged (Karpathy, "A recipe for training
 # neural networks", 2019: "verify loss @ init").
 INIT_LOSS_HIGH = 1.5
-SHOWN = 3                   # parameter names shown in a check's line
 # A measured phase within this factor of the estimate agrees (the estimate's published figures are within 10%; a
 # small CPU step adds the allocator's 512-byte rounding and the kernels' scratch, which weigh more at that size).
 ESTIMATE_BAND = 1.25
@@ -52,20 +51,6 @@ class PhaseMemory:
     @property
     def ratio(self) -> float | None:
         return self.measured_bytes / self.estimated_bytes if self.estimated_bytes else None
-
-
-@dataclass(frozen=True)
-class ResumeFigures:
-    """The fresh process against the uninterrupted run (largest absolute differences; 0.0 is bitwise equal)."""
-
-    position: int
-    files: tuple[tuple[str, int], ...]           # the checkpoint's files and their sizes
-    weights_differ: tuple[str, ...]
-    loss: float
-    resumed_loss: float
-    grads_max_diff: float
-    after_max_diff: float
-    drew_random: bool
 
 
 @dataclass(frozen=True)
@@ -93,11 +78,6 @@ class CheckReport(Result):
     @property
     def passed(self) -> bool:
         return passed(self.checks)
-
-
-def _names(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:SHOWN])
-    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
 def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: float = 0.5,
@@ -153,12 +133,12 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
             checks.append(Check("resume.next_step_equal", "skipped", "the setup gives one batch; the resume test "
                                 "needs two (one before the checkpoint, one after)", "", "return two batches or more"))
         else:
-            resumed, resume_checks = _resume(s, setup, batches[1], checkpoint_dir, timeout, device)
-            checks.extend(resume_checks)
+            resumed, found = resume_checks(s, setup, batches[1], checkpoint_dir, timeout, device)
+            checks.extend(found)
         from .adapters import is_adapter_model
 
         if is_adapter_model(s.model):
-            checks.extend(_adapter(s, setup if isinstance(setup, str) else None, batches[0], fig, timeout))
+            checks.extend(adapter_checks(s, setup if isinstance(setup, str) else None, batches[0], fig, timeout))
         checks.append(_independence(s, batches[0], cross_row_gradient))
         losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
         checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
@@ -236,7 +216,7 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
             out.append(Check("step.initial_loss", "pass",
                              f"loss {f.loss:.3f}, {what} ln({f.classes}) = {expected:.3f} (uniform guess)"))
     if f.nonfinite_grad:
-        out.append(Check("step.finite_grads", "fail", f"non-finite gradients in {_names(f.nonfinite_grad)}",
+        out.append(Check("step.finite_grads", "fail", f"non-finite gradients in {listed(f.nonfinite_grad)}",
                          "one inf or nan gradient spreads to every weight at the next update",
                          "clip gradients, run the loss in fp32, or use bf16 / a loss scaler"))
     else:
@@ -246,16 +226,16 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
         frozen_declared = tuple(n for n in f.declared if n not in set(f.trainable) and ".original_module." not in n)
         undeclared = tuple(n for n in f.trainable if n not in set(f.declared))
         if frozen_declared or undeclared:
-            parts = ([f"declared to train but frozen (requires_grad False): {_names(frozen_declared)}"]
+            parts = ([f"declared to train but frozen (requires_grad False): {listed(frozen_declared)}"]
                      if frozen_declared else []) + \
-                    ([f"trains but not declared: {_names(undeclared)}"] if undeclared else [])
+                    ([f"trains but not declared: {listed(undeclared)}"] if undeclared else [])
             out.append(Check("params.trainable_as_declared", "fail", "; ".join(parts),
                              "the run would train other parameters than the plan (and the memory estimate) says",
                              "set requires_grad for exactly the declared parameters (freeze before building the "
                              "optimizer), or correct `trainable`"))
         else:
             out.append(Check("params.trainable_as_declared", "pass",
-                             f"{len(f.trainable)} tensors train, as declared ({_names(list(s.trainable or []))})"))
+                             f"{len(f.trainable)} tensors train, as declared ({listed(list(s.trainable or []))})"))
     else:
         out.append(Check("params.trainable_as_declared", "skipped", "the setup does not say what is meant to train",
                          "", "return trainable=['*lora_*', 'score'] (globs or module names)"))
@@ -263,11 +243,11 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
     lora_a = tuple(n for n in f.zero_grad if ".lora_A." in n or ".lora_embedding_A." in n)
     zero = tuple(n for n in f.zero_grad if n not in set(lora_a))
     if f.no_grad:
-        out.append(Check("params.received_grad", "fail", f"requires_grad but no gradient: {_names(f.no_grad)}",
+        out.append(Check("params.received_grad", "fail", f"requires_grad but no gradient: {listed(f.no_grad)}",
                          "these parameters are counted as trainable (memory, optimizer state) but never learn: a "
                          "branch not used in the forward, or a detach", "use them in the forward or freeze them"))
     elif zero:
-        out.append(Check("params.received_grad", "warn", f"gradient exactly zero: {_names(zero)}",
+        out.append(Check("params.received_grad", "warn", f"gradient exactly zero: {listed(zero)}",
                          "an all-zero gradient often means a disconnected or masked-out branch",
                          "check that the branch is used with this batch (it may be legitimately unused here)"))
     else:
@@ -276,13 +256,13 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
                                                   if lora_a else "")))
     if f.not_in_optimizer:
         out.append(Check("params.in_optimizer", "fail", f"trainable but not in the optimizer: "
-                         f"{_names(f.not_in_optimizer)}", "their gradients are computed and thrown away",
+                         f"{listed(f.not_in_optimizer)}", "their gradients are computed and thrown away",
                          "build the optimizer after freezing/unfreezing and after wrapping the model (peft)"))
     else:
         out.append(Check("params.in_optimizer", "pass", "the optimizer holds every trainable tensor"))
     stuck = tuple(n for n in f.unchanged if n not in set(f.zero_lr) and n not in set(f.zero_grad))
     if stuck:
-        out.append(Check("params.trainable_changed", "fail", f"unchanged by the update: {_names(stuck)} "
+        out.append(Check("params.trainable_changed", "fail", f"unchanged by the update: {listed(stuck)} "
                          f"({len(stuck)} of {len(f.trainable)})",
                          "parameters meant to train did not move: a group left out of the optimizer, no gradient, "
                          "or a step that is skipped", "check the optimizer's groups and that optimizer.step() runs"))
@@ -299,7 +279,7 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
                          not f.unchanged else f"{moved} of {len(f.trainable)} trainable tensors changed; the "
                          f"{len(f.unchanged)} others had a zero gradient (params.received_grad)"))
     if f.changed_frozen:
-        out.append(Check("params.frozen_unchanged", "fail", f"frozen yet changed: {_names(f.changed_frozen)}",
+        out.append(Check("params.frozen_unchanged", "fail", f"frozen yet changed: {listed(f.changed_frozen)}",
                          "a frozen base that moves is no longer the base the adapter or the comparison assumes",
                          "find what writes to them in the step (a hook, weight tying to a trained tensor, an "
                          "optimizer built before freezing with weight decay)"))
@@ -351,184 +331,6 @@ def _overfit_check(losses: tuple[float, ...], drop: float, lr: float | None, opt
                  "loss (a detached output, a learning rate of 0, the wrong parameters in the optimizer)",
                  "if the step checks pass, raise the rate for this test (--overfit-lr) or the updates "
                  "(--overfit-steps)")
-
-
-def _writable(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".campaign-probe-")
-        probe.close()
-    except OSError as e:
-        raise InputError(f"{e.filename or folder}: cannot write the checkpoint ({e.strerror or e}); give a writable "
-                         "--checkpoint-dir") from None
-
-
-def _first(e: BaseException) -> str:
-    lines = [line for line in str(e).strip().splitlines() if line.strip()]
-    return f"{type(e).__name__}: {lines[0][:240]}" if lines else type(e).__name__
-
-
-def _resume(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, timeout: float,
-            device: Any) -> tuple[ResumeFigures | None, list[Check]]:
-    from .resume import FreshProcessFailed, next_step, run_fresh, save
-    from .step import full_state
-
-    with tempfile.TemporaryDirectory(prefix="campaign-check-") as tmp:
-        folder = Path(checkpoint_dir) / "step-1" if checkpoint_dir is not None else Path(tmp) / "step-1"
-        if checkpoint_dir is not None:
-            _writable(Path(checkpoint_dir))
-        try:
-            save(s, folder, 1)
-        except Exception as e:  # the loop's own save_checkpoint, or campaign's: either way the resume is not there
-            return None, [Check("resume.files_written", "fail", f"saving the checkpoint raised {_first(e)}",
-                                "a run that cannot save cannot resume", "fix save_checkpoint (see the error)")]
-        files = tuple(sorted((p.name, p.stat().st_size) for p in folder.rglob("*") if p.is_file()))
-        saved = full_state(s.model)
-        ours = next_step(s.model, s.optimizer, s.scheduler, batch, s.loss)
-        try:
-            theirs = run_fresh(ref, folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
-        except FreshProcessFailed as e:
-            return None, [Check("resume.files_written", "pass" if files else "fail", f"{len(files)} files"),
-                          Check("resume.next_step_equal", "fail", f"reloading in a fresh process failed: {e}",
-                                "a checkpoint that does not reload is no checkpoint",
-                                "make load_checkpoint read what save_checkpoint writes (strict, same names)")]
-    exact = device.type == "cpu"
-    differ = tuple(n for n, t in saved.items() if n not in theirs["loaded"]
-                   or not _same(t, theirs["loaded"][n], exact))
-    grads = _max_diff(ours.grads, theirs["grads"])
-    after = _max_diff(ours.after, theirs["after"])
-    rates = _max_diff({"lr": ours.lrs}, {"lr": theirs["lrs"]})
-    after = max(after, rates)
-    resumed_loss = float(theirs["loss"])
-    loss = float(ours.loss)
-    figures = ResumeFigures(theirs["position"], files, differ, loss, resumed_loss, grads, after, ours.drew_random)
-    how = "bitwise" if exact else "within 1e-5 relative (GPU kernels may sum in another order)"
-    checks = []
-    checks.append(Check("resume.files_written", "pass" if files else "fail",
-                        f"{len(files)} files, {sum(b for _, b in files) / 2**20:.2f} MiB: "
-                        f"{', '.join(n for n, _ in files)}" if files else "the checkpoint folder is empty",
-                        "" if files else "nothing to resume from", "" if files else "save_checkpoint wrote nothing"))
-    if differ:
-        checks.append(Check("resume.weights_equal", "fail", f"reloaded weights differ: {_names(differ)}",
-                            "the resumed run starts from other weights than the ones saved",
-                            "save and load the full state_dict (tied weights once), strict"))
-    else:
-        checks.append(Check("resume.weights_equal", "pass", f"{len(saved)} tensors reloaded {how} equal (parameters "
-                            "and buffers)"))
-    same_step = _close(loss, resumed_loss, exact) and grads == 0.0 if exact else \
-        _close(loss, resumed_loss, exact) and grads <= 1e-5 * max(1.0, _scale(ours.grads))
-    if same_step:
-        checks.append(Check("resume.next_step_equal", "pass",
-                            f"next loss {loss:.6f} and gradients equal {how} in a fresh process (batch "
-                            f"{figures.position})"))
-    else:
-        rng = " The step draws random numbers (dropout): a generator not restored changes it." if ours.drew_random \
-            else ""
-        checks.append(Check("resume.next_step_equal", "fail",
-                            f"next loss {loss:.6f} uninterrupted vs {resumed_loss:.6f} resumed; gradients differ by "
-                            f"up to {grads:.2e}.{rng}",
-                            "a run that resumes differently from how it would have gone on makes every interrupted "
-                            "run a different experiment",
-                            "save and restore the random generators (torch, cuda, python, numpy) and the data position "
-                            "with the weights; keep state out of Python attributes"))
-    if same_step and after > (0.0 if exact else 1e-5 * max(1.0, _scale(ours.after))):
-        checks.append(Check("resume.next_update_equal", "fail",
-                            f"the same gradients give other weights, buffers or next learning rates after the "
-                            f"update (up to {after:.2e} apart)",
-                            "the optimizer or scheduler restarted: Adam's moments, its step count or the learning "
-                            "rate differ after a resume", "save and load optimizer.state_dict() and "
-                            "scheduler.state_dict()"))
-    elif same_step:
-        checks.append(Check("resume.next_update_equal", "pass", f"weights, buffers and the next learning rates after "
-                            f"the next update equal {how} (optimizer and scheduler restored)"))
-    else:
-        checks.append(Check("resume.next_update_equal", "skipped", "the next step already differs"))
-    if same_step and not ours.drew_random:
-        checks.append(Check("resume.random_exercised", "warn", "the step draws no random numbers (no dropout in "
-                            "train mode): a generator not restored would go unseen here",
-                            "training with dropout or random augmentation needs the generators restored",
-                            "if the real run uses dropout, enable it in the setup"))
-    return figures, checks
-
-
-def _adapter(s: Setup, ref: str | None, batch: Any, fig: StepFigures, timeout: float) -> list[Check]:
-    """The adapter's trainable count against LoRA's plan; saved with its binding; reloaded in a fresh process."""
-    import torch
-
-    from .adapters import binding_of, planned_trainable, save_adapter
-    from .resume import FreshProcessFailed, run_fresh
-    from .step import output_tensor
-
-    out = []
-    planned = planned_trainable(s.model)
-    extra = fig.trainable_elements - planned
-    if extra == 0:
-        out.append(Check("adapter.trainable_as_planned", "pass", f"{fig.trainable_elements:,} trainable elements = "
-                         "rank x (in + out) of the adapted layers + the modules saved in full"))
-    else:
-        out.append(Check("adapter.trainable_as_planned", "warn" if extra > 0 else "fail",
-                         f"{fig.trainable_elements:,} trainable elements; the adapter's config plans {planned:,} "
-                         f"({extra:+,})",
-                         "beyond the adapter, base tensors or whole modules train (modules_to_save, an unfrozen "
-                         "norm): more memory and optimizer state than LoRA's plan, and an adapter file that carries "
-                         "them", "freeze what should not train, or count it in the plan on purpose"))
-    binding = binding_of(s.model)
-    where = f"{binding.base or 'an unnamed base'}" + (f" at revision {binding.revision[:12]}" if binding.revision else "")
-    out.append(Check("adapter.bound_to_base", "pass", f"base {where}, {binding.tensors} tensors, weights sha256 "
-                     f"{binding.weights_sha256[:12]}"))
-    if ref is None:
-        out.append(Check("adapter.reload_equal", "skipped", "the setup was given as live objects",
-                         "only a fresh process proves the adapter reloads onto the base", "give setup.py:make_setup"))
-        return out
-    with tempfile.TemporaryDirectory(prefix="campaign-adapter-") as tmp:
-        folder = save_adapter(s.model, Path(tmp) / "adapter")
-        was = s.model.training
-        s.model.eval()
-        with torch.no_grad():
-            ours = output_tensor(s.model(**{k: v for k, v in batch.items() if k != "labels"})).detach().cpu()
-        s.model.train(was)
-        try:
-            theirs = run_fresh(ref, folder, Path(tmp) / "outputs.safetensors", mode="adapter", timeout=timeout)["outputs"]
-        except FreshProcessFailed as e:
-            out.append(Check("adapter.reload_equal", "fail", str(e), "an adapter that does not load onto the base "
-                             "it is shipped with cannot be used", "build the exact base (same revision, same seed "
-                             "for a random one) and keep the base frozen"))
-            return out
-    exact = ours.device.type == "cpu" and next(s.model.parameters()).device.type == "cpu"
-    same = ours.shape == theirs.shape and (torch.equal(ours, theirs) if exact else
-                                           torch.allclose(ours.float(), theirs.float(), rtol=1e-4, atol=1e-5))
-    if same:
-        out.append(Check("adapter.reload_equal", "pass", f"the adapter reloaded onto the bare base in a fresh process "
-                         f"gives the same outputs ({'bitwise' if exact else 'within 1e-4'}, {tuple(ours.shape)})"))
-    else:
-        diff = float((ours.float() - theirs.float()).abs().max()) if ours.shape == theirs.shape else math.inf
-        out.append(Check("adapter.reload_equal", "fail", f"outputs differ after reloading (up to {diff:.2e})",
-                         "the shipped adapter does not reproduce what was trained", "save with save_pretrained and "
-                         "check that every adapted module is in adapter_config.json's target_modules"))
-    return out
-
-
-def _same(a: Any, b: Any, exact: bool) -> bool:
-    import torch
-
-    a = a.cpu()
-    if exact:
-        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    return a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-5, atol=0)
-
-
-def _max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
-    if set(a) != set(b):
-        return math.inf
-    return max((float((a[k].cpu().double() - b[k].double()).abs().max()) for k in a if a[k].numel()), default=0.0)
-
-
-def _scale(tensors: dict[str, Any]) -> float:
-    return max((float(t.abs().max()) for t in tensors.values() if t.numel()), default=0.0)
-
-
-def _close(a: float, b: float, exact: bool) -> bool:
-    return a == b if exact else abs(a - b) <= 1e-5 * max(1.0, abs(a))
 
 
 def _keep(s: Setup) -> dict[str, Any]:

@@ -126,12 +126,20 @@ def test_a_calibrated_format_without_calibration_data_is_refused():
         compare_quant({"model": tiny_llama(), "batches": batches()}, formats=["gptq"])
 
 
-def test_calibration_data_is_named_and_hashed():
+def test_a_calibrated_format_runs_on_the_cpu_and_names_its_calibration_data():
     cal = batches(seed=7)
     r = compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": cal,
-                       "calibration_name": "random ids, seed 7"}, formats=[])
+                       "calibration_name": "random ids, seed 7"}, group_size=32)
+    assert [v.name for v in r.variants] == ["bf16", "int8", "int4", "awq-int8"]   # calibrated: by default with data
     assert r.calibration.name == "random ids, seed 7" and r.calibration.sha256 == digest(cal, "x").sha256
-    assert r.calibration.sha256 != r.evaluation.sha256
+    awq, int8 = r.variants[3], r.variants[1]
+    assert awq.calibration == r.calibration.sha256 and int8.calibration is None
+    # AWQ's int8 weight adds the searched input scale: one bf16 per input column of each converted Linear
+    assert awq.quantized_bytes_stored == int8.quantized_bytes_stored + sum(i * 2 for _, i in linear_shapes())
+    assert awq.test.startswith("paired t") and not any("are the evaluation batches" in n for n in r.notes)
+    same = compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": batches()},
+                         formats=["awq-int8"])
+    assert any("are the evaluation batches" in n for n in same.notes)
 
 
 def test_evaluation_sets_that_differ_between_variants_are_refused():

@@ -24,9 +24,9 @@ def quant(
                                               "(perplexity, or classification/extraction with predict and gold); "
                                               "optionally calibration batches (see examples/quant_setup.py).")],
     formats: Annotated[Optional[str], typer.Option("--formats", help="Variants after the reference, comma-"
-                                                   "separated: int8, int4 (torchao, CPU or GPU); fp8, nf4, "
-                                                   "bnb-int8 (GPU); fp32, bf16, fp16 (default: every format this "
-                                                   "machine runs).")] = None,
+                                                   "separated: int8, int4, awq-int8 (calibrated; torchao, CPU or "
+                                                   "GPU); fp8, nf4, bnb-int8 (GPU); fp32, bf16, fp16 (default: every "
+                                                   "format this machine runs).")] = None,
     reference: Annotated[Optional[str], typer.Option("--reference", help="fp32 | bf16 | fp16 (default: the model's "
                                                      "own precision).")] = None,
     guard: Annotated[Optional[list[str]], typer.Option("--guard", help="What must not get worse, as campaign regress "

@@ -39,6 +39,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            "torchao int8 weight-only: int8 per element, a scale and a zero point per output row"),
     Format("int4", "int4", "torchao", False, False,
            "torchao int4 weight-only, a scale and a zero point per group of input columns"),
+    Format("awq-int8", "int8", "torchao", False, True,
+           "torchao AWQ over int8 weight-only: per-channel input scales searched on the calibration batches"),
     Format("fp8", "fp8", "torchao", True, False, "torchao float8 (e4m3) weight-only, a scale per row"),
     Format("nf4", "nf4", "bitsandbytes", True, False, "bitsandbytes NF4, blocks of 64"),
     Format("bnb-int8", "int8", "bitsandbytes", True, False, "bitsandbytes LLM.int8, a scale per row"),
@@ -48,7 +50,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "int8-weight-only": "int8",
             "int4-weight-only": "int4", "float8": "fp8", "llm.int8": "bnb-int8", "bnb-nf4": "nf4"}
 # What campaign applies itself; gptq and awq are calibrated by their own libraries (not run here yet).
-BUILT = ("fp32", "bf16", "fp16", "int8", "int4", "fp8", "nf4", "bnb-int8")
+BUILT = ("fp32", "bf16", "fp16", "int8", "int4", "awq-int8", "fp8", "nf4", "bnb-int8")
 
 
 def parse_format(name: str) -> Format:
@@ -87,7 +89,7 @@ def refusal(fmt: Format, here: dict[str, Any], *, calibration: bool) -> str | No
                 "calibration=[...] (and calibration_name) from the setup, or drop the format")
     if fmt.gpu and here["device"] != "cuda":
         return (f"format {fmt.name} ({fmt.library}) needs a CUDA GPU, and this machine has none (torch sees no "
-                f"CUDA device); run it on the rented card, or compare the CPU formats: int8, int4")
+                f"CUDA device); run it on the rented card, or compare the CPU formats: int8, int4, awq-int8")
     if fmt.name == "fp8" and tuple(here["capability"] or (0, 0)) < (8, 9):
         return (f"format fp8 needs compute capability 8.9 or higher (Ada, Hopper); {here['name']} has "
                 f"{here['capability']}: compare int8 or int4 instead")
@@ -144,8 +146,10 @@ def quantizable(model: Any, keep: tuple[str, ...]) -> list[str]:
     return names
 
 
-def apply(fmt: Format, model: Any, *, keep: tuple[str, ...], group_size: int, device: str) -> Any:
+def apply(fmt: Format, model: Any, *, keep: tuple[str, ...], group_size: int, device: str,
+          calibration: list[Any] | None = None) -> Any:
     """Convert `model` (already in the reference precision, on `device`) to `fmt` in place; returns the model.
+    A calibrated format (awq-int8) runs the calibration batches through the model between its two steps.
 
     Raises:
         InputError: a group size that does not divide a layer's input features.
@@ -174,8 +178,28 @@ def apply(fmt: Format, model: Any, *, keep: tuple[str, ...], group_size: int, de
         from torchao.quantization import quantize_
 
         config = _torchao_config(fmt, group_size, device)
-        quantize_(model, config, filter_fn=lambda module, fqn: fqn in targets)
+        if fmt.name == "awq-int8":
+            _awq(model, config, targets, calibration or [], device)
+        else:
+            quantize_(model, config, filter_fn=lambda module, fqn: fqn in targets)
     return model
+
+
+def _awq(model: Any, base: Any, targets: set[str], calibration: list[Any], device: str) -> None:
+    """torchao's AWQ: observers on the targets, the calibration batches through the model, then each weight
+    quantized with the input scales that minimize its output error on what the observers saw."""
+    import torch
+    from torchao.prototype.awq import AWQConfig
+    from torchao.quantization import quantize_
+
+    quantize_(model, AWQConfig(base, step="prepare"), filter_fn=lambda module, fqn: fqn in targets)
+    with torch.no_grad():
+        for batch in calibration:
+            model(**{k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items() if k != "labels"})
+    quantize_(model, AWQConfig(base, step="convert"), filter_fn=lambda module, fqn: fqn in targets)
+    import gc
+
+    gc.collect()   # the observers' records of the calibration activations go with them
 
 
 def _torchao_config(fmt: Format, group_size: int, device: str) -> Any:
@@ -184,7 +208,7 @@ def _torchao_config(fmt: Format, group_size: int, device: str) -> Any:
     from torchao.quantization import IntxWeightOnlyConfig
     from torchao.quantization.granularity import PerGroup
 
-    if fmt.name == "int8":
+    if fmt.name in ("int8", "awq-int8"):
         return Int8WeightOnlyConfig()
     if fmt.name == "int4":
         if device == "cuda":   # packed two per byte, tinygemm's tiled layout

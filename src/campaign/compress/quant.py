@@ -129,7 +129,8 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
     Args:
         setup: 'FILE.py:FUNCTION', a function, a dict or a QuantSetup (see compress/setup.py).
         formats: the variants after the reference (default: every format this machine can apply: int8, int4 on a
-            CPU; fp8, nf4, bnb-int8 too on a GPU that runs them); a reference precision listed is a variant too.
+            CPU; fp8, nf4, bnb-int8 too on a GPU that runs them; awq-int8 when the setup gives calibration
+            batches); a reference precision listed is a variant too.
         reference: fp32 | bf16 | fp16 (default: the model's own precision).
         guards: what must not get worse, as `campaign regress --guard` takes them ('perplexity<=0.05',
             'f1[refund]>=-0.01'), applied to each variant against the reference.
@@ -175,7 +176,8 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     ref_fmt = parse_format(ref_name)
     if ref_fmt.name not in REFERENCES:
         raise InputError(f"reference {ref_name!r} is a quantized format; the reference is fp32, bf16 or fp16")
-    chosen = [parse_format(f) for f in (formats if formats is not None else available(here))]
+    default = [*available(here), *(["awq-int8"] if s.calibration else [])]   # calibrated: with calibration only
+    chosen = [parse_format(f) for f in (formats if formats is not None else default)]
     variants = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
     for f in variants:                                     # every refusal before any work
         why = refusal(f, here, calibration=s.calibration is not None)
@@ -233,7 +235,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
             calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
             status=status))
-    notes = _notes(built, guards, device, spec, ref_fmt, calibration)
+    notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256)
     return QuantReport(
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
@@ -280,7 +282,8 @@ def _run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], 
     with meter.around(f.name):
         with meter.phase("load"):
             variant = copy.deepcopy(reference).to(device)
-            apply(f, variant, keep=s.keep, group_size=group_size, device=device)
+            apply(f, variant, keep=s.keep, group_size=group_size, device=device,
+                  calibration=s.calibration if f.calibrated else None)
         with meter.phase("evaluate"), torch.no_grad():
             outcomes = _outcomes(variant, s, examples, device)
     measured = meter.result()
@@ -541,14 +544,14 @@ def digest(batches: Sequence[Mapping[str, Any]] | None, name: str) -> DataDigest
 
 
 def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spec: Any, ref: Format,
-           calibration: DataDigest | None) -> list[str]:
+           calibration: DataDigest | None, evaluation_sha: str) -> list[str]:
     notes = []
     names = {v.name for v in variants}
     if device == "cpu" and "int4" in names:
         notes.append("int4 on the CPU: torchao stores the 4-bit values one per int8 byte (its CPU layout without "
                      "C++ kernels), so int4 stores about as much as int8 here; the packed GPU layout (and the estimate) "
                      "holds two per byte")
-    if "int8" in names:
+    if names & {"int8", "awq-int8"}:
         notes.append("int8 estimate: campaign memory's int8 layout (1 B per element + an fp32 scale per row); "
                      "torchao adds an int8 zero point per row")
     if device == "cpu":
@@ -566,6 +569,9 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"perplexity<=0.5\" or "
                      "\"f1[refund]>=-0.01\")")
+    if calibration is not None and any(v.calibration for v in variants) and calibration.sha256 == evaluation_sha:
+        notes.append("the calibration batches are the evaluation batches: a calibrated format is judged on the data "
+                     "it was fitted to, so its quality here is optimistic; calibrate on separate data")
     if calibration is not None and not any(v.calibration for v in variants):
         notes.append(f"calibration data {calibration.name!r} given; no compared format calibrates on it")
     return notes

@@ -150,7 +150,8 @@ class Run:
         self.id = manifest.id
         self._buffer: list[dict[str, Any]] = []
         self._flushed = time.monotonic()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()          # the buffer
+        self._writing = threading.Lock()       # one append at a time, in order (the heartbeat thread flushes too)
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
         self._previous_term: Any = None
@@ -164,10 +165,11 @@ class Run:
             self.flush()
 
     def flush(self) -> None:
-        with self._lock:
-            batch, self._buffer = self._buffer, []
-            self._flushed = time.monotonic()
-        self.store.log(self.id, batch)
+        with self._writing:
+            with self._lock:
+                batch, self._buffer = self._buffer, []
+                self._flushed = time.monotonic()
+            self.store.log(self.id, batch)
 
     def artifact(self, path: str | Path, kind: str = "") -> None:
         self.manifest = record_artifact(self.id, path, kind, root=self.store.root)
@@ -205,6 +207,8 @@ class Run:
 
     def __exit__(self, kind: Any, error: BaseException | None, _tb: Any) -> None:
         self._stop.set()
+        if self._beat.is_alive() and self._beat is not threading.current_thread():
+            self._beat.join(timeout=10)            # its last flush lands before the final one and the end
         if self._previous_term is not None:
             signal.signal(signal.SIGTERM, self._previous_term)
         self.flush()

@@ -51,6 +51,12 @@ def _finite(kind: type) -> type:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: CampaignError -> one line on stderr and exit 2 (traceback only with --debug)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    # optional libraries' import-time chatter (torchao's missing GPU kernels, torch's pytree deprecations, seen when
+    # transformers imports torchao) is not the command's output
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     debug = "--debug" in args
     if debug:
         args.remove("--debug")

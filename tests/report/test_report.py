@@ -43,8 +43,8 @@ def test_the_report_holds_every_question_the_records_and_what_is_missing(cli, ca
     page = out.read_text(encoding="utf-8")
     for q in QUESTIONS:
         assert f">{q}</h2>" in page.replace("&#x27;", "'")
-    # four pictures: memory per phase, the confusion matrix, the seed differences, the runs over time
-    assert page.count("<svg") == summary["figures"] == 4
+    # five pictures: memory per phase, the card fit, the confusion matrix, the seed differences, the runs over time
+    assert page.count("<svg") == summary["figures"] == 5
     # the accuracy shown is the one counted here from the predictions file
     rows = [json.loads(line) for line in (EXAMPLES / "data" / "candidate.jsonl").read_text().splitlines()]
     accuracy = sum(x["gold"] == x["pred"] for x in rows) / len(rows)
@@ -86,4 +86,4 @@ def test_headless_chromium_renders_the_report(cli, campaign_records, tmp_path):
     assert 0.02 < ink < 0.6, ink
     dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                           out.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
-    assert dom.count("<section") == 6 and dom.count("<svg") == 4              # 5 questions + unreadable records
+    assert dom.count("<section") == 6 and dom.count("<svg") == 5              # 5 questions + unreadable records

@@ -75,7 +75,7 @@ def _checks(checks: Any) -> str:
 
 # -- one block per kind of record ---------------------------------------------------------------------------------
 def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import memory_phases
+    from .figures import card_fit, memory_phases
 
     how = "traced (fake tensors)" if d.get("method") == "traced" else "estimated (formula)"
     w = d.get("workload") or {}
@@ -87,7 +87,9 @@ def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     if fits:
         body += f"<p>cards: {_e('; '.join(fits))}</p>"
     svg = memory_phases(d, f"{d.get('model')}: memory per phase, {how}")
-    return f"memory of {d.get('model')}, {how}", body + _figure(svg, f"{how}, {r.created}")
+    fit = card_fit(d, f"{d.get('model')}: the cards against the {how.split(' ')[0]} total")
+    return (f"memory of {d.get('model')}, {how}",
+            body + _figure(svg, f"{how}, {r.created}") + _figure(fit, f"card fit, {how}, {r.created}"))
 
 
 def _measurement(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:

@@ -59,6 +59,29 @@ def memory_phases(result: dict[str, Any], title: str) -> str:
     return _svg(fig)
 
 
+def card_fit(result: dict[str, Any], title: str) -> str:
+    """Each card's memory as a bar, coloured by the verdict, against the estimate's device total and the total with
+    the reserve (two vertical lines)."""
+    fits = [f for f in result.get("fits") or [] if isinstance(f, dict) and isinstance(f.get("memory_bytes"), int)]
+    need, device = result.get("required_bytes"), result.get("device_bytes")
+    if not fits or not isinstance(need, (int, float)):
+        return ""
+    plt = _plt()
+    colours = {"fits": "#2a9d8f", "tight": "#e9c46a", "does not fit": "#e76f51"}
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.32 * len(fits)))
+    names = [str(f.get("card")) for f in fits]
+    ax.barh(names, [f["memory_bytes"] / GiB for f in fits], color=[colours.get(f.get("verdict"), "grey")
+                                                                    for f in fits])
+    if isinstance(device, (int, float)):
+        ax.axvline(device / GiB, color="black", linestyle=":", label="estimate on the device")
+    ax.axvline(need / GiB, color="black", label="with the reserve")
+    ax.invert_yaxis()
+    ax.set_xlabel("GiB (bar: the card; green fits, yellow tight, red does not fit)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
 def measured_phases(result: dict[str, Any], title: str) -> str:
     """Bars: peak allocated and peak reserved per measured phase."""
     phases = result.get("phases") or []
@@ -151,4 +174,4 @@ def runs_over_time(runs: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-__all__ = ["confusion", "measured_phases", "memory_phases", "runs_over_time", "seeds"]
+__all__ = ["card_fit", "confusion", "measured_phases", "memory_phases", "runs_over_time", "seeds"]

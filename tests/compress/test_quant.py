@@ -240,3 +240,22 @@ def test_tensor_predictions_and_labels_in_the_batches_are_read_as_labels():
                        "predict": lambda m, b: m(input_ids=b["input_ids"]).logits.argmax(-1)}, formats=["int8"])
     assert r.metric == "classification" and r.evaluation.examples == 12
     assert {k for k in r.variants[0].metrics if k.startswith("f1[")} <= {"f1[0]", "f1[1]"}
+
+
+def test_memory_freed_reads_as_a_cheaper_card_from_the_price_file(tmp_path):
+    """The 8B model in bf16 (16 GB of weights alone) cannot fit a 16 GB T4; in int4 it can. With a T4 at $0.35/h and
+    an L4 at $0.80/h, bf16's cheapest card is the L4 and int4's the T4."""
+    from campaign.compress.formats import FORMATS
+    from campaign.compress.quant import _estimate_weights, cheapest_card
+    from campaign.models import load_spec
+    from campaign.plan.prices import load_prices
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("source: test\ndate: 2026-11-30\ncurrency: USD\ncards:\n"
+                      "  - {card: T4-16GB, hourly: '0.35'}\n  - {card: L4-24GB, hourly: '0.80'}\n")
+    table = load_prices(prices)
+    spec = load_spec("llama-3.1-8b")
+    fits = {f: _estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1)[3] for f in ("bf16", "int4")}
+    assert cheapest_card(table, fits["bf16"]) == ("L4-24GB", 80)
+    assert cheapest_card(table, fits["int4"]) == ("T4-16GB", 35)
+    assert cheapest_card(table, set()) == (None, None)

@@ -39,6 +39,9 @@ def quant(
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache precisions estimated, comma-"
                                                     "separated (default: the reference's, fp8, int8).")] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="Level of the paired interval.")] = 0.95,
+    prices: Annotated[Optional[Path], typer.Option("--prices", help="campaign budget's price file: each variant's "
+                                                                    "cheapest card by the hour among those it fits "
+                                                                    "(default: the bundled example prices).")] = None,
     csv: Annotated[Optional[Path], typer.Option("--csv", help="Write the table (one row per variant) to this "
                                                 "CSV file.")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write memory against quality: .png, .svg or "
@@ -62,7 +65,7 @@ def quant(
 
         _check_path(plot)
     with progress_reporter("quant") as tell:
-        report = compare_quant(setup, formats=_names(formats), reference=reference, guards=guard or (),
+        report = compare_quant(setup, formats=_names(formats), reference=reference, guards=guard or (), prices=prices,
                                group_size=group_size, context=context, sequences=sequences,
                                kv_dtypes=_names(kv_dtype), confidence=confidence, progress=tell)
     if csv is not None:

@@ -62,7 +62,9 @@ class QuantVariant(Record):
     delta: quality minus the reference's; p_value: the paired test's (t-test on per-example NLL for perplexity,
     McNemar for classification and extraction); status: reference | pass | flagged (a guard broke).
     required_bytes_estimated: `campaign memory`'s inference estimate for the format at context x sequences (weights,
-    KV, activations, CUDA context, reserve); smallest_card: the catalog card with the least memory it fits."""
+    KV, activations, CUDA context, reserve); smallest_card: the catalog card with the least memory it fits;
+    cheapest_card / hourly_cents: the cheapest card by the hour, among the price file's cards the variant fits
+    (campaign budget's price file: --prices, or the bundled example prices)."""
 
     name: str
     format: str
@@ -76,6 +78,8 @@ class QuantVariant(Record):
     kv_bytes_estimated: int | None
     required_bytes_estimated: int | None
     smallest_card: str | None
+    cheapest_card: str | None          # of the price file's cards the variant fits, the cheapest by the hour
+    hourly_cents: int | None           # its on-demand price per card-hour (exact cents)
     quality: float
     metrics: dict[str, float]
     delta: float | None
@@ -123,6 +127,7 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
                   formats: Sequence[str] | None = None, reference: str | None = None, guards: Sequence[str] = (),
                   group_size: int = 128, context: int | None = None, sequences: int = 1,
                   kv_dtypes: Sequence[str] | None = None, confidence: float = 0.95,
+                  prices: str | Path | None = None,
                   progress: Callable[[str], None] | None = None) -> QuantReport:
     """Build, measure and evaluate the reference and each format on the setup's evaluation batches.
 
@@ -138,6 +143,8 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
         context, sequences: the KV cache estimate's tokens per sequence (default: the longest evaluation row) and
             concurrent sequences.
         kv_dtypes: KV cache precisions estimated (default: the reference's, fp8, int8).
+        prices: campaign budget's price file (default: the bundled example prices): each variant's cheapest
+            card by the hour among those it fits.
     Raises:
         InputError: a format this machine cannot run, calibration missing for a calibrated format, evaluation data
             that changed between variants, a prediction count that differs from the examples, a bad guard.
@@ -146,13 +153,13 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
 
     with quiet_torchao():   # transformers imports torchao when it is installed, as the setup builds its model
         return _compare(setup, formats=formats, reference=reference, guards=guards, group_size=group_size,
-                        context=context, sequences=sequences, kv_dtypes=kv_dtypes, confidence=confidence,
+                        context=context, sequences=sequences, kv_dtypes=kv_dtypes, confidence=confidence, prices=prices,
                         progress=progress)
 
 
 def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None, guards: Sequence[str],
              group_size: int, context: int | None, sequences: int, kv_dtypes: Sequence[str] | None,
-             confidence: float, progress: Callable[[str], None] | None) -> QuantReport:
+             confidence: float, prices: str | Path | None, progress: Callable[[str], None] | None) -> QuantReport:
     tell = progress or (lambda _msg: None)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise InputError(f"group size must be a positive integer, got {group_size!r}")
@@ -216,9 +223,13 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
     if kv_here is None and spec is not None:
         kv_here = _kv_rows(spec, [compute], ctx, sequences)[0].bytes
+    from ..plan.prices import load_prices
+
+    price_file = load_prices(prices)
     built = []
     for f, row in zip(variants, rows):
-        est, required, card = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
+        est, required, card, fitting = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
+        cheapest, hourly = cheapest_card(price_file, fitting)
         if f is ref_fmt:
             quality, metrics = _quality(s, reference_out)
             test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": ()}
@@ -231,11 +242,15 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             weight_bytes_estimated=est, weight_bytes_stored=row["stored"], quantized_bytes_stored=row["quantized"],
             weight_bytes_measured=row["measured"], peak_bytes_measured=row["peak"], kv_bytes_estimated=kv_here,
             required_bytes_estimated=required, smallest_card=card,
+            cheapest_card=cheapest, hourly_cents=hourly,
             quality=quality, metrics=metrics, delta=test["delta"], p_value=test["p"], test=test["test"],
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
             calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
             status=status))
     notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256)
+    if any(v.cheapest_card for v in built):
+        notes.append(f"prices per card-hour from {'the bundled EXAMPLE price file (' + price_file.date + ')' if price_file.example else price_file.path}"
+                     "; --prices FILE gives yours (campaign budget's format)")
     return QuantReport(
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
@@ -481,12 +496,13 @@ def _spec(model: Any, s: QuantSetup) -> Any:
 
 
 def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: int,
-                      sequences: int) -> tuple[int | None, int | None, str | None]:
-    """(weight bytes, required bytes, smallest card that fits) by `campaign memory`'s inference estimate with the
+                      sequences: int) -> tuple[int | None, int | None, str | None, set[str]]:
+    """(weight bytes, required bytes, smallest card that fits, every card that fits) by `campaign memory`'s
+    inference estimate with the
     variant's format. What a quantizer leaves unconverted is counted in the reference precision (the estimate keeps
     it in bf16)."""
     if spec is None:
-        return None, None, None
+        return None, None, None, set()
     from ..hardware import all_cards
     from ..memory import estimate_memory, fit_cards, make_workload
     from ..memory.dtypes import ELEMENT_BYTES
@@ -503,7 +519,14 @@ def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: i
             total += item.bytes
     cards = {c.name: c.memory_bytes for c in all_cards()}
     fits = [fit.card for fit in fit_cards(spec, w, all_cards(), solve=False, estimate=est) if fit.verdict == "fits"]
-    return total, est.required_bytes, min(fits, key=lambda c: cards[c]) if fits else None
+    return total, est.required_bytes, min(fits, key=lambda c: cards[c]) if fits else None, set(fits)
+
+
+def cheapest_card(prices: Any, fitting: set[str]) -> tuple[str | None, int | None]:
+    """The price file's card with the lowest on-demand price per hour among those the variant fits, and that price
+    (cents); (None, None) when none of them is priced by the hour."""
+    priced = sorted((c.hourly_cents, c.card) for c in prices.cards if c.card in fitting and c.hourly_cents is not None)
+    return (priced[0][1], priced[0][0]) if priced else (None, None)
 
 
 def _kv_rows(spec: Any, names: Sequence[str], ctx: int, sequences: int) -> tuple[KVRow, ...]:
@@ -581,7 +604,7 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
 
 CSV_COLUMNS = ("variant", "library", "memory_format", "weight_bytes_estimated", "weight_bytes_stored",
                "weight_bytes_measured", "peak_bytes_measured", "kv_bytes_estimated", "required_bytes_estimated",
-               "smallest_card", "metric", "quality", "delta",
+               "smallest_card", "cheapest_card", "hourly_cents", "metric", "quality", "delta",
                "p_value", "ms_per_token", "status", "guards_failed")
 
 
@@ -595,7 +618,8 @@ def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
     for v in report.variants:
         w.writerow([v.name, v.library, v.memory_format, _cell(v.weight_bytes_estimated), v.weight_bytes_stored,
                     v.weight_bytes_measured, v.peak_bytes_measured, _cell(v.kv_bytes_estimated),
-                    _cell(v.required_bytes_estimated), v.smallest_card or "", report.metric,
+                    _cell(v.required_bytes_estimated), v.smallest_card or "", v.cheapest_card or "",
+                    _cell(v.hourly_cents), report.metric,
                     f"{v.quality:.6g}", _cell(v.delta, ".6g"), _cell(v.p_value, ".4g"),
                     _cell(v.ms_per_token, ".4g"), v.status, ";".join(g.expression for g in v.guards if not g.passed)])
     return atomic_write_text(path, buf.getvalue())

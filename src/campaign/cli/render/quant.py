@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...plan.prices import usd
 from . import Scale, console, escape, notes, table
 
 
@@ -37,6 +38,10 @@ def render_quant(r: Any) -> None:
                   scale(v.kv_bytes_estimated), _q(v.quality, r.metric),
                   "-" if v.delta is None else _d(v.delta, r.metric), test, v.smallest_card or "-", status)
     console.print(t)
+    priced = [v for v in r.variants if v.cheapest_card]
+    if priced:
+        console.print("cheapest card by the hour among those each variant fits: " + "; ".join(
+            f"{v.name} {v.cheapest_card} {usd(v.hourly_cents)}/h" for v in priced))
     if r.kv:
         kscale = Scale(*(k.bytes for k in r.kv))
         t = table("KV cache, estimated", (("dtype", "left"), ("bytes/token", "right"),

@@ -25,7 +25,8 @@ def campaign_records(cli, tmp_path, monkeypatch):
     data = EXAMPLES / "data"
     for argv in (["memory", "gpt2", "--card", "rtx-4090"], ["errors", str(data / "candidate.jsonl")],
                  ["seeds", str(data / "seeds.csv"), "--min-effect", "0.5"],
-                 ["regress", str(data / "baseline.jsonl"), str(data / "candidate.jsonl")]):
+                 ["regress", str(data / "baseline.jsonl"), str(data / "candidate.jsonl")],
+                 ["budget", str(EXAMPLES / "plan" / "plan.yaml")]):
         assert cli("--record", *argv).code in (0, 1), argv
     started = cli("run", "start", "baseline", "--param", "lr=0.001")
     assert cli("run", "end", started.out.strip(), "--status", "failed", "--reason", "CUDA out of memory").code == 0
@@ -39,12 +40,15 @@ def test_the_report_holds_every_question_the_records_and_what_is_missing(cli, ca
     r = cli("report", "--out", str(out), "--json")
     assert r.code == 0
     summary = r.json()
-    assert summary["records"] == 5 and summary["unreadable"] == 1 and summary["runs"] == 1
+    assert summary["records"] == 6 and summary["unreadable"] == 1 and summary["runs"] == 1
     page = out.read_text(encoding="utf-8")
     for q in QUESTIONS:
         assert f">{q}</h2>" in page.replace("&#x27;", "'")
-    # five pictures: memory per phase, the card fit, the confusion matrix, the seed differences, the runs over time
-    assert page.count("<svg") == summary["figures"] == 5
+    # six pictures: memory per phase, the card fit, the confusion matrix, the seed differences, the budget's
+    # schedule, the runs over time
+    assert page.count("<svg") == summary["figures"] == 6
+    budget = json.loads(sorted((campaign_records / "records" / "budget").glob("*.json"))[0].read_text())["result"]
+    assert f"recommended: {budget['recommended']} on {budget['recommended_card']}" in page
     # the accuracy shown is the one counted here from the predictions file
     rows = [json.loads(line) for line in (EXAMPLES / "data" / "candidate.jsonl").read_text().splitlines()]
     accuracy = sum(x["gold"] == x["pred"] for x in rows) / len(rows)
@@ -86,4 +90,15 @@ def test_headless_chromium_renders_the_report(cli, campaign_records, tmp_path):
     assert 0.02 < ink < 0.6, ink
     dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                           out.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
-    assert dom.count("<section") == 6 and dom.count("<svg") == 5              # 5 questions + unreadable records
+    assert dom.count("<section") == 6 and dom.count("<svg") == 6              # 5 questions + unreadable records
+
+
+def test_a_record_of_an_unexpected_shape_is_listed_not_fatal(cli, campaign_records, tmp_path):
+    path = sorted((campaign_records / "records" / "budget").glob("*.json"))[0]
+    doc = json.loads(path.read_text())
+    doc["result"]["packages"] = "not a list"
+    doc["result"]["schedule"] = {"runs": [{"phase": "a", "start_hours": "soon", "end_hours": 1, "cards": [0]}]}
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "report.html"
+    assert cli("report", "--out", str(out)).code == 0
+    assert "could not be drawn" in out.read_text(encoding="utf-8")

@@ -114,6 +114,16 @@ def _number(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
+def _usd(cents: Any) -> str:
+    from ..plan.prices import usd
+
+    return usd(cents) if isinstance(cents, int) else "-"
+
+
+def _hours(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+
+
 def _count(v: Any) -> Any:
     return len(v) if isinstance(v, (list, tuple)) else v
 
@@ -150,6 +160,31 @@ def _regress(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     return f"{_name(d.get('candidate'))} against {_name(d.get('baseline'))}", body
 
 
+def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import gantt
+
+    rows = [[p.get("name"), p.get("card"), p.get("cards"), _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
+             _usd(p.get("cost_cents")), "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
+            for p in d.get("packages") or [] if isinstance(p, dict)]
+    body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))} — {_e(d.get('why', ''))}"
+            "</p>" + _table(["rental", "card", "cards", "hours", "critical path", "cost", "fits", "slack h"], rows))
+    svg = gantt(d.get("schedule") or {}, f"schedule on the recommended rental ({d.get('recommended')})")
+    return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, {r.created}")
+
+
+def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    from .figures import quant_tradeoff
+
+    rows = [[v.get("name"), _number((v.get("weight_bytes_stored") or 0) / 2**20), _number(v.get("quality")),
+             _number(v.get("delta")) if v.get("delta") is not None else "-", v.get("smallest_card") or "-",
+             v.get("status")] for v in d.get("variants") or [] if isinstance(v, dict)]
+    body = _table(["variant", "weights stored (MiB)", str(d.get("metric", "quality")), "change", "smallest card",
+                   "status"], rows)
+    where = f"{d.get('device_name') or d.get('device')}"
+    return (f"quantization of {d.get('model')} on {where}",
+            body + _figure(quant_tradeoff(d, "memory against quality (measured)"), f"measured, {r.created}"))
+
+
 def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     body = _checks(d.get("checks"))
     verdict = d.get("verdict") or d.get("status") or ("passed" if d.get("passed") else None)
@@ -160,7 +195,7 @@ def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
 
 HANDLERS: dict[str, Callable[[SavedRecord, dict[str, Any]], tuple[str, str]]] = {
     "campaign.memory": _memory, "campaign.measurement": _measurement, "campaign.errors": _errors,
-    "campaign.seeds": _seeds, "campaign.regress": _regress,
+    "campaign.seeds": _seeds, "campaign.regress": _regress, "campaign.budget": _budget, "campaign.quant": _quant,
 }
 
 CSS = """
@@ -203,7 +238,11 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
             if kind == "campaign.runs":
                 continue
             for r in by_kind.get(kind, []):
-                name, body = HANDLERS.get(kind, _generic)(r, r.result or {})
+                try:
+                    name, body = HANDLERS.get(kind, _generic)(r, r.result or {})
+                except Exception as e:  # noqa: BLE001 - a record of an unexpected shape is listed, never fatal
+                    name, body = _generic(r, r.result or {})
+                    body = f"<p class='missing'>could not be drawn ({_e(type(e).__name__)}: {_e(e)})</p>" + body
                 figures += body.count("<svg")
                 blocks.append(f"<h3>{_e(name)}</h3><p class='meta'>{_e(r.command)} — recorded {_e(r.created)} — "
                               f"{_e(Path(r.path).name)}</p>{body}")

@@ -147,6 +147,50 @@ def seeds(result: dict[str, Any], title: str) -> str:
     return _svg(fig)
 
 
+def gantt(schedule: dict[str, Any], title: str) -> str:
+    """The recommended rental's schedule: one bar per run on its card(s), coloured by phase."""
+    runs = [r for r in schedule.get("runs") or [] if isinstance(r, dict)]
+    if not runs:
+        return ""
+    plt = _plt()
+    phases: list[str] = []
+    for r in runs:
+        if r.get("phase") not in phases:
+            phases.append(r.get("phase"))
+    palette = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.25 * max(1, int(schedule.get("cards") or 1))))
+    for r in runs:
+        start, end = float(r.get("start_hours", 0)), float(r.get("end_hours", 0))
+        for card in r.get("cards") or [0]:
+            ax.barh(card, end - start, left=start, color=palette(phases.index(r.get("phase")) % 10), edgecolor="white")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette(i % 10)) for i in range(len(phases))]
+    ax.legend(handles, phases, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_xlabel("hours from the start of the rental")
+    ax.set_ylabel("card")
+    ax.set_yticks(range(max(1, int(schedule.get("cards") or 1))))
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=10)
+    return _svg(fig)
+
+
+def quant_tradeoff(result: dict[str, Any], title: str) -> str:
+    """Each variant's stored weight bytes against its quality; flagged variants in red."""
+    variants = [v for v in result.get("variants") or [] if isinstance(v, dict)]
+    if not variants:
+        return ""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for v in variants:
+        colour = "#e76f51" if v.get("status") == "flagged" else "#264653"
+        x, y = float(v.get("weight_bytes_stored") or 0) / 2**20, float(v.get("quality") or 0)
+        ax.scatter([x], [y], color=colour, zorder=3)
+        ax.annotate(str(v.get("name")), (x, y), xytext=(5, 3), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("weights stored (MiB)")
+    ax.set_ylabel(str(result.get("metric", "quality")))
+    ax.set_title(title, fontsize=10)
+    return _svg(fig)
+
+
 def runs_over_time(runs: list[dict[str, Any]]) -> str:
     """Every run at its start time, coloured by status; accepted runs ringed, rejected crossed."""
     from datetime import datetime
@@ -174,4 +218,4 @@ def runs_over_time(runs: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-__all__ = ["card_fit", "confusion", "measured_phases", "memory_phases", "runs_over_time", "seeds"]
+__all__ = ["card_fit", "confusion", "gantt", "quant_tradeoff", "measured_phases", "memory_phases", "runs_over_time", "seeds"]

@@ -102,3 +102,25 @@ def test_a_record_of_an_unexpected_shape_is_listed_not_fatal(cli, campaign_recor
     out = tmp_path / "report.html"
     assert cli("report", "--out", str(out)).code == 0
     assert "could not be drawn" in out.read_text(encoding="utf-8")
+
+
+def test_one_workload_estimated_traced_and_measured_is_drawn_side_by_side(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("torch")
+    from campaign.report.build import _compared
+    from campaign.track.records import load_records
+    from tests.conftest import tiny_llama
+
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(tiny_llama()))
+    for argv in (["memory", str(model)], ["trace", str(model)], ["measure", str(model), "--weights", "random"]):
+        assert cli("--record", *argv, "--batch", "2", "--seq-len", "64").code in (0, 1), argv
+    assert cli("--record", "memory", str(model), "--batch", "4", "--seq-len", "64").code in (0, 1)  # another workload
+    by_kind: dict = {}
+    for r in load_records():
+        by_kind.setdefault(r.schema.split("/")[0], []).append(r)
+    groups = _compared(by_kind)
+    assert len(groups) == 1                      # batch 4 was estimated only: nothing to set it beside
+    assert groups[0][0][:2] == ("estimated", "traced") and groups[0][0][2].startswith("measured on ")

@@ -208,6 +208,42 @@ figure{margin:.5em 0}figcaption{color:#666;font-size:.85em}svg{max-width:100%;he
 """
 
 
+def _workload_key(model: Any, w: Any) -> tuple[Any, ...] | None:
+    if not isinstance(w, dict):
+        return None
+    return (model, w.get("mode"), w.get("method"), w.get("batch"), w.get("seq_len"), w.get("dtype"))
+
+
+def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ...], str]]:
+    """For each model and workload recorded from two or more sources (estimated, traced, measured), one picture of
+    each phase's peak allocated side by side."""
+    from .figures import side_by_side
+
+    groups: dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]] = {}
+    for r in by_kind.get("campaign.memory", []):
+        d = r.result or {}
+        key = _workload_key(d.get("model"), d.get("workload"))
+        how = "traced" if d.get("method") == "traced" else "estimated"
+        values = {str(p.get("name")): float(p.get("bytes", 0)) for p in d.get("phases") or [] if isinstance(p, dict)}
+        if key is not None and values:
+            groups.setdefault(key, []).append((how, values))
+    for r in by_kind.get("campaign.measurement", []):
+        d = r.result or {}
+        key = _workload_key(d.get("label"), d.get("workload"))
+        values = {str(p.get("name")): float(p.get("peak_allocated_bytes", 0)) for p in d.get("phases") or []
+                  if isinstance(p, dict)}
+        if key in groups and values:
+            groups[key].append((f"measured on {(d.get('environment') or {}).get('device_name', '?')}", values))
+    out = []
+    for key, series in groups.items():
+        svg = side_by_side(series, f"{key[0]}: {key[1]} {key[2]} batch {key[3]} x {key[4]}, peak per phase")
+        if svg:
+            out.append((tuple(label for label, _ in series),
+                        f"<h3>{_e(key[0])}: {_e(', '.join(label for label, _ in series))}, side by side</h3>"
+                        + _figure(svg, "each source as recorded; bars of one phase are the same phase's peak")))
+    return out
+
+
 def _schema_kind(schema: str | None) -> str:
     return (schema or "").split("/")[0]
 
@@ -246,6 +282,10 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
                 figures += body.count("<svg")
                 blocks.append(f"<h3>{_e(name)}</h3><p class='meta'>{_e(r.command)} — recorded {_e(r.created)} — "
                               f"{_e(Path(r.path).name)}</p>{body}")
+        if number == 1:
+            compared = [block for _, block in _compared(by_kind)]
+            figures += len(compared)
+            blocks += compared
         if number == 3 and runs:
             rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.reason] for x in runs]
             svg = runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision, "name": x.name}

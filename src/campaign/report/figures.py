@@ -82,6 +82,26 @@ def card_fit(result: dict[str, Any], title: str) -> str:
     return _svg(fig)
 
 
+def side_by_side(series: list[tuple[str, dict[str, float]]], title: str) -> str:
+    """Grouped bars: each phase's peak allocated from each source (estimated, traced, measured)."""
+    if len(series) < 2:
+        return ""
+    plt = _plt()
+    phases: list[str] = []
+    for _, values in series:
+        phases += [p for p in values if p not in phases]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series):
+        ax.bar([j + i * width - 0.4 + width / 2 for j in range(len(phases))],
+               [values.get(p, 0) / GiB for p in phases], width, label=label)
+    ax.set_xticks(range(len(phases)), phases)
+    ax.set_ylabel("GiB, peak allocated")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
 def measured_phases(result: dict[str, Any], title: str) -> str:
     """Bars: peak allocated and peak reserved per measured phase."""
     phases = result.get("phases") or []
@@ -218,4 +238,4 @@ def runs_over_time(runs: list[dict[str, Any]]) -> str:
     return _svg(fig)
 
 
-__all__ = ["card_fit", "confusion", "gantt", "quant_tradeoff", "measured_phases", "memory_phases", "runs_over_time", "seeds"]
+__all__ = ["side_by_side", "card_fit", "confusion", "gantt", "quant_tradeoff", "measured_phases", "memory_phases", "runs_over_time", "seeds"]

@@ -21,6 +21,7 @@ def accepted(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.chdir(tmp_path)
     base = start_run("baseline", params={"lora": {"r": 8}}, with_torch=False)
+    record_artifact(base.id, EXAMPLES / "data" / "baseline.jsonl", "predictions")
     end_run(base.id, "completed")
     run = start_run("lora-r16", params={"lora": {"r": 16}}, baseline=base.id, guards=["f1[refund]>=-0.01"],
                     hypothesis="r16 lifts macro F1", with_torch=False)
@@ -56,6 +57,8 @@ def test_the_bundle_holds_the_accepted_run_rehashed_with_its_limits(cli, accepte
     # the example candidate gains on every class's F1 but loses precision on 'other' (0.8472 -> 0.8442) and recall
     # on 'shipping' (0.8608 -> 0.8481), per scikit-learn on the two files: the README says so
     assert "precision[other] -0.0031" in readme and "recall[shipping] -0.0127" in readme
+    # the guard evaluated at export on the two runs' predictions: refund's F1 rose by 0.0916 (scikit-learn, above)
+    assert "guard f1[refund]>=-0.01 holds" in readme and "by 0.0916" in readme
 
 
 def test_an_artifact_changed_after_it_was_recorded_is_refused(cli, accepted, tmp_path):

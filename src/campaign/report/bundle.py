@@ -58,6 +58,7 @@ def _limits(m: Manifest, root: str | Path | None) -> list[str]:
     out = []
     if m.guards:
         out.append(f"guards stated before the run (what must not regress): {'; '.join(m.guards)}")
+        out += _guards_checked(m, root)
     else:
         out.append("no guards were stated for this run: nothing was checked for regressions")
     for r in load_records(root):
@@ -77,6 +78,22 @@ def _limits(m: Manifest, root: str | Path | None) -> list[str]:
             env = d.get("environment") or {}
             out.append(f"memory measured on {env.get('device_name', '?')}: peak reserved {peak / 2**30:.2f} GiB "
                        f"({r.created})")
+    return out
+
+
+def _guards_checked(m: Manifest, root: str | Path | None) -> list[str]:
+    """The run's guards evaluated now on its recorded predictions against its baseline's (campaign runs check), and
+    the metrics that fell; or why they could not be."""
+    from ..track.compare import check_run
+
+    try:
+        report = check_run(m.id, root=root)
+    except InputError as e:
+        return [f"guards not evaluated: {e}"]
+    out = [f"guard {g.expression} {'holds' if g.passed else 'BROKEN'}: {g.describe()}" for g in report.guards]
+    fell = [f"{d.name} {d.delta:+.4f}" for d in getattr(report, "deltas", ()) if d.delta < 0]
+    if fell:
+        out.append(f"fell against the baseline on its predictions: {', '.join(fell[:8])}")
     return out
 
 

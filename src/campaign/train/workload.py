@@ -43,7 +43,7 @@ def estimate_for(model: Any, optimizer: Any, batch: Mapping[str, Any]) -> tuple[
         defaults.get("foreach") is None and params[0].device.type == "cuda") else "loop"
     options: dict[str, Any] = {"mode": "train", "dtype": dtype, "batch": int(ids.shape[0]),
                                "seq_len": int(ids.shape[1]), "optimizer": name, "optimizer_impl": impl,
-                               "grad_checkpointing": bool(getattr(net, "is_gradient_checkpointing", False)),
+                               "grad_checkpointing": _checkpointing(net),
                                "attention": "eager" if getattr(config, "_attn_implementation", "") == "eager"
                                else "sdpa"}
     if peft:
@@ -68,6 +68,14 @@ def estimate_for(model: Any, optimizer: Any, batch: Mapping[str, Any]) -> tuple[
         return estimate_memory(spec, make_workload(**options)), notes
     except CampaignError as e:
         return None, [f"no estimate: {e}"]
+
+
+def _checkpointing(net: Any) -> bool:
+    """Whether activation checkpointing is on (transformers 5 renamed is_gradient_checkpointing, which warns)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(net), name) or name in getattr(net, "__dict__", {}):
+            return bool(getattr(net, name))
+    return False
 
 
 __all__ = ["estimate_for"]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -214,7 +215,12 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
     assert again.code == 2 and "already ended completed" in again.err         # a closed run keeps its status
     late = cli("run", "log", run_id, "step=11")
     assert late.code == 2 and "already ended" in late.err
-    assert cli("run", "decide", run_id, "accepted", "--why", "+2 points").code == 0
+    decided = cli("run", "decide", run_id, "accepted", "--why", "+2 points", "--json")
+    assert decided.code == 0 and decided.json()["decision"]["decision"] == "accepted"
+    artifact = Path(repo) / "preds.jsonl"
+    artifact.write_text('{"id": 1}\n')
+    said = cli("run", "artifact", run_id, str(artifact), "--kind", "predictions")
+    assert said.code == 0 and said.out.startswith(f"{run_id}: completed, accepted, 1 artifact(s)")
     shown = json.loads(cli("runs", "show", run_id, "--json").out)
     assert shown["status"] == "completed" and shown["decision"]["why"] == "+2 points"
     assert shown["metrics"] == {"step": 10, "loss": 1.5, "note": "warmup"}

@@ -97,11 +97,12 @@ def log(run_id: RunId,
 @run_app.command("artifact", epilog="Example: campaign run artifact ID preds.jsonl --kind predictions")
 def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or folder, hashed.")],
              kind: Annotated[str, typer.Option(help="predictions | checkpoint | adapter | memory | evaluation.")] = "",
-             root: Root = None) -> None:
+             root: Root = None, as_json: o.Json = False) -> None:
     """Record a file or folder a run produced, with its sha256."""
     from ..track.run import record_artifact
+    from .render.track import changed
 
-    record_artifact(run_id, path, kind, root=root)
+    o.emit(record_artifact(run_id, path, kind, root=root), changed, as_json)
 
 
 @run_app.command("end", epilog="Example: campaign run end ID --status stopped --reason \"loss diverged at step 900\"")
@@ -110,22 +111,24 @@ def end(run_id: RunId,
         reason: Annotated[str, typer.Option(help="What happened (required unless completed).")] = "",
         force: Annotated[bool, typer.Option("--force", help="Change the status of a run that has ended (the earlier "
                                                             "one is kept in the reason).")] = False,
-        root: Root = None) -> None:
+        root: Root = None, as_json: o.Json = False) -> None:
     """Close a run with its status and reason: stopped and failed runs stay on record."""
     from ..track.run import end_run
+    from .render.track import changed
 
-    end_run(run_id, status, reason, root=root, force=force)
+    o.emit(end_run(run_id, status, reason, root=root, force=force), changed, as_json)
 
 
 @run_app.command("decide", epilog="Example: campaign run decide ID accepted --why \"+2.1 F1, guards hold\"")
 def decide(run_id: RunId,
            decision: Annotated[str, typer.Argument(help="accepted | rejected | needs-more-evidence.")],
            why: Annotated[str, typer.Option(help="The rationale.")] = "",
-           root: Root = None) -> None:
+           root: Root = None, as_json: o.Json = False) -> None:
     """Record the decision on a run and why."""
     from ..track.run import decide_run
+    from .render.track import changed
 
-    decide_run(run_id, decision, why, root=root)
+    o.emit(decide_run(run_id, decision, why, root=root), changed, as_json)
 
 
 @runs_app.command("list", epilog="Example: campaign runs list --status stopped")

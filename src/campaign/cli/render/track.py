@@ -41,6 +41,14 @@ def runs_table(listed: Any) -> None:
     console.print(t)
 
 
+def changed(m: Any) -> None:
+    """One line after a run was changed (ended, decided, an artifact recorded): where it stands now."""
+    decision = f", {m.decision.decision}" if m.decision else ""
+    last = f", {len(m.artifacts)} artifact(s)" if m.artifacts else ""
+    console.print(f"{escape(m.id)}: {_status(m.status)}{decision}{last}" + (f" — {escape(m.reason)}" if m.reason
+                                                                            else ""))
+
+
 def manifest(m: Any) -> None:
     console.print(f"{escape(m.id)}: {_status(m.status)}" + (f" — {escape(m.reason)}" if m.reason else ""))
     if m.hypothesis:

@@ -29,6 +29,7 @@ from ..errors import InputError, MissingDependencyError
 from ..evaluate.regress import Guard, evaluate_guards, parse_guard
 from ..results import Record, Result
 from .formats import REFERENCES, Format, apply, available, machine, parse_format, refusal, stored_bytes, torch_dtype
+from ..train.setup import first_line
 from .setup import QuantSetup, load_quant_setup
 
 SCHEMA = "campaign.quant/1"
@@ -358,8 +359,7 @@ def _outcomes(model: Any, s: QuantSetup, examples: list[str], device: str) -> li
             except InputError:
                 raise
             except Exception as e:
-                raise InputError(f"{s.source}: predict raised {type(e).__name__}: "
-                                 f"{(str(e).splitlines() or [''])[0][:200]}") from None
+                raise InputError(f"{s.source}: predict raised {type(e).__name__}: {first_line(e)}") from None
             if len(preds) != rows:
                 raise InputError(f"{s.source}: predict returned {len(preds)} predictions for a batch of {rows} rows; "
                                  "the evaluation sets would differ between variants: return one per row")

@@ -17,13 +17,13 @@ calibrate, the calibration batches. Every variant is evaluated on exactly these 
 """
 from __future__ import annotations
 
-import runpy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..train.setup import call_factory, run_factory
 
 FIELDS = ("model", "batches", "metric", "predict", "gold", "ids", "calibration", "calibration_name", "keep",
           "schema", "required", "name")
@@ -62,36 +62,9 @@ def load_quant_setup(ref: str | Callable[[], Any] | Mapping[str, Any] | QuantSet
         return _checked(_from(ref, "the setup"))
     if callable(ref):
         where = getattr(ref, "__name__", "the factory")
-        return _checked(_from(_call(ref, where), where))
-    path, sep, name = str(ref).rpartition(":")
-    if not sep or not name.isidentifier():
-        raise InputError(f"setup {ref!r} must be FILE.py:FUNCTION, e.g. examples/quant_setup.py:make_setup")
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"{file}: no such setup file; give FILE.py:FUNCTION")
-    try:
-        namespace = runpy.run_path(str(file), run_name="campaign_setup")
-    except SystemExit as e:
-        raise InputError(f"{file}: exited ({e.code}) while loading; a setup file defines a function") from None
-    except Exception as e:
-        raise InputError(f"{file}: raised {type(e).__name__} while loading: {_first_line(e)}") from None
-    factory = namespace.get(name)
-    if not callable(factory):
-        found = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("_"))[:5]
-        raise InputError(f"{file}: no function {name!r}; it defines {', '.join(found) or 'none'}")
-    where = f"{file}:{name}"
-    return _checked(_from(_call(factory, where), where))
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:200]
-
-
-def _call(factory: Callable[[], Any], where: str) -> Any:
-    try:
-        return factory()
-    except Exception as e:
-        raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
+        return _checked(_from(call_factory(ref, where), where))
+    made, where = run_factory(str(ref), "examples/quant_setup.py:make_setup")
+    return _checked(_from(made, where))
 
 
 def _from(made: Any, where: str) -> QuantSetup:

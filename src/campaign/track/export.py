@@ -44,7 +44,6 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
     """
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
-        from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise MissingDependencyError("mlflow", "mlflow") from None
@@ -64,7 +63,7 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
             if row.status == "invalid" and row.name == row.id and not row.created:
                 continue                                   # unreadable manifest: nothing to export but its id
             m = store.read(row.id)
-            _one(client, experiment, store, m, row.status, row.reason, Metric, Param, RunTag)
+            _one(client, experiment, store, m, row.status, row.reason)
         if out.exists():
             shutil.rmtree(out)
         os.rename(stage, out)
@@ -73,8 +72,9 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
     return len(rows)
 
 
-def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, reason: str, Metric: Any,
-         Param: Any, RunTag: Any) -> None:
+def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, reason: str) -> None:
+    from mlflow.entities import Metric, Param
+
     tags = {"campaign.id": m.id, "campaign.status": status, "mlflow.runName": m.name}
     extra = {"campaign.hypothesis": m.hypothesis, "campaign.guards": "; ".join(m.guards),
              "campaign.baseline": m.baseline or "", "campaign.reason": reason,

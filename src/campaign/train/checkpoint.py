@@ -90,6 +90,8 @@ def load_checkpoint(directory: str | Path, *, model: Any, optimizer: Any, schedu
     import torch
     from safetensors.torch import load_model
 
+    from .setup import first_line
+
     folder = Path(directory)
     state = JsonObject(load_json(folder / STATE, "checkpoint state"), f"{folder / STATE}")
     position = state.count("position")
@@ -104,7 +106,7 @@ def load_checkpoint(directory: str | Path, *, model: Any, optimizer: Any, schedu
     try:
         missing, unexpected = load_model(model, str(folder / MODEL), strict=False)
     except RuntimeError as e:
-        raise InputError(f"{folder / MODEL}: does not fit this model: {str(e).splitlines()[0][:200]}") from None
+        raise InputError(f"{folder / MODEL}: does not fit this model: {first_line(e)}") from None
     if missing or unexpected:
         raise InputError(f"{folder / MODEL}: another model's weights ({len(missing)} missing, e.g. "
                          f"{(missing or ['-'])[0]}; {len(unexpected)} unexpected, e.g. {(unexpected or ['-'])[0]})")

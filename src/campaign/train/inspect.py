@@ -20,7 +20,7 @@ from typing import Any
 from ..checks import Check, passed
 from ..errors import InputError
 from ..results import Record, Result
-from .setup import Setup, load_setup
+from .setup import Setup, first_line, load_setup
 
 SCHEMA = "campaign.inspect/1"
 IGNORE_INDEX = -100          # transformers' (and torch's cross_entropy default) label for "no loss here"
@@ -482,8 +482,7 @@ def _collate(collate: Callable[[list[Any]], Any], examples: list[Any], where: st
         batch = collate(examples)
     except Exception as e:
         what = f"example {i}" if isinstance(i, int) else f"the {len(examples)} examples shown"
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise InputError(f"{where}: collate raised {type(e).__name__} on {what}: {first}") from None
+        raise InputError(f"{where}: collate raised {type(e).__name__} on {what}: {first_line(e)}") from None
     if not isinstance(batch, Mapping):
         raise InputError(f"{where}: collate returned a {type(batch).__name__}; return a dict of tensors "
                          "(input_ids, attention_mask, labels, or pixel_values)")

@@ -162,5 +162,7 @@ if __name__ == "__main__":
         mode, *args = sys.argv[1:5]
         (_adapter_worker if mode == "adapter" else _worker)(*args)
     except Exception as e:  # the parent quotes the last line
-        sys.stderr.write(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}\n")
+        from .setup import first_line
+
+        sys.stderr.write(f"{type(e).__name__}: {first_line(e)}\n")
         sys.exit(1)

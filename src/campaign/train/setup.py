@@ -69,11 +69,24 @@ def load_setup(ref: str | Callable[[], Any] | Setup, *, needs: tuple[str, ...] =
     if isinstance(ref, Setup):
         return _checked(ref, ref.source or "the setup", needs)
     if callable(ref):
-        return _checked(_from(_call(ref, getattr(ref, "__name__", "the factory")), "the factory", needs),
+        return _checked(_from(call_factory(ref, getattr(ref, "__name__", "the factory")), "the factory", needs),
                         "the factory", needs)
-    path, sep, name = str(ref).rpartition(":")
+    made, where = run_factory(str(ref))
+    setup = _from(made, where, needs)
+    setup.source = where
+    return _checked(setup, where, needs)
+
+
+def run_factory(ref: str, example: str = "setup.py:make_setup") -> tuple[Any, str]:
+    """Load 'FILE.py:FUNCTION' (the user's own code, run as such) and call the function with no argument: what it
+    returned and 'FILE.py:FUNCTION'. Every setup-taking command (batch, check, inspect, quant) loads its factory here.
+
+    Raises:
+        InputError: a malformed reference, no such file or function, a file or function that raises or exits.
+    """
+    path, sep, name = ref.rpartition(":")
     if not sep or not name.isidentifier():
-        raise InputError(f"setup {ref!r} must be FILE.py:FUNCTION, e.g. setup.py:make_setup")
+        raise InputError(f"setup {ref!r} must be FILE.py:FUNCTION, e.g. {example}")
     file = Path(path)
     if not file.is_file():
         raise InputError(f"{file}: no such setup file; give FILE.py:FUNCTION")
@@ -82,25 +95,24 @@ def load_setup(ref: str | Callable[[], Any] | Setup, *, needs: tuple[str, ...] =
     except SystemExit as e:
         raise InputError(f"{file}: exited ({e.code}) while loading; a setup file defines a function") from None
     except Exception as e:
-        raise InputError(f"{file}: raised {type(e).__name__} while loading: {_first_line(e)}") from None
+        raise InputError(f"{file}: raised {type(e).__name__} while loading: {first_line(e)}") from None
     factory = namespace.get(name)
     if not callable(factory):
         found = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("_"))[:5]
         raise InputError(f"{file}: no function {name!r}; it defines {', '.join(found) or 'none'}")
     where = f"{file}:{name}"
-    setup = _from(_call(factory, where), where, needs)
-    setup.source = where
-    return _checked(setup, where, needs)
+    return call_factory(factory, where), where
 
 
-def _call(factory: Callable[[], Any], where: str) -> Any:
+def call_factory(factory: Callable[[], Any], where: str) -> Any:
+    """The factory's result; an exception it raises becomes one line naming `where`."""
     try:
         return factory()
     except Exception as e:
-        raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
+        raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:200]
 
 

@@ -194,3 +194,31 @@ def test_the_model_matches_a_naive_reading_of_the_rules_on_random_sequences(expa
                 key += 1
             assert (fast.allocated, fast.reserved, fast.peak_reserved) == \
                 (plain.allocated, plain.reserved, plain.peak_reserved)
+
+
+def test_a_segment_with_a_live_block_is_not_released_at_the_limit():
+    # limit 40 MiB. C and D (4 MiB each, < 10 MiB) share one 20 MiB segment; C freed leaves a 4 MiB hole, but D
+    # still lives there: release_cached_blocks frees only whole segments, so E (30 MiB) needs 20 + 30 = 50 MiB,
+    # past the limit: the allocator's out-of-memory, which the model shows as reserved above the limit
+    a = CachingAllocator(limit=40 * MiB)
+    a.malloc("C", 4 * MiB)
+    a.malloc("D", 4 * MiB)
+    a.free("C")
+    a.malloc("E", 30 * MiB)
+    assert (a.reserved, a.released) == (50 * MiB, 0)
+    # the same with D freed too: the 20 MiB segment is wholly free and goes back first, 30 MiB stay reserved
+    b = CachingAllocator(limit=40 * MiB)
+    b.malloc("C", 4 * MiB)
+    b.malloc("D", 4 * MiB)
+    b.free("C")
+    b.free("D")
+    b.malloc("E", 30 * MiB)
+    assert (b.reserved, b.released, b.peak_reserved) == (30 * MiB, 20 * MiB, 30 * MiB)
+
+
+def test_the_unlimited_replay_says_from_which_limit_on_nothing_would_be_released():
+    # C, D freed (a wholly free 20 MiB segment), then E: a new 30 MiB segment at reserved 20 -> 50 MiB. Any limit of
+    # 50 MiB or more releases nothing; with D alive no segment is ever wholly free: no limit releases anything
+    events = [("alloc", "C", 4 * MiB), ("alloc", "D", 4 * MiB), ("free", "C", 0)]
+    assert replay(events + [("alloc", "E", 30 * MiB)]).release_above == 0
+    assert replay(events + [("free", "D", 0), ("alloc", "E", 30 * MiB)]).release_above == 50 * MiB

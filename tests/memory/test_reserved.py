@@ -151,3 +151,69 @@ def test_probes_with_the_same_tokens_and_phases_are_replayed_once(monkeypatch):
     estimate_memory(spec, make_workload(batch=2, seq_len=2048, attention="eager"))
     estimate_memory(spec, make_workload(batch=1, seq_len=4096, attention="eager"))
     assert len(replays) == 4
+
+
+def test_allocator_limit_is_the_most_reserved_that_keeps_the_step_inside_the_card():
+    from campaign.memory.estimate import allocator_limit
+
+    # 10% reserve of the device figure: device 10,000 + reserve 1,000 = 11,000 fits; 10,001 + 1,000 does not;
+    # the allocator gets the device figure less the context (500) and NCCL (100)
+    assert allocator_limit(11_000, reserve="10%", context_bytes=500, other_bytes=100) == 9_400
+    assert allocator_limit(11_000, reserve="1000B", context_bytes=500) == 9_500  # a size: subtracted as it is
+    assert allocator_limit(11_000, reserve="0%", context_bytes=500) == 10_500
+
+
+def test_the_replay_against_a_card_releases_cached_segments_so_a_smaller_batch_fits_too():
+    # llama-3.1-8b, full fine-tuning, 512 tokens: on a room-to-spare device the replay keeps every cached segment,
+    # and batch 11 came out needing more than batch 12 (the solver's answers were not monotone). On a card that
+    # batch 12 fits, the replay of batch 11 against that card releases its wholly free cached segments before it
+    # would pass the card, as the allocator does when cudaMalloc fails: batch 11 fits the card as well.
+    from campaign.memory.estimate import allocator_limit
+
+    spec = load_spec("llama-3.1-8b")
+    eleven, twelve = make_workload(batch=11, seq_len=512), make_workload(batch=12, seq_len=512)
+    card = estimate_memory(spec, twelve).required_bytes
+    assert estimate_memory(spec, eleven).required_bytes > card  # the old, unlimited replay
+    on_card = estimate_memory(spec, eleven, card_bytes=card)
+    limit = allocator_limit(card, reserve="10%", context_bytes=on_card.device_bytes - on_card.peak_reserved_bytes)
+    assert on_card.peak_allocated_bytes < estimate_memory(spec, twelve).peak_allocated_bytes  # fewer tensors
+    assert on_card.peak_reserved_bytes <= limit and on_card.required_bytes <= card
+    assert "released" in next(i.formula for i in on_card.items if i.name.startswith("allocator overhead"))
+    from campaign.hardware.cards import Card
+    from campaign.memory.fit import fit_cards
+
+    test_card = Card(name="test", vendor="nvidia", stack="cuda", memory_bytes=card, marketed_memory="",
+                     bandwidth_bytes_per_s=None, bf16_dense_flops=None)
+    fit = fit_cards(spec, eleven, [test_card], solve=False)[0]
+    assert fit.verdict == "fits" and fit.headroom_bytes >= 0
+
+
+def test_kept_gradients_stay_through_forward_and_backward():
+    # zero_grad(set_to_none=False), PyTorch's default before 2.0: the forward's peak holds the gradients too.
+    # gpt2 has 124,439,808 parameters (the published count); fp32 gradients are 4 B each
+    spec = load_spec("gpt2")
+    w = dict(dtype="fp32", batch=2, seq_len=256)
+    base, kept = estimate_memory(spec, make_workload(**w)), estimate_memory(spec, make_workload(grads_kept=True, **w))
+    fwd = {e: next(p.bytes for p in e.phases if p.name == "forward") for e in (base, kept)}
+    assert fwd[kept] - fwd[base] == 4 * 124_439_808
+    assert make_workload(mode="infer", grads_kept=True).grads_kept is False  # nothing trains: said in the notes
+    assert any("grads-kept" in n for n in make_workload(mode="infer", grads_kept=True).notes)
+
+
+def test_softmax_that_keeps_its_input_adds_one_score_tensor_per_layer():
+    # PyTorch < 1.11 (pytorch/pytorch#64000): softmax kept its input. BERT-large, eager, batch 1 x 512: per layer
+    # 16 heads x 512 x 512 scores; fp32 training keeps them in fp32 (4 B); under fp16 autocast softmax reads an fp32
+    # copy (autocast lists softmax as fp32): 4 B too. 24 layers x 16 x 512 x 512 x 4 = 402,653,184 B
+    from campaign.models.architectures import spec_from_config
+
+    spec = spec_from_config(dict(model_type="bert", architectures=["BertForSequenceClassification"], hidden_size=1024,
+                                 intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+                                 vocab_size=30522, max_position_embeddings=512, type_vocab_size=2), name="bert-large",
+                            source="test")
+    for mixed in (False, True):
+        w = dict(dtype="fp32", batch=1, seq_len=512, attention="eager", mixed_precision=mixed)
+        old = estimate_memory(spec, make_workload(softmax_saves_input=True, **w))
+        new = estimate_memory(spec, make_workload(**w))
+        acts = {e: next(i.bytes for p in e.phases if p.name == "forward" for i in p.items if i.name == "activations")
+                for e in (old, new)}
+        assert acts[old] - acts[new] == 24 * 16 * 512 * 512 * 4

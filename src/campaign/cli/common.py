@@ -41,6 +41,10 @@ ExpandableSegments = Annotated[bool, typer.Option("--expandable-segments", help=
                                                   "as PyTorch's): segments grow in pages, little fragmentation.")]
 GradBucketView = Annotated[bool, typer.Option("--grad-as-bucket-view", help="DDP with gradient_as_bucket_view=True: "
                                               "no gradient-sized bucket copy (default off, as DDP's).")]
+GradsKept = Annotated[bool, typer.Option("--grads-kept", help="zero_grad() without set_to_none (PyTorch's default "
+                                         "before 2.0): gradients stay allocated through forward and backward.")]
+SoftmaxInput = Annotated[bool, typer.Option("--softmax-saves-input", help="PyTorch before 1.11: softmax keeps its input "
+                                            "for backward too (eager attention scores).")]
 KvCache = Annotated[str, typer.Option("--kv-cache", help="static (preallocated for the whole context: a static cache, "
                                       "vLLM) | dynamic (HF generate's DynamicCache, grown by torch.cat).")]
 NewTokens = Annotated[Optional[int], typer.Option("--new-tokens", help="Tokens generated (dynamic cache): the context "
@@ -70,7 +74,8 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                   mixed_precision: bool = False, grad_checkpointing: bool = False, attention: str = "sdpa",
                   lora_rank: int = 16, lora_targets: str = "all-linear", gpus: int = 1, shard: str = "none",
                   prefill_chunk: int = 8192, expandable_segments: bool = False, grad_as_bucket_view: bool = False,
-                  kv_cache: str = "static", new_tokens: int | None = None) -> Any:
+                  kv_cache: str = "static", new_tokens: int | None = None, grads_kept: bool = False,
+                  softmax_saves_input: bool = False) -> Any:
     """The validated Workload from a command's workload options, each passed by name (the defaults are those of
     the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
     the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
@@ -96,7 +101,8 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                          lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
                          prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl,
                          expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
-                         kv_cache=kv_cache, new_tokens=new_tokens)
+                         kv_cache=kv_cache, new_tokens=new_tokens, grads_kept=grads_kept,
+                         softmax_saves_input=softmax_saves_input)
 
 
 # Set by `campaign --record` (or CAMPAIGN_RECORD=1): every emitted result is also saved in the record folder.

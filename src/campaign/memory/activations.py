@@ -173,11 +173,15 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             # softmax saves its fp32 output; the 16-bit probabilities feed the matmul with V (HF eager attention);
             # Gemma 2's logit soft-capping keeps a tanh output too.
             attention_scores = nh * (FP32 + c + (c if spec.model_type == "gemma2" else 0))
+            soft_in = c  # softmax(x, dtype=float32) reads the 16-bit scores
         else:
             # GPT-2/BERT: softmax output (fp32 under autocast, which lists softmax as fp32), attention dropout's
             # output and 1-byte mask, and the compute-dtype copy autocast makes for the matmul with V.
             soft = FP32 if w.mixed_precision else c
             attention_scores = nh * (soft + ((soft + 1) if drop else 0) + (c if soft != c else 0))
+            soft_in = soft  # autocast hands softmax an fp32 copy of the scores
+        if w.softmax_saves_input:  # PyTorch < 1.11: SoftmaxBackward kept `self` too (pytorch/pytorch#64000)
+            attention_scores += nh * soft_in
     return LayerActivations(sum(t for _, t in terms), attention_scores, tuple(terms))
 
 

@@ -54,6 +54,11 @@ class CachingAllocator:
 
     def __init__(self, *, expandable: bool = False, limit: int | None = None) -> None:
         self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = self.segments = 0
+        self.released = 0  # bytes returned to the driver by release_cached
+        # the most reserved + a new segment at a moment some cached segment was wholly free: any limit at or above it
+        # never releases anything, so the replay under it is this one
+        self.release_above = 0
+        self._whole_free = 0  # cached segments that are wholly free
         self.expandable = expandable
         self.limit = limit
         self._small: list = []  # free blocks of each pool, as (size, segment, offset, block), sorted
@@ -82,11 +87,15 @@ class CachingAllocator:
             if self.expandable and block is self._tail[small] and i + 1 < len(pool):
                 i += 1  # the free end block counts at the size it can grow to: any other fitting block first
             block = pool.pop(i)[3]
+            if block[4] is None and block[5] is None and block[1] >= 0:
+                self._whole_free -= 1
         elif self.expandable:
             block = self._grow(size, small)
         else:
             seg_bytes = SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC else \
                 -(-size // ROUND_LARGE) * ROUND_LARGE
+            if self._whole_free and self.reserved + seg_bytes > self.release_above:
+                self.release_above = self.reserved + seg_bytes
             if self.limit is not None and self.reserved + seg_bytes > self.limit:
                 self.release_cached()  # cudaMalloc failed: release_cached_blocks, then retry
             self.segments += 1
@@ -135,6 +144,8 @@ class CachingAllocator:
                 nxt[4] = block
             elif self._tail[small] is after:
                 self._tail[small] = block
+        if block[4] is None and block[5] is None and block[1] >= 0:
+            self._whole_free += 1
         insort(pool, (block[0], block[1], block[2], block))
 
     def _grow(self, size: int, small: bool) -> list:
@@ -170,6 +181,8 @@ class CachingAllocator:
                 block = entry[3]
                 if block[PREV] is None and block[NEXT] is None and block[SEG] >= 0:
                     self.reserved -= block[SIZE]
+                    self.released += block[SIZE]
+                    self._whole_free -= 1
                 else:
                     keep.append(entry)
             pool[:] = keep  # in place: malloc holds this list

@@ -211,7 +211,8 @@ def model_spec(model: str | Path | ModelSpec) -> ModelSpec:
 
 
 def estimate_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: str | float = "10%",
-                    context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float | None = None) -> MemoryEstimate:
+                    context_bytes: int = CUDA_CONTEXT_BYTES, fragmentation: float | None = None,
+                    card_bytes: int | None = None) -> MemoryEstimate:
     """Estimate per-card GPU memory of a workload, phase by phase.
 
     Args:
@@ -221,17 +222,36 @@ def estimate_memory(model: str | Path | ModelSpec, workload: Workload, *, reserv
         context_bytes: CUDA/ROCm context and library handles outside PyTorch's allocator.
         fragmentation: a flat share of the transient bytes as the allocator overhead, instead of replaying the
             step's tensors through the caching-allocator model (the default, None).
+        card_bytes: the memory of the card the step runs on: the replay runs against what the allocator may
+            reserve there (allocator_limit), releasing its cached free segments before it would pass it, as
+            PyTorch's allocator does when cudaMalloc fails. None: a card with room to spare (nothing released).
     """
     spec, w = model_spec(model), workload
     phases = _training_phases(spec, w) if w.training else _inference_phases(spec, w)
     return finish_estimate(spec, w, phases, reserve=reserve, context_bytes=context_bytes,
-                           fragmentation=fragmentation, method="formula")
+                           fragmentation=fragmentation, method="formula", card_bytes=card_bytes)
+
+
+def allocator_limit(card_bytes: int, *, reserve: str | float, context_bytes: int, other_bytes: int = 0) -> int:
+    """The most PyTorch's allocator may reserve on a card of `card_bytes` for the step to fit it: the largest
+    reserved whose device figure (reserved + context + `other_bytes` outside the allocator) plus the reserve is
+    at most the card. Negative when not even the context and the reserve fit."""
+    fraction, absolute = parse_reserve(reserve)
+    if absolute or not fraction:
+        device = card_bytes - absolute
+    else:  # the reserve is round(device x fraction): the largest device with device + reserve <= card
+        device = int(card_bytes / (1 + fraction))
+        while device + int(round(device * fraction)) > card_bytes:
+            device -= 1
+        while device + 1 + int(round((device + 1) * fraction)) <= card_bytes:
+            device += 1
+    return device - context_bytes - other_bytes
 
 
 def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
                     context_bytes: int, fragmentation: float | None, method: str, notes: tuple[str, ...] = (),
                     top_modules: tuple[tuple[str, int], ...] = (),
-                    simulated_reserved: int | None = None) -> MemoryEstimate:
+                    simulated_reserved: int | None = None, card_bytes: int | None = None) -> MemoryEstimate:
     """Headline figures from per-phase allocations: the allocator model, the context and the reserve.
 
     Shared by the analytic estimate and the trace, so both give the same JSON shape. `notes` are the method's
@@ -256,13 +276,21 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     else:
         from .reserved import inference_overhead, training_overhead
 
+        limit = None if card_bytes is None else allocator_limit(
+            card_bytes, reserve=reserve, context_bytes=context_bytes, other_bytes=sum(i.bytes for i in _nccl_items(w)))
         replay = (training_overhead if w.training else inference_overhead)(
-            spec, w, phases, expandable=w.expandable_segments)
+            spec, w, phases, expandable=w.expandable_segments, limit=limit)
         frag = replay.bytes
+        if limit is not None and replay.peak_reserved <= limit and allocated <= limit:
+            # the allocator stayed within the card by releasing cached segments: so does the figure (the replay's
+            # own allocated figure may differ from the estimate's by a few blocks)
+            frag = min(frag, limit - allocated)
+        released = (f", its cached free segments released before it would pass the {limit:,} B the card leaves it"
+                    if replay.released else "")
         frag_formula = (f"the step's tensors (weights, states, per-layer activations, logits, temporaries"
                         f"{', the cache as it grows' if w.kv_cache == 'dynamic' else ''}) replayed through the "
-                        f"caching allocator's rules{pages}: peak reserved {replay.peak_reserved:,} - peak allocated "
-                        f"{replay.peak_allocated:,} B")
+                        f"caching allocator's rules{pages}{released}: peak reserved {replay.peak_reserved:,} - peak "
+                        f"allocated {replay.peak_allocated:,} B")
         frag_source = "CUDACachingAllocator rules (memory/reserved.py)"
     reserved = allocated + frag
     comm = _nccl_items(w)
@@ -422,9 +450,13 @@ def _training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      if lg > tmp.bytes else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
-    forward = Phase("forward", tuple(states + persist + fwd_only + [activations, logits]),
+    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward
+    kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
+                 "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")] \
+        if w.grads_kept else []
+    forward = Phase("forward", tuple(states + persist + kept + fwd_only + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
-    bwd_start = list(states + persist + fwd_only + [activations])
+    bwd_start = list(states + persist + kept + fwd_only + [activations])
     if lg:
         grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
         bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
-from .estimate import Fit, MemoryEstimate, estimate_memory, parse_reserve
+from .estimate import Fit, MemoryEstimate, allocator_limit, estimate_memory, parse_reserve
 from .kv import largest_satisfying
 from .workload import Workload
 
@@ -16,11 +16,15 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
               cache: dict[int, tuple[int, int | None]] | None = None, **options: Any) -> int:
     """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1).
 
+    Each probe's allocator replay runs against the card (estimate_memory's card_bytes): before it would reserve
+    more than the card leaves it, the allocator releases its cached free segments, so a probe whose tensors fit is
+    not refused for cache it would have given back, and the answers are monotone where the tensors are.
     A probe first takes the estimate without the allocator overhead, a lower bound of the required bytes (the
     replayed overhead is never negative, nor is a --fragmentation share): when it already exceeds the card, the
-    probe fails without replaying the step. The probes and their answers are those of the full estimate.
-    `cache` (n -> (lower bound, required bytes or None)) may be shared between calls for several cards of the
-    same workload.
+    probe fails without replaying the step. Then the estimate with the replay on a card with room to spare: when it
+    fits, so does the replay against the card, which releases nothing. `cache` (n -> (lower bound, required
+    bytes on a card with room to spare, or None)) may be shared between calls for several cards of the same
+    workload.
     """
     cache = {} if cache is None else cache
     bound = {**options, "fragmentation": 0.0}
@@ -35,7 +39,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         if required is None:
             required = estimate_memory(spec, w, **options).required_bytes
             cache[n] = (low, required)
-        return required <= memory_bytes
+        if required <= memory_bytes or options.get("fragmentation") is not None:
+            return required <= memory_bytes
+        return estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes
 
     return largest_satisfying(ok, limit)
 
@@ -45,7 +51,9 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     """Verdict, headroom and (optionally) the largest batch and longest context per card.
 
     `estimate`: the estimate of `workload` made with the same options (computed here when not given); a formula
-    estimate is also the solver's probe at the workload's own batch and length, so it is not replayed again.
+    estimate is also the solver's probe at the workload's own batch and length, so it is not replayed again. Where
+    it does not fit a card, the verdict and headroom come from the estimate replayed against that card (the
+    allocator releases cached segments before it would pass the card), as the solver's probes do.
     """
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
@@ -58,8 +66,15 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
         if solve:
             mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, cache=batches, **options)
             mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths, **options)
-        out.append(Fit(card.name, card.memory_bytes, est.verdict(card.memory_bytes),
-                       card.memory_bytes - est.required_bytes, mb, mc))
+        on_card = est
+        if (est.method == "formula" and est.required_bytes > card.memory_bytes
+                and options.get("fragmentation") is None
+                and est.peak_allocated_bytes <= allocator_limit(
+                    card.memory_bytes, reserve=options.get("reserve", "10%"),
+                    context_bytes=est.device_bytes - est.peak_reserved_bytes)):  # context and NCCL buffers
+            on_card = estimate_memory(spec, workload, card_bytes=card.memory_bytes, **options)
+        out.append(Fit(card.name, card.memory_bytes, on_card.verdict(card.memory_bytes),
+                       card.memory_bytes - on_card.required_bytes, mb, mc))
     return out
 
 

@@ -62,6 +62,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
         if fragmentation is None:
             options.pop("fragmentation")
         est = trace_memory(model, workload, progress=progress, **options)
+    elif card:  # the replay against the card's memory (the allocator releases cached segments to stay inside)
+        est = estimate_memory(spec, workload, card_bytes=find_card(card).memory_bytes, **options)
     else:
         est = estimate_memory(spec, workload, **options)
     if card:

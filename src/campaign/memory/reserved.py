@@ -2,14 +2,17 @@
 the order a step makes them, replayed through the caching-allocator model (memory/allocator.py) that `trace` uses.
 
 No share is fitted: the overhead is what the allocator's rules (512 B blocks, 2 MiB small / 20 MiB large segments,
-2 MiB rounding above 10 MiB, best fit, splitting, merging, cached blocks never returned) make of these sizes.
+2 MiB rounding above 10 MiB, best fit, splitting, merging; cached segments returned to the driver only when a new
+one would pass the card's memory: release_cached_blocks, which frees the wholly free ones) make of these sizes.
 The pattern, per training step (two steps, so that the optimizer states and the cached blocks of step 1 are there):
 weights (quantized ones pass through 16-bit), then per layer the saved activations (checkpointing: the layer's input
 kept, its activations made and freed), the logits chain (logits, fp32 upcast, log_softmax output; in backward the fp32
 gradients, the cast back; the logits themselves stay until the backward ends, held by the model output as in
 `out = model(...); out.loss.backward(); del out`, the step `trace` runs), per layer in reverse the recomputed
 activations, the activation gradients and the parameter gradients, the optimizer states (step 1) and its
-temporaries, and zero_grad(set_to_none=True).
+temporaries, and zero_grad(set_to_none=True); with `grads_kept` (set_to_none=False, PyTorch < 2.0's default) the
+gradients stay, and step 2's backward adds each new gradient into them in place (AccumulateGrad: a gradient-sized
+temporary, then freed).
 Inference: weights, the KV cache (preallocated, or grown by torch.cat per token for HF's DynamicCache), per chunk and
 per layer the MLP temporaries, and the logits.
 """
@@ -35,6 +38,8 @@ class Overhead:
     peak_allocated: int
     peak_reserved: int
     segments: int
+    released: int = 0  # bytes of cached segments released to stay within the limit (0: none, or no limit)
+    release_above: int = 0  # a limit at or above it releases nothing: the replay under it is this one
 
 
 class _Replay:
@@ -144,31 +149,45 @@ _SAME_STEP: dict[tuple, tuple[ModelSpec, Overhead]] = {}  # replays by everythin
 _SAME_STEP_MAX = 256
 
 
-def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False) -> Overhead:
+def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
+                      limit: int | None = None) -> Overhead:
     """Replay two training steps made of the estimate's tensors; see the module docstring.
+
+    limit: the bytes the allocator may reserve (a card's memory left to it): a segment that would pass it first
+    releases the cached segments that are wholly free, as the allocator does when cudaMalloc fails. Without a limit
+    nothing is released (a card with room to spare). A replay whose peak reserved stays within the limit is the
+    replay without one, so that one is replayed first and reused for every card it fits.
 
     The replay reads the batch and the sequence length only through their product (the tokens) and the per-layer
     terms, so a card solve's probes that coincide (batch 2 x 2048 and batch 1 x 4096 with the same phases) are
     replayed once: the key holds every other input as it is.
     """
+    free = _training_cached(spec, w, phases, expandable, None)
+    if limit is None or expandable or free.peak_reserved <= limit or free.release_above <= limit:
+        return free  # the limit would release nothing: the same replay
+    return _training_cached(spec, w, phases, expandable, limit)
+
+
+def _training_cached(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None) -> Overhead:
     layer = layer_saved(spec, w)
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
     key = (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms,
-           tuple(phases), expandable)  # the spec by identity (it holds its config, a dict), kept in the value
+           tuple(phases), expandable, limit)  # the spec by identity (it holds its config, a dict), kept in the value
     try:
         spec_found, found = _SAME_STEP.get(key, (None, None))
     except TypeError:  # an input that cannot be a key: replay
-        return _training_replay(spec, w, phases, layer, expandable)
+        return _training_replay(spec, w, phases, layer, expandable, limit)
     if spec_found is not spec or found is None:
         if len(_SAME_STEP) >= _SAME_STEP_MAX:
             _SAME_STEP.clear()
-        found = _training_replay(spec, w, phases, layer, expandable)
+        found = _training_replay(spec, w, phases, layer, expandable, limit)
         _SAME_STEP[key] = (spec, found)
     return found
 
 
-def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> Overhead:
-    r = _Replay(expandable)
+def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
+                     limit: int | None = None) -> Overhead:
+    r = _Replay(expandable, limit)
     _load(r, spec, w, phases)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
@@ -232,6 +251,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         pos += len(tl)
     grads_rest = grad_sizes[pos:]
     for step in range(2):
+        accumulate = w.grads_kept and step > 0  # the gradients of step 1 are still there (zeroed)
         extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
         saved: list[list[int | None]] = []
         for index in range(L):
@@ -264,10 +284,18 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             recomputed = [r.alloc(t) for t in terms] if w.grad_checkpointing else []
             tmp = [r.alloc(tokens * c * inter) for _ in range(2)] + [r.alloc(tokens * c * h) for _ in range(2)]
             if index < len(grads_by_layer):
-                grads += [r.alloc(s) for s in grads_by_layer[index]]
+                if accumulate:  # AccumulateGrad: the new gradient is added in place to the kept one, then freed
+                    for size in grads_by_layer[index]:
+                        r.free(r.alloc(size))
+                else:
+                    grads += [r.alloc(s) for s in grads_by_layer[index]]
             r.free(*tmp, *recomputed, *saved[index])
         r.free(gh)
-        grads += [r.alloc(s) for s in grads_rest]
+        if accumulate:
+            for size in grads_rest:
+                r.free(r.alloc(size))
+        else:
+            grads += [r.alloc(s) for s in grads_rest]
         r.free(logits)  # `del out` after loss.backward()
         r.free(*extra)
         if step == 0:
@@ -281,17 +309,19 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
             for numel in trainable:
                 r.free(r.alloc(numel * state_bytes_per_element(w)))
-        if not last:
-            r.free(*grads)  # zero_grad(set_to_none=True)
+        if not last and not w.grads_kept:
+            r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
     return _result(r)
 
 
 def _result(r: _Replay) -> Overhead:
     a = r.a
-    return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments)
+    return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments,
+                    a.released, a.release_above)
 
 
-def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False) -> Overhead:
+def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
+                       limit: int | None = None) -> Overhead:
     """Replay an inference: weights, the cache, prefill chunks (per layer the MLP temporaries), decode steps.
 
     A dynamic cache's longer copies never fit the blocks freed by the shorter ones (beyond the 2 MiB rounding), so
@@ -300,7 +330,9 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     the least the allocator can work in (on a larger card nvidia-smi shows more, up to the card's memory).
     """
     peak = max(p.bytes for p in phases)
-    r = _Replay(expandable, limit=peak if w.kv_cache == "dynamic" else None)
+    if w.kv_cache == "dynamic":
+        limit = peak if limit is None else min(peak, limit)
+    r = _Replay(expandable, limit=limit)
     _load(r, spec, w, phases)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]

@@ -130,7 +130,7 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
                                 tracker.forget(value)  # torch keeps step counters on the host unless fused
                             else:
                                 tracker.register(value, "optimizer states")
-                    optimizer.zero_grad(set_to_none=True)
+                    optimizer.zero_grad(set_to_none=not w.grads_kept)
                     if last:
                         phases += [fwd, bwd, st]
             elif w.training:  # frozen: the loss without autograd

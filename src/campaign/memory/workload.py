@@ -27,7 +27,10 @@ class Workload:
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, as PyTorch's). `grad_as_bucket_view`: DDP's
     gradient_as_bucket_view=True (gradients are views into the all-reduce buckets; default off, as DDP's). `kv_cache`:
     static (preallocated for the whole context: a static cache, vLLM's pool) or dynamic (HF's DynamicCache, grown by
-    torch.cat each step over `new_tokens` generated tokens). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
+    torch.cat each step over `new_tokens` generated tokens). `grads_kept`: zero_grad() without set_to_none (PyTorch's
+    default before 2.0, pytorch/pytorch#92731; HF's Trainer called model.zero_grad()): the gradients stay allocated
+    from one step to the next, through the forward and the backward. `softmax_saves_input`: PyTorch before 1.11, whose
+    softmax kept its input for backward besides its output (pytorch/pytorch#64000, fixed by #65242). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
     and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
     """
 
@@ -53,6 +56,8 @@ class Workload:
     grad_as_bucket_view: bool = False
     kv_cache: str = "static"
     new_tokens: int | None = None
+    grads_kept: bool = False
+    softmax_saves_input: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -142,6 +147,9 @@ def make_workload(**kwargs: Any) -> Workload:
         method, optimizer = "frozen", "none"
     if method == "frozen":
         optimizer = "none"  # nothing is trained: a loss evaluated without autograd
+    grads_kept = w.grads_kept and mode == "train" and method != "frozen"
+    if w.grads_kept and not grads_kept:
+        notes.append("--grads-kept: nothing trains, so no gradient is kept")
     if method == "qlora" and (dtype in HALF or dtype == "fp32"):
         if given:  # a contradiction, not a default to override in silence
             raise InputError(f"--method qlora trains adapters on a 4-bit base; --dtype {w.dtype} contradicts it: drop "
@@ -164,4 +172,4 @@ def make_workload(**kwargs: Any) -> Workload:
         notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
     targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)
     return replace(w, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, notes=tuple(notes))
+                   lora_targets=targets, grads_kept=grads_kept, notes=tuple(notes))

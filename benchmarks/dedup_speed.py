@@ -1,172 +1,223 @@
-"""Near-duplicate detection, ours vs datasketch's MinHashLSH, on the same generated documents with planted near
-duplicates (goal: >= 10x datasketch's throughput at >= 0.95 recall of the planted pairs).
+"""Leak search between a training set and an evaluation set: campaign vs rensa (Rust MinHash LSH) vs datasketch,
+end to end from the files, on the same documents and the same settings.
 
-Documents: words drawn from a Zipf-distributed vocabulary of 20,000 made-up words, 30-150 words each. Planted:
-2% of documents are copies of an earlier one with 1-3 words substituted, inserted or deleted, 0.5% exact copies.
-A planted pair counts as a positive when its exact Jaccard similarity (character 5-gram sets, computed here with
-Python sets) is >= 0.8; recall = positives found.
+Workload: 160,000 training + 40,000 evaluation documents of 60 words (a Zipf vocabulary of 20,000 made-up words),
+written as JSONL ({"id", "text"}). Planted: 800 evaluation documents are copies of a training document with 0 to 2
+words replaced. Every tool: word 3-gram shingles (words as separated by spaces, lowercased), 128-slot MinHash, LSH
+with 32 bands x 4 rows (rensa needs bands dividing 128), threshold 0.8, the training set indexed and the evaluation
+set queried. A planted pair is a positive when the exact Jaccard similarity of its two word 3-gram sets (Python
+sets, computed here) is >= 0.8; recall = positives found.
 
-Both pipelines start from the raw texts and do the same work: normalize the text, character 5-gram shingles, 128-slot
-MinHash, LSH with the same banding (21 bands x 6 rows). datasketch: MinHash.bulk (shared permutations) +
-MinHashLSH insertion session + a query per document. Ours: find_duplicates, which also confirms every candidate
-by exact Jaccard and clusters.
+- campaign: `check_files([train, eval])`, the library call behind `campaign leaks` (reading and validating each
+  record, normalizing, exact duplicates by SHA-256, LSH candidates confirmed by exact Jaccard, the report).
+- rensa: its bulk calls, as its README recommends: `RMinHash.digest_matrix_from_token_sets` + `insert_matrix` for
+  the index, `RMinHash.from_token_sets` + `query_all` for the queries. Found = a candidate (no confirmation).
+- datasketch: `MinHash.generator` (shared permutations) + a `MinHashLSH` insertion session + `query` per
+  evaluation document. Found = a candidate (no confirmation).
+- The peers read the files with pyarrow's multithreaded JSON reader (the fastest reader installed) and tokenize
+  with Python's str.split.
 
-Timing starts after the imports and the document generation (except --million, which streams generated documents
-through ours, so its time includes generating them).
+Every tool runs in its own fresh process (`--only NAME`), imports excluded from the time, files read inside it.
 
 Usage:
-    python benchmarks/dedup_speed.py            # 200k documents, side by side (a few minutes)
-    python benchmarks/dedup_speed.py 20000      # fewer documents
-    python benchmarks/dedup_speed.py --million  # ours only, 1M documents streamed: time and peak RSS (goal < 4 GiB)
+    python benchmarks/dedup_speed.py                 # side by side (datasketch takes about a minute)
+    python benchmarks/dedup_speed.py --small         # 16,000 + 4,000 documents (a quick look)
+    python benchmarks/dedup_speed.py --million       # campaign only: 1M documents deduplicated as a stream, peak RSS
 """
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import random
 import resource
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from pathlib import Path
 
-SEED = 20240501
-VOCAB = 20_000
-NEAR_SHARE, EXACT_SHARE = 0.02, 0.005
+SEED = 20241130
+VOCAB, WORDS_PER_DOC = 20_000, 60
+NUM_PERM, BANDS, ROWS, THRESHOLD, NGRAM = 128, 32, 4, 0.8, 3
 
 
 def _vocab() -> tuple[list[str], list[float]]:
     rng = random.Random(SEED)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words = ["".join(rng.choices(letters, k=rng.randint(2, 10))) for _ in range(VOCAB)]
-    weights = [1.0 / (r + 1) ** 1.07 for r in range(VOCAB)]
-    return words, list(itertools.accumulate(weights))
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 10))) for _ in range(VOCAB)]
+    return words, list(itertools.accumulate(1.0 / (r + 1) ** 1.07 for r in range(VOCAB)))
 
 
-WORDS, CUM = _vocab()
-
-
-def _base(i: int) -> str:
-    rng = random.Random(SEED * 1_000_003 + i)
-    text = " ".join(rng.choices(WORDS, cum_weights=CUM, k=rng.randint(30, 150)))
-    return text[0].upper() + text[1:] + "."
-
-
-def plan(n: int) -> dict[int, tuple[str, int]]:
-    """Doc index -> ('near' | 'exact', source index), for the planted copies (source < index)."""
-    rng = random.Random(SEED + n)
-    planted: dict[int, tuple[str, int]] = {}
-    for kind, share in (("near", NEAR_SHARE), ("exact", EXACT_SHARE)):
-        for i in rng.sample(range(n // 10, n), int(n * share)):
-            if i not in planted:
-                planted[i] = (kind, rng.randrange(0, i))
+def write_workload(folder: Path, n_train: int, n_eval: int, n_planted: int) -> list[tuple[int, int]]:
+    """Write train.jsonl and eval.jsonl; return the planted (train row, eval row) pairs."""
+    words, cum = _vocab()
+    rng = random.Random(SEED + n_train)
+    train = [rng.choices(words, cum_weights=cum, k=WORDS_PER_DOC) for _ in range(n_train)]
+    evals = [rng.choices(words, cum_weights=cum, k=WORDS_PER_DOC) for _ in range(n_eval)]
+    planted = []
+    for q in rng.sample(range(n_eval), n_planted):
+        src = rng.randrange(n_train)
+        copy = list(train[src])
+        for _ in range(rng.randint(0, 2)):
+            copy[rng.randrange(WORDS_PER_DOC)] = rng.choice(words)
+        evals[q] = copy
+        planted.append((src, q))
+    for name, docs, prefix in (("train", train, "t"), ("eval", evals, "e")):
+        with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"id": f"{prefix}{i}", "text": " ".join(w)}) + "\n" for i, w in enumerate(docs))
     return planted
 
 
-def document(i: int, planted: dict[int, tuple[str, int]]) -> str:
-    if i not in planted:
-        return _base(i)
-    kind, src = planted[i]
-    text = document(src, planted)
-    if kind == "exact":
-        return text
-    rng = random.Random(SEED * 7 + i)
-    words = text.split()
-    for _ in range(rng.randint(1, 3)):
-        op, pos = rng.choice(("sub", "ins", "del")), rng.randrange(len(words))
-        if op == "sub":
-            words[pos] = rng.choice(WORDS)
-        elif op == "ins":
-            words.insert(pos, rng.choice(WORDS))
-        elif len(words) > 1:
-            del words[pos]
-    return " ".join(words)
+def shingles(text: str) -> list[str]:
+    w = text.lower().split()
+    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)))))
 
 
-def documents(n: int, planted: dict[int, tuple[str, int]]) -> Iterator[str]:
-    return (document(i, planted) for i in range(n))
-
-
-def shingles(text: str, n: int = 5) -> set[str]:
-    from campaign.data.normalize import normalize_text
-
-    t = normalize_text(text)
-    return {t[i:i + n] for i in range(len(t) - n + 1)} if len(t) >= n else ({t} if t else set())
-
-
-def positives(n: int, planted: dict[int, tuple[str, int]], threshold: float) -> list[tuple[int, int]]:
-    """Planted near pairs whose exact Jaccard >= threshold (plus every exact copy)."""
+def positives(folder: Path, planted: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    train, evals = _read(folder / "train.jsonl"), _read(folder / "eval.jsonl")
     out = []
-    for i, (kind, src) in sorted(planted.items()):
-        a, b = shingles(document(src, planted)), shingles(document(i, planted))
-        if kind == "exact" or len(a & b) / len(a | b) >= threshold:
-            out.append((src, i))
+    for i, q in planted:
+        a, b = set(shingles(train[i])), set(shingles(evals[q]))
+        if len(a & b) / len(a | b) >= THRESHOLD:
+            out.append((i, q))
     return out
+
+
+def _read(path: Path) -> list[str]:
+    import pyarrow.json as pj
+
+    return pj.read_json(path).column("text").to_pylist()
 
 
 def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux reports KiB
 
 
-def run_ours(texts: Iterable[str]):
-    import numpy  # noqa: F401 - imported before the clock starts, as datasketch is
+# ----------------------------------------------------------------------------------------------- the tools
 
-    from campaign.data.dedup import find_duplicates
-    from campaign.data.sketch import DedupConfig
+
+def run_campaign(folder: Path) -> tuple[float, set[tuple[int, int]], str]:
+    import numpy  # noqa: F401 - imports before the clock, as for the peers
+
+    from campaign.data.leaks import check_files
+    from campaign.data.sketch import DedupConfig, sketch_chunk
+
+    config = DedupConfig(threshold=THRESHOLD, shingle="word", ngram=NGRAM, num_perm=NUM_PERM, bands=BANDS, rows=ROWS)
+    sketch_chunk(["warm up the compiled kernel"], config)  # numba loads its on-disk cache (compiled once per install)
+    start = time.perf_counter()
+    report = check_files([folder / "train.jsonl", folder / "eval.jsonl"], config=config, progress=False)
+    elapsed = time.perf_counter() - start
+    found = set()
+    for check in report.checks:
+        if check.id in ("leak.exact_duplicate", "leak.near_duplicate"):
+            for pair in check.pairs:
+                found.update(pair.linked)
+    near = report.check("leak.near_duplicate").rows
+    exact = report.check("leak.exact_duplicate").rows
+    return elapsed, found, f"{exact:,} exact and {near:,} near-duplicate eval rows, confirmed by exact Jaccard"
+
+
+def run_rensa(folder: Path) -> tuple[float, set[tuple[int, int]], str]:
+    import pyarrow.json  # noqa: F401
+    from rensa import RMinHash, RMinHashLSH
 
     start = time.perf_counter()
-    result = find_duplicates(texts, DedupConfig(), progress=False)
-    return time.perf_counter() - start, result
+    train = [shingles(t) for t in _read(folder / "train.jsonl")]
+    evals = [shingles(t) for t in _read(folder / "eval.jsonl")]
+    lsh = RMinHashLSH(THRESHOLD, NUM_PERM, BANDS)
+    lsh.insert_matrix(RMinHash.digest_matrix_from_token_sets(train, NUM_PERM, 0))
+    candidates = lsh.query_all(RMinHash.from_token_sets(evals, NUM_PERM, 0))
+    found = {(i, q) for q, keys in enumerate(candidates) for i in keys}
+    return time.perf_counter() - start, found, f"{len(found):,} candidate pairs, not confirmed"
 
 
-def run_datasketch(texts: list[str], bands: int, rows: int) -> tuple[float, set[tuple[int, int]]]:
+def run_datasketch(folder: Path) -> tuple[float, set[tuple[int, int]], str]:
+    import pyarrow.json  # noqa: F401
     from datasketch import MinHash, MinHashLSH
 
     start = time.perf_counter()
-    encoded = ([s.encode("utf-8") for s in shingles(t)] for t in texts)
-    lsh = MinHashLSH(threshold=0.8, num_perm=128, params=(bands, rows))
-    mhs = []
+    train = _read(folder / "train.jsonl")
+    evals = _read(folder / "eval.jsonl")
+    lsh = MinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM, params=(BANDS, ROWS))
+    encoded = ([s.encode("utf-8") for s in shingles(t)] for t in train)
     with lsh.insertion_session() as session:
-        for i, m in enumerate(MinHash.generator(encoded, num_perm=128)):
+        for i, m in enumerate(MinHash.generator(encoded, num_perm=NUM_PERM)):
             session.insert(i, m)
-            mhs.append(m)
-    pairs = {(min(i, j), max(i, j)) for i, m in enumerate(mhs) for j in lsh.query(m) if j != i}
-    return time.perf_counter() - start, pairs
+    queries = MinHash.generator(([s.encode("utf-8") for s in shingles(t)] for t in evals), num_perm=NUM_PERM)
+    found = {(i, q) for q, m in enumerate(queries) for i in lsh.query(m)}
+    return time.perf_counter() - start, found, f"{len(found):,} candidate pairs, not confirmed"
+
+
+TOOLS = {"campaign": run_campaign, "rensa": run_rensa, "datasketch": run_datasketch}
+
+
+def run_one(name: str, folder: Path) -> None:
+    """In a fresh process: time one tool, print one JSON line (seconds, found pairs, what was found)."""
+    elapsed, found, what = TOOLS[name](folder)
+    print(json.dumps({"seconds": elapsed, "found": sorted(found), "what": what, "peak_rss_gib": peak_rss_gib()}))
+
+
+def million() -> None:
+    """campaign only: 1M documents of 60 words (2% planted near copies) deduplicated as a generated stream."""
+    from campaign.data.dedup import find_duplicates
+    from campaign.data.sketch import DedupConfig
+
+    words, cum = _vocab()
+
+    def docs():
+        rng = random.Random(SEED)
+        recent: list[list[str]] = []
+        for i in range(1_000_000):
+            if recent and rng.random() < 0.02:
+                w = list(rng.choice(recent))
+                w[rng.randrange(WORDS_PER_DOC)] = rng.choice(words)
+            else:
+                w = rng.choices(words, cum_weights=cum, k=WORDS_PER_DOC)
+                recent = (recent + [w])[-1000:]
+            yield " ".join(w)
+
+    config = DedupConfig(shingle="word", ngram=NGRAM)
+    start = time.perf_counter()
+    result = find_duplicates(docs(), config, progress=False)
+    elapsed = time.perf_counter() - start
+    rss = peak_rss_gib()
+    print(f"1M documents streamed (generation included): {elapsed:.1f} s, {len(result.near_pairs):,} near pairs, "
+          f"peak RSS {rss:.2f} GiB — {'ok' if rss < 4 else 'OVER (goal < 4 GiB)'}")
 
 
 def main(argv: list[str]) -> None:
-    from campaign.data.sketch import DedupConfig
-
-    million = "--million" in argv
-    args = [a for a in argv if not a.startswith("--")]
-    n = 1_000_000 if million else int(args[0]) if args else 200_000
-    bands, rows = DedupConfig().banding()
-    planted = plan(n)
-    print(f"{n:,} documents, {sum(k == 'near' for k, _ in planted.values()):,} planted near copies and "
-          f"{sum(k == 'exact' for k, _ in planted.values()):,} exact copies; char 5-grams, 128 slots, "
-          f"{bands} bands x {rows} rows, threshold 0.8")
-    pos = positives(n, planted, 0.8)
-    print(f"planted pairs with exact Jaccard >= 0.8 (positives): {len(pos):,}")
-
-    # 200k: both get the same list of texts; --million: ours consumes a generator (generation time included)
-    texts = None if million else list(documents(n, planted))
-    t_ours, result = run_ours(documents(n, planted) if million else texts)
-    cl = result.cluster_of
-    recall_ours = sum(cl[a] == cl[b] for a, b in pos) / len(pos)
-    print(f"ours:       {t_ours:8.1f} s  {n / t_ours:10,.0f} docs/s  recall {recall_ours:.4f}  "
-          f"({len(result.near_pairs):,} near pairs confirmed, {result.exact_duplicates:,} exact copies, "
-          f"{result.candidates:,} LSH candidates, {result.checked:,} checked exactly)  "
-          f"peak RSS {peak_rss_gib():.2f} GiB")
-    if million:
-        verdict = "ok" if peak_rss_gib() < 4 else "OVER (goal < 4 GiB)"
-        print(f"1M documents streamed: peak RSS {peak_rss_gib():.2f} GiB — {verdict}")
+    if "--only" in argv:
+        run_one(argv[argv.index("--only") + 1], Path(argv[argv.index("--only") + 2]))
         return
-    t_ds, pairs = run_datasketch(texts, bands, rows)
-    recall_ds = sum((a, b) in pairs for a, b in pos) / len(pos)
-    print(f"datasketch: {t_ds:8.1f} s  {n / t_ds:10,.0f} docs/s  recall {recall_ds:.4f}  "
-          f"({len(pairs):,} candidate pairs, not confirmed)")
-    ratio = t_ds / t_ours
-    ok = ratio >= 10 and recall_ours >= 0.95
-    print(f"throughput ratio ours/datasketch: {ratio:.1f}x; recall ours {recall_ours:.4f} vs datasketch "
-          f"{recall_ds:.4f} — {'goal met' if ok else 'goal NOT met (>= 10x at >= 0.95 recall)'}")
+    if "--million" in argv:
+        million()
+        return
+    n_train, n_eval, n_planted = (16_000, 4_000, 80) if "--small" in argv else (160_000, 40_000, 800)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        planted = write_workload(folder, n_train, n_eval, n_planted)
+        pos = positives(folder, planted)
+        size = sum(os.path.getsize(folder / f) for f in ("train.jsonl", "eval.jsonl")) / 2**20
+        print(f"{n_train:,} train + {n_eval:,} eval documents of {WORDS_PER_DOC} words ({size:.0f} MiB of JSONL); "
+              f"{len(planted)} planted copies, {len(pos)} with exact Jaccard >= {THRESHOLD}; word {NGRAM}-grams, "
+              f"{NUM_PERM} slots, {BANDS} bands x {ROWS} rows; {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}")
+        times = {}
+        for name in TOOLS:
+            out = subprocess.run([sys.executable, __file__, "--only", name, str(folder)], capture_output=True,
+                                 text=True)
+            if out.returncode:
+                print(f"{name:<11} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+                continue
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            found = {tuple(p) for p in res["found"]}
+            recall = sum(p in found for p in pos) / len(pos)
+            times[name] = res["seconds"]
+            print(f"{name:<11} {res['seconds']:7.2f} s  {(n_train + n_eval) / res['seconds']:9,.0f} docs/s  "
+                  f"recall {recall:.4f}  peak RSS {res['peak_rss_gib']:.2f} GiB  ({res['what']})")
+        if "campaign" in times:
+            print("time / campaign's time: " + ", ".join(f"{k} {v / times['campaign']:.2f}x" for k, v in times.items()
+                                                        if k != "campaign"))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import subprocess
 import sys
 
-from campaign.data.normalize import NORMALIZER_VERSION, content_hash, normalize_text
+from campaign.data.normalize import NORMALIZER_VERSION, content_hash, normalize_text, normalize_texts
 
 
 def test_nfkc_casefold_and_whitespace():
@@ -47,3 +48,16 @@ def test_content_hash_is_the_same_in_processes_with_different_hash_seeds():
 
 def test_version_names_the_steps():
     assert "NFKC" in NORMALIZER_VERSION and "casefold" in NORMALIZER_VERSION
+
+
+def test_normalize_texts_equals_normalize_text():
+    rng = random.Random(3)
+    pieces = ["a", "B", " ", "  ", "\t", "\x00", "\x1c", "é", "İ", ".", "'", "\n", "\x7f", "~", "ß"]
+    batches = [["".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(0, 5))]
+               for _ in range(3000)]
+    batches += [["Hello World", "a b c"], ["Hello  World", "x"], [" lead", "x"], ["trail ", "x"], ["", "x"]]
+    for batch in batches:
+        for strip in (False, True):
+            assert normalize_texts(batch, strip_punctuation=strip) == \
+                [normalize_text(t, strip_punctuation=strip) for t in batch], batch
+    assert normalize_texts(["Hello WORLD", "Foo bar"]) == ["hello world", "foo bar"]   # by hand

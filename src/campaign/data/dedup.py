@@ -73,6 +73,13 @@ def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
     return np.concatenate(out_a), np.concatenate(out_b), capped
 
 
+def _compiled(name: str):
+    """The compiled grouping kernel `name` of kernels.py when numba is installed, else None (numpy sorts)."""
+    from .sketch import _compiled as kernels
+
+    return getattr(kernels(), name, None) if kernels() else None
+
+
 def _unique_pairs(a: "np.ndarray", b: "np.ndarray", n_b: int) -> tuple["np.ndarray", "np.ndarray"]:
     np = numpy()
     if not len(a):
@@ -92,11 +99,14 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
     np = numpy()
     keep = ~sk.empty if mask is None else (mask & ~sk.empty)
     idx = np.flatnonzero(keep)
-    keys = sk.band_keys[idx]
+    keys = np.ascontiguousarray(sk.band_keys[idx].T)  # (bands, documents): one band's keys contiguous
+    kernel = _compiled("band_groups")
     all_a, all_b, capped = [], [], 0
-    for band in range(keys.shape[1]):
-        order = np.argsort(keys[:, band], kind="stable")
-        a, b, c = _pairs_in_sorted_runs(idx[order], keys[order, band], sk.config.max_bucket)
+    for band, (order, run_keys) in enumerate(zip(*kernel(keys)) if kernel else ((None, None),) * len(keys)):
+        if kernel is None:
+            order = np.argsort(keys[band], kind="stable")
+            run_keys = keys[band, order]
+        a, b, c = _pairs_in_sorted_runs(idx[order], run_keys, sk.config.max_bucket)
         capped += c
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         all_a.append(lo)
@@ -115,14 +125,20 @@ def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray
         raise ValueError("index and query sketches were built with different settings")
     i_idx = np.flatnonzero(~index.empty)
     q_idx = np.flatnonzero(~query.empty)
-    ik, qk = index.band_keys[i_idx], query.band_keys[q_idx]
+    ik = np.ascontiguousarray(index.band_keys[i_idx].T)  # (bands, documents)
+    qk = np.ascontiguousarray(query.band_keys[q_idx].T)
     cap = index.config.max_bucket
+    kernel = _compiled("band_lookup")
+    looked_up = kernel(ik, qk) if kernel else None
     out_i, out_q, capped = [], [], 0
-    for band in range(ik.shape[1]):
-        order = np.argsort(ik[:, band], kind="stable")
-        sorted_keys = ik[order, band]
-        lo = np.searchsorted(sorted_keys, qk[:, band], side="left")
-        hi = np.searchsorted(sorted_keys, qk[:, band], side="right")
+    for band in range(len(ik)):
+        if looked_up is not None:
+            order, lo, hi = looked_up[0][band], looked_up[1][band], looked_up[2][band]
+        else:
+            order = np.argsort(ik[band], kind="stable")
+            sorted_keys = ik[band, order]
+            lo = np.searchsorted(sorted_keys, qk[band], side="left")
+            hi = np.searchsorted(sorted_keys, qk[band], side="right")
         cnt = hi - lo
         capped += int((cnt > cap).sum())
         cnt = np.minimum(cnt, cap)

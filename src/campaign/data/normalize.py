@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 # Bump when the output of normalize_text() changes for any input: split manifests record it, so a later leak check
@@ -40,11 +41,34 @@ def normalize_text(text: str, *, strip_punctuation: bool = False) -> str:
     Returns:
         The normalized text; words are never removed (stopwords and negations are kept).
     """
-    # casefold can produce characters that are not NFKC-normal (e.g. U+0130 -> "i̇"), hence NFKC on both sides.
-    out = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    if text.isascii():  # NFKC leaves ASCII alone and casefold is lower() there (O(1) check: CPython's flag)
+        out = text.lower()
+    else:  # casefold can produce characters that are not NFKC-normal (e.g. U+0130 -> "i̇"), hence NFKC twice
+        out = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     if strip_punctuation:
         out = out.translate(_punctuation_table())
     return " ".join(out.split())
+
+
+# The bytes of an ASCII text that is already normalized once lowered: printable ASCII (space to tilde).
+_PRINTABLE = bytes(range(0x20, 0x7F))
+
+
+def normalize_texts(texts: Sequence[str], *, strip_punctuation: bool = False) -> list[str]:
+    """[normalize_text(t) for t in texts], in a few passes over the joined batch when it is printable ASCII whose
+    only spaces are single spaces between words (the common case: no per-text split and join)."""
+    texts = list(texts)
+    if not strip_punctuation and len(texts) > 1:
+        joined = "\x00".join(texts)
+        if joined.isascii():
+            raw = joined.encode("ascii")
+            # only printable bytes besides the n - 1 separators (no tab, newline or NUL inside a text), and no
+            # space doubled or at a text's edge
+            if raw.translate(None, _PRINTABLE) == b"\x00" * (len(texts) - 1):
+                spaced = raw.replace(b"\x00", b" ")
+                if b"  " not in spaced and not spaced.startswith(b" ") and not spaced.endswith(b" "):
+                    return joined.lower().split("\x00")
+    return [normalize_text(t, strip_punctuation=strip_punctuation) for t in texts]
 
 
 def normalizer_id(*, strip_punctuation: bool = False) -> str:

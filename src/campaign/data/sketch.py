@@ -16,13 +16,14 @@ for a given seed (never Python's hash()). dedup.py finds and confirms duplicates
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from .normalize import normalize_text, normalizer_id
+from .normalize import normalize_text, normalize_texts, normalizer_id
 
 if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
     import numpy as np
@@ -291,6 +292,53 @@ def band_keys(sig: "np.ndarray", bands: int, rows: int) -> "np.ndarray":
     return keys
 
 
+def _compiled():
+    """The compiled kernels module (kernels.py) when numba (the `fast` extra) is installed and
+    CAMPAIGN_NO_NUMBA is unset, else None: the numpy functions here give the same bits."""
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = False
+        if not os.environ.get("CAMPAIGN_NO_NUMBA"):
+            try:
+                from . import kernels as _KERNEL
+            except ImportError:
+                pass
+    return _KERNEL or None
+
+
+_KERNEL = None
+
+
+def sketch_chunk(norm_texts: Sequence[str], config: DedupConfig, densify: _Densify | None = None, *,
+                 compiled: bool | None = None) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+    """Band keys (D, bands) uint64, MinHash signatures (D, num_perm) uint64 and shingle counts (D,) int64 of
+    already-normalized texts: the compiled kernel when numba is installed (compiled=None) or asked for, the numpy
+    functions otherwise; both give the same bits."""
+    np = numpy()
+    bands, rows = config.banding()
+    if compiled:
+        try:
+            from .kernels import sketch_documents as kernel
+        except ImportError as e:
+            from ..errors import MissingDependencyError
+
+            raise MissingDependencyError("numba", "fast") from e
+    else:
+        kernel = _compiled().sketch_documents if compiled is None and _compiled() else None
+    if kernel is None:
+        h, counts = shingle_hashes(norm_texts, config)
+        sig = minhash_signatures(h, counts, config, densify)
+        return band_keys(sig, bands, rows), sig, counts
+    lengths = np.fromiter((len(t) for t in norm_texts), dtype=np.int64, count=len(norm_texts))
+    starts = np.cumsum(lengths + 1) - (lengths + 1)
+    cp = np.frombuffer("\n".join(norm_texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+    salt = np.uint64(mix_int(config.seed * 0x2545F4914F6CDD1D + 1))
+    band_seeds = np.array([mix_int(b + 1) for b in range(bands)], dtype=np.uint64)
+    return kernel(cp, starts, lengths, config.shingle == "word", config.ngram, config.num_perm, bands, rows, salt,
+                  np.uint64(mix_int(config.seed + 0x51ED27)), band_seeds, _MAX_PROBES,
+                  (densify or _Densify(config.num_perm, config.seed)).probes(64)[:64])
+
+
 class Sketches:
     """A collection's normalized texts, content hashes, shingle counts, MinHash signatures (low 32 bits of each
     slot) and LSH band keys, built chunk by chunk (streaming): about 4 x num_perm + 8 x bands bytes per document
@@ -311,17 +359,15 @@ class Sketches:
             total: int | None = None, description: str = "MinHash") -> "Sketches":
         """Normalize, hash and sketch texts, consuming the iterable chunk by chunk."""
         np = numpy()
-        bands, rows = self.config.banding()
         strip = self.config.strip_punctuation
         if total is None and hasattr(texts, "__len__"):
             total = len(texts)  # type: ignore[arg-type]
         with progress_bar(description, total, progress) as advance:
             for chunk in _chunks(texts, chunk_size):
-                norm = [normalize_text(t, strip_punctuation=strip) for t in chunk]
+                norm = normalize_texts(chunk, strip_punctuation=strip)
                 self._digests.extend(hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in norm)
-                h, counts = shingle_hashes(norm, self.config)
-                sig = minhash_signatures(h, counts, self.config, self._densify)
-                self._parts["keys"].append(band_keys(sig, bands, rows))
+                keys, sig, counts = sketch_chunk(norm, self.config, self._densify)
+                self._parts["keys"].append(keys)
                 self._parts["sigs"].append(sig.astype(np.uint32))
                 self._parts["counts"].append(counts.astype(np.int32))
                 self.texts.extend(norm)
@@ -432,4 +478,5 @@ def signatures(texts: Sequence[str], config: DedupConfig | None = None) -> "np.n
 
 
 __all__ = ["DedupConfig", "Sketches", "band_keys", "candidate_probability", "choose_banding", "estimate_jaccard",
-           "minhash_signatures", "mix64", "mix_int", "progress_bar", "shingle_hashes", "signatures", "sketch"]
+           "minhash_signatures", "mix64", "mix_int", "progress_bar", "shingle_hashes", "signatures", "sketch",
+           "sketch_chunk"]

@@ -10,7 +10,7 @@ $(BIN)/campaign: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# pinned CPU build from local disk; a bare `torch` would pull a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[torch,data,report,fast,quant,dev,mlflow]'
+	$(BIN)/pip install -q -e '.[torch,data,report,fast,quant,dev,mlflow,ray]'
 	touch $(BIN)/campaign
 
 setup: $(BIN)/campaign

@@ -79,7 +79,7 @@ def split(
 
 
 def leaks(
-    files: Annotated[list[Path], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...].")],
+    files: Annotated[list[str], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...]; with --engine ray each may be a directory, a glob or an s3:// gs:// path of shards.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later split (0 = any leak fails).")] = 0.0,
     near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
@@ -87,15 +87,19 @@ def leaks(
     seed: Seed = 0,
     examples: Annotated[int, typer.Option("--examples", help="Example pairs shown per check and split pair.")] = 3,
     skip_bad: SkipBad = False,
-    pairs: Annotated[Optional[Path], typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl (check, file:line and id of both rows, detail).")] = None,
+    pairs: Annotated[Optional[Path], typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl (check, file:line and id of both rows, detail); with --engine ray, a folder of JSONL shards and manifest.json.")] = None,
     drop_to: Annotated[Optional[Path], typer.Option("--drop-to", help="Write the splits into this folder without the later splits' leaking rows, with a manifest and a re-check.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier --drop-to set.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data, for splits in many shards; pip install 'campaign[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Leaks between existing splits: exact and near duplicates, shared groups, the same text with different labels.
 
     The first file is indexed and every later file queried (then the second against the later ones). Exit 0 when
-    no check exceeds the threshold, 1 when one does, 2 on bad input.
+    no check exceeds the threshold, 1 when one does, 2 on bad input. With --engine ray the same checks run on a
+    Ray cluster and give the same rows (each split's shards in path order); refs name the shard's file:line.
     """
     from ..data.leaks import check_files
     from .render.data import leaks as render_leaks
@@ -103,6 +107,19 @@ def leaks(
 
     if len(files) < 2:
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
+    if engine not in ("local", "ray"):
+        raise InputError(f"engine {engine!r} is unknown; use local or ray")
+    if engine == "ray":
+        from ..data.ray_engine import find_leaks_ray
+
+        report = find_leaks_ray(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
+                                config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
+                                examples=examples, pairs=pairs, drop_to=drop_to, force=force, address=address,
+                                workers=workers)
+        o.emit(report, render_leaks, as_json, failed=not report.passed)
+        return
+    if address is not None or workers is not None:
+        raise InputError("--address and --workers go with --engine ray")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                          examples=examples, pairs=pairs, drop_to=drop_to, force=force)

@@ -1,0 +1,198 @@
+"""campaign leaks --engine ray: on a real local Ray (2 CPUs, started once for the module), the same exact, near,
+group and label-conflict rows as the single-machine path, from one file per split or from many shards; outputs as
+shards with a manifest; bad shards as one line and exit 2."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from campaign.data.leaks import check_files
+from campaign.data.read import Fields
+from campaign.data.sketch import DedupConfig
+from campaign.errors import InputError
+
+from .conftest import edit, jaccard, read_jsonl, sentence, shingles, write_jsonl
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("pyarrow")
+
+FIELDS = Fields(label="label", group=("user",))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def _planted(seed: int = 5):
+    """train (300 rows), eval and test rows with leaks planted at known eval/test rows:
+    eval 0-9 exact copies of train rows 7, 37, 67, ... (0-2 with the other label), eval 10-14 near copies (1 word
+    edited) of train rows 150-154, eval 15-20 rows of train users t200-t205, eval 21 empty, eval 22-49 clean;
+    test 0-2 exact copies of eval 30-32, test 3 of train row 250, test 4-5 clean."""
+    rng = random.Random(seed)
+    train = [{"text": sentence(rng, 30, 50), "label": rng.choice("ab"), "user": f"t{i}"} for i in range(300)]
+    evals = []
+    for k in range(10):
+        row = dict(train[7 + 30 * k], user=f"e{k}")
+        if k < 3:
+            row["label"] = "b" if row["label"] == "a" else "a"
+        evals.append(row)
+    evals += [dict(train[150 + k], text=edit(rng, train[150 + k]["text"], 1), user=f"n{k}") for k in range(5)]
+    assert all(jaccard(shingles(train[150 + k]["text"]), shingles(evals[10 + k]["text"])) >= 0.8 for k in range(5))
+    evals += [{"text": sentence(rng, 30, 50), "label": "a", "user": f"t{200 + k}"} for k in range(6)]
+    evals.append({"text": "   ", "label": "a", "user": "empty"})
+    evals += [{"text": sentence(rng, 30, 50), "label": "b", "user": f"c{k}"} for k in range(28)]
+    test = [dict(evals[30 + k], user=f"x{k}") for k in range(3)] + [dict(train[250], user="x3")]
+    test += [{"text": sentence(rng, 30, 50), "label": "b", "user": f"y{k}"} for k in range(2)]
+    return train, evals, test
+
+
+def _rows(report, check):
+    c = report.check(check)
+    return [(p.index, p.query, p.rows, p.links, p.linked, tuple(round(s, 12) for s in p.scores)) for p in c.pairs]
+
+
+def test_one_file_per_split_gives_the_single_machine_report(local_ray, tmp_path):
+    from campaign.data.ray_engine import find_leaks_ray
+
+    train, evals, test = _planted()
+    paths = [write_jsonl(tmp_path / f"{n}.jsonl", rows) for n, rows in (("train", train), ("eval", evals),
+                                                                       ("test", test))]
+    config = DedupConfig(seed=3)
+    single = check_files(paths, FIELDS, config=config)
+    engine = find_leaks_ray([str(p) for p in paths], FIELDS, config=config)
+    assert engine.to_dict() == single.to_dict()          # checks, rows, rates, links, examples with their refs
+    for cid in ("leak.exact_duplicate", "leak.near_duplicate", "leak.group_overlap", "leak.label_conflict"):
+        assert _rows(engine, cid) == _rows(single, cid)
+    # and the planted rows, known by construction (train -> eval)
+    first = {c: engine.check(c).pairs[0] for c in ("leak.exact_duplicate", "leak.near_duplicate",
+                                                    "leak.group_overlap", "leak.label_conflict")}
+    assert first["leak.exact_duplicate"].linked == tuple((7 + 30 * k, k) for k in range(10))
+    assert [(i, q) for i, q in first["leak.near_duplicate"].linked] == [(150 + k, 10 + k) for k in range(5)]
+    assert first["leak.group_overlap"].linked == tuple((200 + k, 15 + k) for k in range(6))
+    assert first["leak.label_conflict"].linked == tuple((7 + 30 * k, k) for k in range(3))
+    eval_test = engine.check("leak.exact_duplicate").pairs[2]
+    assert (eval_test.index, eval_test.query, eval_test.linked) == ("eval.jsonl", "test.jsonl",
+                                                                    ((30, 0), (31, 1), (32, 2)))
+
+
+def _write_shards(tmp_path: Path, rows: list[dict], name: str, cuts: list[int], parquet_at: int | None = None):
+    """rows cut into shards part-000... in a folder (shard `parquet_at` as Parquet); returns the folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / name
+    d.mkdir()
+    bounds = [0, *cuts, len(rows)]
+    for k in range(len(bounds) - 1):
+        chunk = rows[bounds[k]:bounds[k + 1]]
+        if k == parquet_at:
+            pq.write_table(pa.Table.from_pylist(chunk), d / f"part-{k:03d}.parquet")
+        else:
+            write_jsonl(d / f"part-{k:03d}.jsonl", chunk)
+    return d
+
+
+def test_shards_give_the_rows_of_the_concatenated_files_and_write_shard_sets(local_ray, tmp_path, cli):
+    train, evals, test = _planted(seed=11)
+    tdir = _write_shards(tmp_path, train, "train", [100, 180], parquet_at=1)
+    edir = _write_shards(tmp_path, evals, "eval", [12, 30])
+    xdir = _write_shards(tmp_path, test, "test", [2])
+    assert sorted(p.name for p in xdir.iterdir()) == ["part-000.jsonl", "part-001.jsonl"]
+    whole = [write_jsonl(tmp_path / f"{n}.jsonl", rows) for n, rows in (("train", train), ("eval", evals),
+                                                                        ("test", test))]
+    single = check_files(whole, FIELDS)
+    r = cli("leaks", str(tdir), str(edir), str(tmp_path / "test" / "part-*.jsonl"), "--label", "label",
+            "--group", "user", "--engine", "ray", "--pairs", str(tmp_path / "pairs"), "--drop-to",
+            str(tmp_path / "clean"), "--json")
+    assert r.code == 1, r.err                             # the inputs leak
+    doc = r.json()
+    for c_single, c_engine in zip(single.to_dict()["checks"], doc["checks"]):
+        assert c_engine["status"] == c_single["status"] and c_engine["rows"] == c_single["rows"]
+        assert [(p["rows"], p["links"]) for p in c_engine["pairs"]] == [(p["rows"], p["links"])
+                                                                      for p in c_single["pairs"]]
+    # refs name the shard and its line: eval row 10 is line 11 of eval's first shard; train row 150 is row 51
+    # of the Parquet shard (train rows 100-179)
+    near = next(c for c in doc["checks"] if c["id"] == "leak.near_duplicate")["pairs"][0]["examples"][0]
+    assert near["index_ref"] == f"{tdir}/part-001.parquet row 51"
+    assert near["query_ref"] == f"{edir}/part-000.jsonl:11"
+
+    # --pairs: JSONL shards and a manifest naming their rows and hashes; the rows are the single path's pairs
+    pm = json.loads((tmp_path / "pairs" / "manifest.json").read_text())
+    listed = [json.loads(line) for s in pm["shards"] for line in (tmp_path / "pairs" / s["path"]).read_text()
+              .splitlines()]
+    for s in pm["shards"]:
+        assert hashlib.sha256((tmp_path / "pairs" / s["path"]).read_bytes()).hexdigest() == s["sha256"]
+    from campaign.data.leak_files import leak_pairs
+    from campaign.data.read import read_dataset
+
+    named = {d.name: d for d in (read_dataset(p, FIELDS) for p in whole)}
+    expected = leak_pairs(single, named)
+    assert pm["rows"] == len(listed) == len(expected)
+    assert sorted((p["check"], p["detail"]) for p in listed) == sorted((p["check"], p["detail"]) for p in expected)
+    exact_eval = {p["query_ref"] for p in listed if p["check"] == "leak.exact_duplicate" and p["query_split"] == "eval"}
+    assert exact_eval == {f"{edir}/part-000.jsonl:{k + 1}" for k in range(10)}
+
+    # --drop-to: each split's shards without the leaking rows, the dropped rows beside them, a manifest last
+    out = tmp_path / "clean"
+    fm = json.loads((out / "manifest.json").read_text())
+    assert fm["recheck"]["status"] == "pass"
+    kept = {s: [] for s in ("train", "eval", "test")}
+    for s in fm["shards"]:
+        p = out / s["path"]
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == s["sha256"]
+        if p.suffix == ".jsonl":
+            kept[s["split"]] += read_jsonl(p)
+    assert kept["eval"] == evals[21:]                    # rows 0-20 leak (exact, near, group), 21 on are clean
+    assert sum(s["dropped"] for s in fm["shards"]) == 21 + 4
+    assert kept["test"] == test[4:]
+    assert (out / "train" / "part-001.parquet").read_bytes() == (tdir / "part-001.parquet").read_bytes()
+
+
+def test_bad_shards_are_one_line_and_leave_no_complete_output(local_ray, tmp_path, cli):
+    train, evals, _ = _planted()
+    tdir = _write_shards(tmp_path, train, "train", [150])
+    edir = _write_shards(tmp_path, evals, "eval", [20])
+    r = cli("leaks", str(tdir), str(tmp_path / "missing"), "--engine", "ray")
+    assert r.code == 2 and r.err.count("\n") == 1 and "missing: no such file" in r.err
+    r = cli("leaks", str(tdir), str(tmp_path / "eval" / "nothing-*.jsonl"), "--engine", "ray")
+    assert r.code == 2 and "no file matches" in r.err
+    # a shard whose records lack the text field (another schema): its file and line, exit 2, no manifest
+    write_jsonl(edir / "part-002.jsonl", [{"body": "a text under another field", "label": "a", "user": "z"}])
+    r = cli("leaks", str(tdir), str(edir), "--engine", "ray", "--drop-to", str(tmp_path / "clean"),
+            "--pairs", str(tmp_path / "pairs"))
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert f"{edir}/part-002.jsonl:1: no text field 'text'" in r.err
+    assert not (tmp_path / "clean" / "manifest.json").exists() and not (tmp_path / "pairs" / "manifest.json").exists()
+    with pytest.raises(InputError, match="no records to check"):
+        from campaign.data.ray_engine import find_leaks_ray
+
+        (edir / "part-002.jsonl").unlink()
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        (empty / "a.jsonl").write_text("")
+        find_leaks_ray([str(tdir), str(empty)])
+
+
+def test_without_ray_the_engine_says_how_to_install_it_and_the_cli_never_imports_it(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from campaign.cli import main\n"
+            f"main(['leaks', {str(tmp_path / 'a.jsonl')!r}, {str(tmp_path / 'b.jsonl')!r}, '--engine', 'ray'])")
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "x"}])
+    write_jsonl(tmp_path / "b.jsonl", [{"text": "y"}])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "pip install 'campaign[ray]'" in r.stderr
+    r = subprocess.run([sys.executable, "-c", "import sys\nfrom campaign.cli import main\n"
+                        f"try:\n    main(['leaks', {str(tmp_path / 'a.jsonl')!r}, {str(tmp_path / 'b.jsonl')!r}])\n"
+                        "except SystemExit:\n    pass\nassert 'ray' not in sys.modules"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -50,7 +50,7 @@ def solve_figure() -> str:
             fit_cards(spec, w, cards, estimate=est)
             best = min(best, time.process_time() - start)
     finally:
-        reserved.training_overhead = real
+        reserved._training_replay = real
     return (f"card solve of memory llama-3.1-8b ({len(cards)} cards): {best:.3f} s CPU, {len(replays)} replays "
             f"of the step ({best / max(1, len(replays)) * 1000:.1f} ms each, solve included)")
 

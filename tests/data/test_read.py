@@ -154,3 +154,49 @@ def test_csv_header_with_a_repeated_or_empty_name_is_refused(tmp_path, header, f
     with pytest.raises(InputError, match="header"):
         split_file(p, tmp_path / "out", Fields(label="label"), ratios="50/50")
     assert not (tmp_path / "out").exists() and sha(p) == before
+
+
+def _slow(monkeypatch, path, fields):
+    import importlib
+
+    read = importlib.import_module("campaign.data.read")
+    with monkeypatch.context() as m:
+        m.setattr(read, "_jsonl_fast", lambda *a: None)   # the record-by-record path
+        return read_dataset(path, fields)
+
+
+def test_jsonl_whole_file_path_reads_what_the_record_path_reads(tmp_path, monkeypatch):
+    # values of every JSON kind, keys in varying order, blank and whitespace lines, CRLF, a BOM, a trailing space
+    lines = ['\ufeff{"text": "a", "label": 1, "user": "u1", "id": 7}',
+             '', '   ',
+             '{"user": null, "text": "b\\u2028c", "label": true, "extra": [1, 2]}\r',
+             '{"text": "", "label": "", "user": "", "id": "x"} ',
+             '{"label": 2.0, "text": "d", "id": {"k": 1}}',
+             '{"text": "e", "label": 2.5}']
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    fields = Fields(label="label", group=("user",), id="id")
+    fast, slow = read_dataset(path, fields), _slow(monkeypatch, path, fields)
+    assert fast == slow
+    # by hand: lines 1, 4, 5, 6, 7; numbers as JSON text, 2.0 as "2", '' and null missing; BOM dropped
+    assert fast.lines == (1, 4, 5, 6, 7)
+    assert fast.labels == ("1", "true", None, "2", "2.5")
+    assert fast.groups == (("u1", None, None, None, None),)
+    assert fast.ids == ("7", None, "x", '{"k": 1}', None)
+    assert fast.texts[1] == "b\u2028c" and fast.columns == ("text", "label", "user", "id", "extra")
+    assert fast.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("line", ['{"text": 5}', '["text"]', '{"text": "a"} {"text": "b"}', '{"text": "a",',
+                                  ' {"text": "a"}', '{"txt": "a"}'])
+def test_a_line_the_whole_file_path_cannot_take_gets_the_record_paths_message(tmp_path, monkeypatch, line):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "ok"}\n' + line + "\n", encoding="utf-8")
+    if line.startswith(" "):          # leading spaces are valid JSON: the record path reads it
+        assert read_dataset(path).texts == ("ok", "a") == _slow(monkeypatch, path, Fields()).texts
+        return
+    with pytest.raises(InputError) as fast:
+        read_dataset(path)
+    with pytest.raises(InputError) as slow:
+        _slow(monkeypatch, path, Fields())
+    assert str(fast.value) == str(slow.value) and f"{path}:2:" in str(fast.value)

@@ -4,6 +4,7 @@ Files are only ever opened for reading.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -126,6 +127,10 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     path = str(path)
     fmt = record_format(path)
     input_file(path, "data")
+    if fmt == "jsonl" and not fields.date:
+        fast = _jsonl_fast(path, fields)
+        if fast is not None:
+            return fast
     cols: dict[str, list[Any]] = {"text": [], "label": [], "id": [], "date": [], "line": []}
     groups: list[list[str | None]] = [[] for _ in fields.group]
     bad: list[BadRecord] = []
@@ -160,6 +165,63 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
                    groups=tuple(tuple(g) for g in groups), ids=tuple(cols["id"]) if fields.id else None,
                    dates=tuple(cols["date"]) if fields.date else None, lines=tuple(cols["line"]),
                    bad=tuple(bad), n_bad=n_bad, sha256=scan.sha256, columns=tuple(scan.columns))
+
+
+FAST_JSONL_MAX_BYTES = 512 * 2**20  # the fast path holds the file, its text and its lines at once
+
+
+def _jsonl_fast(path: str, fields: Fields) -> Dataset | None:
+    """The Dataset of a well-formed JSONL file read in a few whole-file passes, or None when anything in it needs
+    the record-by-record path (which then says what and where): a non-UTF-8 byte, a line that is not one JSON
+    object, a text field missing or not a string, a file over FAST_JSONL_MAX_BYTES. Same result as that path:
+    blank lines skipped, a BOM dropped, numbers and booleans as JSON text, '' and null as missing."""
+    if os.path.getsize(path) > FAST_JSONL_MAX_BYTES:
+        return None
+    with open(path, "rb") as f:
+        data = f.read()
+    sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        return None
+    del data
+    decode = json.JSONDecoder().raw_decode
+    numbers: list[int] = []
+    objs: list[Any] = []
+    try:
+        for no, line in enumerate(text.split("\n"), 1):   # split at "\n" only, as the binary lines are
+            if not line or line.isspace():
+                continue
+            obj, end = decode(line)
+            if type(obj) is not dict or (end != len(line) and not line[end:].isspace()):
+                return None
+            numbers.append(no)
+            objs.append(obj)
+    except (ValueError, RecursionError):  # not JSON, leading spaces, an integer past Python's digit limit
+        return None
+    texts_by_field = [[o.get(name) for o in objs] for name in fields.text]
+    if not all(type(v) is str for col in texts_by_field for v in col):
+        return None
+    texts = texts_by_field[0] if len(texts_by_field) == 1 else ["\n".join(parts) for parts in zip(*texts_by_field)]
+    columns: dict[str, None] = {}
+    previous = None
+    for o in objs:
+        keys = o.keys()
+        if keys != previous:     # a record with other keys adds them in first-seen order
+            columns.update(dict.fromkeys(keys))
+            previous = keys
+
+    def column(name: str) -> tuple[str | None, ...]:
+        return tuple((v or None) if type(v) is str else _scalar(v) for v in (o.get(name) for o in objs))
+
+    for role, name in (("label", fields.label), ("id", fields.id), *(("group", g) for g in fields.group)):
+        if name and objs and name not in columns:
+            raise InputError(f"{path}: no record has the {role} field {name!r}; fields seen: "
+                             f"{', '.join(sorted(columns)) or '(none)'}; check the spelling")
+    return Dataset(path=path, format="jsonl", fields=fields, texts=tuple(texts),
+                   labels=column(fields.label) if fields.label else None,
+                   groups=tuple(column(g) for g in fields.group), ids=column(fields.id) if fields.id else None,
+                   dates=None, lines=tuple(numbers), bad=(), n_bad=0, sha256=sha256, columns=tuple(columns))
 
 
 # --------------------------------------------------------------------------------------------------- values

@@ -22,6 +22,7 @@ Every tool runs in its own fresh process (`--only NAME`), imports excluded from 
 Usage:
     python benchmarks/dedup_speed.py                 # side by side (datasketch takes about a minute)
     python benchmarks/dedup_speed.py --small         # 16,000 + 4,000 documents (a quick look)
+    python benchmarks/dedup_speed.py --phases        # where campaign's time goes, phase by phase
     python benchmarks/dedup_speed.py --million       # campaign only: 1M documents deduplicated as a stream, peak RSS
 """
 from __future__ import annotations
@@ -148,12 +149,51 @@ def run_datasketch(folder: Path) -> tuple[float, set[tuple[int, int]], str]:
     return time.perf_counter() - start, found, f"{len(found):,} candidate pairs, not confirmed"
 
 
+def run_phases(folder: Path) -> tuple[float, set[tuple[int, int]], str]:
+    """campaign's pipeline phase by phase (the same library calls check_files makes, timed one by one)."""
+    import hashlib
+
+    from campaign.data.dedup import cross_duplicates
+    from campaign.data.normalize import normalize_texts
+    from campaign.data.read import read_dataset
+    from campaign.data.sketch import DedupConfig, Sketches, sketch_chunk
+
+    config = DedupConfig(threshold=THRESHOLD, shingle="word", ngram=NGRAM, num_perm=NUM_PERM, bands=BANDS, rows=ROWS)
+    sketch_chunk(["warm up the compiled kernel"], config)
+    clock, times = time.perf_counter(), {}
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        times[name] = now - clock
+        clock = now
+
+    splits = [read_dataset(folder / f) for f in ("train.jsonl", "eval.jsonl")]
+    lap("read and validate the files")
+    norm = [[t for i in range(0, len(d), 4096) for t in normalize_texts(d.texts[i:i + 4096])] for d in splits]
+    lap("normalize")
+    for n in norm:
+        [hashlib.sha256(t.encode()).digest() for t in n]
+    lap("content hashes (SHA-256)")
+    for n in norm:
+        for i in range(0, len(n), 4096):
+            sketch_chunk(n[i:i + 4096], config)
+    lap("shingles, MinHash, band keys")
+    sketches = [Sketches(config).add(d.texts, progress=False) for d in splits]
+    clock = time.perf_counter()  # (the sketches again, as check_files builds them, off the clock)
+    matches = cross_duplicates(*sketches)
+    lap("exact matches, LSH candidates, exact Jaccard")
+    total = sum(times.values())
+    lines = "; ".join(f"{k} {v:.2f} s" for k, v in times.items())
+    return total, {(i, q) for i, q, _ in matches.near} | set(matches.exact), lines
+
+
 TOOLS = {"campaign": run_campaign, "rensa": run_rensa, "datasketch": run_datasketch}
 
 
 def run_one(name: str, folder: Path) -> None:
     """In a fresh process: time one tool, print one JSON line (seconds, found pairs, what was found)."""
-    elapsed, found, what = TOOLS[name](folder)
+    elapsed, found, what = {**TOOLS, "phases": run_phases}[name](folder)
     print(json.dumps({"seconds": elapsed, "found": sorted(found), "what": what, "peak_rss_gib": peak_rss_gib()}))
 
 
@@ -203,6 +243,11 @@ def main(argv: list[str]) -> None:
               f"{NUM_PERM} slots, {BANDS} bands x {ROWS} rows; {os.cpu_count()} cores, load average "
               f"{os.getloadavg()[0]:.1f}")
         times = {}
+        if "--phases" in argv:
+            out = subprocess.run([sys.executable, __file__, "--only", "phases", str(folder)], capture_output=True,
+                                 text=True, check=True)
+            print("campaign by phase: " + json.loads(out.stdout.strip().splitlines()[-1])["what"])
+            return
         for name in TOOLS:
             out = subprocess.run([sys.executable, __file__, "--only", name, str(folder)], capture_output=True,
                                  text=True)

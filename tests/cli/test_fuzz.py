@@ -286,7 +286,7 @@ NUMERIC = _numeric_options()
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
-            "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours"}
+            "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu", "--margin"}
 

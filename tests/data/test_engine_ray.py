@@ -196,3 +196,46 @@ def test_without_ray_the_engine_says_how_to_install_it_and_the_cli_never_imports
                         "except SystemExit:\n    pass\nassert 'ray' not in sys.modules"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+    # a cluster address that does not answer: one line at once (ray.init alone retries for minutes)
+    r = subprocess.run([sys.executable, "-m", "campaign", "leaks", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"),
+                        "--engine", "ray", "--address", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach the Ray cluster at '127.0.0.1:1'" in r.stderr
+
+
+def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray, tmp_path, cli):
+    from campaign.data.split import split_file
+
+    rng = random.Random(1)
+    rows = []
+    for i in range(400):      # every 10th row from 23 on copies an earlier row (every other one with an edit)
+        if i % 10 == 3 and i > 20:
+            src = rows[rng.randrange(i)]
+            rows.append(dict(src, text=edit(rng, src["text"], 1) if i % 20 == 3 else src["text"], id=f"r{i}"))
+        else:
+            rows.append({"text": sentence(rng, 30, 50), "label": rng.choice("abc"), "user": f"u{rng.randrange(150)}",
+                         "id": f"r{i}"})
+    write_jsonl(tmp_path / "all.jsonl", rows)
+    (tmp_path / "shards").mkdir()
+    for k in range(4):
+        write_jsonl(tmp_path / "shards" / f"p{k}.jsonl", rows[k * 100:(k + 1) * 100])
+    fields = Fields(label="label", group=("user",), id="id")
+    single = split_file(tmp_path / "all.jsonl", tmp_path / "single", fields)
+    r = cli("split", str(tmp_path / "shards"), "--out", str(tmp_path / "engine"), "--label", "label", "--group", "user",
+            "--id", "id", "--engine", "ray", "--json")
+    assert r.code == 0, r.err
+    m = r.json()
+    assert [s["rows"] for s in m["splits"]] == [p.rows for p in single.parts] == [320, 40, 40]
+    assert m["units"] == single.units and m["leaks"]["status"] == "pass"
+    by_split: dict[str, list[dict]] = {}
+    for s in m["shards"]:
+        p = tmp_path / "engine" / s["path"]
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == s["sha256"] and len(read_jsonl(p)) == s["rows"]
+        by_split.setdefault(s["split"], []).extend(read_jsonl(p))
+    for name in ("train", "val", "test"):
+        assert by_split[name] == read_jsonl(tmp_path / "single" / f"{name}.jsonl")
+    # no unit straddles: every copy (same user, same or edited text) sits with its source
+    where = {row["id"]: name for name, part in by_split.items() for row in part}
+    users: dict[str, set[str]] = {}
+    for row in rows:
+        users.setdefault(row["user"], set()).add(where[row["id"]])
+    assert all(len(s) == 1 for s in users.values())

@@ -48,7 +48,7 @@ def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: 
 
 
 def split(
-    data: Annotated[Path, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet (never modified).")],
+    data: Annotated[str, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet (never modified); with --engine ray, also a directory, a glob or an s3:// gs:// path of shards.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for the split files and split_manifest.json.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
     date: Annotated[Optional[str], typer.Option("--date", help="Date field: a temporal split, oldest data first.")] = None,
@@ -61,6 +61,9 @@ def split(
     max_bucket: MaxBucket = 256,
     skip_bad: SkipBad = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out: overwrite its files and remove the split files its manifest lists.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data; each split written as a folder of shards with manifest.json; pip install 'campaign[ray]').")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Split a dataset so that no group and no exact or near duplicate crosses splits; write the files and a manifest.
@@ -70,12 +73,39 @@ def split(
     """
     from ..data.split import split_file
     from .render.data import split as render_split
+    from ..errors import InputError
 
+    if engine not in ("local", "ray"):
+        raise InputError(f"engine {engine!r} is unknown; use local or ray")
+    if engine == "ray":
+        from ..data.ray_split import split_ray
+
+        shard_split = split_ray(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
+                                stratify=stratify, seed=seed,
+                                dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
+                                tolerance=tolerance, skip_bad=skip_bad, force=force, address=address, workers=workers)
+        o.emit(shard_split, _render_shard_split, as_json, failed=not shard_split.passed)
+        return
+    if address is not None or workers is not None:
+        raise InputError("--address and --workers go with --engine ray")
     result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
                         stratify=stratify, seed=seed,
                         dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                         tolerance=tolerance, skip_bad=skip_bad, force=force)
     o.emit(result, render_split, as_json, failed=not result.passed)
+
+
+def _render_shard_split(result) -> None:
+    m = result.manifest
+    typer.echo(f"{m['status']} — {m['rows']:,} rows in {len(m['splits'])} splits, {m['units']:,} units (largest "
+               f"{m['largest_unit']:,} rows); {result.path}")
+    for s in m["splits"]:
+        typer.echo(f"  {s['name']}: {s['rows']:,} rows ({s['fraction']:.2%} for {s['target_fraction']:.2%}) in {s['path']}")
+    for c in m["checks"]:
+        typer.echo(f"  {c['id']}: {c['status']} — {c['seen']}")
+    typer.echo(f"  leak check of the written shards: {m['leaks']['status']}")
+    for n in m["notes"]:
+        typer.echo(f"  note: {n}")
 
 
 def leaks(

@@ -64,29 +64,56 @@ def ray_session(address: str | None = None, workers: int | None = None) -> Itera
     import logging
 
     ray = ray_module()
-    if ray.is_initialized():
-        _quiet(ray)
-        yield ray
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
-    options: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
-    if address:
-        options["address"] = address
-    else:
-        options.update(num_cpus=workers, include_dashboard=False)
+    started = not ray.is_initialized()
+    if started:
+        address = address or os.environ.get("RAY_ADDRESS")
+        options: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+        if address:
+            _reachable(address)
+            options["address"] = address
+        else:
+            options.update(num_cpus=workers, include_dashboard=False)
+        try:
+            ray.init(**options)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise InputError(f"cannot connect to the Ray cluster {address!r} ({str(e).splitlines()[0]}); check "
+                             "--address (ray://host:10001 or host:6379) or RAY_ADDRESS") from None
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.shuffle_strategy, ctx.enable_progress_bars, ctx.print_on_execution_start)
     try:
-        ray.init(**options)
-    except (ConnectionError, ValueError, RuntimeError) as e:
-        raise InputError(f"cannot connect to the Ray cluster {address!r} ({str(e).splitlines()[0]}); check "
-                         "--address (ray://host:10001 or host:6379) or RAY_ADDRESS") from None
-    try:
         _quiet(ray)
+        # groupby as a sort-based pull shuffle of tasks: 3-7x faster here than the hash shuffle's aggregator
+        # actors on few large payload rows per part (benchmarks/dedup_scale.py's stages)
+        from ray.data.context import ShuffleStrategy
+
+        ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
         yield ray
     finally:
-        ray.shutdown()
+        ctx.shuffle_strategy, ctx.enable_progress_bars, ctx.print_on_execution_start = saved
+        if started:
+            ray.shutdown()
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A one-line InputError when host:port (or ray://host:port) does not answer within timeout_s: ray.init
+    itself retries for minutes. 'auto' and 'local' are Ray's own words and are passed as they are."""
+    import socket
+
+    target = address.split("://", 1)[-1].rstrip("/")
+    if target in ("auto", "local") or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot reach the Ray cluster at {address!r} ({e}); check --address (host:6379 or "
+                         "ray://host:10001) or RAY_ADDRESS, and that the cluster is up (`ray status` on its head)") \
+            from None
 
 
 def _quiet(ray: Any) -> None:
+    """No progress bars or execution banners; Ray Data's console log kept off stderr (errors come as one line)."""
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
@@ -437,7 +464,8 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
                    names: Sequence[str] | None = None, threshold: float = 0.0, config: DedupConfig | None = None,
                    examples: int = 3, skip_bad: bool = False, parts: int | None = None,
                    pairs: str | os.PathLike[str] | None = None, drop_to: str | os.PathLike[str] | None = None,
-                   force: bool = False, address: str | None = None, workers: int | None = None) -> LeakReport:
+                   force: bool = False, address: str | None = None, workers: int | None = None,
+                   timings: dict[str, float] | None = None) -> LeakReport:
     """leaks.check_files on Ray: each split a file, a directory or a glob of shards (or an object-store path),
     the first indexed, the others queried. The report has the rows, links, linked rows and examples that
     find_leaks gives on the same rows (each split's shards concatenated in path order); refs are shard:line.
@@ -448,6 +476,7 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
         drop_to: a folder for the splits without the later splits' leaking rows, one folder per split holding
             its shards, NAME.leaking/ beside it, and manifest.json (written last, after a re-check).
         address: a Ray cluster (default: RAY_ADDRESS, else a local Ray on `workers` CPUs).
+        timings: filled with the seconds of each stage (read+sketch, match, confirm, fetch), when given.
     Raises:
         InputError: bad input (a missing shard, a shard without the text field...), in one line.
         EngineError: the cluster lost a worker or node mid-run.
@@ -478,7 +507,7 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
         cpus = int(ray.cluster_resources().get("CPU", 1))
         parts = parts or max(1, min(512, 4 * cpus))
         report, state = _search(ray, specs, listed, list(names), fields, config, threshold, examples, skip_bad,
-                                parts, want_pairs=pairs is not None)
+                                parts, want_pairs=pairs is not None, timings=timings if timings is not None else {})
         notes = list(report.notes)
         if pairs is not None:
             n = _write_pairs(Path(pairs), report, state)
@@ -500,14 +529,25 @@ class _State:
 
 def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str], fields: Fields,
             config: DedupConfig, threshold: float, examples: int, skip_bad: bool, parts: int, *,
-            want_pairs: bool) -> tuple[LeakReport, _State]:
+            want_pairs: bool, timings: dict[str, float]) -> tuple[LeakReport, _State]:
+    import time
+
     import numpy as np
+
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage] = timings.get(stage, 0.0) + now - clock
+        clock = now
 
     items = [{"split": s, "shard": k, "path": p} for s, fs in enumerate(listed) for k, p in enumerate(fs)]
     stage1 = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         _sketch_shards, batch_size=1, batch_format="numpy",
         fn_kwargs={"config": config, "fields": fields, "skip_bad": skip_bad, "parts": parts})
     mat = _run(stage1.materialize)
+    lap("read_sketch")
     metas = sorted(((r["split"], r["shard"], pickle.loads(r["payload"]))
                     for r in _run(lambda: mat.filter(expr=_kind(_META)).take_all())), key=lambda t: t[:2])
     splits = []
@@ -528,7 +568,9 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
 
     cands, exact, label, group = gather("cand"), gather("exact"), gather("label"), gather("group")
     capped = {k: sum(m["capped"].get(k, 0) for m in matched) for k in pair_keys}
+    lap("match")
     near = _confirm(ray, mat, splits, cands, config, parts)
+    lap("confirm")
     # the checks, assembled as find_leaks assembles them
     by_check: dict[str, list[tuple[Any, ...]]] = {c: [] for c in CHECK_IDS}
     leaking: dict[str, dict[int, set[int]]] = {c: {b: set() for b in range(1, n)} for c in CHECK_IDS}
@@ -591,6 +633,7 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
                 want.update((a, x) for x, _ in linked)
                 want.update((b, y) for _, y in linked)
     rows = _fetch(mat, splits, want)
+    lap("fetch")
     checks = []
     for cid in CHECK_IDS:
         seen, why, fix = _WHY[cid]

@@ -82,6 +82,20 @@ def test_one_file_per_split_gives_the_single_machine_report(local_ray, tmp_path)
     eval_test = engine.check("leak.exact_duplicate").pairs[2]
     assert (eval_test.index, eval_test.query, eval_test.linked) == ("eval.jsonl", "test.jsonl",
                                                                     ((30, 0), (31, 1), (32, 2)))
+    # crowded buckets: 6 train copies of one text and a bucket cap of 2: the first 2 in row order are compared and
+    # the search is noted as partial, on both paths alike
+    rng = random.Random(2)
+    text = sentence(rng, 40, 50)
+    crowd = [write_jsonl(tmp_path / "crowd_train.jsonl", [{"text": sentence(rng)} for _ in range(5)]
+                         + [{"text": text}] * 6),
+             write_jsonl(tmp_path / "crowd_eval.jsonl", [{"text": edit(rng, text, 1)}, {"text": sentence(rng)}])]
+    capped = DedupConfig(max_bucket=2)
+    single = check_files(crowd, config=capped)
+    engine = find_leaks_ray([str(p) for p in crowd], config=capped)
+    assert engine.to_dict() == single.to_dict()
+    assert engine.notes[0].startswith("crowd_train.jsonl -> crowd_eval.jsonl: ")
+    assert "crowded LSH bucket(s) held more than 2 texts" in engine.notes[0]
+    assert engine.check("leak.near_duplicate").pairs[0].linked == ((5, 0), (6, 0))
 
 
 def _write_shards(tmp_path: Path, rows: list[dict], name: str, cuts: list[int], parquet_at: int | None = None):

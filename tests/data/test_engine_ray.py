@@ -253,3 +253,40 @@ def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray
     for row in rows:
         users.setdefault(row["user"], set()).add(where[row["id"]])
     assert all(len(s) == 1 for s in users.values())
+
+
+def test_a_worker_killed_mid_run_is_retried_and_the_report_unchanged(local_ray, tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    psutil = pytest.importorskip("psutil")
+    from campaign.data.ray_engine import find_leaks_ray
+
+    train, evals, test = _planted(seed=7)
+    tdir = _write_shards(tmp_path, train, "train", list(range(15, 300, 15)))
+    edir = _write_shards(tmp_path, evals, "eval", [25])
+    before = find_leaks_ray([str(tdir), str(edir)], FIELDS)
+    killed: list[int] = []
+
+    def kill_a_sketching_worker() -> None:
+        me = psutil.Process()
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for p in me.children(recursive=True):
+                try:
+                    if "MapBatches(_sketch_shards)" in " ".join(p.cmdline()):
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed.append(p.pid)
+                        return
+                except psutil.Error:
+                    pass
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_a_sketching_worker, daemon=True)
+    killer.start()
+    after = find_leaks_ray([str(tdir), str(edir)], FIELDS)
+    killer.join()
+    assert killed, "no sketching worker was seen to kill"
+    assert after.to_dict() == before.to_dict()

@@ -37,3 +37,17 @@ def test_trace_without_a_card_gives_the_fit_line_memory_gives(cli):
     assert [f["card"] for f in traced["fits"]] == [f["card"] for f in memory["fits"]]
     assert all(f["verdict"] == "fits" for f in traced["fits"][:5])
     assert "fits: H200-SXM-141GB" in cli("trace", "gpt2", "--seq-len", "128").out
+
+
+def test_trace_with_grads_kept_holds_the_gradients_through_the_forward(cli):
+    # zero_grad(set_to_none=False): step 2's forward starts with step 1's gradients, bf16 here: gpt2's published
+    # 124,439,808 parameters x 2 B. Without the flag zero_grad sets them to None: none in the forward.
+    pytest.importorskip("torch")
+
+    def forward_gradients(*flags):
+        d = cli("trace", "gpt2", "--seq-len", "64", "--batch", "1", *flags, "--json").json()
+        forward = next(p for p in d["phases"] if p["name"] == "forward")
+        return sum(i["bytes"] for i in forward["items"] if i["category"] == "gradients")
+
+    assert forward_gradients("--grads-kept") == 2 * 124_439_808
+    assert forward_gradients() == 0

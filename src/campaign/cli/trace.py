@@ -18,12 +18,14 @@ def trace(
     attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
     prefill_chunk: o.PrefillChunk = 8192, gpus: o.Gpus = 1, shard: o.Shard = "none", card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
     expandable_segments: o.ExpandableSegments = False, fragmentation: o.Fragmentation = None,
+    grads_kept: o.GradsKept = False,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 
     Builds the model from its config on the meta device (no weights), runs transformers' and peft's own code
     under PyTorch's FakeTensorMode, and tracks every storage's lifetime. Same JSON shape as `campaign memory`.
     --gpus N --shard fsdp traces FSDP2 full sharding over a fake process group (per-card figures).
+    --grads-kept runs the optimizer's zero_grad(set_to_none=False), so the gradients stay between the steps.
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
     from ..memory.plan import plan_memory
@@ -37,7 +39,7 @@ def trace(
                         optimizer=optimizer, optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
                         grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
                         lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
-                        expandable_segments=expandable_segments)
+                        expandable_segments=expandable_segments, grads_kept=grads_kept)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
     with progress_reporter("tracing") as tell:
         result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell,

@@ -285,8 +285,11 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
             # the allocator stayed within the card by releasing cached segments: so does the figure (the replay's
             # own allocated figure may differ from the estimate's by a few blocks)
             frag = min(frag, limit - allocated)
-        released = (f", its cached free segments released before it would pass the {limit:,} B the card leaves it"
-                    if replay.released else "")
+        released = "" if not replay.released else (
+            f", its cached free segments released before it would pass the {limit:,} B the card leaves it"
+            if limit is not None else  # a dynamic cache without a card: released where it would pass its peak
+            ", its cached free segments released before it would grow past the peak allocated (the cache's "
+            "shorter copies)")
         frag_formula = (f"the step's tensors (weights, states, per-layer activations, logits, temporaries"
                         f"{', the cache as it grows' if w.kv_cache == 'dynamic' else ''}) replayed through the "
                         f"caching allocator's rules{pages}{released}: peak reserved {replay.peak_reserved:,} - peak "

@@ -14,7 +14,8 @@ from .workload import Workload
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
               cache: dict[int, tuple[int, int | None]] | None = None, **options: Any) -> int:
-    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1).
+    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1); for the
+    batch, the largest for which every smaller batch fits too (each one is checked).
 
     Each probe's allocator replay runs against the card (estimate_memory's card_bytes): before it would reserve
     more than the card leaves it, the allocator releases its cached free segments, so a probe whose tensors fit is
@@ -43,7 +44,15 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             return required <= memory_bytes
         return estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes
 
-    return largest_satisfying(ok, limit)
+    found = largest_satisfying(ok, limit)
+    if field == "batch":
+        # The allocator replay is not monotone: a larger batch can place its tensors so that the caching allocator
+        # reserves a segment less (the traced step does the same: llama-3.2-1b, 1024 tokens with checkpointing,
+        # needs more at batch 10 than at 11). The answer is the largest batch for which every smaller one fits.
+        for n in range(1, found):
+            if not ok(n):
+                return n - 1
+    return found
 
 
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,

@@ -73,4 +73,13 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     else:
         cards = [find_card(n) for n in FEATURED_CARDS]
     fits = fit_cards(spec, workload, cards, solve=solve and not trace, estimate=est, **options)
+    if solve and not trace:
+        from dataclasses import replace
+
+        est = replace(est, notes=est.notes + (SOLVE_NOTE,))
     return MemoryPlan(est, tuple(fits), card)
+
+
+SOLVE_NOTE = ("max batch: the largest batch for which every smaller one fits too, each checked (the allocator can "
+              "reserve a segment less at a larger batch); max seq: a search that takes a longer context to need no "
+              "less")

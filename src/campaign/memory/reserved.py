@@ -74,14 +74,16 @@ def _per_layer(spec: ModelSpec, groups: list) -> tuple[list[list[int]], list[int
     layers: list[list[int]] = [[] for _ in range(L)]
     rest: list[int] = []
     for g in groups:
+        numel = g.numel
         if g.in_blocks and g.count % L == 0:
             per = g.count // L
+            tensors = [numel * per] if g.expert else [numel] * per
             for layer in layers:  # routed experts: one stacked tensor per layer (transformers' grouped experts)
-                layer.extend([g.numel * per] if g.expert else [g.numel] * per)
+                layer.extend(tensors)
         elif g.expert and spec.moe is not None and g.count % spec.moe.num_experts == 0:
-            rest.extend([g.numel * spec.moe.num_experts] * (g.count // spec.moe.num_experts))  # stacked per layer
+            rest.extend([numel * spec.moe.num_experts] * (g.count // spec.moe.num_experts))  # stacked per layer
         else:
-            rest.extend([g.numel] * g.count)
+            rest.extend([numel] * g.count)
     return layers, rest
 
 
@@ -89,6 +91,21 @@ def _numels(spec: ModelSpec, groups: list) -> list[int]:
     """Every tensor's element count of `groups` (routed experts stacked per layer)."""
     layers, rest = _per_layer(spec, groups)
     return [n for layer in layers for n in layer] + rest
+
+
+def _leading(spec: ModelSpec) -> int:
+    """How many of _per_layer's tensors outside the blocks come before the first block (the embeddings): the
+    groups are in module order, as model.parameters() gives them."""
+    L = max(1, spec.num_layers)
+    count = 0
+    for g in spec.groups:
+        if g.in_blocks and g.count % L == 0:
+            return count
+        if g.expert and spec.moe is not None and g.count % spec.moe.num_experts == 0:
+            count += g.count // spec.moe.num_experts
+        else:
+            count += g.count
+    return count
 
 
 def _trainable_layers(spec: ModelSpec, w: Workload) -> tuple[list[list[int]], list[int]]:
@@ -106,6 +123,16 @@ def _trainable_layers(spec: ModelSpec, w: Workload) -> tuple[list[list[int]], li
         else:
             rest.extend(pair * g.count)
     return layers, rest
+
+
+def _tensors(per_token: float, *widths: float) -> list[float]:
+    """A term of layer_saved (bytes per token) as the tensors it is made of: k tensors of one width when it is k
+    times a tensor of the MLP's or the hidden width (the gated MLP's gate, up, activation and product are one term
+    of 4 x intermediate), else one tensor."""
+    for width in widths:
+        if width and per_token > width and per_token % width == 0:
+            return [width] * int(per_token // width)
+    return [per_token]
 
 
 def _item(phases, name: str, category: str | None = None) -> int:
@@ -224,7 +251,8 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         return _result(r)
     # per layer: the saved tensors of one layer, from activations.layer_saved's terms
     keys_per_token = layer.attention_per_token * w.seq_len
-    terms = [tokens * t for _, t in layer.terms if t] + ([tokens * keys_per_token] if keys_per_token else [])
+    terms = [tokens * piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * h)] + (
+        [tokens * keys_per_token] if keys_per_token else [])
     acts = _item(phases, "activations", "activations")
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
@@ -243,24 +271,33 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     step_tmp = _item(phases, "optimizer temporaries", "temporaries")
     grad_sizes = list(_split(grads_total, trainable))
     k = 1 if w.optimizer == "sgd" else 2
-    state_sizes = list(_split(states_total, [n for n in trainable for _ in range(k)]))
+    # the optimizer makes its states in parameter order: the tensors before the blocks (embeddings) come first
+    lead = _leading(spec) if w.method == "full" else 0
+    in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
+    state_sizes = list(_split(states_total, [n for n in in_order for _ in range(k)]))
     grads_by_layer: list[list[int]] = []
     pos = 0
     for tl in t_layers:
         grads_by_layer.append(grad_sizes[pos:pos + len(tl)])
         pos += len(tl)
     grads_rest = grad_sizes[pos:]
+    take = r.a.take
+    give = r.a.give
+    sizes = [int(t) for t in terms if t >= 1]
+    checkpoint = int(tokens * c * h)
+    layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     for step in range(2):
         accumulate = w.grads_kept and step > 0  # the gradients of step 1 are still there (zeroed)
         extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
         saved: list[list[int | None]] = []
-        for index in range(L):
+        for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
             keep = [r.alloc(size) for size in extra_layers[index]]  # this block's 16-bit copies, kept for backward
             if w.grad_checkpointing:
-                keep.append(r.alloc(tokens * c * h))
-                r.free(*[r.alloc(t) for t in terms])  # computed without keeping: freed at once
+                keep.append(take(checkpoint) if checkpoint else None)
+                for block in [take(t) for t in sizes]:  # computed without keeping: freed at once
+                    give(block)
             else:
-                keep += [r.alloc(t) for t in terms]
+                keep += [take(t) for t in sizes]
             saved.append(keep)
         fin = r.alloc(final)
         logits = up = ls = None
@@ -281,8 +318,8 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         r.free(fin)
         grads: list[int | None] = []
         for index in reversed(range(L)):
-            recomputed = [r.alloc(t) for t in terms] if w.grad_checkpointing else []
-            tmp = [r.alloc(tokens * c * inter) for _ in range(2)] + [r.alloc(tokens * c * h) for _ in range(2)]
+            recomputed = [take(t) for t in sizes] if w.grad_checkpointing else []
+            tmp = [take(t) for t in layer_tmp]
             if index < len(grads_by_layer):
                 if accumulate:  # AccumulateGrad: the new gradient is added in place to the kept one, then freed
                     for size in grads_by_layer[index]:
@@ -303,11 +340,11 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
                 r.alloc(size)
         last = step == 1  # frees after the last allocation change no peak: not replayed
         if step_tmp and w.optimizer_impl == "foreach":
-            temporaries = [r.alloc(s) for s in _split(step_tmp, trainable)]
+            temporaries = [r.alloc(s) for s in _split(step_tmp, in_order)]
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
-            for numel in trainable:
+            for numel in in_order:
                 r.free(r.alloc(numel * state_bytes_per_element(w)))
         if not last and not w.grads_kept:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay

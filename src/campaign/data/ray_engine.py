@@ -755,6 +755,10 @@ def _write_pairs(out: Path, report: LeakReport, state: _State) -> int:
         chunk = lines[start:start + PAIRS_PER_SHARD]
         atomic_write_text(out / name, "".join(chunk))
         shards.append({"path": name, "rows": len(chunk), "sha256": sha256_file(out / name)})
+    names = {s["path"] for s in shards}
+    for e in os.scandir(out):                                 # an earlier set's shards beyond this one's
+        if e.is_file() and e.name.startswith("pairs-") and e.name.endswith(".jsonl") and e.name not in names:
+            os.unlink(e.path)
     finish_shard_set(out, PAIRS_SCHEMA, shards, config=report.config.to_dict(),
                      splits=[s.to_dict() for s in report.splits])
     return len(lines)

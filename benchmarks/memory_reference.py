@@ -70,8 +70,11 @@ def workload_for(entry: dict):
     seq = w.get("context") if mode == "infer" else w.get("seq_len")
     batch = w.get("sequences") if mode == "infer" else w.get("batch")
     torch = tuple(int(x) for x in str(w.get("torch", "2.0")).split(".")[:2])
+    # bitsandbytes before 0.43.2 kept each 4-bit linear's input (MatMul4Bit ctx.tensors, bitsandbytes#1270)
+    bnb = tuple(int(x) for x in str(w.get("bitsandbytes", "0.43.2")).split(".")[:3])
     return make_workload(
         grads_kept=torch < (2, 0) and "zero_grad" in w, softmax_saves_input=torch < (1, 11),
+        bnb_saves_input=bnb < (0, 43, 2),
         mode=mode, method=method if mode == "train" else "frozen", dtype=w.get("dtype", "bf16"),
         batch=batch or 1, seq_len=seq or 1, optimizer=optimizer if mode == "train" else "none",
         mixed_precision=bool(w.get("mixed_precision")), grad_checkpointing=bool(gc),

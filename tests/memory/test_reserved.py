@@ -286,3 +286,21 @@ def test_the_solver_skips_a_batch_that_fits_past_one_that_does_not():
     first_miss = fits.index(False) + 1
     assert first_miss == 10 and fits[10]  # batch 11 fits
     assert max_value(spec, w, card, "batch", limit=1 << 16) == first_miss - 1
+
+
+def test_old_bitsandbytes_keeps_each_4bit_linears_input():
+    # bitsandbytes < 0.43.2 (MatMul4Bit: ctx.tensors = (A, B); bitsandbytes#1270 dropped A): a frozen 4-bit
+    # linear keeps its input where a frozen bf16 one keeps none. Llama-3.1-8B (h 4096, intermediate 14336, 32
+    # layers), 1 x 1024 tokens, bf16: per layer the input norm's output (q/k/v's input), the post-attention norm's
+    # output (gate/up's input) and the gate x up product (down's input); o_proj's input is SDPA's output, already
+    # kept. 32 x 1024 x 2 B x (4096 + 4096 + 14336) = 1,476,395,008 B
+    spec = load_spec("llama-3.1-8b")
+
+    def forward_activations(**kw):
+        est = estimate_memory(spec, make_workload(method="qlora", batch=1, seq_len=1024, **kw))
+        forward = next(p for p in est.phases if p.name == "forward")
+        return sum(i.bytes for i in forward.items if i.category == "activations")
+
+    assert forward_activations(bnb_saves_input=True) - forward_activations() == 1_476_395_008
+    bf16 = make_workload(method="lora", bnb_saves_input=True)
+    assert not bf16.bnb_saves_input and any("--bnb-saves-input" in n for n in bf16.notes)

@@ -45,6 +45,8 @@ GradsKept = Annotated[bool, typer.Option("--grads-kept", help="zero_grad() witho
                                          "before 2.0): gradients stay allocated through forward and backward.")]
 SoftmaxInput = Annotated[bool, typer.Option("--softmax-saves-input", help="PyTorch before 1.11: softmax keeps its input "
                                             "for backward too (eager attention scores).")]
+BnbInput = Annotated[bool, typer.Option("--bnb-saves-input", help="bitsandbytes before 0.43.2: each 4-bit linear "
+                                        "keeps its input for backward (QLoRA activations).")]
 KvCache = Annotated[str, typer.Option("--kv-cache", help="static (preallocated for the whole context: a static cache, "
                                       "vLLM) | dynamic (HF generate's DynamicCache, grown by torch.cat).")]
 NewTokens = Annotated[Optional[int], typer.Option("--new-tokens", help="Tokens generated (dynamic cache): the context "
@@ -75,7 +77,7 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                   lora_rank: int = 16, lora_targets: str = "all-linear", gpus: int = 1, shard: str = "none",
                   prefill_chunk: int = 8192, expandable_segments: bool = False, grad_as_bucket_view: bool = False,
                   kv_cache: str = "static", new_tokens: int | None = None, grads_kept: bool = False,
-                  softmax_saves_input: bool = False) -> Any:
+                  softmax_saves_input: bool = False, bnb_saves_input: bool = False) -> Any:
     """The validated Workload from a command's workload options, each passed by name (the defaults are those of
     the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
     the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
@@ -102,7 +104,7 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                          prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl,
                          expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
                          kv_cache=kv_cache, new_tokens=new_tokens, grads_kept=grads_kept,
-                         softmax_saves_input=softmax_saves_input)
+                         softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input)
 
 
 # Set by `campaign --record` (or CAMPAIGN_RECORD=1): every emitted result is also saved in the record folder.

@@ -21,7 +21,7 @@ def memory(
     fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
     expandable_segments: o.ExpandableSegments = False, grad_as_bucket_view: o.GradBucketView = False,
     kv_cache: o.KvCache = "static", new_tokens: o.NewTokens = None, grads_kept: o.GradsKept = False,
-    softmax_saves_input: o.SoftmaxInput = False,
+    softmax_saves_input: o.SoftmaxInput = False, bnb_saves_input: o.BnbInput = False,
     all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
     as_json: o.Json = False,
@@ -42,7 +42,7 @@ def memory(
                         lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
                         expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
                         kv_cache=kv_cache, new_tokens=new_tokens, grads_kept=grads_kept,
-                        softmax_saves_input=softmax_saves_input)
+                        softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          **o.overheads(fragmentation, cuda_context))
     o.emit(result, render_plan, as_json, failed=not result.passed)

@@ -165,6 +165,15 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     if mlp_lora:
         terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
 
+    if w.bnb_saves_input and not full and spec.moe is None and spec.mla is None:
+        # bitsandbytes < 0.43.2: MatMul4Bit keeps each 4-bit linear's input (ctx.tensors = (A, B), bitsandbytes#1270)
+        # where a frozen 16-bit linear keeps none: the attention and MLP norms' outputs (q/k/v's and gate/up's or
+        # fc's input), the MLP's last input (gate x up product, or the activation's output), and o_proj's input
+        # unless SDPA already keeps it (its output is o_proj's input)
+        kept_o = w.attention == "sdpa" and not math_sdpa
+        terms.append(("4-bit linears' inputs (bitsandbytes < 0.43.2 keeps them)",
+                      c * (2 * h + I) + (0.0 if kept_o else c * h)))
+
     attention_scores = 0.0
     if math_sdpa:
         attention_scores = nh * FP32

@@ -30,7 +30,9 @@ class Workload:
     torch.cat each step over `new_tokens` generated tokens). `grads_kept`: zero_grad() without set_to_none (PyTorch's
     default before 2.0, pytorch/pytorch#92731; HF's Trainer called model.zero_grad()): the gradients stay allocated
     from one step to the next, through the forward and the backward. `softmax_saves_input`: PyTorch before 1.11, whose
-    softmax kept its input for backward besides its output (pytorch/pytorch#64000, fixed by #65242). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
+    softmax kept its input for backward besides its output (pytorch/pytorch#64000, fixed by #65242).
+    `bnb_saves_input`: bitsandbytes before 0.43.2, whose 4-bit matmul (MatMul4Bit) kept each quantized linear's input
+    for backward (`ctx.tensors = (A, B)`, removed by bitsandbytes#1270). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
     and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
     """
 
@@ -58,6 +60,7 @@ class Workload:
     new_tokens: int | None = None
     grads_kept: bool = False
     softmax_saves_input: bool = False
+    bnb_saves_input: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -156,6 +159,9 @@ def make_workload(**kwargs: Any) -> Workload:
                              f"--dtype (nf4, QLoRA's format), give nf4, int4, gptq or awq, or use --method lora for a "
                              f"{dtype} base")
         dtype = "nf4"  # QLoRA's own format when none is given
+    bnb_saves_input = w.bnb_saves_input and mode == "train" and method != "frozen" and dtype == "nf4"
+    if w.bnb_saves_input and not bnb_saves_input:
+        notes.append("--bnb-saves-input: only a trained nf4 (bitsandbytes 4-bit) base keeps its linears' inputs")
     if mode == "train" and method == "full" and dtype in QUANTIZED:
         raise InputError(f"full fine-tuning cannot update {dtype} weights; use --method qlora, or a bf16/fp32 dtype")
     if w.mixed_precision and dtype in QUANTIZED:
@@ -172,4 +178,5 @@ def make_workload(**kwargs: Any) -> Workload:
         notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
     targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)
     return replace(w, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, grads_kept=grads_kept, notes=tuple(notes))
+                   lora_targets=targets, grads_kept=grads_kept, bnb_saves_input=bnb_saves_input,
+                   notes=tuple(notes))

@@ -125,7 +125,8 @@ def main(argv: list[str]) -> int:
               f"{single.check('leak.near_duplicate').rows:,} eval rows", flush=True)
         for workers in (1, 2):
             t0 = time.perf_counter()
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR")
             boot = time.perf_counter() - t0
             try:
                 with WorkerMemory() as mem:

@@ -70,14 +70,18 @@ def ray_session(address: str | None = None, workers: int | None = None) -> Itera
         options: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
         if address:
             _reachable(address)
-            options["address"] = address
-        else:
-            options.update(num_cpus=workers, include_dashboard=False)
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # not a warning a second while it retries
+            # the driver's campaign package travels to the cluster's workers (no install there; the same code)
+            options.update(address=address, runtime_env={"py_modules": [str(Path(__file__).resolve().parents[1])],
+                                                         "excludes": ["__pycache__"]})
+        else:  # "local": a new Ray on this machine, even where `ray start` left a cluster's address behind
+            options.update(address="local", num_cpus=workers, include_dashboard=False)
         try:
             ray.init(**options)
         except (ConnectionError, ValueError, RuntimeError) as e:
             raise InputError(f"cannot connect to the Ray cluster {address!r} ({str(e).splitlines()[0]}); check "
-                             "--address (ray://host:10001 or host:6379) or RAY_ADDRESS") from None
+                             "--address (host:6379) or RAY_ADDRESS, and for a cluster with token authentication "
+                             "set RAY_AUTH_MODE=token with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN") from None
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.shuffle_strategy, ctx.enable_progress_bars, ctx.print_on_execution_start)
     try:
@@ -143,6 +147,10 @@ def _run(thunk: Any) -> Any:
         if found:
             kind, message = found[-1]
             raise {"InputError": InputError, "ConfigError": ConfigError}.get(kind, CampaignError)(message) from None
+        missing = re.search(r"No module named '([\w.]+)'", str(e))
+        if missing:
+            raise InputError(f"the Ray cluster's workers cannot import {missing.group(1)!r}; install it in the "
+                             "cluster's image (pip install 'campaign[ray]' brings numpy and pyarrow)") from None
         lost = tuple(getattr(rex, n) for n in ("WorkerCrashedError", "NodeDiedError", "ObjectLostError",
                                                "OwnerDiedError", "ActorDiedError", "RayActorError",
                                                "LocalRayletDiedError", "OutOfMemoryError") if hasattr(rex, n))
@@ -181,11 +189,11 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
                      ("payload", pickle.dumps(payload, protocol=5))):
             out[k].append(v)
 
-    for split, shard, path in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["path"].tolist()):
-        with local_copy(path) as local:
+    for split, shard, path, source in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["path"].tolist(),
+                                          batch["source"].tolist()):
+        with local_copy(source) as local:
             ds = read_dataset(local, fields, skip_bad=skip_bad)
-        if local != path:
-            ds = replace(ds, path=path)
+        ds = replace(ds, path=path)     # refs name the shard as the user gave it
         sk = Sketches(config).add(ds.texts, progress=False)
         n = len(ds)
         enc = (np.int64(shard) << np.int64(_ROW_BITS)) | np.arange(n, dtype=np.int64)
@@ -218,7 +226,7 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
                 "dig_label": None if labels is None else [labels[i] for i in sd.tolist()], "groups": groups[p]})
         emit(_META, -1, split, shard, {"path": path, "rows": n, "sha256": ds.sha256, "n_bad": ds.n_bad,
                                        "format": ds.format})
-        emit(_SHARD, -1, split, shard, ds)
+        emit(_SHARD, -1, split, shard, (ds, source))
     return {"kind": np.asarray(out["kind"], dtype=np.int8), "part": np.asarray(out["part"], dtype=np.int64),
             "split": np.asarray(out["split"], dtype=np.int64), "shard": np.asarray(out["shard"], dtype=np.int64),
             "payload": np.asarray(out["payload"], dtype=object)}
@@ -327,7 +335,7 @@ def _send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], pa
         got = wanted.get((split, shard))
         if got is None:
             continue
-        ds = pickle.loads(payload)
+        ds, _ = pickle.loads(payload)
         rows, to = got
         for p in np.unique(to).tolist():
             sel = rows[to == p]
@@ -372,7 +380,7 @@ def _fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) ->
         rows = wanted.get((split, shard))
         if rows is None:
             continue
-        ds = pickle.loads(payload)
+        ds, _ = pickle.loads(payload)
         got = {(shard << _ROW_BITS) | r: (ds.ref(r), ds.texts[r], ds.lines[r], None if ds.ids is None else ds.ids[r],
                                           None if ds.labels is None else ds.labels[r], [g[r] for g in ds.groups])
                for r in rows}
@@ -397,10 +405,10 @@ def _write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]
 
     out = []
     for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
-        ds = pickle.loads(payload)
+        ds, source = pickle.loads(payload)
         keep_path, leak_path = targets[split, shard]
         rows = drop.get((split, shard), [])
-        with local_copy(ds.path) as local:
+        with local_copy(source) as local:
             if leak_path is None:
                 tmp = _tmp(keep_path)
                 with open(local, "rb") as src, open(tmp, "wb") as dst:
@@ -454,6 +462,11 @@ class _Split:
         else:  # the set's hash: each shard's sha256 and path, in order
             sha = hashlib.sha256("".join(f"{s['sha256']}  {s['path']}\n" for s in self.shards).encode()).hexdigest()
         return SplitInfo(self.name, self.spec, self.rows, sha)
+
+
+def source(path: str) -> str:
+    """Where a worker reads a shard: its absolute path (a cluster's workers run in other folders), or its URI."""
+    return path if is_uri(path) else os.path.abspath(path)
 
 
 def _collect(ds: Any) -> list[Any]:
@@ -542,7 +555,8 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
         timings[stage] = timings.get(stage, 0.0) + now - clock
         clock = now
 
-    items = [{"split": s, "shard": k, "path": p} for s, fs in enumerate(listed) for k, p in enumerate(fs)]
+    items = [{"split": s, "shard": k, "path": p, "source": source(p)} for s, fs in enumerate(listed)
+             for k, p in enumerate(fs)]
     stage1 = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         _sketch_shards, batch_size=1, batch_format="numpy",
         fn_kwargs={"config": config, "fields": fields, "skip_bad": skip_bad, "parts": parts})
@@ -774,6 +788,7 @@ def _targets(out: Path, listed: list[list[str]], names: Sequence[str]) -> dict[t
     from ..io import RECORD_FORMATS
 
     inputs = {os.path.realpath(f) for fs in listed for f in fs if not is_uri(f)}
+    out = Path(os.path.abspath(out))       # the workers write there, from their own folders
     targets: dict[tuple[int, int], tuple[str, str | None]] = {}
     for s, (files, name) in enumerate(zip(listed, names)):
         base = [Path(f).name for f in files]

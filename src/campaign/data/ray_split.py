@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InputError
 from .ray_engine import _PART, _SHARD, _collect, _confirm, _kind, _run, _Split, _sketch_shards, \
-    find_leaks_ray, ray_session
+    find_leaks_ray, ray_session, source
 from .read import Fields
 from .shards import finish_shard_set, list_shards, start_shard_set
 from .sketch import DedupConfig
@@ -97,7 +97,7 @@ def _labels(batch: dict[str, Any]) -> dict[str, Any]:
 
     out = []
     for sh, p in zip(batch["shard"].tolist(), batch["payload"]):
-        ds = pickle.loads(p)
+        ds, _ = pickle.loads(p)
         out.append(pickle.dumps((int(sh), len(ds), ds.labels), protocol=5))
     return {"payload": np.asarray(out, dtype=object)}
 
@@ -114,9 +114,9 @@ def _write_split(batch: dict[str, Any], *, assign: dict[int, Any], targets: dict
 
     out = []
     for sh, payload in zip(batch["shard"].tolist(), batch["payload"]):
-        ds = pickle.loads(payload)
+        ds, source = pickle.loads(payload)
         tmps = [_tmp(t) for t in targets[sh]]
-        with local_copy(ds.path) as local:
+        with local_copy(source) as local:
             write_rows(replace(ds, path=local), assign[sh], [Path(t) for t in tmps])
         for t, final in zip(tmps, targets[sh]):
             os.replace(t, final)
@@ -157,7 +157,7 @@ def split_ray(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], fie
     listed = list_shards(str(data))
     start_shard_set(out, force=force, what="--out", inputs=listed)
     base = [f"{k:05d}-{Path(p).name}" for k, p in enumerate(listed)]
-    targets = {k: [str(out / n / b) for n in name_t] for k, b in enumerate(base)}
+    targets = {k: [os.path.abspath(out / n / b) for n in name_t] for k, b in enumerate(base)}
     for n in name_t:
         (out / n).mkdir(exist_ok=True)
         for e in os.scandir(out / n):                        # an earlier split's shards (its manifest is gone)
@@ -165,7 +165,7 @@ def split_ray(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], fie
                 os.unlink(e.path)
     with ray_session(address, workers) as ray:
         parts = parts or max(1, min(512, 4 * int(ray.cluster_resources().get("CPU", 1))))
-        items = [{"split": 0, "shard": k, "path": p} for k, p in enumerate(listed)]
+        items = [{"split": 0, "shard": k, "path": p, "source": source(p)} for k, p in enumerate(listed)]
         mat = _run(ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
             _sketch_shards, batch_size=1, batch_format="numpy",
             fn_kwargs={"config": config, "fields": fields, "skip_bad": skip_bad, "parts": parts}).materialize)

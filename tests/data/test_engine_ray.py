@@ -139,6 +139,13 @@ def test_shards_give_the_rows_of_the_concatenated_files_and_write_shard_sets(loc
     assert near["index_ref"] == f"{tdir}/part-001.parquet row 51"
     assert near["query_ref"] == f"{edir}/part-000.jsonl:11"
 
+    # the same folders as file:// URIs, listed and read through pyarrow's filesystems (as s3://, gs://): the same rows
+    from campaign.data.ray_engine import find_leaks_ray
+
+    by_uri = find_leaks_ray([f"file://{tdir}", f"file://{edir}", f"file://{xdir}"], FIELDS)
+    assert [(c["id"], c["rows"]) for c in by_uri.to_dict()["checks"]] == [(c["id"], c["rows"]) for c in doc["checks"]]
+    assert by_uri.check("leak.near_duplicate").pairs[0].examples[0].query_ref == f"file://{edir}/part-000.jsonl:11"
+
     # --pairs: JSONL shards and a manifest naming their rows and hashes; the rows are the single path's pairs
     pm = json.loads((tmp_path / "pairs" / "manifest.json").read_text())
     listed = [json.loads(line) for s in pm["shards"] for line in (tmp_path / "pairs" / s["path"]).read_text()

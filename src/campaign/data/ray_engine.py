@@ -192,7 +192,10 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
     for split, shard, path, source in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["path"].tolist(),
                                           batch["source"].tolist()):
         with local_copy(source) as local:
-            ds = read_dataset(local, fields, skip_bad=skip_bad)
+            try:
+                ds = read_dataset(local, fields, skip_bad=skip_bad)
+            except InputError as e:       # an object-store shard is read from a local copy: name the shard
+                raise InputError(str(e).replace(local, path)) from None
         ds = replace(ds, path=path)     # refs name the shard as the user gave it
         sk = Sketches(config).add(ds.texts, progress=False)
         n = len(ds)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .ray_engine import _PART, _SHARD, _collect, _confirm, _kind, _run, _Split, _sketch_shards, \
-    find_leaks_ray, ray_session, source
+from .ray_engine import _collect, _confirm, _kind, _run, _Split, find_leaks_ray, ray_session, source
+from .ray_stages import _PART, _SHARD, _sketch_shards
 from .read import Fields
 from .shards import finish_shard_set, list_shards, start_shard_set
 from .sketch import DedupConfig
@@ -108,7 +108,7 @@ def _write_split(batch: dict[str, Any], *, assign: dict[int, Any], targets: dict
     import numpy as np
 
     from ..io import sha256_file
-    from .ray_engine import _tmp
+    from .ray_stages import _tmp
     from .shards import local_copy
     from .write import write_rows
 

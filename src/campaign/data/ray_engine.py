@@ -213,7 +213,7 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
                    examples: int = 3, skip_bad: bool = False, parts: int | None = None,
                    pairs: str | os.PathLike[str] | None = None, drop_to: str | os.PathLike[str] | None = None,
                    force: bool = False, address: str | None = None, workers: int | None = None,
-                   timings: dict[str, float] | None = None) -> LeakReport:
+                   timings: dict[str, float] | None = None, allow_empty: bool = False) -> LeakReport:
     """leaks.check_files on Ray: each split a file, a directory or a glob of shards (or an object-store path),
     the first indexed, the others queried. The report has the rows, links, linked rows and examples that
     find_leaks gives on the same rows (each split's shards concatenated in path order); refs are shard:line.
@@ -225,6 +225,7 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
             its shards, NAME.leaking/ beside it, and manifest.json (written last, after a re-check).
         address: a Ray cluster (default: RAY_ADDRESS, else a local Ray on `workers` CPUs).
         timings: filled with the seconds of each stage (read+sketch, match, confirm, fetch), when given.
+        allow_empty: check a split without records (the re-check of written splits) instead of refusing it.
     Raises:
         InputError: bad input (a missing shard, a shard without the text field...), in one line.
         EngineError: the cluster lost a worker or node mid-run.
@@ -257,7 +258,8 @@ def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | No
         cpus = int(ray.cluster_resources().get("CPU", 1))
         parts = parts or max(1, min(512, 4 * cpus))
         report, state = _search(ray, specs, listed, list(names), fields, config, threshold, examples, skip_bad,
-                                parts, want_pairs=pairs is not None, timings=timings if timings is not None else {})
+                                parts, want_pairs=pairs is not None, timings=timings if timings is not None else {},
+                                allow_empty=allow_empty)
         notes = list(report.notes)
         if pairs is not None:
             n = write_pairs(Path(pairs), report, state)
@@ -279,7 +281,7 @@ class _State:
 
 def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str], fields: Fields,
             config: DedupConfig, threshold: float, examples: int, skip_bad: bool, parts: int, *,
-            want_pairs: bool, timings: dict[str, float]) -> tuple[LeakReport, _State]:
+            want_pairs: bool, timings: dict[str, float], allow_empty: bool = False) -> tuple[LeakReport, _State]:
     import time
 
     import numpy as np
@@ -307,7 +309,7 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
         offsets = np.cumsum([0] + [m["rows"] for m in shards])[:-1].astype(np.int64)
         splits.append(_Split(name, specs[s], shards, offsets))
     empty = next((sp for sp in splits if sp.rows == 0), None)
-    if empty is not None:
+    if empty is not None and not allow_empty:
         raise InputError(f"{empty.spec}: no records to check; give the files that hold the split's rows")
     n = len(splits)
     matched = _collect(mat.filter(expr=_kind(_PART)).groupby("part", num_partitions=parts).map_groups(

@@ -63,6 +63,11 @@ def write_pairs(out: Path, report: LeakReport, state: "_State") -> int:
     return len(lines)
 
 
+def folder(name: str) -> str:
+    """The folder of split `name` in an output set (a name that is a path keeps one level)."""
+    return name.strip("/").replace("/", "_").replace(os.sep, "_") or "split"
+
+
 def drop_targets(out: Path, listed: list[list[str]], names: Sequence[str]) -> dict[tuple[int, int], tuple[str, str | None]]:
     """--drop-to's file for each (split, shard): out/NAME/SHARD, and out/NAME.leaking/SHARD for its dropped rows
     (None for the first split, copied whole). Shard files of an earlier set that this one does not write are removed.
@@ -81,19 +86,19 @@ def drop_targets(out: Path, listed: list[list[str]], names: Sequence[str]) -> di
             raise InputError(f"split {name!r}: two shards share the file name; rename one before writing them to "
                              "one folder")
         for k, b in enumerate(base):
-            targets[s, k] = (str(out / name / b), str(out / f"{name}.leaking" / b) if s else None)
+            targets[s, k] = (str(out / folder(name) / b), str(out / f"{folder(name)}.leaking" / b) if s else None)
     for t in (p for pair in targets.values() for p in pair if p):
         if os.path.realpath(t) in inputs:
             raise InputError(f"{t}: writing there would overwrite an input shard; choose another --drop-to folder")
     for s, name in enumerate(names):
-        for folder in (out / name, out / f"{name}.leaking"):
-            if folder.is_dir():
+        for d in (out / folder(name), out / f"{folder(name)}.leaking"):
+            if d.is_dir():
                 keep = {Path(p).name for (sp, _), pair in targets.items() if sp == s for p in pair if p}
-                for e in os.scandir(folder):
+                for e in os.scandir(d):
                     if e.is_file() and e.name not in keep and Path(e.name).suffix.lower() in RECORD_FORMATS:
                         os.unlink(e.path)
-            if folder.name == name or s:
-                folder.mkdir(parents=True, exist_ok=True)
+            if d.name == folder(name) or s:
+                d.mkdir(parents=True, exist_ok=True)
     return targets
 
 
@@ -117,8 +122,9 @@ def drop_leaking(out: Path, targets: dict[tuple[int, int], tuple[str, str | None
     written = _collect(state.mat.filter(expr=_kind(_SHARD)).map_batches(
         _write_clean, batch_size=1, batch_format="numpy",
         fn_kwargs={"drop": {k: sorted(v) for k, v in per_shard.items()}, "targets": targets}))
-    recheck = find_leaks_ray([str(out / sp.name) for sp in state.splits], fields, names=[sp.name for sp in state.splits],
-                             config=config, parts=parts)
+    recheck = find_leaks_ray([str(out / folder(sp.name)) for sp in state.splits], fields,
+                             names=[sp.name for sp in state.splits],
+                             config=config, parts=parts, allow_empty=True)
     if not recheck.passed:
         failing = [c.id for c in recheck.checks if c.status == "fail"]
         raise InputError(f"the rewritten splits still fail {', '.join(failing)}; report this with the files")
@@ -135,4 +141,4 @@ def drop_leaking(out: Path, targets: dict[tuple[int, int], tuple[str, str | None
     return sum(s["dropped"] for s in shards)
 
 
-__all__ = ["FIX_SCHEMA", "PAIRS_SCHEMA", "drop_leaking", "drop_targets", "write_pairs"]
+__all__ = ["FIX_SCHEMA", "PAIRS_SCHEMA", "drop_leaking", "drop_targets", "folder", "write_pairs"]

@@ -205,7 +205,7 @@ def split_ray(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], fie
                 _write_split, batch_size=1, batch_format="numpy", fn_kwargs={"assign": per_shard,
                                                                              "targets": targets}))
             leaks = find_leaks_ray([str(out / nm) for nm in name_t], fields, names=list(name_t),
-                                   config=check_config, parts=parts)
+                                   config=check_config, parts=parts, allow_empty=True)
             rows_of = {s: np.flatnonzero(assign == s) for s in range(len(name_t))}
             missed = [(int(rows_of[name_t.index(p.index)][i]), int(rows_of[name_t.index(p.query)][q]))
                       for p in leaks.check("leak.near_duplicate").pairs for i, q in p.linked]

@@ -113,3 +113,26 @@ def test_candidates_compiled_equal_numpy(monkeypatch, max_bucket):
     assert len(reference[0][0]) and len(reference[1][0])
     if max_bucket == 3:
         assert reference[0][2] > 0
+
+
+def test_threads_follow_the_cpu_share_a_scheduler_gives(monkeypatch):
+    import os
+
+    from campaign.data import kernels
+
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")          # what Ray sets for a task of one CPU
+    assert kernels._workers() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cpus + 5))  # never more than the process may use
+    assert kernels._workers() == cpus
+    for junk in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", junk)
+        assert kernels._workers() == cpus
+    # and the result does not depend on the thread count
+    config = DedupConfig(shingle="word", ngram=2)
+    texts = [" ".join(f"w{(i * 7 + j) % 50}" for j in range(20)) for i in range(3000)]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = sketch_chunk(texts, config, compiled=True)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    for a, b in zip(one, sketch_chunk(texts, config, compiled=True)):
+        np.testing.assert_array_equal(a, b)

@@ -241,10 +241,14 @@ def band_lookup(index_keys, query_keys):
 
 
 def _workers() -> int:
+    """Threads for the kernels: the CPUs this process may use, or fewer where OMP_NUM_THREADS says so (Ray sets it
+    to a task's CPU share, so two Ray workers on one machine do not each start a thread per core)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - macOS, Windows
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    share = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return max(1, min(cpus, int(share))) if share.isdigit() and int(share) > 0 else cpus
 
 
 def _slices(count: int, least: int) -> list[tuple[int, int]]:

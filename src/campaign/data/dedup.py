@@ -117,6 +117,20 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
     return a, b, capped
 
 
+def capped_matches(lo: "np.ndarray", hi: "np.ndarray", cap: int) -> tuple["np.ndarray", "np.ndarray", int]:
+    """Query q matches the sorted index positions lo[q]..hi[q]-1: every (position, q), at most the first `cap`
+    positions of each query. Returns (positions, queries, number of queries whose bucket held more than cap)."""
+    np = numpy()
+    cnt = hi - lo
+    capped = int((cnt > cap).sum())
+    cnt = np.minimum(cnt, cap)
+    hit = np.flatnonzero(cnt)
+    c = cnt[hit]
+    first = np.cumsum(c) - c
+    rel = np.arange(int(c.sum())) - np.repeat(first, c)
+    return np.repeat(lo[hit], c) + rel, np.repeat(hit, c), capped
+
+
 def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray", "np.ndarray", int]:
     """Pairs (i in index, q in query) sharing at least one LSH band: the index's sorted band keys are searched
     with each query key. Returns (index ids, query ids, capped buckets)."""
@@ -139,17 +153,11 @@ def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray
             sorted_keys = ik[band, order]
             lo = np.searchsorted(sorted_keys, qk[band], side="left")
             hi = np.searchsorted(sorted_keys, qk[band], side="right")
-        cnt = hi - lo
-        capped += int((cnt > cap).sum())
-        cnt = np.minimum(cnt, cap)
-        hit = np.flatnonzero(cnt)
-        if not len(hit):
-            continue
-        c = cnt[hit]
-        first = np.cumsum(c) - c
-        rel = np.arange(int(c.sum())) - np.repeat(first, c)
-        out_i.append(i_idx[order[np.repeat(lo[hit], c) + rel]])
-        out_q.append(q_idx[np.repeat(hit, c)])
+        pos, which, c = capped_matches(lo, hi, cap)
+        capped += c
+        if len(pos):
+            out_i.append(i_idx[order[pos]])
+            out_q.append(q_idx[which])
     if not out_i:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), capped
     a, b = _unique_pairs(np.concatenate(out_i), np.concatenate(out_q), max(len(query), 1))
@@ -419,5 +427,6 @@ def cross_duplicates(index: Sketches, query: Sketches, *,
                         exact_rows=tuple(rows), exact_links=links)
 
 
-__all__ = ["MAX_EXACT_EXAMPLES", "CrossMatches", "DedupResult", "NearPair", "candidate_pairs", "connected_components",
-           "cross_candidate_pairs", "cross_duplicates", "exact_index", "exact_jaccard", "find_duplicates", "prefilter"]
+__all__ = ["MAX_EXACT_EXAMPLES", "CrossMatches", "DedupResult", "NearPair", "candidate_pairs", "capped_matches",
+           "connected_components", "cross_candidate_pairs", "cross_duplicates", "exact_index", "exact_jaccard",
+           "find_duplicates", "prefilter"]

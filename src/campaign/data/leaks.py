@@ -244,24 +244,29 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
         if cid == GROUP and not group_fields:
             checks.append(LeakCheck(cid, "skipped", "no group field given", why, "pass --group FIELD"))
             continue
-        per_split = {n: len(rows) for n, rows in leaking[cid].items()}
-        rows = sum(per_split.values())
-        rate = max((k / len(named[n]) for n, k in per_split.items() if len(named[n])), default=0.0)
-        status = "fail" if any(k and k / len(named[n]) > threshold for n, k in per_split.items()) else "pass"
-        if rows:
-            seen = f"{rows} row(s) in later splits: {seen}"
-        else:
-            seen = "none found"
-        if cid == NEAR and capped and status == "pass":
-            # a partial search is never shown as passed
-            status = "skipped"
-            seen = (f"incomplete: {capped} crowded LSH bucket(s) were only partly searched; "
-                    f"{'none found' if not rows else seen} in the part searched")
-            fix = (f"raise the bucket cap above {config.max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
-                   "drop the mass-repeated boilerplate texts that crowd the buckets")
-        checks.append(LeakCheck(cid, status, seen, why, fix, rows=rows, rate=rate, pairs=pairs))
+        counts = [(len(rows), len(named[n])) for n, rows in leaking[cid].items()]
+        checks.append(leak_check(cid, counts, threshold, capped if cid == NEAR else 0, config.max_bucket, pairs))
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
     return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
+
+
+def leak_check(cid: str, counts: Sequence[tuple[int, int]], threshold: float, capped: int, max_bucket: int,
+               pairs: tuple[PairLeak, ...]) -> LeakCheck:
+    """The verdict of one kind of leak from (distinct leaking rows, rows) of each later split: fail when a split's
+    rate exceeds the threshold; a near-duplicate search that left crowded buckets partly searched (capped) is
+    never shown as passed."""
+    seen, why, fix = _WHY[cid]
+    rows = sum(k for k, _ in counts)
+    rate = max((k / n for k, n in counts if n), default=0.0)
+    status = "fail" if any(k and k / n > threshold for k, n in counts) else "pass"
+    seen = f"{rows} row(s) in later splits: {seen}" if rows else "none found"
+    if capped and status == "pass":
+        status = "skipped"
+        seen = (f"incomplete: {capped} crowded LSH bucket(s) were only partly searched; "
+                f"{'none found' if not rows else seen} in the part searched")
+        fix = (f"raise the bucket cap above {max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
+               "drop the mass-repeated boilerplate texts that crowd the buckets")
+    return LeakCheck(cid, status, seen, why, fix, rows=rows, rate=rate, pairs=pairs)
 
 
 def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CampaignError, ConfigError, InputError, MissingDependencyError
 from .leaks import _WHY, CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakCheck, LeakExample, LeakReport, PairLeak, \
-    SplitInfo, _snippet, _spread
+    SplitInfo, _snippet, _spread, leak_check
 from .read import Fields
 from .ray_stages import _META, _PART, _ROW_BITS, _SHARD, _confirm_part, _fetch_rows, _match_part, _send_texts, \
     _sketch_shards
@@ -400,19 +400,9 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
             LeakExample(rows[a, x][0], rows[b, y][0], _snippet(rows[a, x][1]), _snippet(rows[b, y][1]), d)
             for x, y, d in ex), linked=linked, scores=scores)
             for a, b, k, links, ex, linked, scores in by_check[cid])
-        per_split = {b: len(r) for b, r in leaking[cid].items()}
-        total = sum(per_split.values())
-        rate = max((k / splits[b].rows for b, k in per_split.items() if splits[b].rows), default=0.0)
-        status = "fail" if any(k and k / splits[b].rows > threshold for b, k in per_split.items()) else "pass"
-        seen = f"{total} row(s) in later splits: {seen}" if total else "none found"
-        capped_total = sum(capped.values())
-        if cid == NEAR and capped_total and status == "pass":
-            status = "skipped"
-            seen = (f"incomplete: {capped_total} crowded LSH bucket(s) were only partly searched; "
-                    f"{'none found' if not total else seen} in the part searched")
-            fix = (f"raise the bucket cap above {config.max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
-                   "drop the mass-repeated boilerplate texts that crowd the buckets")
-        checks.append(LeakCheck(cid, status, seen, why, fix, rows=total, rate=rate, pairs=pair_leaks))
+        counts = [(len(r), splits[b].rows) for b, r in leaking[cid].items()]
+        checks.append(leak_check(cid, counts, threshold, sum(capped.values()) if cid == NEAR else 0,
+                                 config.max_bucket, pair_leaks))
     for sp in splits:
         notes.extend(f"{m['path']}: {m['n_bad']} bad record(s) skipped" for m in sp.shards if m["n_bad"])
     report = LeakReport(splits=tuple(sp.info() for sp in splits), checks=tuple(checks), threshold=threshold,

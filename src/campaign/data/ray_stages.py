@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
+from .dedup import capped_matches
 from .read import Fields
 from .shards import local_copy
 from .sketch import DedupConfig
@@ -119,17 +120,11 @@ def _match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, 
                 ik, ie = key[sl][ia], enc[sl][ia]           # sorted by (key, row)
                 qk, qe = key[sl][qb], enc[sl][qb]
                 lo, hi = np.searchsorted(ik, qk, "left"), np.searchsorted(ik, qk, "right")
-                cnt = hi - lo
-                capped += int((cnt > cap).sum())
-                cnt = np.minimum(cnt, cap)
-                hit = np.flatnonzero(cnt)
-                if not len(hit):
-                    continue
-                c = cnt[hit]
-                first = np.cumsum(c) - c
-                rel = np.arange(int(c.sum())) - np.repeat(first, c)
-                out_i.append(ie[np.repeat(lo[hit], c) + rel])
-                out_q.append(np.repeat(qe[hit], c))
+                pos, which, c = capped_matches(lo, hi, cap)
+                capped += c
+                if len(pos):
+                    out_i.append(ie[pos])
+                    out_q.append(qe[which])
             if out_i:
                 pairs = np.unique(np.stack((np.concatenate(out_i), np.concatenate(out_q)), axis=1), axis=0)
                 result["cand"][a, b] = (pairs[:, 0], pairs[:, 1])

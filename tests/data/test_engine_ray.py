@@ -262,6 +262,66 @@ def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray
     assert all(len(s) == 1 for s in users.values())
 
 
+def test_the_usage_ledger_of_a_split_in_shards_counts_uses_of_its_shards_and_refuses_changed_shards(local_ray,
+                                                                                                    tmp_path, cli):
+    rng = random.Random(4)
+    (tmp_path / "shards").mkdir()
+    for k in range(3):
+        write_jsonl(tmp_path / "shards" / f"p{k}.jsonl",
+                    [{"text": sentence(rng, 20, 40), "label": rng.choice("ab")} for _ in range(60)])
+    out = tmp_path / "engine"
+
+    def split(*extra: str) -> None:
+        r = cli("split", str(tmp_path / "shards"), "--out", str(out), "--label", "label", "--engine", "ray", *extra)
+        assert r.code == 0, r.err
+
+    def usage(*extra: str):
+        return cli("usage", str(out), *extra, "--json")
+
+    split()
+    r = usage("--record", "test", "--purpose", "final-test", "--note", "the report")
+    assert r.code == 0, r.err
+    assert r.json()["splits"] == ["train", "val", "test"] and r.json()["final_decisions"] == 1
+    r = usage("--record", "test", "--purpose", "model-selection")
+    assert r.code == 1 and r.json()["final_decisions"] == 2          # over the limit of one: the check fails
+    assert r.json()["counts"]["test"] == {"training": 0, "model_selection": 1, "final_test": 1}
+    assert r.json()["ledger"] == str(out / "manifest.usage.jsonl") and r.json()["entries"][0]["note"] == "the report"
+    # the final-test use is a run record holding the test split's folder of shards
+    from campaign.track.store import Store
+
+    run = Store(tmp_path / ".campaign").read(r.json()["entries"][0]["run"])
+    assert [(a.kind, a.path) for a in run.artifacts] == [("evaluation:final_test", str((out / "test").resolve()))]
+
+    # a re-split (another seed) writes other test shards: the ledger stays, its uses no longer count
+    old_test = {f.name: f.read_bytes() for f in (out / "test").iterdir()}
+    split("--seed", "5", "--force")
+    assert {f.name: f.read_bytes() for f in (out / "test").iterdir()} != old_test
+    r = usage()
+    assert r.code == 0 and len(r.json()["entries"]) == 2 and r.json()["final_decisions"] == 0
+    assert any("2 use(s) of 'test' were recorded on an earlier version" in w for w in r.json()["warnings"])
+    assert usage("--record", "test", "--purpose", "final-test").json()["final_decisions"] == 1
+
+    # a shard edited, added or removed after the split: refused in one line naming the shard and the change,
+    # and nothing is recorded
+    ledger = (out / "manifest.usage.jsonl").read_bytes()
+    shard = sorted((out / "test").iterdir())[1]
+    kept = shard.read_bytes()
+    with open(shard, "a", encoding="utf-8") as f:
+        f.write('{"text": "one more row slipped in", "label": "a"}\n')
+    added = out / "val" / "extra.jsonl"
+    for change, undo, said in ((None, lambda: shard.write_bytes(kept), f"{shard}: changed since the split"),
+                               (lambda: added.write_text(""), added.unlink, f"{added}: added since the split"),
+                               (shard.unlink, lambda: shard.write_bytes(kept), f"{shard}: missing")):
+        if change:
+            change()
+        for args in ((), ("--record", "val", "--purpose", "training")):
+            r = cli("usage", str(out), *args)
+            assert r.code == 2 and r.err.count("\n") == 1 and said in r.err, r.err
+        undo()
+    assert (out / "manifest.usage.jsonl").read_bytes() == ledger
+    assert usage().json()["final_decisions"] == 1                    # restored: read as before
+
+
 def test_a_worker_killed_mid_run_is_retried_and_the_report_unchanged(local_ray, tmp_path):
     import os
     import signal

@@ -170,3 +170,27 @@ def test_every_final_test_use_is_a_run_record(manifest, tmp_path):
     with pytest.raises(InputError, match="no run 'nope'"):
         record_usage(manifest, split="val", purpose="model-selection", run="nope", runs_root=store.root)
     assert {r.id for r in store.list()} == {entry.run, run.id}
+
+
+@pytest.mark.parametrize("doc,fragment", [
+    ({"schema": "campaign.leak_fix_shards/1", "shards": []}, "not a campaign split manifest"),
+    ({"schema": "campaign.split_shards/1", "splits": [{"name": "test"}], "shards": 5},
+     "field 'shards' must be an array"),
+    ({"schema": "campaign.split_shards/1", "splits": [{"name": ".."}], "shards": []}, "split name '..'"),
+    ({"schema": "campaign.split_shards/1", "splits": [{"name": "test"}],
+      "shards": [{"split": "test", "path": "../test.jsonl", "sha256": "0" * 64}]}, "shards[0]: path '../test.jsonl'"),
+    ({"schema": "campaign.split_shards/1", "splits": [{"name": "test"}],
+      "shards": [{"split": "dev", "path": "dev/a.jsonl", "sha256": "0" * 64}]}, "shards[0]: split 'dev' is not one"),
+])
+def test_a_malformed_manifest_of_a_split_in_shards_is_one_line(tmp_path, doc, fragment):
+    # (the engine's own manifests, and shards changed after the split, are tested on Ray in tests/data/test_engine_ray.py)
+    m = tmp_path / "manifest.json"
+    m.write_text(json.dumps(doc), encoding="utf-8")
+    for call in (lambda: usage_report(tmp_path), lambda: record_usage(m, split="test", purpose="final-test")):
+        with pytest.raises(InputError) as e:
+            call()
+        assert fragment in str(e.value) and str(m) in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "split_manifest.json").write_text("{}")
+    with pytest.raises(InputError, match="holds both split_manifest.json and manifest.json; give the manifest file"):
+        usage_report(tmp_path)
+    assert not ledger_path(m).exists()

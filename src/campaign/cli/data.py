@@ -157,7 +157,7 @@ def leaks(
 
 
 def usage(
-    manifest: Annotated[Path, typer.Argument(help="The split_manifest.json written by `campaign split` (or its folder).")],
+    manifest: Annotated[Path, typer.Argument(help="The split_manifest.json written by `campaign split`, or the manifest.json of `campaign split --engine ray` (or their folder).")],
     record: Annotated[Optional[str], typer.Option("--record", help="Record one use of this split (with --purpose).")] = None,
     purpose: Annotated[Optional[str], typer.Option("--purpose", help="training | model-selection | final-test.")] = None,
     note: Annotated[str, typer.Option("--note", help="What the use decided (kept in the ledger).")] = "",
@@ -167,7 +167,8 @@ def usage(
     as_json: o.Json = False,
 ) -> None:
     """The usage ledger of a split: which split each evaluation used and for what; warns when the final test split
-    has informed more decisions than allowed.
+    has informed more decisions than allowed. Works alike on a split in shards (`campaign split --engine ray`): each
+    use binds to the sha256 of the split's shards, and a shard edited, added or removed since the split is refused.
 
     Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
     """

@@ -8,6 +8,11 @@ Each look at the final test split that informs a choice weakens it as an unbiase
 those looks and warns past a set number. One JSON-lines file per split manifest, next to it
 (split_manifest.usage.jsonl); entries are appended under an exclusive lock with one write each, so concurrent
 writers never interleave and a crash leaves at most one torn last line, which reading reports and skips.
+
+Both kinds of split are read alike (data.split.read_split_set): the split files of `campaign split` or the folders
+of shards of `campaign split --engine ray` (whose ledger is manifest.usage.jsonl beside its manifest.json). A use
+binds to its split's content hash (the file's sha256, or one over the split's shards), so a re-split starts a fresh
+count; a file or shard edited, added or removed since the split is refused before anything is read or written.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from typing import Any
 
 from ..checks import Check, passed
 from ..errors import InputError
-from ..data.split import MANIFEST_NAME, load_manifest
+from ..data.split import read_split_set, split_manifest_path
 
 SCHEMA = "campaign.usage/1"
 ENTRY_SCHEMA = "campaign.usage_entry/1"
@@ -39,16 +44,10 @@ def parse_purpose(purpose: str) -> str:
 
 
 def ledger_path(manifest: str | os.PathLike[str]) -> Path:
-    """The ledger next to a manifest: split_manifest.json -> split_manifest.usage.jsonl."""
-    p = Path(manifest)
-    if p.is_dir():
-        p = p / MANIFEST_NAME
+    """The ledger next to a manifest: split_manifest.json -> split_manifest.usage.jsonl (an engine split's
+    manifest.json -> manifest.usage.jsonl)."""
+    p = split_manifest_path(manifest)
     return p.with_name(p.stem + ".usage.jsonl")
-
-
-def _manifest_path(manifest: str | os.PathLike[str]) -> Path:
-    p = Path(manifest)
-    return p / MANIFEST_NAME if p.is_dir() else p
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,8 @@ class UsageEntry:
     note: str = ""
     run: str | None = None
     manifest_sha256: str | None = None
-    split_sha256: str | None = None     # the split file's bytes when it was used: a use binds to that content
+    split_sha256: str | None = None     # the split's content when it was used (its file's sha256, or the one over
+                                        # its shards): a use binds to that content
     schema: str = ENTRY_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:  # by hand: one line of the ledger file, its schema first
@@ -133,7 +133,8 @@ def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, 
     docstring) and return the entry.
 
     Raises:
-        InputError: no such manifest, an unknown split name or purpose, an unknown run id.
+        InputError: no such manifest, a split file or shard changed since the split, an unknown split name or
+            purpose, an unknown run id.
     """
     from ..io import sha256_file
 
@@ -143,40 +144,40 @@ def record_usage(manifest: str | os.PathLike[str], *, split: str, purpose: str, 
         except UnicodeEncodeError as e:
             raise InputError(f"{option} holds bytes that are not UTF-8 text (character {e.start + 1}); write it "
                              "in UTF-8") from None
-    mpath = _manifest_path(manifest)
-    data = load_manifest(mpath)
-    hashes = {s["name"]: s["sha256"] for s in data["splits"]}
-    if split not in hashes:
-        raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(hashes)}); name one of them")
+    splits = read_split_set(manifest)
+    mpath = splits.manifest
+    part = splits.get(split)
+    if part is None:
+        raise InputError(f"split {split!r} is not in {mpath} (its splits: {', '.join(splits.names)}); name one of "
+                         "them")
     purpose = parse_purpose(purpose)
-    path = next((mpath.parent / Path(str(s.get("path", ""))).name for s in data["splits"] if s["name"] == split),
-                None)
-    run = _run_record(run, split, purpose, " ".join(note.split()), path, runs_root)
+    run = _run_record(run, split, purpose, " ".join(note.split()), part.path, runs_root)
     entry = UsageEntry(time=(when or datetime.now(timezone.utc)).isoformat(timespec="seconds"), split=split,
                        purpose=purpose, note=" ".join(note.split()), run=run,
-                       manifest_sha256=sha256_file(mpath), split_sha256=hashes[split])
+                       manifest_sha256=sha256_file(mpath), split_sha256=part.sha256)
     _append_line(ledger_path(mpath), json.dumps(entry.to_dict(), ensure_ascii=False, sort_keys=True) + "\n")
     return entry
 
 
-def _run_record(run: str | None, split: str, purpose: str, note: str, path: Path | None,
+def _run_record(run: str | None, split: str, purpose: str, note: str, path: Path,
                 root: str | os.PathLike[str] | None) -> str | None:
-    """The run this use belongs to: the given run gets the split as an artifact; a final-test use without a run
-    becomes a completed run tagged 'usage'. Returns the run id (None for an unattached training or selection use)."""
+    """The run this use belongs to: the given run gets the split (its file or folder of shards) as an artifact; a
+    final-test use without a run becomes a completed run tagged 'usage'. Returns the run id (None for an unattached
+    training or selection use)."""
     from .manifest import file_artifact
     from .run import end_run, record_artifact, start_run
     from .store import Store
 
     if run is not None:
         Store(root).read(run)                       # an unknown id is refused before anything is written
-        if path is not None and path.is_file():
+        if path.exists():
             record_artifact(run, path, f"evaluation:{purpose}", root=root)
         return run
     if purpose != "final_test":
         return None
     m = start_run(f"final-test-{split}", hypothesis=note, tags=("usage", purpose), root=root,
-                  data=[path] if path is not None and path.is_file() else [], with_torch=False)
-    if path is not None and path.is_file():
+                  data=[path] if path.exists() else [], with_torch=False)
+    if path.exists():
         Store(root).update(m.id, artifacts=(file_artifact(path, f"evaluation:{purpose}"),))
     end_run(m.id, "completed", root=root)
     return m.id
@@ -219,10 +220,10 @@ def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, f
 
     if isinstance(max_final_uses, bool) or not isinstance(max_final_uses, int) or max_final_uses < 0:
         raise InputError(f"max final uses must be an integer >= 0, got {max_final_uses!r}")
-    mpath = _manifest_path(manifest)
-    data = load_manifest(mpath)
-    hashes = {s["name"]: s["sha256"] for s in data["splits"]}
-    names = tuple(hashes)
+    splits = read_split_set(manifest)
+    mpath = splits.manifest
+    hashes = {s.name: s.sha256 for s in splits.splits}
+    names = splits.names
     final = final_split or names[-1]
     if final not in names:
         raise InputError(f"final split {final!r} is not in {mpath} (its splits: {', '.join(names)}); name one of them")
@@ -234,7 +235,7 @@ def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, f
         if e.split not in counts:
             warnings.append(f"an entry names split {e.split!r}, which this manifest does not have")
             continue
-        # a use counts against the split's current content only: the file it was made on (older entries, which
+        # a use counts against the split's current content only: the content it was made on (older entries, which
         # lack that hash, by the manifest they were recorded against)
         same = e.split_sha256 == hashes[e.split] if e.split_sha256 else e.manifest_sha256 in (None, current)
         if same:
@@ -242,7 +243,7 @@ def usage_report(manifest: str | os.PathLike[str], *, max_final_uses: int = 1, f
         else:
             earlier[e.split] = earlier.get(e.split, 0) + 1
     for name, k in earlier.items():
-        warnings.append(f"{k} use(s) of {name!r} were recorded on an earlier version of its file (the data was "
+        warnings.append(f"{k} use(s) of {name!r} were recorded on an earlier version of its file(s) (the data was "
                         f"re-split); they do not count against the current {name!r}")
     decisions = sum(counts[final][p] for p in DECISIONS)
     trained = counts[final]["training"]

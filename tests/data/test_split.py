@@ -399,3 +399,13 @@ def test_the_same_text_with_two_labels_inside_the_input_is_a_warning(tmp_path):
     assert check.status == "warn" and res.passed                # a warning, not a failed split
     assert check.seen.startswith("3 duplicate cluster(s) (6 rows) carry different labels")
     assert "d.jsonl:1 " in check.seen and "d.jsonl:61 " in check.seen and check.fix
+
+
+@pytest.mark.parametrize("names", ["train,..,test", "train,val,.", "...,val,test"])
+def test_a_split_name_of_dots_only_is_refused(tmp_path, names):
+    # '..' as a split name would write a split's files (or its folder of shards) above the output folder
+    from campaign.data.split import split_names
+
+    with pytest.raises(InputError, match="not only dots"):
+        split_names(names, 3)
+    assert split_names("train,v.1,test", 3) == ("train", "v.1", "test")

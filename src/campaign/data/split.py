@@ -55,9 +55,10 @@ def split_names(names: str | Sequence[str] | None, k: int) -> tuple[str, ...]:
     if names is None:
         return DEFAULT_NAMES.get(k, tuple(f"split{i + 1}" for i in range(k)))
     out = tuple(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
-    if len(out) != k or len(set(out)) != k or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) for n in out):
+    if len(out) != k or len(set(out)) != k or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) and n.strip(".")
+                                                       for n in out):
         raise InputError(f"split names {names!r} must be {k} distinct names of letters, digits, '_', '-' or '.' "
-                         f"(one per ratio); write e.g. train,val,test")
+                         f"(not only dots; one per ratio); write e.g. train,val,test")
     return out
 
 

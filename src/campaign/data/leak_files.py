@@ -43,15 +43,22 @@ def leak_pairs(report: LeakReport, datasets: Mapping[str, Dataset]) -> list[dict
 
 
 def _detail(check: str, pair: Any, k: int, a: Dataset, b: Dataset, i: int, q: int) -> str:
-    if check == NEAR and pair.scores:
-        return f"Jaccard {pair.scores[k]:.3f}"
+    shared = [f"{f} = {b.groups[n][q]!r}" for n, f in enumerate(b.fields.group)
+              if check == GROUP and f in a.fields.group and b.groups[n][q] is not None
+              and a.groups[a.fields.group.index(f)][i] == b.groups[n][q]]
+    return pair_detail(check, pair.scores[k] if pair.scores else None,
+                       a.labels[i] if check == LABEL else None, b.labels[q] if check == LABEL else None, shared)
+
+
+def pair_detail(check: str, score: float | None, label_a: str | None, label_b: str | None,
+                shared_groups: list[str]) -> str:
+    """What links a leaking pair, as --pairs writes it (the single-machine and the Ray outputs alike)."""
+    if check == NEAR and score is not None:
+        return f"Jaccard {score:.3f}"
     if check == LABEL:
-        return f"label {a.labels[i]!r} vs {b.labels[q]!r}"
+        return f"label {label_a!r} vs {label_b!r}"
     if check == GROUP:
-        shared = [f"{f} = {b.groups[n][q]!r}" for n, f in enumerate(b.fields.group)
-                  if f in a.fields.group and b.groups[n][q] is not None
-                  and a.groups[a.fields.group.index(f)][i] == b.groups[n][q]]
-        return "; ".join(shared) or "shared group"
+        return "; ".join(shared_groups) or "shared group"
     return "same normalized text" if check == EXACT else ""
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from .leaks import GROUP, LABEL, NEAR, LeakReport
+from .leak_files import pair_detail
+from .leaks import GROUP, LeakReport
 from .read import Fields
 from .shards import finish_shard_set, is_uri
 from .sketch import DedupConfig
@@ -36,15 +37,9 @@ def write_pairs(out: Path, report: LeakReport, state: "_State") -> int:
             a, b = idx[pair.index], idx[pair.query]
             for k, (i, q) in enumerate(pair.linked):
                 ra, rb = state.rows[a, i], state.rows[b, q]
-                if check.id == NEAR:
-                    detail = f"Jaccard {pair.scores[k]:.3f}"
-                elif check.id == LABEL:
-                    detail = f"label {ra[4]!r} vs {rb[4]!r}"
-                elif check.id == GROUP:
-                    detail = "; ".join(f"{f} = {rb[5][n]!r}" for n, f in enumerate(state.fields.group)
-                                       if rb[5][n] is not None and ra[5][n] == rb[5][n]) or "shared group"
-                else:
-                    detail = "same normalized text"
+                shared = [f"{f} = {rb[5][n]!r}" for n, f in enumerate(state.fields.group)
+                          if check.id == GROUP and rb[5][n] is not None and ra[5][n] == rb[5][n]]
+                detail = pair_detail(check.id, pair.scores[k] if pair.scores else None, ra[4], rb[4], shared)
                 lines.append(dumps_json({"check": check.id, "index_split": pair.index, "index_ref": ra[0],
                                          "query_split": pair.query, "query_ref": rb[0], "query_line": rb[2],
                                          "query_id": rb[3], "detail": detail}, indent=None))

@@ -75,9 +75,10 @@ def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
 
 def _compiled(name: str):
     """The compiled grouping kernel `name` of kernels.py when numba is installed, else None (numpy sorts)."""
-    from .sketch import _compiled as kernels
+    from .sketch import _compiled
 
-    return getattr(kernels(), name, None) if kernels() else None
+    module = _compiled()
+    return getattr(module, name) if module else None
 
 
 def _unique_pairs(a: "np.ndarray", b: "np.ndarray", n_b: int) -> tuple["np.ndarray", "np.ndarray"]:

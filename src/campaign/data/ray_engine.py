@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import pickle
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from .ray_stages import _META, _PART, _ROW_BITS, _SHARD, _confirm_part, _fetch_r
     _sketch_shards
 from .shards import is_uri, list_shards, split_name, start_shard_set
 from .sketch import DedupConfig
+from .payload import loads as load_payload
 
 if TYPE_CHECKING:
     import numpy as np
@@ -205,7 +205,7 @@ def source(path: str) -> str:
 
 
 def _collect(ds: Any) -> list[Any]:
-    return [pickle.loads(p) for p in _run(lambda: [r["payload"] for r in ds.take_all()])]
+    return [load_payload(p) for p in _run(lambda: [r["payload"] for r in ds.take_all()])]
 
 
 def find_leaks_ray(splits: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *,
@@ -301,7 +301,7 @@ def _search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str
         fn_kwargs={"config": config, "fields": fields, "skip_bad": skip_bad, "parts": parts})
     mat = _run(stage1.materialize)
     lap("read_sketch")
-    metas = sorted(((r["split"], r["shard"], pickle.loads(r["payload"]))
+    metas = sorted(((r["split"], r["shard"], load_payload(r["payload"]))
                     for r in _run(lambda: mat.filter(expr=_kind(_META)).take_all())), key=lambda t: t[:2])
     splits = []
     for s, name in enumerate(names):

@@ -9,7 +9,6 @@ that check finds, and described by manifest.json, written last.
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from .ray_stages import _PART, _SHARD, _sketch_shards
 from .read import Fields
 from .shards import finish_shard_set, list_shards, start_shard_set
 from .sketch import DedupConfig
+from .payload import dumps as dump_payload, loads as load_payload
 
 SPLIT_SCHEMA = "campaign.split_shards/1"
 
@@ -45,7 +45,7 @@ def _exact_and_groups(batch: dict[str, Any]) -> dict[str, Any]:
     and each row whose group value an earlier row has, with that first row."""
     import numpy as np
 
-    loads = [pickle.loads(p) for p in batch["payload"]]
+    loads = [load_payload(p) for p in batch["payload"]]
     dig = np.concatenate([d["dig"] for d in loads]) if loads else np.zeros(0, "S32")
     enc = np.concatenate([d["dig_enc"] for d in loads]) if loads else np.zeros(0, np.int64)
     o = np.argsort(enc, kind="stable")
@@ -61,7 +61,7 @@ def _exact_and_groups(batch: dict[str, Any]) -> dict[str, Any]:
             if e < first_of.get((f, v), e + 1):
                 first_of[f, v] = e
     links = [(e, first_of[f, v]) for d in loads for f, v, e in d["groups"] if first_of[f, v] != e]
-    return {"payload": np.asarray([pickle.dumps((exact, links), protocol=5)], dtype=object)}
+    return {"payload": np.asarray([dump_payload((exact, links))], dtype=object)}
 
 
 def _self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def _self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[st
 
     from .dedup import _pairs_in_sorted_runs
 
-    loads = [pickle.loads(p) for p in batch["payload"]]
+    loads = [load_payload(p) for p in batch["payload"]]
     band = np.concatenate([d["band"] for d in loads])
     key = np.concatenate([d["key"] for d in loads])
     enc = np.concatenate([d["enc"] for d in loads])
@@ -89,7 +89,7 @@ def _self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[st
         capped += c
     a = np.concatenate(out_a) if out_a else np.zeros(0, np.int64)
     b = np.concatenate(out_b) if out_b else np.zeros(0, np.int64)
-    return {"payload": np.asarray([pickle.dumps((a, b, capped), protocol=5)], dtype=object)}
+    return {"payload": np.asarray([dump_payload((a, b, capped))], dtype=object)}
 
 
 def _labels(batch: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +97,8 @@ def _labels(batch: dict[str, Any]) -> dict[str, Any]:
 
     out = []
     for sh, p in zip(batch["shard"].tolist(), batch["payload"]):
-        ds, _ = pickle.loads(p)
-        out.append(pickle.dumps((int(sh), len(ds), ds.labels), protocol=5))
+        ds, _ = load_payload(p)
+        out.append(dump_payload((int(sh), len(ds), ds.labels)))
     return {"payload": np.asarray(out, dtype=object)}
 
 
@@ -114,14 +114,14 @@ def _write_split(batch: dict[str, Any], *, assign: dict[int, Any], targets: dict
 
     out = []
     for sh, payload in zip(batch["shard"].tolist(), batch["payload"]):
-        ds, source = pickle.loads(payload)
+        ds, source = load_payload(payload)
         tmps = [_tmp(t) for t in targets[sh]]
         with local_copy(source) as local:
             write_rows(replace(ds, path=local), assign[sh], [Path(t) for t in tmps])
         for t, final in zip(tmps, targets[sh]):
             os.replace(t, final)
         counts = np.bincount(assign[sh], minlength=len(targets[sh])).tolist()
-        out.append(pickle.dumps((sh, counts, [sha256_file(t) for t in targets[sh]]), protocol=5))
+        out.append(dump_payload((sh, counts, [sha256_file(t) for t in targets[sh]])))
     return {"payload": np.asarray(out, dtype=object)}
 
 

@@ -1,12 +1,11 @@
 """The worker side of the Ray engine (ray_engine.py): the functions Ray Data runs on batches of shards or of
-partitions, each taking and returning columns of pickled payloads. A row of a split is numbered
-(shard << ROW_BITS) | row in shard, so sorting those numbers sorts by the split's row order.
+partitions, each taking and returning columns of payloads (payload.py: pickled, loaded with an allowlist). A row of
+a split is numbered (shard << ROW_BITS) | row in shard, so sorting those numbers sorts by the split's row order.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from .dedup import capped_matches
 from .read import Fields
 from .shards import local_copy
 from .sketch import DedupConfig
+from .payload import dumps as dump_payload, loads as load_payload
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,7 +41,7 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
 
     def emit(kind: int, part: int, split: int, shard: int, payload: Any) -> None:
         for k, v in (("kind", kind), ("part", part), ("split", split), ("shard", shard),
-                     ("payload", pickle.dumps(payload, protocol=5))):
+                     ("payload", dump_payload(payload))):
             out[k].append(v)
 
     for split, shard, path, source in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["path"].tolist(),
@@ -96,7 +96,7 @@ def _match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, 
     count, the label conflicts among them, and the shared group values."""
     import numpy as np
 
-    loads = [pickle.loads(p) for p in batch["payload"]]
+    loads = [load_payload(p) for p in batch["payload"]]
     splits = batch["split"].astype(np.int64)
     result: dict[str, Any] = {"cand": {}, "capped": {}, "exact": {}, "label": {}, "group": {}}
 
@@ -175,7 +175,7 @@ def _match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, 
         for a in range(s):
             if (a, f, v) in first_of:
                 result["group"].setdefault((a, s), []).append((f, e, first_of[a, f, v], v))
-    return {"payload": np.asarray([pickle.dumps(result, protocol=5)], dtype=object)}
+    return {"payload": np.asarray([dump_payload(result)], dtype=object)}
 
 
 def _send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], parts: int) -> dict[str, Any]:
@@ -187,13 +187,13 @@ def _send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], pa
         got = wanted.get((split, shard))
         if got is None:
             continue
-        ds, _ = pickle.loads(payload)
+        ds, _ = load_payload(payload)
         rows, to = got
         for p in np.unique(to).tolist():
             sel = rows[to == p]
             out_part.append(p)
-            out_payload.append(pickle.dumps((split, (np.int64(shard) << np.int64(_ROW_BITS)) | sel,
-                                             [ds.texts[r] for r in sel.tolist()]), protocol=5))
+            out_payload.append(dump_payload((split, (np.int64(shard) << np.int64(_ROW_BITS)) | sel,
+                                             [ds.texts[r] for r in sel.tolist()])))
     return {"part": np.asarray(out_part, dtype=np.int64), "payload": np.asarray(out_payload, dtype=object)}
 
 
@@ -208,7 +208,7 @@ def _confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: Dedup
     part = int(batch["part"][0])
     texts: dict[tuple[int, int], str] = {}
     for payload in batch["payload"]:
-        split, encs, ts = pickle.loads(payload)
+        split, encs, ts = load_payload(payload)
         texts.update(zip(((split, int(e)) for e in encs.tolist()), ts))
     a, b, ie, qe = pairs[part]
     sa = Sketches(config).add([texts[s, e] for s, e in zip(a.tolist(), ie.tolist())], progress=False)
@@ -220,7 +220,7 @@ def _confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: Dedup
     jac = exact_jaccard(sa.texts, sb.texts, sel, sel, config)
     hit = sel[jac >= config.threshold]
     found = (a[hit], b[hit], ie[hit], qe[hit], jac[jac >= config.threshold])
-    return {"payload": np.asarray([pickle.dumps(found, protocol=5)], dtype=object)}
+    return {"payload": np.asarray([dump_payload(found)], dtype=object)}
 
 
 def _fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) -> dict[str, Any]:
@@ -232,11 +232,11 @@ def _fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) ->
         rows = wanted.get((split, shard))
         if rows is None:
             continue
-        ds, _ = pickle.loads(payload)
+        ds, _ = load_payload(payload)
         got = {(shard << _ROW_BITS) | r: (ds.ref(r), ds.texts[r], ds.lines[r], None if ds.ids is None else ds.ids[r],
                                           None if ds.labels is None else ds.labels[r], [g[r] for g in ds.groups])
                for r in rows}
-        out.append(pickle.dumps((split, got), protocol=5))
+        out.append(dump_payload((split, got)))
     return {"payload": np.asarray(out, dtype=object)}
 
 
@@ -257,7 +257,7 @@ def _write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]
 
     out = []
     for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
-        ds, source = pickle.loads(payload)
+        ds, source = load_payload(payload)
         keep_path, leak_path = targets[split, shard]
         rows = drop.get((split, shard), [])
         with local_copy(source) as local:
@@ -276,5 +276,5 @@ def _write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]
                 write_rows(replace(ds, path=local), assign, [Path(t) for t in tmps])
                 os.replace(tmps[1], leak_path)
                 os.replace(tmps[0], keep_path)
-        out.append(pickle.dumps((split, shard, len(ds) - len(rows), len(rows), sha256_file(keep_path)), protocol=5))
+        out.append(dump_payload((split, shard, len(ds) - len(rows), len(rows), sha256_file(keep_path))))
     return {"payload": np.asarray(out, dtype=object)}

@@ -324,7 +324,8 @@ def sketch_chunk(norm_texts: Sequence[str], config: DedupConfig, densify: _Densi
 
             raise MissingDependencyError("numba", "fast") from e
     else:
-        kernel = _compiled().sketch_documents if compiled is None and _compiled() else None
+        module = _compiled() if compiled is None else None
+        kernel = module.sketch_documents if module else None
     if kernel is None:
         h, counts = shingle_hashes(norm_texts, config)
         sig = minhash_signatures(h, counts, config, densify)

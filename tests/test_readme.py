@@ -90,3 +90,28 @@ def test_the_readme_python_block_runs():
     assert printed.splitlines()[-2] == "[('baseline', 'completed')]"
     # the quant example: bf16 then int8 on the same batches, the bytes as the README's quant section shows them
     assert printed.splitlines()[-1].startswith("True [('bf16', 853312, 525.29, None), ('int8', 568640, 525.3, 0.8")
+
+
+QUANT = [e for e in EXAMPLES if e.command.startswith("quant ") and e.shown is not None]
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2"])
+def test_readme_quant_examples_print_the_same_on_every_kernel_path(capability):
+    """PyTorch picks its CPU kernels by the processor's features; a README figure must not depend on them.
+    ATEN_CPU_CAPABILITY forces a path (read at import), so each path runs in its own process."""
+    import json
+    import subprocess
+    import sys
+
+    assert QUANT
+    code = ("import json, sys; from tests.readme_examples import run, scratch\n"
+            "out = []\n"
+            "for command in json.loads(sys.argv[1]):\n"
+            "    with scratch():\n"
+            "        out.append(run(command)[1])\n"
+            "print(json.dumps(out))")
+    env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": capability}
+    done = subprocess.run([sys.executable, "-c", code, json.dumps([e.command for e in QUANT])], capture_output=True,
+                          text=True, env=env, cwd=README.parent, check=True)
+    for ex, printed in zip(QUANT, json.loads(done.stdout.splitlines()[-1]), strict=True):
+        assert list(ex.shown) == expected(ex, printed), (capability, ex.line)

@@ -74,10 +74,13 @@ def start(
     """Start a run: its manifest with the hypothesis, guards, baseline and the one change against it, data hashes,
     the git commit with the uncommitted diff, and the environment actually used. Prints the run's id."""
     from ..track.run import start_run
+    from .render.track import progress
 
-    m = start_run(name, hypothesis=hypothesis, guards=guard or [], params=_nested(param or []), baseline=baseline,
-                  data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=0,
-                  stale_after=_duration(stale_after), status="planned" if planned else "running")
+    with progress("run start", as_json) as say:
+        m = start_run(name, hypothesis=hypothesis, guards=guard or [], params=_nested(param or []),
+                      baseline=baseline, data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=0,
+                      stale_after=_duration(stale_after), status="planned" if planned else "running",
+                      progress=say)
     if as_json:
         o.print_json(m.to_dict())
     else:

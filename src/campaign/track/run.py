@@ -15,7 +15,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,36 +33,47 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
               baseline: str | None = None, data: Sequence[str | Path] = (), seeds: Sequence[int] = (),
               tags: Sequence[str] = (), root: str | Path | None = None, owner_pid: int | None = None,
               stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running",
-              with_torch: bool = True) -> Manifest:
+              with_torch: bool = True, progress: Callable[[str], None] | None = None) -> Manifest:
     """Write a new run's manifest (status running, or planned) with its code, environment and data hashes
     (with_torch=False: the environment without importing torch, for records that ran no model). owner_pid: the
     process whose end means the run died (default this one; 0: none, the heartbeat alone tells, as for a run started
-    from a shell command that exits at once).
+    from a shell command that exits at once). progress: called with each phase's name as it begins ('code',
+    'data 1/3', 'environment', 'manifest').
 
     Raises:
         InputError: a malformed guard, an unknown baseline, a data file that does not exist.
     """
-    from ..evaluate.regress import parse_guard
     from .code import capture_code
     from .environment import capture_environment
 
+    say = progress or (lambda _phase: None)
     if not name.strip():
         raise InputError("a run needs a name, e.g. lora-r16")
     if status not in ("running", "planned"):
         raise InputError(f"a run starts running or planned, not {status!r}")
-    for g in guards:
-        parse_guard(g)
+    if guards:
+        from ..evaluate.regress import parse_guard       # 0.1 s of imports: only when there is a guard to parse
+
+        for g in guards:
+            parse_guard(g)
     store = Store(root)
     params = dict(params or {})
     change: dict[str, Any] = {}
     if baseline is not None:
         base = store.read(baseline)
         change = param_sets_changed(params, base.params)
+    say("code")
     code, diff = capture_code(code_dir)
+    hashed = []
+    for i, p in enumerate(data, 1):
+        say(f"data {i:,}/{len(data):,}")
+        hashed.append(file_artifact(p, "data"))
+    say("environment")
+    environment = capture_environment(with_torch=with_torch).to_dict()
+    say("manifest")
     m = Manifest(id=new_id(name), name=name, created=now(), status=status, hypothesis=hypothesis,
-                 guards=tuple(guards), baseline=baseline, change=change, params=params,
-                 data=tuple(file_artifact(p, "data") for p in data), code=code.to_dict(),
-                 environment=capture_environment(with_torch=with_torch).to_dict(), seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
+                 guards=tuple(guards), baseline=baseline, change=change, params=params, data=tuple(hashed),
+                 code=code.to_dict(), environment=environment, seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
                  owner={"host": socket.gethostname(), "pid": os.getpid() if owner_pid is None else owner_pid or None},
                  stale_after=float(stale_after))
     return store.create(m, diff=diff)

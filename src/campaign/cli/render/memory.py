@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from ...memory.estimate import Fit, MemoryEstimate
-from ...memory.explain import Explanation
-from ...memory.kv import KVEstimate
-from ...memory.measure import Measurement
-from ...memory.plan import MemoryPlan
 from ...units import fmt_count, fmt_gib
 from . import VERDICT_STYLE, Scale, console, gib
+
+if TYPE_CHECKING:  # the result types, for the annotations only: a renderer imports no library module it does not run
+    from ...memory.estimate import Fit, MemoryEstimate
+    from ...memory.explain import Explanation
+    from ...memory.kv import KVEstimate
+    from ...memory.measure import Measurement
+    from ...memory.plan import MemoryPlan
 
 
 def describe(est: MemoryEstimate) -> str:

@@ -73,11 +73,18 @@ def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
     return np.concatenate(out_a), np.concatenate(out_b), capped
 
 
-def _compiled(name: str):
-    """The compiled grouping kernel `name` of kernels.py when numba is installed, else None (numpy sorts)."""
+# Grouping n items by band key: numpy's stable argsorts take about 1.7 us per item and band, the kernels half that,
+# so only from about half a million items does the grouping alone pay for numba's import (see sketch.py); below,
+# the kernels serve when the sketching has already loaded them.
+KERNEL_MIN_ITEMS = 500_000
+
+
+def _compiled(name: str, items: int):
+    """The compiled grouping kernel `name` of kernels.py when numba is installed and either loaded already or worth
+    loading for `items` items, else None (numpy sorts)."""
     from .sketch import _compiled
 
-    module = _compiled()
+    module = _compiled(None if items >= KERNEL_MIN_ITEMS else 0)
     return getattr(module, name) if module else None
 
 
@@ -101,7 +108,7 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
     keep = ~sk.empty if mask is None else (mask & ~sk.empty)
     idx = np.flatnonzero(keep)
     keys = np.ascontiguousarray(sk.band_keys[idx].T)  # (bands, documents): one band's keys contiguous
-    kernel = _compiled("band_groups")
+    kernel = _compiled("band_groups", len(idx))
     all_a, all_b, capped = [], [], 0
     for band, (order, run_keys) in enumerate(zip(*kernel(keys)) if kernel else ((None, None),) * len(keys)):
         if kernel is None:
@@ -143,7 +150,7 @@ def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray
     ik = np.ascontiguousarray(index.band_keys[i_idx].T)  # (bands, documents)
     qk = np.ascontiguousarray(query.band_keys[q_idx].T)
     cap = index.config.max_bucket
-    kernel = _compiled("band_lookup")
+    kernel = _compiled("band_lookup", len(i_idx) + len(q_idx))
     looked_up = kernel(ik, qk) if kernel else None
     out_i, out_q, capped = [], [], 0
     for band in range(len(ik)):

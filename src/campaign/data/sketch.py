@@ -292,10 +292,24 @@ def band_keys(sig: "np.ndarray", bands: int, rows: int) -> "np.ndarray":
     return keys
 
 
-def _compiled():
-    """The compiled kernels module (kernels.py) when numba (the `fast` extra) is installed and
-    CAMPAIGN_NO_NUMBA is unset, else None: the numpy functions here give the same bits."""
-    global _KERNEL
+# numba's import and the load of the cached kernels cost about 0.7 s of CPU in a fresh process, what numpy takes to
+# sketch some 3M characters: the first KERNEL_MIN_CHARS characters a process sketches go through numpy and later
+# ones through the kernels, so that a small input (a test set, the examples) never pays for the import and a large
+# one pays for it once. The bits are the same either way.
+KERNEL_MIN_CHARS = 2_000_000
+_NUMPY_CHARS = 0  # characters sketched by numpy in this process while the kernels were not loaded
+
+
+def _compiled(chars: int | None = None):
+    """The compiled kernels module (kernels.py) when numba (the `fast` extra) is installed, CAMPAIGN_NO_NUMBA is
+    unset and the work pays for the import, else None: the numpy functions here give the same bits. chars: the
+    characters about to be sketched, counted with those sketched before (None: load the kernels now); once loaded
+    (here or by an import of kernels.py), the kernels serve every size."""
+    global _KERNEL, _NUMPY_CHARS
+    if _KERNEL is None and chars is not None and f"{__package__}.kernels" not in sys.modules:
+        if _NUMPY_CHARS + chars < KERNEL_MIN_CHARS:
+            _NUMPY_CHARS += chars
+            return None
     if _KERNEL is None:
         _KERNEL = False
         if not os.environ.get("CAMPAIGN_NO_NUMBA"):
@@ -324,7 +338,7 @@ def sketch_chunk(norm_texts: Sequence[str], config: DedupConfig, densify: _Densi
 
             raise MissingDependencyError("numba", "fast") from e
     else:
-        module = _compiled() if compiled is None else None
+        module = _compiled(sum(map(len, norm_texts))) if compiled is None else None
         kernel = module.sketch_documents if module else None
     if kernel is None:
         h, counts = shingle_hashes(norm_texts, config)

@@ -1,13 +1,19 @@
 """The shape DESIGN.md promises: no import circle at module level, nothing below the CLI imports it, and the CLI
-(with every command registered) starts without torch, numpy or any other heavy library."""
+(with every command registered) starts without torch, numpy or any other heavy library: neither its import, nor the
+--help of any command or sub-command, nor the everyday commands (cards, models, guide, memory, kv)."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
+HEAVY = ("numpy", "scipy", "pandas", "pyarrow", "numba", "torch", "transformers", "sklearn", "matplotlib", "ray",
+         "mlflow", "peft", "datasketch")
 
 
 def _module_graph() -> dict[str, set[str]]:
@@ -71,10 +77,60 @@ def test_the_circle_finder_finds_one():
     assert _circle({"a": {"b"}, "b": set()}) is None
 
 
-def test_the_cli_starts_without_heavy_libraries():
-    code = ("import sys, campaign.cli, campaign; "
-            "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'sklearn', 'scipy', 'matplotlib', 'pyarrow', "
-            "'peft', 'numba', 'datasketch') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(SRC), "PATH": ""}).stdout
-    assert out.strip() == "[]"
+def _command_paths() -> list[list[str]]:
+    """Every command and sub-command of the typer app, as the words that name it ([] for campaign itself)."""
+    import typer
+
+    from campaign.cli import app
+
+    def walk(command, path):
+        yield path
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            yield from walk(sub, [*path, name])
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+EVERYDAY = [["cards"], ["models"], ["models", "llama-3.1-8b"], ["guide"], ["memory", "llama-3.1-8b", "--no-solve"],
+            ["memory", "llama-3.1-8b", "--no-solve", "--json"], ["kv", "llama-3.1-8b", "--context", "32768"], []]
+COMMAND_LINES = [[*path, "--help"] for path in _command_paths()] + EVERYDAY
+
+# One process runs every command line in turn (as `campaign` would, through main) and notes, after each, the heavy
+# modules loaded so far: the first line after which one appears is the one that imported it.
+_WALK = """
+import contextlib, io, json, sys
+heavy, lines = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+import campaign, campaign.cli
+seen = {"import campaign.cli": [0, sorted(m for m in heavy if m in sys.modules)]}
+for argv in lines:
+    code = 0
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            campaign.cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+    seen[" ".join(argv)] = [code, sorted(m for m in heavy if m in sys.modules)]
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="module")
+def start_up_imports() -> dict[str, list]:
+    """{command line: [exit code, heavy modules loaded once it has run]}, from one fresh process."""
+    out = subprocess.run([sys.executable, "-c", _WALK, json.dumps(HEAVY), json.dumps(COMMAND_LINES)],
+                         capture_output=True, text=True, check=True, timeout=300,
+                         env={"PYTHONPATH": str(SRC), "PATH": "", "COLUMNS": "120"}).stdout
+    return json.loads(out)
+
+
+def test_the_cli_starts_without_heavy_libraries(start_up_imports):
+    assert start_up_imports["import campaign.cli"] == [0, []]
+    # the walk found the sub-commands too, not only the top-level ones
+    assert {"run start --help", "runs list --help", "ablate plan --help", "memory --help"} <= set(start_up_imports)
+
+
+@pytest.mark.parametrize("argv", COMMAND_LINES, ids=lambda argv: " ".join(argv) or "campaign")
+def test_no_command_line_imports_a_heavy_library(start_up_imports, argv):
+    code, loaded = start_up_imports[" ".join(argv)]
+    assert loaded == [], f"campaign {' '.join(argv)} (or a command line before it) imported {loaded}"
+    assert code in (0, None) or argv == [], code

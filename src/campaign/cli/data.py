@@ -39,6 +39,12 @@ def _fields(text: list[str] | None, label: str | None, group: list[str] | None, 
     return Fields(text=tuple(text or ("text",)), label=label, group=tuple(group or ()), id=id_, date=date)
 
 
+def _bars(as_json: bool) -> bool | None:
+    """The library's progress bars (rows sketched per split, on stderr): on a terminal (None: the library looks),
+    never under --json."""
+    return False if as_json else None
+
+
 def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int,
             max_bucket: int = 256) -> "DedupConfig":
     from ..data.sketch import DedupConfig
@@ -79,11 +85,15 @@ def split(
         raise InputError(f"engine {engine!r} is unknown; use local or ray")
     if engine == "ray":
         from ..data.ray_split import split_ray
+        from .render import progress_reporter
 
-        shard_split = split_ray(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
-                                stratify=stratify, seed=seed,
-                                dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                                tolerance=tolerance, skip_bad=skip_bad, force=force, address=address, workers=workers)
+        with progress_reporter("split", enabled=not as_json) as tell:
+            tell(f"{data} on Ray: sketch, units, assignment, shards written and checked")
+            shard_split = split_ray(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
+                                    stratify=stratify, seed=seed,
+                                    dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
+                                    tolerance=tolerance, skip_bad=skip_bad, force=force, address=address,
+                                    workers=workers)
         o.emit(shard_split, _render_shard_split, as_json, failed=not shard_split.passed)
         return
     if address is not None or workers is not None:
@@ -91,7 +101,7 @@ def split(
     result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
                         stratify=stratify, seed=seed,
                         dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                        tolerance=tolerance, skip_bad=skip_bad, force=force)
+                        tolerance=tolerance, skip_bad=skip_bad, force=force, progress=_bars(as_json))
     o.emit(result, render_split, as_json, failed=not result.passed)
 
 
@@ -141,18 +151,22 @@ def leaks(
         raise InputError(f"engine {engine!r} is unknown; use local or ray")
     if engine == "ray":
         from ..data.ray_engine import find_leaks_ray
+        from .render import progress_reporter
 
-        report = find_leaks_ray(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
-                                config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                                examples=examples, pairs=pairs, drop_to=drop_to, force=force, address=address,
-                                workers=workers)
+        with progress_reporter("leaks", enabled=not as_json) as tell:
+            tell(f"{len(files)} splits on Ray: sketches, candidate pairs, verification")
+            report = find_leaks_ray(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
+                                    config=_config(near_threshold, shingle, ngram, strip_punctuation, seed,
+                                                   max_bucket),
+                                    examples=examples, pairs=pairs, drop_to=drop_to, force=force, address=address,
+                                    workers=workers)
         o.emit(report, render_leaks, as_json, failed=not report.passed)
         return
     if address is not None or workers is not None:
         raise InputError("--address and --workers go with --engine ray")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                         examples=examples, pairs=pairs, drop_to=drop_to, force=force)
+                         examples=examples, pairs=pairs, drop_to=drop_to, force=force, progress=_bars(as_json))
     o.emit(report, render_leaks, as_json, failed=not report.passed)
 
 
@@ -173,8 +187,11 @@ def usage(
     Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
     """
     from ..track.usage import use_split
+    from .render import progress_reporter
     from .render.data import usage as render_usage
 
-    report = use_split(manifest, split=record, purpose=purpose, note=note, run=run, max_final_uses=max_final_uses,
-                       final_split=final_split)
+    with progress_reporter("usage", enabled=not as_json) as tell:   # the split's files are hashed again
+        tell(f"checking the hashes of the split files {manifest} names")
+        report = use_split(manifest, split=record, purpose=purpose, note=note, run=run,
+                           max_final_uses=max_final_uses, final_split=final_split)
     o.emit(report, render_usage, as_json, failed=not report.passed)

@@ -46,11 +46,14 @@ def errors(
     Exit 0 when analyzed, 2 on bad input.
     """
     from ..evaluate.analysis import analyze_errors
+    from .render import progress_reporter
     from .render.evaluate import errors as render_errors
 
-    rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
-                         schema=schema, required=_split(required), slice_by=slice_by, top=top,
-                         review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed, plot=plot)
+    with progress_reporter("errors", enabled=not as_json) as tell:   # scikit-learn's import alone takes a second
+        tell(f"{task} metrics of {predictions}" + (", the plot" if plot else ""))
+        rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
+                             schema=schema, required=_split(required), slice_by=slice_by, top=top,
+                             review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed, plot=plot)
     o.emit(rep, render_errors, as_json)
 
 
@@ -69,10 +72,13 @@ def regress(
     Exit 0 when every guard holds, 1 when one fails, 2 on bad input (e.g. different ids).
     """
     from ..evaluate.regress import regress as run_regress
+    from .render import progress_reporter
     from .render.evaluate import regress as render_regress
 
-    rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema, required=_split(required),
-                      id_field=id_field, gold_field=gold_field, pred_field=pred_field)
+    with progress_reporter("regress", enabled=not as_json) as tell:
+        tell(f"flips, McNemar's test and {len(guard or ())} guard(s) over the shared ids")
+        rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema,
+                          required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field)
     o.emit(rep, render_regress, as_json, failed=not rep.passed)
 
 
@@ -103,7 +109,7 @@ def seeds(
     from .render import progress_reporter
     from .render.evaluate import seeds as render_seeds
 
-    with progress_reporter("seeds") as tell:    # a spinner: the per-example bootstrap can take seconds
+    with progress_reporter("seeds", enabled=not as_json) as tell:    # a spinner: the per-example bootstrap can take seconds
         tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
         rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
                             score_field=score_field, min_effect=min_effect, confidence=confidence,

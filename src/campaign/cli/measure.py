@@ -57,7 +57,7 @@ def measure(
                                 optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
                                 grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
                                 lora_targets=lora_targets, prefill_chunk=prefill_chunk)
-            with progress_reporter("measuring") as tell:
+            with progress_reporter("measuring", enabled=not as_json) as tell:
                 m = measure_workload(model, w, device=device, weights=weights, progress=tell)
     except MeasurementFailed as failed:
         if out:

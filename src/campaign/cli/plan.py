@@ -48,9 +48,13 @@ def budget(
     """
     from ..plan.budget import budget as run_budget
     from ..plan.runtime import MFU
+    from .render import progress_reporter
     from .render.plan import budget as render_budget
 
-    rep = run_budget(plan, prices=prices, cards=card, packages=package, mfu=MFU if mfu is None else mfu, margin=margin, plot=plot)
+    with progress_reporter("budget", enabled=not as_json) as tell:   # memory estimates of the runs, schedules
+        tell("the plan's runs estimated and scheduled on every rental" + (", the Gantt chart" if plot else ""))
+        rep = run_budget(plan, prices=prices, cards=card, packages=package, mfu=MFU if mfu is None else mfu,
+                         margin=margin, plot=plot)
     o.emit(rep, render_budget, as_json, failed=not rep.passed)
 
 

@@ -41,7 +41,7 @@ def trace(
                         lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
                         expandable_segments=expandable_segments, grads_kept=grads_kept)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
-    with progress_reporter("tracing") as tell:
+    with progress_reporter("tracing", enabled=not as_json) as tell:
         result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell,
                              **o.overheads(fragmentation, None))
     o.emit(result, render_plan, as_json, failed=not result.passed)

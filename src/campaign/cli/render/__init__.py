@@ -54,9 +54,10 @@ class Scale:
 
 
 @contextmanager
-def progress_reporter(label: str) -> Iterator[Callable[[str], None]]:
-    """A spinner with the current phase on stderr when it is a terminal; a no-op otherwise."""
-    if not sys.stderr.isatty():
+def progress_reporter(label: str, *, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner with the current phase on stderr when it is a terminal; a no-op otherwise, and when not enabled
+    (a command's --json: whoever reads the JSON reads the command's output, not a terminal)."""
+    if not enabled or not sys.stderr.isatty():
         yield lambda _phase: None
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -75,3 +75,13 @@ def test_no_accepted_run_is_one_clear_line(cli, tmp_path, monkeypatch):
     start_run("x", with_torch=False)
     r = cli("export", str(tmp_path / "b"))
     assert r.code == 2 and "no accepted run" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_export_bundle_reports_its_phases(accepted, tmp_path):
+    from campaign.report.bundle import export_bundle
+
+    phases: list[str] = []
+    result = export_bundle(tmp_path / "handover", progress=phases.append)
+    assert phases[:2] == ["artifacts 1/2", "artifacts 2/2"]
+    assert "report: writing" in phases and "limits" in phases
+    assert phases[-1] == f"hashes {len(result.files)}/{len(result.files)}"          # every file but bundle.json

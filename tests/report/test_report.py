@@ -124,3 +124,115 @@ def test_one_workload_estimated_traced_and_measured_is_drawn_side_by_side(cli, t
     groups = _compared(by_kind)
     assert len(groups) == 1                      # batch 4 was estimated only: nothing to set it beside
     assert groups[0][0][:2] == ("estimated", "traced") and groups[0][0][2].startswith("measured on ")
+
+
+def _memory_records(n: int) -> list[str]:
+    """n memory estimates of distinct models saved as `campaign --record memory` saves them; their names."""
+    from dataclasses import replace
+
+    from campaign.memory import make_workload
+    from campaign.memory.plan import plan_memory
+    from campaign.track.records import save_record
+
+    plan = plan_memory("gpt2", make_workload(batch=2, seq_len=256), card="rtx-4090")
+    names = [f"checkpoints/step-{i:03d}" for i in range(n)]
+    for name in names:
+        save_record(replace(plan, estimate=replace(plan.estimate, model=name)), command="memory")
+    return names
+
+
+def test_many_records_of_one_kind_become_one_table_and_one_figure(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from campaign.report.build import ONE_EACH
+
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    names = _memory_records(ONE_EACH + 1)
+    assert cli("--record", "errors", str(EXAMPLES / "data" / "candidate.jsonl")).code in (0, 1)
+    out = tmp_path / "report.html"
+    r = cli("report", "--out", str(out), "--json")
+    assert r.code == 0 and r.json()["records"] == ONE_EACH + 2
+    page = out.read_text(encoding="utf-8")
+    # one histogram for the memory estimates (not two figures each), the errors record's confusion matrix
+    assert page.count("<svg") == r.json()["figures"] == 2
+    assert f"{ONE_EACH + 1} memory records" in page and "memory estimates: what each requires" in page
+    table = page.split(f"{ONE_EACH + 1} memory records")[1].split("</table>")[0]
+    assert all(f"<td>{name}</td>" in table for name in names)                 # every record, one row each
+    assert table.count("<td>RTX-4090-24GB: fits</td>") == ONE_EACH + 1
+    assert "confusion matrix (counted)" in page                               # a single record: drawn as before
+
+
+def test_a_few_records_of_one_kind_are_each_drawn(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    _memory_records(2)
+    out = tmp_path / "report.html"
+    r = cli("report", "--out", str(out), "--json")
+    assert r.json()["figures"] == 4                          # memory per phase and card fit, for each
+    assert "records in one table" not in out.read_text(encoding="utf-8")
+
+
+def test_many_runs_are_one_figure_of_bounded_size():
+    pytest.importorskip("matplotlib")
+    from campaign.report.figures import RUNS_DOTTED, runs_over_time
+
+    runs = [{"created": f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:00:00Z", "name": f"sweep-{i}",
+             "status": ("completed", "failed", "stopped")[i % 3], "decision": "accepted" if i % 50 == 0 else None}
+            for i in range(RUNS_DOTTED * 4)]
+    svg = runs_over_time(runs)
+    assert svg.startswith("<svg") and f"{RUNS_DOTTED * 4:,} runs by start time and status (40 accepted" in svg
+    assert len(svg) < 150_000                                # not one mark and one name per run
+    few = runs_over_time(runs[:10])
+    assert few.startswith("<svg")
+
+
+def test_build_report_calls_progress_with_counts(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from campaign.report.build import build_report
+    from campaign.track import records
+
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    monkeypatch.setattr(records, "PROGRESS_EVERY", 2)
+    _memory_records(5)
+    phases: list[str] = []
+    build_report(tmp_path / "report.html", progress=phases.append)
+    assert phases[:3] == ["records 2/5", "records 4/5", "records 5/5"]
+    assert "memory 1/5" in phases and "memory 5/5" in phases and phases[-1] == "writing"
+
+
+def test_the_report_command_shows_progress_unless_json(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from contextlib import contextmanager
+
+    import campaign.cli.render.track as render_track
+
+    shown: list[tuple[str, str]] = []
+
+    @contextmanager
+    def reporter(label, **_):
+        yield lambda phase: shown.append((label, phase))
+
+    monkeypatch.setattr(render_track, "progress_reporter", reporter)
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    _memory_records(1)
+    assert cli("report", "--out", str(tmp_path / "a.html")).code == 0
+    assert ("report", "records 1/1") in shown and ("report", "writing") in shown
+    shown.clear()
+    assert cli("report", "--out", str(tmp_path / "b.html"), "--json").code == 0
+    assert shown == []
+
+
+def test_progress_is_drawn_on_a_terminal_only(tmp_path):
+    pytest.importorskip("matplotlib")
+    script = shutil.which("script")
+    if script is None:
+        pytest.skip("util-linux script (a pseudo-terminal) is not installed")
+    import sys
+
+    env = {**os.environ, "CAMPAIGN_ROOT": str(tmp_path / "root"), "TERM": "xterm"}
+    command = f"{sys.executable} -m campaign report --out {tmp_path / 'r.html'}"
+    on_tty = subprocess.run([script, "-qc", command, "/dev/null"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert "report: writing" in on_tty.stdout or "report: records" in on_tty.stdout, on_tty.stdout[-2000:]
+    piped = subprocess.run([sys.executable, "-m", "campaign", "report", "--out", str(tmp_path / "p.html")],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""

@@ -170,8 +170,10 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     fails."""
     from ..track.compare import check_run
     from .render.evaluate import regress
+    from .render.track import progress
 
-    report = check_run(run_id, root=root)
+    with progress("runs check", as_json) as say:
+        report = check_run(run_id, root=root, progress=say)
     o.emit(report, regress, as_json, failed=not report.passed)
 
 
@@ -182,8 +184,11 @@ def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder f
     """Every run into an MLflow file store (parameters, metrics at their steps, status, tags), written with MLflow's
     own client (the mlflow extra)."""
     from ..track.export import export_mlflow
+    from .render.track import progress
 
-    print(f"exported {export_mlflow(mlflow, root=root, force=force)} runs to {mlflow}")
+    with progress("runs export") as say:
+        exported = export_mlflow(mlflow, root=root, force=force, progress=say)
+    print(f"exported {exported} runs to {mlflow}")
 
 
 @runs_app.command("rebuild")

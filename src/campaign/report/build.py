@@ -198,6 +198,171 @@ HANDLERS: dict[str, Callable[[SavedRecord, dict[str, Any]], tuple[str, str]]] = 
     "campaign.seeds": _seeds, "campaign.regress": _regress, "campaign.budget": _budget, "campaign.quant": _quant,
 }
 
+# -- many records of one kind: one table of them all and one picture ---------------------------------------------
+ONE_EACH = 8      # up to this many records of a kind are drawn one by one (their tables and figures); more: summed up
+
+
+def _workload(w: Any) -> str:
+    w = w if isinstance(w, dict) else {}
+    return f"{w.get('mode', '')} {w.get('method', '')} batch {w.get('batch')} x {w.get('seq_len')} {w.get('dtype', '')}"
+
+
+def _memory_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    from .figures import histogram
+
+    by_verdict: dict[str, list[float]] = {}
+    cards: dict[str, float] = {}
+    rows = []
+    for r in rs:
+        d = r.result or {}
+        fits = [f for f in d.get("fits") or [] if isinstance(f, dict)]
+        rows.append([d.get("model"), _workload(d.get("workload")), "traced" if d.get("method") == "traced" else
+                     "estimated", d.get("peak_phase"), _gib(d.get("peak_allocated_bytes")), _gib(d.get("required_bytes")),
+                     "; ".join(f"{f.get('card')}: {f.get('verdict')}" for f in fits), r.created, Path(r.path).name])
+        need = d.get("required_bytes")
+        if isinstance(need, (int, float)):
+            verdict = str(fits[0].get("verdict")) if len(fits) == 1 else "required"
+            by_verdict.setdefault(verdict, []).append(need / GiB)
+        for f in fits:
+            if isinstance(f.get("memory_bytes"), int) and len(cards) < 8:
+                cards.setdefault(str(f.get("card")), f["memory_bytes"] / GiB)
+    svg = histogram(by_verdict, "GiB required, with the reserve (lines: the cards' memory)",
+                    f"{len(rs):,} memory estimates: what each requires", lines=cards)
+    return (["model", "workload", "how", "peak phase", "peak allocated", "required (with reserve)", "cards",
+             "recorded", "file"], rows, svg)
+
+
+def _measurement_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    from .figures import histogram
+
+    rows, peaks = [], []
+    for r in rs:
+        d = r.result or {}
+        env = d.get("environment") or {}
+        phases = [p for p in d.get("phases") or [] if isinstance(p, dict)]
+        peak = max((p.get("peak_reserved_bytes") or 0 for p in phases), default=None)
+        rows.append([d.get("label"), _workload(d.get("workload")), f"{env.get('device_name', '?')} "
+                     f"({env.get('device', '?')})", _gib(max((p.get("peak_allocated_bytes") or 0 for p in phases),
+                                                            default=None)), _gib(peak), r.created, Path(r.path).name])
+        if isinstance(peak, (int, float)):
+            peaks.append(peak / GiB)
+    svg = histogram({"measured": peaks}, "GiB, peak reserved over the phases", f"{len(rs):,} measurements")
+    return ["model", "workload", "device", "peak allocated", "peak reserved", "recorded", "file"], rows, svg
+
+
+def _errors_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    from .figures import histogram
+
+    rows, accuracy = [], []
+    for r in rs:
+        d = r.result or {}
+        averages = d.get("averages") or {}
+        macro = averages.get("macro") if isinstance(averages, dict) else None
+        rows.append([_name(d.get("source")), d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
+                     _number(macro.get("f1") if isinstance(macro, dict) else macro), r.created, Path(r.path).name])
+        if isinstance(d.get("accuracy"), (int, float)):
+            accuracy.append(d["accuracy"])
+    svg = histogram({"accuracy": accuracy}, "accuracy (counted)", f"{len(rs):,} error analyses")
+    return ["predictions", "examples", "errors", "accuracy", "macro F1", "recorded", "file"], rows, svg
+
+
+def _seeds_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    from .figures import histogram
+
+    rows, by_verdict, effects = [], {}, set()
+    for r in rs:
+        d = r.result or {}
+        rows.append([_name(d.get("source")), f"{d.get('candidate')} vs {d.get('baseline')}", d.get("metric"),
+                     d.get("n_seeds"), _number(d.get("mean_diff")),
+                     f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", d.get("verdict"), r.created,
+                     Path(r.path).name])
+        if isinstance(d.get("mean_diff"), (int, float)):
+            by_verdict.setdefault(str(d.get("verdict")), []).append(d["mean_diff"])
+            effects.add(d.get("min_effect"))
+    band = effects.pop() if len(effects) == 1 and isinstance(next(iter(effects)), (int, float)) else None
+    svg = histogram(by_verdict, "mean difference, candidate - baseline (grey: not a useful effect)",
+                    f"{len(rs):,} seed comparisons, by verdict", band=band or None)
+    return (["results", "compared", "metric", "seeds", "mean difference", "interval", "verdict", "recorded", "file"],
+            rows, svg)
+
+
+def _regress_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    from .figures import histogram
+
+    rows, by_passed = [], {}
+    for r in rs:
+        d = r.result or {}
+        guards = [f"{g.get('expression', g.get('metric', ''))} {_number(g.get('delta'))}"
+                  + ("" if g.get("passed") else " BROKEN") for g in d.get("guards") or [] if isinstance(g, dict)]
+        rows.append([_name(d.get("candidate")), _name(d.get("baseline")), d.get("examples"),
+                     _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
+                     _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), "; ".join(guards),
+                     d.get("passed"), r.created, Path(r.path).name])
+        before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
+        if isinstance(before, (int, float)) and isinstance(after, (int, float)):
+            by_passed.setdefault("passed" if d.get("passed") else "failed", []).append(after - before)
+    svg = histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed")
+    return (["candidate", "baseline", "examples", "accuracy before", "after", "right to wrong", "wrong to right",
+             "guards", "passed", "recorded", "file"], rows, svg)
+
+
+def _budget_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    rows = []
+    for r in rs:
+        d = r.result or {}
+        best = next((p for p in d.get("packages") or [] if isinstance(p, dict)
+                     and p.get("name") == d.get("recommended")), {})
+        rows.append([d.get("name") or _name(d.get("plan")), d.get("recommended"), d.get("recommended_card"),
+                     _hours(best.get("hours")), _usd(best.get("cost_cents")), r.created, Path(r.path).name])
+    return ["plan", "recommended", "card", "hours", "cost", "recorded", "file"], rows, ""
+
+
+def _quant_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    rows = []
+    for r in rs:
+        d = r.result or {}
+        for v in d.get("variants") or []:
+            if isinstance(v, dict):
+                rows.append([d.get("model"), v.get("name"), _number((v.get("weight_bytes_stored") or 0) / 2**20),
+                             _number(v.get("quality")), v.get("status"), r.created, Path(r.path).name])
+    return ["model", "variant", "weights stored (MiB)", "quality", "status", "recorded", "file"], rows, ""
+
+
+def _generic_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+    rows = []
+    for r in rs:
+        d = r.result or {}
+        checks = [c for c in d.get("checks") or [] if isinstance(c, dict)]
+        counted: dict[str, int] = {}
+        for c in checks:
+            counted[str(c.get("status"))] = counted.get(str(c.get("status")), 0) + 1
+        failed = [str(c.get("id")) for c in checks if c.get("status") in ("fail", "warn")]
+        verdict = d.get("verdict") or d.get("status") or ("passed" if d.get("passed") else None)
+        rows.append([r.command or d.get("schema"), verdict, ", ".join(f"{n} {s}" for s, n in counted.items()),
+                     ", ".join(failed), r.created, Path(r.path).name])
+    return ["command", "verdict", "checks", "failed or warned", "recorded", "file"], rows, ""
+
+
+SUMMARIES: dict[str, Callable[[list[SavedRecord]], tuple[list[str], list[list[Any]], str]]] = {
+    "campaign.memory": _memory_rows, "campaign.measurement": _measurement_rows, "campaign.errors": _errors_rows,
+    "campaign.seeds": _seeds_rows, "campaign.regress": _regress_rows, "campaign.budget": _budget_rows,
+    "campaign.quant": _quant_rows,
+}
+
+
+def _summary(kind: str, rs: list[SavedRecord]) -> str:
+    """More than ONE_EACH records of one kind: one table with a row each and one picture of them all."""
+    try:
+        headers, rows, svg = SUMMARIES.get(kind, _generic_rows)(rs)
+        note = ""
+    except Exception as e:  # noqa: BLE001 - records of an unexpected shape are listed, never fatal
+        headers, rows, svg = _generic_rows(rs)
+        note = f"<p class='missing'>could not be drawn ({_e(type(e).__name__)}: {_e(e)})</p>"
+    return (f"<h3>{len(rs):,} {_e(kind.split('.')[-1])} records</h3><p class='meta'>one row each, oldest first; "
+            f"the latest of each subject (the JSON files hold every detail)</p>{note}"
+            + _figure(svg, f"{len(rs):,} records, as recorded") + _table(headers, rows))
+
+
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:60em;color:#222}
 h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{font-size:1.05em}
@@ -214,11 +379,9 @@ def _workload_key(model: Any, w: Any) -> tuple[Any, ...] | None:
     return (model, w.get("mode"), w.get("method"), w.get("batch"), w.get("seq_len"), w.get("dtype"))
 
 
-def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ...], str]]:
-    """For each model and workload recorded from two or more sources (estimated, traced, measured), one picture of
-    each phase's peak allocated side by side."""
-    from .figures import side_by_side
-
+def _sources(by_kind: dict[str, list[SavedRecord]]) -> dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]]:
+    """Each model and workload recorded from two or more sources (estimated, traced, measured): its sources, each
+    with every phase's peak allocated bytes."""
     groups: dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]] = {}
     for r in by_kind.get("campaign.memory", []):
         d = r.result or {}
@@ -234,8 +397,16 @@ def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ..
                   if isinstance(p, dict)}
         if key in groups and values:
             groups[key].append((f"measured on {(d.get('environment') or {}).get('device_name', '?')}", values))
+    return {key: series for key, series in groups.items() if len(series) >= 2}
+
+
+def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ...], str]]:
+    """For each model and workload recorded from two or more sources (estimated, traced, measured), one picture of
+    each phase's peak allocated side by side."""
+    from .figures import side_by_side
+
     out = []
-    for key, series in groups.items():
+    for key, series in _sources(by_kind).items():
         svg = side_by_side(series, f"{key[0]}: {key[1]} {key[2]} batch {key[3]} x {key[4]}, peak per phase")
         if svg:
             out.append((tuple(label for label, _ in series),
@@ -244,19 +415,44 @@ def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ..
     return out
 
 
+def _compared_summary(groups: dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]]) -> str:
+    """More than ONE_EACH workloads from several sources: one table of their peaks and one picture of every
+    source's peak against the first's (the estimate)."""
+    from .figures import against
+
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    rows = []
+    for key, series in groups.items():
+        peaks = [(label, max(values.values())) for label, values in series]
+        for label, peak in peaks[1:]:
+            pairs.setdefault(f"{label.split(' on ')[0]} against {peaks[0][0]}", []).append((peaks[0][1] / GiB,
+                                                                                         peak / GiB))
+        rows.append([key[0], _workload({"mode": key[1], "method": key[2], "batch": key[3], "seq_len": key[4],
+                                        "dtype": key[5]}), "; ".join(f"{label}: {_gib(p)}" for label, p in peaks)])
+    svg = against(pairs, "GiB, highest phase peak: the first source (estimated or traced)",
+                  "GiB, highest phase peak: the other source", f"{len(groups):,} workloads from several sources")
+    return (f"<h3>{len(groups):,} workloads recorded from several sources, side by side</h3>"
+            + _figure(svg, "each dot: one workload's highest phase peak; on the line, the sources agree")
+            + _table(["model", "workload", "highest phase peak by source"], rows))
+
+
 def _schema_kind(schema: str | None) -> str:
     return (schema or "").split("/")[0]
 
 
 def build_report(out: str | Path = "report.html", *, root: str | Path | None = None,
-                 title: str = "Campaign report") -> ReportResult:
-    """Write the report of the record folder and runs under `root` to `out` (atomically)."""
+                 title: str = "Campaign report", progress: Callable[[str], None] | None = None) -> ReportResult:
+    """Write the report of the record folder and runs under `root` to `out` (atomically). Up to ONE_EACH records of a
+    kind are drawn one by one; more become one table and one picture. progress: called with what is being done
+    ('records 3,000/10,000', 'runs', 'memory 2/5', 'writing')."""
     import datetime as dt
 
     from ..track.store import list_runs
     from .figures import runs_over_time
 
-    records = load_records(root)
+    say = progress or (lambda _phase: None)
+    records = load_records(root, progress=say)
+    say("runs")
     runs = list_runs(root=root).runs
     latest: dict[tuple[str, str, str], SavedRecord] = {}
     for r in records:                           # oldest first: the latest of each kind, command and subject wins
@@ -273,7 +469,15 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
         for kind in kinds:
             if kind == "campaign.runs":
                 continue
-            for r in by_kind.get(kind, []):
+            shown = by_kind.get(kind, [])
+            if len(shown) > ONE_EACH:
+                say(f"{kind.split('.')[-1]}: {len(shown):,} records in one table")
+                body = _summary(kind, shown)
+                figures += body.count("<svg")
+                blocks.append(body)
+                continue
+            for i, r in enumerate(shown, 1):
+                say(f"{kind.split('.')[-1]} {i:,}/{len(shown):,}")
                 try:
                     name, body = HANDLERS.get(kind, _generic)(r, r.result or {})
                 except Exception as e:  # noqa: BLE001 - a record of an unexpected shape is listed, never fatal
@@ -283,10 +487,18 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
                 blocks.append(f"<h3>{_e(name)}</h3><p class='meta'>{_e(r.command)} — recorded {_e(r.created)} — "
                               f"{_e(Path(r.path).name)}</p>{body}")
         if number == 1:
-            compared = [block for _, block in _compared(by_kind)]
-            figures += len(compared)
-            blocks += compared
+            say("side by side")
+            groups = _sources(by_kind)
+            if len(groups) > ONE_EACH:
+                block = _compared_summary(groups)
+                figures += block.count("<svg")
+                blocks.append(block)
+            else:
+                compared = [block for _, block in _compared(by_kind)]
+                figures += len(compared)
+                blocks += compared
         if number == 3 and runs:
+            say(f"runs: {len(runs):,}")
             rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.reason] for x in runs]
             svg = runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision, "name": x.name}
                                   for x in runs])
@@ -304,6 +516,7 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
     if bad:
         parts.append("<section id='unreadable'><h2>Records that could not be read</h2>"
                      + _table(["file", "error"], [[r.path, r.error] for r in bad]) + "</section>")
+    say("writing")
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>"

@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,14 +99,16 @@ def _guards_checked(m: Manifest, root: str | Path | None) -> list[str]:
 
 
 def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Path | None = None,
-                  force: bool = False) -> BundleResult:
-    """Write the hand-over bundle of the accepted run (see the module docstring).
+                  force: bool = False, progress: Callable[[str], None] | None = None) -> BundleResult:
+    """Write the hand-over bundle of the accepted run (see the module docstring). progress: called with each phase
+    as it begins ('artifacts 1/3', 'report: records 250/1,000', 'limits', 'hashes 2/9').
 
     Raises:
         InputError: no accepted run, out_dir exists (unless force), an artifact missing or changed since recorded.
     """
     from .build import build_report
 
+    say = progress or (lambda _phase: None)
     store = Store(root)
     m = _accepted(store, run)
     base = store.read(m.baseline) if m.baseline else None
@@ -115,9 +118,9 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.campaign-"))
     try:
-        for a in m.artifacts:
-            if a.kind.split(":")[0] not in SHIPPED:
-                continue
+        shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
+        for i, a in enumerate(shipped, 1):
+            say(f"artifacts {i:,}/{len(shipped):,}")
             src = Path(a.path)
             if not src.exists():
                 raise InputError(f"{src}: recorded as the run's {a.kind} but gone; restore it or record it again")
@@ -135,11 +138,16 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
                 if (folder / name).is_file():
                     (stage / tag).mkdir(exist_ok=True)
                     shutil.copy2(folder / name, stage / tag / name)
-        build_report(stage / "report.html", root=root, title=f"Campaign report: {m.name}")
+        build_report(stage / "report.html", root=root, title=f"Campaign report: {m.name}",
+                     progress=lambda phase: say(f"report: {phase}"))
+        say("limits")
         limits = _limits(m, root)
         atomic_write_text(stage / "README.md", _readme(m, base, limits))
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
-        hashes = {f: sha256_file(stage / f) for f in files}
+        hashes = {}
+        for i, f in enumerate(files, 1):
+            say(f"hashes {i:,}/{len(files):,}")
+            hashes[f] = sha256_file(stage / f)
         atomic_write_json(stage / "bundle.json", {
             "schema": SCHEMA, "run": m.id, "baseline": m.baseline,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),

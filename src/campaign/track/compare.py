@@ -5,6 +5,7 @@ baseline's, through `campaign regress`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,10 @@ def diff_runs(a: str, b: str, *, root: str | Path | None = None) -> RunDiff:
     return RunDiff(a, b, tuple(diffs), sets, tuple(checks))
 
 
-def check_run(run_id: str, *, root: str | Path | None = None) -> Any:
-    """The run's guards on its predictions against its baseline's (a RegressionReport).
+def check_run(run_id: str, *, root: str | Path | None = None,
+              progress: Callable[[str], None] | None = None) -> Any:
+    """The run's guards on its predictions against its baseline's (a RegressionReport). progress: called with each
+    phase as it begins ('predictions of the baseline', 'predictions of the run', 'regress').
 
     Raises:
         InputError: no baseline, no guards, or either run lacks a 'predictions' artifact (or the file changed).
@@ -98,7 +101,13 @@ def check_run(run_id: str, *, root: str | Path | None = None) -> Any:
             raise InputError(f"{art.path}: the predictions of run {r.id} changed or are gone since they were recorded")
         return art.path
 
-    return regress(predictions(base), predictions(m), guards=list(m.guards))
+    say = progress or (lambda _phase: None)
+    say("predictions of the baseline")
+    before = predictions(base)
+    say("predictions of the run")
+    after = predictions(m)
+    say("regress")
+    return regress(before, after, guards=list(m.guards))
 
 
 __all__ = ["Difference", "RunDiff", "check_run", "diff_runs"]

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ def _ms(text: str) -> int:
     return int(parse_time(text).timestamp() * 1000)
 
 
-def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force: bool = False) -> int:
-    """Write every run of the store into a new MLflow file store at out_dir; returns the runs exported.
+def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force: bool = False,
+                  progress: Callable[[str], None] | None = None) -> int:
+    """Write every run of the store into a new MLflow file store at out_dir; returns the runs exported. progress:
+    called with 'runs 3/120' as each run is written.
 
     Raises:
         InputError: out_dir exists (unless force) or is not a folder.
@@ -59,7 +62,9 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
     try:
         client = MlflowClient(tracking_uri=stage.resolve().as_uri())
         experiment = client.create_experiment("campaign")
-        for row in rows:
+        for i, row in enumerate(rows, 1):
+            if progress is not None:
+                progress(f"runs {i:,}/{len(rows):,}")
             if row.status == "invalid" and row.name == row.id and not row.created:
                 continue                                   # unreadable manifest: nothing to export but its id
             m = store.read(row.id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .store import default_root
 
 SCHEMA = "campaign.record/1"
 VARIABLE = "CAMPAIGN_RECORD"
+PROGRESS_EVERY = 250          # records read between two progress calls
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,16 @@ def save_record(result: Any, *, command: str, argv: list[str] | tuple[str, ...] 
     return path
 
 
-def load_records(root: str | Path | None = None) -> list[SavedRecord]:
-    """Every saved record, oldest first; unreadable ones carry their error."""
+def load_records(root: str | Path | None = None, *,
+                 progress: Callable[[str], None] | None = None) -> list[SavedRecord]:
+    """Every saved record, oldest first; unreadable ones carry their error. progress: called with
+    'records 3,000/10,000' every PROGRESS_EVERY records and at the end."""
     folder = (Path(root) if root is not None else default_root()) / "records"
     out = []
-    for path in sorted(folder.glob("*/*.json"), key=lambda p: p.name):
+    paths = sorted(folder.glob("*/*.json"), key=lambda p: p.name)
+    for i, path in enumerate(paths, 1):
+        if progress is not None and (i % PROGRESS_EVERY == 0 or i == len(paths)):
+            progress(f"records {i:,}/{len(paths):,}")
         try:
             doc = load_json(path, "campaign record")
             if not isinstance(doc, dict) or doc.get("record") != SCHEMA or not isinstance(doc.get("result"), dict):

@@ -203,15 +203,15 @@ def test_the_report_command_shows_progress_unless_json(cli, tmp_path, monkeypatc
     pytest.importorskip("matplotlib")
     from contextlib import contextmanager
 
-    import campaign.cli.render.track as render_track
+    import campaign.cli.render as render
 
     shown: list[tuple[str, str]] = []
 
     @contextmanager
-    def reporter(label, **_):
-        yield lambda phase: shown.append((label, phase))
+    def reporter(label, *, enabled=True):
+        yield (lambda phase: shown.append((label, phase))) if enabled else (lambda _phase: None)
 
-    monkeypatch.setattr(render_track, "progress_reporter", reporter)
+    monkeypatch.setattr(render, "progress_reporter", reporter)
     monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
     _memory_records(1)
     assert cli("report", "--out", str(tmp_path / "a.html")).code == 0

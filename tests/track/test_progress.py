@@ -44,3 +44,24 @@ def test_export_mlflow_counts_the_runs(tmp_path, monkeypatch):
     phases: list[str] = []
     assert export_mlflow(tmp_path / "mlruns", progress=phases.append) == 2
     assert phases == ["runs 1/2", "runs 2/2"]
+
+
+def test_the_long_track_commands_hand_the_spinner_to_the_library_unless_json(cli, tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    import campaign.cli.render as render
+
+    shown: list[tuple[str, str]] = []
+
+    @contextmanager
+    def reporter(label, *, enabled=True):
+        yield (lambda phase: shown.append((label, phase))) if enabled else (lambda _phase: None)
+
+    monkeypatch.setattr(render, "progress_reporter", reporter)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    assert cli("run", "start", "x", "--data", "d.jsonl").code == 0
+    assert [p for label, p in shown if label == "run start"] == ["code", "data 1/1", "environment", "manifest"]
+    shown.clear()
+    assert cli("run", "start", "y", "--json").code == 0
+    assert shown == []

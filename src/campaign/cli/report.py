@@ -23,9 +23,9 @@ def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to wri
     `campaign --record ...` and the runs, each figure saying how it was obtained and when, and what is missing."""
     from ..report.build import build_report
     from .render.report import report as render_report
-    from .render.track import progress
+    from .render import progress_reporter
 
-    with progress("report", as_json) as say:
+    with progress_reporter("report", enabled=not as_json) as say:
         result = build_report(out, root=root, title=title, progress=say)
     o.emit(result, render_report, as_json)
 
@@ -42,8 +42,8 @@ def export(bundle: Annotated[Path, typer.Argument(help="A new folder for the bun
     its sha256. Written beside and renamed into place when complete."""
     from ..report.bundle import export_bundle
     from .render.report import bundle as render_bundle
-    from .render.track import progress
+    from .render import progress_reporter
 
-    with progress("export", as_json) as say:
+    with progress_reporter("export", enabled=not as_json) as say:
         result = export_bundle(bundle, run=run, root=root, force=force, progress=say)
     o.emit(result, render_bundle, as_json)

@@ -74,9 +74,9 @@ def start(
     """Start a run: its manifest with the hypothesis, guards, baseline and the one change against it, data hashes,
     the git commit with the uncommitted diff, and the environment actually used. Prints the run's id."""
     from ..track.run import start_run
-    from .render.track import progress
+    from .render import progress_reporter
 
-    with progress("run start", as_json) as say:
+    with progress_reporter("run start", enabled=not as_json) as say:
         m = start_run(name, hypothesis=hypothesis, guards=guard or [], params=_nested(param or []),
                       baseline=baseline, data=data or [], seeds=seed or [], tags=tag or [], root=root, owner_pid=0,
                       stale_after=_duration(stale_after), status="planned" if planned else "running",
@@ -170,9 +170,9 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     fails."""
     from ..track.compare import check_run
     from .render.evaluate import regress
-    from .render.track import progress
+    from .render import progress_reporter
 
-    with progress("runs check", as_json) as say:
+    with progress_reporter("runs check", enabled=not as_json) as say:
         report = check_run(run_id, root=root, progress=say)
     o.emit(report, regress, as_json, failed=not report.passed)
 
@@ -184,9 +184,9 @@ def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder f
     """Every run into an MLflow file store (parameters, metrics at their steps, status, tags), written with MLflow's
     own client (the mlflow extra)."""
     from ..track.export import export_mlflow
-    from .render.track import progress
+    from .render import progress_reporter
 
-    with progress("runs export") as say:
+    with progress_reporter("runs export") as say:
         exported = export_mlflow(mlflow, root=root, force=force, progress=say)
     print(f"exported {exported} runs to {mlflow}")
 

@@ -2,25 +2,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from . import checks, console, escape, progress_reporter, table
+from . import checks, console, escape, table
 
 STATUS = {"completed": "green", "running": "cyan", "planned": "white", "stopped": "yellow", "failed": "red",
           "invalid": "red"}
-
-
-@contextmanager
-def progress(label: str, as_json: bool = False) -> Iterator[Callable[[str], None]]:
-    """The phase callback a long command hands its library call: the spinner on a terminal (progress_reporter),
-    nothing under --json or when stderr is not a terminal."""
-    if as_json:
-        yield lambda _phase: None
-        return
-    with progress_reporter(label) as say:
-        yield say
 
 
 def _status(s: str) -> str:

@@ -236,3 +236,21 @@ def test_progress_is_drawn_on_a_terminal_only(tmp_path):
     piped = subprocess.run([sys.executable, "-m", "campaign", "report", "--out", str(tmp_path / "p.html")],
                            capture_output=True, text=True, env=env, timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_many_records_of_an_unexpected_shape_are_listed_not_fatal(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from campaign.report import build
+
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    monkeypatch.setattr(build, "ONE_EACH", 1)
+    _memory_records(2)
+    path = sorted((tmp_path / "root" / "records" / "memory").glob("*.json"))[0]
+    doc = json.loads(path.read_text())
+    doc["result"]["fits"] = 7                                 # not a list
+    doc["result"]["checks"] = "not a list either"
+    path.write_text(json.dumps(doc))
+    result = build.build_report(tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "could not be drawn (TypeError" in page and result.records == 2
+    assert all(p.name in page for p in (tmp_path / "root" / "records" / "memory").glob("*.json"))

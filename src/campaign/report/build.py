@@ -332,7 +332,8 @@ def _generic_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], st
     rows = []
     for r in rs:
         d = r.result or {}
-        checks = [c for c in d.get("checks") or [] if isinstance(c, dict)]
+        listed = d.get("checks")
+        checks = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
         counted: dict[str, int] = {}
         for c in checks:
             counted[str(c.get("status"))] = counted.get(str(c.get("status")), 0) + 1

@@ -67,8 +67,10 @@ def _click_command(args: list[str]) -> Any:
 
 
 def _help_wanted(args: list[str]) -> bool:
-    """Whether this command line may print a help page: --help/-h anywhere, no command, or a group alone."""
-    return len(args) < 2 or any(a in ("--help", "-h") for a in args)
+    """Whether this command line may print a help page: --help/-h anywhere, no command, or a group alone (`campaign
+    runs`). A guess for speed only: typer imports its formatter itself whenever it prints help."""
+    return not args or any(a in ("--help", "-h") for a in args) or \
+        len(args) == 1 and any(g.name == args[0] for g in app.registered_groups)
 
 
 def _import_help_formatter() -> None:

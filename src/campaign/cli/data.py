@@ -191,7 +191,7 @@ def usage(
     from .render.data import usage as render_usage
 
     with progress_reporter("usage", enabled=not as_json) as tell:   # the split's files are hashed again
-        tell(f"checking the hashes of the split files {manifest} names")
+        tell(f"the ledger of {manifest}, the split's hashes checked")
         report = use_split(manifest, split=record, purpose=purpose, note=note, run=run,
                            max_final_uses=max_final_uses, final_split=final_split)
     o.emit(report, render_usage, as_json, failed=not report.passed)

@@ -85,10 +85,10 @@ def split(
         raise InputError(f"engine {engine!r} is unknown; use local or ray")
     if engine == "ray":
         from ..data.ray_split import split_ray
-        from .render import progress_reporter
+        from .render import escape, progress_reporter
 
         with progress_reporter("split", enabled=not as_json) as tell:
-            tell(f"{data} on Ray: sketch, units, assignment, shards written and checked")
+            tell(f"{escape(data)} on Ray: sketch, units, assignment, shards written and checked")
             shard_split = split_ray(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
                                     stratify=stratify, seed=seed,
                                     dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
@@ -187,11 +187,11 @@ def usage(
     Exit 0 when the final split is within its limit, 1 when it is over (or was trained on), 2 on bad input.
     """
     from ..track.usage import use_split
-    from .render import progress_reporter
+    from .render import escape, progress_reporter
     from .render.data import usage as render_usage
 
     with progress_reporter("usage", enabled=not as_json) as tell:   # the split's files are hashed again
-        tell(f"the ledger of {manifest}, the split's hashes checked")
+        tell(f"the ledger of {escape(manifest)}, the split's hashes checked")
         report = use_split(manifest, split=record, purpose=purpose, note=note, run=run,
                            max_final_uses=max_final_uses, final_split=final_split)
     o.emit(report, render_usage, as_json, failed=not report.passed)

@@ -46,11 +46,11 @@ def errors(
     Exit 0 when analyzed, 2 on bad input.
     """
     from ..evaluate.analysis import analyze_errors
-    from .render import progress_reporter
+    from .render import escape, progress_reporter
     from .render.evaluate import errors as render_errors
 
     with progress_reporter("errors", enabled=not as_json) as tell:   # scikit-learn's import alone takes a second
-        tell(f"{task} metrics of {predictions}" + (", the plot" if plot else ""))
+        tell(f"{escape(task)} metrics of {escape(predictions)}" + (", the plot" if plot else ""))
         rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                              schema=schema, required=_split(required), slice_by=slice_by, top=top,
                              review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed, plot=plot)

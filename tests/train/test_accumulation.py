@@ -114,3 +114,19 @@ def test_cli_exit_codes_and_json(cli):
     with pytest.raises(InputError, match="FILE.py:FUNCTION"):
         check_accumulation("setup.py")
     json.dumps(check_accumulation(f"{EXAMPLE}:make_setup").to_dict())
+
+
+def test_progress_names_each_gradient_and_bad_options_come_before_the_setup_is_built(tmp_path):
+    phases: list[str] = []
+    check_accumulation(f"{EXAMPLE}:make_setup", normalization="token", progress=phases.append)
+    assert phases == [f"building the setup ({EXAMPLE}:make_setup)",
+                      "gradient 1/3: the whole update at once (4 micro-batches)",
+                      "gradient 2/3: accumulated over 4 micro-batches, token normalization",
+                      "gradient 3/3: accumulated over 4 micro-batches, micro batch mean normalization"]
+    marker = tmp_path / "imported"
+    setup = _write_setup(tmp_path, f"open({str(marker)!r}, 'w').write('ran')\ndef make_setup():\n    pass\n")
+    for kwargs, fragment in [({"processes": 0}, "processes 0"), ({"accumulation": 0}, "accumulation 0"),
+                             ({"normalization": "mean"}, "normalization 'mean'")]:
+        with pytest.raises(InputError, match=fragment):
+            check_accumulation(setup, **kwargs)
+    assert not marker.exists()

@@ -425,3 +425,59 @@ def test_the_measured_step_stands_beside_campaign_memorys_estimate():
     assert status(r, "step.memory_as_estimated") == "pass"
     # the estimate counts the frozen embedding as trained (a full fine-tune), and says so
     assert any("16,384 frozen elements" in n for n in r.notes)
+
+
+# -- speed: the fresh processes start ahead, small steps on one thread; progress --------------------------------------
+
+PIDS = textwrap.dedent('''
+    import os
+    from pathlib import Path
+
+    _base = make_setup
+
+
+    def make_setup():                          # each process that builds the setup says so
+        with open(Path(__file__).with_name("built"), "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        return _base()
+''')
+
+
+def test_the_resume_runs_in_a_fresh_process_that_builds_the_setup_itself_and_progress_names_each_check(tmp_path):
+    import os
+
+    path = Path(setup_file(tmp_path))
+    path.write_text(path.read_text() + PIDS)
+    torch.set_num_threads(2)
+    phases: list[str] = []
+    r = check(f"{path}:make_setup", overfit_steps=1, overfit_drop=0.01, progress=phases.append)
+    assert status(r, "resume.next_step_equal") == "pass" and r.resume.grads_max_diff == 0.0
+    built = (tmp_path / "built").read_text().split()
+    assert len(built) == 2 and built[0] != built[1] and str(os.getpid()) in built    # this process and a fresh one
+    assert torch.get_num_threads() == 2                  # one thread for the small step, put back afterwards
+    assert phases == [f"building the setup ({path}:make_setup)",
+                      "check 1/5: one step: loss, gradients, update",
+                      "check 2/5: the step's memory beside campaign memory's estimate",
+                      "check 3/5: resume in a fresh process",
+                      "check 4/5: batch independence",
+                      "check 5/5: overfitting one batch (1 update)"]
+
+
+def test_a_fresh_process_started_ahead_and_not_needed_is_ended(tmp_path):
+    from campaign.train.resume import FreshProcess
+
+    path = tmp_path / "setup.py"
+    path.write_text("import time\ntime.sleep(60)\n")
+    with FreshProcess(f"{path}:make_setup") as fresh:
+        assert fresh._proc.poll() is None
+    assert fresh._proc.poll() is not None                # killed, not left running
+
+
+def test_one_batch_skips_the_resume_and_its_fresh_process(tmp_path):
+    path = tmp_path / "setup.py"
+    path.write_text(SETUP + "\ndef one_batch():\n    s = make_setup()\n    s['batches'] = s['batches'][:1]\n"
+                            "    return s\n")
+    phases: list[str] = []
+    r = check(f"{path}:one_batch", overfit_steps=2, overfit_drop=0.01, progress=phases.append)
+    assert status(r, "resume.next_step_equal") == "skipped"
+    assert "check 4/4: overfitting one batch (2 updates)" in phases and not any("resume" in p for p in phases)

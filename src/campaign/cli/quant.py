@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -12,6 +12,15 @@ from . import common as o
 def register(app: typer.Typer) -> None:
     app.command("quant", epilog="Example: campaign quant examples/quant_setup.py:make_setup --formats int8,int4 "
                                 "--guard \"perplexity<=0.5\" --csv quant.csv --plot quant.png")(quant)
+
+
+def _progress(label: str, as_json: bool) -> Any:
+    """The spinner (render.progress_reporter), off under --json."""
+    from contextlib import nullcontext
+
+    from .render import progress_reporter
+
+    return nullcontext(lambda _phase: None) if as_json else progress_reporter(label)
 
 
 def _names(text: Optional[str]) -> Optional[list[str]]:
@@ -56,15 +65,11 @@ def quant(
     Exit 0 when no variant breaks a guard, 1 when one does (flagged), 2 on bad input: a format this machine cannot
     run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
     """
-    from ..compress.quant import compare_quant, plot_quant, write_csv
-    from .render import progress_reporter
+    from ..compress.quant import check_outputs, compare_quant, plot_quant, write_csv
     from .render.quant import render_quant
 
-    if plot is not None:
-        from ..evaluate.plots import _check_path
-
-        _check_path(plot)
-    with progress_reporter("quant") as tell:
+    check_outputs(csv=csv, plot=plot)          # the files written at the end: checked before anything runs
+    with _progress("quant", as_json) as tell:
         report = compare_quant(setup, formats=_names(formats), reference=reference, guards=guard or (), prices=prices,
                                group_size=group_size, context=context, sequences=sequences,
                                kv_dtypes=_names(kv_dtype), confidence=confidence, progress=tell)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -14,6 +14,15 @@ def register(app: typer.Typer) -> None:
     app.command("batch", epilog="Example: campaign batch examples/train_setup.py:make_setup --normalization token "
                                 "--processes 2")(batch)
     app.command("inspect", epilog="Example: campaign inspect examples/inspect_setup.py:make_setup")(inspect)
+
+
+def _progress(label: str, as_json: bool) -> Any:
+    """The spinner on stderr (render.progress_reporter: only on a terminal), off under --json."""
+    from contextlib import nullcontext
+
+    from .render import progress_reporter
+
+    return nullcontext(lambda _phase: None) if as_json else progress_reporter(label)
 
 
 def batch(
@@ -33,13 +42,12 @@ def batch(
     Exit 0 when it does, 1 when it does not, 2 on bad input (needs the torch extra).
     """
     from ..train.accumulation import check_accumulation
-    from .render import progress_reporter
     from .render.train import render_batch
 
-    with progress_reporter("batch") as tell:
-        tell(f"accumulating over {processes} process(es)")
+    with _progress("batch", as_json) as tell:
         report = check_accumulation(setup, accumulation=accumulation, processes=processes,
-                                    normalization=normalization.replace("-", "_") if normalization else None)
+                                    normalization=normalization.replace("-", "_") if normalization else None,
+                                    progress=tell)
     o.emit(report, render_batch, as_json, failed=not report.passed)
 
 
@@ -68,13 +76,15 @@ def check(
     (needs the torch extra).
     """
     from ..train.check import check as run_checks
-    from .render import progress_reporter
     from .render.train import render_check
 
-    with progress_reporter("check") as tell:
-        tell("one step, resume in a fresh process, overfit")
+    if out is not None:
+        from ..train.setup import writable_file
+
+        writable_file(out, "--out")   # the record is written at the end: its path is checked before anything runs
+    with _progress("check", as_json) as tell:
         report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
-                            checkpoint_dir=checkpoint_dir, resume=resume)
+                            checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
     if out is not None:
         from ..io import atomic_write_json
 
@@ -97,9 +107,8 @@ def inspect(
     (needs the torch extra).
     """
     from ..train.inspect import inspect as run_inspect
-    from .render import progress_reporter
     from .render.train import render_inspect
 
-    with progress_reporter("inspect") as tell:
+    with _progress("inspect", as_json) as tell:
         report = run_inspect(setup, examples=examples, progress=tell)
     o.emit(report, render_inspect, as_json, failed=not report.passed)

@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,7 +148,8 @@ def _zero(model: Any) -> None:
 
 
 def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = None, processes: int = 1,
-                       normalization: str | None = None, timeout: float = 600) -> BatchReport:
+                       normalization: str | None = None, timeout: float = 600,
+                       progress: Callable[[str], None] | None = None) -> BatchReport:
     """Effective batch and the accumulation check for a setup (see the module docstring).
 
     Args:
@@ -157,13 +158,21 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
         processes: 1 here, or 2+ run for real under torchrun with DDP (gloo on the CPU).
         normalization: what the training loop does: 'token' or 'micro_batch_mean' (default: the setup's, else
             'micro_batch_mean', what `loss / steps` with an HF model's own mean loss gives).
+        progress: called with each phase as it starts ('gradient 2/3: accumulated, token normalization').
     Raises:
         InputError: a bad setup, too few batches, unequal batch fields, an unknown normalization.
     """
+    tell = progress or (lambda _phase: None)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:   # before the setup is built
+        raise InputError(f"processes {processes!r} must be a whole number >= 1")
+    if accumulation is not None and (isinstance(accumulation, bool) or not isinstance(accumulation, int)
+                                     or accumulation < 1):
+        raise InputError(f"accumulation {accumulation!r} must be a whole number >= 1")
+    if normalization is not None and normalization not in ("token", "micro_batch_mean"):
+        raise InputError(f"normalization {normalization!r} must be 'token' or 'micro_batch_mean'")
+    tell(f"building the setup{f' ({setup})' if isinstance(setup, str) else ''}")
     s = load_setup(setup)
     n = len(s.batches)
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise InputError(f"processes {processes!r} must be a whole number >= 1")
     accumulation = accumulation if accumulation is not None else n // processes
     if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
         raise InputError(f"accumulation {accumulation!r} must be a whole number >= 1")
@@ -178,11 +187,13 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     if processes > 1:
         if not isinstance(setup, str):
             raise InputError("a check over several processes runs the setup file in each: give 'setup.py:make_setup'")
+        tell(f"gradients under torchrun: {processes} processes x {accumulation} micro-batches (DDP, each "
+             "normalization against the whole update)")
         measured = _run_torchrun(setup, accumulation, processes, timeout)
         per_process = tuple(measured["tokens_per_process"])
         variants_raw = measured["variants"]
     else:
-        measured, variants_raw, per_process = None, _one_process(model, batches), ()
+        measured, variants_raw, per_process = None, _one_process(model, batches, tell), ()
     counts = tuple(tokens(model, b) for b in batches)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, 1e-4)
@@ -227,17 +238,21 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
                        source=s.source)
 
 
-def _one_process(model: Any, batches: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+def _one_process(model: Any, batches: Sequence[Mapping[str, Any]],
+                 tell: Callable[[str], None] = lambda _phase: None) -> dict[str, dict[str, float]]:
     """Each normalization's accumulated gradient against the whole update computed at once, on this process."""
     was_training = model.training
     model.eval()
     try:
         _zero(model)
+        tell(f"gradient 1/3: the whole update at once ({len(batches)} micro-batches)")
         loss, n_total = _token_loss_sum(model, concatenate(batches))
         (loss / n_total).backward()
         ref = _grads(model)
         out = {}
-        for norm in ("token", "micro_batch_mean"):
+        for i, norm in enumerate(("token", "micro_batch_mean"), 2):
+            tell(f"gradient {i}/3: accumulated over {len(batches)} micro-batches, {norm.replace('_', ' ')} "
+                 "normalization")
             _zero(model)
             for b in batches:
                 s, k = _token_loss_sum(model, b)

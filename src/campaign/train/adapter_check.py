@@ -15,12 +15,14 @@ from .setup import Setup
 from .step import StepFigures
 
 
-def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, timeout: float) -> list[Check]:
-    """The adapter's trainable count against LoRA's plan; saved with its binding; reloaded in a fresh process."""
+def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, timeout: float,
+                   fresh: Any = None) -> list[Check]:
+    """The adapter's trainable count against LoRA's plan; saved with its binding; reloaded in a fresh process
+    (`fresh`: a FreshProcess started ahead for `ref` in adapter mode; one is started here when None)."""
     import torch
 
     from .adapters import binding_of, planned_trainable, save_adapter
-    from .resume import FreshProcessFailed, run_fresh
+    from .resume import FreshProcess, FreshProcessFailed
     from .step import output_tensor
 
     out = []
@@ -44,7 +46,8 @@ def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, time
         out.append(Check("adapter.reload_equal", "skipped", "the setup was given as live objects",
                          "only a fresh process proves the adapter reloads onto the base", "give setup.py:make_setup"))
         return out
-    with tempfile.TemporaryDirectory(prefix="campaign-adapter-") as tmp:
+    with (fresh or FreshProcess(ref, "adapter")) as process, \
+            tempfile.TemporaryDirectory(prefix="campaign-adapter-") as tmp:
         folder = save_adapter(s.model, Path(tmp) / "adapter")
         was = s.model.training
         s.model.eval()
@@ -52,7 +55,7 @@ def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, time
             ours = output_tensor(s.model(**{k: v for k, v in batch.items() if k != "labels"})).detach().cpu()
         s.model.train(was)
         try:
-            theirs = run_fresh(ref, folder, Path(tmp) / "outputs.safetensors", mode="adapter", timeout=timeout)["outputs"]
+            theirs = process.run(folder, Path(tmp) / "outputs.safetensors", timeout=timeout)["outputs"]
         except FreshProcessFailed as e:
             out.append(Check("adapter.reload_equal", "fail", str(e), "an adapter that does not load onto the base "
                              "it is shipped with cannot be used", "build the exact base (same revision, same seed "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,10 @@ _REVISION = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
 
 
 def is_adapter_model(model: Any) -> bool:
-    """A peft model (LoRA or another tuner) wrapping a base."""
+    """A peft model (LoRA or another tuner) wrapping a base. Without peft imported there is none (and importing
+    it to find out would cost a second)."""
+    if "peft" not in sys.modules:
+        return False
     try:
         from peft import PeftModel
     except ImportError:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,12 @@ SCHEMA = "campaign.check/1"
 # (an init scale, a missing 1/sqrt(d)) or the loss is summed instead of averaged (Karpathy, "A recipe for training
 # neural networks", 2019: "verify loss @ init").
 INIT_LOSS_HIGH = 1.5
+# A step of at most this many parameter x token products (a forward of ~1.7e10 floating-point operations) runs on
+# one CPU thread: the checks compare and count, they do not time, and a parallel region waits for every thread it
+# spans, which on a shared machine (or beside the fresh process starting up) costs more than splitting the work
+# gains: the example's step takes 15 ms on one thread and 73 ms on two of 2 shared cores (load 4.5), a 13M-parameter
+# step on 1,024 tokens 1.6 s and 3.7-6.2 s.
+ONE_THREAD_WORK = 2**33
 # A measured phase within this factor of the estimate agrees (the estimate's published figures are within 10%; a
 # small CPU step adds the allocator's 512-byte rounding and the kernels' scratch, which weigh more at that size).
 ESTIMATE_BAND = 1.25
@@ -82,25 +90,62 @@ class CheckReport(Result):
 
 def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: float = 0.5,
           overfit_lr: float | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
-          timeout: float = 600) -> CheckReport:
+          timeout: float = 600, progress: Callable[[str], None] | None = None) -> CheckReport:
     """Run every check on a setup ('setup.py:make_setup', a factory, or a Setup with live objects).
+
+    The fresh processes of the resume test (and, for a peft model, of the adapter reload) are started as soon as
+    the setup file is known, so that their start-up (Python, torch, the setup's imports and build) runs while this
+    process builds its own setup and takes its steps; each still builds everything from the file and receives
+    only the checkpoint's folder (train/resume.py).
 
     Args:
         overfit_steps: updates on the first batch; its loss must fall by `overfit_drop` (a fraction) within them.
         overfit_lr: learning rate for that test only (default: the optimizer's own).
         checkpoint_dir: where the resume test writes its checkpoint (kept); default a temporary folder.
         resume: run the checkpoint/resume test (needs the setup as a file, to build it again in a fresh process).
+        progress: called with each phase as it starts ('check 3/6: resume in a fresh process').
     Raises:
         InputError: a bad setup (no optimizer, a loss that is not a scalar), an unwritable checkpoint folder.
     """
-    import torch
-
     if isinstance(overfit_steps, bool) or not isinstance(overfit_steps, int) or not 1 <= overfit_steps <= 10_000:
         raise InputError(f"overfit steps {overfit_steps!r} must be a whole number from 1 to 10000")
     if not 0 < overfit_drop < 1:
         raise InputError(f"overfit drop {overfit_drop!r} must be a fraction between 0 and 1, e.g. 0.5")
     if overfit_lr is not None and not overfit_lr > 0:
         raise InputError(f"overfit learning rate {overfit_lr!r} must be > 0")
+    if checkpoint_dir is not None and resume and _a_file(setup):       # before the setup is built
+        from .resume_check import _writable
+
+        _writable(Path(checkpoint_dir))
+    tell = progress or (lambda _phase: None)
+    from .resume import FreshProcess
+
+    with ExitStack() as started:
+        # the resume test's fresh process starts now: its start-up overlaps this process's own
+        fresh = started.enter_context(FreshProcess(setup, "resume")) if resume and _a_file(setup) else None
+        tell(f"building the setup{f' ({setup})' if isinstance(setup, str) else ''}")
+        s = _loaded(setup)
+        from .adapters import is_adapter_model
+
+        adapter = is_adapter_model(s.model)
+        adapter_fresh = started.enter_context(FreshProcess(setup, "adapter")) \
+            if adapter and isinstance(setup, str) else None
+        return _run(s, setup, fresh, adapter_fresh, adapter, tell, overfit_steps=overfit_steps,
+                    overfit_drop=overfit_drop, overfit_lr=overfit_lr, checkpoint_dir=checkpoint_dir, resume=resume,
+                    timeout=timeout)
+
+
+def _a_file(setup: Any) -> bool:
+    """A 'FILE.py:FUNCTION' whose file exists: what a fresh process can build again."""
+    if not isinstance(setup, str):
+        return False
+    path, sep, name = setup.rpartition(":")
+    return bool(sep) and name.isidentifier() and Path(path).is_file()
+
+
+def _loaded(setup: Any) -> Setup:
+    import torch
+
     s = load_setup(setup)
     if s.optimizer is None or not isinstance(s.optimizer, torch.optim.Optimizer):
         raise InputError(f"{s.source or 'the setup'}: needs the optimizer (a torch.optim.Optimizer over the model's "
@@ -111,15 +156,37 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
                                     or not all(isinstance(t, str) for t in s.trainable)):
         raise InputError(f"{s.source or 'the setup'}: trainable must be a list of parameter-name globs or module "
                          f"names (e.g. ['*lora_*', 'score']), not {s.trainable!r}")
+    return s
+
+
+def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, tell: Callable[[str], None], *,
+         overfit_steps: int, overfit_drop: float, overfit_lr: float | None, checkpoint_dir: str | Path | None,
+         resume: bool, timeout: float) -> CheckReport:
     from .step import cross_row_gradient, device_of, first_rows, overfit, to_device
 
     device = device_of(s.model)
     batches = [to_device(b, device) for b in s.batches]
+    runs_resume = resume and isinstance(setup, str) and len(batches) >= 2
+    phases = ["one step: loss, gradients, update", "the step's memory beside campaign memory's estimate",
+              *(["resume in a fresh process"] if runs_resume else []),
+              *(["the adapter: saved, bound to its base, reloaded in a fresh process"] if adapter else []),
+              "batch independence",
+              f"overfitting one batch ({overfit_steps} update{'s' if overfit_steps > 1 else ''})"]
+    done = iter(range(1, len(phases) + 1))
+
+    def next_phase() -> None:
+        n = next(done)
+        tell(f"check {n}/{len(phases)}: {phases[n - 1]}")
+
     kept = _keep(s)
+    threads = ExitStack()
     try:
+        threads.enter_context(_threads_for(s.model, batches[0]))
+        next_phase()
         meter, fig = _first_step(s, batches[0])
         checks = _step_checks(fig, s)
         measured = meter.result(label="campaign check: one step")
+        next_phase()
         compared, notes = _beside_estimate(s, batches[0], measured)
         checks.append(_estimate_check(compared))
         resumed = None
@@ -133,16 +200,22 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
             checks.append(Check("resume.next_step_equal", "skipped", "the setup gives one batch; the resume test "
                                 "needs two (one before the checkpoint, one after)", "", "return two batches or more"))
         else:
-            resumed, found = resume_checks(s, setup, batches[1], checkpoint_dir, timeout, device)
+            next_phase()
+            resumed, found = resume_checks(s, setup, batches[1], checkpoint_dir, timeout, device, fresh)
             checks.extend(found)
-        from .adapters import is_adapter_model
-
-        if is_adapter_model(s.model):
-            checks.extend(adapter_checks(s, setup if isinstance(setup, str) else None, batches[0], fig, timeout))
+        if fresh is not None:
+            fresh.close()              # not needed (one batch), or already done
+        if adapter:
+            next_phase()
+            checks.extend(adapter_checks(s, setup if isinstance(setup, str) else None, batches[0], fig, timeout,
+                                         adapter_fresh))
+        next_phase()
         checks.append(_independence(s, batches[0], cross_row_gradient))
+        next_phase()
         losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
         checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
     finally:
+        threads.close()
         _restore(s, kept)
     classes = fig.classes
     first = batches[0].get("input_ids")
@@ -157,6 +230,26 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
         micro_batch=first_rows(batches[0]),
         sequence_length=int(first.shape[1]) if first is not None and first.dim() == 2 else None,
         notes=tuple(notes), source=s.source)
+
+
+@contextmanager
+def _threads_for(model: Any, batch: Any) -> Iterator[None]:
+    """One intra-op thread for a small step on the CPU (ONE_THREAD_WORK), the caller's setting otherwise; put back
+    afterwards. The fresh processes compute on as many threads as this process (train/resume.py)."""
+    import torch
+
+    ids = batch.get("input_ids") if hasattr(batch, "get") else None
+    tokens = int(ids.numel()) if ids is not None and hasattr(ids, "numel") else 1
+    params = sum(p.numel() for p in model.parameters())
+    before = torch.get_num_threads()
+    small = next(model.parameters()).device.type == "cpu" and params * tokens <= ONE_THREAD_WORK
+    if small and before > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _first_step(s: Setup, batch: Any) -> tuple[Any, StepFigures]:

@@ -148,13 +148,16 @@ def inspect(setup: str | Callable[[], Any] | Setup | Mapping[str, Any], *, examp
         setup: 'FILE.py:FUNCTION', a factory, a Setup or a dict (a notebook's live objects) with dataset,
             collate and (text) tokenizer.
         examples: examples shown per class, collated together as one batch.
-        progress: called with a phase line now and then over a large set.
+        progress: called with each phase: building the setup (from a file), then 'collating example 1,201 of
+            24,000' now and then over the set, then the examples shown.
     Raises:
         InputError: no dataset, no collate, no tokenizer for text, a collate that raises or returns neither
             input_ids nor pixel_values, a label_field or target_field the examples lack.
     """
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
         raise InputError(f"examples={examples!r} must be a whole number >= 1 (examples shown per class)")
+    if progress is not None and isinstance(setup, str):       # the user's file runs: imports, tokenizer, data
+        progress(f"building the setup ({setup})")
     if isinstance(setup, Mapping):
         fields = dict(setup)
         setup = lambda: fields  # noqa: E731

@@ -3,8 +3,9 @@ takes. The parent saves after one update and goes on one more; a new Python proc
 file, reloads the checkpoint and takes that same next step. Weights as reloaded, the next loss, its gradients and
 the weights after the next update are compared: bitwise on the CPU, where the same kernels run in the same order.
 
-Run as `python -m campaign.train.resume resume|adapter SETUP DIR OUT` (the fresh process); `next_step` and
-`run_fresh` are the parent's side. In `adapter` mode the fresh process builds the setup, takes the adapters off its
+Run as `python -m campaign.train.resume resume|adapter SETUP` (the fresh process: it builds the setup, then reads
+the checkpoint's folder and the output file from stdin); `next_step` and `FreshProcess` are the parent's side, which
+starts it ahead of need so that its start-up overlaps the parent's own work. In `adapter` mode the fresh process builds the setup, takes the adapters off its
 model to get the bare base, loads the saved adapter onto it through `adapters.load_adapter` (which refuses another
 base) and writes the outputs on the first batch.
 """
@@ -82,25 +83,83 @@ def load(setup: Any, directory: Path) -> int:
     return load_checkpoint(directory, model=setup.model, optimizer=setup.optimizer, scheduler=setup.scheduler)
 
 
+class FreshProcess:
+    """A fresh Python process started ahead of need: it starts, imports, runs the setup file and builds the setup
+    (in adapter mode, the bare base too) while the parent works, then waits for the checkpoint's folder on its
+    stdin. It has nothing of the parent's but the environment and the setup file's path, as when it was started
+    at the moment of need: only the imports and the build overlap the parent's own work. `run` sends the folder
+    and waits for what it wrote; `close` (or leaving the `with`) ends a process that was not used.
+    """
+
+    def __init__(self, setup_ref: str, mode: str = "resume") -> None:
+        import tempfile
+
+        self.mode = mode
+        self._stderr = tempfile.TemporaryFile()
+        cmd = [sys.executable, "-m", "campaign.train.resume", mode, setup_ref]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._stderr,
+                                      env=env)
+
+    def run(self, directory: Path, out: Path, *, timeout: float = 600) -> dict[str, Any]:
+        """Hand the process the checkpoint (or adapter) folder and read what it wrote: {'position', 'loss', 'grads',
+        'after', 'loaded', 'lrs'} (tensors); in adapter mode {'outputs'}. It computes on as many threads as this
+        process does (so that the two computations of a step are the same on the CPU).
+
+        Raises:
+            FreshProcessFailed: the process failed (its last line is quoted).
+            InputError: it ran past the timeout (counted from the hand-over).
+        """
+        import json
+
+        import torch
+
+        order = json.dumps({"directory": str(directory), "out": str(out), "threads": torch.get_num_threads()})
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(order.encode() + b"\n")
+            self._proc.stdin.close()
+        except (BrokenPipeError, OSError):    # it has already exited: its stderr says why
+            pass
+        try:
+            code = self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise InputError(f"the fresh process ({self.mode}) did not finish in {timeout:.0f} s") from None
+        self._stderr.seek(0)
+        err = self._stderr.read().decode(errors="replace")
+        self._stderr.close()
+        if code != 0 or not out.is_file():
+            lines = [line for line in err.splitlines() if line.strip()]
+            raise FreshProcessFailed(f"the fresh process ({self.mode}) failed: {(lines or ['no output'])[-1][:300]}")
+        return _read(out, self.mode)
+
+    def close(self) -> None:
+        """End the process if it is still running (a check that did not need it, or an error in the parent)."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        for f in (self._proc.stdin, self._stderr):
+            if f is not None and not f.closed:
+                f.close()
+
+    def __enter__(self) -> "FreshProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_fresh(setup_ref: str, directory: Path, out: Path, *, mode: str = "resume",
               timeout: float = 600) -> dict[str, Any]:
-    """Run the fresh process and read what it wrote: {'position', 'loss', 'grads', 'after', 'loaded'} (tensors);
-    in adapter mode {'outputs'}.
+    """Start a fresh process now and run it on `directory` (FreshProcess.run)."""
+    with FreshProcess(setup_ref, mode) as fresh:
+        return fresh.run(directory, out, timeout=timeout)
 
-    Raises:
-        InputError: the process failed (its last line is quoted) or ran past the timeout.
-    """
+
+def _read(out: Path, mode: str) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    cmd = [sys.executable, "-m", "campaign.train.resume", mode, setup_ref, str(directory), str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise InputError(f"the fresh process ({mode}) did not finish in {timeout:.0f} s") from None
-    if done.returncode != 0 or not out.is_file():
-        lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
-        raise FreshProcessFailed(f"the fresh process ({mode}) failed: {(lines or ['no output'])[-1][:300]}")
     tensors = load_file(str(out))
     if mode == "adapter":
         return {"outputs": tensors["outputs"]}
@@ -112,8 +171,18 @@ def run_fresh(setup_ref: str, directory: Path, out: Path, *, mode: str = "resume
     return result
 
 
-def _worker(setup_ref: str, directory: str, out: str) -> None:
-    """The fresh process: build the setup, reload, take the next step, write everything as safetensors."""
+def _order() -> dict[str, Any] | None:
+    """The parent's hand-over, one JSON line on stdin: {'directory', 'out', 'threads'}; None when the parent closed
+    stdin without one (it did not need this process)."""
+    import json
+
+    line = sys.stdin.readline()
+    return json.loads(line) if line.strip() else None
+
+
+def _worker(setup_ref: str) -> None:
+    """The fresh process: build the setup, wait for the checkpoint, reload, take the next step, write everything
+    as safetensors."""
     import torch
     from safetensors.torch import save
 
@@ -121,7 +190,11 @@ def _worker(setup_ref: str, directory: str, out: str) -> None:
     from .setup import load_setup
 
     setup = load_setup(setup_ref)
-    position = load(setup, Path(directory))
+    order = _order()
+    if order is None:
+        return
+    torch.set_num_threads(int(order["threads"]))
+    position = load(setup, Path(order["directory"]))
     if position >= len(setup.batches):
         raise InputError(f"the checkpoint's next batch is {position}; the setup gives {len(setup.batches)}")
     loaded = full_state(setup.model)
@@ -131,10 +204,10 @@ def _worker(setup_ref: str, directory: str, out: str) -> None:
     tensors = {"loss": step.loss.cpu(), "position": torch.tensor(position), "lrs": step.lrs}
     for part, values in (("grads", step.grads), ("after", step.after), ("loaded", loaded)):
         tensors.update({f"{part}/{k}": v.cpu().contiguous() for k, v in values.items()})
-    atomic_write_bytes(out, save(tensors))
+    atomic_write_bytes(order["out"], save(tensors))
 
 
-def _adapter_worker(setup_ref: str, directory: str, out: str) -> None:
+def _adapter_worker(setup_ref: str) -> None:
     """The fresh process for an adapter: the setup's base without its adapters, the saved adapter loaded onto it
     (refused on another base), the outputs on the first batch in eval mode."""
     import torch
@@ -149,18 +222,22 @@ def _adapter_worker(setup_ref: str, directory: str, out: str) -> None:
     if setup.model is None:
         raise InputError("the setup returned no model")
     base = setup.model.unload()                  # the bare base: adapter layers taken off, nothing merged
-    model = load_adapter(base, directory)
+    order = _order()
+    if order is None:
+        return
+    torch.set_num_threads(int(order["threads"]))
+    model = load_adapter(base, order["directory"])
     model.eval()
     batch = to_device(setup.batches[0], device_of(model))
     with torch.no_grad():
         outputs = output_tensor(model(**{k: v for k, v in batch.items() if k != "labels"}))
-    atomic_write_bytes(out, save({"outputs": outputs.detach().cpu().contiguous()}))
+    atomic_write_bytes(order["out"], save({"outputs": outputs.detach().cpu().contiguous()}))
 
 
 if __name__ == "__main__":
     try:
-        mode, *args = sys.argv[1:5]
-        (_adapter_worker if mode == "adapter" else _worker)(*args)
+        mode, ref = sys.argv[1:3]
+        (_adapter_worker if mode == "adapter" else _worker)(ref)
     except Exception as e:  # the parent quotes the last line
         from .setup import first_line
 

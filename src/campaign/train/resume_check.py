@@ -50,11 +50,14 @@ def _first(e: BaseException) -> str:
 
 
 def resume_checks(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | None, timeout: float,
-            device: Any) -> tuple[ResumeFigures | None, list[Check]]:
-    from .resume import FreshProcessFailed, next_step, run_fresh, save
+                  device: Any, fresh: Any = None) -> tuple[ResumeFigures | None, list[Check]]:
+    """fresh: a FreshProcess (train/resume.py) started ahead for `ref` in resume mode; one is started here when
+    None. It is used or ended before this returns."""
+    from .resume import FreshProcess, FreshProcessFailed, next_step, save
     from .step import full_state
 
-    with tempfile.TemporaryDirectory(prefix="campaign-check-") as tmp:
+    with (fresh or FreshProcess(ref, "resume")) as process, \
+            tempfile.TemporaryDirectory(prefix="campaign-check-") as tmp:
         folder = Path(checkpoint_dir) / "step-1" if checkpoint_dir is not None else Path(tmp) / "step-1"
         if checkpoint_dir is not None:
             _writable(Path(checkpoint_dir))
@@ -67,7 +70,7 @@ def resume_checks(s: Setup, ref: str, batch: Any, checkpoint_dir: str | Path | N
         saved = full_state(s.model)
         ours = next_step(s.model, s.optimizer, s.scheduler, batch, s.loss)
         try:
-            theirs = run_fresh(ref, folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
+            theirs = process.run(folder, Path(tmp) / "resumed.safetensors", timeout=timeout)
         except FreshProcessFailed as e:
             return None, [Check("resume.files_written", "pass" if files else "fail", f"{len(files)} files"),
                           Check("resume.next_step_equal", "fail", f"reloading in a fresh process failed: {e}",

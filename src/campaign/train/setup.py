@@ -7,6 +7,7 @@ directory here.
 """
 from __future__ import annotations
 
+import os
 import runpy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,26 @@ def call_factory(factory: Callable[[], Any], where: str) -> Any:
         return factory()
     except Exception as e:
         raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
+
+
+def writable_file(path: str | os.PathLike[str], what: str) -> Path:
+    """A file a command writes at its end (--out, --csv, --plot), checked before it starts: not a folder, in a
+    folder that exists or can be made (the writers make the missing ones) and that this user can write in.
+
+    Raises:
+        InputError: one line naming the option and the path.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what} {str(p)!r} is a folder; give a file name in it")
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"{what} {str(p)!r}: {str(folder)!r} is a file, not a folder; choose another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {str(p)!r}: the folder {str(folder)!r} is not writable; choose another path")
+    return p
 
 
 def first_line(e: BaseException) -> str:

@@ -187,6 +187,15 @@ class CachingAllocator:
                     keep.append(entry)
             pool[:] = keep  # in place: malloc holds this list
 
+    def state(self) -> tuple:
+        """Everything the next events' outcome depends on but the live blocks: the counters and peaks, and each
+        pool's free blocks by (size, segment, offset). Two equal states with the same live blocks replay the same
+        events identically (the allocator is deterministic)."""
+        tails = tuple(None if b is None else (b[SIZE], b[SEG], b[OFF], b[FREE]) for b in self._tail.values())
+        return (self.allocated, self.reserved, self.peak_allocated, self.peak_reserved, self.segments, self.released,
+                self.release_above, self._whole_free, tails,
+                tuple(e[:3] for e in self._small), tuple(e[:3] for e in self._large))
+
     def reset_peaks(self) -> None:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 

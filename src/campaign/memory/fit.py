@@ -7,52 +7,120 @@ from typing import Any
 
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
+from .constants import LARGE_BUFFER, ROUND_LARGE
 from .estimate import Fit, MemoryEstimate, allocator_limit, estimate_memory, parse_reserve
 from .kv import largest_satisfying
 from .workload import Workload
 
 
-def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
-              cache: dict[int, tuple[int, int | None]] | None = None, **options: Any) -> int:
-    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1); for the
-    batch, the largest for which every smaller batch fits too (each one is checked).
+# The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
+# 1024 tokens with checkpointing: 20.4 GiB at batch 39, 0.2 at 40; llama-3.1-8b: 21.7 GiB at batch 3, 0.9 at 4):
+# what it caches is what the step freed, so it is bounded by the step's transient tensors (activations, logits,
+# temporaries, cache: the estimate's --fragmentation 100%), at most 1.15 times them over the catalog's models and
+# workloads. OVERHEAD_FACTOR times them plus two of the allocator's 20 MiB segments (kLargeBuffer) is the margin: a
+# probe whose lower bound leaves more room than that fits without a replay. tests/memory/test_solve.py checks that the
+# answers equal the exhaustive check's on every catalog model, training and inference, on five cards.
+OVERHEAD_FACTOR = 1.25
+OVERHEAD_FLOOR = 2 * LARGE_BUFFER
 
-    Each probe's allocator replay runs against the card (estimate_memory's card_bytes): before it would reserve
-    more than the card leaves it, the allocator releases its cached free segments, so a probe whose tensors fit is
-    not refused for cache it would have given back, and the answers are monotone where the tensors are.
-    A probe first takes the estimate without the allocator overhead, a lower bound of the required bytes (the
-    replayed overhead is never negative, nor is a --fragmentation share): when it already exceeds the card, the
-    probe fails without replaying the step. Then the estimate with the replay on a card with room to spare: when it
-    fits, so does the replay against the card, which releases nothing. `cache` (n -> (lower bound, required
-    bytes on a card with room to spare, or None)) may be shared between calls for several cards of the same
-    workload.
+
+class Probes:
+    """What a solve learned of one workload's probes, shared by the cards it is solved for: per value its lower
+    bound (the estimate without the allocator overhead), its margin (Probes.margin) and its required bytes on a card
+    with room to spare (the replay without a limit)."""
+
+    def __init__(self) -> None:
+        self.low: dict[int, int] = {}
+        self.margin: dict[int, int] = {}
+        self.required: dict[int, int] = {}
+
+
+def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | float) -> int:
+    """The most the allocator's replay can add to `est` (an estimate without the overhead), its reserve included:
+    OVERHEAD_FACTOR times the largest transient working set of any phase, plus OVERHEAD_FLOOR. A preallocated KV
+    cache is not transient: each of its 2 x layers tensors is its own segment, rounded up to 2 MiB; nor are the
+    last position's logits of an inference with it."""
+    w = est.workload
+    if w.training:
+        kinds: tuple[str, ...] = ("activations", "logits", "temporaries")
+    elif w.kv_cache == "dynamic":
+        kinds = ("activations", "logits", "temporaries", "kv")
+    else:  # generate's last-position logits are made and freed at once, as its first and only block of that size
+        kinds = ("activations", "temporaries")
+    transient = max(sum(i.bytes for i in p.items if i.category in kinds) for p in est.phases)
+    rounding = 0 if w.training or w.kv_cache == "dynamic" else 2 * max(1, spec.num_layers) * ROUND_LARGE
+    fraction, _ = parse_reserve(reserve)
+    return int(OVERHEAD_FACTOR * (transient + rounding) * (1 + fraction)) + OVERHEAD_FLOOR
+
+
+def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
+              cache: Probes | None = None, exhaustive: bool = False, **options: Any) -> int:
+    """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1); for the
+    batch, the largest for which every smaller batch fits too.
+
+    A probe's lower bound is the estimate without the allocator overhead (the replayed overhead is never negative,
+    nor is a --fragmentation share), monotone in the batch and the length: above the card, the probe fails without
+    a replay. Its replay runs against the card (estimate_memory's card_bytes) only when the replay with room to
+    spare does not fit: the allocator then releases its cached free segments, as it does when cudaMalloc fails.
+    The replay is not monotone (a larger batch can place its tensors so that the allocator reserves a segment
+    less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
+    margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
+    margin of the card, each of them, and the answer is the batch below the first that does not fit; the cost does
+    not grow with the answer. The length is searched (exponential then binary), taking a longer context to need no
+    less. `exhaustive`: replay every batch below the search's answer instead (the reference the tests compare
+    with). `cache` may be shared between the cards of one workload.
     """
-    cache = {} if cache is None else cache
+    probes = Probes() if cache is None else cache
     bound = {**options, "fragmentation": 0.0}
 
-    def ok(n: int) -> bool:
-        w = replace(workload, **{field: n})
-        if n not in cache:
-            cache[n] = (estimate_memory(spec, w, **bound).required_bytes, None)
-        low, required = cache[n]
-        if low > memory_bytes:
+    def low(n: int) -> int:
+        if n not in probes.low:
+            est = estimate_memory(spec, replace(workload, **{field: n}), **bound)
+            probes.low[n] = est.required_bytes
+            if options.get("fragmentation") is None:
+                probes.margin[n] = overhead_margin(spec, est, reserve=options.get("reserve", "10%"))
+        return probes.low[n]
+
+    def sure(n: int) -> bool:
+        """The lower bound and the margin fit: n fits, however the allocator places its tensors."""
+        if low(n) > memory_bytes:
             return False
-        if required is None:
-            required = estimate_memory(spec, w, **options).required_bytes
-            cache[n] = (low, required)
-        if required <= memory_bytes or options.get("fragmentation") is not None:
-            return required <= memory_bytes
+        if n not in probes.margin:  # a given --fragmentation share: the required bytes are the formula's
+            probes.margin[n] = required(n) - low(n)
+        return low(n) + probes.margin[n] <= memory_bytes
+
+    def required(n: int) -> int:
+        if n not in probes.required:
+            probes.required[n] = estimate_memory(spec, replace(workload, **{field: n}), **options).required_bytes
+        return probes.required[n]
+
+    def ok(n: int) -> bool:
+        if low(n) > memory_bytes:
+            return False
+        if required(n) <= memory_bytes or options.get("fragmentation") is not None:
+            return required(n) <= memory_bytes
+        w = replace(workload, **{field: n})
         return estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes
 
-    found = largest_satisfying(ok, limit)
-    if field == "batch":
-        # The allocator replay is not monotone: a larger batch can place its tensors so that the caching allocator
-        # reserves a segment less (the traced step does the same: llama-3.2-1b, 1024 tokens with checkpointing,
-        # needs more at batch 10 than at 11). The answer is the largest batch for which every smaller one fits.
-        for n in range(1, found):
-            if not ok(n):
-                return n - 1
-    return found
+    if exhaustive:
+        found = largest_satisfying(ok, limit)
+        if field == "batch":
+            for n in range(1, found):
+                if not ok(n):
+                    return n - 1
+        return found
+    top = largest_satisfying(lambda n: low(n) <= memory_bytes, limit)  # no replay: the lower bounds only
+    if top == 0:
+        return 0
+    if field != "batch":
+        return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)),
+                                  limit)  # the search's own probes, as the exhaustive one makes them
+    # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
+    # fits; the first that does not fit ends the answer
+    for n in range(1 + largest_satisfying(sure, top), top + 1):
+        if not ok(n):
+            return n - 1
+    return top
 
 
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,
@@ -67,9 +135,7 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
     out = []
-    seed = (est.required_bytes, est.required_bytes)  # (lower bound, required) of the probe at the workload itself
-    batches: dict[int, tuple[int, int | None]] = {workload.batch: seed} if est.method == "formula" else {}
-    lengths: dict[int, tuple[int, int | None]] = {workload.seq_len: seed} if est.method == "formula" else {}
+    batches, lengths = Probes(), Probes()
     for card in cards:
         mb = mc = None
         if solve:

@@ -80,6 +80,6 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     return MemoryPlan(est, tuple(fits), card)
 
 
-SOLVE_NOTE = ("max batch: the largest batch for which every smaller one fits too, each checked (the allocator can "
-              "reserve a segment less at a larger batch); max seq: a search that takes a longer context to need no "
-              "less")
+SOLVE_NOTE = ("max batch: the largest batch for which every smaller one fits too (the allocator can reserve a segment "
+              "less at a larger batch: each batch within the allocator's margin of the card is replayed); max seq: a "
+              "search that takes a longer context to need no less")

@@ -410,12 +410,17 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
         r.free(r.alloc(lg))
         return _result(r)
     chunk = max(w.batch, min(w.batch * prompt, w.prefill_chunk) // w.batch * w.batch)
-    done = 0
+    done, before = 0, None
     while done < w.batch * prompt:
         step = min(chunk, w.batch * prompt - done)
         for index in range(L):
             layer_pass(step, index)
         done += step
+        if not dynamic:  # a chunk frees all it takes: once one leaves the allocator as it found it, so does the next
+            after = r.a.state()
+            if after == before:
+                done += (w.batch * prompt - done) // chunk * chunk
+            before = after
     r.free(r.alloc(w.batch * V * c), r.alloc(w.batch * V * FP32))  # last position's logits and fp32 copy
     stride = max(1, -(-(generated - 1) // DECODE_REPLAY_STEPS)) if dynamic else 1
     left = generated - 1 if dynamic else 1

@@ -1,0 +1,66 @@
+"""CPU time of the card solve (the largest batch and longest context per card) of the issue's everyday memory
+commands, in this process, and over the sweep of tests/memory/solve_sweep.py (every catalog model x six workloads x
+five cards): goal 50 ms a solve.
+
+Usage: python benchmarks/solve_speed.py [--sweep]
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+COMMANDS = [
+    ("llama-3.1-8b", {}, None, False),
+    ("llama-3.1-8b", {"method": "qlora", "batch": 4, "seq_len": 2048, "grad_checkpointing": True,
+                      "mixed_precision": True}, "rtx-4090", False),
+    ("llama-3.2-1b", {"mode": "infer", "seq_len": 4096}, None, False),
+    ("qwen2.5-7b", {"mode": "infer", "seq_len": 8192}, "l40s", False),
+    ("qwen2.5-32b", {"mode": "infer", "seq_len": 16384, "batch": 4}, None, False),
+    ("mixtral-8x7b", {"gpus": 8, "shard": "zero3", "mixed_precision": True, "grad_checkpointing": True}, None, True),
+]
+
+
+def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple[float, int]:
+    """(CPU seconds of fit_cards, cards solved), a cold solve: no replay kept from before."""
+    from campaign.hardware.cards import all_cards as catalog
+    from campaign.hardware.cards import find_card
+    from campaign.memory import estimate_memory, make_workload, reserved
+    from campaign.memory.fit import fit_cards
+    from campaign.memory.plan import FEATURED_CARDS
+    from campaign.models import load_spec
+
+    spec, w = load_spec(model), make_workload(**kw)
+    cards = [find_card(card)] if card else list(catalog()) if all_cards else [find_card(n) for n in FEATURED_CARDS]
+    est = estimate_memory(spec, w)
+    reserved._SAME_STEP.clear()
+    start = time.process_time()
+    fit_cards(spec, w, cards, estimate=est)
+    return time.process_time() - start, len(cards)
+
+
+def main() -> None:
+    for model, kw, card, every in COMMANDS:
+        best, n = min(solve_once(model, kw, card, every) for _ in range(3))
+        flags = " ".join(f"{k}={v}" for k, v in kw.items())
+        print(f"{model:14s} {flags:86s} {n:2d} cards: {best * 1000:7.1f} ms CPU, {best * 1000 / n:5.1f} ms a card "
+              f"{'ok' if best / n <= 0.05 else 'SLOW (goal 50 ms a card)'}")
+    if "--sweep" in sys.argv:
+        from tests.memory.solve_sweep import answers, cases
+
+        times = []
+        for case in cases():
+            start = time.process_time()
+            answers(False, [case])
+            times.append(time.process_time() - start)
+        times.sort()
+        print(f"sweep: {len(times)} solves (batch and length on one card), median {statistics.median(times) * 1000:.1f}"
+              f" ms, 90th percentile {times[int(0.9 * len(times))] * 1000:.1f} ms, max {times[-1] * 1000:.0f} ms, "
+              f"{sum(t <= 0.05 for t in times)} of {len(times)} within 50 ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -82,7 +82,7 @@ def check(
         from ..train.setup import writable_file
 
         writable_file(out, "--out")   # the record is written at the end: its path is checked before anything runs
-    with _progress("check", as_json) as tell:
+    with _progress("campaign", as_json) as tell:        # "campaign: check 3/5: resume in a fresh process"
         report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
                             checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
     if out is not None:

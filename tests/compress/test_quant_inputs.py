@@ -126,3 +126,9 @@ def test_progress_names_each_variant_with_counts():
                                                    "variant 3/3: int4"]
     assert phases.index(variants[0]) > phases.index("the reference model") > 0
     assert phases[0] == "building the setup"
+
+
+def test_a_calibrated_format_without_calibration_is_refused_before_any_model(cli, setup_file, tmp_path):
+    r = cli("quant", f"{setup_file}:make_setup", "--formats", "int8,awq-int8")
+    assert r.code == 2 and "calibrates on data" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert (tmp_path / "setup-imported").exists() and not (tmp_path / "model-built").exists()

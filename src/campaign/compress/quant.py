@@ -284,20 +284,20 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         _guard_metric(g, s.metric)
     here = inputs.machine or machine()
     device = here["device"]
-    tell("the reference model")
-    model = _reference_model(s, inputs.reference)
-    ref_fmt = inputs.reference or parse_format(_precision_of(model))
     default = [*available(here), *(["awq-int8"] if s.calibration else [])]   # calibrated: with calibration only
     chosen = list(inputs.formats) if inputs.formats is not None else [parse_format(f) for f in default]
-    variants = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
-    for f in variants:                                     # every refusal before any work
+    for f in chosen:              # every refusal before any model is loaded (a reference precision has none)
         why = refusal(f, here, calibration=s.calibration is not None)
         if why:
             raise InputError(why)
+    examples = _examples(s)
+    tell("the reference model")
+    model = _reference_model(s, inputs.reference)
+    ref_fmt = inputs.reference or parse_format(_precision_of(model))
+    variants = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
     model = model.to(torch_dtype(ref_fmt.name)).eval()
     evaluation = digest(s.batches, "evaluation")
     calibration = digest(s.calibration, s.calibration_name or "calibration (unnamed)") if s.calibration else None
-    examples = _examples(s)
     spec = _spec(model, s)
     lengths = [int(b["input_ids"].shape[-1]) for b in s.batches if "input_ids" in b]
     ctx = context if context is not None else max(lengths, default=0)

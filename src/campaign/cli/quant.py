@@ -65,7 +65,8 @@ def quant(
     Exit 0 when no variant breaks a guard, 1 when one does (flagged), 2 on bad input: a format this machine cannot
     run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
     """
-    from ..compress.quant import check_outputs, compare_quant, plot_quant, write_csv
+    from ..compress.inputs import check_outputs
+    from ..compress.quant import compare_quant, plot_quant, write_csv
     from .render.quant import render_quant
 
     check_outputs(csv=csv, plot=plot)          # the files written at the end: checked before anything runs

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
-from ..evaluate.regress import Guard, evaluate_guards, parse_guard
+from ..evaluate.regress import Guard, evaluate_guards
 from ..results import Record, Result
-from .formats import (BUILT, REFERENCES, Format, apply, available, machine, parse_format, refusal, stored_bytes,
-                      torch_dtype)
-from ..train.setup import first_line, writable_file
+from .formats import Format, apply, available, machine, parse_format, refusal, stored_bytes, torch_dtype
+from .inputs import check_inputs, guard_metric, kv_name
+from ..train.setup import first_line
 from .setup import QuantSetup, load_quant_setup
 
 SCHEMA = "campaign.quant/1"
@@ -159,113 +159,6 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
                         progress=progress)
 
 
-# The metric names a guard can take, by metric: `campaign regress`'s reports' metrics() (classification:
-# evaluate/analysis.py; extraction: evaluate/extraction.py) and perplexity's own. A name ending in '[' takes a class
-# or a field in brackets ('f1[refund]').
-GUARD_METRICS = {
-    "perplexity": ("perplexity", "nll"),
-    "classification": ("accuracy", *(f"{avg}_{m}" for avg in ("macro", "micro", "weighted")
-                                     for m in ("precision", "recall", "f1")), "f1[", "precision[", "recall["),
-    "extraction": ("valid_json", "accuracy", "schema_valid", "required_all", "required[", "exact[", "match["),
-}
-
-
-@dataclass(frozen=True)
-class QuantInputs:
-    """The command's own inputs, checked and parsed before the setup is built: formats and reference (None: from
-    the machine and the model), the KV precisions (None: the default), the guards, the price file (loaded)."""
-
-    formats: tuple[Format, ...] | None
-    reference: Format | None
-    kv_dtypes: tuple[str, ...] | None
-    guards: tuple[str, ...]
-    prices: Any
-    machine: dict[str, Any] | None       # what this machine runs, when a format needed asking (torch imported)
-
-
-def check_inputs(*, formats: Sequence[str] | None = None, reference: str | None = None, guards: Sequence[str] = (),
-                 group_size: int = 128, context: int | None = None, sequences: int = 1,
-                 kv_dtypes: Sequence[str] | None = None, confidence: float = 0.95,
-                 prices: str | Path | None = None) -> QuantInputs:
-    """Every input of `compare_quant` that does not depend on the setup, checked before the setup (the user's code,
-    the models) is loaded, so a typo costs no loading: numbers, guards (syntax, and a metric name some metric
-    has), format names and whether this machine runs them, the reference, the KV precisions and the price file.
-    What depends on the setup (a calibrated format without calibration data, a guard's metric against the
-    setup's metric, class names) is checked once the setup is built, before any variant.
-
-    Raises:
-        InputError: one line, the first bad input.
-    """
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
-        raise InputError(f"group size must be a positive integer, got {group_size!r}")
-    if not isinstance(sequences, int) or isinstance(sequences, bool) or sequences <= 0:
-        raise InputError(f"sequences must be a positive integer, got {sequences!r}")
-    if not 0 < confidence < 1:
-        raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
-    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context <= 0):
-        raise InputError(f"context must be a positive integer (tokens per sequence), got {context!r}")
-    if isinstance(guards, str):
-        guards = [guards]
-    for g in guards:
-        _guard_metric(g, None)
-    ref = parse_format(reference) if reference is not None else None
-    if ref is not None and ref.name not in REFERENCES:
-        raise InputError(f"reference {reference!r} is a quantized format; the reference is fp32, bf16 or fp16")
-    chosen = tuple(parse_format(f) for f in formats) if formats is not None else None
-    here = None
-    for f in chosen or ():
-        if f.calibrated:       # refused without calibration data first: known once the setup is built
-            continue
-        if here is None and (f.gpu or f.library == "bitsandbytes" or f.name not in BUILT):
-            here = machine()
-        why = refusal(f, here or {"device": "cpu", "name": "CPU", "capability": None}, calibration=True)
-        if why:
-            raise InputError(why)
-    kv = tuple(_kv_name(k) for k in kv_dtypes) if kv_dtypes else None
-    from ..plan.prices import load_prices
-
-    return QuantInputs(chosen, ref, kv, tuple(guards), load_prices(prices), here)
-
-
-def _guard_metric(guard: str, metric: str | None) -> None:
-    """A guard's syntax, and a metric name that `metric` (any metric when None) has."""
-    name, _, _ = parse_guard(guard)
-    family = name.split("[", 1)[0] + "[" if "[" in name else name
-    metrics = [metric] if metric is not None else list(GUARD_METRICS)
-    if any(family in GUARD_METRICS[m] for m in metrics):
-        return
-    known = ", ".join(n + ("...]" if n.endswith("[") else "") for n in dict.fromkeys(
-        n for m in metrics for n in GUARD_METRICS[m]))
-    what = f"{metric} has no metric" if metric is not None else "no metric is called"
-    raise InputError(f"guard {guard!r}: {what} {name!r}; the names are {known} (class and field names in "
-                     "brackets)")
-
-
-def _kv_name(name: str) -> str:
-    from ..memory.dtypes import parse_dtype
-
-    dtype = parse_dtype(name, what="kv dtype")
-    if dtype in ("nf4", "gptq", "awq", "int4"):
-        raise InputError(f"kv dtype {name!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
-    return dtype
-
-
-def check_outputs(*, csv: str | os.PathLike[str] | None = None, plot: str | os.PathLike[str] | None = None) -> None:
-    """The files `campaign quant` writes at the end (--csv, --plot), checked before anything runs: a plot's format,
-    and for each a file name in a folder that exists (or can be made) and is writable.
-
-    Raises:
-        InputError: one line naming the file.
-    """
-    if plot is not None:
-        from ..evaluate.plots import _check_path
-
-        _check_path(plot)
-    for what, path in (("--csv", csv), ("--plot", plot)):
-        if path is not None:
-            writable_file(path, what)
-
-
 def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None, guards: Sequence[str],
              group_size: int, context: int | None, sequences: int, kv_dtypes: Sequence[str] | None,
              confidence: float, prices: str | Path | None, progress: Callable[[str], None] | None) -> QuantReport:
@@ -281,7 +174,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     tell(f"building the setup{f' ({setup})' if isinstance(setup, str) else ''}")
     s = load_quant_setup(setup)
     for g in guards:                                       # the setup's metric is known now
-        _guard_metric(g, s.metric)
+        guard_metric(g, s.metric)
     here = inputs.machine or machine()
     device = here["device"]
     default = [*available(here), *(["awq-int8"] if s.calibration else [])]   # calibrated: with calibration only
@@ -639,7 +532,7 @@ def _kv_rows(spec: Any, names: Sequence[str], ctx: int, sequences: int) -> tuple
 
     rows = []
     for name in names:
-        dtype = _kv_name(name)
+        dtype = kv_name(name)
         e = estimate_kv(spec, seq_len=ctx, batch=sequences, dtype=dtype)
         rows.append(KVRow(dtype, e.bytes_per_token, e.bytes))
     return tuple(rows)

@@ -1,4 +1,4 @@
-"""campaign quant checks every input of its own before the setup (the user's code, the models) is loaded: a typo in
+"""campaign quant (compress/inputs.py) checks every input of its own before the setup (the user's code, the models) is loaded: a typo in
 a guard, a format or a path answers at once, in one line, exit 2. The setup file here writes a marker when it is
 run, so each test proves the error came without it (no timing involved)."""
 from __future__ import annotations
@@ -132,3 +132,28 @@ def test_a_calibrated_format_without_calibration_is_refused_before_any_model(cli
     r = cli("quant", f"{setup_file}:make_setup", "--formats", "int8,awq-int8")
     assert r.code == 2 and "calibrates on data" in r.err and len(r.err.strip().splitlines()) == 1, r.err
     assert (tmp_path / "setup-imported").exists() and not (tmp_path / "model-built").exists()
+
+
+def test_the_guard_names_known_in_advance_are_those_the_reports_compute():
+    """GUARD_METRICS against the metrics() of a real classification and extraction report (with a schema and a
+    required field, so every name shows), and perplexity's own."""
+    from campaign.compress.inputs import GUARD_METRICS
+    from campaign.compress.quant import _quality
+    from campaign.compress.setup import QuantSetup
+    from campaign.evaluate.analysis import analyze_classification
+    from campaign.evaluate.extraction import analyze_extraction
+    from campaign.evaluate.predictions import Prediction, PredictionSet
+
+    def families(names):
+        return {n.split("[", 1)[0] + "[" if "[" in n else n for n in names}
+
+    labels = PredictionSet("<x>", "", tuple(Prediction(str(i), g, p, i + 1) for i, (g, p) in
+                                            enumerate([("a", "a"), ("b", "a"), ("b", "b")])))
+    fields = PredictionSet("<y>", "", tuple(Prediction(str(i), g, p, i + 1) for i, (g, p) in
+                                            enumerate([('{"city": "Oslo"}', '{"city": "Oslo"}'),
+                                                       ('{"city": "Rome"}', 'not json')])))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    got = {"classification": families(analyze_classification(labels).metrics()),
+           "extraction": families(analyze_extraction(fields, schema=schema).metrics()),
+           "perplexity": families(_quality(QuantSetup(model=None, batches=[]), [(2.0, 4)])[1])}
+    assert got == {m: set(names) for m, names in GUARD_METRICS.items()}

@@ -1,6 +1,6 @@
-"""campaign quant (compress/inputs.py) checks every input of its own before the setup (the user's code, the models) is loaded: a typo in
-a guard, a format or a path answers at once, in one line, exit 2. The setup file here writes a marker when it is
-run, so each test proves the error came without it (no timing involved)."""
+"""campaign quant (compress/inputs.py) checks every input of its own before the setup (the user's code, the
+models) is loaded: a typo in a guard, a format or a path answers at once, in one line, exit 2. The setup file here
+writes a marker when it is run, so each test proves the error came without it (no timing involved)."""
 from __future__ import annotations
 
 import textwrap

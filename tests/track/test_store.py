@@ -298,8 +298,8 @@ PREEMPTED = textwrap.dedent("""
     with R.run("preempted", root=sys.argv[1]) as r:
         print(r.id, flush=True)
         r.log(step=1, loss=1.0)
-        print("logged", flush=True)
-        try:
+        try:  # "logged" is printed inside the try: a SIGTERM sent on reading it always finds the finally armed
+            print("logged", flush=True)
             time.sleep(60)
         finally:
             r.log(user_handler=",".join(saved))

@@ -15,9 +15,8 @@ from .workload import Workload
 
 # The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
 # 1024 tokens with checkpointing: 20.4 GiB at batch 39, 0.2 at 40; llama-3.1-8b: 21.7 GiB at batch 3, 0.9 at 4):
-# what it caches is what the step freed, so it is bounded by the step's transient tensors (activations, logits,
-# temporaries, cache: the estimate's --fragmentation 100%), at most 1.15 times them over the catalog's models and
-# workloads. OVERHEAD_FACTOR times them plus two of the allocator's 20 MiB segments (kLargeBuffer) is the margin: a
+# what it caches is what the step freed, so it is bounded by the step's transient tensors (overhead_margin), at most
+# 1.15 times them over the catalog's models and workloads. OVERHEAD_FACTOR times them plus two of the allocator's 20 MiB segments (kLargeBuffer) is the margin: a
 # probe whose lower bound leaves more room than that fits without a replay. tests/memory/test_solve.py checks that the
 # answers equal the exhaustive check's on every catalog model, training and inference, on five cards.
 OVERHEAD_FACTOR = 1.25
@@ -26,7 +25,7 @@ OVERHEAD_FLOOR = 2 * LARGE_BUFFER
 
 class Probes:
     """What a solve learned of one workload's probes, shared by the cards it is solved for: per value its lower
-    bound (the estimate without the allocator overhead), its margin (Probes.margin) and its required bytes on a card
+    bound (the estimate without the allocator overhead), its margin (overhead_margin) and its required bytes on a card
     with room to spare (the replay without a limit)."""
 
     def __init__(self) -> None:
@@ -127,8 +126,7 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
               estimate: MemoryEstimate | None = None, **options: Any) -> list[Fit]:
     """Verdict, headroom and (optionally) the largest batch and longest context per card.
 
-    `estimate`: the estimate of `workload` made with the same options (computed here when not given); a formula
-    estimate is also the solver's probe at the workload's own batch and length, so it is not replayed again. Where
+    `estimate`: the estimate of `workload` made with the same options (computed here when not given). Where
     it does not fit a card, the verdict and headroom come from the estimate replayed against that card (the
     allocator releases cached segments before it would pass the card), as the solver's probes do.
     """

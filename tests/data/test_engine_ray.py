@@ -61,7 +61,7 @@ def _rows(report, check):
 
 
 def test_one_file_per_split_gives_the_single_machine_report(local_ray, tmp_path):
-    from campaign.data.ray_engine import find_leaks_ray
+    from campaign.data.ray import find_leaks_ray
 
     train, evals, test = _planted()
     paths = [write_jsonl(tmp_path / f"{n}.jsonl", rows) for n, rows in (("train", train), ("eval", evals),
@@ -140,7 +140,7 @@ def test_shards_give_the_rows_of_the_concatenated_files_and_write_shard_sets(loc
     assert near["query_ref"] == f"{edir}/part-000.jsonl:11"
 
     # the same folders as file:// URIs, listed and read through pyarrow's filesystems (as s3://, gs://): the same rows
-    from campaign.data.ray_engine import find_leaks_ray
+    from campaign.data.ray import find_leaks_ray
 
     by_uri = find_leaks_ray([f"file://{tdir}", f"file://{edir}", f"file://{xdir}"], FIELDS)
     assert [(c["id"], c["rows"]) for c in by_uri.to_dict()["checks"]] == [(c["id"], c["rows"]) for c in doc["checks"]]
@@ -194,7 +194,7 @@ def test_bad_shards_are_one_line_and_leave_no_complete_output(local_ray, tmp_pat
     assert f"{edir}/part-002.jsonl:1: no text field 'text'" in r.err
     assert not (tmp_path / "clean" / "manifest.json").exists() and not (tmp_path / "pairs" / "manifest.json").exists()
     with pytest.raises(InputError, match="no records to check"):
-        from campaign.data.ray_engine import find_leaks_ray
+        from campaign.data.ray import find_leaks_ray
 
         (edir / "part-002.jsonl").unlink()
         empty = tmp_path / "empty"
@@ -329,7 +329,7 @@ def test_a_worker_killed_mid_run_is_retried_and_the_report_unchanged(local_ray, 
     import time
 
     psutil = pytest.importorskip("psutil")
-    from campaign.data.ray_engine import find_leaks_ray
+    from campaign.data.ray import find_leaks_ray
 
     train, evals, test = _planted(seed=7)
     tdir = _write_shards(tmp_path, train, "train", list(range(15, 300, 15)))

@@ -40,8 +40,8 @@ def _fields(text: list[str] | None, label: str | None, group: list[str] | None, 
 
 
 def _bars(as_json: bool) -> bool | None:
-    """The library's progress bars (rows sketched per split, on stderr): on a terminal (None: the library looks),
-    never under --json."""
+    """The library's progress (bars of rows sketched per split, the Ray engine's phase, on stderr): on a terminal
+    (None: the library looks), never under --json."""
     return False if as_json else None
 
 
@@ -79,43 +79,13 @@ def split(
     """
     from ..data.split import split_file
     from .render.data import split as render_split
-    from ..errors import InputError
 
-    if engine not in ("local", "ray"):
-        raise InputError(f"engine {engine!r} is unknown; use local or ray")
-    if engine == "ray":
-        from ..data.ray_split import split_ray
-        from .render import escape, progress_reporter
-
-        with progress_reporter("split", enabled=not as_json) as tell:
-            tell(f"{escape(data)} on Ray: sketch, units, assignment, shards written and checked")
-            shard_split = split_ray(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
-                                    stratify=stratify, seed=seed,
-                                    dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                                    tolerance=tolerance, skip_bad=skip_bad, force=force, address=address,
-                                    workers=workers)
-        o.emit(shard_split, _render_shard_split, as_json, failed=not shard_split.passed)
-        return
-    if address is not None or workers is not None:
-        raise InputError("--address and --workers go with --engine ray")
     result = split_file(data, out, _fields(text, label, group, id_, date), ratios=ratios, names=names,
                         stratify=stratify, seed=seed,
                         dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                        tolerance=tolerance, skip_bad=skip_bad, force=force, progress=_bars(as_json))
+                        tolerance=tolerance, skip_bad=skip_bad, force=force, progress=_bars(as_json), engine=engine,
+                        address=address, workers=workers)
     o.emit(result, render_split, as_json, failed=not result.passed)
-
-
-def _render_shard_split(result) -> None:
-    m = result.manifest
-    typer.echo(f"{m['status']} — {m['rows']:,} rows in {len(m['splits'])} splits, {m['units']:,} units (largest "
-               f"{m['largest_unit']:,} rows); {result.path}")
-    for s in m["splits"]:
-        typer.echo(f"  {s['name']}: {s['rows']:,} rows ({s['fraction']:.2%} for {s['target_fraction']:.2%}) in {s['path']}")
-    for c in m["checks"]:
-        typer.echo(f"  {c['id']}: {c['status']} — {c['seen']}")
-    typer.echo(f"  leak check of the written shards: {m['leaks']['status']}")
-    for n in m["notes"]:
-        typer.echo(f"  note: {n}")
 
 
 def leaks(
@@ -147,26 +117,10 @@ def leaks(
 
     if len(files) < 2:
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
-    if engine not in ("local", "ray"):
-        raise InputError(f"engine {engine!r} is unknown; use local or ray")
-    if engine == "ray":
-        from ..data.ray_engine import find_leaks_ray
-        from .render import progress_reporter
-
-        with progress_reporter("leaks", enabled=not as_json) as tell:
-            tell(f"{len(files)} splits on Ray: sketches, candidate pairs, verification")
-            report = find_leaks_ray(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
-                                    config=_config(near_threshold, shingle, ngram, strip_punctuation, seed,
-                                                   max_bucket),
-                                    examples=examples, pairs=pairs, drop_to=drop_to, force=force, address=address,
-                                    workers=workers)
-        o.emit(report, render_leaks, as_json, failed=not report.passed)
-        return
-    if address is not None or workers is not None:
-        raise InputError("--address and --workers go with --engine ray")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                         examples=examples, pairs=pairs, drop_to=drop_to, force=force, progress=_bars(as_json))
+                         examples=examples, pairs=pairs, drop_to=drop_to, force=force, progress=_bars(as_json),
+                         engine=engine, address=address, workers=workers)
     o.emit(report, render_leaks, as_json, failed=not report.passed)
 
 

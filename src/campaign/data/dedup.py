@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .sketch import DedupConfig, Sketches, numpy, shingle_hashes
+from .sketch import DedupConfig, Sketches, kernel_module, numpy, shingle_hashes
 
 if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
     import numpy as np
@@ -46,7 +46,7 @@ def prefilter(index: Sketches, query: Sketches, a: "np.ndarray", b: "np.ndarray"
 # --------------------------------------------------------------------------------------------------- candidates
 
 
-def _pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
+def pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
                           max_bucket: int) -> tuple["np.ndarray", "np.ndarray", int]:
     """All (i, j) pairs of items sharing a key, from items sorted by key; buckets larger than max_bucket pair each
     item with its next max_bucket items only. Returns (a, b, number of capped buckets)."""
@@ -82,9 +82,7 @@ KERNEL_MIN_ITEMS = 500_000
 def _compiled(name: str, items: int):
     """The compiled grouping kernel `name` of kernels.py when numba is installed and either loaded already or worth
     loading for `items` items, else None (numpy sorts)."""
-    from .sketch import _compiled
-
-    module = _compiled(None if items >= KERNEL_MIN_ITEMS else 0)
+    module = kernel_module(None if items >= KERNEL_MIN_ITEMS else 0)
     return getattr(module, name) if module else None
 
 
@@ -114,7 +112,7 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
         if kernel is None:
             order = np.argsort(keys[band], kind="stable")
             run_keys = keys[band, order]
-        a, b, c = _pairs_in_sorted_runs(idx[order], run_keys, sk.config.max_bucket)
+        a, b, c = pairs_in_sorted_runs(idx[order], run_keys, sk.config.max_bucket)
         capped += c
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         all_a.append(lo)
@@ -437,4 +435,4 @@ def cross_duplicates(index: Sketches, query: Sketches, *,
 
 __all__ = ["MAX_EXACT_EXAMPLES", "CrossMatches", "DedupResult", "NearPair", "candidate_pairs", "capped_matches",
            "connected_components", "cross_candidate_pairs", "cross_duplicates", "exact_index", "exact_jaccard",
-           "find_duplicates", "prefilter"]
+           "find_duplicates", "pairs_in_sorted_runs", "prefilter"]

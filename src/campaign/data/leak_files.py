@@ -1,58 +1,78 @@
-"""What to do about leaks, as files: every leaking pair (to review or to filter with your own tools), and the later
-splits written again without their leaking rows, as one set with a manifest and a re-check of what was written.
+"""What to do about leaks, as files, on either engine: every leaking pair (to review or to filter with your own
+tools), and the splits written again without their leaking rows, as one set with a manifest and a re-check of what
+was written (an engine's DropJob writes, re-checks and describes the set; drop_leaking decides what to drop).
 """
 from __future__ import annotations
 
 import csv
 import io
 import os
-import shutil
-from collections.abc import Mapping
-from dataclasses import replace
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InputError
-from ..io import atomic_write_json, atomic_write_text, dumps_json, file_set, sha256_file
-from ..version import __version__
-from .leaks import EXACT, GROUP, LABEL, NEAR, LeakReport, find_leaks
-from .read import Dataset, read_dataset
-from .write import write_rows
+from ..io import atomic_write_text, dumps_json, sha256_file
+from .leak_report import EXACT, GROUP, LABEL, NEAR, LeakReport, LeakRow
+from .read import Dataset
+from .shards import finish_shard_set
 
 CLEAN_SCHEMA = "campaign.leak_fix/1"
 CLEAN_MANIFEST = "leak_fix_manifest.json"
+PAIRS_SCHEMA = "campaign.leak_pairs_shards/1"
+PAIRS_PER_SHARD = 100_000
 PAIR_COLUMNS = ("check", "index_split", "index_ref", "query_split", "query_ref", "query_line", "query_id", "detail")
 
 
-def leak_pairs(report: LeakReport, datasets: Mapping[str, Dataset]) -> list[dict[str, Any]]:
+class Rows(Protocol):
+    """Where a search's rows are shown from: row `row` of split `split` (engine-neutral)."""
+
+    def row(self, split: str, row: int) -> LeakRow: ...
+
+
+class DropJob(Protocol):
+    """An engine's writing of the splits without their leaking rows, as one set: staged() holds the set while it is
+    written (the manifest last), write(drop) writes each split without the rows `drop` names ({split: rows}),
+    recheck() searches what was written, finish() writes the manifest and gives the rows dropped."""
+
+    kept_as: str            # where the dropped rows are kept, as the note says it
+    written_kind: str       # "files" or "shards"
+
+    def staged(self) -> AbstractContextManager[Any]: ...
+
+    def write(self, drop: Mapping[str, set[int]]) -> Any: ...
+
+    def recheck(self) -> LeakReport: ...
+
+    def finish(self, written: Any, recheck: LeakReport, dropped_by: list[str]) -> int: ...
+
+
+def leak_pairs(report: LeakReport, rows: Mapping[str, Dataset] | Rows) -> list[dict[str, Any]]:
     """Every leaking link of every check that ran, one row each: the check, where each side is (file:line and id),
-    and what links them (Jaccard, the shared group value, the two labels)."""
-    rows = []
+    and what links them (Jaccard, the shared group value, the two labels). rows: the splits' Datasets by name, or
+    an engine's search (its row())."""
+    row: Callable[[str, int], LeakRow] = rows.row if not isinstance(rows, Mapping) else \
+        (lambda split, i: LeakRow.of(rows[split], i))
+    out = []
     for check in report.checks:
         if check.status == "skipped" and not check.pairs:
             continue
         for pair in check.pairs:
-            a, b = datasets[pair.index], datasets[pair.query]
             for k, (i, q) in enumerate(pair.linked):
-                rows.append({"check": check.id, "index_split": pair.index, "index_ref": a.ref(i),
-                             "query_split": pair.query, "query_ref": b.ref(q), "query_line": b.lines[q],
-                             "query_id": b.ids[q] if b.ids is not None else None,
-                             "detail": _detail(check.id, pair, k, a, b, i, q)})
-    return rows
-
-
-def _detail(check: str, pair: Any, k: int, a: Dataset, b: Dataset, i: int, q: int) -> str:
-    shared = [f"{f} = {b.groups[n][q]!r}" for n, f in enumerate(b.fields.group)
-              if check == GROUP and f in a.fields.group and b.groups[n][q] is not None
-              and a.groups[a.fields.group.index(f)][i] == b.groups[n][q]]
-    return pair_detail(check, pair.scores[k] if pair.scores else None,
-                       a.labels[i] if check == LABEL else None, b.labels[q] if check == LABEL else None, shared)
+                a, b = row(pair.index, i), row(pair.query, q)
+                shared = [f"{f} = {v!r}" for f, v in b.groups.items()
+                          if check.id == GROUP and v is not None and f in a.groups and a.groups[f] == v]
+                out.append({"check": check.id, "index_split": pair.index, "index_ref": a.ref,
+                            "query_split": pair.query, "query_ref": b.ref, "query_line": b.line, "query_id": b.id,
+                            "detail": pair_detail(check.id, pair.scores[k] if pair.scores else None, a.label,
+                                                  b.label, shared)})
+    return out
 
 
 def pair_detail(check: str, score: float | None, label_a: str | None, label_b: str | None,
                 shared_groups: list[str]) -> str:
-    """What links a leaking pair, as --pairs writes it (the single-machine and the Ray outputs alike)."""
+    """What links a leaking pair, as --pairs writes it."""
     if check == NEAR and score is not None:
         return f"Jaccard {score:.3f}"
     if check == LABEL:
@@ -62,9 +82,13 @@ def pair_detail(check: str, score: float | None, label_a: str | None, label_b: s
     return "same normalized text" if check == EXACT else ""
 
 
-def write_pairs(pairs: list[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """The pairs as CSV (.csv), TSV (.tsv) or JSONL (.jsonl), written atomically."""
+def write_pairs(pairs: list[dict[str, Any]], path: str | os.PathLike[str], *,
+                shards_of: LeakReport | None = None) -> Path:
+    """The pairs as CSV (.csv), TSV (.tsv) or JSONL (.jsonl), written atomically; with shards_of (the report of a
+    search on shards), as a folder of JSONL shards (pairs-00000.jsonl ...) and its manifest.json, written last."""
     path = Path(path)
+    if shards_of is not None:
+        return _pair_shards(pairs, path, shards_of)
     ext = path.suffix.lower()
     if ext in (".csv", ".tsv"):
         buf = io.StringIO()
@@ -77,65 +101,53 @@ def write_pairs(pairs: list[dict[str, Any]], path: str | os.PathLike[str]) -> Pa
     raise InputError(f"{path}: write the pairs as .csv, .tsv or .jsonl")
 
 
-def drop_leaking(report: LeakReport, datasets: Mapping[str, Dataset], out_dir: str | os.PathLike[str], *,
-                 force: bool = False, progress: bool | None = None) -> dict[str, Any]:
-    """Write the splits again into out_dir without the rows of later splits that leak (by any check that ran),
-    the removed rows beside them (NAME.leaking.EXT) for review, and a manifest with the hashes and a re-check of
-    the written files; all as one set (io.file_set). The first split is copied unchanged.
+def _pair_shards(pairs: list[dict[str, Any]], out: Path, report: LeakReport) -> Path:
+    lines = [dumps_json(p, indent=None) for p in pairs]
+    shards = []
+    for k, start in enumerate(range(0, max(len(lines), 1), PAIRS_PER_SHARD)):
+        name = f"pairs-{k:05d}.jsonl"
+        chunk = lines[start:start + PAIRS_PER_SHARD]
+        atomic_write_text(out / name, "".join(chunk))
+        shards.append({"path": name, "rows": len(chunk), "sha256": sha256_file(out / name)})
+    names = {s["path"] for s in shards}
+    for e in os.scandir(out):                                 # an earlier set's shards beyond this one's
+        if e.is_file() and e.name.startswith("pairs-") and e.name.endswith(".jsonl") and e.name not in names:
+            os.unlink(e.path)
+    finish_shard_set(out, PAIRS_SCHEMA, shards, config=report.config.to_dict(),
+                     splits=[s.to_dict() for s in report.splits])
+    return out
 
-    Returns the manifest. Raises InputError when out_dir holds an input, or (without force) an earlier set.
-    """
-    out = Path(out_dir)
-    names = list(datasets)
-    inputs = {Path(d.path).resolve() for d in datasets.values()}
-    targets = [out / Path(datasets[n].path).name for n in names]
-    if len({t.name for t in targets}) != len(targets):
-        raise InputError("two split files share a file name; rename one before writing them to one folder")
-    for t in (*targets, out / CLEAN_MANIFEST):
-        if t.resolve() in inputs:
-            raise InputError(f"{t}: writing there would overwrite an input; choose another --drop-to folder")
-    if (out / CLEAN_MANIFEST).exists() and not force:
-        raise InputError(f"{out / CLEAN_MANIFEST} already exists; pass --force to replace it, or choose another folder")
-    drop: dict[str, set[int]] = {n: set() for n in names}
+
+def rows_to_drop(report: LeakReport) -> dict[str, set[int]]:
+    """{split: its rows that leak from an earlier split, by any check that ran} (the first split: none)."""
+    drop: dict[str, set[int]] = {s.name: set() for s in report.splits}
     for check in report.checks:
         for pair in check.pairs:
             drop[pair.query].update(q for _, q in pair.linked)
-    written = []
-    replaces = [t.name for t in targets] + [CLEAN_MANIFEST] + [_leaking_name(t) for t in targets]
-    with file_set(out, replaces=replaces) as stage:
-        import numpy as np
+    return drop
 
-        clean: dict[str, Dataset] = {}
-        for n, target in zip(names, targets):
-            ds = datasets[n]
-            if n == names[0]:
-                shutil.copyfile(ds.path, stage / target.name)
-                kept = len(ds)
-            else:
-                assign = np.zeros(len(ds), dtype=np.int64)
-                assign[sorted(drop[n])] = 1
-                write_rows(ds, assign, [stage / target.name, stage / _leaking_name(target)])
-                kept = len(ds) - len(drop[n])
-            written.append({"name": n, "input": ds.path, "input_sha256": ds.sha256, "path": str(target),
-                            "rows": kept, "dropped": len(drop[n]),
-                            "dropped_path": str(out / _leaking_name(target)) if n != names[0] else None})
-        fields = datasets[names[0]].fields
-        for n, target in zip(names, targets):
-            clean[n] = read_dataset(stage / target.name, fields)
-        for w, target in zip(written, targets):
-            w["sha256"] = sha256_file(stage / target.name)
-        recheck = find_leaks(clean, threshold=0.0, config=report.config, progress=progress)
-        recheck = replace(recheck, splits=tuple(replace(s, path=str(t)) for s, t in zip(recheck.splits, targets)))
+
+def drop_leaking(report: LeakReport, job: DropJob) -> int:
+    """Write the splits again without the rows of later splits that leak (by any check that ran), the removed rows
+    beside them for review, and a manifest with the hashes and a re-check of the written splits, all as one set
+    (the first split is copied unchanged). Returns the rows dropped.
+
+    Raises:
+        InputError: the target holds an input, or (without force) an earlier set; or the re-check still fails.
+    """
+    with job.staged():
+        written = job.write(rows_to_drop(report))
+        recheck = job.recheck()
         if not recheck.passed:
             failing = [c.id for c in recheck.checks if c.status == "fail"]
             raise InputError(f"the rewritten splits still fail {', '.join(failing)}; report this with the files")
-        manifest = {"schema": CLEAN_SCHEMA, "campaign_version": __version__,
-                    "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "dropped_by": [c.id for c in report.checks if c.pairs and c.status != "skipped"],
-                    "splits": written, "recheck": recheck.to_dict()}
-        atomic_write_json(stage / CLEAN_MANIFEST, manifest)
-    return manifest
+        return job.finish(written, recheck, [c.id for c in report.checks if c.pairs and c.status != "skipped"])
 
 
-def _leaking_name(target: Path) -> str:
+def leaking_name(target: Path) -> str:
+    """The file of a split's dropped rows beside it: NAME.leaking.EXT."""
     return f"{target.stem}.leaking{target.suffix}"
+
+
+__all__ = ["CLEAN_MANIFEST", "CLEAN_SCHEMA", "PAIRS_SCHEMA", "PAIR_COLUMNS", "DropJob", "Rows", "drop_leaking",
+           "leak_pairs", "leaking_name", "pair_detail", "rows_to_drop", "write_pairs"]

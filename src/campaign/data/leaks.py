@@ -1,166 +1,28 @@
 """Leaks between existing splits: exact duplicates, near duplicates, shared groups, the same text with different
 labels. Each earlier split is indexed and every later split queried (train -> eval, train -> test, eval -> test).
+find_leaks searches Datasets in memory; check_files is the pipeline over files on either engine: read and search
+the splits, then the outputs (every leaking pair, the splits without their leaking rows). The report's types are
+in leak_report.py.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
 
-from ..checks import Check, passed
 from ..errors import InputError
-from ..results import Record
 from .dedup import cross_duplicates
+from .engine import Engine, engine_for
+from .leak_files import drop_leaking, leak_pairs, write_pairs
+from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, WHY, LeakCheck, LeakExample, LeakReport, PairLeak,
+                          SplitInfo, leak_check, snippet, spread)
+from .read import Dataset, Fields
 from .sketch import DedupConfig, Sketches, sketch
-from .read import Dataset, Fields, read_dataset
-
-SCHEMA = "campaign.leaks/1"
-EXACT, NEAR, GROUP, LABEL = "leak.exact_duplicate", "leak.near_duplicate", "leak.group_overlap", "leak.label_conflict"
-CHECK_IDS = (EXACT, NEAR, GROUP, LABEL)
-SNIPPET = 100  # characters of text shown in an example
-
-_WHY = {
-    EXACT: ("the same text (after normalization) is in both splits",
-            "the model has seen the answer; the score measures memory, not generalization",
-            "drop the copies from the later split, or re-split with `campaign split`"),
-    NEAR: ("near-duplicate texts (Jaccard of shingles >= the threshold) are in both splits",
-           "a few edited words still give the answer away; scores come out optimistic",
-           "drop them from the later split, or re-split with `campaign split` (clusters stay on one side)"),
-    GROUP: ("a group value (user, document, source, patient...) has rows in both splits",
-            "the model learns the group's quirks and is scored on the same group: an optimistic score",
-            "split by group with `campaign split --group FIELD`"),
-    LABEL: ("the same text carries different labels in the two splits",
-            "label noise or a task ambiguity: one of the two is counted wrong whatever the model does",
-            "fix the labels, or drop the conflicting rows"),
-}
-
-
-@dataclass(frozen=True)
-class LeakExample(Record):
-    """One leaking pair: where each side came from, a snippet of each, and what links them."""
-
-    index_ref: str
-    query_ref: str
-    index_text: str
-    query_text: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class PairLeak:
-    """A check between an indexed split and a queried later split.
-
-    rows: rows of the queried split that leak; rate = rows / query_rows; links: pairs of rows (duplicates,
-    conflicts) or shared group values (group overlap).
-    """
-
-    index: str
-    query: str
-    rows: int
-    query_rows: int
-    links: int
-    examples: tuple[LeakExample, ...] = ()
-    # every linked (index row, query row), 0-based record indices: each leaking query row with a row it leaks
-    # from (exact: the first copy; near: every confirmed pair; group: the first row of the group; label: the
-    # first copy with another label)
-    linked: tuple[tuple[int, int], ...] = field(default=(), repr=False, compare=False)
-    scores: tuple[float, ...] = field(default=(), repr=False, compare=False)   # near: each linked pair's Jaccard
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.query_rows if self.query_rows else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: the rate is derived and rounded for reading, and the linked rows and scores stay out (bulky;
-        # --pairs writes them)
-        return {"index": self.index, "query": self.query, "rows": self.rows, "query_rows": self.query_rows,
-                "rate": round(self.rate, 6), "links": self.links, "examples": [e.to_dict() for e in self.examples]}
-
-
-@dataclass(frozen=True)
-class LeakCheck(Check):
-    """One kind of leak over every split pair (a Check with counts). rows: distinct leaking rows summed over the
-    later splits (a row leaking from two earlier splits counts once); rate: the largest share of leaking rows in a
-    later split. status: pass, fail (a later split's rate exceeds the threshold) or skipped (no label or group
-    field to check, or a search that could not be completed)."""
-
-    rows: int = 0
-    rate: float = 0.0
-    pairs: tuple[PairLeak, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: Check's fields first, then the counts, the rate rounded for reading
-        return {**super().to_dict(), "rows": self.rows, "rate": round(self.rate, 6),
-                "pairs": [p.to_dict() for p in self.pairs]}
-
-
-@dataclass(frozen=True)
-class SplitInfo(Record):
-    """One split file checked: its name, path, rows and content hash."""
-
-    name: str
-    path: str
-    rows: int
-    sha256: str | None
-
-
-@dataclass(frozen=True)
-class LeakReport:
-    """Leak checks between splits; `passed` when no check fails."""
-
-    splits: tuple[SplitInfo, ...]
-    checks: tuple[LeakCheck, ...]
-    threshold: float
-    config: DedupConfig
-    notes: tuple[str, ...] = ()
-    schema: str = SCHEMA
-
-    @property
-    def passed(self) -> bool:
-        return passed(self.checks)
-
-    @property
-    def status(self) -> str:
-        return "pass" if self.passed else "fail"
-
-    def check(self, check_id: str) -> LeakCheck:
-        return next(c for c in self.checks if c.id == check_id)
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: the derived status leads, with the schema and version, before the splits and checks
-        from ..version import __version__
-
-        return {"schema": self.schema, "campaign_version": __version__, "status": self.status,
-                "threshold": self.threshold, "splits": [s.to_dict() for s in self.splits],
-                "checks": [c.to_dict() for c in self.checks], "config": self.config.to_dict(),
-                "notes": list(self.notes)}
-
-
-def _spread(pairs: Sequence[tuple[int, int]], k: int) -> list[tuple[int, int]]:
-    """Up to k pairs, first those whose rows no earlier pick uses on either side (a row with many copies does not
-    fill every example), then the rest in order."""
-    picked: list[tuple[int, int]] = []
-    seen_i: set[int] = set()
-    seen_q: set[int] = set()
-    for i, q in pairs:
-        if len(picked) == k:
-            return picked
-        if i not in seen_i and q not in seen_q:
-            picked.append((i, q))
-            seen_i.add(i)
-            seen_q.add(q)
-    rest = [p for p in pairs if p not in set(picked)]
-    return picked + rest[:k - len(picked)]
-
-
-def _snippet(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
 
 
 def _example(ia: Dataset, i: int, qb: Dataset, q: int, detail: str) -> LeakExample:
-    return LeakExample(ia.ref(i), qb.ref(q), _snippet(ia.texts[i]), _snippet(qb.texts[q]), detail)
+    return LeakExample(ia.ref(i), qb.ref(q), snippet(ia.texts[i]), snippet(qb.texts[q]), detail)
 
 
 def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: float = 0.0,
@@ -216,7 +78,7 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
             first_copy = first_rows[a]
             exact_linked = tuple((first_copy[sketches[b].digests[q]], q) for q in m.exact_rows)
             by_check[EXACT].append(PairLeak(a, b, len(m.exact_rows), len(db), m.exact_links, tuple(
-                _example(da, i, db, q, "same normalized text") for i, q in _spread(exact_linked, examples)),
+                _example(da, i, db, q, "same normalized text") for i, q in spread(exact_linked, examples)),
                 linked=exact_linked))
             # near
             near_rows = {q for _, q, _ in m.near}
@@ -225,7 +87,7 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
             jac = {(i, q): j for i, q, j in m.near}
             by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
                 _example(da, i, db, q, f"Jaccard {jac[i, q]:.2f}")
-                for i, q in _spread([(i, q) for i, q, _ in near_sorted], examples)),
+                for i, q in spread([(i, q) for i, q, _ in near_sorted], examples)),
                 linked=tuple((i, q) for i, q, _ in m.near), scores=tuple(j for _, _, j in m.near)))
             # label conflicts among exact copies, counted from the labels per content hash
             if has_labels:
@@ -237,7 +99,7 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
     checks = []
     for cid in CHECK_IDS:
         pairs = tuple(by_check[cid])
-        seen, why, fix = _WHY[cid]
+        seen, why, fix = WHY[cid]
         if cid == LABEL and not has_labels:
             checks.append(LeakCheck(cid, "skipped", "no label field given", why, "pass --label FIELD"))
             continue
@@ -248,25 +110,6 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
         checks.append(leak_check(cid, counts, threshold, capped if cid == NEAR else 0, config.max_bucket, pairs))
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
     return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
-
-
-def leak_check(cid: str, counts: Sequence[tuple[int, int]], threshold: float, capped: int, max_bucket: int,
-               pairs: tuple[PairLeak, ...]) -> LeakCheck:
-    """The verdict of one kind of leak from (distinct leaking rows, rows) of each later split: fail when a split's
-    rate exceeds the threshold; a near-duplicate search that left crowded buckets partly searched (capped) is
-    never shown as passed."""
-    seen, why, fix = _WHY[cid]
-    rows = sum(k for k, _ in counts)
-    rate = max((k / n for k, n in counts if n), default=0.0)
-    status = "fail" if any(k and k / n > threshold for k, n in counts) else "pass"
-    seen = f"{rows} row(s) in later splits: {seen}" if rows else "none found"
-    if capped and status == "pass":
-        status = "skipped"
-        seen = (f"incomplete: {capped} crowded LSH bucket(s) were only partly searched; "
-                f"{'none found' if not rows else seen} in the part searched")
-        fix = (f"raise the bucket cap above {max_bucket} (--max-bucket, DedupConfig.max_bucket), or "
-               "drop the mass-repeated boilerplate texts that crowd the buckets")
-    return LeakCheck(cid, status, seen, why, fix, rows=rows, rate=rate, pairs=pairs)
 
 
 def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:
@@ -340,44 +183,48 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
                 names: Sequence[str] | None = None, progress: bool | None = None,
                 allow_empty: bool = False, pairs: str | os.PathLike[str] | None = None,
-                drop_to: str | os.PathLike[str] | None = None, force: bool = False) -> LeakReport:
-    """Read the split files (train first) and check them for leaks; splits are named by `names` or their file
-    names.
+                drop_to: str | os.PathLike[str] | None = None, force: bool = False, engine: str | Engine = "local",
+                address: str | None = None, workers: int | None = None, parts: int | None = None,
+                timings: dict[str, float] | None = None) -> LeakReport:
+    """Read the splits (train first) and check them for leaks; splits are named by `names` or their file names.
 
     Args:
-        pairs: write every leaking pair there (.csv, .tsv or .jsonl): check, both rows' file:line and id, detail.
-        drop_to: write the splits into this folder without the later splits' leaking rows (data.leak_files).
+        pairs: write every leaking pair there (.csv, .tsv or .jsonl): check, both rows' file:line and id, detail;
+            on the ray engine, a folder of JSONL shards and manifest.json.
+        drop_to: write the splits into this folder without the later splits' leaking rows (leak_files).
         force: replace an earlier drop_to set.
+        engine: "local" (this process, each split a file) or "ray" (Ray Data: each split a file, a folder, a glob
+            or an object-store path of shards; refs name the shard's file:line).
+        address, workers, parts: the ray engine's cluster (default: RAY_ADDRESS, else a local Ray on `workers`
+            CPUs) and the partitions of its shuffles.
+        timings: filled with the seconds of each stage of the ray engine, when given.
     Raises:
         InputError: a file has no record (unless allow_empty): nothing in it can be checked, so "no leaks" would
             be a claim about data that is not there.
+        EngineError: the Ray cluster lost a worker or node mid-run.
     """
-    datasets = [read_dataset(p, fields, skip_bad=skip_bad) for p in paths]
-    empty = next((d for d in datasets if len(d) == 0), None)
-    if empty is not None and not allow_empty:
-        bad = f" ({empty.n_bad} bad record(s) skipped)" if empty.n_bad else ""
-        raise InputError(f"{empty.path}: no records to check{bad}; give the file that holds the split's rows")
-    named: dict[str, Dataset] = {}
-    for i, d in enumerate(datasets):
-        key = names[i] if names else (d.name if d.name not in named else d.path)
-        named[key] = d
-    report = find_leaks(named, threshold=threshold, config=config, examples=examples, progress=progress)
-    notes = [f"{d.path}: {d.n_bad} bad record(s) skipped" for d in datasets if d.n_bad]
-    if pairs is not None or drop_to is not None:
-        from .leak_files import drop_leaking, leak_pairs, write_pairs
-
+    eng = engine_for(engine, address=address, workers=workers, parts=parts, progress=progress)
+    fields = fields or Fields()
+    search = eng.leak_search(paths, fields, names=names, threshold=threshold, config=config, examples=examples,
+                             skip_bad=skip_bad, allow_empty=allow_empty, search_datasets=find_leaks, timings=timings)
+    search.prepare_outputs(pairs=None if pairs is None else Path(pairs),
+                           drop_to=None if drop_to is None else Path(drop_to), force=force)
+    with eng.session("leaks", f"{len(paths)} splits on Ray: sketches, candidate pairs, verification"):
+        found = search.run(want_pairs=pairs is not None)
+        report = found.report
+        notes = list(found.notes)
         if pairs is not None:
-            listed = leak_pairs(report, named)
-            notes.append(f"wrote {len(listed):,} leaking pair(s) to {write_pairs(listed, pairs)}")
+            listed = leak_pairs(report, found)
+            where = write_pairs(listed, pairs, shards_of=report if eng.sharded else None)
+            notes.append(f"wrote {len(listed):,} leaking pair(s) to {where}"
+                         + (f" as JSONL shards with {pairs}/manifest.json" if eng.sharded else ""))
         if drop_to is not None:
-            done = drop_leaking(report, named, drop_to, force=force, progress=progress)
-            dropped = sum(s["dropped"] for s in done["splits"])
-            notes.append(f"wrote the splits to {drop_to} without their {dropped:,} leaking row(s) (kept beside them "
-                         "as NAME.leaking.EXT); the check of the written files passes")
-    if notes:
-        report = replace(report, notes=report.notes + tuple(notes))
-    return report
+            job = found.drop_job(Path(drop_to), force=force)
+            dropped = drop_leaking(report, job)
+            notes.append(f"wrote the splits to {drop_to} without their {dropped:,} leaking row(s) ({job.kept_as}); "
+                         f"the check of the written {job.written_kind} passes")
+    return replace(report, notes=report.notes + tuple(notes)) if notes else report
 
 
-__all__ = ["CHECK_IDS", "LeakCheck", "LeakExample", "LeakReport", "PairLeak", "SplitInfo", "check_files",
-           "find_leaks"]
+__all__ = ["CHECK_IDS", "EXACT", "GROUP", "LABEL", "NEAR", "LeakCheck", "LeakExample", "LeakReport", "PairLeak",
+           "SplitInfo", "check_files", "find_leaks", "leak_check"]

@@ -19,6 +19,7 @@ _ALLOWED = {
     *((m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")),
     *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
     ("campaign.data.read", "Dataset"), ("campaign.data.read", "Fields"), ("campaign.io", "BadRecord"),
+    ("campaign.data.leak_report", "LeakRow"),
 }
 
 

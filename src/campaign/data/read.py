@@ -109,10 +109,10 @@ def make_dataset(texts: Sequence[str], *, labels: Sequence[Any] | None = None,
     fields = Fields(label="label" if labels is not None else None, group=tuple(named),
                     id="id" if ids is not None else None, date="date" if dates is not None else None)
     return Dataset(path=name, format="memory", fields=fields, texts=tuple(str(t) for t in texts),
-                   labels=None if labels is None else tuple(_scalar(v) for v in labels),
-                   groups=tuple(tuple(_scalar(v) for v in col) for col in named.values()),
-                   ids=None if ids is None else tuple(_scalar(v) for v in ids),
-                   dates=None if dates is None else tuple(_parse_date(v) for v in dates),
+                   labels=None if labels is None else tuple(scalar(v) for v in labels),
+                   groups=tuple(tuple(scalar(v) for v in col) for col in named.values()),
+                   ids=None if ids is None else tuple(scalar(v) for v in ids),
+                   dates=None if dates is None else tuple(parse_date(v) for v in dates),
                    lines=tuple(range(1, n + 1)))
 
 
@@ -212,7 +212,7 @@ def _jsonl_fast(path: str, fields: Fields) -> Dataset | None:
             previous = keys
 
     def column(name: str) -> tuple[str | None, ...]:
-        return tuple((v or None) if type(v) is str else _scalar(v) for v in (o.get(name) for o in objs))
+        return tuple((v or None) if type(v) is str else scalar(v) for v in (o.get(name) for o in objs))
 
     for role, name in (("label", fields.label), ("id", fields.id), *(("group", g) for g in fields.group)):
         if name and objs and name not in columns:
@@ -227,7 +227,7 @@ def _jsonl_fast(path: str, fields: Fields) -> Dataset | None:
 # --------------------------------------------------------------------------------------------------- values
 
 
-def _scalar(value: Any) -> str | None:
+def scalar(value: Any) -> str | None:
     """A label/group/id value as text: None and '' are missing; numbers and booleans as JSON writes them."""
     if value is None:
         return None
@@ -240,7 +240,7 @@ def _scalar(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _parse_date(value: Any) -> float:
+def parse_date(value: Any) -> float:
     """POSIX seconds from an ISO 8601 string, a date/datetime, or a number of seconds; naive times are UTC."""
     if isinstance(value, bool) or value is None or value == "":
         raise ValueError("missing date")
@@ -280,19 +280,19 @@ def _record(get: Any, fields: Fields) -> dict[str, Any]:
         value = get(name) if name else _MISSING
         if value is not _MISSING:
             out["present"].add(name)
-        out[role] = None if value is _MISSING else _scalar(value)
+        out[role] = None if value is _MISSING else scalar(value)
     out["groups"] = []
     for name in fields.group:
         value = get(name)
         if value is not _MISSING:
             out["present"].add(name)
-        out["groups"].append(None if value is _MISSING else _scalar(value))
+        out["groups"].append(None if value is _MISSING else scalar(value))
     out["date"] = None
     if fields.date:
         value = get(fields.date)
         if value is _MISSING:
             raise ValueError(f"no date field {fields.date!r}")
-        out["date"] = _parse_date(value)
+        out["date"] = parse_date(value)
     return out
 
 

@@ -13,8 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..io import RECORD_FORMATS, atomic_write_json, input_file, load_json, record_format
+from ..errors import InputError, MissingDependencyError
+from ..io import RECORD_FORMATS, atomic_write_json, input_file, load_json, record_format, sha256_file
+from ..version import __version__
 
 MANIFEST = "manifest.json"
 
@@ -65,8 +66,6 @@ def _filesystem(uri: str) -> tuple[Any, str]:
     try:
         from pyarrow import fs
     except ImportError as e:  # pragma: no cover - pyarrow comes with the data extra and with ray[data]
-        from ..errors import MissingDependencyError
-
         raise MissingDependencyError("pyarrow", "data") from e
     try:
         return fs.FileSystem.from_uri(uri)
@@ -136,8 +135,6 @@ def start_shard_set(out: Path, *, force: bool, what: str, inputs: Sequence[str] 
 
 def finish_shard_set(out: Path, schema: str, shards: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """Write the manifest last: schema, version, time, the shards (relative path, rows, sha256) and `extra`."""
-    from ..version import __version__
-
     manifest = {"schema": schema, "campaign_version": __version__,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "rows": sum(s["rows"] for s in shards), "shards": shards, **extra}
@@ -151,8 +148,6 @@ def verify_shard_set(out: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         InputError: no manifest (the set is incomplete), or a shard missing or changed.
     """
-    from ..io import sha256_file
-
     out = Path(out)
     doc = load_json(out / MANIFEST, "the manifest.json of a complete shard set")
     for s in doc.get("shards", []):

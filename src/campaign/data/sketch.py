@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
+from ..errors import InputError, MissingDependencyError
 from .normalize import normalize_text, normalize_texts, normalizer_id
 
 if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
@@ -118,8 +118,6 @@ def numpy():
     try:
         import numpy as np
     except ImportError as e:  # pragma: no cover - the data extra is installed in the tests
-        from ..errors import MissingDependencyError
-
         raise MissingDependencyError("numpy", "data") from e
     return np
 
@@ -300,7 +298,7 @@ KERNEL_MIN_CHARS = 2_000_000
 _NUMPY_CHARS = 0  # characters sketched by numpy in this process while the kernels were not loaded
 
 
-def _compiled(chars: int | None = None):
+def kernel_module(chars: int | None = None):
     """The compiled kernels module (kernels.py) when numba (the `fast` extra) is installed, CAMPAIGN_NO_NUMBA is
     unset and the work pays for the import, else None: the numpy functions here give the same bits. chars: the
     characters about to be sketched, counted with those sketched before (None: load the kernels now); once loaded
@@ -334,11 +332,9 @@ def sketch_chunk(norm_texts: Sequence[str], config: DedupConfig, densify: _Densi
         try:
             from .kernels import sketch_documents as kernel
         except ImportError as e:
-            from ..errors import MissingDependencyError
-
-            raise MissingDependencyError("numba", "fast") from e
+                raise MissingDependencyError("numba", "fast") from e
     else:
-        module = _compiled(sum(map(len, norm_texts))) if compiled is None else None
+        module = kernel_module(sum(map(len, norm_texts))) if compiled is None else None
         kernel = module.sketch_documents if module else None
     if kernel is None:
         h, counts = shingle_hashes(norm_texts, config)

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .dedup import DedupResult, connected_components
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+@dataclass(frozen=True)
+class UnitInputs:
+    """What an engine found that a split's units are formed from: the duplicate cluster of each row, and the rows
+    sharing a group value, as group columns (one value per row and group field) or as linked pairs of rows."""
+
+    cluster_of: Any
+    groups: Sequence[Sequence[Any]] = ()
+    links: Sequence[tuple[int, int]] = ()
 
 
 def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),

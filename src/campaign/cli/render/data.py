@@ -8,13 +8,17 @@ from . import checks, console, status
 
 if TYPE_CHECKING:
     from ...data.leaks import LeakReport
-    from ...data.split import SplitResult
+    from ...data.split_result import ShardSplit, SplitResult
     from ...track.usage import UsageReport
 
 
-def split(r: "SplitResult") -> None:
-    """Verdict, the splits (target vs achieved, labels, groups), the checks, the leak check, notes."""
+def split(r: "SplitResult | ShardSplit") -> None:
+    """Verdict, the splits (target vs achieved, labels, groups), the checks, the leak check, notes; a split in
+    shards (the ray engine) from its manifest."""
     from rich.table import Table
+
+    if not hasattr(r, "parts"):
+        return shard_split(r)
 
     n = sum(p.rows for p in r.parts)
     how = "temporal" if r.parameters["temporal"] else ("stratified" if r.parameters["stratify"] else "by rows")
@@ -48,6 +52,23 @@ def split(r: "SplitResult") -> None:
     for note in r.notes:
         console.print(f"[dim]- {note}[/dim]")
     console.print(f"[dim]manifest: {r.manifest}[/dim]")
+
+
+def shard_split(r: "ShardSplit") -> None:
+    """A split in shards: the verdict, each split's rows against its target and folder, the checks, notes."""
+    import typer
+
+    m = r.manifest
+    typer.echo(f"{m['status']} — {m['rows']:,} rows in {len(m['splits'])} splits, {m['units']:,} units (largest "
+               f"{m['largest_unit']:,} rows); {r.path}")
+    for s in m["splits"]:
+        typer.echo(f"  {s['name']}: {s['rows']:,} rows ({s['fraction']:.2%} for {s['target_fraction']:.2%}) in "
+                   f"{s['path']}")
+    for c in m["checks"]:
+        typer.echo(f"  {c['id']}: {c['status']} — {c['seen']}")
+    typer.echo(f"  leak check of the written shards: {m['leaks']['status']}")
+    for n in m["notes"]:
+        typer.echo(f"  note: {n}")
 
 
 def leaks(r: "LeakReport") -> None:

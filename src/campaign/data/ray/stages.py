@@ -1,41 +1,38 @@
-"""The worker side of the Ray engine (ray_engine.py): the functions Ray Data runs on batches of shards or of
-partitions, each taking and returning columns of payloads (payload.py: pickled, loaded with an allowlist). A row of
+"""The worker side of the Ray engine's leak search (search.py): the functions Ray Data runs on batches of shards or
+of partitions, each taking and returning columns of payloads (payload.py: pickled, loaded with an allowlist). A row of
 a split is numbered (shard << ROW_BITS) | row in shard, so sorting those numbers sorts by the split's row order.
 """
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError
-from .dedup import capped_matches
-from .read import Fields
-from .shards import local_copy
-from .sketch import DedupConfig
-from .payload import dumps as dump_payload, loads as load_payload
+from ...errors import InputError
+from ..dedup import capped_matches, exact_jaccard, prefilter
+from ..leak_report import LeakRow
+from ..payload import dumps as dump_payload
+from ..payload import loads as load_payload
+from ..read import Fields, read_dataset
+from ..shards import local_copy
+from ..sketch import DedupConfig, Sketches
 
 if TYPE_CHECKING:
     import numpy as np
 
-_ROW_BITS = 40           # a row is (shard << 40) | row in shard: sorting it sorts by the split's row order
-_SHARD, _PART, _META = 0, 1, 2     # stage-1 rows: a shard's Dataset, a part's payload, a shard's metadata
+ROW_BITS = 40           # a row is (shard << 40) | row in shard: sorting it sorts by the split's row order
+SHARD, PART, META = 0, 1, 2     # stage-1 rows: a shard's Dataset, a part's payload, a shard's metadata
 
 
-def _hash64(text: str) -> int:
+def hash64(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
-def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields, skip_bad: bool,
+def sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields, skip_bad: bool,
                    parts: int) -> dict[str, Any]:
-    """Stage 1, per shard: the Dataset (kind _SHARD), its metadata (_META) and one payload per part (_PART) with
+    """Stage 1, per shard: the Dataset (kind SHARD), its metadata (META) and one payload per part (PART) with
     its band keys, content hashes (with labels) and group values, rows numbered (shard << 40) | row."""
     import numpy as np
-
-    from .read import read_dataset
-    from .sketch import Sketches
 
     out: dict[str, list[Any]] = {"kind": [], "part": [], "split": [], "shard": [], "payload": []}
 
@@ -54,7 +51,7 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
         ds = replace(ds, path=path)     # refs name the shard as the user gave it
         sk = Sketches(config).add(ds.texts, progress=False)
         n = len(ds)
-        enc = (np.int64(shard) << np.int64(_ROW_BITS)) | np.arange(n, dtype=np.int64)
+        enc = (np.int64(shard) << np.int64(ROW_BITS)) | np.arange(n, dtype=np.int64)
         full = np.flatnonzero(~sk.empty)
         keys = sk.band_keys[full]
         nb = keys.shape[1]
@@ -69,7 +66,7 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
         for f, col in enumerate(ds.groups):
             for r, v in enumerate(col):
                 if v is not None:
-                    groups[_hash64(f"{f}\0{v}") % parts].append((f, v, int(enc[r])))
+                    groups[hash64(f"{f}\0{v}") % parts].append((f, v, int(enc[r])))
         o_lsh = np.argsort(lsh_part, kind="stable")
         b_lsh = np.searchsorted(lsh_part[o_lsh], np.arange(parts + 1))
         o_dig = np.argsort(dig_part, kind="stable")
@@ -78,19 +75,19 @@ def _sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields
             sl, sd = o_lsh[b_lsh[p]:b_lsh[p + 1]], o_dig[b_dig[p]:b_dig[p + 1]]
             if not len(sl) and not len(sd) and not groups[p]:
                 continue
-            emit(_PART, p, split, shard, {
+            emit(PART, p, split, shard, {
                 "band": lsh_band[sl], "key": lsh_key[sl], "enc": lsh_enc[sl],
                 "dig": dig[sd], "dig_enc": enc[full][sd],
                 "dig_label": None if labels is None else [labels[i] for i in sd.tolist()], "groups": groups[p]})
-        emit(_META, -1, split, shard, {"path": path, "rows": n, "sha256": ds.sha256, "n_bad": ds.n_bad,
+        emit(META, -1, split, shard, {"path": path, "rows": n, "sha256": ds.sha256, "n_bad": ds.n_bad,
                                        "format": ds.format})
-        emit(_SHARD, -1, split, shard, (ds, source))
+        emit(SHARD, -1, split, shard, (ds, source))
     return {"kind": np.asarray(out["kind"], dtype=np.int8), "part": np.asarray(out["part"], dtype=np.int64),
             "split": np.asarray(out["split"], dtype=np.int64), "shard": np.asarray(out["shard"], dtype=np.int64),
             "payload": np.asarray(out["payload"], dtype=object)}
 
 
-def _match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, Any]:
+def match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, Any]:
     """Stage 2, one part: for every split pair (a earlier than b), the LSH candidates (index row in a, query row
     in b; a query key's first `cap` index rows in row order), the exact copies with their first index row and
     count, the label conflicts among them, and the shared group values."""
@@ -178,7 +175,7 @@ def _match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, 
     return {"payload": np.asarray([dump_payload(result)], dtype=object)}
 
 
-def _send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], parts: int) -> dict[str, Any]:
+def send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], parts: int) -> dict[str, Any]:
     """Stage 3 map: the raw texts of the rows candidate pairs need, sent to each part that needs them."""
     import numpy as np
 
@@ -192,18 +189,15 @@ def _send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], pa
         for p in np.unique(to).tolist():
             sel = rows[to == p]
             out_part.append(p)
-            out_payload.append(dump_payload((split, (np.int64(shard) << np.int64(_ROW_BITS)) | sel,
+            out_payload.append(dump_payload((split, (np.int64(shard) << np.int64(ROW_BITS)) | sel,
                                              [ds.texts[r] for r in sel.tolist()])))
     return {"part": np.asarray(out_part, dtype=np.int64), "payload": np.asarray(out_payload, dtype=object)}
 
 
-def _confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: DedupConfig) -> dict[str, Any]:
+def confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: DedupConfig) -> dict[str, Any]:
     """Stage 3 reduce: the part's candidate pairs sketched again from both raw texts and confirmed as
     dedup.cross_duplicates does (prefilter, different content, exact Jaccard >= threshold)."""
     import numpy as np
-
-    from .dedup import exact_jaccard, prefilter
-    from .sketch import Sketches
 
     part = int(batch["part"][0])
     texts: dict[tuple[int, int], str] = {}
@@ -223,8 +217,8 @@ def _confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: Dedup
     return {"payload": np.asarray([dump_payload(found)], dtype=object)}
 
 
-def _fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) -> dict[str, Any]:
-    """Stage 4: what the report and the outputs show of some rows: ref, text, line, id, label, group values."""
+def fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) -> dict[str, Any]:
+    """Stage 4: what the report and the outputs show of some rows (LeakRow: ref, text, line, id, label, groups)."""
     import numpy as np
 
     out = []
@@ -233,48 +227,6 @@ def _fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) ->
         if rows is None:
             continue
         ds, _ = load_payload(payload)
-        got = {(shard << _ROW_BITS) | r: (ds.ref(r), ds.texts[r], ds.lines[r], None if ds.ids is None else ds.ids[r],
-                                          None if ds.labels is None else ds.labels[r], [g[r] for g in ds.groups])
-               for r in rows}
+        got = {(shard << ROW_BITS) | r: LeakRow.of(ds, r) for r in rows}
         out.append(dump_payload((split, got)))
-    return {"payload": np.asarray(out, dtype=object)}
-
-
-def _tmp(path: str) -> str:
-    """A hidden temporary name beside path (listings of shards skip hidden files)."""
-    p = Path(path)
-    return str(p.with_name(f".{p.name}.tmp-{os.getpid()}"))
-
-
-def _write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]], targets: dict[tuple[int, int],
-                 tuple[str, str | None]]) -> dict[str, Any]:
-    """--drop-to, per shard: the shard without its leaking rows (the first split's shards copied unchanged) and
-    the leaking rows beside it, each written to a temporary file and renamed into place."""
-    import numpy as np
-
-    from ..io import sha256_file
-    from .write import write_rows
-
-    out = []
-    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
-        ds, source = load_payload(payload)
-        keep_path, leak_path = targets[split, shard]
-        rows = drop.get((split, shard), [])
-        with local_copy(source) as local:
-            if leak_path is None:
-                tmp = _tmp(keep_path)
-                with open(local, "rb") as src, open(tmp, "wb") as dst:
-                    while block := src.read(1 << 20):
-                        dst.write(block)
-                    dst.flush()
-                    os.fsync(dst.fileno())
-                os.replace(tmp, keep_path)
-            else:
-                assign = np.zeros(len(ds), dtype=np.int64)
-                assign[rows] = 1
-                tmps = [_tmp(keep_path), _tmp(leak_path)]
-                write_rows(replace(ds, path=local), assign, [Path(t) for t in tmps])
-                os.replace(tmps[1], leak_path)
-                os.replace(tmps[0], keep_path)
-        out.append(dump_payload((split, shard, len(ds) - len(rows), len(rows), sha256_file(keep_path))))
     return {"payload": np.asarray(out, dtype=object)}

@@ -1,0 +1,187 @@
+"""What a split is asked and what it gives: the validated parameters (SplitSpec), the written splits and the checks
+of their ratios and labels (SplitResult, the split manifest; ShardSplit, the manifest of a split in shards).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from ..checks import Check, passed
+from ..errors import InputError
+from ..version import __version__
+from .dedup import DedupResult
+from .leak_report import LeakReport
+from .read import Dataset, Fields
+from .sketch import DedupConfig
+from .splitter import parse_ratios, split_names
+from .units import label_conflicts
+
+SCHEMA = "campaign.split/1"
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """A split's parameters, checked: ratios (fractions summing to 1), split names, whether it is stratified or
+    temporal, the ratio tolerance, the duplicate search of the split (seed) and of its leak check (seed + 1)."""
+
+    ratios: tuple[float, ...]
+    names: tuple[str, ...]
+    stratify: bool
+    temporal: bool
+    tolerance: float
+    seed: int
+    config: DedupConfig
+
+    @property
+    def check_config(self) -> DedupConfig:
+        """The leak check of the written splits: other hash functions (seed + 1) than the split's own search."""
+        return replace(self.config, seed=self.seed + 1)
+
+    @classmethod
+    def checked(cls, fields: Fields, *, ratios: str | Sequence[float], names: str | Sequence[str] | None,
+                stratify: bool | None, seed: int, dedup: DedupConfig | None, tolerance: float) -> SplitSpec:
+        """The parameters of split_file, checked (the same messages on every engine).
+
+        Raises:
+            InputError: ratios, names, stratification or tolerance that cannot be met.
+        """
+        ratio_t = parse_ratios(ratios)
+        name_t = split_names(names, len(ratio_t))
+        temporal = fields.date is not None
+        if stratify and temporal:
+            raise InputError("a temporal split (--date) cannot also be stratified; drop --stratify or --date")
+        if stratify and not fields.label:
+            raise InputError("stratifying needs a label field; pass --label FIELD or --no-stratify")
+        stratify = bool(fields.label) and not temporal if stratify is None else stratify
+        if not 0 < tolerance < 1:
+            raise InputError(f"tolerance {tolerance!r} must be a fraction in (0, 1); use e.g. 0.01 for one point")
+        return cls(ratio_t, name_t, stratify, temporal, tolerance, seed, replace(dedup or DedupConfig(), seed=seed))
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """One written split: rows against the target, rows per label, distinct groups per field, date range."""
+
+    name: str
+    path: str
+    sha256: str
+    rows: int
+    target_fraction: float
+    fraction: float
+    labels: dict[str, int] = field(default_factory=dict)
+    label_fractions: dict[str, float] = field(default_factory=dict)  # share of each label's rows in this split
+    groups: dict[str, int] = field(default_factory=dict)
+    first_date: str | None = None
+    last_date: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:  # by hand: the fractions rounded for reading
+        return {"name": self.name, "path": self.path, "sha256": self.sha256, "rows": self.rows,
+                "target_fraction": round(self.target_fraction, 6), "fraction": round(self.fraction, 6),
+                "labels": dict(self.labels),
+                "label_fractions": {k: round(v, 6) for k, v in self.label_fractions.items()},
+                "groups": dict(self.groups), "first_date": self.first_date, "last_date": self.last_date}
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """What `campaign split` did; to_dict() is the split manifest."""
+
+    input: dict[str, Any]
+    parameters: dict[str, Any]
+    normalizer: str
+    seed: int
+    parts: tuple[SplitPart, ...]
+    units: int
+    largest_unit: int
+    duplicates: dict[str, int]
+    checks: tuple[Check, ...]
+    leaks: LeakReport
+    manifest: str
+    created: str = ""
+    notes: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        return self.leaks.passed and passed(self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        # by hand: this is the split manifest's file format: schema, version, time and the derived status lead,
+        # the parts are its "splits"
+        return {"schema": self.schema, "campaign_version": __version__,
+                "created": self.created,
+                "status": "pass" if self.passed else "fail", "input": self.input, "parameters": self.parameters,
+                "normalizer": self.normalizer, "seed": self.seed, "splits": [p.to_dict() for p in self.parts],
+                "units": self.units, "largest_unit": self.largest_unit, "duplicates": self.duplicates,
+                "checks": [c.to_dict() for c in self.checks], "leaks": self.leaks.to_dict(),
+                "manifest": self.manifest, "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class ShardSplit:
+    """What a split in shards (split_file on the ray engine) wrote: its manifest (out_dir/manifest.json) and where
+    it is."""
+
+    manifest: dict[str, Any]
+    path: str
+
+    @property
+    def passed(self) -> bool:
+        return self.manifest["status"] == "pass"
+
+    def to_dict(self) -> dict[str, Any]:  # by hand: the manifest as written, with its path
+        return {**self.manifest, "manifest": self.path}
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def label_conflict_check(d: DedupResult, ds: Dataset) -> Check:
+    """split.label_conflict: the same (or nearly the same) text with different labels inside the input. The split
+    keeps such rows together, so they leak nothing, but one of the labels is wrong or the task is ambiguous."""
+    clusters, rows, shown = label_conflicts(d, ds.labels, [ds.ref(i) for i in range(len(ds))])
+    if not clusters:
+        return Check("split.label_conflict", "pass", "no duplicate carries two labels")
+    return Check("split.label_conflict", "warn",
+                      f"{clusters:,} duplicate cluster(s) ({rows:,} rows) carry different labels, e.g. "
+                      + "; ".join(shown),
+                      "label noise or an ambiguous task: whichever label the model learns, the other rows count as "
+                      "errors, in training and in evaluation",
+                      "fix the labels (or drop the conflicting rows) before training; the split keeps each cluster "
+                      "on one side")
+
+
+def ratio_checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,
+            stratify: bool) -> tuple[list[Check], list[str]]:
+    notes: list[str] = []
+    worst = max(parts, key=lambda p: abs(p.fraction - p.target_fraction))
+    dev = abs(worst.fraction - worst.target_fraction)
+    checks = [Check("split.ratio", "pass" if dev <= tolerance else "fail",
+                         f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
+                         f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")]
+    if not stratify:
+        checks.append(Check("split.label_ratio", "skipped", "not stratified"))
+        return checks, notes
+    # one row moves a label's fraction by 1/rows: labels with fewer than 2/tolerance rows cannot be held to it
+    checkable = [lbl for lbl, t in label_total.items() if t >= 2 / tolerance]
+    small = [lbl for lbl in label_total if lbl not in checkable]
+    if small:
+        notes.append(f"{len(small)} label(s) have fewer than {math.ceil(2 / tolerance)} rows and are not held to the "
+                     f"tolerance: {', '.join(map(str, small[:5]))}{' ...' if len(small) > 5 else ''}")
+    gaps = [(abs(p.label_fractions.get(lbl, 0.0) - p.target_fraction), lbl, p) for lbl in checkable for p in parts]
+    if not gaps:
+        checks.append(Check("split.label_ratio", "skipped", "no label has enough rows to check"))
+        return checks, notes
+    gap, lbl, p = max(gaps, key=lambda g: g[0])
+    checks.append(Check("split.label_ratio", "pass" if gap <= tolerance else "fail",
+                             f"largest gap {gap * 100:.2f} points (label {lbl!r} in {p.name}: "
+                             f"{p.label_fractions.get(lbl, 0.0):.2%} for {p.target_fraction:.2%})"))
+    return checks, notes
+
+
+__all__ = ["SCHEMA", "ShardSplit", "SplitPart", "SplitResult", "SplitSpec", "iso", "label_conflict_check",
+           "ratio_checks"]

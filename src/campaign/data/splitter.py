@@ -1,0 +1,211 @@
+"""The leak-free split algorithm: groups and duplicate clusters are atomic units; ratios are met as fractions of
+rows (per label when stratified); a temporal split orders units by date. No files here: split.py is the pipeline
+that reads, writes and checks them, on either engine.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from .dedup import DedupResult, find_duplicates
+from .read import parse_date, scalar
+from .sketch import DedupConfig, mix64, mix_int
+from .units import atomic_units
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEFAULT_NAMES = {1: ("all",), 2: ("train", "test"), 3: ("train", "val", "test")}
+NO_LABEL = "(none)"
+
+
+def parse_ratios(ratios: str | Sequence[float]) -> tuple[float, ...]:
+    """'80/10/10', '0.8,0.1,0.1', '8:1:1' or numbers -> fractions summing to 1."""
+    if isinstance(ratios, str):
+        parts = [p for p in re.split(r"[/,:\s]+", ratios.strip()) if p]
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            raise InputError(f"ratios {ratios!r} are not numbers; write e.g. 80/10/10 or 0.8,0.1,0.1") from None
+    else:
+        values = [float(v) for v in ratios]
+    if len(values) < 2 or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise InputError(f"ratios {ratios!r} need two or more positive parts; write e.g. 80/10/10")
+    total = sum(values)
+    return tuple(v / total for v in values)
+
+
+def split_names(names: str | Sequence[str] | None, k: int) -> tuple[str, ...]:
+    """Names of the k splits: given ('train,val,test'), or train/test, train/val/test, split1..k."""
+    if names is None:
+        return DEFAULT_NAMES.get(k, tuple(f"split{i + 1}" for i in range(k)))
+    out = tuple(n.strip() for n in (names.split(",") if isinstance(names, str) else names))
+    if len(out) != k or len(set(out)) != k or not all(re.fullmatch(r"[A-Za-z0-9_.-]+", n) and n.strip(".")
+                                                       for n in out):
+        raise InputError(f"split names {names!r} must be {k} distinct names of letters, digits, '_', '-' or '.' "
+                         f"(not only dots; one per ratio); write e.g. train,val,test")
+    return out
+
+
+def seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
+    """n pseudo-random uint64 keys, the same on every machine for (seed, salt): the tie-break order."""
+    import numpy as np
+
+    return mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
+
+
+def assign_units(unit_of: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
+                 seed: int = 0) -> "np.ndarray":
+    """Split index per row, moving whole units: largest units first (ties in a seeded order), each to the split
+    where it most reduces the squared shortfall against the targets, in rows and, with labels, in rows per label.
+
+    Targets are ratio x rows (and ratio x rows of each label); each label's term is weighted by its share of rows,
+    so every row counts the same. Small units placed last fill the remainders, which is what meets the ratios.
+    """
+    import numpy as np
+
+    n = len(unit_of)
+    k = len(ratios)
+    _, unit = np.unique(unit_of, return_inverse=True)
+    n_units = int(unit.max()) + 1 if n else 0
+    size = np.bincount(unit, minlength=n_units)
+    if labels is not None:
+        lab_names, lab = np.unique(np.asarray([NO_LABEL if v is None else str(v) for v in labels], dtype=object),
+                                   return_inverse=True)
+    else:
+        lab_names, lab = np.array([NO_LABEL], dtype=object), np.zeros(n, dtype=np.int64)
+    n_lab = len(lab_names)
+    # per-unit (label, count) lists
+    pair = unit.astype(np.int64) * n_lab + lab
+    upair, ucount = np.unique(pair, return_counts=True)
+    pu, pl = upair // n_lab, upair % n_lab
+    starts = np.searchsorted(pu, np.arange(n_units))
+    ends = np.searchsorted(pu, np.arange(n_units), side="right")
+    label_total = np.bincount(lab, minlength=n_lab).astype(float)
+    order = np.lexsort((seeded_keys(n_units, seed, 1), -size))
+    target = [r * n for r in ratios]
+    ltarget = [[r * t for t in label_total] for r in ratios]
+    count = [0.0] * k
+    lcount = [[0.0] * n_lab for _ in range(k)]
+    w_total = 1.0 / max(n, 1) ** 2
+    w_label = [1.0 / (max(n, 1) * t) if t else 0.0 for t in label_total]
+    stratified = labels is not None
+    out_unit = np.empty(n_units, dtype=np.int64)
+    pl_list, pc_list = pl.tolist(), ucount.tolist()
+    starts_l, ends_l, size_l = starts.tolist(), ends.tolist(), size.tolist()
+    for u in order.tolist():
+        z = size_l[u]
+        best, best_key = 0, None
+        for s in range(k):
+            cost = w_total * z * (2 * (count[s] - target[s]) + z)
+            if stratified:
+                for p in range(starts_l[u], ends_l[u]):
+                    lbl, c = pl_list[p], pc_list[p]
+                    cost += w_label[lbl] * c * (2 * (lcount[s][lbl] - ltarget[s][lbl]) + c)
+            key = (cost, -(target[s] - count[s]) / target[s])
+            if best_key is None or key < best_key:
+                best, best_key = s, key
+        out_unit[u] = best
+        count[best] += z
+        for p in range(starts_l[u], ends_l[u]):
+            lcount[best][pl_list[p]] += pc_list[p]
+    return out_unit[unit]
+
+
+def assign_temporal(unit_of: "np.ndarray", dates: Sequence[float], ratios: Sequence[float], *,
+                    seed: int = 0) -> "np.ndarray":
+    """Split index per row for a temporal split: units ordered by their latest date (ties in a seeded order) fill
+    the splits in order; a unit goes to the next split once its middle row would pass the current split's
+    cumulative target. Every earlier split's units end no later than any later split's units end."""
+    import numpy as np
+
+    n = len(unit_of)
+    _, unit = np.unique(unit_of, return_inverse=True)
+    n_units = int(unit.max()) + 1 if n else 0
+    size = np.bincount(unit, minlength=n_units)
+    latest = np.full(n_units, -np.inf)
+    np.maximum.at(latest, unit, np.asarray(dates, dtype=float))
+    order = np.lexsort((seeded_keys(n_units, seed, 2), latest))
+    bounds = np.cumsum(ratios) * n
+    out_unit = np.empty(n_units, dtype=np.int64)
+    done, s = 0.0, 0
+    for u in order.tolist():
+        z = size[u]
+        while s < len(ratios) - 1 and done + z / 2 > bounds[s]:
+            s += 1
+        out_unit[u] = s
+        done += z
+    return out_unit[unit]
+
+
+def assign_rows(units: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
+                dates: Sequence[Any] | None = None, stratify: bool = True, temporal: bool = False,
+                seed: int = 0) -> "np.ndarray":
+    """Split index per row from the rows' units: by date (temporal: assign_temporal) or by the allocation of
+    assign_units (per label of `labels` when stratify)."""
+    if temporal:
+        stamps = [d if isinstance(d, float) else parse_date(d) for d in dates]  # type: ignore[union-attr]
+        return assign_temporal(units, stamps, ratios, seed=seed)
+    return assign_units(units, ratios, labels=labels if stratify else None, seed=seed)
+
+
+class LeakFreeSplitter:
+    """scikit-learn style splitter: `split(X, y=None, groups=None)` yields one tuple of row-index arrays, one per
+    ratio (train, val, test). Rows sharing a group or a duplicate cluster (exact or near, found in X) never
+    straddle splits; with `stratify`, ratios hold per label of y; with `temporal`, pass `dates=` to split().
+
+    Attributes after split(): `units_` (unit id per row), `dedup_` (the DedupResult).
+    """
+
+    def __init__(self, ratios: str | Sequence[float] = (0.8, 0.1, 0.1), *, stratify: bool = True,
+                 temporal: bool = False, seed: int = 0, dedup: DedupConfig | None = None,
+                 progress: bool | None = None) -> None:
+        self.ratios = parse_ratios(ratios)
+        self.stratify, self.temporal, self.seed = stratify, temporal, seed
+        self.dedup = dedup or DedupConfig(seed=seed)
+        self.progress = progress
+        self.units_: np.ndarray | None = None
+        self.dedup_: DedupResult | None = None
+        self._dedup_of: Any = None   # the texts dedup_ was found in (a second assign() over them reuses it)
+
+    def get_n_splits(self, X: Any = None, y: Any = None, groups: Any = None) -> int:
+        return 1
+
+    def split(self, X: Sequence[str], y: Sequence[Any] | None = None,
+              groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
+              dates: Sequence[Any] | None = None) -> Iterator[tuple["np.ndarray", ...]]:
+        """X: texts; y: labels (stratification); groups: one column or {field: column}; dates: temporal split."""
+        import numpy as np
+
+        assign = self.assign(X, y, groups, dates=dates)
+        yield tuple(np.flatnonzero(assign == s) for s in range(len(self.ratios)))
+
+    def assign(self, X: Sequence[str], y: Sequence[Any] | None = None,
+               groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
+               dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
+        """Split index per row (the same partition split() yields); `links` are pairs of rows (indices) that must
+        stay together beyond the groups and the duplicates found in X."""
+        n = len(X)
+        cols: list[Sequence[Any]] = []
+        if groups is not None:
+            cols = list(groups.values()) if isinstance(groups, Mapping) else [groups]
+        for what, col in (("y", y), ("dates", dates), *(("groups", c) for c in cols)):
+            if col is not None and len(col) != n:
+                raise InputError(f"{what} has {len(col)} values for {n} texts; give one per text")
+        if self.temporal and dates is None:
+            raise InputError("a temporal split needs dates; pass dates= (the CLI: --date FIELD)")
+        if self._dedup_of is not X:
+            self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
+            self._dedup_of = X
+        # None, "" and NaN are missing group values: they link nothing
+        self.units_ = atomic_units(n, groups=[[scalar(v) for v in c] for c in cols],
+                                   cluster_of=self.dedup_.cluster_of, links=links)
+        return assign_rows(self.units_, self.ratios, labels=y, dates=dates, stratify=self.stratify,
+                           temporal=self.temporal, seed=self.seed)
+
+
+__all__ = ["DEFAULT_NAMES", "NO_LABEL", "LeakFreeSplitter", "assign_rows", "assign_temporal", "assign_units",
+           "parse_ratios", "seeded_keys", "split_names"]

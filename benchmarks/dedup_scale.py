@@ -102,7 +102,6 @@ def main(argv: list[str]) -> int:
     import ray
 
     from campaign.data.leaks import check_files
-    from campaign.data.ray_engine import find_leaks_ray
     from campaign.data.sketch import DedupConfig
 
     config = DedupConfig(**SETTINGS)
@@ -132,8 +131,9 @@ def main(argv: list[str]) -> int:
                 with WorkerMemory() as mem:
                     start = time.perf_counter()
                     stages: dict[str, float] = {}
-                    report = find_leaks_ray([str(folder / "train"), str(folder / "eval")], config=config,
-                                            names=["train.jsonl", "eval.jsonl"], timings=stages)
+                    report = check_files([str(folder / "train"), str(folder / "eval")], config=config,
+                                         names=["train.jsonl", "eval.jsonl"], timings=stages, engine="ray",
+                                         progress=False)
                     elapsed = time.perf_counter() - start
             finally:
                 ray.shutdown()

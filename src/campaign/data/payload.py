@@ -20,6 +20,8 @@ _ALLOWED = {
     *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
     ("campaign.data.read", "Dataset"), ("campaign.data.read", "Fields"), ("campaign.io", "BadRecord"),
     ("campaign.data.leak_report", "LeakRow"),
+    *(("campaign.data.ray.records", n) for n in ("ShardData", "ShardLabels", "ExactAndGroups", "Candidates", "Texts",
+                                                  "Confirmed", "Fetched", "WrittenSplit", "WrittenClean")),
 }
 
 

@@ -103,12 +103,12 @@ class ShardDropJob:
     def finish(self, written: list[Any], recheck: LeakReport, dropped_by: list[str]) -> int:
         splits, out = self.found.splits, self.out
         shards = []
-        for s, k, kept, dropped, sha in sorted(written):
-            keep_path, leak_path = self.targets[s, k]
-            shards.append({"split": splits[s].name, "input": splits[s].shards[k]["path"],
-                           "input_sha256": splits[s].shards[k]["sha256"],
-                           "path": os.path.relpath(keep_path, out), "rows": kept, "dropped": dropped, "sha256": sha,
-                           "dropped_path": os.path.relpath(leak_path, out) if leak_path else None})
+        for w in sorted(written, key=lambda w: (w.split, w.shard)):
+            keep_path, leak_path = self.targets[w.split, w.shard]
+            shard = splits[w.split].shards[w.shard]
+            shards.append({"split": splits[w.split].name, "input": shard["path"], "input_sha256": shard["sha256"],
+                           "path": os.path.relpath(keep_path, out), "rows": w.kept, "dropped": w.dropped,
+                           "sha256": w.sha256, "dropped_path": os.path.relpath(leak_path, out) if leak_path else None})
         finish_shard_set(out, FIX_SCHEMA, shards, config=self.found.report.config.to_dict(), dropped_by=dropped_by,
                          recheck=recheck.to_dict())
         return sum(s["dropped"] for s in shards)

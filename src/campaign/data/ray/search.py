@@ -322,8 +322,9 @@ def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[in
         send_texts, batch_size=1, batch_format="numpy", fn_kwargs={"wanted": wanted_np, "parts": parts})
     confirmed = collect(texts.groupby("part", num_partitions=parts).map_groups(
         confirm_part, batch_format="numpy", fn_kwargs={"pairs": pairs, "config": config}))
-    for fa, fb, fie, fqe, fj in confirmed:
-        for x, y, i_, q_, j in zip(fa.tolist(), fb.tolist(), fie.tolist(), fqe.tolist(), fj.tolist()):
+    for c in confirmed:
+        for x, y, i_, q_, j in zip(c.a.tolist(), c.b.tolist(), c.index_rows.tolist(), c.query_rows.tolist(),
+                                   c.jaccard.tolist()):
             out[x, y].append((int(splits[x].gid([i_])[0]), int(splits[y].gid([q_])[0]), float(j)))
     return {k: sorted(v) for k, v in out.items()}
 
@@ -339,9 +340,9 @@ def fetch(mat: Any, splits: list[ShardedSplit], want: set[tuple[int, int]]) -> d
     got = collect(mat.filter(expr=kind(SHARD)).map_batches(
         fetch_rows, batch_size=1, batch_format="numpy", fn_kwargs={"wanted": wanted}))
     out: dict[tuple[int, int], LeakRow] = {}
-    for s, rows in got:
-        for enc, row in rows.items():
-            out[s, int(splits[s].gid([enc])[0])] = row
+    for f in got:
+        for enc, row in f.rows.items():
+            out[f.split, int(splits[f.split].gid([enc])[0])] = row
     return out
 
 

@@ -25,6 +25,7 @@ from ..units import UnitInputs
 from .search import ShardedSplit, confirm
 from .session import collect, kind, run, source
 from .stages import PART, SHARD, sketch_shards
+from .records import Candidates, ExactAndGroups, ShardLabels
 from .writes import write_split
 
 if TYPE_CHECKING:
@@ -61,12 +62,13 @@ class RaySplitJob:
             sketch_shards, batch_size=1, batch_format="numpy",
             fn_kwargs={"config": config, "fields": self.fields, "skip_bad": self.skip_bad, "parts": parts}).materialize)
         got = sorted(collect(self.mat.filter(expr=kind(SHARD)).map_batches(shard_labels, batch_size=1,
-                                                                           batch_format="numpy")))
-        self.rows_of_shard = [k for _, k, _ in got]
+                                                                           batch_format="numpy")),
+                     key=lambda g: g.shard)
+        self.rows_of_shard = [g.rows for g in got]
         self.offsets = np.cumsum([0] + self.rows_of_shard)[:-1].astype(np.int64)
         self.split = ShardedSplit("data", str(self.data), tuple({"rows": r} for r in self.rows_of_shard),
                                   self.offsets)
-        self.labels = [x for _, _, lab in got for x in lab] if self.fields.label else None
+        self.labels = [x for g in got for x in g.labels] if self.fields.label else None
         self.dates = None
         return self.split.rows
 
@@ -78,13 +80,13 @@ class RaySplitJob:
         ray, parts, config, sp = self.engine.ray, self.engine.parts, self.spec.config, self.split
         found = collect(self.mat.filter(expr=kind(PART)).groupby("part", num_partitions=parts).map_groups(
             exact_and_groups, batch_format="numpy"))
-        copies = np.concatenate([f[0][0] for f in found]) if found else np.zeros(0, np.int64)
-        first = np.concatenate([f[0][1] for f in found]) if found else np.zeros(0, np.int64)
-        group_links = [(int(a), int(b)) for f in found for a, b in f[1]]
+        copies = np.concatenate([f.copies for f in found]) if found else np.zeros(0, np.int64)
+        first = np.concatenate([f.first for f in found]) if found else np.zeros(0, np.int64)
+        group_links = [(int(a), int(b)) for f in found for a, b in f.group_links]
         cand = collect(self.mat.filter(expr=kind(PART)).groupby("part", num_partitions=parts).map_groups(
             self_candidates, batch_format="numpy", fn_kwargs={"copies": copies, "cap": config.max_bucket}))
-        self.capped = sum(c[2] for c in cand)
-        near_pairs = confirm(ray, self.mat, [sp], {(0, 0): [(c[0], c[1]) for c in cand if len(c[0])]}, config,
+        self.capped = sum(c.capped for c in cand)
+        near_pairs = confirm(ray, self.mat, [sp], {(0, 0): [(c.lo, c.hi) for c in cand if len(c.lo)]}, config,
                              parts)[0, 0]
         a = np.concatenate((sp.gid(copies), np.asarray([p[0] for p in near_pairs], dtype=np.int64)))
         b = np.concatenate((sp.gid(first), np.asarray([p[1] for p in near_pairs], dtype=np.int64)))
@@ -113,10 +115,10 @@ class RaySplitJob:
         spec, out, n = self.spec, self.out, self.split.rows
         name_t, ratio_t, seed, config = spec.names, spec.ratios, spec.seed, spec.config
         shards = []
-        for sh, counts_s, shas in sorted(self.shards_written):
+        for w in sorted(self.shards_written, key=lambda w: w.shard):
             for s, nm in enumerate(name_t):
-                shards.append({"split": nm, "input": self.listed[sh], "path": f"{nm}/{self.base[sh]}",
-                               "rows": counts_s[s], "sha256": shas[s]})
+                shards.append({"split": nm, "input": self.listed[w.shard], "path": f"{nm}/{self.base[w.shard]}",
+                               "rows": w.counts[s], "sha256": w.sha256s[s]})
         labels = self.labels
         lab = np.asarray([NO_LABEL if v is None else v for v in labels], dtype=object) if labels else None
         label_names = sorted(set(lab.tolist())) if lab is not None else []
@@ -170,7 +172,7 @@ def exact_and_groups(batch: dict[str, Any]) -> dict[str, Any]:
             if e < first_of.get((f, v), e + 1):
                 first_of[f, v] = e
     links = [(e, first_of[f, v]) for d in loads for f, v, e in d["groups"] if first_of[f, v] != e]
-    return {"payload": np.asarray([dump_payload((exact, links))], dtype=object)}
+    return {"payload": np.asarray([dump_payload(ExactAndGroups(*exact, links))], dtype=object)}
 
 
 def self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[str, Any]:
@@ -196,7 +198,7 @@ def self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[str
         capped += c
     a = np.concatenate(out_a) if out_a else np.zeros(0, np.int64)
     b = np.concatenate(out_b) if out_b else np.zeros(0, np.int64)
-    return {"payload": np.asarray([dump_payload((a, b, capped))], dtype=object)}
+    return {"payload": np.asarray([dump_payload(Candidates(a, b, capped))], dtype=object)}
 
 
 def shard_labels(batch: dict[str, Any]) -> dict[str, Any]:
@@ -205,8 +207,8 @@ def shard_labels(batch: dict[str, Any]) -> dict[str, Any]:
 
     out = []
     for sh, p in zip(batch["shard"].tolist(), batch["payload"]):
-        ds, _ = load_payload(p)
-        out.append(dump_payload((int(sh), len(ds), ds.labels)))
+        ds = load_payload(p).dataset
+        out.append(dump_payload(ShardLabels(int(sh), len(ds), ds.labels)))
     return {"payload": np.asarray(out, dtype=object)}
 
 

@@ -16,6 +16,7 @@ from ..payload import loads as load_payload
 from ..read import Fields, read_dataset
 from ..shards import local_copy
 from ..sketch import DedupConfig, Sketches
+from .records import Confirmed, Fetched, ShardData, Texts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +82,7 @@ def sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields,
                 "dig_label": None if labels is None else [labels[i] for i in sd.tolist()], "groups": groups[p]})
         emit(META, -1, split, shard, {"path": path, "rows": n, "sha256": ds.sha256, "n_bad": ds.n_bad,
                                        "format": ds.format})
-        emit(SHARD, -1, split, shard, (ds, source))
+        emit(SHARD, -1, split, shard, ShardData(ds, source))
     return {"kind": np.asarray(out["kind"], dtype=np.int8), "part": np.asarray(out["part"], dtype=np.int64),
             "split": np.asarray(out["split"], dtype=np.int64), "shard": np.asarray(out["shard"], dtype=np.int64),
             "payload": np.asarray(out["payload"], dtype=object)}
@@ -184,13 +185,13 @@ def send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], par
         got = wanted.get((split, shard))
         if got is None:
             continue
-        ds, _ = load_payload(payload)
+        ds = load_payload(payload).dataset
         rows, to = got
         for p in np.unique(to).tolist():
             sel = rows[to == p]
             out_part.append(p)
-            out_payload.append(dump_payload((split, (np.int64(shard) << np.int64(ROW_BITS)) | sel,
-                                             [ds.texts[r] for r in sel.tolist()])))
+            out_payload.append(dump_payload(Texts(split, (np.int64(shard) << np.int64(ROW_BITS)) | sel,
+                                                  [ds.texts[r] for r in sel.tolist()])))
     return {"part": np.asarray(out_part, dtype=np.int64), "payload": np.asarray(out_payload, dtype=object)}
 
 
@@ -202,8 +203,8 @@ def confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: DedupC
     part = int(batch["part"][0])
     texts: dict[tuple[int, int], str] = {}
     for payload in batch["payload"]:
-        split, encs, ts = load_payload(payload)
-        texts.update(zip(((split, int(e)) for e in encs.tolist()), ts))
+        got = load_payload(payload)
+        texts.update(zip(((got.split, int(e)) for e in got.rows.tolist()), got.texts))
     a, b, ie, qe = pairs[part]
     sa = Sketches(config).add([texts[s, e] for s, e in zip(a.tolist(), ie.tolist())], progress=False)
     sb = Sketches(config).add([texts[s, e] for s, e in zip(b.tolist(), qe.tolist())], progress=False)
@@ -213,7 +214,7 @@ def confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: DedupC
     sel = ar[keep]
     jac = exact_jaccard(sa.texts, sb.texts, sel, sel, config)
     hit = sel[jac >= config.threshold]
-    found = (a[hit], b[hit], ie[hit], qe[hit], jac[jac >= config.threshold])
+    found = Confirmed(a[hit], b[hit], ie[hit], qe[hit], jac[jac >= config.threshold])
     return {"payload": np.asarray([dump_payload(found)], dtype=object)}
 
 
@@ -226,7 +227,7 @@ def fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) -> 
         rows = wanted.get((split, shard))
         if rows is None:
             continue
-        ds, _ = load_payload(payload)
+        ds = load_payload(payload).dataset
         got = {(shard << ROW_BITS) | r: LeakRow.of(ds, r) for r in rows}
-        out.append(dump_payload((split, got)))
+        out.append(dump_payload(Fetched(split, got)))
     return {"payload": np.asarray(out, dtype=object)}

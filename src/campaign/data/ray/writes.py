@@ -13,6 +13,7 @@ from ..payload import dumps as dump_payload
 from ..payload import loads as load_payload
 from ..shards import local_copy
 from ..write import write_rows
+from .records import WrittenClean, WrittenSplit
 
 
 def tmp_name(path: str) -> str:
@@ -29,7 +30,8 @@ def write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]]
 
     out = []
     for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
-        ds, source = load_payload(payload)
+        shard_data = load_payload(payload)
+        ds, source = shard_data.dataset, shard_data.source
         keep_path, leak_path = targets[split, shard]
         rows = drop.get((split, shard), [])
         with local_copy(source) as local:
@@ -48,7 +50,7 @@ def write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]]
                 write_rows(replace(ds, path=local), assign, [Path(t) for t in tmps])
                 os.replace(tmps[1], leak_path)
                 os.replace(tmps[0], keep_path)
-        out.append(dump_payload((split, shard, len(ds) - len(rows), len(rows), sha256_file(keep_path))))
+        out.append(dump_payload(WrittenClean(split, shard, len(ds) - len(rows), len(rows), sha256_file(keep_path))))
     return {"payload": np.asarray(out, dtype=object)}
 
 
@@ -59,14 +61,15 @@ def write_split(batch: dict[str, Any], *, assign: dict[int, Any], targets: dict[
 
     out = []
     for sh, payload in zip(batch["shard"].tolist(), batch["payload"]):
-        ds, source = load_payload(payload)
+        shard_data = load_payload(payload)
+        ds, source = shard_data.dataset, shard_data.source
         tmps = [tmp_name(t) for t in targets[sh]]
         with local_copy(source) as local:
             write_rows(replace(ds, path=local), assign[sh], [Path(t) for t in tmps])
         for t, final in zip(tmps, targets[sh]):
             os.replace(t, final)
         counts = np.bincount(assign[sh], minlength=len(targets[sh])).tolist()
-        out.append(dump_payload((sh, counts, [sha256_file(t) for t in targets[sh]])))
+        out.append(dump_payload(WrittenSplit(sh, counts, [sha256_file(t) for t in targets[sh]])))
     return {"payload": np.asarray(out, dtype=object)}
 
 

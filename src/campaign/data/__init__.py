@@ -14,5 +14,5 @@ from .engine import ENGINES, engine_for
 
 __all__ = ["CHECK_IDS", "ENGINES", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
            "LeakReport", "NORMALIZER_VERSION", "NearPair", "SplitResult",
-           "check_files", "choose_banding", "content_hash", "engine_for", "find_duplicates", "find_leaks", "load_manifest",
-           "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "sketch", "split_file"]
+           "check_files", "choose_banding", "content_hash", "engine_for", "find_duplicates", "find_leaks",
+           "load_manifest", "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "sketch", "split_file"]

@@ -49,7 +49,8 @@ class LeakRow:
     @classmethod
     def of(cls, ds: Dataset, i: int) -> LeakRow:
         return cls(ds.ref(i), ds.texts[i], ds.lines[i], None if ds.ids is None else ds.ids[i],
-                   None if ds.labels is None else ds.labels[i], {f: ds.groups[n][i] for n, f in enumerate(ds.fields.group)})
+                   None if ds.labels is None else ds.labels[i],
+                   {f: ds.groups[n][i] for n, f in enumerate(ds.fields.group)})
 
 
 @dataclass(frozen=True)

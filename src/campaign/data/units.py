@@ -106,8 +106,8 @@ def describe_largest_unit(units: "np.ndarray", groups: Mapping[str, Sequence[Any
         fix.append("check that the group field names what must not straddle (a user, a document), not a broad "
                    "category")
     chained = " and ".join(parts) or "exact duplicates"
-    return (f"the largest unit holds {size:,} rows ({size / n:.1%}), more than the smallest split's {smallest_share:.0%}: "
-            f"{chained} chain it" + (f"; {'; '.join(without)} rows" if without else "")
+    return (f"the largest unit holds {size:,} rows ({size / n:.1%}), more than the smallest split's "
+            f"{smallest_share:.0%}: {chained} chain it" + (f"; {'; '.join(without)} rows" if without else "")
             + (f". To break it: {'; or '.join(fix)}" if fix else ""))
 
 

@@ -79,7 +79,8 @@ def leaks(r: "LeakReport") -> None:
     limit = "any leak fails" if r.threshold == 0 else f"threshold {r.threshold:.2%} of a split's rows"
     sizes = ", ".join(f"{s.name} {s.rows:,}" for s in r.splits)
     if failed:
-        console.print(f"[red]LEAKS FOUND[/red] — {len(failed)} of {len(r.checks)} checks fail ({limit}); rows: {sizes}")
+        console.print(f"[red]LEAKS FOUND[/red] — {len(failed)} of {len(r.checks)} checks fail ({limit}); "
+                      f"rows: {sizes}")
     else:
         console.print(f"[green]NO LEAKS[/green] — {sum(ch.status == 'pass' for ch in r.checks)} checks pass, "
                 f"{sum(ch.status == 'skipped' for ch in r.checks)} skipped ({limit}); rows: {sizes}")
@@ -118,8 +119,8 @@ def usage(r: "UsageReport") -> None:
         e = r.recorded
         console.print(f"recorded: {e.split} for {e.purpose.replace('_', ' ')}" + (f" — {e.note}" if e.note else ""))
     if r.passed:
-        console.print(f"[green]OK[/green] — the final split {r.final_split!r} informed {r.final_decisions} decision(s) "
-                f"of {r.max_final_uses} allowed")
+        console.print(f"[green]OK[/green] — the final split {r.final_split!r} informed {r.final_decisions} "
+                      f"decision(s) of {r.max_final_uses} allowed")
     else:
         for ch in r.checks:
             if ch.status == "fail":

@@ -35,7 +35,8 @@ def folder(name: str) -> str:
     return name.strip("/").replace("/", "_").replace(os.sep, "_") or "split"
 
 
-def drop_targets(out: Path, listed: list[list[str]], names: Sequence[str]) -> dict[tuple[int, int], tuple[str, str | None]]:
+def drop_targets(out: Path, listed: list[list[str]],
+                 names: Sequence[str]) -> dict[tuple[int, int], tuple[str, str | None]]:
     """--drop-to's file for each (split, shard): out/NAME/SHARD, and out/NAME.leaking/SHARD for its dropped rows
     (None for the first split, copied whole). Shard files of an earlier set that this one does not write are removed.
 

@@ -2,9 +2,9 @@
 
 Stages (Ray Data operators; the driver holds per-shard metadata, the candidate pairs and the leaks, never the
 corpus):
-1. map_batches, one task per shard (stages.py): read it with read.read_dataset (the same parsing and file:line), sketch it with
-   sketch.Sketches (the one implementation of shingles, signatures and band keys), and emit its band keys, content
-   hashes and group values hash-partitioned into parts.
+1. map_batches, one task per shard (stages.py): read it with read.read_dataset (the same parsing and file:line),
+   sketch it with sketch.Sketches (the one implementation of shingles, signatures and band keys), and emit its
+   band keys, content hashes and group values hash-partitioned into parts.
 2. groupby(part).map_groups: in each part, the index split's rows sharing a band key with a query row (the first
    max_bucket in row order, as dedup.cross_candidate_pairs), equal content hashes (exact copies, label conflicts)
    and equal group values.
@@ -288,8 +288,8 @@ def search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str]
     return ShardSearch(report, mat, splits, rows, fields)
 
 
-def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[int, int], list[Any]], config: DedupConfig,
-             parts: int) -> dict[tuple[int, int], list[tuple[int, int, float]]]:
+def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[int, int], list[Any]],
+            config: DedupConfig, parts: int) -> dict[tuple[int, int], list[tuple[int, int, float]]]:
     """Stage 3: the unique candidate pairs of each split pair, confirmed on the workers; (index row, query row,
     Jaccard) sorted by rows, as dedup.cross_duplicates lists them."""
     import numpy as np

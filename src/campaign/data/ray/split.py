@@ -39,7 +39,8 @@ class RaySplitJob:
 
     def __init__(self, engine: Any, data: str, out: Path, spec: SplitSpec, fields: Fields, *, force: bool,
                  skip_bad: bool) -> None:
-        self.engine, self.data, self.out, self.spec, self.fields, self.skip_bad = engine, data, out, spec, fields, skip_bad
+        self.engine, self.data, self.out, self.spec = engine, data, out, spec
+        self.fields, self.skip_bad = fields, skip_bad
         self.listed = list_shards(str(data))
         start_shard_set(out, force=force, what="--out", inputs=self.listed)
         self.base = [f"{k:05d}-{Path(p).name}" for k, p in enumerate(self.listed)]

@@ -343,7 +343,7 @@ def test_a_worker_killed_mid_run_is_retried_and_the_report_unchanged(local_ray, 
         while not killed and time.monotonic() < deadline:
             for p in me.children(recursive=True):
                 try:
-                    if "MapBatches(_sketch_shards)" in " ".join(p.cmdline()):
+                    if "MapBatches(sketch_shards)" in " ".join(p.cmdline()):
                         os.kill(p.pid, signal.SIGKILL)
                         killed.append(p.pid)
                         return

@@ -37,6 +37,7 @@ def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple
     cards = [find_card(card)] if card else list(catalog()) if all_cards else [find_card(n) for n in FEATURED_CARDS]
     est = estimate_memory(spec, w)
     reserved._SAME_STEP.clear()
+    reserved._PREFIXES.clear()
     start = time.process_time()
     fit_cards(spec, w, cards, estimate=est)
     return time.process_time() - start, len(cards)

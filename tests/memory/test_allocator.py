@@ -222,3 +222,38 @@ def test_the_unlimited_replay_says_from_which_limit_on_nothing_would_be_released
     events = [("alloc", "C", 4 * MiB), ("alloc", "D", 4 * MiB), ("free", "C", 0)]
     assert replay(events + [("alloc", "E", 30 * MiB)]).release_above == 0
     assert replay(events + [("free", "D", 0), ("alloc", "E", 30 * MiB)]).release_above == 50 * MiB
+
+
+@pytest.mark.parametrize("limit", [None, 300 * MiB])
+def test_a_fork_replays_on_as_the_allocator_it_was_forked_from(limit):
+    # the training replay forks the allocator after the weights (whose blocks it never frees) for each probe of a
+    # card solve: a fork and the original, given the same events from there, end in the same state
+    rng = random.Random(11)
+    for _ in range(60):
+        first = CachingAllocator()
+        for _ in range(20):  # the part forked: blocks taken and freed, handles to the kept ones dropped
+            block = first.take(rng.choice([rng.randint(1, 2 * MiB), rng.randint(1, 30 * MiB)]))
+            if rng.random() < 0.4:
+                first.give(block)
+        fork = first.fork(limit=limit)
+        first.limit = limit
+        live: list = []
+        for _ in range(60):
+            if live and rng.random() < 0.45:
+                i = rng.randrange(len(live))
+                a, b = live.pop(i)
+                first.give(a)
+                fork.give(b)
+            else:
+                size = rng.choice([rng.randint(1, 2 * MiB), rng.randint(1, 30 * MiB), rng.randint(1, 200 * MiB)])
+                live.append((first.take(size), fork.take(size)))
+            assert fork.state() == first.state()
+
+
+def test_a_fork_refuses_keyed_blocks_and_expandable_segments():
+    a = CachingAllocator()
+    a.malloc("x", MiB)
+    with pytest.raises(ValueError):
+        a.fork(limit=None)
+    with pytest.raises(ValueError):
+        CachingAllocator(expandable=True).fork(limit=None)

@@ -304,3 +304,27 @@ def test_old_bitsandbytes_keeps_each_4bit_linears_input():
     assert forward_activations(bnb_saves_input=True) - forward_activations() == 1_476_395_008
     bf16 = make_workload(method="lora", bnb_saves_input=True)
     assert not bf16.bnb_saves_input and any("--bnb-saves-input" in n for n in bf16.notes)
+
+
+@pytest.mark.parametrize("kw", [
+    {"method": "qlora", "batch": 2, "seq_len": 1024, "grad_checkpointing": True, "mixed_precision": True},
+    {"method": "lora", "batch": 3, "seq_len": 512},
+    {"batch": 1, "seq_len": 2048, "gpus": 2},
+])
+def test_the_kept_weights_replay_gives_the_same_step_as_a_fresh_one(monkeypatch, kw):
+    # each probe forks the allocator as the weights left it (reserved._PREFIXES) instead of replaying the load:
+    # the same overhead as a replay from nothing, with room to spare and against a card that releases segments
+    from campaign.memory import reserved
+    from campaign.memory.activations import layer_saved
+    from campaign.memory.estimate import _training_phases
+
+    spec = load_spec("llama-3.2-1b")
+    for batch in (kw["batch"], kw["batch"] + 5):
+        w = make_workload(**{**kw, "batch": batch})
+        phases, layer = _training_phases(spec, w), layer_saved(spec, w)
+        free = reserved._training_replay(spec, w, phases, layer, False, None)
+        for limit in (None, free.peak_reserved - 64 * 2**20, free.peak_allocated):
+            kept = reserved._training_replay(spec, w, phases, layer, False, limit)
+            monkeypatch.setattr(reserved, "_PREFIXES", {})
+            assert reserved._training_replay(spec, w, phases, layer, False, limit) == kept
+    assert reserved._PREFIXES  # the last replay kept its weights

@@ -31,7 +31,8 @@ from collections.abc import Iterable
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
 
 SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block (as literal indices below)
-_EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
+_EXPANDABLE = {True: -1, False: -2}
+_UP, _DOWN = MIN_BLOCK - 1, ~(MIN_BLOCK - 1)  # MIN_BLOCK is a power of two: rounding up by masking  # segment ids of the two expandable segments (small, large pool)
 
 
 def round_size(size: int) -> int:
@@ -78,18 +79,18 @@ class CachingAllocator:
 
     def take(self, size: int) -> list:
         """Allocate `size` bytes; the block returned is the handle to give back (no key bookkeeping)."""
-        size = MIN_BLOCK if size <= MIN_BLOCK else -(-size // MIN_BLOCK) * MIN_BLOCK
+        size = (size + _UP) & _DOWN or MIN_BLOCK  # rounded up to 512 B, at least 512 B
         small = size <= SMALL_SIZE
+        expandable = self.expandable
         pool = self._small if small else self._large
         i = bisect_left(pool, (size,))
         if i < len(pool):
-            block = pool[i][3]
-            if self.expandable and block is self._tail[small] and i + 1 < len(pool):
+            if expandable and pool[i][3] is self._tail[small] and i + 1 < len(pool):
                 i += 1  # the free end block counts at the size it can grow to: any other fitting block first
             block = pool.pop(i)[3]
             if block[4] is None and block[5] is None and block[1] >= 0:
                 self._whole_free -= 1
-        elif self.expandable:
+        elif expandable:
             block = self._grow(size, small)
         else:
             seg_bytes = SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC else \
@@ -104,20 +105,20 @@ class CachingAllocator:
             if self.reserved > self.peak_reserved:
                 self.peak_reserved = self.reserved
         remaining = block[0] - size
-        if remaining >= MIN_BLOCK if (small or self.expandable) else remaining > SMALL_SIZE:
+        if remaining > SMALL_SIZE or (remaining >= MIN_BLOCK and (small or expandable)):  # should_split
             after = block[5]
             rest = [remaining, block[1], block[2] + size, True, block, after, small]
             if after is not None:
                 after[4] = rest
-            elif self._tail[small] is block:
+            elif expandable and self._tail[small] is block:
                 self._tail[small] = rest
             block[5] = rest
             block[0] = size
             insort(pool, (remaining, rest[1], rest[2], rest))
         block[3] = False
-        self.allocated += block[0]
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
+        allocated = self.allocated = self.allocated + block[0]
+        if allocated > self.peak_allocated:
+            self.peak_allocated = allocated
         return block
 
     def give(self, block: list) -> None:
@@ -133,7 +134,7 @@ class CachingAllocator:
             before[5] = after
             if after is not None:
                 after[4] = before
-            elif self._tail[small] is block:
+            elif self.expandable and self._tail[small] is block:
                 self._tail[small] = before
             block = before
         if after is not None and after[3]:  # absorb the free block after
@@ -142,7 +143,7 @@ class CachingAllocator:
             nxt = block[5] = after[5]
             if nxt is not None:
                 nxt[4] = block
-            elif self._tail[small] is after:
+            elif self.expandable and self._tail[small] is after:
                 self._tail[small] = block
         if block[4] is None and block[5] is None and block[1] >= 0:
             self._whole_free += 1
@@ -186,6 +187,39 @@ class CachingAllocator:
                 else:
                     keep.append(entry)
             pool[:] = keep  # in place: malloc holds this list
+
+    def fork(self, *, limit: int | None) -> CachingAllocator:
+        """A copy that replays on from here under `limit`, for a caller that keeps no handle to a block taken so
+        far (so none will be given back): the counters, the free blocks and the blocks of their segments (a
+        free block's neighbours are what splitting and merging touch); segments with no free block are counted,
+        not copied. Not for expandable segments."""
+        if self.expandable or self._live:
+            raise ValueError("fork: expandable segments or blocks taken by key")
+        new = CachingAllocator.__new__(CachingAllocator)
+        new.__dict__.update(self.__dict__)
+        new.limit = limit
+        new._live = {}
+        copies: dict[int, list] = {}
+
+        def copy(block: list) -> list:
+            if id(block) not in copies:  # the block's whole segment, from its first block
+                head = block
+                while head[4] is not None:
+                    head = head[4]
+                before = None
+                while head is not None:
+                    twin = [*head[:4], before, None, head[6]]
+                    if before is not None:
+                        before[5] = twin
+                    copies[id(head)] = before = twin
+                    head = head[5]
+            return copies[id(block)]
+
+        new._small = [(e[0], e[1], e[2], copy(e[3])) for e in self._small]
+        new._large = [(e[0], e[1], e[2], copy(e[3])) for e in self._large]
+        new._pools = {True: new._small, False: new._large}
+        new._tail = {True: None, False: None}
+        return new
 
     def state(self) -> tuple:
         """Everything the next events' outcome depends on but the live blocks: the counters and peaks, and each

@@ -59,8 +59,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     A probe's lower bound is the estimate without the allocator overhead (the replayed overhead is never negative,
     nor is a --fragmentation share), monotone in the batch and the length: above the card, the probe fails without
-    a replay. Its replay runs against the card (estimate_memory's card_bytes) only when the replay with room to
-    spare does not fit: the allocator then releases its cached free segments, as it does when cudaMalloc fails.
+    a replay. A probe fits when its replay with room to spare fits, or its replay against the card
+    (estimate_memory's card_bytes) does: the allocator then releases its cached free segments, as it does when
+    cudaMalloc fails.
     The replay is not monotone (a larger batch can place its tensors so that the allocator reserves a segment
     less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
     margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
@@ -94,12 +95,15 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return probes.required[n]
 
     def ok(n: int) -> bool:
+        """n fits on a card with room to spare, or replayed against this card (the allocator releasing its
+        cached segments). The replay against the card comes first: where it releases nothing, it is the replay
+        with room to spare as well (reserved.training_overhead keeps it as both), so a probe costs one replay."""
         if low(n) > memory_bytes:
             return False
-        if required(n) <= memory_bytes or options.get("fragmentation") is not None:
-            return required(n) <= memory_bytes
-        w = replace(workload, **{field: n})
-        return estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes
+        found = required(n) if options.get("fragmentation") is not None or \
+            probes.required.get(n, memory_bytes + 1) <= memory_bytes else \
+            estimate_memory(spec, replace(workload, **{field: n}), card_bytes=memory_bytes, **options).required_bytes
+        return found <= memory_bytes or required(n) <= memory_bytes
 
     if exhaustive:
         found = largest_satisfying(ok, limit)
@@ -111,9 +115,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     top = largest_satisfying(lambda n: low(n) <= memory_bytes, limit)  # no replay: the lower bounds only
     if top == 0:
         return 0
-    if field != "batch":
-        return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)),
-                                  limit)  # the search's own probes, as the exhaustive one makes them
+    if field != "batch":  # the search's own probes, as the exhaustive one makes them: a longer context can need
+        # less (the allocator), and another search would find another edge (43 of the sweep's 871 answers differ)
+        return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
     for n in range(1 + largest_satisfying(sure, top), top + 1):

@@ -189,13 +189,21 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
     terms, so a card solve's probes that coincide (batch 2 x 2048 and batch 1 x 4096 with the same phases) are
     replayed once: the key holds every other input as it is.
     """
-    free = _training_cached(spec, w, phases, expandable, None)
-    if limit is None or expandable or free.peak_reserved <= limit or free.release_above <= limit:
+    if limit is None or expandable:
+        return _training_cached(spec, w, phases, expandable, None)
+    free = _training_cached(spec, w, phases, expandable, None, replay=False)
+    if free is not None and (free.peak_reserved <= limit or free.release_above <= limit):
         return free  # the limit would release nothing: the same replay
-    return _training_cached(spec, w, phases, expandable, limit)
+    found = _training_cached(spec, w, phases, expandable, limit)
+    if free is None and not found.released:  # nothing released: the replay without a limit is this one
+        _training_cached(spec, w, phases, expandable, None, known=found)
+    return found
 
 
-def _training_cached(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None) -> Overhead:
+def _training_cached(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None, *,
+                     replay: bool = True, known: Overhead | None = None) -> Overhead | None:
+    """The replay of this step under `limit`, from _SAME_STEP or replayed (`replay` False: None when not kept;
+    `known`: keep this replay's result as that of `limit`)."""
     layer = layer_saved(spec, w)
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
     key = (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms,
@@ -203,37 +211,85 @@ def _training_cached(spec: ModelSpec, w: Workload, phases, expandable: bool, lim
     try:
         spec_found, found = _SAME_STEP.get(key, (None, None))
     except TypeError:  # an input that cannot be a key: replay
-        return _training_replay(spec, w, phases, layer, expandable, limit)
+        return _training_replay(spec, w, phases, layer, expandable, limit) if replay else known
     if spec_found is not spec or found is None:
+        if not replay and known is None:
+            return None
         if len(_SAME_STEP) >= _SAME_STEP_MAX:
             _SAME_STEP.clear()
-        found = _training_replay(spec, w, phases, layer, expandable, limit)
+        found = known or _training_replay(spec, w, phases, layer, expandable, limit)
         _SAME_STEP[key] = (spec, found)
     return found
 
 
+_PREFIXES: dict[tuple, tuple[ModelSpec, CachingAllocator]] = {}  # the allocator after _prefix, by what it reads
+_PREFIXES_MAX = 16
+
+
+def _prefix(r: _Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int]) -> None:
+    """What the step holds before its first forward, whatever the batch and length: the weights, the LoRA
+    adapters, DDP's and ZeRO's buckets, the fp32 master weights. No handle is kept: none is freed."""
+    _load(r, spec, w, phases)
+    for size in _split(_item(phases, "LoRA adapter weights (fp32)"), trainable):
+        r.alloc(size)
+    buckets = _item(phases, "DDP gradient buckets")
+    while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
+        r.alloc(min(buckets, DDP_BUCKET_CAP))
+        buckets -= DDP_BUCKET_CAP
+    for name in _BUCKETS:
+        r.alloc(_item(phases, name))
+    for size in _split(_item(phases, "fp32 master weights"), trainable):
+        r.alloc(size)
+
+
+_BUCKETS = ("ZeRO reduce bucket", "ZeRO all-gather bucket", "ZeRO-3 prefetch bucket")
+
+
+def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
+                  limit: int | None) -> _Replay:
+    """A replay past _prefix. The allocator after it is kept per model and workload (the batch and the length
+    aside: _prefix reads neither) and forked for each probe of a card solve; under a limit below its peak
+    reserved, the prefix is replayed afresh (it may release segments there)."""
+    if expandable:
+        r = _Replay(expandable, limit)
+        _prefix(r, spec, w, phases, trainable)
+        return r
+    load = next(p for p in phases if p.name == "load")
+    others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
+    key = (id(spec), others, load, tuple(_item(phases, name) for name in (
+        "LoRA adapter weights (fp32)", "DDP gradient buckets", *_BUCKETS, "fp32 master weights")))
+    try:
+        spec_found, kept = _PREFIXES.get(key, (None, None))
+    except TypeError:  # an input that cannot be a key
+        spec_found = kept = None
+        key = None
+    if spec_found is not spec or kept is None:
+        r = _Replay(expandable, None)
+        _prefix(r, spec, w, phases, trainable)
+        kept = r.a
+        if key is not None:
+            if len(_PREFIXES) >= _PREFIXES_MAX:
+                _PREFIXES.clear()
+            _PREFIXES[key] = (spec, kept)
+    if limit is not None and kept.peak_reserved > limit:
+        r = _Replay(expandable, limit)
+        _prefix(r, spec, w, phases, trainable)
+        return r
+    r = _Replay(expandable, limit)
+    r.a = kept.fork(limit=limit)
+    r._take, r._give = r.a.take, r.a.give
+    return r
+
+
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
                      limit: int | None = None) -> Overhead:
-    r = _Replay(expandable, limit)
-    _load(r, spec, w, phases)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
     tokens = w.batch * w.seq_len
     h, V = spec.hidden_size, spec.vocab_size
     t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
     trainable = [n for layer in t_layers for n in layer] + t_rest
-    adapters = _item(phases, "LoRA adapter weights (fp32)")
-    for size in _split(adapters, trainable):
-        r.alloc(size)
-    buckets = _item(phases, "DDP gradient buckets")
-    while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
-        r.alloc(min(buckets, DDP_BUCKET_CAP))
-        buckets -= DDP_BUCKET_CAP
-    for name in ("ZeRO reduce bucket", "ZeRO all-gather bucket", "ZeRO-3 prefetch bucket"):
-        r.alloc(_item(phases, name))
-    master = _item(phases, "fp32 master weights")
-    for size in _split(master, trainable):
-        r.alloc(size)
+    r = _after_prefix(spec, w, phases, trainable, expandable, limit)
     inter = spec.intermediate_size
     if spec.moe is not None:
         inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
@@ -274,11 +330,11 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     # the optimizer makes its states in parameter order: the tensors before the blocks (embeddings) come first
     lead = _leading(spec) if w.method == "full" else 0
     in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
-    state_sizes = list(_split(states_total, [n for n in in_order for _ in range(k)]))
+    state_sizes = [s for s in _split(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
     grads_by_layer: list[list[int]] = []
     pos = 0
     for tl in t_layers:
-        grads_by_layer.append(grad_sizes[pos:pos + len(tl)])
+        grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
         pos += len(tl)
     grads_rest = grad_sizes[pos:]
     take = r.a.take
@@ -325,7 +381,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
                     for size in grads_by_layer[index]:
                         r.free(r.alloc(size))
                 else:
-                    grads += [r.alloc(s) for s in grads_by_layer[index]]
+                    grads += [take(s) for s in grads_by_layer[index]]
             r.free(*tmp, *recomputed, *saved[index])
         r.free(gh)
         if accumulate:
@@ -337,10 +393,10 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         r.free(*extra)
         if step == 0:
             for size in state_sizes:
-                r.alloc(size)
+                take(size)
         last = step == 1  # frees after the last allocation change no peak: not replayed
         if step_tmp and w.optimizer_impl == "foreach":
-            temporaries = [r.alloc(s) for s in _split(step_tmp, in_order)]
+            temporaries = [take(s) for s in _split(step_tmp, in_order) if s >= 1]
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time

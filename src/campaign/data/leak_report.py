@@ -3,7 +3,7 @@ label conflicts) per split pair, with counts, rates, example pairs and the verdi
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +174,24 @@ def snippet(text: str) -> str:
     return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
 
 
+def leak_checks(pairs: Mapping[str, Sequence[PairLeak]], counts: Mapping[str, Sequence[tuple[int, int]]], *,
+                labels: bool, groups: bool, threshold: float, capped: int, max_bucket: int) -> tuple[LeakCheck, ...]:
+    """The four checks of a search (either engine), in CHECK_IDS order, from each check's split pairs and its
+    (distinct leaking rows, rows) per later split: the label and group checks skipped without their fields, the
+    near-duplicate check told of the crowded buckets (capped) it could only partly search."""
+    checks = []
+    for cid in CHECK_IDS:
+        why = WHY[cid][1]
+        if cid == LABEL and not labels:
+            checks.append(LeakCheck(cid, "skipped", "no label field given", why, "pass --label FIELD"))
+        elif cid == GROUP and not groups:
+            checks.append(LeakCheck(cid, "skipped", "no group field given", why, "pass --group FIELD"))
+        else:
+            checks.append(leak_check(cid, counts[cid], threshold, capped if cid == NEAR else 0, max_bucket,
+                                     tuple(pairs[cid])))
+    return tuple(checks)
+
+
 def leak_check(cid: str, counts: Sequence[tuple[int, int]], threshold: float, capped: int, max_bucket: int,
                pairs: tuple[PairLeak, ...]) -> LeakCheck:
     """The verdict of one kind of leak from (distinct leaking rows, rows) of each later split: fail when a split's
@@ -194,4 +212,4 @@ def leak_check(cid: str, counts: Sequence[tuple[int, int]], threshold: float, ca
 
 
 __all__ = ["CHECK_IDS", "EXACT", "GROUP", "LABEL", "NEAR", "SCHEMA", "WHY", "LeakCheck", "LeakExample",
-           "LeakReport", "LeakRow", "PairLeak", "SplitInfo", "leak_check", "snippet", "spread"]
+           "LeakReport", "LeakRow", "PairLeak", "SplitInfo", "leak_check", "leak_checks", "snippet", "spread"]

@@ -15,8 +15,8 @@ from ..errors import InputError
 from .dedup import cross_duplicates
 from .engine import Engine, engine_for
 from .leak_files import drop_leaking, leak_pairs, write_pairs
-from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, WHY, LeakCheck, LeakExample, LeakReport, PairLeak,
-                          SplitInfo, leak_check, snippet, spread)
+from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakCheck, LeakExample, LeakReport, PairLeak,
+                          SplitInfo, leak_check, leak_checks, snippet, spread)
 from .read import Dataset, Fields
 from .sketch import DedupConfig, Sketches, sketch
 
@@ -96,20 +96,12 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
             # shared groups
             if group_fields:
                 by_check[GROUP].append(_group_overlap(da, db, a, b, group_fields, examples, leaking[GROUP][b]))
-    checks = []
-    for cid in CHECK_IDS:
-        pairs = tuple(by_check[cid])
-        seen, why, fix = WHY[cid]
-        if cid == LABEL and not has_labels:
-            checks.append(LeakCheck(cid, "skipped", "no label field given", why, "pass --label FIELD"))
-            continue
-        if cid == GROUP and not group_fields:
-            checks.append(LeakCheck(cid, "skipped", "no group field given", why, "pass --group FIELD"))
-            continue
-        counts = [(len(rows), len(named[n])) for n, rows in leaking[cid].items()]
-        checks.append(leak_check(cid, counts, threshold, capped if cid == NEAR else 0, config.max_bucket, pairs))
+    checks = leak_checks(by_check, {c: [(len(rows), len(named[n])) for n, rows in leaking[c].items()]
+                                    for c in CHECK_IDS},
+                         labels=has_labels, groups=bool(group_fields), threshold=threshold, capped=capped,
+                         max_bucket=config.max_bucket)
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
-    return LeakReport(splits=infos, checks=tuple(checks), threshold=threshold, config=config, notes=tuple(notes))
+    return LeakReport(splits=infos, checks=checks, threshold=threshold, config=config, notes=tuple(notes))
 
 
 def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:

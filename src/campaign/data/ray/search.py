@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ..leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, WHY, LeakCheck, LeakExample, LeakReport, LeakRow,
-                           PairLeak, SplitInfo, leak_check, snippet, spread)
+from ..leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakExample, LeakReport, LeakRow,
+                           PairLeak, SplitInfo, leak_checks, snippet, spread)
 from ..payload import loads as load_payload
 from ..read import Fields
 from ..shards import list_shards, split_name
@@ -265,25 +265,15 @@ def search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str]
                 want.update((pf.b, y) for _, y in pf.linked)
     rows = fetch(mat, splits, want)
     lap("fetch")
-    checks = []
-    for cid in CHECK_IDS:
-        seen, why, fix = WHY[cid]
-        if cid == LABEL and fields.label is None:
-            checks.append(LeakCheck(cid, "skipped", "no label field given", why, "pass --label FIELD"))
-            continue
-        if cid == GROUP and not fields.group:
-            checks.append(LeakCheck(cid, "skipped", "no group field given", why, "pass --group FIELD"))
-            continue
-        pair_leaks = tuple(PairLeak(names[pf.a], names[pf.b], pf.rows, splits[pf.b].rows, pf.links, tuple(
-            LeakExample(rows[pf.a, x].ref, rows[pf.b, y].ref, snippet(rows[pf.a, x].text), snippet(rows[pf.b, y].text),
-                        d) for x, y, d in pf.examples), linked=pf.linked, scores=pf.scores)
-            for pf in by_check[cid])
-        counts = [(len(r), splits[b].rows) for b, r in leaking[cid].items()]
-        checks.append(leak_check(cid, counts, threshold, sum(capped.values()) if cid == NEAR else 0,
-                                 config.max_bucket, pair_leaks))
+    pair_leaks = {cid: [PairLeak(names[pf.a], names[pf.b], pf.rows, splits[pf.b].rows, pf.links, tuple(
+        LeakExample(rows[pf.a, x].ref, rows[pf.b, y].ref, snippet(rows[pf.a, x].text), snippet(rows[pf.b, y].text), d)
+        for x, y, d in pf.examples), linked=pf.linked, scores=pf.scores) for pf in by_check[cid]] for cid in CHECK_IDS}
+    checks = leak_checks(pair_leaks, {c: [(len(r), splits[b].rows) for b, r in leaking[c].items()] for c in CHECK_IDS},
+                         labels=fields.label is not None, groups=bool(fields.group), threshold=threshold,
+                         capped=sum(capped.values()), max_bucket=config.max_bucket)
     for sp in splits:
         notes.extend(f"{m['path']}: {m['n_bad']} bad record(s) skipped" for m in sp.shards if m["n_bad"])
-    report = LeakReport(splits=tuple(sp.info() for sp in splits), checks=tuple(checks), threshold=threshold,
+    report = LeakReport(splits=tuple(sp.info() for sp in splits), checks=checks, threshold=threshold,
                         config=config, notes=tuple(notes))
     return ShardSearch(report, mat, splits, rows, fields)
 

@@ -3,7 +3,7 @@ the next run leaves no temporary behind.
 
 Two ways to interrupt: a child process that SIGKILLs itself just before its k-th file-system step (every fsync,
 rename, link, chmod, unlink, removal and the directory exchange, for every k: each crash point is visited once),
-and the real command killed at random moments.
+and the real command (its own process) killed at file-system steps spread over its run.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -152,32 +151,60 @@ def test_a_kill_at_every_step_of_a_forced_resplit_keeps_the_old_set_or_the_new_o
     assert k > 8 and outcomes == {"old", "new"}   # crash points before and after the swap were both visited
 
 
-def test_the_real_command_killed_at_random_moments(tmp_path):
-    """`campaign split` as a user runs it, SIGKILLed at random times during a --force re-split of 20,000 rows."""
+def test_the_real_command_killed_at_steps_spread_over_its_run(tmp_path):
+    """`campaign split` as a user runs it (`python -m campaign`, its own process), SIGKILLed during a --force re-split
+    of 20,000 rows at six of its file-system steps spread from the first to the last: each kill lands at the same
+    point on any machine, however loaded (a kill after a delay would land wherever the load put the command)."""
     data = write_jsonl(tmp_path / "d.jsonl", _rows(20_000, 3))
-    out = tmp_path / "o"
-    cmd = [sys.executable, "-m", "campaign", "split", str(data), "--out", str(out), "--label", "label",
-           "--group", "user", "--force"]
+    out, counted = tmp_path / "o", tmp_path / "steps"
+    args = ["split", str(data), "--out", str(out), "--label", "label", "--group", "user", "--force"]
+    # the command in a fresh interpreter that SIGKILLs itself just before its k-th file-system step (0: never) and
+    # otherwise writes how many it took; the same steps as _killed_at counts
+    code = ("import os, runpy, shutil, signal, sys\n"
+            "import campaign.io as cio\n"
+            "k, counted, steps = int(sys.argv[1]), sys.argv[2], sys.argv[3].split(',')\n"
+            "count = [0]\n"
+            "def step(fn):\n"
+            "    def wrapped(*a, **kw):\n"
+            "        count[0] += 1\n"
+            "        if count[0] == k:\n"
+            "            os.kill(os.getpid(), signal.SIGKILL)\n"
+            "        return fn(*a, **kw)\n"
+            "    return wrapped\n"
+            "for name in steps:\n"
+            "    setattr(os, name, step(getattr(os, name)))\n"
+            "cio._exchange = step(cio._exchange)\n"
+            "shutil.rmtree = step(shutil.rmtree)\n"
+            "sys.argv = ['campaign', *sys.argv[4:]]\n"
+            "try:\n"
+            "    runpy.run_module('campaign', run_name='__main__', alter_sys=True)\n"
+            "finally:\n"
+            "    open(counted, 'w').write(str(count[0]))\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    t0 = time.perf_counter()
-    subprocess.run([*cmd, "--seed", "0"], check=True, capture_output=True, env=env)
-    duration = time.perf_counter() - t0
+
+    def split(k: int, seed: int) -> int:
+        done = subprocess.run([sys.executable, "-c", code, str(k), str(counted), ",".join(_STEPS), *args,
+                               "--seed", str(seed)], capture_output=True, env=env)
+        assert done.returncode in (0, -signal.SIGKILL), done.stderr.decode()
+        return done.returncode
+
+    assert split(0, 0) == 0
     old = _snapshot(out)
-    rng = random.Random(0)
-    seen = set()
-    for trial in range(6):
-        proc = subprocess.Popen([*cmd, "--seed", str(trial + 1)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(0.3, 1.0) * duration)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    assert split(0, 0) == 0 and _snapshot(out) == old        # a forced re-split of the same seed: the same set
+    steps = int(counted.read_text())
+    kill_at = sorted({1 + round(i * (steps - 1) / 5) for i in range(6)})
+    assert steps >= 8 and len(kill_at) == 6
+    outcomes = []
+    for trial, k in enumerate(kill_at):
+        assert split(k, trial + 1) == -signal.SIGKILL, k
         state = _snapshot(out)
-        assert _complete(out), trial
+        assert _complete(out), (trial, k)
         manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-        seen.add(manifest["seed"])
-        assert state == old or manifest["seed"] == trial + 1, trial
+        assert state == old or manifest["seed"] == trial + 1, (trial, k)
+        outcomes.append("old" if state == old else "new")
         old = state
-    subprocess.run([*cmd, "--seed", "9"], check=True, capture_output=True, env=env)
+    assert outcomes[0] == "old" and "new" in outcomes     # killed at its first step: the earlier set; late: the new
+    assert split(0, 9) == 0
     assert _leftovers(tmp_path, out) == [] and _complete(out)
 
 

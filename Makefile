@@ -1,9 +1,10 @@
-# The two commands of the README. Both set up .venv on a fresh machine (no GPU, no network beyond PyPI).
+# The two commands of the README (make plan, make test); both set up .venv on a fresh machine (no GPU, no network
+# beyond PyPI). make test-fast is the quick tier while working (CONTRIBUTING.md, "Test tiers").
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup plan test bench
+.PHONY: setup plan test test-fast bench
 
 $(BIN)/campaign: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,9 +19,15 @@ setup: $(BIN)/campaign
 plan: setup
 	$(BIN)/campaign memory llama-3.1-8b --method qlora --batch 2 --seq-len 2048 --grad-checkpointing --mixed-precision --card rtx-4090
 
+# everything, the 25 slowest tests listed at the end (CI runs this through .ci/run)
 test: setup
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
+
+# under 3 minutes on 2 cores: no test marked slow, ray or browser (markers applied in tests/conftest.py)
+test-fast: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q -m "not slow and not ray and not browser"
 
 bench: setup
 	$(BIN)/python benchmarks/memory_reference.py

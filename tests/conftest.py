@@ -1,8 +1,12 @@
-"""Shared fixtures: the CLI run in-process with its real error boundary, and tiny real model configs."""
+"""Shared fixtures: the CLI run in-process with its real error boundary, and tiny real model configs; and the test
+tiers: the markers slow, subprocess, ray and browser applied here, in one place (CONTRIBUTING.md, "Test tiers")."""
 from __future__ import annotations
 
+import fnmatch
+import inspect
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +69,89 @@ def write_config(tmp_path):
         return d
 
     return write
+
+
+# Tests that took 2 s or more on 2 cores (pytest --durations=0, setup included, December 2026), by function name
+# so that a test keeps its mark when its file moves; a pattern with [...] marks some parameters of a test (a README
+# example by its command). `make test-fast` deselects them, `make test` runs them. Two guards under 3 s stay fast
+# on purpose: the import-cycle check (tests/test_layout.py) and the kill at every step of a first split.
+SLOW = frozenset("""
+test_an_unreadable_hf_cache_ref_falls_back_to_the_newest_snapshot
+test_every_json_reader_refuses_every_broken_file_in_one_line
+test_a_terminal_sees_the_spinner_and_json_does_not
+test_trace_without_a_card_gives_the_fit_line_memory_gives
+test_a_calibrated_format_runs_on_the_cpu_and_names_its_calibration_data
+test_dedup_scale_dry_run_times_each_engine_on_the_same_rows
+test_a_kill_at_every_step_of_a_forced_resplit_keeps_the_old_set_or_the_new_one
+test_the_real_command_killed_at_steps_spread_over_its_run
+test_cli_explain_on_a_cpu_measurement
+test_a_larger_batch_never_needs_less_where_the_traced_step_does_not
+test_replayed_overhead_with_checkpointing_is_near_the_trace_of_the_real_step
+test_the_solve_gives_the_exhaustive_answers_on_the_sweep
+test_trace_and_formula_agree_per_phase
+test_trace_and_formula_agree_per_phase_for_each_family
+test_t5_is_modelled_traced_and_measured_as_a_seq2seq_step
+test_gpu_check_dry_run_writes_every_workload
+test_gpu_quant_check_dry_run_compares_the_cpu_formats
+test_gpu_train_check_dry_run_passes_on_the_cpu_setups
+test_readme_quant_examples_print_the_same_on_every_kernel_path
+test_the_readme_python_block_runs
+test_readme_example_prints_what_it_shows[*-batch]
+test_readme_example_prints_what_it_shows[*-check]
+test_readme_example_prints_what_it_shows[*-quant]
+test_readme_example_prints_what_it_shows[*-trace]
+test_eight_processes_logging_at_once_lose_nothing
+test_sigterm_runs_the_users_own_handler_first
+test_the_per_micro_batch_mean_fails_on_variable_lengths_and_per_token_passes
+test_two_processes_under_torchrun_reduce_token_counts_across_processes
+test_check_on_the_lora_example_binds_and_reloads_the_adapter
+test_check_refuses_the_adapter_on_a_base_built_differently
+test_a_checkpoint_that_does_not_save_or_reload_fails_its_check_not_the_command
+test_a_loop_that_forgets_the_generator_fails_the_next_step
+test_a_loop_that_forgets_the_optimizer_fails_the_next_update
+test_a_loop_that_forgets_the_scheduler_fails_the_next_update
+test_a_loop_that_loses_the_buffers_fails_the_reloaded_weights
+test_campaigns_own_checkpoint_resumes_bitwise_in_a_fresh_process
+test_cli_exit_codes_json_and_the_saved_record
+test_the_resume_runs_in_a_fresh_process_that_builds_the_setup_itself_and_progress_names_each_check
+test_the_worked_example_passes
+test_one_workload_estimated_traced_and_measured_is_drawn_side_by_side
+test_the_bundle_holds_the_accepted_run_rehashed_with_its_limits
+test_the_report_holds_every_question_the_records_and_what_is_missing
+test_a_record_of_an_unexpected_shape_is_listed_not_fatal
+test_the_report_fetches_nothing
+""".split())
+_SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
+BROWSER = frozenset({"test_headless_chromium_renders_the_report"})
+_RAY = re.compile(r"importorskip\(\"ray\"\)|^import ray\b|^from ray\b", re.M)
+_STARTS_PROCESSES = re.compile(r"\bsubprocess\.|\bPopen\(|\bos\.fork\(|\btorchrun\b|_killed_at\(|_run_killed_at\(")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its tier: slow (the measured list), ray (the local_ray fixture, or a module that needs Ray),
+    browser (headless Chromium) and subprocess (its own source starts a process)."""
+    sources: dict[object, str] = {}
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        function = getattr(item, "function", None)
+        if name in SLOW or any(fnmatch.fnmatchcase(item.name, pattern) for pattern in _SLOW_PARAMETERS):
+            item.add_marker(pytest.mark.slow)
+        if name in BROWSER:
+            item.add_marker(pytest.mark.browser)
+        module = getattr(item, "module", None)
+        if "local_ray" in getattr(item, "fixturenames", ()) or _RAY.search(_source(module, sources)):
+            item.add_marker(pytest.mark.ray)
+        if _STARTS_PROCESSES.search(_source(function, sources)):
+            item.add_marker(pytest.mark.subprocess)
+
+
+def _source(obj: object, cache: dict[object, str]) -> str:
+    """The source of a test function or module ('' when there is none), read once per collection."""
+    if obj is None:
+        return ""
+    if obj not in cache:
+        try:
+            cache[obj] = inspect.getsource(obj)  # type: ignore[arg-type]
+        except (OSError, TypeError):
+            cache[obj] = ""
+    return cache[obj]

@@ -15,14 +15,11 @@ from ..errors import InputError
 from .dedup import cross_duplicates
 from .engine import Engine, engine_for
 from .leak_files import drop_leaking, leak_pairs, write_pairs
-from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakCheck, LeakExample, LeakReport, PairLeak,
-                          SplitInfo, leak_check, leak_checks, snippet, spread)
+from .leak_findings import PairFindings, build_report, findings
+from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakCheck, LeakExample, LeakReport, LeakRow, PairLeak,
+                          SplitInfo, leak_check)
 from .read import Dataset, Fields
 from .sketch import DedupConfig, Sketches, sketch
-
-
-def _example(ia: Dataset, i: int, qb: Dataset, q: int, detail: str) -> LeakExample:
-    return LeakExample(ia.ref(i), qb.ref(q), snippet(ia.texts[i]), snippet(qb.texts[q]), detail)
 
 
 def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: float = 0.0,
@@ -52,11 +49,6 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
     names = list(named)
     sketches: dict[str, Sketches] = {n: sketch(named[n].texts, config, progress=progress, description=f"MinHash {n}")
                                      for n in names}
-    by_check: dict[str, list[PairLeak]] = {c: [] for c in CHECK_IDS}
-    # distinct leaking rows of each later split, per check (a row leaking from train and val counts once)
-    leaking: dict[str, dict[str, set[int]]] = {c: {n: set() for n in names[1:]} for c in CHECK_IDS}
-    notes: list[str] = []
-    capped = 0
     has_labels = all(named[n].labels is not None for n in names)
     group_fields = [g for g in named[names[0]].fields.group if all(g in named[n].fields.group for n in names)]
     first_rows: dict[str, dict[bytes, int]] = {}
@@ -64,44 +56,20 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
         first_rows[n] = {}
         for i, d in enumerate(sketches[n].digests):
             first_rows[n].setdefault(d, i)
+    pairs = []
     for ai, a in enumerate(names):
         labels_by_digest = _labels_by_digest(named[a], sketches[a]) if has_labels else {}
-        for b in names[ai + 1:]:
-            da, db = named[a], named[b]
+        for bi, b in enumerate(names[ai + 1:], ai + 1):
             m = cross_duplicates(sketches[a], sketches[b])
-            if m.capped_buckets:
-                capped += m.capped_buckets
-                notes.append(f"{a} -> {b}: {m.capped_buckets} crowded LSH bucket(s) held more than "
-                             f"{config.max_bucket} texts and were only partly searched for near duplicates")
-            # exact: counted per content hash
-            leaking[EXACT][b].update(m.exact_rows)
             first_copy = first_rows[a]
-            exact_linked = tuple((first_copy[sketches[b].digests[q]], q) for q in m.exact_rows)
-            by_check[EXACT].append(PairLeak(a, b, len(m.exact_rows), len(db), m.exact_links, tuple(
-                _example(da, i, db, q, "same normalized text") for i, q in spread(exact_linked, examples)),
-                linked=exact_linked))
-            # near
-            near_rows = {q for _, q, _ in m.near}
-            leaking[NEAR][b].update(near_rows)
-            near_sorted = sorted(m.near, key=lambda t: (t[1], -t[2]))
-            jac = {(i, q): j for i, q, j in m.near}
-            by_check[NEAR].append(PairLeak(a, b, len(near_rows), len(db), len(m.near), tuple(
-                _example(da, i, db, q, f"Jaccard {jac[i, q]:.2f}")
-                for i, q in spread([(i, q) for i, q, _ in near_sorted], examples)),
-                linked=tuple((i, q) for i, q, _ in m.near), scores=tuple(j for _, _, j in m.near)))
-            # label conflicts among exact copies, counted from the labels per content hash
-            if has_labels:
-                by_check[LABEL].append(_label_conflicts(labels_by_digest, sketches[b], m.exact_rows, da, db, a, b,
-                                                        examples, leaking[LABEL][b]))
-            # shared groups
-            if group_fields:
-                by_check[GROUP].append(_group_overlap(da, db, a, b, group_fields, examples, leaking[GROUP][b]))
-    checks = leak_checks(by_check, {c: [(len(rows), len(named[n])) for n, rows in leaking[c].items()]
-                                    for c in CHECK_IDS},
-                         labels=has_labels, groups=bool(group_fields), threshold=threshold, capped=capped,
-                         max_bucket=config.max_bucket)
+            pairs.append(PairFindings(
+                ai, bi, tuple((first_copy[sketches[b].digests[q]], q) for q in m.exact_rows), m.exact_links, m.near,
+                _label_rows(labels_by_digest, sketches[b], m.exact_rows, named[b]) if has_labels else None,
+                _group_rows(named[a], named[b], group_fields) if group_fields else None, m.capped_buckets))
     infos = tuple(SplitInfo(n, named[n].path, len(named[n]), named[n].sha256) for n in names)
-    return LeakReport(splits=infos, checks=checks, threshold=threshold, config=config, notes=tuple(notes))
+    return build_report(findings(pairs, names, group_fields, examples=examples, max_bucket=config.max_bucket), infos,
+                  lambda s, i: LeakRow.of(named[names[s]], i), labels=has_labels, groups=bool(group_fields),
+                  threshold=threshold, config=config)
 
 
 def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:
@@ -115,60 +83,36 @@ def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[
     return out
 
 
-def _label_conflicts(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], query: Sketches,
-                     exact_rows: Sequence[int], da: Dataset, db: Dataset, a: str, b: str, examples: int,
-                     leaking: set[int]) -> PairLeak:
-    """Rows of db whose exact copies in da carry another label; links = such (da row, db row) pairs, counted."""
-    rows = links = 0
-    ex: list[LeakExample] = []
-    linked: list[tuple[int, int]] = []
+def _label_rows(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], query: Sketches,
+                exact_rows: Sequence[int], db: Dataset) -> list[tuple[int, int, str, str, int]]:
+    """Rows of db whose exact copies in the index split carry another label: (row, the first copy with another
+    label, that label, the row's label, copies with another label)."""
+    out = []
     for q in exact_rows:
         lq = db.labels[q] if db.labels is not None else None
         per = labels_by_digest.get(query.digests[q])
         if lq is None or not per:
             continue
         other = [(lab, first, count) for lab, (first, count) in per.items() if lab != lq]
-        if not other:
-            continue
-        rows += 1
-        links += sum(count for _, _, count in other)
-        leaking.add(q)
-        lab, first, _ = min(other, key=lambda o: o[1])
-        linked.append((first, q))
-        if len(ex) < examples:
-            ex.append(_example(da, first, db, q, f"label {lab!r} vs {lq!r}"))
-    return PairLeak(a, b, rows, len(db), links, tuple(ex), linked=tuple(linked))
+        if other:
+            lab, first, _ = min(other, key=lambda o: o[1])
+            out.append((q, first, lab, lq, sum(count for _, _, count in other)))
+    return out
 
 
-def _group_overlap(da: Dataset, db: Dataset, a: str, b: str, group_fields: list[str], examples: int,
-                   leaking_rows: set[int] | None = None) -> PairLeak:
-    """Group values (per field) with rows on both sides; rows of db in such a group leak (and are added to
-    leaking_rows, the later split's distinct leaking rows)."""
-    leaking: set[int] = set()
-    linked: list[tuple[int, int]] = []
-    links = 0
-    ex: list[LeakExample] = []
-    for f in group_fields:
+def _group_rows(da: Dataset, db: Dataset, group_fields: list[str]) -> list[tuple[int, int, int, str]]:
+    """Rows of db holding a group value that da holds too, per group field: (field, row, the value's first row
+    in da, value)."""
+    out = []
+    for k, f in enumerate(group_fields):
         col_a = da.groups[da.fields.group.index(f)]
         col_b = db.groups[db.fields.group.index(f)]
         first_a: dict[str, int] = {}
         for i, v in enumerate(col_a):
             if v is not None:
                 first_a.setdefault(v, i)
-        shared: dict[str, int] = {}
-        for q, v in enumerate(col_b):
-            if v is not None and v in first_a:
-                if q not in leaking:
-                    linked.append((first_a[v], q))
-                leaking.add(q)
-                if v not in shared:
-                    shared[v] = q
-                    if len(ex) < examples:
-                        ex.append(_example(da, first_a[v], db, q, f"{f} = {v!r}"))
-        links += len(shared)
-    if leaking_rows is not None:
-        leaking_rows.update(leaking)
-    return PairLeak(a, b, len(leaking), len(db), links, tuple(ex), linked=tuple(linked))
+        out.extend((k, q, first_a[v], v) for q, v in enumerate(col_b) if v is not None and v in first_a)
+    return out
 
 
 def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from ..leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakExample, LeakReport, LeakRow,
-                           PairLeak, SplitInfo, leak_checks, snippet, spread)
+from ..leak_findings import PairFindings, build_report, findings
+from ..leak_report import LeakReport, LeakRow, SplitInfo
 from ..payload import loads as load_payload
 from ..read import Fields
 from ..shards import list_shards, split_name
@@ -125,21 +125,6 @@ def shard_splits(splits: Sequence[str | os.PathLike[str]], names: Sequence[str] 
     return specs, listed, list(names)
 
 
-@dataclass(frozen=True)
-class PairFound:
-    """What one check found between split `a` (indexed) and a later split `b` (queried), before the rows it shows
-    are fetched: distinct leaking rows of b, links, example pairs (a row, b row, detail), every linked pair and,
-    for near duplicates, each pair's Jaccard."""
-
-    a: int
-    b: int
-    rows: int
-    links: int
-    examples: list[tuple[int, int, str]]
-    linked: tuple[tuple[int, int], ...]
-    scores: tuple[float, ...] = ()
-
-
 @dataclass
 class ShardSearch:
     """A leak search on the engine: its report, and what the outputs need: the materialized stage-1 dataset (the
@@ -201,80 +186,28 @@ def search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str]
     lap("match")
     near = confirm(ray, mat, splits, cands, config, parts)
     lap("confirm")
-    # the checks, assembled as find_leaks assembles them
-    by_check: dict[str, list[PairFound]] = {c: [] for c in CHECK_IDS}
-    leaking: dict[str, dict[int, set[int]]] = {c: {b: set() for b in range(1, n)} for c in CHECK_IDS}
-    notes: list[str] = []
+    # the checks, assembled as find_leaks assembles them (leak_findings)
+    pairs = []
     for (a, b) in pair_keys:
         A, B = splits[a], splits[b]
-        if capped[a, b]:
-            notes.append(f"{A.name} -> {B.name}: {capped[a, b]} crowded LSH bucket(s) held more than "
-                         f"{config.max_bucket} texts and were only partly searched for near duplicates")
         parts_ab = exact[a, b] or [(np.zeros(0, np.int64),) * 3]
         q, i, c = (np.concatenate([p_[k] for p_ in parts_ab]) for k in range(3))
         q, i = B.gid(q), A.gid(i)
         o = np.argsort(q, kind="stable")
-        linked = tuple(zip(i[o].tolist(), q[o].tolist()))
-        leaking[EXACT][b].update(q.tolist())
-        by_check[EXACT].append(PairFound(a, b, len(q), int(c.sum()), [(x, y, "same normalized text")
-                                                                      for x, y in spread(linked, examples)], linked))
-        found = near[a, b]
-        near_rows = {y for _, y, _ in found}
-        leaking[NEAR][b].update(near_rows)
-        jac = {(x, y): j for x, y, j in found}
-        by_query = [(x, y) for x, y, _ in sorted(found, key=lambda t: (t[1], -t[2]))]
-        ex = [(x, y, f"Jaccard {jac[x, y]:.2f}") for x, y in spread(by_query, examples)]
-        by_check[NEAR].append(PairFound(a, b, len(near_rows), len(found), ex, tuple((x, y) for x, y, _ in found),
-                                        tuple(j for _, _, j in found)))
-        if fields.label is not None:
-            rows = sorted((int(B.gid([qe])[0]), int(A.gid([fe])[0]), lab, lq, k)
-                          for part in label[a, b] for qe, fe, lab, lq, k in part)
-            leaking[LABEL][b].update(r[0] for r in rows)
-            by_check[LABEL].append(PairFound(a, b, len(rows), sum(r[4] for r in rows),
-                                             [(f, q_, f"label {lab!r} vs {lq!r}")
-                                              for q_, f, lab, lq, _ in rows[:examples]],
-                                             tuple((f, q_) for q_, f, _, _, _ in rows)))
-        if fields.group:
-            shared_rows = sorted((f, int(B.gid([e])[0]), int(A.gid([fe])[0]), v)
-                                 for part in group[a, b] for f, e, fe, v in part)
-            seen_q: set[int] = set()
-            glinked, gex, links = [], [], 0
-            for f in range(len(fields.group)):
-                shared: dict[str, int] = {}
-                for f2, q_, fe, v in shared_rows:
-                    if f2 != f:
-                        continue
-                    if q_ not in seen_q:
-                        glinked.append((fe, q_))
-                    seen_q.add(q_)
-                    if v not in shared:
-                        shared[v] = q_
-                        if len(gex) < examples:
-                            gex.append((fe, q_, f"{fields.group[f]} = {v!r}"))
-                links += len(shared)
-            leaking[GROUP][b].update(seen_q)
-            by_check[GROUP].append(PairFound(a, b, len(seen_q), links, gex, tuple(glinked)))
+        labels = sorted((int(B.gid([qe])[0]), int(A.gid([fe])[0]), lab, lq, k)
+                        for part in label[a, b] for qe, fe, lab, lq, k in part) if fields.label is not None else None
+        groups = sorted((f, int(B.gid([e])[0]), int(A.gid([fe])[0]), v)
+                        for part in group[a, b] for f, e, fe, v in part) if fields.group else None
+        pairs.append(PairFindings(a, b, tuple(zip(i[o].tolist(), q[o].tolist())), int(c.sum()), near[a, b], labels,
+                                  groups, capped[a, b]))
+    found = findings(pairs, names, fields.group, examples=examples, max_bucket=config.max_bucket)
     # fetch the rows the examples (and the pairs file) show
-    want: set[tuple[int, int]] = set()
-    for cid in CHECK_IDS:
-        for pf in by_check[cid]:
-            want.update((pf.a, x) for x, _, _ in pf.examples)
-            want.update((pf.b, y) for _, y, _ in pf.examples)
-            if want_pairs:
-                want.update((pf.a, x) for x, _ in pf.linked)
-                want.update((pf.b, y) for _, y in pf.linked)
-    rows = fetch(mat, splits, want)
+    rows = fetch(mat, splits, found.wanted(linked=want_pairs))
     lap("fetch")
-    pair_leaks = {cid: [PairLeak(names[pf.a], names[pf.b], pf.rows, splits[pf.b].rows, pf.links, tuple(
-        LeakExample(rows[pf.a, x].ref, rows[pf.b, y].ref, snippet(rows[pf.a, x].text), snippet(rows[pf.b, y].text), d)
-        for x, y, d in pf.examples), linked=pf.linked, scores=pf.scores) for pf in by_check[cid]] for cid in CHECK_IDS}
-    checks = leak_checks(pair_leaks, {c: [(len(r), splits[b].rows) for b, r in leaking[c].items()] for c in CHECK_IDS},
-                         labels=fields.label is not None, groups=bool(fields.group), threshold=threshold,
-                         capped=sum(capped.values()), max_bucket=config.max_bucket)
-    for sp in splits:
-        notes.extend(f"{m['path']}: {m['n_bad']} bad record(s) skipped" for m in sp.shards if m["n_bad"])
-    report = LeakReport(splits=tuple(sp.info() for sp in splits), checks=checks, threshold=threshold,
-                        config=config, notes=tuple(notes))
+    bad = [f"{m['path']}: {m['n_bad']} bad record(s) skipped" for sp in splits for m in sp.shards if m["n_bad"]]
+    report = build_report(found, [sp.info() for sp in splits], lambda s, r: rows[s, r],
+                          labels=fields.label is not None, groups=bool(fields.group), threshold=threshold,
+                          config=config, notes=bad)
     return ShardSearch(report, mat, splits, rows, fields)
 
 
@@ -336,4 +269,4 @@ def fetch(mat: Any, splits: list[ShardedSplit], want: set[tuple[int, int]]) -> d
     return out
 
 
-__all__ = ["PairFound", "ShardSearch", "ShardedSplit", "find_leaks_ray", "search", "shard_splits"]
+__all__ = ["ShardSearch", "ShardedSplit", "find_leaks_ray", "search", "shard_splits"]

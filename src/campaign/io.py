@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,58 @@ def file_set(out_dir: str | os.PathLike[str], replaces: Sequence[str] = ()) -> I
             else:
                 os.chmod(stage, 0o777 & ~_umask())
                 _fsync_dir(stage)
+                os.rename(stage, out)
+            _fsync_dir(parent)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def export_folder(out_dir: str | os.PathLike[str], *, force: bool, is_export: Callable[[Path], bool],
+                  protect: Sequence[str | os.PathLike[str]] = (), what: str = "export") -> Iterator[Path]:
+    """Write a folder all-or-nothing where an export goes: yield an empty sibling folder (permissions from the
+    umask) to write in; when the block ends without an error it becomes out_dir in one step. An existing out_dir
+    is replaced only with `force` and only when `is_export` recognises it as an earlier export (by the manifest
+    that export wrote): it is swapped out in one step, then removed. A kill at any instant leaves the previous
+    folder or the complete new one; the hidden folders a killed run leaves beside out_dir are removed by the next.
+
+    Raises:
+        InputError: out_dir is the current folder or holds it; is, holds or lies inside a `protect` path (the run
+            store, a recorded artifact); exists and is not a folder; exists without `force`; exists and is not an
+            earlier export.
+    """
+    out = Path(out_dir)
+    target = out.resolve()
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents:
+        raise InputError(f"{out}: {'is' if target == cwd else 'holds'} the current folder; an {what} is written "
+                         "into a folder of its own (e.g. a new folder name)")
+    for p in protect:
+        kept = Path(p).resolve()
+        if target == kept or target in kept.parents or kept in target.parents:
+            how = "is" if target == kept else "holds" if target in kept.parents else "lies inside"
+            raise InputError(f"{out}: {how} {kept}, which campaign keeps (the run store or a recorded artifact); "
+                             f"give the {what} a folder of its own")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise InputError(f"{out}: exists and is not a folder; give the {what} a new folder")
+    parent = out.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    with _locked(parent):
+        _recover(out)
+        if out.exists():
+            if not force:
+                raise InputError(f"{out}: exists; give a new folder, or --force to replace an earlier {what}")
+            if not is_export(out):
+                raise InputError(f"{out}: exists and is not an earlier campaign {what} (its manifest is missing); "
+                                 "--force replaces only those: remove it yourself or give a new folder")
+        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
+        try:
+            os.chmod(stage, 0o777 & ~_umask())
+            yield stage
+            _fsync_dir(stage)
+            if out.exists():
+                _exchange(stage, out)  # stage now holds the previous export, removed below
+            else:
                 os.rename(stage, out)
             _fsync_dir(parent)
         finally:

@@ -12,21 +12,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import atomic_write_json, atomic_write_text, sha256_file
+from ..io import atomic_write_json, atomic_write_text, export_folder, sha256_file
 from ..results import Result
-from ..track.manifest import Manifest, file_artifact
+from ..track.manifest import SHIPPED_KINDS, Manifest, file_artifact
 from ..track.records import load_records
 from ..track.store import Store
 
 SCHEMA = "campaign.bundle/1"
-SHIPPED = ("adapter", "checkpoint", "model", "predictions", "config")
+SHIPPED = SHIPPED_KINDS
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,9 @@ def _accepted(store: Store, run_id: str | None) -> Manifest:
 def _limits(m: Manifest, root: str | Path | None) -> list[str]:
     """What the hand-over must say it was not shown to do: guards, slices that fell, the memory margin measured."""
     out = []
+    if not any(a.kind.split(":")[0] in ("model", "adapter", "checkpoint") for a in m.artifacts):
+        out.append(f"no model, adapter or checkpoint was recorded for run {m.id}: this bundle hands over its records "
+                   f"only (campaign run artifact {m.id} PATH --kind adapter, then export again)")
     if m.guards:
         out.append(f"guards stated before the run (what must not regress): {'; '.join(m.guards)}")
         out += _guards_checked(m, root)
@@ -113,20 +115,19 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
     m = _accepted(store, run)
     base = store.read(m.baseline) if m.baseline else None
     out = Path(out_dir)
-    if out.exists() and not force:
-        raise InputError(f"{out}: exists; give a new folder, or --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.campaign-"))
-    try:
+    protect = [store.root, *(a.path for r in (m, base) if r is not None for a in r.artifacts)]
+    with export_folder(out, force=force, is_export=_is_bundle, protect=protect, what="export") as stage:
         shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
+        names = shipped_names([a.path for a in shipped])
         for i, a in enumerate(shipped, 1):
             say(f"artifacts {i:,}/{len(shipped):,}")
             src = Path(a.path)
             if not src.exists():
                 raise InputError(f"{src}: recorded as the run's {a.kind} but gone; restore it or record it again")
-            dest = stage / "artifacts" / src.name
+            dest = stage / "artifacts" / names[a.path]
             dest.parent.mkdir(parents=True, exist_ok=True)
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
+            _umask_modes(dest)
             if file_artifact(dest, a.kind).sha256 != a.sha256:
                 raise InputError(f"{src}: changed since it was recorded for run {m.id} (sha256 differs); record it "
                                  "again (campaign run artifact) or restore the recorded version")
@@ -152,13 +153,42 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
             "schema": SCHEMA, "run": m.id, "baseline": m.baseline,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "sha256": hashes})
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
     size = sum((out / f).stat().st_size for f in files)
     return BundleResult(str(out), m.id, m.baseline, tuple(files), size, tuple(limits))
+
+
+def _is_bundle(folder: Path) -> bool:
+    """An earlier export: its bundle.json names this schema (what `export --force` may replace)."""
+    try:
+        from ..io import load_json
+
+        schema = load_json(folder / "bundle.json", "bundle manifest").get("schema", "")
+        return str(schema).startswith("campaign.bundle/")
+    except (InputError, AttributeError):
+        return False
+
+
+def shipped_names(paths: list[str]) -> dict[str, str]:
+    """Each artifact's path inside artifacts/: its file or folder name, or where two share a name, the shortest
+    tail of its path that tells it apart (a/preds.jsonl, b/preds.jsonl)."""
+    parts = {p: Path(p).parts for p in paths}
+    out = {}
+    for p, tail in parts.items():
+        for k in range(1, len(tail) + 1):
+            name = tail[-k:]
+            if all(other == p or parts[other][-k:] != name for other in paths):
+                break
+        out[p] = str(Path(*name))
+    return out
+
+
+def _umask_modes(path: Path) -> None:
+    """Copied files and folders get the modes a new file gets here (the umask), not the source's (a checkpoint
+    saved 0600 would reach the receiver unreadable)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
@@ -172,13 +202,13 @@ def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
     if code.get("commit"):
         lines += [f"Code: commit {code['commit']}" + (" plus the uncommitted diff in run/code.diff"
                                                       if code.get("diff_sha256") else ""), ""]
-    for a in m.artifacts:
-        if a.kind.split(":")[0] in SHIPPED:
-            lines.append(f"- artifacts/{Path(a.path).name} ({a.kind}, sha256 {a.sha256})")
-            binding = Path(a.path) / "campaign_binding.json"
-            if binding.is_file():
-                lines.append("  bound to its base model by campaign_binding.json: load it with "
-                             "campaign.load_adapter(base, folder), which refuses another base")
+    shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
+    names = shipped_names([a.path for a in shipped])
+    for a in shipped:
+        lines.append(f"- artifacts/{names[a.path]} ({a.kind}, sha256 {a.sha256})")
+        if (Path(a.path) / "campaign_binding.json").is_file():
+            lines.append("  bound to its base model by campaign_binding.json: load it with "
+                         "campaign.load_adapter(base, folder), which refuses another base")
     lines += ["", "## Limits observed", ""] + [f"- {limit}" for limit in limits]
     lines += ["", "Every file is listed with its sha256 in bundle.json; report.html is the campaign's report.", ""]
     return "\n".join(lines)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
+from ..io import atomic_write_json, export_folder, load_json
 from .manifest import Manifest, flatten, parse_time
 from .store import Store
 
@@ -51,30 +50,34 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
     except ImportError:
         raise MissingDependencyError("mlflow", "mlflow") from None
     out = Path(out_dir)
-    if out.exists() and not force:
-        raise InputError(f"{out}: exists; give a new folder, or --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a folder")
     store = Store(root)
     rows = store.list()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.campaign-"))
-    try:
+    manifests = {row.id: store.read(row.id) for row in rows
+                 if not (row.status == "invalid" and row.name == row.id and not row.created)}  # unreadable: no id
+    protect = [store.root, *(a.path for m in manifests.values() for a in m.artifacts)]
+    with export_folder(out, force=force, is_export=_is_mlflow_export, protect=protect,
+                       what="MLflow export") as stage:
+        atomic_write_json(stage / MARK, {"schema": MARK_SCHEMA, "runs": len(rows)})
         client = MlflowClient(tracking_uri=stage.resolve().as_uri())
         experiment = client.create_experiment("campaign")
         for i, row in enumerate(rows, 1):
             if progress is not None:
                 progress(f"runs {i:,}/{len(rows):,}")
-            if row.status == "invalid" and row.name == row.id and not row.created:
-                continue                                   # unreadable manifest: nothing to export but its id
-            m = store.read(row.id)
-            _one(client, experiment, store, m, row.status, row.reason)
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(stage, out)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+            if row.id in manifests:
+                _one(client, experiment, store, manifests[row.id], row.status, row.reason)
     return len(rows)
+
+
+MARK = "campaign-export.json"  # at the store's root, beside MLflow's experiment folders (which MLflow lists)
+MARK_SCHEMA = "campaign.mlflow-export/1"
+
+
+def _is_mlflow_export(folder: Path) -> bool:
+    """An earlier `runs export --mlflow`: its campaign-export.json names this schema (what --force may replace)."""
+    try:
+        return load_json(folder / MARK, "export manifest").get("schema") == MARK_SCHEMA
+    except (InputError, AttributeError):
+        return False
 
 
 def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, reason: str) -> None:

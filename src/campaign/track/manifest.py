@@ -40,7 +40,7 @@ class Artifact:
     path: str
     sha256: str
     bytes: int
-    kind: str = ""            # predictions | checkpoint | adapter | memory | evaluation | ...
+    kind: str = ""            # one of ARTIFACT_KINDS, with an optional ':label' (predictions:test)
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,29 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# What a run's artifact is. SHIPPED_KINDS go into the hand-over bundle (campaign export); the others are recorded
+# with the run only. A kind may carry a label after a colon (predictions:test, checkpoint:step-500).
+SHIPPED_KINDS = ("adapter", "checkpoint", "config", "model", "predictions")
+ARTIFACT_KINDS = (*SHIPPED_KINDS, "data", "evaluation", "log", "memory", "other")
+
+
+def artifact_kind(kind: str) -> str:
+    """`kind` when its part before any ':' is one of ARTIFACT_KINDS.
+
+    Raises:
+        UnknownNameError: another kind, with the nearest known ones (a misspelt 'chekpoint' would leave the model
+            out of the bundle).
+    """
+    from ..errors import UnknownNameError
+
+    base = kind.partition(":")[0]
+    if base not in ARTIFACT_KINDS:
+        raise UnknownNameError("artifact kind", kind, ARTIFACT_KINDS,
+                               f"(--kind {' | '.join(ARTIFACT_KINDS)}, optionally KIND:label; "
+                               f"{', '.join(SHIPPED_KINDS)} ship in `campaign export`)")
+    return kind
+
+
 def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     """An artifact record for a file (its sha256 and size) or a folder (a sha256 over its files' names and hashes)."""
     from ..io import sha256_bytes, sha256_file
@@ -162,5 +185,5 @@ def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     raise InputError(f"{p}: no such file or folder to record")
 
 
-__all__ = ["Artifact", "DECISIONS", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
+__all__ = ["ARTIFACT_KINDS", "Artifact", "DECISIONS", "SHIPPED_KINDS", "artifact_kind", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
            "manifest_from", "new_id", "now", "param_sets_changed", "parse_time"]

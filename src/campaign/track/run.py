@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .manifest import DECISIONS, ENDED, STATUSES, Decision, Manifest, file_artifact, new_id, now, param_sets_changed
+from .manifest import (DECISIONS, ENDED, STATUSES, Decision, Manifest, artifact_kind, file_artifact, new_id, now,
+                       param_sets_changed)
 from .store import Store
 
 FLUSH_RECORDS = 1000      # metric records buffered before one append
@@ -117,9 +118,10 @@ def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None 
     return Store(root).update(run_id, decision=Decision(decision, why, now()))
 
 
-def record_artifact(run_id: str, path: str | Path, kind: str = "", *, root: str | Path | None = None) -> Manifest:
+def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | Path | None = None) -> Manifest:
+    """Record a file or folder of the run with its sha256; `kind` is one of ARTIFACT_KINDS (optionally 'KIND:label')."""
     store = Store(root)
-    art = file_artifact(path, kind)
+    art = file_artifact(path, artifact_kind(kind))
     m = store.read(run_id)
     return store.update(run_id, artifacts=tuple(a for a in m.artifacts if a.path != art.path) + (art,))
 
@@ -182,7 +184,7 @@ class Run:
                 self._flushed = time.monotonic()
             self.store.log(self.id, batch)
 
-    def artifact(self, path: str | Path, kind: str = "") -> None:
+    def artifact(self, path: str | Path, kind: str) -> None:
         self.manifest = record_artifact(self.id, path, kind, root=self.store.root)
 
     def decide(self, decision: str, why: str) -> None:

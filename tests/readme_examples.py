@@ -1,7 +1,9 @@
-"""The README's terminal examples: each `$ campaign ...` line in a ```text block, and the output shown under it.
+"""The documents' terminal examples: each `$ campaign ...` line in a ```text block of README.md and of every
+docs/*.md guide, and the output shown under it.
 
-The test (tests/test_readme.py) runs every example and compares what the command prints with what the README shows;
-`python -m tests.readme_examples --update` rewrites the shown outputs from the real commands.
+The test (tests/test_readme.py) runs every example and compares what the command prints with what the document
+shows; `python -m tests.readme_examples --update` rewrites the shown outputs of every document from the real commands
+(or of the files named after it).
 
 Rules:
   - the lines under a `$ campaign ...` line, up to the next `$ ` line or the end of the block, are its output;
@@ -27,21 +29,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 GPU_ONLY = "# on the rented card"
 ELLIPSIS = "..."
 _BLOCK = re.compile(r"^```text\n(.*?)^```", flags=re.M | re.S)
 
 
+def documents() -> list[Path]:
+    """README.md, then every guide under docs/, in name order: the files whose examples are executed."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
 @dataclass(frozen=True)
 class Example:
-    """One `$ campaign ...` line; `shown` is None when the README shows no output for it."""
+    """One `$ campaign ...` line; `shown` is None when the document shows no output for it."""
 
     command: str            # the arguments after `campaign`, comment removed
-    line: int               # 1-based line of the `$` line in the README
+    line: int               # 1-based line of the `$` line in its document
     shown: tuple[str, ...] | None
     head_only: bool         # the shown output ends in `...`: compare its first lines
     gpu: bool
-    span: tuple[int, int]   # character offsets of the shown output in the README text (empty when none)
+    span: tuple[int, int]   # character offsets of the shown output in the document (empty when none)
 
 
 def examples(text: str) -> list[Example]:
@@ -121,7 +129,7 @@ def run(command: str) -> tuple[int, list[str], str]:
 
 
 def expected(example: Example, printed: list[str]) -> list[str]:
-    """What the README should show for `example` given what the command printed."""
+    """What the document should show for `example` given what the command printed."""
     return printed[:len(example.shown or ())] if example.head_only else printed
 
 
@@ -136,7 +144,7 @@ def update(path: Path = README) -> list[str]:
                 continue
             code, printed, err = run(ex.command)
             if code not in (0, 1):
-                raise SystemExit(f"README line {ex.line}: campaign {ex.command} exited {code}: {err.strip()}")
+                raise SystemExit(f"{path.name} line {ex.line}: campaign {ex.command} exited {code}: {err.strip()}")
             new = expected(ex, printed)
             if list(ex.shown) != new:
                 changed.append(ex.command)
@@ -152,23 +160,26 @@ def update(path: Path = README) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--update", action="store_true", help="rewrite the README's shown outputs from the commands")
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--update", action="store_true", help="rewrite the shown outputs from the commands")
+    parser.add_argument("paths", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
+    parser.add_argument("--readme", type=Path, help=argparse.SUPPRESS)   # the former single-file option
     args = parser.parse_args(argv)
+    paths = args.paths or ([args.readme] if args.readme else documents())
     if args.update:
-        for command in update(args.readme):
-            print(f"updated: campaign {command}")
+        for path in paths:
+            for command in update(path):
+                print(f"updated: {path.name}: campaign {command}")
         return 0
-    text = args.readme.read_text(encoding="utf-8")
     stale = 0
     with scratch():
-        for ex in examples(text):
-            if ex.shown is None or ex.gpu:
-                continue
-            _, printed, _ = run(ex.command)
-            if list(ex.shown) != expected(ex, printed):
-                stale += 1
-                print(f"stale: line {ex.line}: campaign {ex.command}")
+        for path in paths:
+            for ex in examples(path.read_text(encoding="utf-8")):
+                if ex.shown is None or ex.gpu:
+                    continue
+                _, printed, _ = run(ex.command)
+                if list(ex.shown) != expected(ex, printed):
+                    stale += 1
+                    print(f"stale: {path.name} line {ex.line}: campaign {ex.command}")
     return 1 if stale else 0
 
 

@@ -1,31 +1,87 @@
-"""The README's terminal examples print what the README shows (tests/readme_examples.py has the rules)."""
+"""The README's and the guides' terminal examples print what they show (tests/readme_examples.py has the rules);
+the README stays a map, and every relative link of the documents leads somewhere."""
 from __future__ import annotations
 
 import difflib
+import re
+from pathlib import Path
 
 import pytest
 
-from tests.readme_examples import README, examples, expected, run, scratch, update
+from tests.readme_examples import README, ROOT, documents, examples, expected, run, scratch, update
 
-EXAMPLES = examples(README.read_text(encoding="utf-8"))
+EXAMPLES = [(doc, ex) for doc in documents() for ex in examples(doc.read_text(encoding="utf-8"))]
+GUIDES = ("memory.md", "trust.md", "before-training.md", "variants.md", "budget.md")
+_RUNS: dict[str, tuple[int, list[str], str]] = {}
+
+
+def _run_once(command: str) -> tuple[int, list[str], str]:
+    """Run a command once per session: the README shows the head of outputs its guides show whole."""
+    if command not in _RUNS:
+        with scratch():
+            _RUNS[command] = run(command)
+    return _RUNS[command]
 
 
 def test_readme_compares_its_examples():
-    compared = [e for e in EXAMPLES if e.shown is not None and not e.gpu]
-    assert len(compared) >= 4
-    assert any(e.command.startswith("memory ") for e in compared) and any(e.command.startswith("kv ") for e in compared)
+    compared = [(d, e) for d, e in EXAMPLES if e.shown is not None and not e.gpu]
+    in_readme = [e for d, e in compared if d == README]
+    assert len(in_readme) >= 5     # one per question of the guide
+    assert any(e.command.startswith("memory ") for d, e in compared) and any(e.command.startswith("kv ")
+                                                                             for d, e in compared)
+    for guide in GUIDES:           # each question's guide compares what it shows
+        assert any(d.name == guide for d, _ in compared), guide
 
 
-@pytest.mark.parametrize("ex", [e for e in EXAMPLES if not e.gpu], ids=lambda e: f"line{e.line}-{e.command.split()[0]}")
-def test_readme_example_prints_what_it_shows(ex):
-    with scratch():
-        code, printed, err = run(ex.command)
+def test_readme_is_a_map():
+    """What it is, the two commands, each question with one example and a link to its guide: at most 300 lines."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    assert "make plan" in text and "make test" in text
+    for guide in GUIDES:
+        assert f"(docs/{guide})" in text, guide
+
+
+@pytest.mark.parametrize("doc,ex", [(d, e) for d, e in EXAMPLES if not e.gpu],
+                         ids=lambda v: v.stem if isinstance(v, Path) else f"line{v.line}-{v.command.split()[0]}")
+def test_readme_example_prints_what_it_shows(doc, ex):
+    code, printed, err = _run_once(ex.command)
     assert code in (0, 1), err
     if ex.shown is not None:
         want = expected(ex, printed)
-        diff = "\n".join(difflib.unified_diff(list(ex.shown), want, "README", "printed", lineterm=""))
-        assert list(ex.shown) == want, (f"README line {ex.line} is stale; run python -m tests.readme_examples "
-                                        f"--update\n{diff}")
+        diff = "\n".join(difflib.unified_diff(list(ex.shown), want, doc.name, "printed", lineterm=""))
+        assert list(ex.shown) == want, (f"{doc.relative_to(ROOT)} line {ex.line} is stale; run python -m "
+                                        f"tests.readme_examples --update\n{diff}")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation other than - and _ dropped, spaces as -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", "")).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#+ (.+)$", text, flags=re.M):
+        slug = _slug(heading)
+        out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+def test_every_relative_link_of_the_documents_leads_to_a_file_and_heading():
+    broken = []
+    for doc in [*documents(), ROOT / "CONTRIBUTING.md"]:
+        text = re.sub(r"^```.*?^```", "", doc.read_text(encoding="utf-8"), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            name, _, anchor = target.partition("#")
+            path = (doc.parent / name).resolve() if name else doc
+            if not path.exists() or anchor and (path.suffix != ".md" or anchor not in _anchors(path)):
+                broken.append(f"{doc.relative_to(ROOT)}: {target}")
+    assert not broken, broken
 
 
 SAMPLE = """Intro.
@@ -71,28 +127,30 @@ def test_update_rewrites_stale_outputs_from_the_commands(tmp_path):
 
 
 def test_the_readme_python_block_runs():
-    """The notebook section calls the library as a notebook would, from a scratch folder with examples/."""
+    """The notebook page (docs/library.md) calls the library as a notebook would, from a scratch folder with
+    examples/; it is the documents' one Python block."""
     import contextlib
     import io
-    import re
 
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert blocks and "campaign.trace_memory" in blocks[0]
+    blocks = [(doc, block) for doc in documents()
+              for block in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)]
+    assert len(blocks) == 1 and "campaign.trace_memory" in blocks[0][1]
+    doc, block = blocks[0]
     pytest.importorskip("torch")
     out = io.StringIO()
     with scratch(), contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "README.md", "exec"), {})
+        exec(compile(block, str(doc), "exec"), {})
     printed = out.getvalue()
-    # the example's planted facts (README's data section): 80/10/10 of 420 rows, 5 re-sent tickets
+    # the example's planted facts (docs/trust.md): 80/10/10 of 420 rows, 5 re-sent tickets
     assert "True [('train', 336), ('val', 42), ('test', 42)]" in printed
     assert "('leak.near_duplicate', 'fail', 5)" in printed and "\nconvincing\n" in printed
     assert "True ['step.finite_loss', 'step.initial_loss', 'step.finite_grads'" in printed
     assert printed.splitlines()[-2] == "[('baseline', 'completed')]"
-    # the quant example: bf16 then int8 on the same batches, the bytes as the README's quant section shows them
+    # the quant example: bf16 then int8 on the same batches, the bytes as docs/variants.md shows them
     assert printed.splitlines()[-1].startswith("True [('bf16', 853312, 525.29, None), ('int8', 568640, 525.3, 0.8")
 
 
-QUANT = [e for e in EXAMPLES if e.command.startswith("quant ") and e.shown is not None]
+QUANT = [e for _, e in EXAMPLES if e.command.startswith("quant ") and e.shown is not None]
 
 
 @pytest.mark.parametrize("capability", ["default", "avx2"])

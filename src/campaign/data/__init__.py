@@ -1,6 +1,9 @@
 """Leak-free evaluation data: read, normalize, deduplicate (exact and near), split, check leaks. (The test-set
 usage ledger is in campaign.track.usage, with the run records.)
 
+split_file and check_files are one pipeline each over an engine (engine.py): "local" (this process, local.py) or
+"ray" (Ray Data, for data held as shards: the ray/ package).
+
 numpy, pyarrow and scikit-learn (the `data` extra) are imported inside the functions that need them, so importing
 this package stays light.
 """

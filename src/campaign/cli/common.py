@@ -111,9 +111,11 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
 RECORDING: dict[str, Any] = {"on": False, "argv": []}
 
 
-def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool = False) -> None:
-    """A result object as JSON (its to_dict()) or rendered for a person; exit 1 when its check failed. Under
-    `campaign --record`, the result is saved in the record folder first (track/records.py)."""
+def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool | None = None) -> None:
+    """A result object as JSON (its to_dict()) or rendered for a person; the exit code from its status (0 pass or
+    warn, 1 fail or not verified; results.py). `failed` is only for the results that do not carry a status yet
+    (the data commands'). Under `campaign --record`, the result is saved in the record folder first
+    (track/records.py)."""
     if RECORDING["on"]:
         from ..track.records import save_record
 
@@ -124,8 +126,17 @@ def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: b
         print_json(result.to_dict())
     else:
         render(result)
+    if failed is None:  # a run manifest (run start/end/decide, runs show) is a file format, not a verdict: exit 0
+        from ..results import Result
+
+        failed = isinstance(result, Result) and exit_code(result.status) != 0
     if failed:
         raise typer.Exit(1)
+
+
+def exit_code(status: str) -> int:
+    """The CLI's exit code for a result's status: 0 pass or warn, 1 fail or not verified."""
+    return 0 if status in ("pass", "warn") else 1
 
 
 def print_json(data: Any) -> None:

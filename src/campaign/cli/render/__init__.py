@@ -31,7 +31,7 @@ PIPE_WIDTH = 120
 console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 
 VERDICT_STYLE = {"fits": "green", "tight": "yellow", "does not fit": "red"}
-STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skipped": "yellow"}
+STATUS_STYLE = {"pass": "green", "fail": "red", "warn": "yellow", "skipped": "yellow", "not verified": "red"}
 
 
 def gib(n: int | float) -> str:
@@ -98,8 +98,23 @@ def notes(lines: Iterable[str], style: str = "dim", *, escaped: bool = False) ->
 
 
 def checks(rows: Iterable["Check"], explain: tuple[str, ...] = ("fail", "warn"), *, escaped: bool = True) -> None:
-    """One line per Check (id: status — what was seen); why and fix under those whose status is in `explain`."""
+    """One line per Check (id: status — what was seen); why and fix under those whose status is in `explain`
+    (only the parts that are given). A skipped check says how to run it, and whether the verdict waits on it."""
+    def text(value: str) -> str:
+        return escape(value) if escaped else value
+
     for c in rows:
-        console.print(f"{c.id}: {status(c.status)} — {escape(c.seen) if escaped else c.seen}")
-        if c.status in explain and c.fix:
-            console.print(f"  [dim]why: {c.why}; fix: {c.fix}[/dim]")
+        console.print(f"{c.id}: {status(c.status)} — {text(c.seen)}")
+        if c.status == "skipped":
+            waits = "the verdict waits on it" if c.gates else "the verdict does not depend on it"
+            how = f"to run it: {text(c.fix)}; " if c.fix else ""
+            if c.gates or "skipped" in explain:
+                console.print(f"  [dim]not run: {how}{waits}[/dim]")
+        elif c.status in explain and c.fix:
+            console.print(f"  [dim]{f'why: {text(c.why)}; ' if c.why else ''}fix: {text(c.fix)}[/dim]")
+
+
+def verdict(s: str) -> str:
+    """A result's status (pass | warn | fail | not verified) in its colour."""
+    style = {"pass": "green", "warn": "yellow", "fail": "red", "not verified": "red"}.get(s, "white")
+    return f"[{style}]{s.upper()}[/{style}]"

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from .results import Information
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,16 @@ SCHEMA = "campaign.guide/1"
 
 
 @dataclass(frozen=True)
-class GuideMap:
+class GuideMap(Information):
     """The five questions with their commands, each marked built or planned (`built`: the commands the CLI has)."""
 
     questions: tuple[Question, ...]
     built: frozenset[str]
     schema: str = SCHEMA
 
-    def to_dict(self) -> dict:
-        return {"schema": self.schema, "questions": [
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: each step says whether it is built, and `built` itself is not written
+        return {"questions": [
             {"number": q.number, "question": q.question, "outcome": q.outcome,
              "steps": [{"command": f"campaign {s.command}", "does": s.does, "built": s.command in self.built}
                        for s in q.steps]} for q in self.questions]}

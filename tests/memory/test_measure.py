@@ -181,7 +181,7 @@ def test_crashing_script_reports_its_phase_and_keeps_the_record(cli, tmp_path):
     r = cli("measure", "--script", str(path), "--device", "cpu", "--out", str(out))
     assert r.code == 2 and "failed in phase 'forward'" in r.err and "Traceback" not in r.err
     saved = json.loads(out.read_text())
-    assert saved["status"] == "failed" and saved["failed_phase"] == "forward"
+    assert saved["outcome"] == "failed" and saved["status"] == "fail" and saved["failed_phase"] == "forward"
     # the phase that failed is kept, marked incomplete, with the peak it reached before the error
     assert [(p["name"], p["complete"]) for p in saved["phases"]] == [("load", True), ("forward", False)]
     assert saved["phases"][1]["peak_allocated_bytes"] == 256 * 256 * 4 + 512 * 256 * 4
@@ -204,7 +204,7 @@ def test_a_model_that_fails_in_its_forward_is_reported_with_the_phase(cli, tmp_p
     with pytest.raises(MeasurementFailed) as info:
         measure_workload(str(d), make_workload(batch=2, seq_len=32), device="cpu")
     m = info.value.measurement
-    assert m.status == "failed" and m.failed_phase == "forward" and m.error.startswith("IndexError")
+    assert m.outcome == "failed" and m.failed_phase == "forward" and m.error.startswith("IndexError")
     assert [(p.name, p.complete) for p in m.phases] == [("load", True), ("forward", False)]
     out = tmp_path / "m.json"
     r = cli("measure", str(d), "--batch", "2", "--seq-len", "32", "--device", "cpu", "--out", str(out))
@@ -428,7 +428,7 @@ def test_phases_do_not_nest_and_sys_exit_0_completes(tmp_path):
     path.write_text("import sys, torch, campaign\nwith campaign.current_meter().phase('load'):\n"
                     "    w = torch.empty(100)\n    sys.exit(0)\n")
     m = measure_script(path, device="cpu")
-    assert m.status == "ok" and [(p.name, p.complete) for p in m.phases] == [("load", True)]
+    assert m.outcome == "ok" and [(p.name, p.complete) for p in m.phases] == [("load", True)]
 
 
 def test_explain_a_script_without_phases_and_refuse_other_records():

@@ -150,7 +150,7 @@ def test_classification_heads_get_labels_of_their_shape(write_config):
     from campaign.memory.protocol import measure_workload
 
     m = measure_workload(str(d), make_workload(batch=4, seq_len=32), device="cpu")
-    assert m.status == "ok" and m.peak_allocated_bytes > 0
+    assert m.outcome == "ok" and m.peak_allocated_bytes > 0
     infer = make_workload(mode="infer", batch=4, seq_len=32)
     assert [p.name for p in trace_memory(str(d), infer).phases] == ["load", "forward"]
     assert [p.name for p in measure_workload(str(d), infer, device="cpu").phases] == ["load", "forward"]

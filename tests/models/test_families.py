@@ -251,4 +251,4 @@ def test_t5_is_modelled_traced_and_measured_as_a_seq2seq_step(write_config):
     assert [p.name for p in trace_memory(str(d), infer).phases] == ["load", "prefill", "decode"]
     for w in (train, infer):
         m = measure_workload(str(d), w, device="cpu")
-        assert m.status == "ok" and m.peak_allocated_bytes > 0
+        assert m.outcome == "ok" and m.peak_allocated_bytes > 0

@@ -40,4 +40,4 @@ def kv(
     est = plan_kv(model, seq_len=context, batch=sequences, dtype=kv_dtype, static=static, max_seq_len=max_context,
                   max_batch=max_sequences, block_size=block_size, tp=tp, card=card, weights_dtype=weights_dtype,
                   reserve=reserve, expandable_segments=expandable_segments, **o.overheads(fragmentation, cuda_context))
-    o.emit(est, render_kv, as_json, failed=est.card is not None and not est.card.fits)
+    o.emit(est, render_kv, as_json)

@@ -104,12 +104,12 @@ def explain(
         if trace_now:
             raise InputError("--trace traces a MODEL's workload; with ESTIMATE.json give --traced TRACED.json "
                              "(from campaign trace --json)")
-    cards = [card] if card else FEATURED_CARDS
+    cards = None if card else FEATURED_CARDS
     if second is not None:  # the records are files: read them here, then compare
         analytic = load_estimate(first)
         m = load_measurement(second)
         traced = load_estimate(traced_file) if traced_file else None
-        result = explain_records(analytic, m, traced=traced, cards=cards, force=force)
+        result = explain_records(analytic, m, traced=traced, cards=cards, force=force, card=card)
     else:
         if measured is None:
             raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
@@ -121,6 +121,6 @@ def explain(
                             attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
                             prefill_chunk=prefill_chunk)
         traced = load_estimate(traced_file) if traced_file and not trace_now else None
-        result = explain_model(spec, w, m, trace=trace_now, traced=traced, cards=cards, force=force, reserve=reserve)
-    o.emit(result, render_explanation, as_json,
-           failed=result.margin is None or bool(card and result.verdicts[0][2] != "fits"))
+        result = explain_model(spec, w, m, trace=trace_now, traced=traced, cards=cards, force=force, reserve=reserve,
+                               card=card)
+    o.emit(result, render_explanation, as_json)

@@ -45,4 +45,4 @@ def memory(
                         softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          **o.overheads(fragmentation, cuda_context))
-    o.emit(result, render_plan, as_json, failed=not result.passed)
+    o.emit(result, render_plan, as_json)

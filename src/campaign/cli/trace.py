@@ -44,4 +44,4 @@ def trace(
     with progress_reporter("tracing", enabled=not as_json) as tell:
         result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell,
                              **o.overheads(fragmentation, None))
-    o.emit(result, render_plan, as_json, failed=not result.passed)
+    o.emit(result, render_plan, as_json)

@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import InputError, UnknownNameError
+from ..results import Information
 from ..units import parse_size
 
 
@@ -62,15 +63,12 @@ def find_card(name: str) -> Card:
 
 
 @dataclass(frozen=True)
-class CardList:
+class CardList(Information):
     """What `campaign cards` shows: the cards of one vendor (or all), as the driver reports their memory."""
 
     cards: tuple[Card, ...]
     vendor: str | None = None
     schema: str = "campaign.cards/1"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema, "cards": [c.to_dict() for c in self.cards]}
 
 
 def card_list(vendor: str | None = None) -> CardList:

@@ -8,8 +8,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError
 from ..models.spec import ModelSpec
+from ..results import Result
+from ..units import GiB
 from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
 from .estimate import MemoryEstimate
 from .estimate import load_estimate as load_estimate  # re-exported: explain's inputs are read here too
@@ -57,9 +60,11 @@ class Gap:
 
 
 @dataclass(frozen=True)
-class Explanation:
+class Explanation(Result):
     """`gaps` sum to measured - analytic device bytes on a GPU (peak allocated on the CPU). `margin` is None when
-    the measured run failed: a margin needs a complete run."""
+    the measured run failed: a margin needs a complete run. `card`: the one card asked for (its verdict is
+    verdicts[0]), else None. Checks: explain.margin (a margin from a complete run), and with a card
+    explain.fits (the card holds the plan with its margin; 'tight' fails, as in campaign memory)."""
 
     label: str
     device: str
@@ -72,14 +77,35 @@ class Explanation:
     verdicts: tuple[tuple[str, int, str], ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     schema: str = SCHEMA
+    card: str | None = None
 
     @property
     def gap_bytes(self) -> int:
         return sum(g.bytes for g in self.gaps)
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        if self.margin is None:
+            out = [Check("explain.margin", "fail", self.margin_reason, "a margin needs a complete measured run",
+                         "fix the run, or measure a smaller batch or context first")]
+        else:
+            out = [Check("explain.margin", "pass", f"margin {self.margin:.0%}: {self.margin_reason}")]
+        if self.card is not None and self.verdicts:
+            name, memory, verdict = self.verdicts[0]
+            planned = f"plan {self.planned_device_bytes / GiB:,.2f} GiB" if self.planned_device_bytes else "no plan"
+            out.append(Check("explain.fits", "pass" if verdict == "fits" else "fail",
+                             f"{name} ({memory / GiB:,.2f} GiB): {verdict}, {planned}",
+                             "" if verdict == "fits" else "the measured run says the step needs more than the card "
+                             "holds with the margin", "" if verdict == "fits" else "a larger card, a smaller batch or "
+                             "context, or a lighter method"))
+        elif self.card is not None:
+            out.append(Check("explain.fits", "fail", f"{self.card}: no plan from a failed run",
+                             "a card's fit needs the margin of a complete run", "fix the measured run first"))
+        return tuple(out)
+
+    def fields_dict(self) -> dict[str, Any]:
         # by hand: each phase row with its derived ratio, the gap's total, and the verdicts as named objects
-        return {"schema": self.schema, "label": self.label, "device": self.device,
+        return {"label": self.label, "device": self.device, "card": self.card,
                 "phases": [asdict(r) | {"ratio": r.ratio} for r in self.rows],
                 "levels": [asdict(level) for level in self.levels],
                 "gaps": [asdict(g) for g in self.gaps], "gap_bytes": self.gap_bytes,
@@ -90,7 +116,7 @@ class Explanation:
 
 
 def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEstimate | None = None,
-            cards: Iterable[Any] | None = None, force: bool = False) -> Explanation:
+            cards: Iterable[Any] | None = None, force: bool = False, card: str | None = None) -> Explanation:
     """Compare per phase, attribute the gap at the peak, and recommend a margin for the campaign.
 
     The gap measured - analytic is split into: the activation model (traced - analytic tensors, with a trace),
@@ -101,7 +127,8 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
 
     The records are result objects: estimate_memory's and trace_memory's, and measure_workload's or
     measure_script's (saved ones are read with load_estimate and load_measurement). cards: Card objects or names
-    (a name, alias or size, as find_card takes), each given a verdict for the plan.
+    (a name, alias or size, as find_card takes), each given a verdict for the plan. card: the one card asked
+    for (instead of cards): its verdict is a check (explain.fits), so that a card without room fails the result.
 
     Raises InputError when the records describe different workloads, share no phase, or (unless force) a
     measured phase is more than PLAUSIBLE_RATIO times the estimate or less than its inverse: the measurement is
@@ -110,7 +137,7 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
     from ..hardware.cards import find_card
 
     a, t = analytic, traced
-    cards = [find_card(c) if isinstance(c, str) else c for c in cards or ()]
+    cards = [find_card(c) if isinstance(c, str) else c for c in ([card] if card else cards or ())]
     if t is not None and t.method != "traced":
         raise InputError(f"the traced estimate was made by {t.method!r}; give the JSON of campaign trace --json")
     if measured.workload is not None:  # a built model (a script's measurement names neither model nor workload)
@@ -153,12 +180,12 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
                      "measure on the rented card for reserved and device totals")
     if t is None:
         notes.append("add --trace to split the tensors' gap into the activation model and GPU workspaces")
-    if measured.status != "ok":
+    if measured.outcome != "ok":
         where = f"in phase {measured.failed_phase!r}" if measured.failed_phase else "outside the phases"
         notes.append(f"the measured run failed {where}: {measured.error}; a margin needs a complete run: fix it, or "
                      "measure a smaller batch or context first")
         return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, None,
-                           "no margin from a failed run", None, (), tuple(notes))
+                           "no margin from a failed run", None, (), tuple(notes), card=card)
     excess = [(r.measured_bytes / r.analytic_bytes - 1, f"phase {r.phase!r}") for r in rows if r.analytic_bytes]
     if measured.device_bytes is not None:
         excess.append((measured.device_bytes / a.device_bytes - 1, "the device total"))
@@ -178,12 +205,12 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
                       "fits" if planned <= card.memory_bytes else "tight" if seen <= card.memory_bytes
                       else "does not fit") for card in cards or [])
     return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, margin, reason,
-                       planned, verdicts, tuple(notes))
+                       planned, verdicts, tuple(notes), card=card)
 
 
 def explain_model(model: str | Path | ModelSpec, workload: Workload, measured: Measurement, *, trace: bool = False,
                   traced: MemoryEstimate | None = None, cards: Iterable[Any] | None = None, force: bool = False,
-                  reserve: str | float = "10%") -> Explanation:
+                  reserve: str | float = "10%", card: str | None = None) -> Explanation:
     """explain for a model's workload: the estimate made now (estimate_memory) and, with trace, the step traced
     now (trace_memory; the torch extra), or a `traced` estimate already made. model: as every memory call takes it."""
     from .estimate import estimate_memory
@@ -193,7 +220,7 @@ def explain_model(model: str | Path | ModelSpec, workload: Workload, measured: M
         from .trace import trace_memory
 
         traced = trace_memory(model, workload, reserve=reserve)
-    return explain(analytic, measured, traced=traced, cards=cards, force=force)
+    return explain(analytic, measured, traced=traced, cards=cards, force=force, card=card)
 
 
 def _plausible(rows: tuple[PhaseRow, ...]) -> None:

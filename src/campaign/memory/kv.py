@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError
 from ..models.spec import ModelSpec
 from ..results import Record, Result
@@ -84,9 +85,23 @@ class KVEstimate(Result):
     schema: str = SCHEMA
     card: KVCard | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        if self.card is None:  # the JSON of kv without --card has no card field
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        """kv.fits with a card (the full inference estimate's verdict; 'tight' fails); none without one."""
+        if self.card is None:
+            return ()
+        c = self.card
+        seen = (f"{c.name}: {c.verdict} ({c.required_bytes / 2**30:,.2f} of {c.memory_bytes / 2**30:,.2f} GiB with "
+                f"{c.weights_dtype} weights); at most {c.max_context:,} tokens x {self.sequences} or "
+                f"{c.max_sequences:,} sequences x {self.context:,}")
+        if c.fits:
+            return (Check("kv.fits", "pass", seen),)
+        return (Check("kv.fits", "fail", seen, "an inference that does not fit stops with an out-of-memory error",
+                      "a shorter context, fewer sequences, an fp8 cache or a larger card"),)
+
+    def fields_dict(self) -> dict[str, Any]:
+        out = super().fields_dict()
+        if self.card is None:  # by hand: the JSON of kv without --card has no card field
             del out["card"]
         return out
 

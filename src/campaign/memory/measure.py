@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError, MissingDependencyError
+from ..results import Result
 from ..io import atomic_write_json
 
 SCHEMA = "campaign.measurement/1"
@@ -54,14 +56,15 @@ class Environment:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """Phases measured in order; `status` is 'failed' with the phase reached when the work raised."""
+class Measurement(Result):
+    """Phases measured in order; `outcome` is 'failed' with the phase reached when the work raised (its check
+    measure.completed fails then, so that the status is fail)."""
 
     phases: tuple[PhaseMeasurement, ...]
     environment: Environment
     label: str = ""
     workload: dict[str, Any] | None = None
-    status: str = "ok"
+    outcome: str = "ok"             # ok | failed (written as "status" before campaign_version was; still read)
     failed_phase: str | None = None
     error: str | None = None
     weights: str | None = None      # a built model's weights: "random (from the config)" or "loaded from DIR"
@@ -84,9 +87,18 @@ class Measurement:
     def peak_phase(self) -> str | None:
         return max(self.phases, key=lambda p: p.peak_allocated_bytes).name if self.phases else None
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        if self.outcome == "ok":
+            return (Check("measure.completed", "pass", f"{len(self.phases)} phase(s) measured to their end"),)
+        where = f"in phase {self.failed_phase!r}" if self.failed_phase else "outside the phases"
+        return (Check("measure.completed", "fail", f"the run failed {where}: {self.error}",
+                      "the phases after it were not measured, and no margin comes from an incomplete run",
+                      "fix the run, or measure a smaller batch or context first"),)
+
+    def fields_dict(self) -> dict[str, Any]:
         # by hand: the measurement file's format (load_measurement reads it): the derived peaks before the phases
-        return {"schema": self.schema, "label": self.label, "status": self.status, "failed_phase": self.failed_phase,
+        return {"label": self.label, "outcome": self.outcome, "failed_phase": self.failed_phase,
                 "error": self.error, "peak_phase": self.peak_phase,
                 "peak_allocated_bytes": self.peak_allocated_bytes, "peak_reserved_bytes": self.peak_reserved_bytes,
                 "device_bytes": self.device_bytes, "phases": [asdict(p) for p in self.phases],
@@ -120,11 +132,13 @@ def load_measurement(path: str | Path) -> Measurement:
                               cuda=text("cuda"), hip=text("hip"), driver=text("driver"), python=text("python") or "",
                               platform=text("platform") or "")
     workload = d.obj("workload", None)
-    status = d.str("status", "ok")
-    if status not in ("ok", "failed"):
-        d.fail(f"field 'status' must be 'ok' or 'failed', got {status!r}")
+    # 'outcome' since the results carry a status; before that the file's 'status' was ok | failed
+    old = {"ok": "ok", "failed": "failed", "pass": "ok", "fail": "failed"}.get(str(d.raw("status", "ok")))
+    outcome = d.str("outcome", None) or old
+    if outcome not in ("ok", "failed"):
+        d.fail(f"field 'outcome' must be 'ok' or 'failed', got {outcome or d.raw('status', None)!r}")
     return Measurement(phases=tuple(phases), environment=environment, label=d.str("label", ""),
-                       workload=workload.data if workload is not None else None, status=status,
+                       workload=workload.data if workload is not None else None, outcome=outcome,
                        failed_phase=d.str("failed_phase", None), error=d.str("error", None),
                        weights=d.str("weights", None))
 
@@ -268,9 +282,9 @@ class MemoryMeter:
                 done = self._backend.close()
                 self.phases = [done.get(id(p), p) for p in self.phases]
 
-    def result(self, *, label: str = "", workload: dict[str, Any] | None = None, status: str = "ok",
+    def result(self, *, label: str = "", workload: dict[str, Any] | None = None, outcome: str = "ok",
                failed_phase: str | None = None, error: str | None = None, weights: str | None = None) -> Measurement:
-        return Measurement(tuple(self.phases), environment(self.kind), label, workload, status, failed_phase, error,
+        return Measurement(tuple(self.phases), environment(self.kind), label, workload, outcome, failed_phase, error,
                            weights)
 
     def failure(self, error: BaseException, *, label: str = "", workload: dict[str, Any] | None = None,
@@ -279,7 +293,7 @@ class MemoryMeter:
         failed = self.phases[-1].name if self.phases and not self.phases[-1].complete else None
         text = str(error).strip().splitlines()
         message = f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
-        return self.result(label=label, workload=workload, status="failed", failed_phase=failed, error=message,
+        return self.result(label=label, workload=workload, outcome="failed", failed_phase=failed, error=message,
                            weights=weights)
 
 

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..models.spec import ModelSpec
+from ..results import Result
+from ..units import GiB
 from .estimate import Fit, MemoryEstimate, model_spec
 from .workload import Workload
 
@@ -17,21 +20,38 @@ FEATURED_CARDS = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-40GB
 
 
 @dataclass(frozen=True)
-class MemoryPlan:
-    """An estimate and its fit per card. `card`: the one card asked for (its fit is fits[0]), else None."""
+class MemoryPlan(Result):
+    """An estimate and its fit per card. `card`: the one card asked for (its fit is fits[0]), else None. Its check
+    memory.fits: the card asked for holds the step with the reserve ('tight' fails); without a card the table is
+    information, no check."""
 
     estimate: MemoryEstimate
     fits: tuple[Fit, ...]
     card: str | None = None
 
     @property
-    def passed(self) -> bool:
-        """It fits the card asked for (always true without one: the table is information, not a check)."""
-        return self.card is None or self.fits[0].verdict == "fits"
+    def schema(self) -> str:
+        """The estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write."""
+        return self.estimate.schema
 
-    def to_dict(self) -> dict[str, Any]:
-        # written by hand, not results.Result: the estimate's own JSON with the fits beside it, so that
-        # load_estimate (campaign explain) reads what campaign memory --json and campaign trace --json write
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        if self.card is None:
+            return ()
+        f = self.fits[0]
+        seen = (f"{f.card} ({f.memory_bytes / GiB:,.2f} GiB): {f.verdict}, needs "
+                f"{self.estimate.required_bytes / GiB:,.2f} GiB with the reserve "
+                f"(headroom {f.headroom_bytes / GiB:+,.2f} GiB)")
+        if f.verdict == "fits":
+            return (Check("memory.fits", "pass", seen),)
+        return (Check("memory.fits", "fail", seen, "a step that does not fit stops with an out-of-memory error" +
+                      (" (tight: inside the reserve, it may run until fragmentation or a longer batch)"
+                       if f.verdict == "tight" else ""),
+                      "a larger card, a smaller batch or context, gradient checkpointing or a lighter method"),)
+
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: the estimate's own JSON with the fits beside it, so that load_estimate (campaign explain) reads
+        # what campaign memory --json and campaign trace --json write
         return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]}
 
 

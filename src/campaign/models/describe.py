@@ -4,32 +4,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..results import Information
 from .catalog import catalog_names, published_counts
 from .resolve import load_spec
 from .spec import ModelSpec
 
 
 @dataclass(frozen=True)
-class Catalog:
+class Catalog(Information):
     """Every bundled model's spec, in the catalog's order."""
 
     specs: tuple[ModelSpec, ...]
     schema: str = "campaign.models/1"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema, "models": [
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: the catalog lists each model's headline figures, not its whole spec
+        return {"models": [
             {"name": s.name, "model_type": s.model_type, "params": s.params, "active_params": s.active_params}
             for s in self.specs]}
 
 
 @dataclass(frozen=True)
-class ModelFacts:
+class ModelFacts(Information):
     """One model's spec and, for a catalog model, the figures its publisher gives."""
 
     spec: ModelSpec
     published: dict[str, Any] | None
+    schema: str = "campaign.model/1"
 
-    def to_dict(self) -> dict[str, Any]:
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: the spec's own fields at the top level (as before the header), then the published figures
         return {**self.spec.to_dict(), "published": self.published}
 
 

@@ -55,7 +55,7 @@ def budget(
         tell("the plan's runs estimated and scheduled on every rental" + (", the Gantt chart" if plot else ""))
         rep = run_budget(plan, prices=prices, cards=card, packages=package, mfu=MFU if mfu is None else mfu,
                          margin=margin, plot=plot)
-    o.emit(rep, render_budget, as_json, failed=not rep.passed)
+    o.emit(rep, render_budget, as_json)
 
 
 def ablate_plan(
@@ -85,7 +85,7 @@ def ablate_plan(
 
     rep = plan_ablation(factors, design=design, seeds=seeds, fraction=fraction, budget_gpu_hours=budget_gpu_hours,
                         budget_usd=budget_usd, prices=prices)
-    o.emit(rep, render, as_json, failed=not rep.passed)
+    o.emit(rep, render, as_json)
 
 
 def ablate_analyze(
@@ -139,4 +139,4 @@ def bench(
     from .render.plan import bench as render
 
     rep = run_bench(cost, prices=prices, out=out)
-    o.emit(rep, render, as_json, failed=not rep.passed)
+    o.emit(rep, render, as_json)

@@ -122,10 +122,6 @@ class AblationPlan(Result):
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
 
-    @property
-    def passed(self) -> bool:
-        return self.fits
-
 
 def roman(n: int) -> str:
     return {3: "III", 4: "IV", 5: "V", 6: "VI", 7: "VII", 8: "VIII"}.get(n, str(n))

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
@@ -85,8 +86,15 @@ class BenchReport(Result):
     schema: str = SCHEMA
 
     @property
-    def passed(self) -> bool:
-        return self.cheapest is not None
+    def checks(self) -> tuple[Check, ...]:
+        """bench.reaches: some configuration reaches the target (the cheapest is the one to rent)."""
+        reached = [c.name for c in self.configurations if c.status != "never reaches"]
+        if self.cheapest is not None:
+            return (Check("bench.reaches", "pass", f"{len(reached)} of {len(self.configurations)} configurations "
+                          f"reach {self.metric} {self.target:g}; cheapest: {self.cheapest}"),)
+        return (Check("bench.reaches", "fail", f"no configuration reaches {self.metric} {self.target:g}: {self.why}",
+                      "a rental priced on a curve that never reaches the target buys nothing",
+                      "run longer, change the configuration, or lower the target"),)
 
 
 def crossing(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:

@@ -101,10 +101,6 @@ class BudgetReport(Result):
     plot: str | None = None
     schema: str = SCHEMA
 
-    @property
-    def passed(self) -> bool:
-        return self.recommended is not None
-
 
 def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     """Read a plan file (YAML or JSON): name, card, compare, margin ('15%'), deadline_days, budget_usd,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..results import Record, Result
+from ..results import Information, Record
 from .ablate import Factor, FactorsFile, read_factors, word
 
 SCHEMA = "campaign.ablate/1"
@@ -67,7 +67,7 @@ class Comparison(Record):
 
 
 @dataclass(frozen=True)
-class AblationAnalysis(Result):
+class AblationAnalysis(Information):
     """Cell means, factorial effects (when the data is a two-level factorial), comparisons with the control."""
 
     path: str

@@ -78,4 +78,4 @@ def quant(
         write_csv(report, csv)
     if plot is not None:
         plot_quant(report, plot)
-    o.emit(report, render_quant, as_json, failed=not report.passed)
+    o.emit(report, render_quant, as_json)

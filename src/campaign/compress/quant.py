@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError, MissingDependencyError
 from ..evaluate.regress import Guard, evaluate_guards
 from ..results import Record, Result
@@ -101,7 +102,8 @@ class QuantVariant(Record):
 
 @dataclass(frozen=True)
 class QuantReport(Result):
-    """Every variant on the same evaluation data; `passed` is False when a variant broke a guard."""
+    """Every variant on the same evaluation data; one check per guard (guard.<expr>), failed when a variant broke
+    it (no guards: no checks, status pass)."""
 
     model: str
     setup: str
@@ -116,9 +118,25 @@ class QuantReport(Result):
     kv: tuple[KVRow, ...]
     variants: tuple[QuantVariant, ...]
     guards: tuple[str, ...]
-    passed: bool
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        out = []
+        expressions = dict.fromkeys([*self.guards, *(g.expression for v in self.variants for g in v.guards)])
+        for expression in expressions:
+            held = [(v, g) for v in self.variants for g in v.guards if g.expression == expression]
+            broken = [(v, g) for v, g in held if not g.passed]
+            if broken:
+                out.append(Check(f"guard.{expression}", "fail", "; ".join(f"{v.name}: {g.describe()}"
+                                                                          for v, g in broken),
+                                 "a variant that breaks a guard loses what the reference model is kept for",
+                                 "take a variant whose guards hold, or change the guard if the trade is meant"))
+            else:
+                out.append(Check(f"guard.{expression}", "pass",
+                                 f"holds for {', '.join(v.name for v, _ in held) or 'no variant'}"))
+        return tuple(out)
 
     @property
     def flagged(self) -> tuple[QuantVariant, ...]:
@@ -252,7 +270,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
         calibration=calibration, context=ctx, sequences=sequences, kv=kv, variants=tuple(built),
-        guards=tuple(guards), passed=not any(v.flagged for v in built), notes=tuple(notes))
+        guards=tuple(guards), notes=tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------- the variants

@@ -99,7 +99,7 @@ def test_regress_exit_codes_and_guard_names(run, tmp_path):
     assert bad.code == 1
     assert bad.out.splitlines()[0].startswith("1 guard(s) failed: precision[c] rose by 0.0833")
     d = run("regress", b, c, "--guard", "precision[c]>=0.1", "--json")
-    assert d.code == 1 and d.json()["passed"] is False and d.json()["mcnemar"]["b"] == 2
+    assert d.code == 1 and d.json()["status"] == "fail" and d.json()["mcnemar"]["b"] == 2
 
 
 def test_regress_bad_input_is_one_line(run, tmp_path):

@@ -79,7 +79,7 @@ def regress(
         tell(f"flips, McNemar's test and {len(guard or ())} guard(s) over the shared ids")
         rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema,
                           required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field)
-    o.emit(rep, render_regress, as_json, failed=not rep.passed)
+    o.emit(rep, render_regress, as_json)
 
 
 def seeds(

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
-from ..results import Result
+from ..results import Information
 from ..errors import InputError, MissingDependencyError
 from ..validate import check_seed
 from .extraction import ExtractionReport, analyze_extraction
@@ -64,7 +64,7 @@ class SliceMetrics:
 
 
 @dataclass(frozen=True)
-class ClassificationReport(Result):
+class ClassificationReport(Information):
     """Everything `campaign errors` shows for a classifier; matrix rows are gold labels, columns predictions."""
 
     source: dict[str, Any]

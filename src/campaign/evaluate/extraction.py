@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import Result
+from ..results import Information
 from ..errors import InputError
 from .json_schema import load_schema, schema_errors
 from .predictions import PredictionSet
@@ -71,7 +71,7 @@ class ExtractionSlice:
 
 
 @dataclass(frozen=True)
-class ExtractionReport(Result):
+class ExtractionReport(Information):
     """Everything `campaign errors --task extraction` shows; rates are over all examples unless named."""
 
     OMIT = ("per_example",)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import Check
 from ..results import Result
 from ..errors import InputError
 from .analysis import ClassificationReport, analyze_classification, labels_of
@@ -43,6 +44,14 @@ class Guard:
         verb = "fell" if self.delta < 0 else "rose"
         return (f"{self.metric} {verb} by {abs(self.delta):.4f} ({self.baseline:.4f} -> {self.candidate:.4f}); "
                 f"the guard requires a change {self.op} {self.threshold:g}")
+
+
+def guard_checks(guards: Sequence[Guard]) -> tuple[Check, ...]:
+    """One check per guard, id guard.<expression>: pass when it holds, fail when it is broken."""
+    return tuple(Check(f"guard.{g.expression}", "pass" if g.passed else "fail", g.describe(),
+                       "" if g.passed else "the candidate is worse than the baseline by more than the guard allows",
+                       "" if g.passed else "fix the candidate, or change the guard if the trade is meant")
+                 for g in guards)
 
 
 def parse_guard(text: str) -> tuple[str, str, float]:
@@ -105,7 +114,8 @@ class ClassDelta:
 
 @dataclass(frozen=True)
 class RegressionReport(Result):
-    """What changed between two prediction files on the same examples; `passed` is False if a guard failed."""
+    """What changed between two prediction files on the same examples; its checks are the guards (guard.<expr>),
+    so that the status is fail when a guard failed (and pass without guards: the comparison only informs)."""
 
     task: str
     baseline: dict[str, Any]
@@ -122,9 +132,12 @@ class RegressionReport(Result):
     per_field: tuple[FieldDelta, ...]
     deltas: tuple[MetricDelta, ...]
     guards: tuple[Guard, ...]
-    passed: bool
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return guard_checks(self.guards)
 
     @property
     def failed_guards(self) -> tuple[Guard, ...]:
@@ -215,5 +228,5 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
         task=task, baseline=a.to_dict(), candidate=b.to_dict(), examples=len(order),
         accuracy_baseline=rep_a.accuracy, accuracy_candidate=rep_b.accuracy, both_right=both_right,
         both_wrong=both_wrong, right_to_wrong=r2w, wrong_to_right=w2r, mcnemar=test,
-        per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked, passed=all(g.passed for g in checked),
+        per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked,
         notes=tuple(notes))

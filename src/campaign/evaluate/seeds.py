@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..checks import Check
 from ..results import Result
 from ..errors import InputError
 from ..validate import check_seed
@@ -156,7 +157,8 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
 
 @dataclass(frozen=True)
 class SeedsReport(Result):
-    """Paired comparison of two variants over seeds; mean_diff > 0 means the candidate is better."""
+    """Paired comparison of two variants over seeds; mean_diff > 0 means the candidate is better. Its check
+    seeds.conclusive warns when the interval leaves the answer open (the verdict field says which answer)."""
 
     baseline: str
     candidate: str
@@ -194,6 +196,16 @@ class SeedsReport(Result):
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
     plot: str | None = None         # the dispersion plot written, when asked for
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        interval = f"[{_fmt(self.ci_low)}, {_fmt(self.ci_high)}]"
+        seen = (f"{self.verdict}: mean difference {self.mean_diff:+.4g}, {self.confidence:.0%} interval {interval} "
+                f"against a minimum effect of {self.min_effect:g} over {self.n_seeds} seeds")
+        if self.verdict != "inconclusive":
+            return (Check("seeds.conclusive", "pass", seen),)
+        more = f"run {self.seeds_needed} seeds" if self.seeds_needed else "run more seeds"
+        return (Check("seeds.conclusive", "warn", seen, "the interval holds both a useful effect and none", more),)
 
 
 

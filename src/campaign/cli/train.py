@@ -48,7 +48,7 @@ def batch(
         report = check_accumulation(setup, accumulation=accumulation, processes=processes,
                                     normalization=normalization.replace("-", "_") if normalization else None,
                                     progress=tell)
-    o.emit(report, render_batch, as_json, failed=not report.passed)
+    o.emit(report, render_batch, as_json)
 
 
 def check(
@@ -72,8 +72,8 @@ def check(
     and those that must not, batch independence, overfitting one batch, and a checkpoint reloaded in a fresh
     process giving the same next step.
 
-    Exit 0 when every check passes (warnings and skipped checks are shown as such), 1 when one fails, 2 on bad input
-    (needs the torch extra).
+    Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
+    skipped ("not verified"), 2 on bad input (needs the torch extra).
     """
     from ..train.check import check as run_checks
     from .render.train import render_check
@@ -89,7 +89,7 @@ def check(
         from ..io import atomic_write_json
 
         atomic_write_json(out, report.to_dict())
-    o.emit(report, render_check, as_json, failed=not report.passed)
+    o.emit(report, render_check, as_json)
 
 
 def inspect(
@@ -103,12 +103,12 @@ def inspect(
     and loss positions counted over every example; special tokens and the padding side; a few examples per class
     decoded with the loss positions marked; for images, shapes and pixel ranges per class.
 
-    Exit 0 when every check passes (warnings and skipped checks are shown as such), 1 when one fails, 2 on bad input
-    (needs the torch extra).
+    Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
+    skipped ("not verified"), 2 on bad input (needs the torch extra).
     """
     from ..train.inspect import inspect as run_inspect
     from .render.train import render_inspect
 
     with _progress("inspect", as_json) as tell:
         report = run_inspect(setup, examples=examples, progress=tell)
-    o.emit(report, render_inspect, as_json, failed=not report.passed)
+    o.emit(report, render_inspect, as_json)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check, passed
+from ..checks import Check
 from ..errors import InputError
 from ..results import Result
 from .setup import Setup, load_setup
@@ -69,10 +69,6 @@ class BatchReport(Result):
     notes: tuple[str, ...] = ()
     source: str = ""
     schema: str = SCHEMA
-
-    @property
-    def passed(self) -> bool:
-        return passed(self.checks)
 
 
 def _torch() -> Any:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check, listed, passed
+from ..checks import Check, listed
 from ..errors import InputError
 from ..results import Result
 from .adapter_check import adapter_checks
@@ -82,10 +82,6 @@ class CheckReport(Result):
     notes: tuple[str, ...] = ()
     source: str = ""
     schema: str = SCHEMA
-
-    @property
-    def passed(self) -> bool:
-        return passed(self.checks)
 
 
 def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: float = 0.5,
@@ -191,14 +187,16 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
         checks.append(_estimate_check(compared))
         resumed = None
         if not resume:
-            checks.append(Check("resume.next_step_equal", "skipped", "not run (--no-resume)"))
+            checks.append(Check("resume.next_step_equal", "skipped", "not run (--no-resume)", "",
+                                "run without --no-resume", gates=False))  # the user chose
         elif not isinstance(setup, str):
             checks.append(Check("resume.next_step_equal", "skipped", "the setup was given as live objects",
                                 "a resume is only proven by a fresh process that builds everything again",
                                 "give the setup as setup.py:make_setup"))
         elif len(batches) < 2:
             checks.append(Check("resume.next_step_equal", "skipped", "the setup gives one batch; the resume test "
-                                "needs two (one before the checkpoint, one after)", "", "return two batches or more"))
+                                "needs two (one before the checkpoint, one after)", "", "return two batches or more",
+                                gates=False))
         else:
             next_phase()
             resumed, found = resume_checks(s, setup, batches[1], checkpoint_dir, timeout, device, fresh)
@@ -276,7 +274,7 @@ def _beside_estimate(s: Setup, batch: Any, measured: Any) -> tuple[tuple[PhaseMe
 def _estimate_check(rows: tuple[PhaseMemory, ...]) -> Check:
     ratios = [(r.phase, r.ratio) for r in rows if r.ratio is not None]
     if not ratios:
-        return Check("step.memory_as_estimated", "skipped", "no estimate for this model (see the notes)")
+        return Check("step.memory_as_estimated", "skipped", "no estimate for this model (see the notes)", gates=False)
     phase, worst = max(ratios, key=lambda pr: max(pr[1], 1 / pr[1]))
     seen = ", ".join(f"{p} {r:.2f}x" for p, r in ratios) + " of campaign memory's estimate"
     if 1 / ESTIMATE_BAND <= worst <= ESTIMATE_BAND:
@@ -331,7 +329,7 @@ def _step_checks(f: StepFigures, s: Setup) -> list[Check]:
                              f"{len(f.trainable)} tensors train, as declared ({listed(list(s.trainable or []))})"))
     else:
         out.append(Check("params.trainable_as_declared", "skipped", "the setup does not say what is meant to train",
-                         "", "return trainable=['*lora_*', 'score'] (globs or module names)"))
+                         "", "return trainable=['*lora_*', 'score'] (globs or module names)", gates=False))
     # LoRA's B starts at zero, so A's gradient is exactly zero at the first update: expected, not a broken branch
     lora_a = tuple(n for n in f.zero_grad if ".lora_A." in n or ".lora_embedding_A." in n)
     zero = tuple(n for n in f.zero_grad if n not in set(lora_a))
@@ -389,11 +387,11 @@ def _independence(s: Setup, batch: Any, cross_row_gradient: Any) -> Check:
     rows = first_rows(batch)
     if rows < 2:
         return Check("batch.independent", "skipped", "the first batch has one row", "",
-                     "give a batch of two rows or more")
+                     "give a batch of two rows or more", gates=False)
     try:
         other, own = cross_row_gradient(s.model, batch)
     except InputError as e:
-        return Check("batch.independent", "skipped", str(e))
+        return Check("batch.independent", "skipped", str(e), gates=False)
     if other == 0.0:
         return Check("batch.independent", "pass", f"row 0's output has no gradient on the other {rows - 1} rows' "
                      f"inputs (own: {own:.2e})")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import Check, passed
+from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from .setup import Setup, first_line, load_setup
@@ -115,10 +115,6 @@ class InspectReport(Result):
     notes: tuple[str, ...] = ()
     source: str = ""
     schema: str = SCHEMA
-
-    @property
-    def passed(self) -> bool:
-        return passed(self.checks)
 
 
 @dataclass

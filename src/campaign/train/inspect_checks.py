@@ -34,7 +34,7 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
         out.append(Check("inspect.no_loss_positions", "skipped" if ctx.s.loss is not None else "fail",
                          "the batch has no labels", "a model given no labels computes no loss (HF models return "
                          "loss=None)", "" if ctx.s.loss is not None else "build labels in the collate (input_ids "
-                         "with -100 where no loss is wanted)"))
+                         "with -100 where no loss is wanted)", gates=False))
     else:
         empty = [st.loss_positions == 0 for st in stats]
         k = sum(empty)
@@ -71,7 +71,8 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
     else:
         out.append(Check("inspect.answer_truncated", "skipped",
                          "truncation not observed (the collate never called the tokenizer) and no target_field",
-                         "", "give target_field (the field of the answer text) to compare with the answer"))
+                         "", "give target_field (the field of the answer text) to compare with the answer",
+                         gates=False))
 
     # ---- padding must not be learned
     if token:
@@ -83,14 +84,14 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
                          f"no loss position falls on padding ({m:,} examples seen padded)" if m else
                          "no example was padded in the batches collated",
                          "the model learns to predict padding after every answer" if k else "",
-                         "set labels to -100 where attention_mask is 0" if k else ""))
+                         "set labels to -100 where attention_mask is 0" if k else "", gates=False))
 
     # ---- EOS: learned, or masked with the padding
     special = ctx._special(stats)
     if not token or special is None or special.eos_id is None:
         out.append(Check("inspect.pad_is_eos_masked", "skipped",
                          "no EOS token" if special is None or special.eos_id is None else
-                         "labels are one class per example"))
+                         "labels are one class per example", gates=False))
     elif special.pad_is_eos:
         k = special.eos_learned
         out.append(Check("inspect.pad_is_eos_masked", "pass" if k else "fail",
@@ -132,7 +133,7 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
         if not total or max(same, nxt) < LAYOUT_SHARE * total:
             out.append(Check("inspect.labels_shifted_twice", "skipped",
                              "the labels are not the input tokens at their positions nor the next ones (a "
-                             "seq2seq or masked-LM target)"))
+                             "seq2seq or masked-LM target)", gates=False))
         elif same >= nxt:
             out.append(Check("inspect.labels_shifted_twice", "pass",
                              f"labels equal input_ids at {same:,} of {total:,} loss positions: not shifted (HF "

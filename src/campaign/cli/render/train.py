@@ -8,8 +8,8 @@ from . import Scale, checks, console, notes, table
 
 
 def render_batch(r: Any) -> None:
-    ok = r.passed
-    verdict = "[green]EQUIVALENT[/green]" if ok else "[red]NOT EQUIVALENT[/red]"
+    verdict = "[green]EQUIVALENT[/green]" if r.passed else "[red]NOT VERIFIED[/red]" \
+        if r.status == "not verified" else "[red]NOT EQUIVALENT[/red]"
     console.print(f"{verdict} — effective batch {r.micro_batch} x {r.accumulation} x {r.processes} = "
                   f"{r.effective_batch} rows; {r.tokens_per_update:,} tokens per update "
                   f"({min(r.tokens_per_micro_batch):,}-{max(r.tokens_per_micro_batch):,} per micro-batch"
@@ -25,10 +25,17 @@ def render_batch(r: Any) -> None:
     notes(r.notes)
 
 
+def _not_run(rows: Any) -> str:
+    """The skipped checks a go depends on, for the verdict line of a result that is not verified."""
+    ids = [c.id for c in rows if c.status == "skipped" and c.gates]
+    return f"{', '.join(ids)} not run"
+
+
 def render_check(r: Any) -> None:
     counts = {s: sum(c.status == s for c in r.checks) for s in ("pass", "fail", "warn", "skipped")}
     shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    verdict = "[green]READY[/green]" if r.passed else f"[red]NOT READY[/red] — {counts['fail']} failed"
+    verdict = "[green]READY[/green]" if r.passed else f"[red]NOT READY[/red] — {counts['fail']} failed" \
+        if counts["fail"] else f"[red]NOT VERIFIED[/red] — {_not_run(r.checks)}"
     console.print(f"{verdict} — {len(r.checks)} checks: {shown}")
     total = r.trainable_elements + r.frozen_elements
     length = f" x {r.sequence_length} tokens" if r.sequence_length else ""
@@ -72,7 +79,8 @@ def render_inspect(r: Any) -> None:
     from . import escape
 
     counts = {s: sum(c.status == s for c in r.checks) for s in ("pass", "fail", "warn", "skipped")}
-    verdict = "[green]CLEAN[/green]" if r.passed else f"[red]PROBLEMS[/red] ({counts['fail']} failed)"
+    verdict = "[green]CLEAN[/green]" if r.passed else f"[red]PROBLEMS[/red] ({counts['fail']} failed)" \
+        if counts["fail"] else f"[red]NOT VERIFIED[/red] — {_not_run(r.checks)}"
     classes = ", ".join(f"{escape(c.label)} {c.examples:,}" for c in r.classes)
     console.print(f"{verdict} — {r.examples:,} examples after the exact preprocessing ({len(r.classes)} "
                   f"class{'es' if len(r.classes) != 1 else ''}: {classes})")

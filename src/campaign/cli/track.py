@@ -174,7 +174,7 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
 
     with progress_reporter("runs check", enabled=not as_json) as say:
         report = check_run(run_id, root=root, progress=say)
-    o.emit(report, regress, as_json, failed=not report.passed)
+    o.emit(report, regress, as_json)
 
 
 @runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")

@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check, passed
+from ..checks import Check
+from ..results import Result
 from ..errors import InputError
 from ..data.split import read_split_set, split_manifest_path
 
@@ -71,7 +72,7 @@ class UsageEntry:
 
 
 @dataclass(frozen=True)
-class UsageReport:
+class UsageReport(Result):
     """The ledger of one split manifest: counts per split and purpose, decisions made on the final split, checks."""
 
     manifest: str
@@ -87,18 +88,10 @@ class UsageReport:
     recorded: UsageEntry | None = None
     schema: str = SCHEMA
 
-    @property
-    def passed(self) -> bool:
-        return passed(self.checks)
-
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: the derived status leads, and the entries (the longest part) come last
-        return {"schema": self.schema, "status": "pass" if self.passed else "fail", "manifest": self.manifest,
-                "ledger": self.ledger, "splits": list(self.splits), "final_split": self.final_split,
-                "max_final_uses": self.max_final_uses, "final_decisions": self.final_decisions,
-                "counts": self.counts, "checks": [c.to_dict() for c in self.checks],
-                "warnings": list(self.warnings), "recorded": self.recorded.to_dict() if self.recorded else None,
-                "entries": [e.to_dict() for e in self.entries]}
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: the entries (the longest part) come last
+        out = super().fields_dict()
+        return {k: v for k, v in out.items() if k != "entries"} | {"entries": out["entries"]}
 
 
 def _append_line(path: Path, line: str) -> None:

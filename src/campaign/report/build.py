@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_write_text
-from ..results import Result
+from ..results import Information
 from ..track.records import SavedRecord, load_records
 
 SCHEMA = "campaign.report/1"
@@ -39,7 +39,7 @@ EXPECTED = {
 
 
 @dataclass(frozen=True)
-class ReportResult(Result):
+class ReportResult(Information):
     path: str
     sections: tuple[str, ...]
     records: int
@@ -149,12 +149,32 @@ def _seeds(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
             body + _figure(seeds(d, "per-seed differences and the useful-effect band"), f"measured, {r.created}"))
 
 
+def record_status(d: dict[str, Any]) -> str | None:
+    """A saved result's status: pass | warn | fail | not verified, as every result writes it now. Records written
+    before (on users' disks) said it their own way, read here once: regress and quant's `passed`, a measurement's
+    `status` ok | failed, usage's `status` pass | fail, else the worst of the checks listed (a skipped check did
+    not count then). None when the record says nothing of it (an old memory or seeds record: information)."""
+    from ..checks import VERDICTS
+
+    status = d.get("status")
+    if status in VERDICTS:
+        return str(status)
+    if status in ("ok", "failed"):                  # a measurement before campaign_version
+        return "pass" if status == "ok" else "fail"
+    if isinstance(d.get("passed"), bool):           # regress, quant before campaign_version
+        return "pass" if d["passed"] else "fail"
+    listed = [c.get("status") for c in d.get("checks") or [] if isinstance(c, dict)]
+    if listed:
+        return "fail" if "fail" in listed else "warn" if "warn" in listed else "pass"
+    return None
+
+
 def _regress(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     guards = [[g.get("expression", g.get("metric", "")), _number(g.get("delta")), g.get("passed")] for g in d.get("guards") or []
               if isinstance(g, dict)]
-    body = _table(["examples", "accuracy before", "after", "right to wrong", "wrong to right", "passed"],
+    body = _table(["examples", "accuracy before", "after", "right to wrong", "wrong to right", "status"],
                   [[d.get("examples"), _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
-                    _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), d.get("passed")]])
+                    _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), record_status(d)]])
     if guards:
         body += _table(["guard", "change", "passed"], guards)
     return f"{_name(d.get('candidate'))} against {_name(d.get('baseline'))}", body
@@ -187,9 +207,9 @@ def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
 
 def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     body = _checks(d.get("checks"))
-    verdict = d.get("verdict") or d.get("status") or ("passed" if d.get("passed") else None)
-    if verdict is not None:
-        body = f"<p>verdict: {_e(verdict)}</p>" + body
+    status = record_status(d)
+    if status is not None:
+        body = f"<p>status: {_e(status)}</p>" + body
     return f"{r.command or d.get('schema')}", body or "<p>recorded (see the JSON file)</p>"
 
 
@@ -297,13 +317,13 @@ def _regress_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], st
         rows.append([_name(d.get("candidate")), _name(d.get("baseline")), d.get("examples"),
                      _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
                      _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), "; ".join(guards),
-                     d.get("passed"), r.created, Path(r.path).name])
+                     record_status(d), r.created, Path(r.path).name])
         before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
         if isinstance(before, (int, float)) and isinstance(after, (int, float)):
-            by_passed.setdefault("passed" if d.get("passed") else "failed", []).append(after - before)
+            by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(after - before)
     svg = histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed")
     return (["candidate", "baseline", "examples", "accuracy before", "after", "right to wrong", "wrong to right",
-             "guards", "passed", "recorded", "file"], rows, svg)
+             "guards", "status", "recorded", "file"], rows, svg)
 
 
 def _budget_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
@@ -338,10 +358,9 @@ def _generic_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], st
         for c in checks:
             counted[str(c.get("status"))] = counted.get(str(c.get("status")), 0) + 1
         failed = [str(c.get("id")) for c in checks if c.get("status") in ("fail", "warn")]
-        verdict = d.get("verdict") or d.get("status") or ("passed" if d.get("passed") else None)
-        rows.append([r.command or d.get("schema"), verdict, ", ".join(f"{n} {s}" for s, n in counted.items()),
+        rows.append([r.command or d.get("schema"), record_status(d), ", ".join(f"{n} {s}" for s, n in counted.items()),
                      ", ".join(failed), r.created, Path(r.path).name])
-    return ["command", "verdict", "checks", "failed or warned", "recorded", "file"], rows, ""
+    return ["command", "status", "checks", "failed or warned", "recorded", "file"], rows, ""
 
 
 SUMMARIES: dict[str, Callable[[list[SavedRecord]], tuple[list[str], list[list[Any]], str]]] = {

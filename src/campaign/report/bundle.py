@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, atomic_write_text, export_folder, sha256_file
-from ..results import Result
+from ..results import Information
 from ..track.manifest import SHIPPED_KINDS, Manifest, file_artifact
 from ..track.records import load_records
 from ..track.store import Store
@@ -29,7 +29,7 @@ SHIPPED = SHIPPED_KINDS
 
 
 @dataclass(frozen=True)
-class BundleResult(Result):
+class BundleResult(Information):
     path: str
     run: str
     baseline: str | None

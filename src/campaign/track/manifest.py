@@ -175,7 +175,10 @@ def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     """An artifact record for a file (its sha256 and size) or a folder (a sha256 over its files' names and hashes)."""
     from ..io import sha256_bytes, sha256_file
 
-    p = Path(path).resolve()                      # absolute: the record holds wherever it is read from
+    try:
+        p = Path(path).resolve()                  # absolute: the record holds wherever it is read from
+    except (RuntimeError, OSError) as e:          # a symlink loop
+        raise InputError(f"{path}: cannot be followed ({e}); record the file or folder it should point to") from None
     if p.is_file():
         return Artifact(str(p), sha256_file(p), p.stat().st_size, kind)
     if p.is_dir():

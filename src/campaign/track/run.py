@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..io import check_text
 from .manifest import (DECISIONS, ENDED, STATUSES, Decision, Manifest, artifact_kind, file_artifact, new_id, now,
                        param_sets_changed)
 from .store import Store
@@ -48,6 +49,10 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
     from .environment import capture_environment
 
     say = progress or (lambda _phase: None)
+    for what, value in (("the run's name", name), ("--hypothesis", hypothesis), ("--guard", list(guards)),
+                        ("--param", dict(params or {})), ("--baseline", baseline), ("--tag", list(tags)),
+                        ("--data", [str(p) for p in data])):
+        check_text(value, what)  # before anything is written: a manifest that cannot be UTF-8 would break the store
     if not name.strip():
         raise InputError("a run needs a name, e.g. lora-r16")
     if status not in ("running", "planned"):
@@ -88,6 +93,8 @@ def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path | No
         raise InputError(f"status {status!r}: a run ends {', '.join(ENDED)}")
     if status != "completed" and not reason.strip():
         raise InputError(f"a run that ends {status} needs --reason (what happened), so it is not lost")
+    check_text(reason, "--reason")
+    check_text(dict(metrics or {}), "the run's metrics")
     store = Store(root)
     m = store.read(run_id)
     if m.status in ENDED:
@@ -101,6 +108,7 @@ def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path | No
 
 def log_run(run_id: str, records: Sequence[Mapping[str, Any]], *, root: str | Path | None = None) -> None:
     """Append records to a run that has not ended (logging to a closed run would rewrite what it reported)."""
+    check_text([dict(r) for r in records], "the records logged")
     store = Store(root)
     m = store.read(run_id)
     if m.status in ENDED:
@@ -115,11 +123,13 @@ def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None 
         raise InputError(f"decision {decision!r} is not one of {', '.join(DECISIONS)}")
     if not why.strip():
         raise InputError("a decision needs its rationale (--why)")
+    check_text(why, "--why")
     return Store(root).update(run_id, decision=Decision(decision, why, now()))
 
 
 def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | Path | None = None) -> Manifest:
     """Record a file or folder of the run with its sha256; `kind` is one of ARTIFACT_KINDS (optionally 'KIND:label')."""
+    check_text(str(path), "the artifact's path")
     store = Store(root)
     art = file_artifact(path, artifact_kind(kind))
     m = store.read(run_id)

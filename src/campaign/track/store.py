@@ -26,6 +26,7 @@ from ..results import Record, Result
 from .manifest import ENDED, STATUSES, Manifest, manifest_from, now, parse_time
 
 ROOT = Path(".campaign")
+INDEX = "index.sqlite"
 ROOT_VARIABLE = "CAMPAIGN_ROOT"     # where every record goes when no root is given (default: .campaign here)
 
 
@@ -56,6 +57,7 @@ class Store:
     """The runs under `root` (default: $CAMPAIGN_ROOT, else .campaign in the current folder)."""
 
     def __init__(self, root: str | Path | None = None) -> None:
+        self.given = root is not None  # a --root named by the user: a missing one is a typo, not an empty store
         self.root = Path(root) if root is not None else default_root()
         self.runs = self.root / "runs"
 
@@ -100,7 +102,7 @@ class Store:
             atomic_write_json(folder / "manifest.json", manifest.to_dict())
             self.heartbeat(manifest.id)
             written = self.read(manifest.id)          # what is on disk, JSON's types (lists, not tuples)
-        self._index([written])
+        self._cache([written])
         return written
 
     def read(self, run_id: str) -> Manifest:
@@ -119,19 +121,30 @@ class Store:
         with self.locked(run_id) as folder:
             atomic_write_json(folder / "manifest.json", self.read(run_id).with_(**changes).to_dict())
             m = self.read(run_id)
-        self._index([m])
+        self._cache([m])
         return m
 
+    def _cache(self, manifests: list[Manifest]) -> None:
+        """Index what was just written; a damaged index is moved aside (list() rebuilds it from the manifests) and
+        a store whose index cannot be written is listed without it: the write itself stands either way."""
+        try:
+            self._index(manifests)
+        except (sqlite3.Error, OSError):
+            self._set_aside_index()
+
     def log(self, run_id: str, records: Sequence[Mapping[str, Any]]) -> None:
-        """Append metric records (dicts of JSON values, e.g. {'step': 10, 'loss': 1.2}) in one write."""
+        """Append metric records (dicts of JSON values, e.g. {'step': 10, 'loss': 1.2}) in one write. A last line
+        cut short by a crash mid-append is ended first, so that the new records start on a line of their own."""
         if not records:
             return
         stamp = now()
         text = "".join(dumps_json({"t": stamp, **r}, indent=None) for r in records)
         with self.locked(run_id) as folder:
-            fd = os.open(folder / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(folder / "metrics.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                data = text.encode()
+                size = os.fstat(fd).st_size
+                torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+                data = (b"\n" if torn else b"") + text.encode()
                 while data:
                     data = data[os.write(fd, data):]
             finally:
@@ -139,19 +152,29 @@ class Store:
         self.heartbeat(run_id)
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        """Every record logged, in order (a line cut short by a kill is skipped)."""
+        """Every record logged, in order (a line cut short by a kill is skipped: torn_lines counts them)."""
+        return self._metrics(run_id)[0]
+
+    def torn_lines(self, run_id: str) -> int:
+        """Lines of metrics.jsonl that are not a record: cut short by a kill or a crash mid-append."""
+        return self._metrics(run_id)[1]
+
+    def _metrics(self, run_id: str) -> tuple[list[dict[str, Any]], int]:
         path = self.folder(run_id) / "metrics.jsonl"
-        out = []
+        out, torn = [], 0
         if path.is_file():
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
                     try:
                         rec = json.loads(line)
                     except ValueError:
+                        torn += bool(line.strip())
                         continue
                     if isinstance(rec, dict):
                         out.append(rec)
-        return out
+                    else:
+                        torn += 1
+        return out, torn
 
     def last_metrics(self, run_id: str) -> dict[str, Any]:
         """The last value logged of each metric."""
@@ -187,7 +210,7 @@ class Store:
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
         self._make_root()
-        con = sqlite3.connect(self.root / "index.sqlite", timeout=60)
+        con = sqlite3.connect(self.root / INDEX, timeout=60)
         try:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, name TEXT, status TEXT, reason TEXT, "
@@ -206,9 +229,8 @@ class Store:
             con.executemany(f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES "
                             f"({', '.join('?' * len(_COLUMNS))})", rows)
 
-    def rebuild(self) -> int:
-        """The index made again from the manifest files; returns the runs indexed (unreadable ones included, as
-        invalid with their error)."""
+    def _read_all(self) -> tuple[list[Manifest], list[tuple[str, str]]]:
+        """Every manifest on disk, and (id, error) of those that cannot be read."""
         ids = sorted(p.name for p in self.runs.iterdir() if p.is_dir()) if self.runs.is_dir() else []
         good, bad = [], []
         for run_id in ids:
@@ -216,6 +238,24 @@ class Store:
                 good.append(self.read(run_id))
             except InputError as e:
                 bad.append((run_id, str(e)))
+        return good, bad
+
+    def rebuild(self) -> int:
+        """The index made again from the manifest files; returns the runs indexed (unreadable ones included, as
+        invalid with their error). A damaged index file is moved aside first (the index is a cache of the
+        manifests); a store that cannot be written keeps its index as it is."""
+        self._missing_root()
+        good, bad = self._read_all()
+        try:
+            self._write_index(good, bad)
+        except (sqlite3.Error, OSError):
+            if not self._set_aside_index():
+                raise InputError(f"{self.root}: its index cannot be written ({self.root / INDEX}); `campaign runs "
+                                 "list` reads the manifests without it, or make the folder writable") from None
+            self._write_index(good, bad)
+        return len(good) + len(bad)
+
+    def _write_index(self, good: list[Manifest], bad: list[tuple[str, str]]) -> None:
         with self._db() as con:
             con.execute("DELETE FROM runs")
         self._index(good)
@@ -223,17 +263,58 @@ class Store:
             con.executemany("INSERT OR REPLACE INTO runs (id, name, status, reason, created, updated, tags, metrics, "
                             "error) VALUES (?, ?, 'invalid', ?, '', ?, '[]', '{}', ?)",
                             [(i, i, e, now(), e) for i, e in bad])
-        return len(ids)
 
-    def list(self, *, status: str | None = None, tag: str | None = None) -> list[RunRow]:
-        """Every run, newest first, with its effective status; filtered by status and tag."""
-        on_disk = {p.name for p in self.runs.iterdir() if p.is_dir()} if self.runs.is_dir() else set()
+    def _set_aside_index(self) -> bool:
+        """Move a damaged index (garbage, truncated, a folder) aside as index.sqlite.damaged-TIME, with its WAL
+        files; False when there is none to move or the store cannot be written."""
+        path = self.root / INDEX
+        if not (path.exists() or path.is_symlink()):
+            return False
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                p = path.with_name(INDEX + suffix)
+                if p.exists() or p.is_symlink():
+                    os.rename(p, p.with_name(f"{INDEX}{suffix}.damaged-{stamp}"))
+        except OSError:
+            return False
+        return True
+
+    def _missing_root(self) -> None:
+        if self.given and not self.root.is_dir():
+            raise InputError(f"{self.root}: no run store there (a typo in --root?); `campaign run start` makes one")
+
+    def _index_rows(self, on_disk: set[str]) -> list[tuple]:
         with self._db() as con:
             indexed = {r[0] for r in con.execute("SELECT id FROM runs")}
         if on_disk - indexed:                       # written by a process that died before indexing, or copied in
             self.rebuild()
         with self._db() as con:
-            rows = con.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs ORDER BY created DESC, id DESC").fetchall()
+            return con.execute(f"SELECT {', '.join(_COLUMNS)} FROM runs ORDER BY created DESC, id DESC").fetchall()
+
+    def _file_rows(self) -> list[tuple]:
+        """The index's rows made from the manifests, for a store whose index cannot be used."""
+        good, bad = self._read_all()
+        rows = [(m.id, m.name, m.status, m.reason, m.created, "", m.baseline, "", m.hypothesis, None, "", None)
+                for m in good] + [(i, i, "invalid", e, "", "", None, "", "", None, "", e) for i, e in bad]
+        return sorted(rows, key=lambda r: (r[4], r[0]), reverse=True)
+
+    def list(self, *, status: str | None = None, tag: str | None = None) -> list[RunRow]:
+        """Every run, newest first, with its effective status; filtered by status and tag. Without a usable
+        index (damaged: moved aside and rebuilt; or a store that cannot be written) the manifests are read."""
+        self._missing_root()
+        if not self.root.is_dir():
+            return []                               # nothing recorded here yet: nothing is created by listing
+        on_disk = {p.name for p in self.runs.iterdir() if p.is_dir()} if self.runs.is_dir() else set()
+        try:
+            rows = self._index_rows(on_disk)
+        except (sqlite3.Error, OSError, InputError):
+            try:
+                if not self._set_aside_index():
+                    raise sqlite3.OperationalError("index not writable")
+                rows = self._index_rows(on_disk)
+            except (sqlite3.Error, OSError, InputError):
+                rows = self._file_rows()
         out = []
         for r in rows:
             rec = dict(zip(_COLUMNS, r))

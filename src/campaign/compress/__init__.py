@@ -3,7 +3,7 @@ each weight format on the same evaluation data: memory estimated and measured, q
 
 This is its own package rather than a module of `memory/` because it runs models and evaluates them: it uses
 `memory` (formats, estimate, the measuring protocol), `evaluate` (regress, paired statistics) and the user's
-setup file, and DESIGN.md's dependencies point downward (memory imports neither evaluate nor train).
+setup file, and dependencies point downward (docs/design.md; memory imports neither evaluate nor train).
 torch and torchao are imported only inside the functions that need them.
 """
 from .quant import QuantReport, QuantVariant, compare_quant

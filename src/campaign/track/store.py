@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, dumps_json, load_json
-from ..results import Record, Result
+from ..results import Information, Record
 from .manifest import ENDED, STATUSES, Manifest, manifest_from, now, parse_time
 
 ROOT = Path(".campaign")
@@ -337,11 +337,12 @@ class Store:
 
 
 @dataclass(frozen=True)
-class RunList(Result):
-    """Runs as `campaign runs list` shows them, newest first, with the filters applied."""
+class RunList(Information):
+    """Runs as `campaign runs list` shows them, newest first, with the filters applied (run_status: the status
+    asked for). A list only informs: no checks, status pass."""
 
     runs: tuple[RunRow, ...]
-    status: str | None = None
+    run_status: str | None = None   # the filter (was written as "status" before results carried a status)
     tag: str | None = None
     schema: str = "campaign.runs/1"
 

@@ -111,10 +111,4 @@ def checks(rows: Iterable["Check"], explain: tuple[str, ...] = ("fail", "warn"),
             if c.gates or "skipped" in explain:
                 console.print(f"  [dim]not run: {how}{waits}[/dim]")
         elif c.status in explain and c.fix:
-            console.print(f"  [dim]{f'why: {text(c.why)}; ' if c.why else ''}fix: {text(c.fix)}[/dim]")
-
-
-def verdict(s: str) -> str:
-    """A result's status (pass | warn | fail | not verified) in its colour."""
-    style = {"pass": "green", "warn": "yellow", "fail": "red", "not verified": "red"}.get(s, "white")
-    return f"[{style}]{s.upper()}[/{style}]"
+            console.print(f"  [dim]{f'why: {c.why}; ' if c.why else ''}fix: {c.fix}[/dim]")

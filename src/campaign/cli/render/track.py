@@ -23,7 +23,7 @@ def _metrics(m: dict[str, Any], n: int = 3) -> str:
 def runs_table(listed: Any) -> None:
     rows = listed.runs
     if not rows:
-        wanted = " and ".join(f for f in (f"status {listed.status}" if listed.status else "",
+        wanted = " and ".join(f for f in (f"status {listed.run_status}" if listed.run_status else "",
                                           f"tag {listed.tag}" if listed.tag else "") if f)
         console.print(f"no runs with {wanted}" if wanted else "no runs yet (campaign run start NAME)")
         return

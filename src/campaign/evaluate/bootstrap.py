@@ -23,10 +23,11 @@ import math
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from ..results import Record
 from ..validate import check_seed
 from .stats import check_alternative, numpy
 
@@ -47,7 +48,7 @@ def _cpus() -> int:
 
 
 @dataclass(frozen=True)
-class BootstrapInterval:
+class BootstrapInterval(Record):
     """Percentile and BCa intervals of the mean; `low`/`high` are the BCa ones, or the percentile ones when
     BCa is undefined (`note` says why). One-sided intervals have None on the open side."""
 
@@ -63,9 +64,6 @@ class BootstrapInterval:
     confidence: float
     alternative: str
     note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 MAX_RESAMPLES = 10_000_000  # past this the interval's Monte Carlo error is far below any other; memory is not
@@ -149,7 +147,7 @@ def bootstrap_mean(x: Sequence[float], *, n_resamples: int = 10_000, confidence:
 
 
 @dataclass(frozen=True)
-class ExampleBootstrap:
+class ExampleBootstrap(Record):
     """The crossed seeds x examples bootstrap interval of the mean per-example difference."""
 
     seeds: int
@@ -164,9 +162,6 @@ class ExampleBootstrap:
     patterns: int           # distinct columns of D: the resampling runs over these when few
     engine: str = "numpy"   # what drew the resamples: "multinomial" (few patterns), "numba" or "numpy"
     method: str = "crossed bootstrap: seeds with replacement, and the same resampled examples within each"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _load_kernels() -> Any:

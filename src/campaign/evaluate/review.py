@@ -12,12 +12,13 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_text
+from ..results import Record
 from .predictions import read_rows, require_columns
 from .stats import numpy
 
@@ -85,7 +86,7 @@ def write_review_sheet(path: str | os.PathLike[str], rows: Sequence[ReviewCandid
 
 
 @dataclass(frozen=True)
-class TagCount:
+class TagCount(Record):
     """Errors carrying one tag: count, share of the tagged errors, rate over all examples."""
 
     tag: str
@@ -94,12 +95,9 @@ class TagCount:
     rate: float
     correct: int          # examples with this tag whose prediction is correct (a tagging mistake, or a bad gold)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class TaxonomySummary:
+class TaxonomySummary(Record):
     """Error counts and rates per tag, from a filled review sheet (id -> tag)."""
 
     path: str
@@ -109,9 +107,6 @@ class TaxonomySummary:
     untagged_errors: int
     tags: tuple[TagCount, ...]
     notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def summarize_taxonomy(path: str | os.PathLike[str], *, ids: Sequence[str], error_ids: Iterable[str]) -> TaxonomySummary:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
+from ..results import Record
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 EXACT_WILCOXON_MAX_N = 50      # exact null distribution up to 50 non-zero differences (scipy's 'auto' limit)
@@ -122,7 +123,7 @@ def paired_t(d: Sequence[float], *, confidence: float = 0.95, alternative: str =
 
 
 @dataclass(frozen=True)
-class RankTest:
+class RankTest(Record):
     """Wilcoxon signed-rank: W+ (sum of ranks of positive differences), zeros dropped (Wilcoxon's method)."""
 
     n: int                 # non-zero differences
@@ -132,9 +133,6 @@ class RankTest:
     method: str            # exact | normal | none
     alternative: str
     ties: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def wilcoxon(d: Sequence[float], *, alternative: str = "two-sided") -> RankTest:
@@ -179,7 +177,7 @@ def wilcoxon(d: Sequence[float], *, alternative: str = "two-sided") -> RankTest:
 
 
 @dataclass(frozen=True)
-class SignTest:
+class SignTest(Record):
     """Sign test: how many differences are positive and negative (zeros dropped), exact binomial p."""
 
     positive: int
@@ -187,9 +185,6 @@ class SignTest:
     zeros: int
     p_value: float
     alternative: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def binomial_p(k: int, n: int, *, alternative: str = "two-sided") -> float:
@@ -212,7 +207,7 @@ def sign_test(d: Sequence[float], *, alternative: str = "two-sided") -> SignTest
 
 
 @dataclass(frozen=True)
-class McNemar:
+class McNemar(Record):
     """McNemar's test on discordant pairs: b = right -> wrong, c = wrong -> right."""
 
     b: int
@@ -220,9 +215,6 @@ class McNemar:
     statistic: float | None
     p_value: float
     method: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def mcnemar(b: int, c: int) -> McNemar:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..models.spec import ModelSpec
+from ..results import Record
 from ..units import parse_size
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, CUDA_CONTEXT_BYTES, DDP_BUCKET_COPIES,
@@ -60,7 +61,7 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class Fit:
+class Fit(Record):
     """Does the workload fit one card, with what headroom, and what is the most it could take."""
 
     card: str
@@ -69,9 +70,6 @@ class Fit:
     headroom_bytes: int
     max_batch: int | None = None
     max_seq_len: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

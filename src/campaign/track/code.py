@@ -5,15 +5,15 @@ without it a dirty run cannot be reproduced.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..io import sha256_bytes
+from ..results import Record
 
 
 @dataclass(frozen=True)
-class CodeState:
+class CodeState(Record):
     """repo: the work tree's root (None outside git); diff_sha256 of the uncommitted diff against HEAD (staged and
     not), None when clean."""
 
@@ -23,9 +23,6 @@ class CodeState:
     dirty: bool
     diff_sha256: str | None
     untracked: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:

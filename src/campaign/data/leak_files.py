@@ -138,7 +138,7 @@ def drop_leaking(report: LeakReport, job: DropJob) -> int:
     with job.staged():
         written = job.write(rows_to_drop(report))
         recheck = job.recheck()
-        if not recheck.passed:
+        if recheck.status == "fail":
             failing = [c.id for c in recheck.checks if c.status == "fail"]
             raise InputError(f"the rewritten splits still fail {', '.join(failing)}; report this with the files")
         return job.finish(written, recheck, [c.id for c in report.checks if c.pairs and c.status != "skipped"])

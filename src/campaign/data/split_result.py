@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from ..checks import Check, passed
+from ..checks import Check, status_of
 from ..errors import InputError
-from ..version import __version__
+from ..results import Result
 from .dedup import DedupResult
 from .leak_report import LeakReport
 from .read import Dataset, Fields
@@ -86,8 +86,10 @@ class SplitPart:
 
 
 @dataclass(frozen=True)
-class SplitResult:
-    """What `campaign split` did; to_dict() is the split manifest."""
+class SplitResult(Result):
+    """What `campaign split` did; to_dict() is the split manifest. Its verdict is its checks and those of the leak
+    check of the written files (status_of over both): fail when one fails, not verified when the leak check's
+    search was incomplete, warn on a warning (the same text with two labels), else pass."""
 
     input: dict[str, Any]
     parameters: dict[str, Any]
@@ -105,19 +107,16 @@ class SplitResult:
     schema: str = SCHEMA
 
     @property
-    def passed(self) -> bool:
-        return self.leaks.passed and passed(self.checks)
+    def status(self) -> str:
+        """pass | warn | fail | not verified, from the split's checks and the leak check's (checks.status_of)."""
+        return status_of((*self.checks, *self.leaks.checks))
 
-    def to_dict(self) -> dict[str, Any]:
-        # by hand: this is the split manifest's file format: schema, version, time and the derived status lead,
-        # the parts are its "splits"
-        return {"schema": self.schema, "campaign_version": __version__,
-                "created": self.created,
-                "status": "pass" if self.passed else "fail", "input": self.input, "parameters": self.parameters,
+    def fields_dict(self) -> dict[str, Any]:
+        # by hand: this is the split manifest's file format: the time after the header, the parts as its "splits"
+        return {"created": self.created, "input": self.input, "parameters": self.parameters,
                 "normalizer": self.normalizer, "seed": self.seed, "splits": [p.to_dict() for p in self.parts],
                 "units": self.units, "largest_unit": self.largest_unit, "duplicates": self.duplicates,
-                "checks": [c.to_dict() for c in self.checks], "leaks": self.leaks.to_dict(),
-                "manifest": self.manifest, "notes": list(self.notes)}
+                "leaks": self.leaks.to_dict(), "manifest": self.manifest, "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -129,8 +128,13 @@ class ShardSplit:
     path: str
 
     @property
+    def status(self) -> str:
+        """The manifest's status (derived by status_of when it was written)."""
+        return str(self.manifest["status"])
+
+    @property
     def passed(self) -> bool:
-        return self.manifest["status"] == "pass"
+        return self.status in ("pass", "warn")
 
     def to_dict(self) -> dict[str, Any]:  # by hand: the manifest as written, with its path
         return {**self.manifest, "manifest": self.path}
@@ -164,7 +168,7 @@ def ratio_checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tol
                          f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
                          f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")]
     if not stratify:
-        checks.append(Check("split.label_ratio", "skipped", "not stratified"))
+        checks.append(Check("split.label_ratio", "skipped", "not stratified", gates=False))
         return checks, notes
     # one row moves a label's fraction by 1/rows: labels with fewer than 2/tolerance rows cannot be held to it
     checkable = [lbl for lbl, t in label_total.items() if t >= 2 / tolerance]
@@ -174,7 +178,7 @@ def ratio_checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tol
                      f"tolerance: {', '.join(map(str, small[:5]))}{' ...' if len(small) > 5 else ''}")
     gaps = [(abs(p.label_fractions.get(lbl, 0.0) - p.target_fraction), lbl, p) for lbl in checkable for p in parts]
     if not gaps:
-        checks.append(Check("split.label_ratio", "skipped", "no label has enough rows to check"))
+        checks.append(Check("split.label_ratio", "skipped", "no label has enough rows to check", gates=False))
         return checks, notes
     gap, lbl, p = max(gaps, key=lambda g: g[0])
     checks.append(Check("split.label_ratio", "pass" if gap <= tolerance else "fail",

@@ -22,7 +22,8 @@ def split(r: "SplitResult | ShardSplit") -> None:
 
     n = sum(p.rows for p in r.parts)
     how = "temporal" if r.parameters["temporal"] else ("stratified" if r.parameters["stratify"] else "by rows")
-    verdict = "[green]PASS[/green]" if r.passed else "[red]FAIL[/red]"
+    verdict = {"fail": "[red]FAIL[/red]", "not verified": "[yellow]NOT VERIFIED[/yellow]"}.get(r.status,
+                                                                                             "[green]PASS[/green]")
     console.print(f"{verdict} {r.input['path']}: {n:,} rows into {len(r.parts)} splits ({how}, seed {r.seed}); "
             f"{r.units:,} atomic units (groups + duplicate clusters), largest {r.largest_unit:,} rows")
     t = Table(title="Splits (fractions of rows)", title_justify="left")
@@ -81,6 +82,9 @@ def leaks(r: "LeakReport") -> None:
     if failed:
         console.print(f"[red]LEAKS FOUND[/red] — {len(failed)} of {len(r.checks)} checks fail ({limit}); "
                       f"rows: {sizes}")
+    elif r.status == "not verified":     # nothing found, but a search that could not be completed
+        console.print(f"[yellow]NOT VERIFIED[/yellow] — {sum(ch.status == 'skipped' and ch.gates for ch in r.checks)}"
+                      f" check(s) could not be completed, none fails ({limit}); rows: {sizes}")
     else:
         console.print(f"[green]NO LEAKS[/green] — {sum(ch.status == 'pass' for ch in r.checks)} checks pass, "
                 f"{sum(ch.status == 'skipped' for ch in r.checks)} skipped ({limit}); rows: {sizes}")

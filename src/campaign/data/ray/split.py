@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...checks import status_of
 from ..dedup import connected_components, pairs_in_sorted_runs
 from ..leak_report import LeakReport
 from ..payload import dumps as dump_payload
@@ -141,9 +142,8 @@ class RaySplitJob:
         if self.capped:
             notes.append(f"{self.capped} LSH bucket(s) held more than {config.max_bucket} texts; only neighbouring "
                          "pairs in them were checked")
-        passed = leaks.passed and all(c.status != "fail" for c in checks)
         return ShardSplit(finish_shard_set(
-            out, SHARDS_SCHEMA, shards, status="pass" if passed else "fail", input=str(self.data),
+            out, SHARDS_SCHEMA, shards, status=status_of((*checks, *leaks.checks)), input=str(self.data),
             parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": spec.stratify,
                         "fields": self.fields.to_dict(), "dedup": config.to_dict(), "tolerance": spec.tolerance,
                         "leak_check_seed": seed + 1},

@@ -99,13 +99,18 @@ def log(run_id: RunId,
 
 @run_app.command("artifact", epilog="Example: campaign run artifact ID preds.jsonl --kind predictions")
 def artifact(run_id: RunId, path: Annotated[Path, typer.Argument(help="A file or folder, hashed.")],
-             kind: Annotated[str, typer.Option(help="predictions | checkpoint | adapter | memory | evaluation.")] = "",
+             kind: Annotated[str, typer.Option(help="adapter | checkpoint | config | model | predictions (these ship "
+                                                    "in `campaign export`) | data | evaluation | log | memory | "
+                                                    "other; KIND:label to tell two apart.")] = "",
+             amend: Annotated[str, typer.Option("--amend", help="Record again an artifact of an ended run whose "
+                                                               "contents changed, with the reason (kept in the "
+                                                               "manifest with both hashes).")] = "",
              root: Root = None, as_json: o.Json = False) -> None:
     """Record a file or folder a run produced, with its sha256."""
     from ..track.run import record_artifact
     from .render.track import changed
 
-    o.emit(record_artifact(run_id, path, kind, root=root), changed, as_json)
+    o.emit(record_artifact(run_id, path, kind, root=root, amend=amend), changed, as_json)
 
 
 @run_app.command("end", epilog="Example: campaign run end ID --status stopped --reason \"loss diverged at step 900\"")

@@ -209,6 +209,10 @@ def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
         if (Path(a.path) / "campaign_binding.json").is_file():
             lines.append("  bound to its base model by campaign_binding.json: load it with "
                          "campaign.load_adapter(base, folder), which refuses another base")
+    if m.amendments:
+        lines += ["", "## Amended after the run ended", ""] + [
+            f"- {Path(a.path).name}: {a.reason} ({a.at}; sha256 {a.was_sha256[:12]}... -> {a.sha256[:12]}...)"
+            for a in m.amendments]
     lines += ["", "## Limits observed", ""] + [f"- {limit}" for limit in limits]
     lines += ["", "Every file is listed with its sha256 in bundle.json; report.html is the campaign's report.", ""]
     return "\n".join(lines)

@@ -44,6 +44,18 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class Amendment:
+    """An artifact of an ended run recorded again with other contents: what changed, why and when (an ended run's
+    artifacts are otherwise immutable: the bundle, the report and `runs show` say it was amended)."""
+
+    path: str
+    was_sha256: str
+    sha256: str
+    reason: str
+    at: str
+
+
+@dataclass(frozen=True)
 class Decision:
     decision: str             # accepted | rejected | needs-more-evidence
     why: str
@@ -76,6 +88,7 @@ class Manifest:
     owner: dict[str, Any] = field(default_factory=dict)
     stale_after: float = 600.0
     ended: str | None = None
+    amendments: tuple[Amendment, ...] = ()
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,7 +141,9 @@ def manifest_from(data: Any, where: str) -> Manifest:
         decision=Decision(decision.str("decision"), decision.str("why", ""), decision.str("at", ""))
         if decision is not None else None,
         owner=d.obj("owner", None).data if "owner" in d else {}, stale_after=d.number("stale_after", 600.0),
-        ended=d.str("ended", None))
+        ended=d.str("ended", None),
+        amendments=tuple(Amendment(a.str("path"), a.str("was_sha256"), a.str("sha256"), a.str("reason"), a.str("at"))
+                         for a in (d.items("amendments") if "amendments" in d else [])))
 
 
 def param_sets_changed(params: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
@@ -188,5 +203,5 @@ def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     raise InputError(f"{p}: no such file or folder to record")
 
 
-__all__ = ["ARTIFACT_KINDS", "Artifact", "DECISIONS", "SHIPPED_KINDS", "artifact_kind", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
+__all__ = ["ARTIFACT_KINDS", "Amendment", "Artifact", "DECISIONS", "SHIPPED_KINDS", "artifact_kind", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
            "manifest_from", "new_id", "now", "param_sets_changed", "parse_time"]

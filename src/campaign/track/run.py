@@ -21,8 +21,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import check_text
-from .manifest import (DECISIONS, ENDED, STATUSES, Decision, Manifest, artifact_kind, file_artifact, new_id, now,
-                       param_sets_changed)
+from .manifest import (DECISIONS, ENDED, STATUSES, Amendment, Decision, Manifest, artifact_kind, file_artifact,
+                       new_id, now, param_sets_changed)
 from .store import Store
 
 FLUSH_RECORDS = 1000      # metric records buffered before one append
@@ -127,13 +127,33 @@ def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None 
     return Store(root).update(run_id, decision=Decision(decision, why, now()))
 
 
-def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | Path | None = None) -> Manifest:
-    """Record a file or folder of the run with its sha256; `kind` is one of ARTIFACT_KINDS (optionally 'KIND:label')."""
-    check_text(str(path), "the artifact's path")
+def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | Path | None = None,
+                    amend: str = "") -> Manifest:
+    """Record a file or folder of the run with its sha256; `kind` is one of ARTIFACT_KINDS (optionally 'KIND:label').
+
+    An ended run's artifacts are what was reported: recording one of them again with other contents is refused,
+    unless `amend` gives the reason, which the manifest keeps with both hashes and the time (runs show, the
+    report and the export show the amendment). The same contents recorded again change nothing.
+
+    Raises:
+        InputError: an unknown kind; a changed artifact of an ended run without `amend`.
+    """
+    check_text([str(path), amend], "the artifact's path and reason")
     store = Store(root)
     art = file_artifact(path, artifact_kind(kind))
     m = store.read(run_id)
-    return store.update(run_id, artifacts=tuple(a for a in m.artifacts if a.path != art.path) + (art,))
+    before = next((a for a in m.artifacts if a.path == art.path), None)
+    amendments = m.amendments
+    if m.status in ENDED and before is not None and before.sha256 != art.sha256:
+        if not amend.strip():
+            raise InputError(f"{art.path}: changed since run {run_id} recorded it (sha256 {before.sha256[:12]}... "
+                             f"-> {art.sha256[:12]}...), and the run ended {m.status}: its artifacts are what it "
+                             "reported; restore the file, record it in a new run, or give --amend REASON")
+        amendments += (Amendment(art.path, before.sha256, art.sha256, amend.strip(), now()),)
+    elif before is not None and before.sha256 == art.sha256 and before.kind == art.kind:
+        return m
+    return store.update(run_id, artifacts=tuple(a for a in m.artifacts if a.path != art.path) + (art,),
+                        amendments=amendments)
 
 
 def parse_records(pairs: Sequence[str]) -> dict[str, Any]:

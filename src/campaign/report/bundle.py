@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import InputError
 from ..io import atomic_write_json, atomic_write_text, export_folder, sha256_file
 from ..results import Information
-from ..track.manifest import SHIPPED_KINDS, Manifest, file_artifact
+from ..track.manifest import SHIPPED_KINDS, Artifact, Manifest, file_artifact
 from ..track.records import load_records
 from ..track.store import Store
 
@@ -59,11 +59,16 @@ def _limits(m: Manifest, root: str | Path | None) -> list[str]:
     if not any(a.kind.split(":")[0] in ("model", "adapter", "checkpoint") for a in m.artifacts):
         out.append(f"no model, adapter or checkpoint was recorded for run {m.id}: this bundle hands over its records "
                    f"only (campaign run artifact {m.id} PATH --kind adapter, then export again)")
+    if any(a.kind.split(":")[0] in ("adapter", "model") for a in m.artifacts) and not _base_model(m):
+        out.append("the base model is not named (no base_model_name_or_path in adapter_config.json, no binding, no "
+                   "base_model parameter): the receiver cannot tell which base to load; record it with the run")
     if m.guards:
         out.append(f"guards stated before the run (what must not regress): {'; '.join(m.guards)}")
         out += _guards_checked(m, root)
     else:
         out.append("no guards were stated for this run: nothing was checked for regressions")
+    said = " ".join(out)
+    measured = False
     for r in load_records(root):
         d = r.result or {}
         kind = (r.schema or "").split("/")[0]
@@ -72,15 +77,23 @@ def _limits(m: Manifest, root: str | Path | None) -> list[str]:
                     if isinstance(x, dict) and isinstance(x.get("delta"), (int, float)) and x["delta"] < 0]
             fell += [f"F1[{x.get('label')}] {x['delta_f1']:+.4f}" for x in d.get("per_class") or []
                      if isinstance(x, dict) and isinstance(x.get("delta_f1"), (int, float)) and x["delta_f1"] < 0]
+            fell = [f for f in fell if f not in said]  # not the regressions the guards' line already gives
             if fell:
                 out.append(f"regressed against the baseline ({r.created}): {', '.join(fell[:8])}")
+            p = (d.get("mcnemar") or {}).get("p_value") if isinstance(d.get("mcnemar"), dict) else None
+            if isinstance(p, (int, float)):
+                out.append(f"the paired test behind the comparison: McNemar p = {p:.3g} on {d.get('examples', '?')} "
+                           f"examples ({r.created})" + (": not significant at 0.05" if p >= 0.05 else ""))
         elif kind == "campaign.explain" and isinstance(d.get("margin"), (int, float)):
             out.append(f"memory: plan with a {d['margin']:.0%} margin over the measured peak ({r.created})")
         elif kind == "campaign.measurement":
+            measured = True
             peak = max((p.get("peak_reserved_bytes", 0) for p in d.get("phases") or []), default=0)
             env = d.get("environment") or {}
             out.append(f"memory measured on {env.get('device_name', '?')}: peak reserved {peak / 2**30:.2f} GiB "
                        f"({r.created})")
+    if not measured:
+        out.append("memory was not measured on a card (no `campaign measure` record): its figures are estimates")
     return out
 
 
@@ -121,16 +134,14 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
         names = shipped_names([a.path for a in shipped])
         for i, a in enumerate(shipped, 1):
             say(f"artifacts {i:,}/{len(shipped):,}")
-            src = Path(a.path)
-            if not src.exists():
-                raise InputError(f"{src}: recorded as the run's {a.kind} but gone; restore it or record it again")
-            dest = stage / "artifacts" / names[a.path]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
-            _umask_modes(dest)
-            if file_artifact(dest, a.kind).sha256 != a.sha256:
-                raise InputError(f"{src}: changed since it was recorded for run {m.id} (sha256 differs); record it "
-                                 "again (campaign run artifact) or restore the recorded version")
+            _ship(a, stage / "artifacts" / names[a.path], m.id)
+        if base is not None:  # the baseline's predictions: the comparison can be made again from the bundle alone
+            theirs = [a for a in base.artifacts if a.kind.split(":")[0] == "predictions"]
+            for i, (a, name) in enumerate(shipped_names([a.path for a in theirs]).items(), 1):
+                say(f"baseline artifacts {i:,}/{len(theirs):,}")
+                _ship(next(x for x in theirs if x.path == a), stage / "baseline" / "artifacts" / name, base.id)
+        say("records")
+        extras = _ship_extras(stage, m, root)
         for tag, manifest in (("run", m), ("baseline", base)):
             if manifest is None:
                 continue
@@ -143,7 +154,7 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
                      progress=lambda phase: say(f"report: {phase}"))
         say("limits")
         limits = _limits(m, root)
-        atomic_write_text(stage / "README.md", _readme(m, base, limits))
+        atomic_write_text(stage / "README.md", _readme(m, base, limits, extras))
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         hashes = {}
         for i, f in enumerate(files, 1):
@@ -155,6 +166,69 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
             "sha256": hashes})
     size = sum((out / f).stat().st_size for f in files)
     return BundleResult(str(out), m.id, m.baseline, tuple(files), size, tuple(limits))
+
+
+def _ship(a: Artifact, dest: Path, run_id: str) -> None:
+    """Copy a recorded artifact into the bundle and hash it again: it must be what its run recorded."""
+    src = Path(a.path)
+    if not src.exists():
+        raise InputError(f"{src}: recorded as run {run_id}'s {a.kind} but gone; restore it or record it again")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest)
+    _umask_modes(dest)
+    if file_artifact(dest, a.kind).sha256 != a.sha256:
+        raise InputError(f"{src}: changed since it was recorded for run {run_id} (sha256 differs); record it "
+                         "again (campaign run artifact --amend REASON) or restore the recorded version")
+
+
+def _ship_extras(stage: Path, m: Manifest, root: str | Path | None) -> dict[str, Any]:
+    """What a receiver needs to audit and reproduce beside the artifacts: every saved comparison record
+    (records/), the split manifest and its usage ledger of the run's data (split/), the untracked files the run's
+    code named (code/untracked/, as they are now: the run recorded their names, not their contents) and the
+    packages the run recorded (environment/packages.txt). Returns what was shipped, for the README."""
+    shipped: dict[str, Any] = {"records": 0, "split": [], "untracked": [], "untracked_missing": [], "packages": 0}
+    store_root = Path(root) if root is not None else Store().root
+    for path in sorted((store_root / "records").glob("*/*.json")):
+        dest = stage / "records" / path.parent.name / path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+        shipped["records"] += 1
+    from ..data.split_manifest import MANIFEST_NAME, SHARDS_MANIFEST_NAME
+
+    found: list[Path] = []
+    for a in (*m.data, *m.artifacts):  # a split's file or folder of shards, or its manifest itself
+        here = Path(a.path)
+        candidates = [here] if here.name in (MANIFEST_NAME, SHARDS_MANIFEST_NAME) else \
+            [here / MANIFEST_NAME, here / SHARDS_MANIFEST_NAME] if here.is_dir() else [here.parent / MANIFEST_NAME]
+        found += [c for c in candidates if c.is_file() and c not in found]
+    for i, manifest in enumerate(found, 1):
+        dest = stage / "split" / f"{i}-{manifest.parent.name}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for kept in (manifest, manifest.with_name(manifest.stem + ".usage.jsonl")):
+            if kept.is_file():
+                shutil.copy2(kept, dest / kept.name)
+        shipped["split"].append(str(dest.relative_to(stage)))
+    repo = m.code.get("repo") if isinstance(m.code, dict) else None
+    for name in (m.code.get("untracked") or []) if isinstance(m.code, dict) else []:
+        src = Path(repo or ".") / str(name)
+        if src.is_file() and src.stat().st_size <= UNTRACKED_MAX and not src.is_symlink():
+            dest = stage / "code" / "untracked" / str(name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+            shipped["untracked"].append(str(name))
+        else:
+            shipped["untracked_missing"].append(str(name))
+    packages = m.environment.get("packages") if isinstance(m.environment, dict) else None
+    if isinstance(packages, dict) and packages:
+        lines = [f"# the packages run {m.id} recorded (those that change results), as pip requirements",
+                 f"# python {m.environment.get('python', '?')}"] + [f"{k}=={v}" for k, v in sorted(packages.items())]
+        (stage / "environment").mkdir(exist_ok=True)
+        atomic_write_text(stage / "environment" / "packages.txt", "\n".join(lines) + "\n")
+        shipped["packages"] = len(packages)
+    return shipped
+
+
+UNTRACKED_MAX = 50 * 2**20  # an untracked file larger than this is named in the README, not copied (data, weights)
 
 
 def _is_bundle(folder: Path) -> bool:
@@ -191,17 +265,86 @@ def _umask_modes(path: Path) -> None:
         os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
-def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
-    lines = [f"# {m.name}: hand-over", "", f"Run `{m.id}`, accepted: {m.decision.why if m.decision else ''}", ""]
-    if m.hypothesis:
-        lines += [f"Hypothesis: {m.hypothesis}", ""]
+def _base_model(m: Manifest) -> str:
+    """The base model the run's adapter or model names (adapter_config.json's base_model_name_or_path, the
+    binding's base), else a parameter naming it; '' when nothing names it."""
+    for a in m.artifacts:
+        folder = Path(a.path)
+        for name, key in (("adapter_config.json", "base_model_name_or_path"), ("campaign_binding.json", "base")):
+            try:
+                from ..io import load_json
+
+                value = load_json(folder / name, name).get(key) if (folder / name).is_file() else None
+            except (InputError, AttributeError):
+                value = None
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+    for key in ("base_model", "model", "model_name_or_path", "base"):
+        value = m.params.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def _card_metadata(m: Manifest, base_model: str) -> str:
+    """The YAML front matter of a Hugging Face model card: base_model, library_name, metrics and a model-index
+    of the run's numeric metrics; the license is left for the user to set."""
+    import yaml
+
+    adapter = any(a.kind.split(":")[0] == "adapter" for a in m.artifacts)
+    numeric = {k: v for k, v in m.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    meta: dict[str, Any] = {}
+    if base_model:
+        meta["base_model"] = base_model
+    meta["library_name"] = "peft" if adapter else "transformers"
+    meta["tags"] = ["campaign"]
+    if numeric:
+        meta["metrics"] = sorted(numeric)
+        meta["model-index"] = [{"name": m.name, "results": [{
+            "task": {"type": "other", "name": m.hypothesis or m.name},
+            "dataset": {"name": "held-out split (split/ in this bundle)", "type": "custom"},
+            "metrics": [{"type": k, "value": v, "name": k} for k, v in sorted(numeric.items())]}]}]
+    return ("---\n# license: set it (the base model's and the data's terms apply)\n"
+            + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n")
+
+
+def _readme(m: Manifest, base: Manifest | None, limits: list[str], extras: dict[str, Any] | None = None) -> str:
+    """The bundle's README, a Hugging Face model card: front matter, then what the run is, its data, its
+    evaluation, its limits, how to load it, and every file shipped."""
+    extras = extras or {}
+    base_model = _base_model(m)
+    lines = [_card_metadata(m, base_model), f"# {m.name}: hand-over", "",
+             f"Run `{m.id}`, accepted: {m.decision.why if m.decision else ''}", ""]
+    lines += ["## Intended use", "", (f"Hypothesis: {m.hypothesis}" if m.hypothesis else
+                                      "No hypothesis was stated for this run."), ""]
     if base is not None:
         change = ", ".join(m.change) or "nothing"
         lines += [f"Baseline `{base.id}`; what changed: {change}.", ""]
+    lines += ["## Training data", ""]
+    lines += [f"- {Path(a.path).name} (sha256 {a.sha256})" for a in m.data] or ["- no data file was recorded"]
+    lines += [f"- the split's manifest and usage ledger: {where}/" for where in extras.get("split", [])]
+    lines += ["", "## Evaluation", ""]
+    numeric = {k: v for k, v in m.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    lines += [f"- {k}: {v:.4g}" for k, v in sorted(numeric.items())] or ["- no metric was recorded with the run"]
+    if extras.get("records"):
+        lines.append(f"- {extras['records']} comparison record(s) in records/ (regress, seeds, errors, ... as JSON)")
+    if base is not None:
+        lines.append("- the baseline's predictions are in baseline/artifacts/: `campaign regress "
+                     "baseline/artifacts/FILE artifacts/FILE` gives the comparison again")
     code = m.code
+    lines += ["", "## Code and environment", ""]
     if code.get("commit"):
         lines += [f"Code: commit {code['commit']}" + (" plus the uncommitted diff in run/code.diff"
                                                       if code.get("diff_sha256") else ""), ""]
+    if extras.get("untracked"):
+        lines.append(f"- untracked files named by the run, as they are now: code/untracked/ "
+                     f"({', '.join(extras['untracked'][:5])})")
+    if extras.get("untracked_missing"):
+        lines.append(f"- untracked files named by the run but not shipped (gone, or over "
+                     f"{UNTRACKED_MAX // 2**20} MiB): {', '.join(extras['untracked_missing'][:5])}")
+    if extras.get("packages"):
+        lines.append(f"- {extras['packages']} package versions the run recorded: environment/packages.txt")
+    lines += ["", "## Files", ""]
     shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
     names = shipped_names([a.path for a in shipped])
     for a in shipped:
@@ -213,7 +356,13 @@ def _readme(m: Manifest, base: Manifest | None, limits: list[str]) -> str:
         lines += ["", "## Amended after the run ended", ""] + [
             f"- {Path(a.path).name}: {a.reason} ({a.at}; sha256 {a.was_sha256[:12]}... -> {a.sha256[:12]}...)"
             for a in m.amendments]
-    lines += ["", "## Limits observed", ""] + [f"- {limit}" for limit in limits]
+    lines += ["", "## Limitations", "", "Limits observed:", ""] + [f"- {limit}" for limit in limits]
+    adapters = [names[a.path] for a in shipped if a.kind.split(":")[0] == "adapter"]
+    if adapters:
+        lines += ["", "## How to load", "", "```python", "from peft import PeftModel",
+                  "from transformers import AutoModelForCausalLM", "",
+                  f"base = AutoModelForCausalLM.from_pretrained({base_model or 'BASE_MODEL'!r})",
+                  f"model = PeftModel.from_pretrained(base, 'artifacts/{adapters[0]}')", "```"]
     lines += ["", "Every file is listed with its sha256 in bundle.json; report.html is the campaign's report.", ""]
     return "\n".join(lines)
 

@@ -183,3 +183,31 @@ def test_a_kill_at_any_step_of_force_leaves_a_whole_export(cli, project, point):
     assert cli("export", "handover", "--force").code == 0  # the next export removes what the killed one left
     assert not [p.name for p in project.iterdir() if p.name.startswith(".handover")]
     assert verify_bundle(out) == []
+
+
+def test_mlflow_export_holds_data_inputs_artifacts_seeds_and_packages(cli, project, monkeypatch):
+    # read back with MLflow's own client: the data as dataset inputs with their sha256, the artifacts' files, the
+    # seeds and versions as tags, the recorded packages as a text artifact
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    data = project / "train.jsonl"
+    data.write_text('{"text": "a", "label": "x"}\n')
+    run = start_run("with data", with_torch=False, data=[data], seeds=[1, 2])
+    record_artifact(run.id, project / "adapter", "adapter")
+    end_run(run.id, "completed")
+    r = cli("runs", "export", "--mlflow", "ml")
+    assert r.code == 0 and "MLFLOW_ALLOW_FILE_STORE=true" in r.out
+    client = MlflowClient(tracking_uri=(project / "ml").resolve().as_uri())
+    experiment = client.get_experiment_by_name("campaign")
+    found = {x.data.tags["campaign.id"]: x for x in client.search_runs([experiment.experiment_id])}
+    mine = found[run.id]
+    assert mine.data.tags["campaign.seeds"] == "1,2" and mine.data.tags["campaign.python"]
+    [used] = mine.inputs.dataset_inputs
+    assert used.dataset.name == "train.jsonl" and used.dataset.digest == run.data[0].sha256[:32]
+    logged = {a.path for a in client.list_artifacts(mine.info.run_id, "artifacts/adapter/adapter")}
+    assert logged == {"artifacts/adapter/adapter/adapter_model.safetensors",
+                      "artifacts/adapter/adapter/adapter_config.json"}
+    packages = Path(client.download_artifacts(mine.info.run_id, "environment/packages.txt", str(project)))
+    assert any(line.startswith("numpy==") for line in packages.read_text().splitlines())

@@ -22,7 +22,7 @@ def cache(tmp_path, monkeypatch):
     def installed():
         calls.append(1)
         return {"packages": env._packages(), "torch": None, "cuda": None, "hip": None, "cudnn": None, "nccl": None,
-                "driver": None, "gpus": ()}
+                "driver": None, "gpus": (), "installed": env._every_distribution()}
 
     monkeypatch.setattr(env, "_installed", installed)
     return folder, calls
@@ -62,9 +62,13 @@ def test_an_installed_or_changed_distribution_refreshes_the_cache(cache, tmp_pat
     os.utime(dist / "METADATA", ns=(later, later))
     assert env.capture_environment().packages["campaign-fake"] == "2.0"
     assert len(calls) == 3
+    # the lock of every distribution follows too, whether PACKAGES names it or not
+    monkeypatch.setattr(env, "PACKAGES", tuple(p for p in env.PACKAGES if p != "campaign-fake"))
+    assert env.capture_environment().installed["campaign-fake"] == "2.0"
     (dist / "METADATA").unlink()
     dist.rmdir()                                            # uninstalled
-    assert "campaign-fake" not in env.capture_environment().packages
+    captured = env.capture_environment()
+    assert "campaign-fake" not in captured.packages and "campaign-fake" not in captured.installed
     assert len(calls) == 4
 
 

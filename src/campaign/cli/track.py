@@ -184,16 +184,18 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
 
 @runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")
 def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
-           force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
+           force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in that folder (only "
+                                                               "an earlier export: anything else is refused).")] = False,
            root: Root = None) -> None:
-    """Every run into an MLflow file store (parameters, metrics at their steps, status, tags), written with MLflow's
-    own client (the mlflow extra)."""
+    """Every run into an MLflow file store (parameters, metrics at their steps, status, tags, data as dataset
+    inputs, artifacts, packages), written with MLflow's own client (the mlflow extra)."""
     from ..track.export import export_mlflow
     from .render import progress_reporter
 
     with progress_reporter("runs export") as say:
         exported = export_mlflow(mlflow, root=root, force=force, progress=say)
-    print(f"exported {exported} runs to {mlflow}")
+    print(f"exported {exported} runs to {mlflow}; MLflow 3 reads a file store only with MLFLOW_ALLOW_FILE_STORE=true "
+          f"(e.g. MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {mlflow.resolve().as_uri()})")
 
 
 @runs_app.command("rebuild")

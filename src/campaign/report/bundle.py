@@ -218,14 +218,25 @@ def _ship_extras(stage: Path, m: Manifest, root: str | Path | None) -> dict[str,
             shipped["untracked"].append(str(name))
         else:
             shipped["untracked_missing"].append(str(name))
-    packages = m.environment.get("packages") if isinstance(m.environment, dict) else None
-    if isinstance(packages, dict) and packages:
-        lines = [f"# the packages run {m.id} recorded (those that change results), as pip requirements",
-                 f"# python {m.environment.get('python', '?')}"] + [f"{k}=={v}" for k, v in sorted(packages.items())]
+    packages, what = recorded_packages(m)
+    if packages:
+        lines = [f"# {what} of run {m.id}, as pip requirements", f"# python {m.environment.get('python', '?')}"] + [
+            f"{k}=={v}" for k, v in sorted(packages.items(), key=lambda kv: kv[0].lower())]
         (stage / "environment").mkdir(exist_ok=True)
         atomic_write_text(stage / "environment" / "packages.txt", "\n".join(lines) + "\n")
         shipped["packages"] = len(packages)
     return shipped
+
+
+def recorded_packages(m: Manifest) -> tuple[dict[str, str], str]:
+    """The package versions a run recorded: every installed distribution (the lock a run started with torch
+    records), else the packages that change results; and which of the two it is."""
+    env = m.environment if isinstance(m.environment, dict) else {}
+    for key, what in (("installed", "every package installed"), ("packages", "the packages that change results")):
+        found = env.get(key)
+        if isinstance(found, dict) and found:
+            return {str(k): str(v) for k, v in found.items()}, what
+    return {}, ""
 
 
 UNTRACKED_MAX = 50 * 2**20  # an untracked file larger than this is named in the README, not copied (data, weights)
@@ -343,7 +354,8 @@ def _readme(m: Manifest, base: Manifest | None, limits: list[str], extras: dict[
         lines.append(f"- untracked files named by the run but not shipped (gone, or over "
                      f"{UNTRACKED_MAX // 2**20} MiB): {', '.join(extras['untracked_missing'][:5])}")
     if extras.get("packages"):
-        lines.append(f"- {extras['packages']} package versions the run recorded: environment/packages.txt")
+        lines.append(f"- {extras['packages']} package versions the run recorded: environment/packages.txt "
+                     "(`pip install -r environment/packages.txt`)")
     lines += ["", "## Files", ""]
     shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
     names = shipped_names([a.path for a in shipped])

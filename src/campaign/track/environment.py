@@ -22,7 +22,7 @@ import os
 import platform
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,14 @@ from typing import Any
 # Packages whose version changes what a training or an evaluation computes.
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "datasets", "tokenizers", "safetensors",
             "deepspeed", "flash-attn", "numpy", "scipy", "scikit-learn", "vllm", "torchao", "campaign")
-CACHE_SCHEMA = "campaign.environment-cache/1"
+CACHE_SCHEMA = "campaign.environment-cache/2"
 CACHE_VARIABLE = "CAMPAIGN_CACHE"       # the cache folder (default: $XDG_CACHE_HOME/campaign, else ~/.cache/campaign)
 # The variables that change which devices torch sees or which CUDA/cuDNN/NCCL libraries it loads.
 DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
                     "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH", "LD_PRELOAD")
 # The files the kernel drivers publish their versions in (as memory.measure.DRIVER_FILES reads them).
 DRIVER_FILES = ("/proc/driver/nvidia/version", "/sys/module/amdgpu/version")
-_CACHED = ("packages", "torch", "cuda", "hip", "cudnn", "nccl", "driver", "gpus")
+_CACHED = ("packages", "torch", "cuda", "hip", "cudnn", "nccl", "driver", "gpus", "installed")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class RunEnvironment:
     driver: str | None
     gpus: tuple[Gpu, ...]
     visible_devices: str | None          # CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES as set
+    installed: dict[str, str] = field(default_factory=dict)  # every distribution installed: a lock (with torch)
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -84,12 +85,13 @@ def capture_environment(*, with_torch: bool = True, cache: bool = True) -> RunEn
         facts = _cached_facts(read=cache)
     else:
         facts = {"packages": _packages(), "torch": None, "cuda": None, "hip": None, "cudnn": None, "nccl": None,
-                 "driver": None, "gpus": ()}
+                 "driver": None, "gpus": (), "installed": {}}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", os.environ.get("HIP_VISIBLE_DEVICES"))
     return RunEnvironment(python=sys.version.split()[0], platform=platform.platform(), cpu=_cpu_name(),
                           cpu_count=os.cpu_count() or 0, packages=facts["packages"], torch=facts["torch"],
                           cuda=facts["cuda"], hip=facts["hip"], cudnn=facts["cudnn"], nccl=facts["nccl"],
-                          driver=facts["driver"], gpus=tuple(facts["gpus"]), visible_devices=visible)
+                          driver=facts["driver"], gpus=tuple(facts["gpus"]), visible_devices=visible,
+                          installed=dict(facts["installed"]))
 
 
 def _packages() -> dict[str, str]:
@@ -121,7 +123,17 @@ def _installed() -> dict[str, Any]:
 
             driver = driver_version()
     return {"packages": packages, "torch": torch_v, "cuda": cuda, "hip": hip, "cudnn": cudnn, "nccl": nccl,
-            "driver": driver, "gpus": gpus}
+            "driver": driver, "gpus": gpus, "installed": _every_distribution()}
+
+
+def _every_distribution() -> dict[str, str]:
+    """Every installed distribution's version, by name (a lock of the environment, as `pip freeze` lists it)."""
+    out = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            out[name] = dist.version
+    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
 
 
 # -- the cache --------------------------------------------------------------------------------------------------
@@ -221,9 +233,11 @@ def _valid(facts: Any) -> bool:
     """Whether a cached entry holds what _installed() returns (anything else is treated as absent)."""
     if not isinstance(facts, dict) or set(facts) != set(_CACHED):
         return False
-    packages, gpus = facts["packages"], facts["gpus"]
+    packages, gpus, installed = facts["packages"], facts["gpus"], facts["installed"]
     return (isinstance(packages, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in packages.items())
-            and all(facts[k] is None or isinstance(facts[k], str) for k in _CACHED[1:-1])
+            and isinstance(installed, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in installed.items())
+            and all(facts[k] is None or isinstance(facts[k], str) for k in _CACHED[1:-2])
             and isinstance(gpus, list) and all(isinstance(g, dict) and set(g) == {"name", "memory_bytes"}
                                                and isinstance(g["name"], str) and isinstance(g["memory_bytes"], int)
                                                for g in gpus))

@@ -1,11 +1,14 @@
 """Runs exported to an MLflow tracking store (`campaign runs export --mlflow DIR`), written with MLflow's own client
 so any MLflow tool reads them: one MLflow run per campaign run, in the experiment 'campaign', with the parameters
 flattened to dotted keys, every numeric metric record at its step and time, the status (completed -> FINISHED,
-failed -> FAILED, stopped and invalid -> KILLED), and tags for what MLflow has no field for (the campaign id, the
-hypothesis, the guards, the baseline, the reason, the decision, the git commit).
+failed -> FAILED, stopped and invalid -> KILLED), tags for what MLflow has no field for (the campaign id, the
+hypothesis, the guards, the baseline, the reason, the decision, the git commit and branch, the seeds, the Python,
+torch and CUDA versions), the data files as dataset inputs with their digests, the artifacts' files, and the
+packages as environment/packages.txt.
 
-MLflow 3 keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE=true, which is set for the export.
-The folder is written beside its destination and renamed into place when complete.
+MLflow 3 keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE=true, which is set for the export
+and which a reader needs too (the command says so). The folder is written beside its destination and swapped into
+place when complete (io.export_folder).
 """
 from __future__ import annotations
 
@@ -65,7 +68,18 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
                 progress(f"runs {i:,}/{len(rows):,}")
             if row.id in manifests:
                 _one(client, experiment, store, manifests[row.id], row.status, row.reason)
+        _relocate(stage, out)
     return len(rows)
+
+
+def _relocate(stage: Path, out: Path) -> None:
+    """MLflow's file store writes absolute artifact locations in each meta.yaml: point them at where the store
+    will be once swapped into place (the stage folder is gone by then)."""
+    was, now = stage.resolve().as_uri(), out.resolve().as_uri()
+    for meta in stage.rglob("meta.yaml"):
+        text = meta.read_text(encoding="utf-8")
+        if was in text:
+            meta.write_text(text.replace(was, now), encoding="utf-8")
 
 
 MARK = "campaign-export.json"  # at the store's root, beside MLflow's experiment folders (which MLflow lists)
@@ -89,6 +103,11 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
              "campaign.decision": m.decision.decision if m.decision else "",
              "campaign.decision_why": m.decision.why if m.decision else "",
              "mlflow.source.git.commit": m.code.get("commit") or "", "campaign.tags": ",".join(m.tags)}
+    env = m.environment if isinstance(m.environment, dict) else {}
+    extra.update({"campaign.seeds": ",".join(str(x) for x in m.seeds), "campaign.python": str(env.get("python") or ""),
+                  "campaign.torch": str(env.get("torch") or ""), "campaign.cuda": str(env.get("cuda") or ""),
+                  "mlflow.source.git.branch": m.code.get("branch") or "",
+                  "campaign.code_dirty": "true" if m.code.get("dirty") else ""})
     tags.update({k: v for k, v in extra.items() if v})
     run = client.create_run(experiment, start_time=_ms(m.created), tags=tags)
     run_id = run.info.run_id
@@ -104,11 +123,44 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
                 metrics.append(Metric(_key(k), float(v), stamp, int(step) if isinstance(step, int) else n))
     for i in range(0, len(metrics), 1000):                 # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    _inputs_and_artifacts(client, run_id, m)
     end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
     if status == "planned":
         client.update_run(run_id, status="SCHEDULED")
     elif status != "running":
         client.set_terminated(run_id, status=STATUS[status], end_time=end)
+
+
+def _inputs_and_artifacts(client: Any, run_id: str, m: Manifest) -> None:
+    """The run's data files as MLflow dataset inputs (name, sha256 digest, local source), its artifacts' files
+    logged under artifacts/<kind>/ (those still on disk with the recorded hash; a changed or missing one is
+    tagged, not logged), the package versions it recorded as environment/packages.txt."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    inputs = [DatasetInput(Dataset(Path(a.path).name, a.sha256[:32], "local", Path(a.path).resolve().as_uri()),
+                           [InputTag("mlflow.data.context", a.kind or "data")]) for a in m.data]
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+    from .manifest import file_artifact
+
+    skipped = []
+    for a in m.artifacts:
+        path = Path(a.path)
+        if not path.exists() or file_artifact(path, a.kind).sha256 != a.sha256:
+            skipped.append(path.name)
+            continue
+        where = f"artifacts/{a.kind.replace(':', '-') or 'other'}"
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), f"{where}/{path.name}")
+        else:
+            client.log_artifact(run_id, str(path), where)
+    if skipped:
+        client.set_tag(run_id, "campaign.artifacts_not_logged", ", ".join(skipped)[:MAX_PARAM])
+    env = m.environment if isinstance(m.environment, dict) else {}
+    packages = env.get("installed") or env.get("packages")
+    if isinstance(packages, dict) and packages:
+        client.log_text(run_id, "".join(f"{k}=={v}\n" for k, v in sorted(packages.items(), key=lambda kv: kv[0].lower())),
+                        "environment/packages.txt")
 
 
 __all__ = ["export_mlflow"]

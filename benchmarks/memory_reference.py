@@ -14,7 +14,7 @@ from pathlib import Path
 
 from campaign.errors import CampaignError
 from campaign.memory import estimate_memory, make_workload
-from campaign.memory.estimate import CUDA_CONTEXT_BYTES
+from campaign.memory.constants import CUDA_CONTEXT_BYTES
 from campaign.memory.fit import kv_budget
 from campaign.models import load_spec
 from campaign.models.architectures import spec_from_config

@@ -19,11 +19,11 @@ _LAZY = {
     "load_spec": "models", "ModelSpec": "models", "describe_model": "models.describe", "catalog": "models.describe",
     "find_card": "hardware", "all_cards": "hardware", "card_list": "hardware", "Card": "hardware",
     "make_workload": "memory", "Workload": "memory", "estimate_memory": "memory", "MemoryEstimate": "memory",
-    "plan_memory": "memory.plan", "MemoryPlan": "memory.plan", "estimate_kv": "memory", "plan_kv": "memory.kv",
+    "plan_memory": "memory.plan", "MemoryPlan": "memory.plan", "estimate_kv": "memory", "plan_kv": "memory.plan",
     "KVEstimate": "memory", "fit_cards": "memory", "Fit": "memory", "trace_memory": "memory.trace",
     "measure_workload": "memory.protocol", "measure_script": "memory.protocol", "MemoryMeter": "memory.measure",
     "load_measurement": "memory.measure", "explain": "memory.explain", "explain_model": "memory.explain",
-    "load_estimate": "memory.estimate",
+    "load_estimate": "memory.breakdown",
     # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
     "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",
     "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",

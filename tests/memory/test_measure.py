@@ -244,7 +244,7 @@ MiB = 2**20
 
 def _estimate(phases: dict[str, int], reserved: int, device: int, method: str = "formula", **workload):
     """An estimate with round figures in MiB: one item per phase, the headline figures given."""
-    from campaign.memory.estimate import Item, MemoryEstimate, Phase
+    from campaign.memory.breakdown import Item, MemoryEstimate, Phase
 
     rows = tuple(Phase(n, (Item(n, b * MiB, "", "activations"),)) for n, b in phases.items())
     peak = max(rows, key=lambda p: p.bytes)

@@ -110,7 +110,7 @@ def test_card_solver_replays_only_probes_the_lower_bound_cannot_decide(monkeypat
 
     from campaign.memory import reserved
     from campaign.memory.fit import max_value
-    from campaign.memory.kv import largest_satisfying
+    from campaign.memory.search import largest_satisfying
 
     spec, w = load_spec("llama-3.1-8b"), make_workload(batch=1, seq_len=2048)
     calls = []
@@ -316,12 +316,12 @@ def test_the_kept_weights_replay_gives_the_same_step_as_a_fresh_one(monkeypatch,
     # the same overhead as a replay from nothing, with room to spare and against a card that releases segments
     from campaign.memory import reserved
     from campaign.memory.activations import layer_saved
-    from campaign.memory.estimate import _training_phases
+    from campaign.memory.phases import training_phases
 
     spec = load_spec("llama-3.2-1b")
     for batch in (kw["batch"], kw["batch"] + 5):
         w = make_workload(**{**kw, "batch": batch})
-        phases, layer = _training_phases(spec, w), layer_saved(spec, w)
+        phases, layer = training_phases(spec, w), layer_saved(spec, w)
         free = reserved._training_replay(spec, w, phases, layer, False, None)
         for limit in (None, free.peak_reserved - 64 * 2**20, free.peak_allocated):
             kept = reserved._training_replay(spec, w, phases, layer, False, limit)

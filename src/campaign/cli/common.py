@@ -58,7 +58,7 @@ CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memo
 def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:
     """estimate_memory's overrides from --fragmentation / --cuda-context (only those given): fragmentation and
     context_bytes, keywords of every memory call."""
-    from ..memory.estimate import parse_share
+    from ..memory.parsing import parse_share
     from ..units import parse_size
 
     options: dict[str, Any] = {}

@@ -33,7 +33,7 @@ def kv(
     as_json: o.Json = False,
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
-    from ..memory.kv import plan_kv
+    from ..memory.plan import plan_kv
     from .render.memory import kv as render_kv
 
     # with --card, the same full inference estimate as campaign memory --infer, so both commands agree on what fits

@@ -91,7 +91,8 @@ def explain(
     """
     from ..errors import InputError
     from ..memory.explain import explain as explain_records
-    from ..memory.explain import explain_model, load_estimate
+    from ..memory.breakdown import load_estimate
+    from ..memory.explain import explain_model
     from ..memory.measure import load_measurement
     from ..memory.plan import FEATURED_CARDS
     from ..models import load_spec

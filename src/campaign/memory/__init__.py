@@ -1,6 +1,7 @@
 """Memory: the analytic estimate, the KV cache, quantized formats and card fit."""
-from .estimate import Fit, Item, MemoryEstimate, Phase, estimate_memory
-from .fit import fit_cards, max_value
+from .breakdown import Item, MemoryEstimate, Phase
+from .estimate import estimate_memory
+from .fit import Fit, fit_cards, max_value
 from .kv import KVEstimate, estimate_kv, max_context_for, max_sequences_for
 from .workload import Workload, make_workload
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
+from . import encdec
 from .dtypes import ELEMENT_BYTES
-from .states import lora_groups
+from .states import lora_in_features
 from .terms import SavedActivations, Term
 from .workload import Workload
 
@@ -26,13 +27,6 @@ class LayerActivations:
     terms: tuple[tuple[str, float], ...]
 
 
-def _targets(spec: ModelSpec, w: Workload) -> dict[str, int]:
-    """LoRA-targeted module name -> in_features, when adapters train."""
-    if not (w.training and w.adapters):
-        return {}
-    return {g.module: g.shape[1] for g in lora_groups(spec, w)}
-
-
 def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     """Bytes saved for backward per token in one transformer layer (no checkpointing).
 
@@ -44,7 +38,7 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     c = ELEMENT_BYTES[w.compute_dtype]
     h, nh, hd, I = spec.hidden_size, spec.num_heads, spec.head_dim, spec.intermediate_size
     full = w.base_trainable
-    tg = _targets(spec, w)
+    tg = lora_in_features(spec, w)
     r = w.lora_rank
     terms: list[tuple[str, float]] = []
 
@@ -212,8 +206,6 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
 def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card."""
     if spec.encdec is not None:
-        from . import encdec
-
         return encdec.training_activations(spec, w)
     tokens = w.batch * w.seq_len
     layer = layer_saved(spec, w)
@@ -257,8 +249,6 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     output. Encoders (MLM) compute the loss in the compute dtype. Generation keeps only the last position.
     """
     if spec.encdec is not None:
-        from . import encdec
-
         return encdec.logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     V = spec.vocab_size
@@ -286,8 +276,6 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     """Largest transient inside one layer when `tokens` positions (over all sequences) go through at once; an
     encoder-decoder's generation adds the encoder pass (prefill) and the encoder output it keeps."""
     if spec.encdec is not None and not w.training:
-        from . import encdec
-
         return encdec.inference_temporaries(spec, w, tokens, decode=decode)
     c = ELEMENT_BYTES[w.compute_dtype]
     h, I = spec.hidden_size, spec.intermediate_size

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CampaignError, ConfigError, InputError
-from ..models.meta import building as building  # re-exported: trace and measure wrap construction with it
+from ..models.architectures import spec_from_config
 from ..models.meta import model_class_and_config as meta_class_and_config
+from ..models.resolve import resolve_config
+from ..models.safetensors_header import weight_files
 from ..models.spec import ModelSpec
 from .workload import Workload
 
@@ -21,9 +23,6 @@ def model_config(model: str | Path | ModelSpec) -> tuple[dict[str, Any], ModelSp
     """(config.json dict, ModelSpec, model dir or None) of `model` as every memory call takes it: a catalog name, a
     model dir, a config.json, a cached repo id, or a ModelSpec (whose config is read again from its source: trace
     and measure build the model from the config)."""
-    from ..models.architectures import spec_from_config
-    from ..models.resolve import resolve_config
-
     if isinstance(model, ModelSpec):
         # where load_spec read it: a path, 'catalog:REPO' or 'hf-cache:SNAPSHOT_DIR'
         ref = model.source.split(":", 1)[1] if model.source.startswith(("catalog:", "hf-cache:")) else model.source
@@ -111,8 +110,6 @@ def weights_to_load(cfg: dict[str, Any], directory: Path | None, weights: str) -
     weights: "random"; "load" (the dir's safetensors, or a clear error); "auto" (load when the dir has
     safetensors and is not a quantized checkpoint, else random).
     """
-    from ..models.safetensors_header import weight_files
-
     if weights not in ("auto", "random", "load"):
         raise InputError(f"unknown weights {weights!r}; use auto, random or load")
     if weights == "random":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ..models.spec import ModelSpec
 from .dtypes import ELEMENT_BYTES
+from .kv import estimate_kv
+from .states import lora_in_features
 from .terms import SavedActivations, Term
 from .workload import Workload
 
@@ -20,12 +22,6 @@ LSE_ROWS = 32  # the memory-efficient kernel pads its logsumexp's query rows to 
 
 def _rows(s: int) -> int:
     return -(-s // LSE_ROWS) * LSE_ROWS
-
-
-def _lora_targets(spec: ModelSpec, w: Workload) -> dict[str, int]:
-    from .activations import _targets
-
-    return _targets(spec, w)
 
 
 def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
@@ -47,7 +43,7 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     Te, Td = b * se, b * sd
     full = w.base_trainable
     drop = spec.dropout > 0
-    tg = _lora_targets(spec, w)
+    tg = lora_in_features(spec, w)
     lora_in = c if w.mixed_precision else FP32
 
     def lora(*modules: str) -> float:
@@ -130,8 +126,6 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     k = 4 if spec.activation in ("gelu_new", "gelu_fast") else 3 if spec.mlp == "gated" else 2
     if decode:  # one token's own tensors are negligible beside the encoder output
         return Term(int(kept), f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}")
-    from .kv import estimate_kv
-
     cache = estimate_kv(spec, seq_len=s, batch=b, dtype=w.cache_dtype).bytes
     rows = max(1, tokens // max(1, b))
     chunk = tokens * c * (k * I + 4 * h) + 2 * nh * rows * s * c

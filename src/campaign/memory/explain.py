@@ -10,13 +10,15 @@ from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
+from ..hardware.cards import find_card
 from ..models.spec import ModelSpec
 from ..results import Result
 from ..units import GiB
+from .breakdown import MemoryEstimate
 from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
-from .estimate import MemoryEstimate
-from .estimate import load_estimate as load_estimate  # re-exported: explain's inputs are read here too
+from .estimate import estimate_memory
 from .measure import Measurement
+from .trace import trace_memory
 from .workload import Workload
 
 SCHEMA = "campaign.explain/2"
@@ -134,8 +136,6 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
     measured phase is more than PLAUSIBLE_RATIO times the estimate or less than its inverse: the measurement is
     then of something else (another script, model or batch), and a margin from it would be meaningless.
     """
-    from ..hardware.cards import find_card
-
     a, t = analytic, traced
     cards = [find_card(c) if isinstance(c, str) else c for c in ([card] if card else cards or ())]
     if t is not None and t.method != "traced":
@@ -213,12 +213,8 @@ def explain_model(model: str | Path | ModelSpec, workload: Workload, measured: M
                   reserve: str | float = "10%", card: str | None = None) -> Explanation:
     """explain for a model's workload: the estimate made now (estimate_memory) and, with trace, the step traced
     now (trace_memory; the torch extra), or a `traced` estimate already made. model: as every memory call takes it."""
-    from .estimate import estimate_memory
-
     analytic = estimate_memory(model, workload, reserve=reserve)
     if trace:
-        from .trace import trace_memory
-
         traced = trace_memory(model, workload, reserve=reserve)
     return explain(analytic, measured, traced=traced, cards=cards, force=force, card=card)
 

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
+from ..results import Record
+from .breakdown import MemoryEstimate
 from .constants import LARGE_BUFFER, ROUND_LARGE
-from .estimate import Fit, MemoryEstimate, allocator_limit, estimate_memory, parse_reserve
-from .kv import largest_satisfying
+from .estimate import allocator_limit, estimate_memory
+from .parsing import parse_reserve
+from .search import largest_satisfying
 from .workload import Workload
-
 
 # The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
 # 1024 tokens with checkpointing: 20.4 GiB at batch 39, 0.2 at 40; llama-3.1-8b: 21.7 GiB at batch 3, 0.9 at 4):
@@ -21,6 +23,18 @@ from .workload import Workload
 # answers equal the exhaustive check's on every catalog model, training and inference, on five cards.
 OVERHEAD_FACTOR = 1.25
 OVERHEAD_FLOOR = 2 * LARGE_BUFFER
+
+
+@dataclass(frozen=True)
+class Fit(Record):
+    """Does the workload fit one card, with what headroom, and what is the most it could take."""
+
+    card: str
+    memory_bytes: int
+    verdict: str  # fits | tight | does not fit
+    headroom_bytes: int
+    max_batch: int | None = None
+    max_seq_len: int | None = None
 
 
 class Probes:

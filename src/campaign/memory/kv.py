@@ -7,9 +7,11 @@ from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
+from ..models.resolve import model_spec
 from ..models.spec import ModelSpec
 from ..results import Record, Result
 from .dtypes import ELEMENT_BYTES, parse_dtype
+from .search import largest_satisfying
 
 SCHEMA = "campaign.kv/1"
 
@@ -124,8 +126,6 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
     Returns:
         KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
     """
-    from .estimate import model_spec
-
     spec = model_spec(model)
     context, sequences, max_context, max_sequences = seq_len, batch, max_seq_len, max_batch
     given = (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp),
@@ -208,56 +208,3 @@ def max_sequences_for(spec: ModelSpec, budget_bytes: int, *, seq_len: int, dtype
     """Most concurrent sequences of `seq_len` tokens whose cache fits `budget_bytes`."""
     return largest_satisfying(lambda n: estimate_kv(spec, seq_len=seq_len, batch=n, dtype=dtype,
                                           block_size=block_size, tp=tp).bytes <= budget_bytes, limit)
-
-
-def plan_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtype: str = "bf16",
-            static: bool = False, max_seq_len: int | None = None, max_batch: int | None = None, block_size: int = 1,
-            tp: int = 1, card: str | None = None, weights_dtype: str | None = None, reserve: str | float = "10%",
-            context_bytes: int | None = None, fragmentation: float | None = None,
-            expandable_segments: bool = False) -> KVEstimate:
-    """The kv command's call: estimate_kv, and with `card` (a name, alias or size) what fits it beside the
-    weights, by the same full inference estimate as estimate_memory (so kv and memory --infer agree).
-
-    weights_dtype: how the weights are stored (default: the checkpoint's own format, as memory --infer; bf16 for a
-    dense one). reserve, context_bytes, fragmentation, expandable_segments: as estimate_memory's.
-    """
-    from dataclasses import replace
-
-    from ..hardware.cards import find_card
-    from .estimate import estimate_memory, model_spec
-    from .fit import max_value
-    from .workload import make_workload, weights_format
-
-    spec = model_spec(model)
-    est = estimate_kv(spec, seq_len=seq_len, batch=batch, dtype=dtype, static=static, max_seq_len=max_seq_len,
-                      max_batch=max_batch, block_size=block_size, tp=tp)
-    if not card:
-        return est
-    c = find_card(card)
-    wdtype, group_size = weights_format(spec, weights_dtype, inference=True)
-    w = make_workload(mode="infer", dtype=wdtype, group_size=group_size, kv_dtype=dtype, batch=batch,
-                      seq_len=seq_len, gpus=tp, shard="tp" if tp > 1 else "none",
-                      expandable_segments=expandable_segments)
-    options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
-    if context_bytes is not None:
-        options["context_bytes"] = context_bytes
-    full = estimate_memory(spec, w, **options)
-    verdict = full.verdict(c.memory_bytes)
-    longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, **options)
-    most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, **options)
-    return replace(est, card=KVCard(c.name, c.memory_bytes, w.dtype, full.required_bytes, verdict, verdict == "fits",
-                                    longest, most, spec.max_position))
-
-
-def largest_satisfying(ok: Any, limit: int) -> int:
-    """Largest n in [0, limit] with ok(n) true, for a monotone predicate (exponential then binary search)."""
-    if not ok(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= limit and ok(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, limit + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo

@@ -20,8 +20,10 @@ from typing import Any
 
 from ..checks import Check
 from ..errors import InputError, MissingDependencyError
+from ..io import atomic_write_json, load_json
 from ..results import Result
-from ..io import atomic_write_json
+from ..validate import JsonObject
+from .constants import MIN_BLOCK
 
 SCHEMA = "campaign.measurement/1"
 
@@ -111,9 +113,6 @@ class Measurement(Result):
 
 def load_measurement(path: str | Path) -> Measurement:
     """Read a saved measurement, checked field by field: one-line errors for files that are not one."""
-    from ..io import load_json
-    from ..validate import JsonObject
-
     fix = "write one with campaign measure --out or MemoryMeter.result().save()"
     d = JsonObject(load_json(path, "a measurement"), str(path), fix=fix)
     if d.raw("schema", None) != SCHEMA:
@@ -473,8 +472,6 @@ class _Blocks:
 
 def _rounded(nbytes: int) -> int:
     """Bytes as the CUDA caching allocator would hand them out: rounded up to its 512-byte blocks."""
-    from .constants import MIN_BLOCK
-
     return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 

@@ -1,18 +1,25 @@
-"""The memory and trace commands' one call: an estimate of a workload (analytic, or traced on fake tensors) with
-its fit on the cards."""
+"""The memory, trace and kv commands' one call: an estimate of a workload (analytic, or traced on fake tensors) with
+its fit on the cards; the KV cache with what fits a card beside the weights."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..checks import Check
+from ..hardware.cards import all_cards as catalog_cards
+from ..hardware.cards import find_card
+from ..models.resolve import model_spec
 from ..models.spec import ModelSpec
 from ..results import Result
 from ..units import GiB
-from .estimate import Fit, MemoryEstimate, model_spec
-from .workload import Workload
+from .breakdown import MemoryEstimate
+from .estimate import estimate_memory
+from .fit import Fit, fit_cards, max_value
+from .kv import KVCard, KVEstimate, estimate_kv
+from .trace import trace_memory
+from .workload import Workload, make_workload, weights_format
 
 # the cards shown when none is asked for: the common rentals, large to small, and one AMD card
 FEATURED_CARDS = ("H200-SXM-141GB", "H100-SXM-80GB", "A100-SXM-80GB", "A100-40GB", "L40S-48GB", "RTX-A6000-48GB",
@@ -67,18 +74,11 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     largest batch and longest context per card. reserve, context_bytes, fragmentation: as estimate_memory's;
     progress: trace_memory's.
     """
-    from ..hardware.cards import all_cards as catalog_cards
-    from ..hardware.cards import find_card
-    from .estimate import estimate_memory
-    from .fit import fit_cards
-
     spec = model_spec(model)
     options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
     if context_bytes is not None:
         options["context_bytes"] = context_bytes
     if trace:
-        from .trace import trace_memory
-
         if fragmentation is None:
             options.pop("fragmentation")
         est = trace_memory(model, workload, progress=progress, **options)
@@ -94,8 +94,6 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
         cards = [find_card(n) for n in FEATURED_CARDS]
     fits = fit_cards(spec, workload, cards, solve=solve and not trace, estimate=est, **options)
     if solve and not trace:
-        from dataclasses import replace
-
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
     return MemoryPlan(est, tuple(fits), card)
 
@@ -103,3 +101,35 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
 SOLVE_NOTE = ("max batch: the largest batch for which every smaller one fits too (the allocator can reserve a segment "
               "less at a larger batch: each batch within the allocator's margin of the card is replayed); max seq: a "
               "search that takes a longer context to need no less")
+
+
+def plan_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtype: str = "bf16",
+            static: bool = False, max_seq_len: int | None = None, max_batch: int | None = None, block_size: int = 1,
+            tp: int = 1, card: str | None = None, weights_dtype: str | None = None, reserve: str | float = "10%",
+            context_bytes: int | None = None, fragmentation: float | None = None,
+            expandable_segments: bool = False) -> KVEstimate:
+    """The kv command's call: estimate_kv, and with `card` (a name, alias or size) what fits it beside the
+    weights, by the same full inference estimate as estimate_memory (so kv and memory --infer agree).
+
+    weights_dtype: how the weights are stored (default: the checkpoint's own format, as memory --infer; bf16 for a
+    dense one). reserve, context_bytes, fragmentation, expandable_segments: as estimate_memory's.
+    """
+    spec = model_spec(model)
+    est = estimate_kv(spec, seq_len=seq_len, batch=batch, dtype=dtype, static=static, max_seq_len=max_seq_len,
+                      max_batch=max_batch, block_size=block_size, tp=tp)
+    if not card:
+        return est
+    c = find_card(card)
+    wdtype, group_size = weights_format(spec, weights_dtype, inference=True)
+    w = make_workload(mode="infer", dtype=wdtype, group_size=group_size, kv_dtype=dtype, batch=batch,
+                      seq_len=seq_len, gpus=tp, shard="tp" if tp > 1 else "none",
+                      expandable_segments=expandable_segments)
+    options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
+    if context_bytes is not None:
+        options["context_bytes"] = context_bytes
+    full = estimate_memory(spec, w, **options)
+    verdict = full.verdict(c.memory_bytes)
+    longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, **options)
+    most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, **options)
+    return replace(est, card=KVCard(c.name, c.memory_bytes, w.dtype, full.required_bytes, verdict, verdict == "fits",
+                                    longest, most, spec.max_position))

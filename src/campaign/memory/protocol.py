@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CampaignError, InputError, MissingDependencyError
+from ..models.meta import building
 from ..models.spec import ModelSpec
-from .build import (building, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
-                    instantiate, model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk,
-                    quiet_transformers, step_inputs, torch_dtype, weights_to_load)
+from .build import (encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish, instantiate,
+                    model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers,
+                    step_inputs, torch_dtype, weights_to_load)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 

@@ -75,6 +75,13 @@ def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
     return chosen
 
 
+def lora_in_features(spec: ModelSpec, w: Workload) -> dict[str, int]:
+    """LoRA-targeted module name -> in_features, when adapters train (empty otherwise)."""
+    if not (w.training and w.adapters):
+        return {}
+    return {g.module: g.shape[1] for g in lora_groups(spec, w)}
+
+
 def trainable_params(spec: ModelSpec, w: Workload) -> int:
     """Parameters that receive gradients: all (full), the adapters r*(in+out) per target (LoRA), or none."""
     if not w.training or w.method == "frozen":

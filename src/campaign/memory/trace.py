@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
-
 from ..errors import InputError, MissingDependencyError
+from ..models.meta import building
 from ..models.spec import ModelSpec
-from .build import (ATTENTION_DROPOUT, building, encode_and_fill, encoder_decoder_cache, extend,
-                    extend_encoder_decoder, finish, instantiate, model_class_and_config, model_config, optimizer_for,
-                    prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype)
+from .breakdown import Item, MemoryEstimate, Phase
+from .build import (ATTENTION_DROPOUT, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
+                    instantiate, model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk,
+                    quiet_transformers, step_inputs, torch_dtype)
+from .constants import CUDA_CONTEXT_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED
-from .estimate import CUDA_CONTEXT_BYTES, Item, MemoryEstimate, Phase, finish_estimate
+from .estimate import finish_estimate
 from .states import is_router, weight_bytes
 from .workload import Workload
 

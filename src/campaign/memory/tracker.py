@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .allocator import CachingAllocator
 from .constants import MIN_BLOCK
 
 _LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
@@ -97,8 +98,6 @@ class StorageTracker(TorchDispatchMode):
         self.peak_categories: dict[str, int] = {}
         self.peak_modules: dict[str, int] = {}
         self.mods = ModuleStack()
-        from .allocator import CachingAllocator
-
         self.allocator = CachingAllocator(expandable=expandable)  # the same allocations replayed through the caching-allocator model
 
     # -- registration -------------------------------------------------------------------------------------

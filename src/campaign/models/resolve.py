@@ -11,6 +11,7 @@ from ..io import load_json
 from ..validate import kind_of
 from .architectures import spec_from_config
 from .catalog import find_in_catalog, load_catalog_config, unknown_model
+from .meta import count_with_transformers
 from .safetensors_header import tensor_stats
 from .spec import ModelSpec
 
@@ -74,10 +75,16 @@ def load_spec(model: str, *, exact: bool = False) -> ModelSpec:
         if stats is not None and stats.params is not None:
             spec = _with_exact(spec, stats.params, "safetensors")
     if exact:
-        from .meta import count_with_transformers
-
         spec = _with_exact(spec, count_with_transformers(cfg), "transformers")
     return spec
+
+
+def model_spec(model: str | Path | ModelSpec) -> ModelSpec:
+    """The ModelSpec of what every memory call takes as `model`: a catalog name, a model dir, a config.json, a
+    cached repo id (see load_spec), or a ModelSpec already read."""
+    if isinstance(model, ModelSpec):
+        return model
+    return load_spec(str(model))
 
 
 def resolve_config(model: str) -> tuple[dict[str, Any], str, str, Path | None]:

@@ -111,7 +111,7 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         InputError: one line naming the file and the field (a cycle, a negative duration, an unknown phase).
     """
     from ..hardware import find_card
-    from ..memory.estimate import parse_share
+    from ..memory.parsing import parse_share
 
     where = str(path)
     doc = JsonObject(load_yaml(path, "plan file"), where, fix=FIX)

@@ -92,7 +92,7 @@ def estimate_runtime(model: str | Path, workload: object, *, tokens: int, card: 
 
 def _attention(model: str | Path) -> tuple[int, int]:
     """(layers, heads x head_dim) of the model."""
-    from ..memory.estimate import model_spec
+    from ..models.resolve import model_spec
 
     spec = model_spec(model)
     return spec.num_layers, spec.num_heads * spec.head_dim

@@ -10,8 +10,9 @@ from ...units import fmt_count, fmt_gib
 from . import VERDICT_STYLE, Scale, console, gib
 
 if TYPE_CHECKING:  # the result types, for the annotations only: a renderer imports no library module it does not run
-    from ...memory.estimate import Fit, MemoryEstimate
+    from ...memory.breakdown import MemoryEstimate
     from ...memory.explain import Explanation
+    from ...memory.fit import Fit
     from ...memory.kv import KVEstimate
     from ...memory.measure import Measurement
     from ...memory.plan import MemoryPlan

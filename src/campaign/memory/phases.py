@@ -1,0 +1,269 @@
+"""The phases of a step and the tensors alive at each one's peak: the formulas of the analytic estimate.
+
+Training: load, forward (activations and logits), backward (the larger of its start and its end), optimizer step;
+inference: load, prefill and decode with the KV cache, or one forward for an encoder. Each item names its formula
+and its source; memory/estimate.py adds the allocator, the context and the reserve.
+"""
+from __future__ import annotations
+
+from ..models.spec import ModelSpec
+from .activations import inference_temporaries, logits_bytes, training_activations
+from .breakdown import Item, Phase
+from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES, LOG_SOFTMAX_OUTPUT_BYTES,
+                        LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES, ZERO3_PREFETCH_BUCKET, ZERO_ALLGATHER_BUCKET,
+                        ZERO_REDUCE_BUCKET)
+from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
+from .kv import check_tensor_parallel, estimate_kv
+from .states import optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
+from .terms import Term
+from .workload import Workload
+
+
+def _comm_buckets(spec: ModelSpec, w: Workload, Pt: int, grad_bytes: int) -> list[Item]:
+    """Per-card buffers of multi-card training: DDP's gradient buckets, DeepSpeed ZeRO's reduce/all-gather buckets."""
+    if w.gpus <= 1 or not Pt:
+        return []
+    if w.shard == "none":
+        if w.grad_as_bucket_view:
+            return []
+        return [Item("DDP gradient buckets", DDP_BUCKET_COPIES * grad_bytes,
+                     "a flat copy of every gradient for the all-reduce (gradient_as_bucket_view=False, DDP's default; "
+                     "--grad-as-bucket-view makes the gradients views into it)", "gradients",
+                     "PyTorch DDP docs: gradient_as_bucket_view")]
+    if w.shard not in ("zero1", "zero2", "zero3"):
+        return []
+    g = 2 if w.mixed_precision or w.dtype in ("bf16", "fp16") else ELEMENT_BYTES[w.dtype]
+    items = [Item("ZeRO reduce bucket", int(min(ZERO_REDUCE_BUCKET, Pt) * g),
+                  f"reduce_bucket_size min(5e8, trainable) elements x {g:g} B", "gradients",
+                  "DeepSpeed config default reduce_bucket_size 5e8")]
+    if w.shard == "zero3":
+        items.append(Item("ZeRO-3 prefetch bucket", int(min(ZERO3_PREFETCH_BUCKET, Pt) * g),
+                          f"stage3_prefetch_bucket_size min(5e7, trainable) elements x {g:g} B", "temporaries",
+                          "DeepSpeed config default stage3_prefetch_bucket_size 5e7"))
+    else:
+        items.append(Item("ZeRO all-gather bucket", int(min(ZERO_ALLGATHER_BUCKET, Pt) * g),
+                          f"allgather_bucket_size min(5e8, trainable) elements x {g:g} B", "temporaries",
+                          "DeepSpeed config default allgather_bucket_size 5e8"))
+    return items
+
+
+def _div(n: int | float, parts: int) -> int:
+    return int(-(-int(n) // parts))
+
+
+def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
+    """Base weights on one card: quantized part, its metadata, what stays 16-bit; sharded when asked."""
+    wb = weight_bytes(spec, w)
+    n = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
+    split = f" / {n} cards ({w.shard})" if n > 1 else ""
+    items = []
+    if w.dtype in QUANTIZED:
+        items.append(Item(f"weights, {w.dtype} linear layers", _div(wb.quantized, n),
+                          f"{format_note(w.dtype, w.group_size, w.double_quant)}: data{split}", "weights", "format layout"))
+        items.append(Item("quantization scales/zeros", _div(wb.quant_overhead, n),
+                          f"metadata of {format_note(w.dtype, w.group_size, w.double_quant)}{split}", "weights", "format layout"))
+        kept = ", ".join(wb.dense_names[:6]) + ("..." if len(wb.dense_names) > 6 else "")
+        items.append(Item("weights kept 16-bit", _div(wb.dense, n),
+                          f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",
+                          "not converted by the quantizer"))
+    else:
+        amp = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3")
+        dt = "fp32" if amp else w.dtype
+        label = "weights (fp32, AMP master)" if amp else "weights"
+        items.append(Item(label, _div(wb.total, n), f"params x {ELEMENT_BYTES[dt]:g} B ({dt}) = "
+                          f"{spec.inventory_params:,} x {ELEMENT_BYTES[dt]:g}{split}", "weights", "config inventory"))
+    for what, nbytes in spec.buffers:  # registered buffers the model keeps beside its parameters (not sharded)
+        items.append(Item("buffers", nbytes, what, "weights", "transformers module buffers"))
+    return items
+
+
+def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
+    """A training step's phases (load, forward, backward, optimizer step), each with the tensors alive at its peak;
+    a step with no trainable parameters is a load and a forward without autograd."""
+    P = spec.inventory_params
+    Pt = trainable_params(spec, w)
+    s = state_bytes_per_element(w)
+    N = w.gpus
+    zero = w.shard in ("zero1", "zero2", "zero3")
+    weights = _weights_items(spec, w)
+    extra: list[Item] = []  # persistent items beside the weights
+    fwd_only: list[Item] = []  # alive in forward and backward
+    if w.adapters:
+        extra.append(Item("LoRA adapter weights (fp32)", ADAPTER_BYTES * Pt,
+                          f"r x (in + out) per target x {ADAPTER_BYTES} B = {Pt:,} x {ADAPTER_BYTES} (rank {w.lora_rank}, "
+                          f"targets {','.join(w.lora_targets)})", "weights", "peft"))
+    if w.mixed_precision and w.base_trainable:
+        if zero:
+            div = N if w.gpus > 1 else 1
+            extra.append(Item("fp32 master weights", _div(4 * Pt, div),
+                              f"4 B x trainable params{f' / {N} cards' if div > 1 else ''} (ZeRO keeps them with the "
+                              "optimizer)", "optimizer", "ZeRO paper, sec. 3"))
+        else:
+            unit = _largest_layer_params(spec)
+            copies = 2 * (unit * 2 if w.shard == "fsdp" and N > 1 else P)
+            fwd_only.append(Item("16-bit working copies (autocast)", copies,
+                                 "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
+                                 else "2 B x params of the gathered unit and the prefetched one", "weights",
+                                 "torch.autocast weight cache"))
+    if w.shard in ("zero3", "fsdp") and N > 1:
+        unit = _largest_layer_params(spec)
+        root = sum(g.params for g in spec.groups if not g.in_blocks)
+        fwd_only.append(Item("all-gathered parameters", (2 * unit + root) * ELEMENT_BYTES[w.compute_dtype],
+                             "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
+                             "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with 16-bit "
+                             "params under --mixed-precision)", "temporaries",
+                             "FSDP2 fully_shard per block + root"))
+    grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
+    grad_s = 2 if zero and w.mixed_precision else s
+    grads = Item("gradients", _div(grad_s * Pt, grad_div),
+                 f"trainable params x {grad_s:g} B = {Pt:,} x {grad_s:g}" + (f" / {N} cards" if grad_div > 1 else ""),
+                 "gradients", "one gradient per trainable parameter")
+    opt_div = N if w.shard in ("zero1", "zero2", "zero3", "fsdp") else 1
+    states_term = optimizer_bytes(spec, w, Pt)
+    optimizer = Item("optimizer states", _div(states_term.bytes, opt_div),
+                     states_term.formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
+    saved = training_activations(spec, w)
+    activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
+    lg, lg_formula = logits_bytes(spec, w)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    V, tokens = spec.vocab_size, w.batch * w.seq_len
+    # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
+    causal = not spec.encoder and spec.encdec is None
+    softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
+    saved_per = c * (1 + softcap) + LOG_SOFTMAX_OUTPUT_BYTES
+    logits_saved = int(tokens * V * saved_per) if causal else lg
+    saved_formula = (f"b x s x V x ({c:g} logits{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
+                     f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
+                     if causal else lg_formula)
+    logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+    states = weights + extra
+    persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes)
+    load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
+    if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
+        tmp = inference_temporaries(spec, w, tokens)
+        transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+                     if lg > tmp.bytes else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
+        forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
+        return load, forward
+    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward
+    kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
+                 "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")] \
+        if w.grads_kept else []
+    forward = Phase("forward", tuple(states + persist + kept + fwd_only + [activations, logits]),
+                    "end of forward, during the loss (optimizer states exist from step 2)")
+    bwd_start = list(states + persist + kept + fwd_only + [activations])
+    if lg:
+        grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
+        bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
+                           "logits", "transformers ForCausalLMLoss"),
+                      Item("logits gradients", int(tokens * V * grad_per),
+                           f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
+                           f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
+    bwd_transient = saved.one_layer if w.grad_checkpointing else 0
+    bwd_end = list(states + persist + fwd_only + [grads])
+    layer_grads = _layer_grad_temporaries(spec, w)
+    bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
+                        "activation gradients of one layer" + (" + its recomputed activations" if bwd_transient else ""),
+                        "temporaries", "autograd"))
+    start_b, end_b = sum(i.bytes for i in bwd_start), sum(i.bytes for i in bwd_end)
+    backward = (Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients")
+                if start_b >= end_b else
+                Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed"))
+    step_tmp = _step_temporaries(spec, w, Pt)
+    step = Phase("optimizer step", tuple(states + [grads] + persist + (
+        [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries", "torch.optim")]
+        if step_tmp.bytes else [])), "inside optimizer.step(), gradients still alive")
+    return load, forward, backward, step
+
+
+def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
+    """An inference's phases: load, prefill and decode with the KV cache (an encoder: load and one forward)."""
+    tp = w.gpus if w.shard == "tp" else 1
+    check_tensor_parallel(spec, tp)
+    weights = _weights_items(spec, w)
+    if spec.encoder:  # one bidirectional forward over the batch: no cache, nothing generated
+        tmp = inference_temporaries(spec, w, w.batch * w.seq_len)
+        lg, lg_formula = logits_bytes(spec, w)
+        transient = (Item("scores over the vocabulary", lg, lg_formula, "logits", "transformers MLM head")
+                     if lg > tmp.bytes else Item("forward temporaries", _div(tmp.bytes, tp), tmp.formula, "temporaries"))
+        return (Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card"),
+                Phase("forward", tuple(weights + [transient]), "an encoder's forward over the batch (no KV cache)"))
+    kv = estimate_kv(spec, seq_len=w.seq_len, batch=w.batch, dtype=w.cache_dtype, tp=tp)
+    kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
+                   f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else "")
+                   + (f": decoder self-attention, + cross-attention K/V of the encoder output {kv.cross_attention_bytes:,}"
+                      f" B (the same rate x {w.seq_len} encoder tokens x {w.batch}, computed once per sequence)"
+                      if kv.cross_attention_bytes else ""), "kv", "campaign kv")
+    lg, lg_formula = logits_bytes(spec, w)
+    logits = Item("logits", lg, lg_formula, "logits", "transformers generate")
+    pre_tmp = inference_temporaries(spec, w, min(w.batch * w.seq_len, w.prefill_chunk))
+    dec_tmp = inference_temporaries(spec, w, w.batch, decode=True)
+    split = f" / {tp} cards" if tp > 1 else ""
+    load = Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card")
+    prefill = Phase("prefill", tuple(weights + [kv_item, Item("prefill temporaries", _div(pre_tmp.bytes, tp),
+                                                              pre_tmp.formula + split, "temporaries"), logits]),
+                    f"prefill in chunks of {min(w.batch * w.seq_len, w.prefill_chunk):,} tokens, cache filled")
+    growth = []
+    if w.kv_cache == "dynamic":  # DynamicCache.update: torch.cat makes the longer layer tensor while the old is alive
+        # only self-attention grows; an encoder-decoder's cross-attention K/V is made once (num_layers: the decoder's)
+        one = (kv.bytes - kv.cross_attention_bytes) // (2 * max(1, spec.num_layers))
+        growth = [Item("cache copy in torch.cat (one layer's K or V)", one,
+                       f"self-attention KV cache / (2 x {spec.num_layers} layers): the old tensor alive while the "
+                       "longer one is made",
+                       "kv", "transformers DynamicCache.update")]
+    decode = Phase("decode", tuple(weights + [kv_item, *growth, Item("decode temporaries", _div(dec_tmp.bytes, tp),
+                                                                     dec_tmp.formula + split, "temporaries"), logits]),
+                   "last token, cache full" + (" (grown by torch.cat each step)" if growth else ""))
+    return load, prefill, decode
+
+
+def _load_items(spec: ModelSpec, w: Workload) -> list[Item]:
+    """Quantizing on load brings each tensor in 16-bit before converting it."""
+    if w.dtype in QUANTIZED:
+        return [Item("load temporaries", weight_bytes(spec, w).largest_quantized_16bit,
+                     "largest quantized tensor, in 16-bit before conversion", "temporaries", "quantize on load")]
+    return []
+
+
+def _largest_layer_params(spec: ModelSpec) -> int:
+    """Parameters in one transformer block (the FSDP wrapping unit)."""
+    block = sum(g.params for g in spec.groups if g.in_blocks)
+    return block // max(1, spec.num_layers)
+
+
+def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:
+    """Activation gradients alive while one layer's backward runs: the MLP's widest tensors."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    inter = spec.intermediate_size
+    if spec.moe is not None:
+        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    return int(w.batch * w.seq_len * c * (2 * inter + 2 * spec.hidden_size))
+
+
+def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> Term:
+    """What optimizer.step() allocates beside the states (a Term of 0 bytes when nothing)."""
+    s = state_bytes_per_element(w)
+    if w.optimizer == "adamw":
+        if w.optimizer_impl == "foreach":
+            return Term(int(s * Pt), f"foreach AdamW (the CUDA default since torch 2.0): one state-sized temporary, "
+                                     f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}")
+        largest = _largest_trainable(spec, w)
+        if w.optimizer_impl == "loop":
+            return Term(int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})")
+        return Term(0, "")
+
+    if w.optimizer == "adafactor":
+        # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
+        if w.optimizer_impl == "foreach":
+            return Term(int(ADAFACTOR_STEP_COPIES * s * Pt), f"foreach Adafactor (the CUDA default): one var_estimate "
+                                                             f"per tensor, all at once = {s:g} B x {Pt:,}")
+        largest = _largest_trainable(spec, w)
+        return Term(int(ADAFACTOR_STEP_COPIES * s * largest), f"for-loop Adafactor: one var_estimate the size of the "
+                                                              f"largest tensor ({largest:,}) x {s:g} B")
+    return Term(0, "")
+
+
+def _largest_trainable(spec: ModelSpec, w: Workload) -> int:
+    if w.method == "full":
+        return max(g.numel for g in spec.groups)
+    return max((w.lora_rank * max(g.shape) for g in spec.groups if g.role == "linear"), default=0)

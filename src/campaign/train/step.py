@@ -82,22 +82,44 @@ def output_tensor(out: Any) -> Any:
 
 
 def classes_of(model: Any, batch: Mapping[str, Any]) -> int | None:
-    """The size of the output's last dimension (vocabulary or labels) from a forward without labels; None when the
-    model does not take the batch's keys as its arguments (a setup with its own loss(model, batch))."""
+    """The size of the output's last dimension (vocabulary or labels) from a forward without labels (with them, for
+    a forward that needs them); None when the model does not take the batch's keys as its arguments (a setup with
+    its own loss(model, batch))."""
     import torch
 
-    try:
-        with torch.no_grad():
+    with torch.no_grad():
+        try:
             out = model(**{k: v for k, v in batch.items() if k != "labels"})
-    except TypeError:
-        return None
+        except TypeError:                              # a forward that needs its labels
+            try:
+                out = model(**batch)
+            except TypeError:
+                return None
     logits = output_tensor(out)
     return int(logits.shape[-1]) if logits is not None and logits.dim() >= 2 and logits.shape[-1] > 1 else None
 
 
+# peft's wrappers around the model's own names: the prefix of a PeftModel, the trained copy of a module it saves in
+# full (modules_to_save), and the frozen layer under a LoRA layer; the name a user declares is the model's own.
+PEFT_PREFIXES = ("base_model.model.",)
+PEFT_PARTS = (".modules_to_save.default.", ".base_layer.")
+
+
+def own_name(name: str) -> str:
+    """A parameter's name in the model peft wrapped ('base_model.model.lm_head.modules_to_save.default.weight' ->
+    'lm_head.weight'); other names as they are."""
+    for prefix in PEFT_PREFIXES:
+        name = name.removeprefix(prefix)
+    for part in PEFT_PARTS:
+        name = name.replace(part, ".")
+    return name
+
+
 def matches(name: str, patterns: Sequence[str]) -> bool:
-    """A parameter name matches a glob ('*lora_*') or names it or a module above it ('lm_head')."""
-    return any(fnmatchcase(name, p) or name.startswith(p + ".") or name == p for p in patterns)
+    """A parameter name matches a glob ('*lora_*') or names it or a module above it ('lm_head'), by its own name or
+    by its name in the model peft wrapped (own_name)."""
+    names = {name, own_name(name)}
+    return any(fnmatchcase(n, p) or n.startswith(p + ".") or n == p for n in names for p in patterns)
 
 
 def snapshot(model: Any) -> dict[str, Any]:
@@ -250,44 +272,73 @@ def overfit(model: Any, optimizer: Any, batch: Mapping[str, Any], *, steps: int,
 def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, seed: int = 0) -> tuple[float, float]:
     """(largest |d out[row] / d input[other rows]|, largest |d out[row] / d input[row]|), in eval mode.
 
-    The input is the output of the input embedding for token ids (made a leaf by a forward hook), or the first
-    floating-point input (pixel values, input embeddings). out[row] is projected on a fixed random direction so
-    that no cancellation hides a dependence. Rows computed independently give exactly 0 for the first figure.
+    Works on any model. The input is, in this order: the output of the input embedding for token ids (HF and peft
+    models), the batch's first floating-point tensor (pixel values, input embeddings), else the first floating
+    tensor with one row per input row that any submodule computes (a plain nn.Module's own embedding); it is made
+    a leaf by a forward hook. The output is the forward's per-row output (.logits, a tuple's first element, the
+    tensor), else the last per-row tensor a submodule computed (a forward that returns only its loss). A forward
+    that needs the labels gets them. out[row] is projected on a fixed random direction so that no cancellation
+    hides a dependence. Rows computed independently give exactly 0 for the first figure.
+
+    Raises:
+        InputError: no floating tensor with one row per input row is seen in the forward, or no per-row output.
     """
     import torch
 
+    rows = first_rows(batch)
     inputs = {k: v for k, v in batch.items() if k != "labels"}
     captured: dict[str, Any] = {}
-    handle = None
-    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if embedding is not None and "input_ids" in inputs:
-        def hook(_module: Any, _args: Any, out: Any) -> Any:
-            leaf = out.detach().requires_grad_(True)
-            captured["x"] = leaf
-            return leaf
+    handles = []
 
-        handle = embedding.register_forward_hook(hook)
-    else:
-        key = next((k for k, v in inputs.items() if hasattr(v, "is_floating_point") and v.is_floating_point()), None)
-        if key is None:
-            raise InputError("batch independence needs token ids with model.get_input_embeddings() or a "
-                             "floating-point input")
+    def per_row(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1 and int(t.shape[0]) == rows
+
+    def leaf_hook(_module: Any, _args: Any, out: Any) -> Any:
+        first = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, (tuple, list)) and out else None
+        if "x" in captured or not per_row(first):
+            return None
+        leaf = first.detach().requires_grad_(True)
+        captured["x"] = leaf
+        return leaf if first is out else (leaf, *out[1:]) if isinstance(out, tuple) else [leaf, *out[1:]]
+
+    def last_hook(_module: Any, _args: Any, out: Any) -> None:
+        t = output_tensor(out)
+        if per_row(t) and t.requires_grad:
+            captured["last"] = t
+
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    key = next((k for k, v in inputs.items() if per_row(v)), None)
+    if isinstance(embedding, torch.nn.Module) and "input_ids" in inputs:
+        handles.append(embedding.register_forward_hook(leaf_hook))
+    elif key is not None:
         inputs[key] = captured["x"] = inputs[key].detach().clone().requires_grad_(True)
+    else:
+        handles += [m.register_forward_hook(leaf_hook) for m in model.modules() if m is not model]
+    handles += [m.register_forward_hook(last_hook) for m in model.modules() if m is not model]
     saved = modes(model)
     model.eval()
     try:
         with torch.enable_grad():
             try:
-                out = output_tensor(model(**inputs))
-            except TypeError as e:
-                raise InputError(f"the model does not take the batch's keys as arguments ({e}); not checked") from None
-            if out is None or out.dim() < 1 or out.shape[0] != captured["x"].shape[0]:
+                result = model(**inputs)
+            except TypeError:                          # a forward that needs its labels
+                captured.pop("last", None)
+                if "x" in captured and key is None:
+                    captured.pop("x")
+                result = model(**batch)
+            if "x" not in captured:
+                raise InputError("batch independence: no floating-point tensor with one row per input row was seen "
+                                 "in the forward (an embedding's output, pixel values)")
+            out = output_tensor(result)
+            if not per_row(out):
+                out = captured.get("last")
+            if out is None or not per_row(out):
                 raise InputError("batch independence needs an output with one row per input row (logits)")
             direction = torch.randn(out[row].shape, generator=torch.Generator().manual_seed(seed))
             (out[row].float() * direction.to(out.device)).sum().backward()
     finally:
-        if handle is not None:
-            handle.remove()
+        for h in handles:
+            h.remove()
         set_modes(model, saved)
         for p in model.parameters():
             p.grad = None
@@ -299,5 +350,5 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
 
 
 __all__ = ["GroupNorm", "StepFigures", "checked_step", "classes_of", "cross_row_gradient", "loss_of", "matches",
-           "first_rows", "full_state", "measured_step", "modes", "output_tensor", "overfit", "set_modes",
+           "first_rows", "full_state", "measured_step", "modes", "output_tensor", "overfit", "own_name", "set_modes",
            "train_mode", "snapshot", "to_device"]

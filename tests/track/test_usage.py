@@ -76,6 +76,21 @@ def test_a_torn_last_line_is_reported_and_the_next_entry_is_kept(manifest):
     assert len(r.warnings) == 1 and ":2: not a usage entry" in r.warnings[0]
 
 
+def test_a_ledger_line_of_the_wrong_shape_is_ignored_with_its_line(manifest):
+    # a split that is a list, a dict, or a list nested 100,000 deep (past Python's recursion limit): each line is
+    # reported and skipped, never an internal error, and the good entries still count
+    record_usage(manifest, split="test", purpose="final_test")
+    lines = ['{"time": "2026-01-01T00:00:00Z", "split": ["test"], "purpose": "final_test"}',
+             '{"time": "2026-01-01T00:00:00Z", "split": {"a": 1}, "purpose": "final_test"}',
+             '{"time": "2026-01-01T00:00:00Z", "split": ' + "[" * 100_000 + "]" * 100_000 + ', "purpose": "x"}',
+             '{"time": 5, "split": "test", "purpose": "final_test"}']
+    with open(ledger_path(manifest), "a") as f:
+        f.write("\n".join(lines) + "\n")
+    r = usage_report(manifest)
+    assert len(r.entries) == 1 and r.counts["test"]["final_test"] == 1
+    assert [w.split(":")[-2] for w in r.warnings] == ["2", "3", "4", "5"]
+
+
 def test_uses_bind_to_the_split_file_and_a_re_split_starts_a_fresh_count(tmp_path):
     rng = random.Random(1)
     rows = [{"text": sentence(rng), "label": rng.choice("ab")} for _ in range(60)]

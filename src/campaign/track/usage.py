@@ -25,8 +25,9 @@ from typing import Any
 
 from ..checks import Check
 from ..results import Result
+from ..data.split_manifest import read_split_set, split_manifest_path
 from ..errors import InputError
-from ..data.split import read_split_set, split_manifest_path
+from ..io import parse_json
 
 SCHEMA = "campaign.usage/1"
 ENTRY_SCHEMA = "campaign.usage_entry/1"
@@ -188,13 +189,18 @@ def read_ledger(manifest: str | os.PathLike[str]) -> tuple[list[UsageEntry], lis
             if not raw.strip():
                 continue
             try:
-                d = json.loads(raw.decode("utf-8"))
+                d = parse_json(raw, f"{path}:{no}")
+                texts = {k: d[k] for k in ("time", "split", "purpose")} | {
+                    k: d.get(k) for k in ("note", "run", "manifest_sha256", "split_sha256")}
+                if not all(isinstance(v, str) for k, v in texts.items() if k in ("time", "split", "purpose")) or \
+                        not all(v is None or isinstance(v, str) for v in texts.values()):
+                    raise TypeError("a field that is not text")
                 entries.append(UsageEntry(time=d["time"], split=d["split"], purpose=parse_purpose(d["purpose"]),
-                                          note=d.get("note", ""), run=d.get("run"),
+                                          note=d.get("note") or "", run=d.get("run"),
                                           manifest_sha256=d.get("manifest_sha256"),
                                           split_sha256=d.get("split_sha256")))
             except (ValueError, KeyError, TypeError, InputError, AttributeError):
-                warnings.append(f"{path}:{no}: not a usage entry (a torn write?); ignored")
+                warnings.append(f"{path}:{no}: not a usage entry (a torn write, or edited by hand?); ignored")
     return entries, warnings
 
 

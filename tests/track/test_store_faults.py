@@ -129,3 +129,11 @@ def test_a_symlink_loop_is_one_clear_line(cli, here):
     r = cli("run", "artifact", run.id, str(loop), "--kind", "data")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert Path(loop).is_symlink()
+
+
+def test_record_on_a_run_command_says_where_the_run_is_kept(cli, here):
+    r = cli("--record", "run", "start", "r")
+    assert r.code == 0 and "recorded in the run store" in r.err
+    run_id = r.out.strip()
+    assert (here / ".campaign" / "runs" / run_id / "manifest.json").is_file()
+    assert not (here / ".campaign" / "records").exists()  # no second copy of the run as a record

@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         args.pop(0)
     record = record or os.environ.get("CAMPAIGN_RECORD", "") not in ("", "0")
     common.RECORDING.update(on=record, argv=list(args))
+    if record and args[:1] == ["run"] and not _help_wanted(args):  # a run is its own record: say so, save no copy
+        print("campaign: a run is recorded in the run store (.campaign/runs, `campaign runs show ID`); --record saves "
+              "the results of the other commands", file=sys.stderr)
     try:
         if _help_wanted(args):
             _import_help_formatter()

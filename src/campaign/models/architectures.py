@@ -12,7 +12,10 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import families
-from .spec import ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup
+from .config import TypedConfig, check_fields
+from .meta import generic_spec, tower_groups
+from .spec import (ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup, linear_groups,
+                   norm_groups)
 
 DECODER_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2",
@@ -20,59 +23,6 @@ DECODER_TYPES = {
 }
 LAYERNORM_TYPES = {"gpt_neox", "gpt_bigcode", "falcon", "phi", "starcoder2"}
 SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | LAYERNORM_TYPES | {"gpt2", "t5"})
-# Layer counts past this are a broken config (the deepest published models have a few hundred layers); sizes
-# past MAX_SIZE overflow the int64 shapes torch builds.
-LAYER_FIELDS = {"num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers", "n_layers", "num_encoder_layers"}
-MAX_LAYERS = 10_000
-MAX_SIZE = 2**40
-# What transformers accepts for torch_dtype / dtype: the name of a torch dtype (getattr(torch, name)).
-TORCH_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "double", "float8_e4m3fn",
-                "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8", "int16", "int32", "int64",
-                "bool", "complex64", "complex128"}
-_SUBCONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder", "speech_config")
-
-
-def check_fields(cfg: Any, where: str, *, top: bool = True) -> None:
-    """Reject fields of the wrong type, with one line naming the field, before anything reads them.
-
-    Raises:
-        ConfigError: the config is not an object, or a field has the wrong type or an absurd size.
-    """
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{where}: config must be a JSON object, got {type(cfg).__name__}")
-    mt = cfg.get("model_type")
-    if top and mt is None:
-        raise ConfigError(f"{where}: missing field 'model_type'; a complete config.json has it")
-    if mt is not None and (not isinstance(mt, str) or not mt):
-        raise ConfigError(f"{where}: field 'model_type' must be a non-empty string, got {mt!r}")
-    for key in ("architectures", "layer_types"):
-        value = cfg.get(key)
-        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
-            raise ConfigError(f"{where}: field {key!r} must be a list of strings, got {value!r}")
-    for key in ("torch_dtype", "dtype"):
-        value = cfg.get(key)
-        if value is not None and not isinstance(value, dict) and value not in TORCH_DTYPES:
-            raise ConfigError(f"{where}: field {key!r} is {value!r}, not a torch dtype; use e.g. bfloat16, "
-                              "float16 or float32")
-    for key in ("id2label", "label2id", "rope_scaling", "quantization_config"):
-        value = cfg.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(f"{where}: field {key!r} must be an object, got {value!r}")
-    for key in LAYER_FIELDS & cfg.keys():
-        value = cfg[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{where}: field {key!r} must be an integer, got {value!r}")
-        if isinstance(value, int) and not 0 <= value <= MAX_LAYERS:
-            raise ConfigError(f"{where}: field {key!r} is {value:,}, outside 0..{MAX_LAYERS:,}; check the config")
-    for key in _SUBCONFIGS:
-        value = cfg.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: field {key!r} must be an object (a sub-config), got {value!r}")
-        check_fields(value, f"{where} ({key})", top=False)
-
-
 def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json.
 
@@ -92,8 +42,6 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpe
         return _multimodal(cfg, name=name, source=source)
     fields = _family_fields(cfg, model_type, source)
     if fields is None:
-        from .meta import generic_spec
-
         return generic_spec(cfg, name=name, source=source)
     return _spec(cfg, fields, model_type, name=name, source=source)
 
@@ -111,7 +59,7 @@ def _spec(cfg: dict[str, Any], fields: dict[str, Any], model_type: str, *, name:
 
 def _family_fields(cfg: dict[str, Any], model_type: str, source: str) -> dict[str, Any] | None:
     """The spec fields of a family with a builder, or None when there is none."""
-    c = _Cfg(cfg, source)
+    c = TypedConfig(cfg, source)
     if model_type in DECODER_TYPES:
         return _decoder(c, model_type)
     if model_type == "gpt2":
@@ -130,8 +78,6 @@ def _family_fields(cfg: dict[str, Any], model_type: str, source: str) -> dict[st
 def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """A config with a text model and other towers (LLaVA, Gemma 3, Qwen2-VL...): the text model from its family's
     builder (or the generic one), every other tower counted on the meta device (it needs transformers)."""
-    from .meta import generic_spec, tower_groups
-
     text = dict(cfg.get("text_config") or {})
     text_type = text.get("model_type") or ("gemma3_text" if cfg["model_type"] == "gemma3" else None)
     towers, total = tower_groups(cfg, source)
@@ -154,32 +100,7 @@ def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     return spec
 
 
-class _Cfg:
-    """Typed access to a config dict; every error names the field and the file."""
-
-    def __init__(self, cfg: dict[str, Any], where: str) -> None:
-        self.cfg, self.where = cfg, where
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.cfg.get(key, default)
-        return default if value is None else value
-
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key)
-        value = default if value is None else value
-        if value is None:
-            raise ConfigError(f"{self.where}: missing field {key!r}; a complete config.json has it")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{self.where}: field {key!r} must be an integer, got {value!r}")
-        if value < minimum:
-            raise ConfigError(f"{self.where}: field {key!r} must be >= {minimum}, got {value}")
-        limit = MAX_LAYERS if key in LAYER_FIELDS else MAX_SIZE
-        if value > limit:
-            raise ConfigError(f"{self.where}: field {key!r} is {value:,}, more than {limit:,}; check the config")
-        return value
-
-
-def _heads(c: _Cfg, hidden: int, heads_key: str = "num_attention_heads") -> tuple[int, int, int]:
+def _heads(c: TypedConfig, hidden: int, heads_key: str = "num_attention_heads") -> tuple[int, int, int]:
     nh = c.int(heads_key)
     nkv = c.int("num_key_value_heads", nh)
     if nh % nkv:
@@ -195,24 +116,7 @@ def _heads(c: _Cfg, hidden: int, heads_key: str = "num_attention_heads") -> tupl
     return nh, nkv, hd
 
 
-def _lin(name: str, out_f: int, in_f: int, count: int, *, bias: bool = False, module: str | None = None,
-         expert: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
-    """A Linear layer's weight (and bias) as inventory groups."""
-    module = module or name.rsplit(".", 1)[-1]
-    groups = [ParamGroup(name, "linear", (out_f, in_f), count, module, in_blocks, expert)]
-    if bias:
-        groups.append(ParamGroup(name + ".bias", "bias", (out_f,), count, module, in_blocks, expert))
-    return groups
-
-
-def _norm(name: str, size: int, count: int, *, bias: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
-    groups = [ParamGroup(name, "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks)]
-    if bias:
-        groups.append(ParamGroup(name + ".bias", "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks))
-    return groups
-
-
-def _attention_layers(c: _Cfg, model_type: str, layers: int) -> tuple[AttentionLayer, ...]:
+def _attention_layers(c: TypedConfig, model_type: str, layers: int) -> tuple[AttentionLayer, ...]:
     """Per-layer attention kind: from layer_types when present, else the family's rule."""
     window = c.get("sliding_window")
     types = c.get("layer_types")
@@ -247,7 +151,7 @@ def _attention_layers(c: _Cfg, model_type: str, layers: int) -> tuple[AttentionL
     return tuple(out)
 
 
-def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
+def _decoder(c: TypedConfig, mt: str) -> dict[str, Any]:
     """Llama-like decoders: Llama, Mistral, Qwen2/3, Gemma/Gemma 2/Gemma 3, Phi-3, OLMo 2, and the MoE and MLA
     variants."""
     h = c.int("hidden_size")
@@ -267,38 +171,38 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
         qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         bias = bool(c.get("attention_bias", False))
         if mla.q_lora_rank:
-            g += _lin("self_attn.q_a_proj", mla.q_lora_rank, h, L, bias=bias)
-            g += _norm("self_attn.q_a_layernorm", mla.q_lora_rank, L)
-            g += _lin("self_attn.q_b_proj", nh * qk, mla.q_lora_rank, L)
+            g += linear_groups("self_attn.q_a_proj", mla.q_lora_rank, h, L, bias=bias)
+            g += norm_groups("self_attn.q_a_layernorm", mla.q_lora_rank, L)
+            g += linear_groups("self_attn.q_b_proj", nh * qk, mla.q_lora_rank, L)
         else:
-            g += _lin("self_attn.q_proj", nh * qk, h, L)
-        g += _lin("self_attn.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, L, bias=bias)
-        g += _norm("self_attn.kv_a_layernorm", mla.kv_lora_rank, L)
-        g += _lin("self_attn.kv_b_proj", nh * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, L)
-        g += _lin("self_attn.o_proj", h, nh * mla.v_head_dim, L, bias=bias)
+            g += linear_groups("self_attn.q_proj", nh * qk, h, L)
+        g += linear_groups("self_attn.kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, L, bias=bias)
+        g += norm_groups("self_attn.kv_a_layernorm", mla.kv_lora_rank, L)
+        g += linear_groups("self_attn.kv_b_proj", nh * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, L)
+        g += linear_groups("self_attn.o_proj", h, nh * mla.v_head_dim, L, bias=bias)
     elif mt == "phi3":
-        g += _lin("self_attn.qkv_proj", (nh + 2 * nkv) * hd, h, L)
-        g += _lin("self_attn.o_proj", h, nh * hd, L)
+        g += linear_groups("self_attn.qkv_proj", (nh + 2 * nkv) * hd, h, L)
+        g += linear_groups("self_attn.o_proj", h, nh * hd, L)
     else:
         qkv_bias = mt in ("qwen2", "qwen2_moe") or bool(c.get("attention_bias", False))
         o_bias = mt not in ("qwen2", "qwen2_moe") and bool(c.get("attention_bias", False))
-        g += _lin("self_attn.q_proj", nh * hd, h, L, bias=qkv_bias)
-        g += _lin("self_attn.k_proj", nkv * hd, h, L, bias=qkv_bias)
-        g += _lin("self_attn.v_proj", nkv * hd, h, L, bias=qkv_bias)
-        g += _lin("self_attn.o_proj", h, nh * hd, L, bias=o_bias)
+        g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=qkv_bias)
+        g += linear_groups("self_attn.k_proj", nkv * hd, h, L, bias=qkv_bias)
+        g += linear_groups("self_attn.v_proj", nkv * hd, h, L, bias=qkv_bias)
+        g += linear_groups("self_attn.o_proj", h, nh * hd, L, bias=o_bias)
         if mt in ("qwen3", "qwen3_moe", "gemma3_text"):
-            g += _norm("self_attn.q_norm", hd, L) + _norm("self_attn.k_norm", hd, L)
+            g += norm_groups("self_attn.q_norm", hd, L) + norm_groups("self_attn.k_norm", hd, L)
         if mt == "olmo2":  # RMSNorm over the whole q and k projections
-            g += _norm("self_attn.q_norm", nh * hd, L) + _norm("self_attn.k_norm", nkv * hd, L)
+            g += norm_groups("self_attn.q_norm", nh * hd, L) + norm_groups("self_attn.k_norm", nkv * hd, L)
 
     # norms around attention and MLP: OLMo 2 normalizes each sublayer's output instead of its input
     if mt != "olmo2":
-        g += _norm("input_layernorm", h, L)
-    g += _norm("post_attention_layernorm", h, L)
+        g += norm_groups("input_layernorm", h, L)
+    g += norm_groups("post_attention_layernorm", h, L)
     if mt in ("gemma2", "gemma3_text"):
-        g += _norm("pre_feedforward_layernorm", h, L)
+        g += norm_groups("pre_feedforward_layernorm", h, L)
     if mt in ("gemma2", "gemma3_text", "olmo2"):
-        g += _norm("post_feedforward_layernorm", h, L)
+        g += norm_groups("post_feedforward_layernorm", h, L)
     block = Block("rms", 0 if mt == "olmo2" else 2, {"gemma2": 2, "gemma3_text": 2, "olmo2": 2}.get(mt, 0),
                   qk_norm="full" if mt == "olmo2" else "head" if mt in ("qwen3", "qwen3_moe", "gemma3_text") else "")
 
@@ -309,9 +213,9 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
     if mt == "mixtral":
         E, k = c.int("num_local_experts"), c.int("num_experts_per_tok")
         moe_layers, dense_layers = L, 0
-        g += _lin("block_sparse_moe.gate", E, h, L, module="gate")
-        g += _lin("experts.w1", inter, h, L * E, expert=True) + _lin("experts.w3", inter, h, L * E, expert=True)
-        g += _lin("experts.w2", h, inter, L * E, expert=True)
+        g += linear_groups("block_sparse_moe.gate", E, h, L, module="gate")
+        g += linear_groups("experts.w1", inter, h, L * E, expert=True) + linear_groups("experts.w3", inter, h, L * E, expert=True)
+        g += linear_groups("experts.w2", h, inter, L * E, expert=True)
         moe = MoE(E, k, inter, moe_layers)
     elif mt in ("qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2"):
         if mt.startswith("deepseek"):
@@ -330,14 +234,14 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
         moe_layers = sum(is_moe)
         dense_layers = L - moe_layers
         if moe_layers:
-            g += _lin("mlp.gate", E, h, moe_layers, module="gate")
+            g += linear_groups("mlp.gate", E, h, moe_layers, module="gate")
             for proj, (o, i) in (("gate_proj", (moe_inter, h)), ("up_proj", (moe_inter, h)), ("down_proj", (h, moe_inter))):
-                g += _lin(f"mlp.experts.{proj}", o, i, moe_layers * E, expert=True)
+                g += linear_groups(f"mlp.experts.{proj}", o, i, moe_layers * E, expert=True)
             if shared:
                 for proj, (o, i) in (("gate_proj", (shared, h)), ("up_proj", (shared, h)), ("down_proj", (h, shared))):
-                    g += _lin(f"mlp.shared_expert.{proj}", o, i, moe_layers)
+                    g += linear_groups(f"mlp.shared_expert.{proj}", o, i, moe_layers)
             if mt == "qwen2_moe":
-                g += _lin("mlp.shared_expert_gate", 1, h, moe_layers, module="shared_expert_gate")
+                g += linear_groups("mlp.shared_expert_gate", 1, h, moe_layers, module="shared_expert_gate")
         moe = MoE(E, k, moe_inter, moe_layers, shared)
     else:
         dense_layers = L
@@ -346,14 +250,14 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
                           "cannot use more experts than there are; check num_experts_per_tok")
     if dense_layers:
         if mt == "phi3":
-            g += _lin("mlp.gate_up_proj", 2 * inter, h, dense_layers)
-            g += _lin("mlp.down_proj", h, inter, dense_layers)
+            g += linear_groups("mlp.gate_up_proj", 2 * inter, h, dense_layers)
+            g += linear_groups("mlp.down_proj", h, inter, dense_layers)
         else:
-            g += _lin("mlp.gate_proj", inter, h, dense_layers, bias=mlp_bias)
-            g += _lin("mlp.up_proj", inter, h, dense_layers, bias=mlp_bias)
-            g += _lin("mlp.down_proj", h, inter, dense_layers, bias=mlp_bias)
+            g += linear_groups("mlp.gate_proj", inter, h, dense_layers, bias=mlp_bias)
+            g += linear_groups("mlp.up_proj", inter, h, dense_layers, bias=mlp_bias)
+            g += linear_groups("mlp.down_proj", h, inter, dense_layers, bias=mlp_bias)
 
-    g += _norm("norm", h, 1, in_blocks=False)
+    g += norm_groups("norm", h, 1, in_blocks=False)
     if not tie:
         g.append(ParamGroup("lm_head", "embedding", (V, h), 1, "lm_head", False))
     notes = []
@@ -370,7 +274,7 @@ def _decoder(c: _Cfg, mt: str) -> dict[str, Any]:
     )
 
 
-def _gpt2(c: _Cfg) -> dict[str, Any]:
+def _gpt2(c: TypedConfig) -> dict[str, Any]:
     """GPT-2: Conv1D layers (same element counts as Linear), learned positions, LayerNorm with bias, tied head."""
     h, L, V = c.int("n_embd"), c.int("n_layer"), c.int("vocab_size")
     nh = c.int("n_head")
@@ -379,11 +283,11 @@ def _gpt2(c: _Cfg) -> dict[str, Any]:
     inner = c.get("n_inner") or 4 * h
     P = c.int("n_positions", 1024)
     g = [ParamGroup("wte", "embedding", (V, h), 1, "wte"), ParamGroup("wpe", "embedding", (P, h), 1, "wpe")]
-    g += _norm("ln_1", h, L, bias=True)
-    g += _lin("attn.c_attn", 3 * h, h, L, bias=True) + _lin("attn.c_proj", h, h, L, bias=True)
-    g += _norm("ln_2", h, L, bias=True)
-    g += _lin("mlp.c_fc", inner, h, L, bias=True) + _lin("mlp.c_proj", h, inner, L, bias=True)
-    g += _norm("ln_f", h, 1, bias=True, in_blocks=False)
+    g += norm_groups("ln_1", h, L, bias=True)
+    g += linear_groups("attn.c_attn", 3 * h, h, L, bias=True) + linear_groups("attn.c_proj", h, h, L, bias=True)
+    g += norm_groups("ln_2", h, L, bias=True)
+    g += linear_groups("mlp.c_fc", inner, h, L, bias=True) + linear_groups("mlp.c_proj", h, inner, L, bias=True)
+    g += norm_groups("ln_f", h, 1, bias=True, in_blocks=False)
     drop = max(float(c.get("attn_pdrop", 0.1)), float(c.get("resid_pdrop", 0.1)))
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
@@ -391,7 +295,7 @@ def _gpt2(c: _Cfg) -> dict[str, Any]:
                 activation=str(c.get("activation_function", "gelu_new")), block=Block("layer", 2, 0))
 
 
-def _encoder(c: _Cfg, mt: str) -> dict[str, Any]:
+def _encoder(c: TypedConfig, mt: str) -> dict[str, Any]:
     """BERT / RoBERTa: the encoder plus the head named in `architectures[0]` (pooler, MLM, NSP, classifier)."""
     h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
     nh = c.int("num_attention_heads")
@@ -405,22 +309,22 @@ def _encoder(c: _Cfg, mt: str) -> dict[str, Any]:
          ParamGroup("position_embeddings", "embedding", (P, h), 1, "position_embeddings")]
     if T:
         g.append(ParamGroup("token_type_embeddings", "embedding", (T, h), 1, "token_type_embeddings"))
-    g += _norm("embeddings.LayerNorm", h, 1, bias=True, in_blocks=False)
+    g += norm_groups("embeddings.LayerNorm", h, 1, bias=True, in_blocks=False)
     for proj in ("query", "key", "value"):
-        g += _lin(f"attention.self.{proj}", h, h, L, bias=True)
-    g += _lin("attention.output.dense", h, h, L, bias=True, module="dense")
-    g += _norm("attention.output.LayerNorm", h, L, bias=True)
-    g += _lin("intermediate.dense", inter, h, L, bias=True, module="dense")
-    g += _lin("output.dense", h, inter, L, bias=True, module="dense")
-    g += _norm("output.LayerNorm", h, L, bias=True)
+        g += linear_groups(f"attention.self.{proj}", h, h, L, bias=True)
+    g += linear_groups("attention.output.dense", h, h, L, bias=True, module="dense")
+    g += norm_groups("attention.output.LayerNorm", h, L, bias=True)
+    g += linear_groups("intermediate.dense", inter, h, L, bias=True, module="dense")
+    g += linear_groups("output.dense", h, inter, L, bias=True, module="dense")
+    g += norm_groups("output.LayerNorm", h, L, bias=True)
     roberta = mt != "bert"
     has_pooler = arch.endswith(("Model", "ForPreTraining", "ForNextSentencePrediction", "ForMultipleChoice")) or (
         not roberta and arch.endswith("ForSequenceClassification"))
-    head = lambda name, o, i: _lin(name, o, i, 1, bias=True, in_blocks=False)  # noqa: E731
+    head = lambda name, o, i: linear_groups(name, o, i, 1, bias=True, in_blocks=False)  # noqa: E731
     if has_pooler:
         g += head("pooler.dense", h, h)
     if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForCausalLM")):
-        g += head("lm_head.dense", h, h) + _norm("lm_head.layer_norm", h, 1, bias=True, in_blocks=False)
+        g += head("lm_head.dense", h, h) + norm_groups("lm_head.layer_norm", h, 1, bias=True, in_blocks=False)
         g.append(ParamGroup("lm_head.decoder.bias", "bias", (V,), 1, "decoder"))  # decoder weight is tied
     if arch.endswith("ForPreTraining"):
         g += head("cls.seq_relationship", 2, h)

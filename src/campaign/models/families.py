@@ -6,33 +6,14 @@ transformers builds; the tests compare every family with a real model on the met
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
-from .spec import AttentionLayer, Block, EncoderDecoder, ParamGroup
-
-if TYPE_CHECKING:
-    from .architectures import _Cfg
+from .config import TypedConfig
+from .spec import AttentionLayer, Block, EncoderDecoder, ParamGroup, linear_groups, norm_groups
 
 
-def _lin(name: str, out_f: int, in_f: int, count: int, *, bias: bool = False, module: str | None = None,
-         in_blocks: bool = True) -> list[ParamGroup]:
-    module = module or name.rsplit(".", 1)[-1]
-    groups = [ParamGroup(name, "linear", (out_f, in_f), count, module, in_blocks)]
-    if bias:
-        groups.append(ParamGroup(name + ".bias", "bias", (out_f,), count, module, in_blocks))
-    return groups
-
-
-def _norm(name: str, size: int, count: int, *, bias: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
-    short = name.rsplit(".", 1)[-1]
-    groups = [ParamGroup(name, "norm", (size,), count, short, in_blocks)]
-    if bias:
-        groups.append(ParamGroup(name + ".bias", "norm", (size,), count, short, in_blocks))
-    return groups
-
-
-def _divides(c: _Cfg, hidden: int, heads: int, kv: int, what: str = "hidden_size") -> None:
+def _divides(c: TypedConfig, hidden: int, heads: int, kv: int, what: str = "hidden_size") -> None:
     if heads % kv:
         raise ConfigError(f"{c.where}: {heads} attention heads is not a multiple of {kv} KV heads; check the config")
     if hidden % heads:
@@ -51,11 +32,11 @@ def _head(V: int, h: int, tie: bool, *, bias: bool = False) -> list[ParamGroup]:
     return g
 
 
-def _dropout(c: _Cfg, *keys: str, default: float = 0.0) -> float:
+def _dropout(c: TypedConfig, *keys: str, default: float = 0.0) -> float:
     return max(float(c.get(k, default)) for k in keys)
 
 
-def gpt_neox(c: _Cfg) -> dict[str, Any]:
+def gpt_neox(c: TypedConfig) -> dict[str, Any]:
     """GPT-NeoX / Pythia: fused query_key_value, parallel residual (two LayerNorms on the same input), untied
     embed_out, partial rotary."""
     h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
@@ -65,10 +46,10 @@ def gpt_neox(c: _Cfg) -> dict[str, Any]:
     tie = bool(c.get("tie_word_embeddings", False))
     parallel = bool(c.get("use_parallel_residual", True))
     g = [ParamGroup("embed_in", "embedding", (V, h), 1, "embed_in", False)]
-    g += _norm("input_layernorm", h, L, bias=True) + _norm("post_attention_layernorm", h, L, bias=True)
-    g += _lin("attention.query_key_value", 3 * h, h, L, bias=bias) + _lin("attention.dense", h, h, L, bias=bias)
-    g += _lin("mlp.dense_h_to_4h", inter, h, L, bias=True) + _lin("mlp.dense_4h_to_h", h, inter, L, bias=True)
-    g += _norm("final_layer_norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
+    g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
+    g += linear_groups("attention.query_key_value", 3 * h, h, L, bias=bias) + linear_groups("attention.dense", h, h, L, bias=bias)
+    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=True) + linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=True)
+    g += norm_groups("final_layer_norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inter, vocab_size=V, max_position=c.int("max_position_embeddings", 2048),
                 tie_embeddings=tie, mlp="plain", groups=tuple(g), attention=_full(L),
@@ -77,7 +58,7 @@ def gpt_neox(c: _Cfg) -> dict[str, Any]:
                 block=Block("layer", 2, 0, parallel=parallel, fused_qkv=True))
 
 
-def gpt_bigcode(c: _Cfg) -> dict[str, Any]:
+def gpt_bigcode(c: TypedConfig) -> dict[str, Any]:
     """GPT-BigCode / StarCoder: GPT-2's layout with Linear layers and multi-query attention (one K/V head)."""
     h, L, V = c.int("n_embd", c.get("hidden_size")), c.int("n_layer", c.get("num_hidden_layers")), c.int("vocab_size")
     nh = c.int("n_head", c.get("num_attention_heads"))
@@ -89,10 +70,10 @@ def gpt_bigcode(c: _Cfg) -> dict[str, Any]:
     P = c.int("n_positions", c.get("max_position_embeddings", 1024))
     tie = bool(c.get("tie_word_embeddings", True))
     g = [ParamGroup("wte", "embedding", (V, h), 1, "wte", False), ParamGroup("wpe", "embedding", (P, h), 1, "wpe")]
-    g += _norm("ln_1", h, L, bias=True) + _norm("ln_2", h, L, bias=True)
-    g += _lin("attn.c_attn", h + 2 * kv * hd, h, L, bias=True) + _lin("attn.c_proj", h, h, L, bias=True)
-    g += _lin("mlp.c_fc", inner, h, L, bias=True) + _lin("mlp.c_proj", h, inner, L, bias=True)
-    g += _norm("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
+    g += norm_groups("ln_1", h, L, bias=True) + norm_groups("ln_2", h, L, bias=True)
+    g += linear_groups("attn.c_attn", h + 2 * kv * hd, h, L, bias=True) + linear_groups("attn.c_proj", h, h, L, bias=True)
+    g += linear_groups("mlp.c_fc", inner, h, L, bias=True) + linear_groups("mlp.c_proj", h, inner, L, bias=True)
+    g += norm_groups("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inner,
                 vocab_size=V, max_position=P, tie_embeddings=tie, mlp="plain", groups=tuple(g), attention=_full(L),
                 dropout=_dropout(c, "attn_pdrop", "resid_pdrop", default=0.1),
@@ -100,7 +81,7 @@ def gpt_bigcode(c: _Cfg) -> dict[str, Any]:
                 buffers=((f"causal mask buffer, n_positions^2 x 1 B (bool) = {P}^2", P * P),))
 
 
-def falcon(c: _Cfg) -> dict[str, Any]:
+def falcon(c: TypedConfig) -> dict[str, Any]:
     """Falcon: fused query_key_value (multi-query for 7B, grouped for the new decoder architecture of 40B/180B),
     parallel attention with one or two LayerNorms, biases only when `bias`, tied head."""
     h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
@@ -118,16 +99,16 @@ def falcon(c: _Cfg) -> dict[str, Any]:
     inter = c.int("ffn_hidden_size", 4 * h)
     tie = bool(c.get("tie_word_embeddings", True))
     g = [ParamGroup("word_embeddings", "embedding", (V, h), 1, "word_embeddings", False)]
-    g += _lin("self_attention.query_key_value", qkv_out, h, L, bias=bias)
-    g += _lin("self_attention.dense", h, h, L, bias=bias)
-    g += _lin("mlp.dense_h_to_4h", inter, h, L, bias=bias) + _lin("mlp.dense_4h_to_h", h, inter, L, bias=bias)
+    g += linear_groups("self_attention.query_key_value", qkv_out, h, L, bias=bias)
+    g += linear_groups("self_attention.dense", h, h, L, bias=bias)
+    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=bias) + linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=bias)
     if not parallel:
-        norms = _norm("input_layernorm", h, L, bias=True) + _norm("post_attention_layernorm", h, L, bias=True)
+        norms = norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
     elif n_ln == 2:
-        norms = _norm("ln_attn", h, L, bias=True) + _norm("ln_mlp", h, L, bias=True)
+        norms = norm_groups("ln_attn", h, L, bias=True) + norm_groups("ln_mlp", h, L, bias=True)
     else:
-        norms = _norm("input_layernorm", h, L, bias=True)
-    g += norms + _norm("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
+        norms = norm_groups("input_layernorm", h, L, bias=True)
+    g += norms + norm_groups("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     notes: tuple[str, ...] = ("ALiBi positions: eager attention adds a b x heads x s x s bias",) if c.get("alibi") else ()
     if new and kv < nh:  # FalconAttention expands K and V to every head before the cache update
         notes += (f"transformers' Falcon caches K/V expanded to all {nh} heads (its {kv} KV heads); vLLM caches {kv}",)
@@ -139,7 +120,7 @@ def falcon(c: _Cfg) -> dict[str, Any]:
                 block=Block("layer", len(norms) // 2, 0, parallel=parallel, fused_qkv=not new and not mq))
 
 
-def phi(c: _Cfg) -> dict[str, Any]:
+def phi(c: TypedConfig) -> dict[str, Any]:
     """Phi-1/1.5/2: q/k/v/dense with biases, one LayerNorm feeding attention and MLP in parallel, fc1/fc2, an
     untied LM head with a bias, partial rotary; q/k LayerNorms when qk_layernorm."""
     h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
@@ -149,13 +130,13 @@ def phi(c: _Cfg) -> dict[str, Any]:
     hd = c.int("head_dim") if c.get("head_dim") is not None else h // nh
     tie = bool(c.get("tie_word_embeddings", False))
     g = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
-    g += _lin("self_attn.q_proj", nh * hd, h, L, bias=True) + _lin("self_attn.k_proj", kv * hd, h, L, bias=True)
-    g += _lin("self_attn.v_proj", kv * hd, h, L, bias=True) + _lin("self_attn.dense", h, nh * hd, L, bias=True)
+    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=True) + linear_groups("self_attn.k_proj", kv * hd, h, L, bias=True)
+    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=True) + linear_groups("self_attn.dense", h, nh * hd, L, bias=True)
     qk_norm = bool(c.get("qk_layernorm", False))
     if qk_norm:
-        g += _norm("self_attn.q_layernorm", h // nh, L, bias=True) + _norm("self_attn.k_layernorm", h // nh, L, bias=True)
-    g += _lin("mlp.fc1", inter, h, L, bias=True) + _lin("mlp.fc2", h, inter, L, bias=True)
-    g += _norm("input_layernorm", h, L, bias=True) + _norm("final_layernorm", h, 1, bias=True, in_blocks=False)
+        g += norm_groups("self_attn.q_layernorm", h // nh, L, bias=True) + norm_groups("self_attn.k_layernorm", h // nh, L, bias=True)
+    g += linear_groups("mlp.fc1", inter, h, L, bias=True) + linear_groups("mlp.fc2", h, inter, L, bias=True)
+    g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("final_layernorm", h, 1, bias=True, in_blocks=False)
     g += _head(V, h, tie, bias=True)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
                 vocab_size=V, max_position=c.int("max_position_embeddings", 2048), tie_embeddings=tie, mlp="plain",
@@ -164,7 +145,7 @@ def phi(c: _Cfg) -> dict[str, Any]:
                 block=Block("layer", 1, 0, parallel=True, qk_norm="head" if qk_norm else ""))
 
 
-def starcoder2(c: _Cfg, attention: tuple[AttentionLayer, ...]) -> dict[str, Any]:
+def starcoder2(c: TypedConfig, attention: tuple[AttentionLayer, ...]) -> dict[str, Any]:
     """StarCoder2: Llama's attention with biases (use_bias), LayerNorms, a c_fc/c_proj GELU MLP, tied head,
     sliding window."""
     h, L, V = c.int("hidden_size"), c.int("num_hidden_layers"), c.int("vocab_size")
@@ -175,11 +156,11 @@ def starcoder2(c: _Cfg, attention: tuple[AttentionLayer, ...]) -> dict[str, Any]
     bias = bool(c.get("use_bias", True))
     tie = bool(c.get("tie_word_embeddings", True))
     g = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
-    g += _lin("self_attn.q_proj", nh * hd, h, L, bias=bias) + _lin("self_attn.k_proj", kv * hd, h, L, bias=bias)
-    g += _lin("self_attn.v_proj", kv * hd, h, L, bias=bias) + _lin("self_attn.o_proj", h, nh * hd, L, bias=bias)
-    g += _lin("mlp.c_fc", inter, h, L, bias=bias) + _lin("mlp.c_proj", h, inter, L, bias=bias)
-    g += _norm("input_layernorm", h, L, bias=True) + _norm("post_attention_layernorm", h, L, bias=True)
-    g += _norm("norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
+    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=bias) + linear_groups("self_attn.k_proj", kv * hd, h, L, bias=bias)
+    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=bias) + linear_groups("self_attn.o_proj", h, nh * hd, L, bias=bias)
+    g += linear_groups("mlp.c_fc", inter, h, L, bias=bias) + linear_groups("mlp.c_proj", h, inter, L, bias=bias)
+    g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
+    g += norm_groups("norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
                 vocab_size=V, max_position=c.int("max_position_embeddings", 4096), tie_embeddings=tie, mlp="plain",
                 groups=tuple(g), attention=attention,
@@ -187,7 +168,7 @@ def starcoder2(c: _Cfg, attention: tuple[AttentionLayer, ...]) -> dict[str, Any]
                 activation=str(c.get("hidden_act", "gelu_pytorch_tanh")), block=Block("layer", 2, 0))
 
 
-def t5(c: _Cfg) -> dict[str, Any]:
+def t5(c: TypedConfig) -> dict[str, Any]:
     """T5 (v1.0 relu, v1.1 / Flan gated-gelu): shared embedding, an encoder of self-attention blocks and a
     decoder that adds cross-attention; relative position biases in each stack's first layer; RMS-style
     T5LayerNorm without bias. transformers 5 always ties lm_head to the shared embedding (T5Config sets
@@ -206,17 +187,17 @@ def t5(c: _Cfg) -> dict[str, Any]:
         attn = ["SelfAttention", "EncDecAttention"] if cross else ["SelfAttention"]
         for a in attn:
             for proj_name in ("q", "k", "v"):
-                g += _lin(f"{stack}.{a}.{proj_name}", inner, h, layers)
-            g += _lin(f"{stack}.{a}.o", h, inner, layers)
+                g += linear_groups(f"{stack}.{a}.{proj_name}", inner, h, layers)
+            g += linear_groups(f"{stack}.{a}.o", h, inner, layers)
         g.append(ParamGroup(f"{stack}.relative_attention_bias", "embedding", (buckets, nh), 1,
                             "relative_attention_bias", False))
         if gated:
-            g += _lin(f"{stack}.DenseReluDense.wi_0", ff, h, layers) + _lin(f"{stack}.DenseReluDense.wi_1", ff, h, layers)
+            g += linear_groups(f"{stack}.DenseReluDense.wi_0", ff, h, layers) + linear_groups(f"{stack}.DenseReluDense.wi_1", ff, h, layers)
         else:
-            g += _lin(f"{stack}.DenseReluDense.wi", ff, h, layers)
-        g += _lin(f"{stack}.DenseReluDense.wo", h, ff, layers)
-        g += _norm(f"{stack}.layer_norm", h, layers * (len(attn) + 1))
-        g += _norm(f"{stack}.final_layer_norm", h, 1, in_blocks=False)
+            g += linear_groups(f"{stack}.DenseReluDense.wi", ff, h, layers)
+        g += linear_groups(f"{stack}.DenseReluDense.wo", h, ff, layers)
+        g += norm_groups(f"{stack}.layer_norm", h, layers * (len(attn) + 1))
+        g += norm_groups(f"{stack}.final_layer_norm", h, 1, in_blocks=False)
     notes: tuple[str, ...] = ("encoder-decoder: the encoder reads seq_len tokens and the decoder as many (the decoder "
                               "length campaign assumes); activations in campaign.memory.encdec",)
     if c.get("tie_word_embeddings") is False:

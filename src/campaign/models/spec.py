@@ -41,6 +41,24 @@ class ParamGroup:
         return self.numel * self.count
 
 
+def linear_groups(name: str, out_f: int, in_f: int, count: int, *, bias: bool = False, module: str | None = None,
+                  expert: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
+    """A Linear layer's weight (and bias) as inventory groups."""
+    module = module or name.rsplit(".", 1)[-1]
+    groups = [ParamGroup(name, "linear", (out_f, in_f), count, module, in_blocks, expert)]
+    if bias:
+        groups.append(ParamGroup(name + ".bias", "bias", (out_f,), count, module, in_blocks, expert))
+    return groups
+
+
+def norm_groups(name: str, size: int, count: int, *, bias: bool = False, in_blocks: bool = True) -> list[ParamGroup]:
+    """A norm's weight (and bias) as inventory groups."""
+    groups = [ParamGroup(name, "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks)]
+    if bias:
+        groups.append(ParamGroup(name + ".bias", "norm", (size,), count, name.rsplit(".", 1)[-1], in_blocks))
+    return groups
+
+
 @dataclass(frozen=True)
 class AttentionLayer:
     """How one layer attends: full, sliding (with its window) or MLA (latent cache)."""

@@ -21,7 +21,7 @@ TOKENS = tuple((L - 1) + (L // 2 - 1) for L in LENGTHS)
 
 
 def test_the_per_micro_batch_mean_fails_on_variable_lengths_and_per_token_passes():
-    wrong = check_accumulation(f"{EXAMPLE}:make_setup")
+    wrong = check_accumulation(f"{EXAMPLE}:make_setup", normalization="micro_batch_mean")
     assert wrong.tokens_per_micro_batch == TOKENS == (16, 58, 28, 47) and wrong.tokens_per_update == 149
     assert (wrong.micro_batch, wrong.accumulation, wrong.processes, wrong.effective_batch) == (2, 4, 1, 8)
     assert wrong.normalization == "micro_batch_mean" and not wrong.passed
@@ -130,3 +130,175 @@ def test_progress_names_each_gradient_and_bad_options_come_before_the_setup_is_b
         with pytest.raises(InputError, match=fragment):
             check_accumulation(setup, **kwargs)
     assert not marker.exists()
+
+
+# -- the user's own accumulation step (issue 26 items 2, 9, 10) ------------------------------------------------------
+
+LOOPS = '''
+import torch
+import transformers
+
+from examples_train_setup import make_setup as llama_setup
+
+
+class Plain(torch.nn.Module):
+    """A plain language model (no get_input_embeddings); labels aligned with the logits, as its own loss uses them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 16)
+        self.head = torch.nn.Linear(16, 64)
+
+    def forward(self, input_ids, attention_mask=None):
+        return (self.head(torch.tanh(self.embed(input_ids))),)     # a tuple, as return_dict=False gives
+
+
+def plain_setup():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    batches = []
+    for length in (6, 20, 11):
+        ids = torch.randint(0, 64, (2, length), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, length // 2:] = 0
+        batches.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+    return {"model": Plain(), "batches": batches}
+
+
+def peft_setup():
+    import peft
+
+    made = llama_setup()
+    made["model"] = peft.get_peft_model(made["model"], peft.LoraConfig(r=4, lora_alpha=8,
+                                                                       target_modules=["q_proj", "v_proj"]))
+    for name, p in made["model"].named_parameters():    # B at 0 gives A no gradient: move B off 0 for the test
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    return made
+
+
+def token_sum(model, batch):
+    """(summed token losses, tokens) as a loop computes them from the logits."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    logits = out[0] if isinstance(out, tuple) else out.logits
+    labels = batch["labels"]
+    if KIND != "plain":                                  # a causal LM: token t predicts t + 1
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
+    return loss, int((labels != -100).sum())
+
+
+def per_token(model, micro_batches):                  # right: every token of the update weighs the same
+    total = sum(token_sum(model, b)[1] for b in micro_batches)
+    for b in micro_batches:
+        (token_sum(model, b)[0] / total).backward()
+
+
+def mean_of_means(model, micro_batches):              # planted: each micro-batch's mean / steps
+    for b in micro_batches:
+        s, n = token_sum(model, b)
+        (s / n / len(micro_batches)).backward()
+
+
+def summed(model, micro_batches):                     # planted: summed, never divided
+    for b in micro_batches:
+        token_sum(model, b)[0].backward()
+
+
+def base():
+    return {"llama": llama_setup, "plain": plain_setup, "peft": peft_setup}[KIND]()
+
+
+def right():
+    return {**base(), "accumulate": per_token}
+
+
+def means():
+    return {**base(), "accumulate": mean_of_means, "normalization": "token"}   # declared token, yet the loop isn't
+
+
+def sums():
+    return {**base(), "accumulate": summed}
+
+
+def no_loop():
+    return base()
+
+
+def raises():
+    made = base()
+    made["model"].forward = lambda **kw: (_ for _ in ()).throw(ValueError("shapes do not match (2, 7)"))
+    return made
+'''
+
+
+def loops(tmp_path: Path, kind: str) -> str:
+    (tmp_path / "examples_train_setup.py").write_text(EXAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    path = tmp_path / f"loops_{kind}.py"
+    path.write_text(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nKIND = {kind!r}\n" + LOOPS,
+                    encoding="utf-8")
+    return str(path)
+
+
+KINDS = ["llama", "plain", "peft"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_users_own_accumulation_step_is_run_and_a_right_one_passes(tmp_path, kind, cli):
+    path = loops(tmp_path, kind)
+    r = check_accumulation(f"{path}:right")
+    assert r.normalization == "accumulate" and r.passed and r.status == "pass"
+    c = r.checks[0]
+    assert c.status == "pass" and c.seen.startswith("your accumulation step: relative error")
+    res = cli("batch", f"{path}:right")                    # item 9: a clean setup exits 0
+    assert res.code == 0 and "EQUIVALENT" in res.out and "checked: your accumulation step" in res.out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("loop", ["means", "sums"])
+def test_a_wrong_accumulation_step_fails_whatever_is_declared(tmp_path, kind, loop):
+    r = check_accumulation(f"{loops(tmp_path, kind)}:{loop}", normalization="token")
+    c = r.checks[0]
+    assert r.normalization == "accumulate" and c.status == "fail" and r.status == "fail", c
+    assert c.seen.startswith("your accumulation step: relative error")
+
+
+def test_without_the_loop_or_a_declaration_it_is_not_verified_never_a_false_fail(tmp_path, cli):
+    path = loops(tmp_path, "plain")
+    r = check_accumulation(f"{path}:no_loop")
+    c = r.checks[0]
+    assert r.normalization == "" and c.status == "skipped" and c.gates and "accumulate" in c.fix
+    assert r.status == "not verified"
+    res = cli("batch", f"{path}:no_loop")
+    assert res.code == 1 and res.out.startswith("NOT VERIFIED") and "your loop: not given" in res.out
+    assert "why: ;" not in res.out
+    assert check_accumulation(f"{path}:no_loop", normalization="token").passed      # the declared fallback
+
+
+@pytest.mark.parametrize("kind", ["plain", "llama"])
+def test_a_forward_that_raises_is_bad_input_naming_the_users_model(tmp_path, cli, kind):
+    res = cli("batch", f"{loops(tmp_path, kind)}:raises")
+    assert res.code == 2 and "raised ValueError: shapes do not match (2, 7)" in res.err
+    assert res.err.count("\n") == 1
+
+
+def test_a_failing_torchrun_worker_reports_its_own_exception():
+    from campaign.train.accumulation import _cause
+
+    stderr = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "setup.py", line 9, in make_setup
+[rank0]: ValueError: the data folder /data/x does not exist
+E1202 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 0
+Traceback (most recent call last):
+  File "torch/distributed/run.py", line 9, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+campaign.train.ddp_worker FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+  exitcode  : 1 (pid: 7)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+    assert _cause(stderr) == "ValueError: the data folder /data/x does not exist"

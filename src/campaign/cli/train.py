@@ -31,15 +31,18 @@ def batch(
     accumulation: Annotated[Optional[int], typer.Option(help="Micro-batches per update on each process (default: "
                                                              "all given, split over the processes).")] = None,
     processes: Annotated[int, typer.Option(help="Processes (DDP under torchrun; gloo on the CPU).")] = 1,
-    normalization: Annotated[Optional[str], typer.Option(help="What your loop does: token (summed token losses / "
-                                                              "tokens of the update) | micro-batch-mean (loss / steps; "
-                                                              "default).")] = None,
+    normalization: Annotated[Optional[str], typer.Option(help="What your loop does, checked when the setup does "
+                                                              "not return its accumulate(model, micro_batches): token "
+                                                              "(summed token losses / tokens of the update) | "
+                                                              "micro-batch-mean (loss / steps).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Effective batch = micro-batch x accumulation x processes, tokens per update, and whether the accumulated
-    gradient equals the whole update's gradient under your loss normalization (and what the other one would give).
+    gradient equals the whole update's gradient: your loop's own accumulate (a setup field) when given, else the
+    normalization you declare (and what the other one would give).
 
-    Exit 0 when it does, 1 when it does not, 2 on bad input (needs the torch extra).
+    Exit 0 when it does, 1 when it does not or when neither your loop nor its normalization was given and the
+    micro-batches' token counts differ ("not verified"), 2 on bad input (needs the torch extra).
     """
     from ..train.accumulation import check_accumulation
     from .render.train import render_batch

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,10 +29,12 @@ from typing import Any
 from ..checks import Check
 from ..errors import InputError
 from ..results import Result
-from .setup import Setup, load_setup
+from .setup import Setup, first_line, load_setup
+from .step import first_rows
 
 SCHEMA = "campaign.batch/1"
-NORMALIZATIONS = {"token": "every token weighs the same: summed token losses / tokens of the whole update",
+NORMALIZATIONS = {"accumulate": "your accumulation step (the setup's accumulate), run on the micro-batches",
+                  "token": "every token weighs the same: summed token losses / tokens of the whole update",
                   "micro_batch_mean": "each micro-batch's mean loss / accumulation steps",
                   "token_local": "summed token losses / this process's tokens (DDP then averages the processes)"}
 PAD_KEYS = {"input_ids": 0, "attention_mask": 0, "labels": -100, "token_type_ids": 0}
@@ -61,7 +64,7 @@ class BatchReport(Result):
     tokens_per_micro_batch: tuple[int, ...]
     tokens_per_update: int
     tokens_per_process: tuple[int, ...]
-    normalization: str
+    normalization: str                  # what was checked: 'accumulate' (the loop's own), a declared one, '' (none)
     variants: tuple[Variant, ...]
     tolerance: float
     dtype: str
@@ -83,13 +86,47 @@ def _torch() -> Any:
 
 def _causal(model: Any) -> bool:
     """Token t predicts t + 1 (transformers' causal LMs shift logits and labels by one); other heads do not."""
-    return type(getattr(model, "module", model)).__name__.endswith("ForCausalLM")
+    inner = getattr(model, "module", model)                      # DDP
+    if hasattr(inner, "get_base_model"):                          # peft: the model it wraps
+        inner = inner.get_base_model()
+    return type(inner).__name__.endswith("ForCausalLM")
+
+
+def _logits(model: Any, batch: Mapping[str, Any]) -> Any:
+    """The per-token output of a forward on the batch without its labels (with them, for a forward that needs them):
+    .logits, a tuple's first element, or the tensor itself.
+
+    Raises:
+        InputError: the forward raises (naming the model's class and the error), or returns no logits.
+    """
+    from .step import output_tensor
+
+    name = type(getattr(model, "module", model)).__name__
+    try:
+        try:
+            out = model(**{k: v for k, v in batch.items() if k != "labels"})
+        except TypeError:                                    # a forward that needs its labels
+            out = model(**batch)
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(f"the model's forward ({name}) raised {type(e).__name__}: {first_line(e)}; campaign batch "
+                         "calls model(**micro_batch) as your loop does") from None
+    logits = output_tensor(out)
+    labels = batch["labels"]
+    if logits is None or logits.dim() != labels.dim() + 1 or tuple(logits.shape[:labels.dim()]) != \
+            tuple(labels.shape):
+        raise InputError(f"the model's forward ({name}) returned {type(out).__name__}"
+                         f"{tuple(logits.shape) if logits is not None else ''}, not logits with one row of scores per "
+                         f"label (labels {tuple(labels.shape)}); return .logits, or a tuple whose first element is "
+                         "them")
+    return logits
 
 
 def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
     """(sum of token losses, tokens counted) of one batch from the model's logits; labels -100 are ignored."""
     torch = _torch()
-    logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    logits = _logits(model, batch)
     labels = batch["labels"]
     if _causal(model):
         logits, labels = logits[:, :-1, :], labels[:, 1:]
@@ -175,9 +212,10 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     if accumulation * processes > n:
         raise InputError(f"{accumulation} accumulation steps x {processes} process(es) need {accumulation * processes} "
                          f"micro-batches; the setup gives {n}")
-    chosen = normalization or s.normalization or "micro_batch_mean"
-    if chosen not in ("token", "micro_batch_mean"):
-        raise InputError(f"normalization {chosen!r} must be 'token' or 'micro_batch_mean'")
+    declared = normalization or s.normalization
+    if declared is not None and declared not in ("token", "micro_batch_mean"):
+        raise InputError(f"normalization {declared!r} must be 'token' or 'micro_batch_mean'")
+    loop = s.accumulate if processes == 1 else None
     batches = s.batches[:accumulation * processes]
     model = s.model
     if processes > 1:
@@ -189,31 +227,53 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
         per_process = tuple(measured["tokens_per_process"])
         variants_raw = measured["variants"]
     else:
-        measured, variants_raw, per_process = None, _one_process(model, batches, tell), ()
+        measured, per_process = None, ()
+        variants_raw = _one_process(model, batches, tell, loop=loop, where=s.source or "the setup")
     counts = tuple(tokens(model, b) for b in batches)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, 1e-4)
     variants = tuple(Variant(k, v["relative_error"], v["cosine"], NORMALIZATIONS[k]) for k, v in variants_raw.items())
-    micro = int(batches[0]["input_ids"].shape[0])
-    rows = {int(b["input_ids"].shape[0]) for b in batches}
+    micro = first_rows(batches[0])
+    rows = {first_rows(b) for b in batches}
     checks, notes = [], []
-    user = next(v for v in variants if v.normalization == chosen)
     differ = len(set(counts)) > 1 or len(set(per_process)) > 1
-    if user.relative_error <= tol:
-        checks.append(Check("batch.accumulation_equivalence", "pass",
-                            f"{chosen}: relative error {user.relative_error:.1e}, cosine {user.cosine:.6f} against "
-                            "the whole update's gradient"))
-    else:
-        right = next(v for v in variants if v.normalization == "token")
+    chosen = "accumulate" if loop is not None else declared or ""
+    what = {"accumulate": "your accumulation step", "token": "declared normalization token",
+            "micro_batch_mean": "declared normalization micro batch mean"}.get(chosen, "")
+    right = next(v for v in variants if v.normalization == "token")
+    if not chosen and differ:
+        mean = next(v for v in variants if v.normalization == "micro_batch_mean")
         checks.append(Check(
-            "batch.accumulation_equivalence", "fail",
-            f"{chosen}: relative error {user.relative_error:.2%} (cosine {user.cosine:.4f}) against the whole "
-            f"update's gradient; per-token normalization errs {right.relative_error:.1e}",
-            "micro-batches with more tokens count less per token: the update is not the batch you think you train "
-            "with, and changing the accumulation steps changes the training",
-            "sum the token losses and divide by the tokens of the whole update (transformers: pass "
-            "num_items_in_batch, as Trainer does since 4.46, huggingface/transformers#34191); across processes, by the all-reduced count x world "
-            "size"))
+            "batch.accumulation_equivalence", "skipped",
+            f"your loop was not given and its normalization not declared: per-token normalization errs "
+            f"{right.relative_error:.1e} against the whole update's gradient, loss / steps {mean.relative_error:.2%}",
+            "which one your loop does decides whether the update is the batch you think you train with",
+            "return accumulate(model, micro_batches) from the setup (your loop's forwards and backwards of one "
+            "update), or declare --normalization token | micro-batch-mean"))
+    elif not chosen:
+        checks.append(Check("batch.accumulation_equivalence", "pass",
+                            f"every micro-batch holds the same tokens: per-token normalization and loss / steps both "
+                            f"give the whole update's gradient (relative error {right.relative_error:.1e})"))
+    else:
+        user = next(v for v in variants if v.normalization == chosen)
+        if user.relative_error <= tol:
+            checks.append(Check("batch.accumulation_equivalence", "pass",
+                                f"{what}: relative error {user.relative_error:.1e}, cosine {user.cosine:.6f} against "
+                                "the whole update's gradient"))
+        else:
+            checks.append(Check(
+                "batch.accumulation_equivalence", "fail",
+                f"{what}: relative error {user.relative_error:.2%} (cosine {user.cosine:.4f}) against the whole "
+                f"update's gradient (every token of the update weighing the same); per-token normalization errs "
+                f"{right.relative_error:.1e}",
+                "the update is not the batch you think you train with: micro-batches with more tokens count less "
+                "per token, or a sum never divided scales the step by the token count; changing the accumulation "
+                "steps changes the training",
+                "sum the token losses and divide by the tokens of the whole update (transformers: pass "
+                "num_items_in_batch, as Trainer does since 4.46, huggingface/transformers#34191); across processes, "
+                "by the all-reduced count x world size"))
+    if s.accumulate is not None and processes > 1:
+        notes.append("your accumulate runs in one process; across processes the declared normalization is checked")
     if not differ:
         checks.append(Check("batch.token_counts_vary", "warn",
                             f"every micro-batch has {counts[0]} tokens: the normalizations coincide, so this check "
@@ -225,8 +285,9 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
         notes.append("DDP keeps a full replica of the model on each process and averages gradients; it does not "
                      "share weights across cards (that is FSDP/ZeRO), and each process needs its own shard of the "
                      "data (a DistributedSampler), or the processes train on the same rows")
-    notes.append("token losses from the model's logits and labels (-100 ignored), dropout off; your loss function "
-                 "only decides the normalization")
+    notes.append("the whole update's gradient from the model's logits and labels (-100 ignored), dropout off"
+                 + ("; your accumulate ran on the micro-batches in eval mode" if loop is not None else
+                    "; your loss function only decides the normalization"))
     return BatchReport(micro_batch=micro, accumulation=accumulation, processes=processes,
                        effective_batch=micro * accumulation * processes, tokens_per_micro_batch=counts,
                        tokens_per_update=sum(counts), tokens_per_process=per_process, normalization=chosen,
@@ -235,19 +296,36 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
 
 
 def _one_process(model: Any, batches: Sequence[Mapping[str, Any]],
-                 tell: Callable[[str], None] = lambda _phase: None) -> dict[str, dict[str, float]]:
-    """Each normalization's accumulated gradient against the whole update computed at once, on this process."""
+                 tell: Callable[[str], None] = lambda _phase: None, *, loop: Callable[..., Any] | None = None,
+                 where: str = "the setup") -> dict[str, dict[str, float]]:
+    """Each normalization's accumulated gradient (and the loop's own, when given) against the whole update computed
+    at once, on this process."""
     was_training = model.training
     model.eval()
+    total = 4 if loop is not None else 3
     try:
         _zero(model)
-        tell(f"gradient 1/3: the whole update at once ({len(batches)} micro-batches)")
+        tell(f"gradient 1/{total}: the whole update at once ({len(batches)} micro-batches)")
         loss, n_total = _token_loss_sum(model, concatenate(batches))
         (loss / n_total).backward()
         ref = _grads(model)
         out = {}
-        for i, norm in enumerate(("token", "micro_batch_mean"), 2):
-            tell(f"gradient {i}/3: accumulated over {len(batches)} micro-batches, {norm.replace('_', ' ')} "
+        if loop is not None:
+            tell(f"gradient 2/{total}: your accumulation step over {len(batches)} micro-batches")
+            _zero(model)
+            try:
+                loop(model, [dict(b) for b in batches])
+            except InputError:
+                raise
+            except Exception as e:
+                raise InputError(f"{where}: accumulate raised {type(e).__name__}: {first_line(e)}") from None
+            if not any(p.grad is not None for p in model.parameters()):
+                raise InputError(f"{where}: accumulate left no gradient; it runs the forwards and backwards of one "
+                                 "update (loss.backward()) and does not zero them after")
+            rel, cos = _compare(_grads(model), ref)
+            out["accumulate"] = {"relative_error": rel, "cosine": cos}
+        for i, norm in enumerate(("token", "micro_batch_mean"), total - 1):
+            tell(f"gradient {i}/{total}: accumulated over {len(batches)} micro-batches, {norm.replace('_', ' ')} "
                  "normalization")
             _zero(model)
             for b in batches:
@@ -279,11 +357,16 @@ def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float)
 
 
 def _cause(stderr: str) -> str:
-    """The line of torchrun's output that says what went wrong: the last error or exception line of a worker (its
-    report is framed by lines of '=' and headed 'Root Cause'), else the last line with text."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip() and set(line.strip()) != {"="}]
+    """The line of torchrun's output that says what went wrong: a worker's own exception (the last line of its
+    traceback, 'ValueError: ...'), not torchrun's wrapper ('ChildFailedError', its framed report); else the last
+    error line; else the last line with text."""
+    lines = [re.sub(r"^\[(default)?rank\d+\]:\s*", "", line.strip()) for line in stderr.splitlines()
+             if line.strip() and set(line.strip()) != {"="}]
+    wrapper = ("ChildFailedError", "torch.distributed.elastic", "torch.distributed.run", "[rank", "traceback :")
+    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b:?", line)
+              and not any(w in line for w in wrapper)]
     errors = [line for line in lines if "Error" in line or "error:" in line or "Exception" in line]
-    return (errors or lines or ["no output"])[-1]
+    return (raised or errors or lines or ["no output"])[-1]
 
 
 def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:

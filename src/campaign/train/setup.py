@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import InputError
 
 FIELDS = ("model", "batches", "loss", "optimizer", "scheduler", "tokenizer", "trainable", "normalization",
-          "save_checkpoint", "load_checkpoint", "dataset", "collate", "label_field", "target_field", "transform")
+          "accumulate", "save_checkpoint", "load_checkpoint", "dataset", "collate", "label_field", "target_field",
+          "transform")
 # What each command needs from the setup: batch and check train a model on micro-batches; inspect reads the data.
 NEEDS_TRAINING = ("model", "batches")
 
@@ -28,7 +29,10 @@ class Setup:
     loss: loss(model, batch) -> scalar, or None when the model computes it from `labels` (HF models);
     normalization: what the training loop does when it accumulates: 'token' (every token of the update weighs
     the same: the loss is summed and divided by the update's token count) or 'micro_batch_mean' (each micro-batch's
-    mean loss divided by the accumulation steps), None when not stated; trainable: globs or module names of the
+    mean loss divided by the accumulation steps), None when not stated; accumulate(model, micro_batches): the
+    training loop's own accumulation step, the forwards and backwards of one update over its micro-batches, leaving
+    the update's gradient in each parameter's .grad (no optimizer step): what `campaign batch` runs and checks
+    (the normalization is the fallback when it is not given); trainable: globs or module names of the
     parameters meant to train ('*lora_*', 'lm_head'); save_checkpoint(directory, model, optimizer, scheduler,
     position) and load_checkpoint(directory, model, optimizer, scheduler) -> position: the training loop's own
     checkpointing, which `campaign check` then tests (campaign's own, train/checkpoint.py, when not given).
@@ -48,6 +52,7 @@ class Setup:
     tokenizer: Any = None
     trainable: Sequence[str] | None = None
     normalization: str | None = None
+    accumulate: Callable[[Any, list[Mapping[str, Any]]], Any] | None = None
     save_checkpoint: Callable[..., Any] | None = None
     load_checkpoint: Callable[..., Any] | None = None
     dataset: Any = None
@@ -163,6 +168,9 @@ def _checked(setup: Setup, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) 
         if value is not None and not isinstance(value, str):
             raise InputError(f"{where}: {name} must be the name of a field of the examples (a str), not "
                              f"{type(value).__name__}")
+    if setup.accumulate is not None and not callable(setup.accumulate):
+        raise InputError(f"{where}: accumulate must be a function (model, micro_batches) -> None, not "
+                         f"{type(setup.accumulate).__name__}")
     if setup.collate is not None and not callable(setup.collate):
         raise InputError(f"{where}: collate must be a function (examples -> batch), not {type(setup.collate).__name__}")
     if "model" not in needs and "batches" not in needs:

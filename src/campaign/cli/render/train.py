@@ -14,7 +14,7 @@ def render_batch(r: Any) -> None:
                   f"{r.effective_batch} rows; {r.tokens_per_update:,} tokens per update "
                   f"({min(r.tokens_per_micro_batch):,}-{max(r.tokens_per_micro_batch):,} per micro-batch"
                   + (f"; per process {', '.join(f'{t:,}' for t in r.tokens_per_process)}" if r.tokens_per_process
-                     else "") + f"); your normalization: {r.normalization.replace('_', ' ')}")
+                     else "") + f"); {_checked(r.normalization)}")
     t = table("Accumulated gradient against the whole update's",
               (("normalization", "left"), ("relative error", "right"), ("cosine", "right"), ("meaning", "left")))
     for v in r.variants:
@@ -23,6 +23,15 @@ def render_batch(r: Any) -> None:
     console.print(t)
     checks(r.checks, ("fail", "warn", "skipped"), escaped=False)
     notes(r.notes)
+
+
+def _checked(normalization: str) -> str:
+    """What the accumulation check compared with the whole update: the loop's own step or a declared normalization."""
+    if normalization == "accumulate":
+        return "checked: your accumulation step (accumulate)"
+    if normalization:
+        return f"your normalization: {normalization.replace('_', ' ')}"
+    return "your loop: not given (return accumulate, or --normalization)"
 
 
 def _not_run(rows: Any) -> str:

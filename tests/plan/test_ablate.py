@@ -82,8 +82,9 @@ def test_seeds_from_power_and_the_design_chosen_under_a_budget(write_yaml):
     assert rep.fits and any("over the budget" in c for c in rep.cut)
     ofat_ = next(d for d in rep.alternatives if d.kind == "ofat" and d.seeds_per_cell == max(n, 2))
     assert ofat_.runs == 5 * max(n, 2)
-    # $2.99 an hour (the example prices) x 40 card-hours = $119.60
-    assert rep.design.cost_cents == 11_960
+    # billed as campaign budget bills: 40 card-hours x 1.15 (the default margin) = 46 started hours x $2.99
+    # (the example prices) = $137.54
+    assert rep.design.cost_cents == 13_754 and rep.margin == 0.15
 
 
 def test_over_budget_cuts_factors_from_the_end(write_yaml, cli):
@@ -130,5 +131,5 @@ def test_hours_scale_per_level_prices_each_cell(write_yaml):
     # 2^(4-1): 4 cells at 1 epoch x 2 seeds x 2 h + 4 cells at 2 epochs x 2 seeds x 4 h = 16 + 32 = 48 h
     assert sum(c.levels["epochs"] == "2" for c in rep.design.cells) == 4 and rep.design.card_hours == 48
     bad = write_yaml({"hours_per_run": 2, "factors": [{"name": "e", "levels": [1, 2], "hours_scale": [1]}]}, "g.yaml")
-    with pytest.raises(Exception, match="one number above 0 per level"):
+    with pytest.raises(Exception, match="one number above 0 .at most 1,000. per level"):
         plan_ablation(bad)

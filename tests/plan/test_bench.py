@@ -3,9 +3,11 @@ cheapest way to the target, configurations that never reach it, and the raw tabl
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
+from campaign.errors import InputError
 from campaign.plan.bench import bench, crossing
 
 
@@ -19,7 +21,7 @@ def test_crossing_interpolates_between_evaluations():
 
 
 COST = {
-    "name": "t", "metric": "f1", "target": 72, "repeats": 4,
+    "name": "t", "metric": "f1", "target": 72, "repeats": 4, "margin": "0%",
     "protocol": {"data": "heldout.jsonl", "evaluation": "macro F1", "timing": "wall clock"},
     "configurations": [
         {"name": "fast", "card": "h100", "method": "lora", "precision": "bf16",
@@ -85,7 +87,7 @@ def test_the_raw_table_and_protocol_are_written_all_or_nothing(write_yaml, price
     out = tmp_path / "out"
     bench(write_yaml(COST, "cost.yaml"), prices=prices, out=out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    changed = {**COST, "target": 71}
+    changed = {**COST, "target": 71.5}
 
     def fail(report):
         raise RuntimeError("killed while writing the protocol")
@@ -125,3 +127,45 @@ def test_time_to_target_from_recorded_runs(write_yaml, prices, monkeypatch, tmp_
     (c,) = rep.configurations
     assert [(r.seed, r.hours_to_target, r.final) for r in c.runs] == [("0", 2.0, 74.0), ("1", None, 71.0)]
     assert c.status == "reaches in 1 of 2 runs" and c.runs[0].how == f"run {a.id}" and not rep.passed
+
+
+def test_a_curve_that_falls_back_below_the_target_is_flagged(write_yaml, prices):
+    cost = {"metric": "f1", "target": 72, "margin": "0%", "configurations": [
+        {"name": "x", "card": "h100", "runs": [{"seed": 0, "curve": [[1, 70], [2, 72.5], [3, 71.0]]},
+                                               {"seed": 1, "curve": [[1, 71], [2, 73]]}]}]}
+    rep = bench(write_yaml(cost, "c.yaml"), prices=prices)
+    holds = next(c for c in rep.checks if c.id == "bench.holds")
+    # seed 0 crosses 72 at 1 + 2/2.5 = 1.8 h, then ends at 71.0: flagged, not silently priced as a success
+    assert rep.configurations[0].runs[0].falls_back and not rep.configurations[0].runs[1].falls_back
+    assert holds.status == "warn" and "x seed 0" in holds.seen and rep.status == "warn"
+
+
+@pytest.mark.parametrize("runs, fragment", [
+    ([{"seed": 0, "hours_to_target": 2, "final": 70}], "hours_to_target is 2 but final 70 does not reach"),
+    ([{"seed": 0, "hours_to_target": None, "final": 73}], "hours_to_target is null (never reached) but final 73"),
+    ([{"seed": 0, "hours_to_target": 2}, {"seed": 0, "hours_to_target": 3}], "seed '0' is given twice"),
+    ([{"seed": 0, "hours": 2}], "unknown key 'hours': the keys here are seed, hours_to_target"),
+])
+def test_inconsistent_runs_are_refused(write_yaml, prices, runs, fragment):
+    cost = {"metric": "f1", "target": 72, "configurations": [{"name": "x", "card": "h100", "runs": runs}]}
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        bench(write_yaml(cost, "c.yaml"), prices=prices)
+
+
+def test_the_protocol_says_the_same_data_only_when_the_hashes_say_so(write_yaml, prices, tmp_path):
+    def protocol(doc, name):
+        rep = bench(write_yaml(doc, f"{name}.yaml"), prices=prices, out=tmp_path / name)
+        text = (tmp_path / name / "protocol.md").read_text(encoding="utf-8")
+        return rep, next(line for line in text.splitlines() if line.startswith("- Data:"))
+
+    rep, line = protocol(COST, "none")
+    assert "the same data for every configuration" not in line and "no data hash given" in line
+    assert next(c for c in rep.checks if c.id == "bench.same_data").status == "warn"
+    same = {**COST, "protocol": {**COST["protocol"], "data_sha256": "ab12"}}
+    rep, line = protocol(same, "same")
+    assert line == "- Data: heldout.jsonl (sha256 ab12: the same data for every configuration)."
+    differ = {**same, "configurations": [{**COST["configurations"][0], "data_sha256": "cd34"},
+                                         *COST["configurations"][1:]]}
+    rep, line = protocol(differ, "differ")
+    assert "hashes differ: ab12, cd34" in line
+    assert next(c for c in rep.checks if c.id == "bench.same_data").status == "fail"

@@ -4,6 +4,7 @@ estimates are A = -101.625, B = 7.375, C = 306.125, AB = -24.875, AC = -153.625,
 square is 18,020.50 / 8 = 2,252.56. The figures below are recomputed by hand from the data in the test."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -39,7 +40,8 @@ def test_the_plasma_etch_effects_and_error_variance(etch):
     contrast_a = totals["a"] + totals["ab"] + totals["ac"] + totals["abc"] - totals["(1)"] - totals["b"] \
         - totals["c"] - totals["bc"]
     assert contrast_a == -813
-    want = {"A": -101.625, "B": 7.375, "C": 306.125, "AB": -24.875, "AC": -153.625, "BC": -2.125}
+    # the full 2^3 estimates the three-factor interaction too: ABC = 5.625 (Montgomery, Table 6.5)
+    want = {"A": -101.625, "B": 7.375, "C": 306.125, "AB": -24.875, "AC": -153.625, "BC": -2.125, "ABC": 5.625}
     got = {e.effect: e.estimate for e in rep.effects}
     assert got == pytest.approx(want, abs=1e-9)
     # SS_E: sum over cells of (y1 - y2)^2 / 2 = 18,020.5 on 16 - 8 = 8 df
@@ -122,3 +124,56 @@ def test_effects_from_recorded_runs(cli, write_yaml, tmp_path):
     assert got == {"A": 2.0, "B": 1.0, "AB": 0.0} and d["runs"] == 8 and d["path"] == "runs tagged 'abl'"
     r = cli("ablate", "analyze", "--runs", "none", "--factors", str(factors))
     assert r.code == 2 and "no completed run is tagged 'none'" in r.err, r.err
+
+
+# Montgomery, Design and Analysis of Experiments (8th ed.), Example 6.2: the filtration rate of a chemical, an
+# unreplicated 2^4 (A temperature, B pressure, C concentration, D stirring rate), responses in standard order
+FILTRATION = {"(1)": 45, "a": 71, "b": 48, "ab": 65, "c": 68, "ac": 60, "bc": 80, "abc": 65, "d": 43, "ad": 100,
+              "bd": 45, "abd": 104, "cd": 75, "acd": 86, "bcd": 70, "abcd": 96}
+
+
+def _filtration(tmp_path, drop=()):
+    factors = tmp_path / "f.yaml"
+    factors.write_text(json.dumps({"hours_per_run": 1, "metric": "rate", "factors": [
+        {"name": n, "levels": ["low", "high"]} for n in "ABCD"]}), encoding="utf-8")
+    lines = ["A,B,C,D,seed,rate"]
+    for label, y in FILTRATION.items():
+        if label not in drop:
+            lines.append(",".join("high" if c in label else "low" for c in "abcd") + f",0,{y}")
+    results = tmp_path / "filtration.csv"
+    results.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return results, factors
+
+
+def test_an_unreplicated_two_level_design_is_analysed_with_lenths_pse(tmp_path):
+    from scipy import stats
+
+    rep = analyze_ablation(*_filtration(tmp_path))
+    got = {e.effect: e.estimate for e in rep.effects}
+    # Montgomery's Table 6.11: all 15 effects, the four-factor interaction included
+    assert got == pytest.approx({"A": 21.625, "B": 3.125, "C": 9.875, "D": 14.625, "AB": 0.125, "AC": -18.125,
+                                 "AD": 16.625, "BC": 2.375, "BD": -0.375, "CD": -1.125, "ABC": 1.875, "ABD": 4.125,
+                                 "ACD": -1.625, "BCD": -2.625, "ABCD": 1.375})
+    # by hand: median |c| of the 15 = 2.625, s0 = 3.9375; the |c| below 2.5 s0 = 9.84 are the ten smallest,
+    # median (1.625 + 1.875) / 2 = 1.75, PSE = 1.5 x 1.75 = 2.625; d = 15 / 3 = 5; ME = t(0.975, 5) x 2.625 = 6.75
+    assert rep.error_method == "lenth" and rep.pse == pytest.approx(2.625) and rep.error_variance is None
+    me = stats.t.ppf(0.975, 5) * 2.625
+    assert me == pytest.approx(6.748, abs=1e-3)
+    a = next(e for e in rep.effects if e.effect == "A")
+    assert (a.ci_low, a.ci_high) == (pytest.approx(21.625 - me), pytest.approx(21.625 + me))
+    # the textbook's conclusion: A, C, D, AC and AD are active, nothing else
+    active = {e.effect for e in rep.effects if e.p_value < 0.05}
+    assert active == {"A", "C", "D", "AC", "AD"}
+    assert any("Lenth's pseudo standard error (PSE 2.625 on 15 effects" in n for n in rep.notes)
+
+
+def test_a_missing_run_names_its_cell(tmp_path):
+    rep = analyze_ablation(*_filtration(tmp_path, drop=("abd",)))
+    assert rep.missing == ("abd",) and any("cell(s) abd (no run)" in n for n in rep.notes)
+
+
+def test_a_response_of_1e308_is_one_line(tmp_path, cli):
+    results, factors = _filtration(tmp_path)
+    results.write_text(results.read_text().replace(",45\n", ",1e308\n"), encoding="utf-8")
+    r = cli("ablate", "analyze", str(results), "--factors", str(factors))
+    assert r.code == 2 and r.err.count("\n") == 1 and "is 1e+308, beyond +-1e+100" in r.err, r.err

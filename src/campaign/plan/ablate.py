@@ -12,19 +12,28 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, replace
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .prices import cents, load_prices, load_yaml, usd
+from .billing import MARGIN, ROUNDING, on_demand_cents, parse_margin, round_cents
+from .prices import catalog_card, cents, known_keys, load_prices, load_yaml, usd
 
 SCHEMA = "campaign.ablate_plan/1"
 FIX = "see examples/plan/factors.yaml for the format"
+FACTORS_KEYS = ("name", "metric", "factors", "design", "generators", "fraction", "seeds", "seed_sd", "min_effect",
+                "hours_per_run", "cards_per_run", "card", "budget_gpu_hours", "budget_usd", "margin", "power",
+                "randomize_seed", "blocks")
+FACTOR_KEYS = ("name", "levels", "control", "hours_scale")
+MAX_HOURS = 100_000             # hours of one run (11 years): above it a typo, and sums of runs lose precision
+MAX_CELLS = 4096                # cells of a design: 2^12; a larger full factorial is refused with the fix
 LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"     # I is skipped: it names the identity in a defining relation
 MIN_SEEDS = 2                               # fewer gives no spread between seeds, so no interval
+POWER = 0.80                # the power a plan is sized for (campaign seeds' convention); below it a warning
+POWER_FAIL = 0.50           # below it the plan misses a real effect more often than it finds it: a failure
 # Generators of the 2^(k-p) designs of maximum resolution (minimum aberration), as tabulated by Box, Hunter &
 # Hunter (Statistics for Experimenters, 2nd ed., 2005, Table 6.22) and Montgomery (Design and Analysis of
 # Experiments, table of selected 2^(k-p) fractional factorial designs); signs are set so the control is a run.
@@ -120,6 +129,7 @@ class AblationPlan(Result):
     cut: tuple[str, ...]
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = ()
+    margin: float = MARGIN              # the recovery margin the cost applies (billing.py)
     schema: str = SCHEMA
 
 
@@ -149,6 +159,7 @@ class FactorsFile(Record):
     card: str | None
     budget_card_hours: float | None
     budget_cents: int | None
+    margin: float = MARGIN
 
 
 def _level(value: Any, where: JsonObject, what: str) -> str:
@@ -169,10 +180,10 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
     Raises:
         InputError: one line naming the file and the field (a factor with one level, a control not among its levels).
     """
-    from ..hardware import find_card
 
     where = str(path)
-    doc = JsonObject(load_yaml(path, "factors file"), where, fix=FIX)
+    doc = JsonObject(load_yaml(path, "factors"), where, fix=FIX)
+    known_keys(doc, FACTORS_KEYS)
     factors: list[Factor] = []
     items = doc.items("factors")
     if not items:
@@ -181,6 +192,8 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
         doc.fail(f"{len(items)} factors; at most {len(LETTERS)} can be lettered")
     for i, f in enumerate(items):
         name = f.str("name")
+        f = JsonObject(f.data, f"{where}: factor {name!r}", fix=FIX)
+        known_keys(f, FACTOR_KEYS)
         levels = tuple(_level(v, f, "level") for v in f.list("levels"))
         if len(levels) < 2:
             f.fail(f"factor {name!r} has {len(levels)} level(s); a factor needs at least two (its control and a "
@@ -194,8 +207,9 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
             f.fail(f"factor {name!r} is listed twice")
         raw = f.list("hours_scale", [1.0] * len(levels))
         if len(raw) != len(levels) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                              and math.isfinite(x) and x > 0 for x in raw):
-            f.fail(f"field 'hours_scale' must give one number above 0 per level of {name!r} ({len(levels)})")
+                                              and math.isfinite(x) and 0 < x <= 1000 for x in raw):
+            f.fail(f"field 'hours_scale' must give one number above 0 (at most 1,000) per level of {name!r} "
+                   f"({len(levels)})")
         factors.append(Factor(name, LETTERS[i], levels, control, tuple(float(x) for x in raw)))
     design = doc.str("design", "auto")
     if design not in ("auto", "ofat", "full", "fractional"):
@@ -206,16 +220,17 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
     seed_sd = doc.number("seed_sd", None, minimum=0)
     min_effect = doc.number("min_effect", None)
     hours = doc.number("hours_per_run", minimum=0)
-    if hours <= 0:
-        doc.fail("field 'hours_per_run' must be above 0")
-    card = find_card(doc.str("card")).name if "card" in doc else None
+    if not 0 < hours <= MAX_HOURS:
+        doc.fail(f"field 'hours_per_run' is {hours:g}; give the hours of one run, above 0 and at most {MAX_HOURS:,}")
+    card = catalog_card(doc.raw("card"), where, "card") if "card" in doc else None
     budget_hours = doc.number("budget_gpu_hours", None, minimum=0)
     budget = cents(doc.raw("budget_usd"), where, "budget_usd") if "budget_usd" in doc else None
     if budget is not None and card is None:
         doc.fail("a budget in USD needs the 'card' whose hourly price applies")
     return FactorsFile(where, str(doc.raw("name", os.path.basename(where))), doc.str("metric", "metric"),
                        tuple(factors), design, generators, fraction, seeds, seed_sd, min_effect, float(hours),
-                       doc.count("cards_per_run", 1, minimum=1, maximum=4096), card, budget_hours, budget)
+                       doc.count("cards_per_run", 1, minimum=1, maximum=4096), card, budget_hours, budget,
+                       parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where))
 
 
 # ------------------------------------------------------------------------------------------ two-level algebra
@@ -295,13 +310,27 @@ def _other(f: Factor) -> str:
     return next(v for v in f.levels if v != f.control)
 
 
-def _cost(card_hours: float, hourly: int | None) -> int | None:
-    if hourly is None:
+@dataclass(frozen=True)
+class Rate:
+    """How a design is billed (billing.py, as campaign budget and bench bill): on demand at `hourly` exact cents per
+    card-hour, its runs one after another on `cards` cards, each lengthened by the margin, per started `unit`."""
+
+    hourly: Decimal
+    cards: int = 1
+    margin: float = MARGIN
+    unit: str = "hour"
+
+
+def _cost(card_hours: float, rate: Rate | None) -> int | None:
+    """The design's runs back to back on rate.cards cards (card_hours / cards each, x (1 + margin)), billed on demand:
+    campaign budget's bill for the same runs."""
+    if rate is None:
         return None
-    return int((Decimal(repr(card_hours)) * hourly).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    span = card_hours / rate.cards * (1 + rate.margin)
+    return round_cents(on_demand_cents(rate.hourly, [span] * rate.cards, rate.unit))
 
 
-def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None) -> Design:
+def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
     """The control, then each factor's other levels one at a time from the control: 1 + sum(levels - 1) cells."""
     control = {f.name: f.control for f in factors}
     cells = [_cell(factors, control, seeds, hours)]
@@ -314,7 +343,7 @@ def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | No
                   _cost(total, hourly))
 
 
-def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None) -> Design:
+def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
     """Every combination of levels; for two-level factors the cells in standard order, all effects clear."""
     combos = itertools.product(*[[f.control] + [v for v in f.levels if v != f.control] for f in reversed(factors)])
     cells = [_cell(factors, dict(zip([f.name for f in reversed(factors)], c)), seeds, hours) for c in combos]
@@ -327,7 +356,7 @@ def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly
                   if two else (), clear_interactions=inter)
 
 
-def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: int | None = None, *,
+def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None, *,
                generators: tuple[str, ...] = (), p: int | None = None) -> Design:
     """A two-level 2^(k-p) fraction: the generators given, else the standard ones for (k, p) with signs that keep
     the control among the runs; its defining relation, resolution (the shortest word) and aliases.
@@ -427,7 +456,14 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
         raise InputError(f"design {ff.design!r} is not known; use auto, ofat, full or fractional")
     if ff.budget_cents is not None and ff.card is None:
         raise InputError(f"{ff.path}: a budget in USD needs the 'card' whose hourly price applies; add card:")
-    hourly = load_prices(prices).for_card(ff.card).hourly_cents if ff.card else None
+    hourly = None
+    if ff.card:
+        pf = load_prices(prices)
+        exact = pf.for_card(ff.card).hourly_exact
+        if exact is None:
+            raise InputError(f"{pf.path}: card {ff.card!r} has no hourly price, which an ablation is costed at; add "
+                             f"'hourly' to it")
+        hourly = Rate(exact, ff.cards_per_run, ff.margin, pf.billing)
     paired = None
     seeds_how = "given" if ff.seeds is not None else "default"
     notes: list[str] = []
@@ -448,10 +484,20 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     hours = ff.hours_per_run * ff.cards_per_run
     two_level = all(len(f.levels) == 2 for f in ff.factors)
 
+    def cells_of(kind: str, factors: tuple[Factor, ...], p: int | None = None) -> int:
+        return {"ofat": 1 + sum(len(f.levels) - 1 for f in factors),
+                "full": math.prod(len(f.levels) for f in factors),
+                "fractional": 2 ** max(len(factors) - (p or len(ff.generators) or 1), 0)}[kind]
+
     def build(kind: str, factors: tuple[Factor, ...], p: int | None = None, min_seeds: bool = False) -> Design:
-        n_cells = {"ofat": 1 + sum(len(f.levels) - 1 for f in factors),
-                   "full": math.prod(len(f.levels) for f in factors),
-                   "fractional": 2 ** (len(factors) - (p or len(ff.generators) or 1))}[kind]
+        n_cells = cells_of(kind, factors, p)
+        if n_cells > MAX_CELLS:
+            raise InputError(f"{ff.path}: a {'full factorial' if kind == 'full' else kind + ' design'} of "
+                             f"{len(factors)} factors has {n_cells:,} cells, more than {MAX_CELLS:,}; use design: "
+                             f"fractional (a 2^(k-p) fraction: give 'generators') or ofat, or fewer factors")
+        if kind == "fractional" and 2 ** (p or len(ff.generators) or 1) > MAX_CELLS:
+            raise InputError(f"{ff.path}: a 2^(k-p) fraction with p = {p or len(ff.generators)} has a defining "
+                             f"relation of more than {MAX_CELLS:,} words; use at most 12 generators, or ofat")
         s = MIN_SEEDS if min_seeds and ff.seeds is None else _seeds_for(n_cells, paired, ff.seeds, kind)
         if kind == "ofat":
             return ofat(factors, s, hours, hourly)
@@ -467,7 +513,11 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     candidates: list[Design] = []
     if ff.design == "auto":
         k = len(ff.factors)
-        candidates.append(build("full", ff.factors))
+        if cells_of("full", ff.factors) <= MAX_CELLS:
+            candidates.append(build("full", ff.factors))
+        else:
+            notes.append(f"the full factorial ({cells_of('full', ff.factors):,} cells) is above the {MAX_CELLS:,} "
+                         "cells planned; not considered")
         if two_level:
             for p in range(1, k):
                 if (k, p) in STANDARD_GENERATORS:
@@ -506,7 +556,7 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     return AblationPlan(ff.path, ff.name, ff.metric, ff.factors, design_, alternatives, chosen is not None,
                         ff.budget_card_hours, ff.budget_cents, ff.hours_per_run, ff.cards_per_run, ff.card,
                         seeds_how, paired, _order(design_, ff.factors), tuple(cut), tuple(checks),
-                        tuple(notes + _notes(design_, ff)))
+                        tuple(notes + _notes(design_, ff, hourly.unit if hourly else "hour")), ff.margin)
 
 
 def _order(d: Design, factors: tuple[Factor, ...]) -> tuple[str, ...]:
@@ -520,6 +570,21 @@ def _order(d: Design, factors: tuple[Factor, ...]) -> tuple[str, ...]:
     return tuple((["(1)"] if "(1)" in labels else []) + rest)
 
 
+def design_power(d: Design, ff: FactorsFile) -> tuple[float, int] | None:
+    """(power, n) of the design to detect min_effect at seed_sd (the SD of paired differences), None without them.
+    One factor at a time compares each cell with the control on its seeds: a paired t on n = seeds per cell. A
+    two-level factorial estimates each effect from all N runs with SE 2 sigma / sqrt(N) = seed_sd sqrt(2 / N), a
+    paired t's SE on n = N / 2 pairs (the equivalence _seeds_for sizes by)."""
+    from ..evaluate.stats import power_paired_t
+
+    if ff.seed_sd is None or not ff.min_effect:
+        return None
+    n = d.seeds_per_cell if d.kind == "ofat" or any(len(levels) != 2 for levels in
+                                                    (f.levels for f in ff.factors)) else d.runs // 2
+    value = power_paired_t(n, ff.min_effect, ff.seed_sd) if n >= 2 else 0.0
+    return (float(value or 0.0), n)
+
+
 def _checks(ff: FactorsFile, d: Design, fits: bool) -> list[Check]:
     out = [Check("ablate.control_run", "pass" if d.includes_control else "warn",
                  "the control is one of the runs" if d.includes_control else "the control is not among the runs",
@@ -530,10 +595,22 @@ def _checks(ff: FactorsFile, d: Design, fits: bool) -> list[Check]:
         out.append(Check("ablate.resolution", status, f"resolution {roman(d.resolution or 0)}",
                          "at resolution III main effects are aliased with two-factor interactions",
                          "take a smaller fraction (fraction: 1) or fewer factors"))
-    out.append(Check("ablate.seeds", "pass" if d.seeds_per_cell >= MIN_SEEDS else "warn",
-                     f"{d.seeds_per_cell} seed(s) per cell",
-                     "with one seed there is no spread between seeds, so no interval on any effect",
-                     f"run at least {MIN_SEEDS} seeds per cell"))
+    power = design_power(d, ff)
+    if power is None:
+        out.append(Check("ablate.seeds", "pass" if d.seeds_per_cell >= MIN_SEEDS else "warn",
+                         f"{d.seeds_per_cell} seed(s) per cell",
+                         "with one seed there is no spread between seeds, so no interval on any effect",
+                         f"run at least {MIN_SEEDS} seeds per cell"))
+    else:
+        value, n = power
+        status = "pass" if value >= POWER else "warn" if value >= POWER_FAIL else "fail"
+        out.append(Check("ablate.seeds", status,
+                         f"{d.seeds_per_cell} seed(s) per cell: power {value:.3f} at n = {n} to detect "
+                         f"{ff.min_effect:g} at a seed SD of {ff.seed_sd:g} (paired t, alpha 0.05)",
+                         f"below {POWER:.0%} power a real effect of that size is missed more often than the plan "
+                         "can afford" if status != "pass" else "",
+                         "raise the budget for more seeds, take a two-level fraction (every run counts for every "
+                         "effect), or drop factors" if status != "pass" else ""))
     if ff.budget_card_hours is not None or ff.budget_cents is not None:
         out.append(Check("ablate.budget", "pass" if fits else "fail",
                          f"{d.name}: {d.card_hours:,.1f} card-hours" + (f", {usd(d.cost_cents)}" if d.cost_cents
@@ -544,11 +621,15 @@ def _checks(ff: FactorsFile, d: Design, fits: bool) -> list[Check]:
     return out
 
 
-def _notes(d: Design, ff: FactorsFile) -> list[str]:
+def _notes(d: Design, ff: FactorsFile, unit: str = "hour") -> list[str]:
     notes = []
     if d.kind == "fractional":
         notes.append(f"defining relation I = {' = '.join(d.defining_relation)}; aliases of order above three are "
                      "left out")
     if ff.card is None:
         notes.append("no card given: cost in card-hours only; add card: for USD at its hourly price")
+    else:
+        notes.append(f"cost: on demand at {ff.card}'s hourly price, the runs one after another, each card billed per "
+                     f"started {unit}, recovery margin {ff.margin:.0%} on every run, as campaign "
+                     f"budget bills; GPU-hours are the runs' hours, margin excluded; money {ROUNDING}")
     return notes

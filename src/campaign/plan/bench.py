@@ -16,10 +16,15 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .prices import PriceFile, hourly_cost, load_prices, load_yaml, usd
+from .billing import MARGIN, ROUNDING, parse_margin, price, runs_phase
+from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml, usd
 
 SCHEMA = "campaign.bench/1"
 FIX = "see examples/plan/cost.yaml for the format"
+COST_KEYS = ("name", "metric", "target", "higher_is_better", "repeats", "margin", "protocol", "configurations")
+PROTOCOL_KEYS = ("data", "evaluation", "timing", "data_sha256")
+CONFIG_KEYS = ("name", "card", "cards", "method", "precision", "runs", "runs_tag", "data_sha256")
+RUN_KEYS = ("seed", "hours_to_target", "curve", "final")
 RAW = "raw.csv"
 PROTOCOL = "protocol.md"
 
@@ -32,17 +37,21 @@ class BenchRun(Record):
     hours_to_target: float | None
     final: float | None
     how: str                        # given | curve | run <id> (a recorded run's logged metrics)
+    falls_back: bool = False        # its curve reached the target, then ended on the wrong side of it
 
 
 @dataclass(frozen=True)
 class RentalCost(Record):
-    """The time to the target priced under one rental: fits when the rental's window holds it."""
+    """The time to the target priced under one rental (billing.price, the model budget uses): fits when the
+    rental's window holds the runs, margin included; hours: when the last run ends."""
 
     name: str
     cards: int
     window_hours: float | None
     fits: bool
     cost_cents: int | None
+    hours: float | None = None
+    cost_exact_cents: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,18 +92,41 @@ class BenchReport(Result):
     prices: dict[str, Any] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    margin: float = MARGIN
     schema: str = SCHEMA
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        """bench.reaches: some configuration reaches the target (the cheapest is the one to rent)."""
+        """bench.reaches: some configuration reaches the target (the cheapest is the one to rent); bench.holds: no
+        run's curve falls back past the target after reaching it (warn); bench.same_data: the configurations'
+        data hashes agree (warn when not shown, fail when they differ)."""
         reached = [c.name for c in self.configurations if c.status != "never reaches"]
+        out = []
         if self.cheapest is not None:
-            return (Check("bench.reaches", "pass", f"{len(reached)} of {len(self.configurations)} configurations "
-                          f"reach {self.metric} {self.target:g}; cheapest: {self.cheapest}"),)
-        return (Check("bench.reaches", "fail", f"no configuration reaches {self.metric} {self.target:g}: {self.why}",
-                      "a rental priced on a curve that never reaches the target buys nothing",
-                      "run longer, change the configuration, or lower the target"),)
+            out.append(Check("bench.reaches", "pass", f"{len(reached)} of {len(self.configurations)} configurations "
+                             f"reach {self.metric} {self.target:g}; cheapest: {self.cheapest}"))
+        else:
+            out.append(Check("bench.reaches", "fail", f"no configuration reaches {self.metric} {self.target:g}: "
+                             f"{self.why}", "a rental priced on a curve that never reaches the target buys nothing",
+                             "run longer, change the configuration, or lower the target"))
+        falls = [f"{c.name} seed {r.seed}" for c in self.configurations for r in c.runs if r.falls_back]
+        out.append(Check("bench.holds", "warn" if falls else "pass",
+                         f"reached the target, then ended past it: {', '.join(falls)}" if falls
+                         else "no run falls back past the target after reaching it",
+                         "a run that falls back was priced at its first crossing: a checkpoint taken later misses "
+                         "the target", "keep the checkpoint at the crossing, or time runs to a stable crossing"))
+        data = self.protocol.get("data_sha256", {})
+        if data.get("same") is True:
+            out.append(Check("bench.same_data", "pass", f"every configuration on data sha256 {data['sha256']}"))
+        elif data.get("same") is False:
+            out.append(Check("bench.same_data", "fail", f"the configurations' data hashes differ ({data['sha256']})",
+                             "cost at equal quality compares configurations on the same data only",
+                             "evaluate every configuration on the same data"))
+        else:
+            out.append(Check("bench.same_data", "warn", "no data hash: nothing shows every configuration used the "
+                             "same data", "a configuration evaluated on easier data looks cheaper",
+                             "give protocol data_sha256 (or each configuration's data_sha256)", gates=False))
+        return tuple(out)
 
 
 def crossing(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
@@ -133,19 +165,27 @@ def runs_from_store(tag: str, metric: str, target: float, higher: bool, where: s
                  and not isinstance(r.get(metric), bool) and isinstance(r.get("t"), str)]
         hours = crossing(curve, target, higher) if curve else None
         out.append(BenchRun(str(m.seeds[0]) if m.seeds else m.id, hours, curve[-1][1] if curve else None,
-                            f"run {m.id}"))
+                            f"run {m.id}", hours is not None and not _reached(curve[-1][1], target, higher)))
     if not out:
         raise InputError(f"{where}: no ended run is tagged {tag!r}; record the runs with campaign run start --tag "
                          f"{tag}, or give 'runs'")
     return out
 
 
+def _reached(y: float, target: float, higher: bool) -> bool:
+    return y >= target if higher else y <= target
+
+
 def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[BenchRun]:
     if "runs_tag" in c:
         return runs_from_store(c.str("runs_tag"), metric, target, higher, c.where)
-    out = []
+    out: list[BenchRun] = []
     for i, r in enumerate(c.items("runs")):
+        known_keys(r, RUN_KEYS)
         seed = str(r.raw("seed", i))
+        if any(x.seed == seed for x in out):
+            r.fail(f"seed {seed!r} is given twice in this configuration; each run is one seed (a duplicated run "
+                   f"would count twice)")
         if "curve" in r:
             points = []
             for j, p in enumerate(r.list("curve")):
@@ -158,13 +198,21 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
                 r.fail("field 'curve' is empty; give [hours, metric] points")
             if any(b[0] <= a[0] for a, b in zip(points, points[1:])) or points[0][0] < 0:
                 r.fail("the curve's hours must start at 0 or more and increase")
-            out.append(BenchRun(seed, crossing(points, target, higher), points[-1][1], "curve"))
+            hit = crossing(points, target, higher)
+            out.append(BenchRun(seed, hit, points[-1][1], "curve",
+                                hit is not None and not _reached(points[-1][1], target, higher)))
         elif "hours_to_target" in r:
             hours = r.data["hours_to_target"]
             if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float))
                                       or not math.isfinite(hours) or hours <= 0):
                 r.fail(f"field 'hours_to_target' is {hours!r}; give hours above 0, or null when it never reached")
             final = r.number("final", None)
+            if final is not None and hours is None and _reached(final, target, higher):
+                r.fail(f"hours_to_target is null (never reached) but final {final:g} reaches the target {target:g}; "
+                       f"give the hours it took")
+            if final is not None and hours is not None and not _reached(final, target, higher):
+                r.fail(f"hours_to_target is {hours:g} but final {final:g} does not reach the target {target:g}; "
+                       f"give the run's curve (it fell back below the target) or fix the figures")
             out.append(BenchRun(seed, None if hours is None else float(hours), final, "given"))
         else:
             r.fail("give 'hours_to_target' (null when the run never reached the target) or a 'curve'")
@@ -173,19 +221,23 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
     return out
 
 
-def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int) -> list[RentalCost]:
-    """`repeats` runs of `hours` on `cards` cards each, priced under every rental of the card: a package runs
-    floor(its cards / cards) side by side and fits when ceil(repeats / that) x hours <= its window; on demand
-    each run is billed per started hour on its cards."""
+def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int, margin: float) -> list[RentalCost]:
+    """`repeats` runs of `hours` on `cards` cards each, priced under every rental of the card by the one billing
+    model (billing.price, as campaign budget does): each run lasts hours x (1 + margin); a package runs its cards
+    side by side and fits when the schedule ends inside its window; on demand each card is billed from its first
+    run to its last, per started unit."""
     prices = pf.for_card(card)
+    phases = runs_phase("runs", repeats, hours, cards)
     out = []
     for pk in prices.packages:
-        side = pk.cards // cards
-        fits = side >= 1 and math.ceil(repeats / side) * hours <= pk.hours + 1e-9
-        out.append(RentalCost(pk.name, pk.cards, float(pk.hours), fits, pk.price_cents))
-    if prices.hourly_cents is not None:
-        out.append(RentalCost("on-demand", cards, None, True, repeats * hourly_cost(prices.hourly_cents, cards,
-                                                                                    hours)))
+        o = price(phases, card=card, name=pk.name, cards=pk.cards, window=float(pk.hours), package_cents=pk.exact,
+                  hourly=None, margin=margin, unit=pf.billing)
+        out.append(RentalCost(pk.name, pk.cards, float(pk.hours), o.fits, o.cost_cents, o.hours,
+                              o.cost_exact_cents))
+    if prices.hourly_exact is not None:
+        o = price(phases, card=card, name="on-demand", cards=cards, window=None, package_cents=None,
+                  hourly=prices.hourly_exact, margin=margin, unit=pf.billing)
+        out.append(RentalCost("on-demand", cards, None, True, o.cost_cents, o.hours, o.cost_exact_cents))
     return out
 
 
@@ -202,11 +254,12 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
     Raises:
         InputError: one line naming the file and the field.
     """
-    from ..hardware import find_card
     from ..io import sha256_file
 
     where = str(cost_file)
-    doc = JsonObject(load_yaml(cost_file, "cost file"), where, fix=FIX)
+    doc = JsonObject(load_yaml(cost_file, "cost"), where, fix=FIX)
+    known_keys(doc, COST_KEYS)
+    margin = parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where)
     metric = doc.str("metric", "metric")
     target = float(doc.number("target"))
     higher = doc.raw("higher_is_better", True)
@@ -214,17 +267,25 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
         doc.fail("field 'higher_is_better' must be true or false")
     repeats = doc.count("repeats", 1, minimum=1, maximum=100_000)
     proto = doc.obj("protocol", None)
-    protocol = {k: str(proto.raw(k, "")) if proto is not None else "" for k in ("data", "evaluation", "timing")}
+    if proto is not None:
+        known_keys(proto, PROTOCOL_KEYS)
+    protocol: dict[str, Any] = {k: str(proto.raw(k, "")) if proto is not None else ""
+                                for k in ("data", "evaluation", "timing")}
+    common_hash = proto.str("data_sha256", None) if proto is not None else None
+    hashes: list[str | None] = []
     pf = prices if isinstance(prices, PriceFile) else load_prices(prices)
     configs: list[Configuration] = []
     names: set[str] = set()
     for c in doc.items("configurations"):
         name = c.str("name")
+        c = JsonObject(c.data, f"{where}: configuration {name!r}", fix=FIX)
+        known_keys(c, CONFIG_KEYS)
         if name in names:
             c.fail(f"configuration {name!r} is listed twice")
         names.add(name)
-        card = find_card(c.str("card")).name
+        card = catalog_card(c.raw("card"), c.where, "card")
         ncards = c.count("cards", 1, minimum=1, maximum=4096)
+        hashes.append(c.str("data_sha256", common_hash))
         runs = _runs(c, target, higher, metric)
         reached = [r.hours_to_target for r in runs if r.hours_to_target is not None]
         if len(reached) == len(runs):
@@ -235,7 +296,7 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
             status = "never reaches"
         mean = math.fsum(reached) / len(reached) if reached else None
         worst = max(reached) if reached else None
-        rentals = _rentals(pf, card, ncards, worst, repeats) if status == "reaches" and worst is not None else []
+        rentals = _rentals(pf, card, ncards, worst, repeats, margin) if status == "reaches" and worst is not None else []
         best = min((r for r in rentals if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
                    default=None)
         configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),
@@ -248,23 +309,27 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
     if win:
         why = f"{win.name} reaches {metric} {target:g} in {win.hours_worst:,.2f} h (slowest of {len(win.runs)} runs) " \
               f"on {win.cards} x {win.card}: {usd(win.cheapest_cents or 0)} {win.cheapest}" + \
-              (f" for {repeats} such runs" if repeats > 1 else "")
+              (f" for {repeats} such runs" if repeats > 1 else "") + f" (recovery margin {margin:.0%})"
         others = sorted((c for c in ok if c is not win), key=lambda c: c.cheapest_cents or 0)
         if others:
             why += f"; next {others[0].name} at {usd(others[0].cheapest_cents or 0)}"
     else:
         why = f"no configuration reaches {metric} {target:g} in every run"
     notes = ["every run must reach the target for a configuration to count; its cost is the slowest run's hours, "
-             f"x {repeats} run(s), priced under each rental (on demand: each run per started hour x cards; a "
-             "package: its cards side by side within its window)"]
+             f"x {repeats} run(s), each lengthened by the recovery margin {margin:.0%}, priced under each rental as "
+             f"campaign budget does (on demand: each card per started {pf.billing} from its first run to its last; "
+             f"a package: its cards side by side within its window); money {ROUNDING}"]
     if pf.example:
         notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
     source = {"path": where, "sha256": sha256_file(where)}
+    seen = sorted({h for h in hashes if h is not None})
+    protocol["data_sha256"] = {"sha256": ", ".join(seen) or None,
+                               "same": None if None in hashes else len(seen) == 1}
     report = BenchReport(where, str(doc.raw("name", os.path.basename(where))), metric, target, higher, repeats,
                          tuple(configs), win.name if win else None, win.cheapest if win else None,
                          win.cheapest_cents if win else None, why, protocol | {"source": source},
                          {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                         (), tuple(notes))
+                         (), tuple(notes), margin)
     if out is not None:
         from dataclasses import replace
 
@@ -293,13 +358,23 @@ def raw_csv(r: BenchReport) -> str:
     return buf.getvalue()
 
 
+def _same_data(p: dict[str, Any]) -> str:
+    """What the data's hashes show: the same data for every configuration only when every hash is given and equal."""
+    h = p.get("data_sha256") or {}
+    if h.get("same") is True:
+        return f"sha256 {h['sha256']}: the same data for every configuration"
+    if h.get("same") is False:
+        return f"the configurations' data hashes differ: {h['sha256']}"
+    return "no data hash given: nothing shows that every configuration used the same data"
+
+
 def protocol_text(r: BenchReport) -> str:
     """The protocol beside the raw table: what was fixed, what was measured and how, and the result."""
     p = r.protocol
     direction = "at least" if r.higher_is_better else "at most"
     lines = [f"# Cost at equal quality: {r.name}", "",
              f"- Target: {r.metric} {direction} {r.target:g}, the same for every configuration.",
-             f"- Data: {p.get('data') or 'not stated'} (the same data for every configuration).",
+             f"- Data: {p.get('data') or 'not stated'} ({_same_data(p)}).",
              f"- Evaluation: {p.get('evaluation') or 'not stated'} (the same procedure for every configuration).",
              f"- Runs measured: {', '.join(f'{c.name} {len(c.runs)}' for c in r.configurations)}; costed for "
              f"{r.repeats} run(s) to the target.",

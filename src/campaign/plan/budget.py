@@ -6,18 +6,26 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .prices import PriceFile, cents, hourly_cost, load_prices, load_yaml, usd
+from .billing import MARGIN, ROUNDING, parse_margin, Cut, Option, price
+from .prices import PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml, usd
 from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
-from .schedule import KINDS, Phase, Schedule, check_phases, critical_path, schedule
+from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topological
 
 SCHEMA = "campaign.budget/1"
 FIX = "see examples/plan/plan.yaml for the format"
+MAX_HOURS = 100_000          # hours of one run (11 years): above it, a typo, and the float sums lose their hours
+PLAN_KEYS = ("name", "card", "compare", "margin", "deadline_days", "budget_usd", "on_demand_cards", "phases")
+PHASE_KEYS = ("name", "kind", "runs", "hours", "measured", "estimate", "cards", "after", "useful", "priority")
+# the fields of a phase's estimate: the model, the tokens a run processes, and campaign memory's workload options
+ESTIMATE_KEYS = ("model", "tokens", "mode", "method", "batch", "seq_len", "grad_checkpointing", "mixed_precision",
+                 "lora_rank", "dtype", "shard", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -41,41 +49,6 @@ class CampaignPlan(Record):
     deadline_hours: float | None = None
     budget_cents: int | None = None
     on_demand_cards: int | None = None
-
-
-@dataclass(frozen=True)
-class Cut(Record):
-    """Runs removed from a phase to make an option fit, and the card-hours it saves (margin included)."""
-
-    phase: str
-    runs_cut: int
-    runs_left: int
-    card_hours_saved: float
-
-
-@dataclass(frozen=True)
-class Option(Record):
-    """One way to rent: a package (window_hours) or on-demand hours (window_hours None) of `cards` cards.
-    hours: when the last run ends; slack_hours: window - hours; utilization: busy card-hours / (cards x window).
-    cost_cents is exact; cost_usd is the same amount in dollars."""
-
-    name: str
-    card: str
-    cards: int
-    window_hours: float | None
-    hours: float | None
-    critical_path_hours: float
-    card_hours: float
-    utilization: float | None
-    slack_hours: float | None
-    cost_cents: int
-    cost_usd: float
-    fits: bool
-    why: str
-    useful: int
-    cost_per_useful_cents: int | None
-    cuts: tuple[Cut, ...] = ()
-    fits_after_cuts: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,18 +83,19 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     Raises:
         InputError: one line naming the file and the field (a cycle, a negative duration, an unknown phase).
     """
-    from ..hardware import find_card
-    from ..memory.parsing import parse_share
 
     where = str(path)
-    doc = JsonObject(load_yaml(path, "plan file"), where, fix=FIX)
-    card = find_card(doc.str("card")).name if "card" in doc else None
-    compare = tuple(find_card(str(c)).name for c in doc.list("compare", []))
-    margin = parse_share(doc.raw("margin", "15%"), what=f"{where}: margin")
+    doc = JsonObject(load_yaml(path, "plan"), where, fix=FIX)
+    known_keys(doc, PLAN_KEYS)
+    card = catalog_card(doc.raw("card"), where, "card") if "card" in doc else None
+    compare = tuple(catalog_card(c, where, "compare") for c in doc.list("compare", []))
+    margin = parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where)
     specs: list[PhaseSpec] = []
     experiments = 0
     for i, p in enumerate(doc.items("phases")):
         name = p.str("name")
+        p = JsonObject(p.data, f"{where}: phase {name!r}", fix=FIX)
+        known_keys(p, PHASE_KEYS)
         kind = p.str("kind", "experiment")
         if kind not in KINDS:
             p.fail(f"field 'kind' is {kind!r}; use one of {', '.join(KINDS)}")
@@ -132,11 +106,14 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
             p.fail("field 'after' must be a phase name or a list of phase names")
         estimate = p.obj("estimate").data if "estimate" in p else None
+        if estimate is not None:
+            known_keys(JsonObject(estimate, f"{where}: phase {name!r}: estimate", fix=FIX), ESTIMATE_KEYS)
         if "hours" in p:
             hours = p.raw("hours")
             if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) \
-                    or hours <= 0:
-                p.fail(f"field 'hours' is {hours!r}; a duration must be a number of hours above 0")
+                    or not 0 < hours <= MAX_HOURS:
+                p.fail(f"field 'hours' is {hours!r}; a duration must be a number of hours above 0 and at most "
+                       f"{MAX_HOURS:,}")
             if card is None:
                 doc.fail(f"phase {name!r} gives hours but the plan names no 'card' they were taken on; add card:")
         elif "measured" in p:
@@ -210,8 +187,7 @@ def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple
         p = s.phase
         if s.estimate is not None:
             e = JsonObject(s.estimate, f"{plan.path}: phase {p.name!r}: estimate", fix=FIX)
-            options = {k: e.data[k] for k in ("method", "batch", "seq_len", "grad_checkpointing", "mixed_precision",
-                                              "lora_rank", "dtype", "shard") if k in e}
+            options = {k: e.data[k] for k in ESTIMATE_KEYS if k not in ("model", "tokens", "mode") and k in e}
             try:
                 workload = make_workload(mode=e.str("mode", "train"), gpus=p.cards, **options)
             except TypeError as err:
@@ -241,60 +217,55 @@ def _useful(phases: tuple[Phase, ...]) -> int:
     return sum(p.useful for p in phases)
 
 
-def _option(phases: tuple[Phase, ...], card: str, name: str, ncards: int, window: float | None, price: int | None,
-            hourly: int | None, plan: CampaignPlan, refused: list[str]) -> Option:
-    cp, chain = critical_path(phases, plan.margin)
-    sched = schedule(phases, ncards, margin=plan.margin)
-    card_hours = sum(p.card_hours for p in phases) * (1 + plan.margin)
-    useful = _useful(phases)
-    if sched is None:
-        need = max(p.cards for p in phases)
-        why = f"a run needs {need} cards, the rental holds {ncards}"
-        return Option(name, card, ncards, window, None, cp, card_hours, None, None, price or 0, (price or 0) / 100,
-                      False, why, useful, None)
-    hours = sched.makespan_hours
-    cost = price if price is not None else hourly_cost(hourly or 0, ncards, hours)
-    limit = window if window is not None else math.inf
-    if plan.deadline_hours is not None:
-        limit = min(limit, plan.deadline_hours)
-    why = ""
-    if refused:
-        why = refused[0]
-    elif cp > limit + 1e-9:
-        what = "window" if window is not None and limit == window else "deadline"
-        why = f"the critical path alone ({' -> '.join(chain)}) takes {cp:,.1f} h > the {limit:,.0f} h {what}: " \
-              f"more cards do not shorten it"
-    elif card_hours > ncards * limit + 1e-9:
-        why = f"{card_hours:,.1f} card-hours of work > {ncards} card(s) x {limit:,.0f} h"
-    elif hours > limit + 1e-9:
-        why = f"scheduled on {ncards} card(s) it ends at {hours:,.1f} h > {limit:,.0f} h"
-    elif plan.budget_cents is not None and cost > plan.budget_cents:
-        why = f"costs {usd(cost)} > the budget of {usd(plan.budget_cents)}"
-    fits = not why
-    util = sched.busy_card_hours / (ncards * window) if window else None
-    slack = window - hours if window is not None else None
-    per_useful = (cost + useful // 2) // useful if useful and fits else None     # half a cent rounds up
-    return Option(name, card, ncards, window, hours, cp, card_hours, util, slack, cost, cost / 100, fits, why,
-                  useful, per_useful)
+def _option(phases: tuple[Phase, ...], card: str, name: str, ncards: int, window: float | None,
+            package: Decimal | None, hourly: Decimal | None, plan: CampaignPlan, refused: list[str],
+            unit: str = "hour") -> Option:
+    return price(phases, card=card, name=name, cards=ncards, window=window, package_cents=package, hourly=hourly,
+                 margin=plan.margin, unit=unit, deadline_hours=plan.deadline_hours, budget_cents=plan.budget_cents,
+                 refused=tuple(refused))
 
 
 def _cuts(phases: tuple[Phase, ...], fits: Any) -> tuple[tuple[Cut, ...], bool]:
     """Runs removed one at a time from the cuttable phases (highest priority number first, later phases first
-    among equals), down to one run each, until fits(phases) holds: (the cuts, whether it then fits)."""
+    among equals), down to one run each, until fits(phases) holds: (the cuts, whether it then fits). The fewest
+    removals in that order are found by bisection over the sequence of single-run removals (a schedule with
+    fewer runs ends no later), so O(log runs) schedules rather than one per run removed."""
+    position = {p.name: i for i, p in enumerate(phases)}
     order = sorted((p for p in phases if p.priority is not None and p.runs > 1),
-                   key=lambda p: (-(p.priority or 0), -[q.name for q in phases].index(p.name)))
-    current = {p.name: p for p in phases}
-    cut: dict[str, int] = {}
-    for target in order:
-        while current[target.name].runs > 1:
-            if fits(tuple(current[p.name] for p in phases)):
+                   key=lambda p: (-(p.priority or 0), -position[p.name]))
+    steps = [(p.name, p.runs - 1) for p in order]           # removable runs per phase, in cut order
+    total = sum(k for _, k in steps)
+
+    def after(t: int) -> dict[str, int]:
+        """The first t single-run removals, as runs cut per phase."""
+        cut: dict[str, int] = {}
+        for name, k in steps:
+            if t <= 0:
                 break
-            q = current[target.name]
-            current[target.name] = replace(q, runs=q.runs - 1, useful=max(q.useful - (q.useful > 0), 0))
-            cut[target.name] = cut.get(target.name, 0) + 1
-    ok = fits(tuple(current[p.name] for p in phases))
+            cut[name] = min(k, t)
+            t -= cut[name]
+        return cut
+
+    def applied(cut: dict[str, int]) -> tuple[Phase, ...]:
+        return tuple(replace(p, runs=p.runs - cut[p.name], useful=max(p.useful - cut[p.name], 0))
+                     if cut.get(p.name) else p for p in phases)
+
+    if fits(phases) or total == 0:
+        return (), bool(fits(phases))
+    if not fits(applied(after(total))):
+        lo = total
+        ok = False
+    else:
+        lo, hi = 0, total                       # fits(after(hi)) holds, fits(after(lo)) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(applied(after(mid))):
+                hi = mid
+            else:
+                lo = mid
+        lo, ok = hi, True
     by = {p.name: p for p in phases}
-    return tuple(Cut(n, k, by[n].runs - k, k * by[n].hours * by[n].cards) for n, k in cut.items()), ok
+    return tuple(Cut(n, k, by[n].runs - k, k * by[n].hours * by[n].cards) for n, k in after(lo).items()), ok
 
 
 def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.PathLike[str] | PriceFile | None = None,
@@ -332,27 +303,33 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         phases, est, refused = phases_on(p, cp.card, mfu=mfu)
         per_card[cp.card] = phases
         estimates.extend(est)
-        wanted = [n for n in packages or () if n != "on-demand"]
-        for pk in [pf.package(cp.card, n) for n in wanted] if wanted else cp.packages:
-            options.append(_option(phases, cp.card, pk.name, pk.cards, pk.hours, pk.price_cents, None, p, refused))
-        if packages and "on-demand" in packages and cp.hourly_cents is None:
+        if packages:
+            chosen = [pf.package(cp.card, n) for n in packages if n != "on-demand"]
+        else:
+            chosen = list(cp.packages)
+        for pk in chosen:
+            options.append(_option(phases, cp.card, pk.name, pk.cards, pk.hours, pk.exact, None, p, refused,
+                                   pf.billing))
+        if packages and "on-demand" in packages and cp.hourly_exact is None:
             raise InputError(f"{pf.path}: card {cp.card!r} has no hourly price; add 'hourly' or drop on-demand")
-        if cp.hourly_cents is not None and (not packages or "on-demand" in packages):
+        if cp.hourly_exact is not None and (not packages or "on-demand" in packages):
             n = p.on_demand_cards or max(ph.cards for ph in phases)
-            options.append(_option(phases, cp.card, "on-demand", n, None, None, cp.hourly_cents, p, refused))
-    # what to cut: for each option that does not fit (memory refusals aside)
+            options.append(_option(phases, cp.card, "on-demand", n, None, None, cp.hourly_exact, p, refused,
+                                   pf.billing))
+    # what to cut, when no option fits: for each that does not (memory refusals aside)
     final: list[Option] = []
+    anything_fits = any(o.fits for o in options)
     for o in options:
-        if o.fits or (o.why and "does not fit" in o.why and "micro-batch" in o.why) or o.hours is None:
+        if anything_fits or o.fits or (o.why and "does not fit" in o.why and "micro-batch" in o.why) or o.hours is None:
             final.append(o)
             continue
         phases = per_card[o.card]
-        pk_price = o.cost_cents if o.window_hours is not None else None
-        hourly = pf.for_card(o.card).hourly_cents
+        pk_price = Decimal(o.cost_exact_cents) if o.window_hours is not None else None
+        hourly = pf.for_card(o.card).hourly_exact
 
-        def fits(ph: tuple[Phase, ...], o: Option = o, pk_price: int | None = pk_price, hourly: int | None = hourly) \
-                -> bool:
-            return _option(ph, o.card, o.name, o.cards, o.window_hours, pk_price, hourly, p, []).fits
+        def fits(ph: tuple[Phase, ...], o: Option = o, pk_price: Decimal | None = pk_price,
+                 hourly: Decimal | None = hourly) -> bool:
+            return _option(ph, o.card, o.name, o.cards, o.window_hours, pk_price, hourly, p, [], pf.billing).fits
 
         cuts, ok = _cuts(phases, fits)
         final.append(replace(o, cuts=cuts, fits_after_cuts=ok))
@@ -408,17 +385,11 @@ def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimat
     phases = tuple(s.phase for s in p.phases)
     baselines = [ph.name for ph in phases if ph.kind == "baseline"]
     experiments = [ph for ph in phases if ph.kind == "experiment"]
-    after = {ph.name: set(ph.after) for ph in phases}
-
-    def ancestors(n: str) -> set[str]:
-        seen: set[str] = set()
-        stack = list(after[n])
-        while stack:
-            a = stack.pop()
-            if a not in seen:
-                seen.add(a)
-                stack.extend(after[a])
-        return seen
+    # which phases come after a baseline, directly or through others: one pass in dependency order (linear)
+    behind: dict[str, bool] = {}
+    by = {ph.name: ph for ph in phases}
+    for name in topological(phases) or []:
+        behind[name] = any(d in baselines or behind.get(d, False) for d in by[name].after)
 
     out: list[Check] = []
     if not baselines:
@@ -426,7 +397,7 @@ def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimat
                          "without the starting model evaluated first, no experiment has a concrete reference",
                          "add a baseline phase and put the experiments after it"))
     else:
-        loose = [e.name for e in experiments if not ancestors(e.name) & set(baselines)]
+        loose = [e.name for e in experiments if not behind.get(e.name)]
         out.append(Check("budget.baseline_first", "warn" if loose else "pass",
                          f"experiments not after the baseline: {', '.join(loose)}" if loose
                          else f"every experiment comes after {', '.join(baselines)}",
@@ -457,5 +428,6 @@ def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: Pr
     if any(ph.hours_how == "scaled" for phases in per_card.values() for ph in phases):
         notes.append(f"hours given on {p.card} are scaled to other cards by the ratio of dense bf16 FLOP/s "
                      "(an estimate)")
-    notes.append("on-demand: each card billed per started hour for the whole schedule")
+    notes.append(f"on-demand: each card billed per started {pf.billing} from its first run to its last; recovery "
+                 f"margin {p.margin:.0%} on every run; money {ROUNDING}")
     return notes

@@ -21,6 +21,8 @@ from ..results import Information, Record
 from .ablate import Factor, FactorsFile, read_factors, word
 
 SCHEMA = "campaign.ablate/1"
+MAX_RESPONSE = 1e100        # a metric beyond this overflows the sums of squares (1e308 squared is inf)
+ALL_ORDERS = 10             # up to this many factors, every interaction order is looked for; above, up to three
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,9 @@ class AblationAnalysis(Information):
     min_effect: float
     higher_is_better: bool
     notes: tuple[str, ...] = ()
+    error_method: str = "pooled"        # pooled (the spread between seeds) | lenth (unreplicated) | none
+    pse: float | None = None            # Lenth's pseudo standard error (unreplicated two-level designs)
+    missing: tuple[str, ...] = ()       # cells (Yates labels) the design has but the results lack
     schema: str = SCHEMA
 
 
@@ -187,7 +192,11 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
         if seed in data.setdefault(key, {}):
             raise InputError(f"{where}: the cell {dict(zip(names, key))} has seed {seed!r} twice; keep one row per "
                              f"cell and seed")
-        data[key][seed] = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
+        value = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
+        if not abs(value) <= MAX_RESPONSE:
+            raise InputError(f"{where}: metric {metric!r} is {value:g}, beyond +-{MAX_RESPONSE:g}, which sums of runs "
+                             f"cannot hold; rescale the metric (e.g. its logarithm) or fix the row")
+        data[key][seed] = value
     if not data:
         raise InputError(f"{source}: no rows; give one row per run (factor levels, seed, {metric})")
     st = scipy_stats()
@@ -209,8 +218,24 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
     s2 = ss / df if df > 0 else None
     notes: list[str] = []
     effects, design = _effects(ff, cells, s2, df, confidence, st)
-    if s2 is None:
+    method, pse = ("pooled", None) if s2 is not None else ("none", None)
+    if s2 is None and len(effects) >= 3:
+        effects, pse = lenth(effects, confidence, st)
+        method = "lenth"
+        notes.append(f"no cell has two seeds: intervals and p-values from Lenth's pseudo standard error (PSE "
+                     f"{pse:,.4g} on {len(effects)} effects, t on {len(effects) / 3:,.3g} df; Lenth 1989), which "
+                     "assumes most effects are null")
+    elif s2 is None:
         notes.append("no cell has two seeds: no spread between seeds, so no interval or p-value")
+    missing = _missing(ff, cells)
+    if missing:
+        notes.append(f"missing from the design: cell(s) {', '.join(missing)} (no run); run them or the effects "
+                     "they enter are not estimated")
+    counts = sorted({c.n for c in cells})
+    if len(counts) > 1:
+        few = [c.label for c in cells if c.n < counts[-1]]
+        notes.append(f"cell(s) {', '.join(few)} have fewer runs than the others ({counts[-1]}): a seed is missing "
+                     "there")
     comparisons = _comparisons(ff, cells, data, confidence, higher_is_better, min_effect, paired_t, st, alpha,
                                verdict_of)
     correction = f"Holm's step-down over {len(comparisons)} comparisons with the control (family-wise error " \
@@ -220,7 +245,62 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
                      "what you act on")
     return AblationAnalysis(source, digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
                             s2, df, confidence, tuple(comparisons), correction, min_effect, higher_is_better,
-                            tuple(notes))
+                            tuple(notes), method, pse, missing)
+
+
+def lenth(effects: list[Effect], confidence: float, st: Any) -> tuple[list[Effect], float]:
+    """Lenth's (1989) pseudo standard error of an unreplicated two-level design's m effects: s0 = 1.5 x
+    median|c|, PSE = 1.5 x median of the |c| below 2.5 s0; each effect's interval c +- t(d) PSE and p-value on
+    d = m / 3 degrees of freedom (Lenth, Technometrics 31(4), 1989; Montgomery, Design and Analysis of Experiments,
+    section 6.5)."""
+    from dataclasses import replace
+
+    absolute = sorted(abs(e.estimate) for e in effects)
+    s0 = 1.5 * _median(absolute)
+    trimmed = [a for a in absolute if a < 2.5 * s0]
+    pse = 1.5 * _median(trimmed) if trimmed else 0.0
+    d = len(effects) / 3
+    q = float(st.t.ppf(1 - (1 - confidence) / 2, d))
+    out = []
+    for e in effects:
+        if pse > 0:
+            p = float(2 * st.t.sf(abs(e.estimate) / pse, d))
+            out.append(replace(e, se=pse, ci_low=e.estimate - q * pse, ci_high=e.estimate + q * pse, p_value=p))
+        else:
+            out.append(e)
+    return out, pse
+
+
+def _median(values: list[float]) -> float:
+    n = len(values)
+    if not n:
+        return 0.0
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def _missing(ff: FactorsFile, cells: list[CellMean]) -> tuple[str, ...]:
+    """Cells of the smallest regular two-level design holding the cells present (the full factorial, or the fraction
+    whose defining words are constant over them) that have no run: the missing cells, by Yates label."""
+    factors = ff.factors
+    k = len(factors)
+    if any(len(f.levels) != 2 for f in factors) or k > 8 or len(cells) < 2:
+        return ()
+    coded = [tuple(-1 if c.levels[f.name] == f.control else 1 for f in factors) for c in cells]
+    words = []
+    for mask in range(1, 2 ** k):
+        signs = {math.prod(x[i] for i in range(k) if mask >> i & 1) for x in coded}
+        if len(signs) == 1:
+            words.append((mask, signs.pop()))
+    present = set(coded)
+    out = []
+    for run in itertools.product((-1, 1), repeat=k):
+        run = tuple(reversed(run))
+        if run in present:
+            continue
+        if all(math.prod(run[i] for i in range(k) if mask >> i & 1) == sign for mask, sign in words):
+            out.append("".join(f.letter.lower() for f, v in zip(factors, run) if v > 0) or "(1)")
+    # a design missing half its cells or more is no longer that design: name only a few missing runs
+    return tuple(out) if 0 < len(out) < len(cells) else ()
 
 
 def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, confidence: float,
@@ -239,8 +319,9 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
         if C & (C - 1) == 0 else "two-level, balanced"
     letters = [f.letter for f in factors]
     by_letter = {f.letter: f.name for f in factors}
-    # three-factor words only to name what a main effect is aliased with in a fraction (A = BCD)
-    candidates = [frozenset(w) for r in (1, 2, 3) for w in itertools.combinations(letters, r)]
+    # every interaction order up to ALL_ORDERS factors (a full 2^k estimates ABC... too); beyond, up to three
+    orders = range(1, k + 1) if k <= ALL_ORDERS else (1, 2, 3)
+    candidates = [frozenset(w) for r in orders for w in itertools.combinations(letters, r)]
     groups: dict[tuple[int, ...], list[tuple[int, frozenset[str]]]] = {}
     for e in candidates:
         col = tuple(math.prod(x[c] for c in e) for x in coded)
@@ -253,8 +334,6 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
     half = C / 2
     for _, members in groups.items():
         sign, e = members[0]
-        if len(e) > 2:
-            continue
         col = [math.prod(x[c] for c in e) for x in coded]
         est = math.fsum(v * c.mean for v, c in zip(col, cells)) / half
         se = math.sqrt(s2 * math.fsum(1 / c.n for c in cells)) / half if s2 is not None else None
@@ -262,7 +341,7 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
         if se is not None and tq is not None:
             low, high = est - tq * se, est + tq * se
             p = float(2 * st.t.sf(abs(est / se), df)) if se > 0 else (0.0 if est else 1.0)
-        aliases = tuple(("-" if s != sign else "") + word(w) for s, w in members[1:])
+        aliases = tuple(("-" if s != sign else "") + word(w) for s, w in members[1:] if len(w) <= max(3, len(e)))
         out.append(Effect(word(e), " x ".join(by_letter[c] for c in word(e)), aliases, est, se, low, high, p))
     return out, design
 

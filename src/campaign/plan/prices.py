@@ -1,8 +1,9 @@
 """GPU rental prices: per card an hourly on-demand price and packages of N days holding K cards, read from a YAML
-(or JSON) price file. Money is exact: integer cents inside, parsed from decimal text, never a float sum."""
+(or JSON) price file. Money is exact: decimal cents as written (0.347 $/h is 34.7 cents), never a float, rounded
+once at a total (billing.py)."""
 from __future__ import annotations
 
-import math
+import difflib
 import os
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -15,11 +16,52 @@ from ..results import Record
 from ..validate import JsonObject
 
 EXAMPLE_PRICES = "prices.yaml"      # the bundled example file (campaign/plan/prices.yaml): example data, dated
+BILLING = {"per-hour": "hour", "per-minute": "minute", "per-second": "second"}
+# A YAML document whose aliases expand to more values than this is refused (an "alias bomb": a few lines that
+# expand to billions of values); no real plan, price, cost or factors file comes near it.
+MAX_YAML_VALUES = 1_000_000
+
+
+def known_keys(obj: JsonObject, allowed: tuple[str, ...] | list[str]) -> None:
+    """Refuse a key the format does not have, with the nearest valid one: "'afer': did you mean 'after'?"."""
+    for key in obj.data:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"the keys here are {', '.join(allowed)}"
+        raise InputError(f"{obj.where}: unknown key {str(key)!r}: {hint}" + (f" ({obj.fix})" if obj.fix else ""))
+
+
+def _expanded_size(node: Any) -> int:
+    """Values a composed YAML node stands for once its aliases are expanded (each shared node counted every time it
+    is used), computed once per node, so an alias bomb is measured without being expanded."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        n, done = stack.pop()
+        if id(n) in sizes:
+            continue
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [x for pair in n.value for x in pair]
+        else:
+            sizes[id(n)] = 1
+            continue
+        if done:
+            sizes[id(n)] = min(1 + sum(sizes.get(id(c), 1) for c in children), 2**62)
+        else:
+            stack.append((n, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(node)]
 
 
 def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
-    """A YAML (or JSON, a subset of YAML) file parsed with PyYAML's safe loader; a missing file or a syntax error
-    is one InputError naming the file (and the line)."""
+    """A YAML (or JSON, a subset of YAML) file parsed with PyYAML's safe loader; a missing file, a syntax error or
+    aliases that expand beyond MAX_YAML_VALUES is one InputError naming the file (and the line). what: 'plan',
+    'price', 'cost', 'factors' (messages say "the plan file")."""
     from ..io import input_file
 
     p = input_file(path, what)
@@ -30,23 +72,40 @@ def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not valid UTF-8 (byte {e.start + 1}); save the {what} as UTF-8") from None
+        raise InputError(f"{p}: not valid UTF-8 (byte {e.start + 1}); save the {what} file as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)     # libyaml's parser where installed
+        try:
+            node = loader.get_single_node()             # parsed once: measured, then built from the same nodes
+            if node is None:
+                return None
+            if _expanded_size(node) > MAX_YAML_VALUES:
+                raise InputError(f"{p}: its YAML aliases (&name / *name) expand to more than {MAX_YAML_VALUES:,} "
+                                 f"values; write the {what} file out without nested aliases")
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or type(e).__name__
-        raise InputError(f"{p}: not valid YAML ({problem}{where}); fix the {what}'s syntax") from None
+        raise InputError(f"{p}: not valid YAML ({problem}{where}); fix the {what} file's syntax") from None
     except RecursionError:
-        raise InputError(f"{p}: nested too deeply to read; this is not a {what}") from None
+        raise InputError(f"{p}: nested too deeply to read; this is not a {what} file") from None
     except ValueError as e:          # an integer of more than 4,300 digits (Python's conversion limit)
-        raise InputError(f"{p}: not readable ({str(e).split(';')[0]}); fix the {what}") from None
+        raise InputError(f"{p}: not readable ({str(e).split(';')[0]}); fix the {what} file") from None
 
 
 def cents(value: Any, where: str, field: str) -> int:
-    """An amount of money ('2.49', 2.49, 149) as whole cents, exactly: decimal text is read as written (a YAML
-    float goes through its shortest repr, so 2.49 is 249 cents, never 248.99...). Half a cent rounds up."""
+    """An amount of money ('2.49', 2.49, 149) as whole cents: exact_cents rounded half up (for budgets)."""
+    from .billing import round_cents
+
+    return round_cents(exact_cents(value, where, field))
+
+
+def exact_cents(value: Any, where: str, field: str) -> Decimal:
+    """An amount of money ('0.347', 2.49, 149) as exact decimal cents: decimal text is read as written (a YAML
+    float goes through its shortest repr, so 2.49 is 249 cents, never 248.99...; '0.347' is 34.7 cents)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise InputError(f"{where}: field {field!r} must be an amount such as '2.49', got {value!r}")
     try:
@@ -55,11 +114,13 @@ def cents(value: Any, where: str, field: str) -> int:
         raise InputError(f"{where}: field {field!r} is not an amount ({value!r}); write e.g. '2.49'") from None
     if not amount.is_finite() or amount < 0 or amount > 10**12:
         raise InputError(f"{where}: field {field!r} must be an amount from 0 to 10^12 USD, got {value!r}")
-    return int((amount * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    return amount * 100
 
 
-def usd(amount_cents: int) -> str:
-    """Cents as '$1,234.56' (exact: integer arithmetic, no float)."""
+def usd(amount_cents: int | Decimal) -> str:
+    """Cents as '$1,234.56' (exact: integer arithmetic, no float; exact cents rounded half up)."""
+    if not isinstance(amount_cents, int):
+        amount_cents = int(Decimal(amount_cents).quantize(Decimal(1), rounding=ROUND_HALF_UP))
     sign = "-" if amount_cents < 0 else ""
     whole, part = divmod(abs(amount_cents), 100)
     return f"{sign}${whole:,}.{part:02d}"
@@ -67,12 +128,22 @@ def usd(amount_cents: int) -> str:
 
 @dataclass(frozen=True)
 class Package:
-    """A rental: `cards` cards of one model for `days` days (24-hour days), for `price_cents` in all."""
+    """A rental: `cards` cards of one model for `days` days (24-hour days), for `price_cents` in all (the exact
+    amount in `price`, decimal cents)."""
 
     name: str
     days: int
     cards: int
     price_cents: int
+    price: Decimal | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "days": self.days, "cards": self.cards, "price_cents": self.price_cents,
+                "price_exact_cents": str(self.exact)}
+
+    @property
+    def exact(self) -> Decimal:
+        return self.price if self.price is not None else Decimal(self.price_cents)
 
     @property
     def hours(self) -> int:
@@ -81,11 +152,24 @@ class Package:
 
 @dataclass(frozen=True)
 class CardPrices(Record):
-    """One card's prices: on demand per card-hour (None: not sold by the hour) and its packages."""
+    """One card's prices: on demand per card-hour (None: not sold by the hour; hourly_cents rounded, `hourly` the
+    exact decimal cents) and its packages."""
 
     card: str
     hourly_cents: int | None
     packages: tuple[Package, ...]
+    hourly: Decimal | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"card": self.card, "hourly_cents": self.hourly_cents,
+                "hourly_exact_cents": None if self.hourly_exact is None else str(self.hourly_exact),
+                "packages": [p.to_dict() for p in self.packages]}
+
+    @property
+    def hourly_exact(self) -> Decimal | None:
+        if self.hourly is not None:
+            return self.hourly
+        return None if self.hourly_cents is None else Decimal(self.hourly_cents)
 
 
 @dataclass(frozen=True)
@@ -98,6 +182,7 @@ class PriceFile(Record):
     example: bool
     currency: str
     cards: tuple[CardPrices, ...]
+    billing: str = "hour"                  # on-demand time billed per started hour | minute | second
 
     def for_card(self, card: str) -> CardPrices:
         """The prices of one card (a catalog name or alias); InputError naming the file when it has none."""
@@ -108,8 +193,8 @@ class PriceFile(Record):
             if c.card == name:
                 return c
         listed = ", ".join(c.card for c in self.cards)
-        raise InputError(f"{self.path}: no prices for card {name!r} (it lists {listed}); add it to the price file "
-                         f"or pass --prices FILE")
+        raise InputError(f"{self.path}: no prices for card {name!r} (its 'cards' list {listed}); add it to the "
+                         f"price file or pass --prices FILE")
 
     def package(self, card: str, name: str) -> Package:
         """A card's package by name; InputError naming the file when the file lacks it."""
@@ -141,47 +226,77 @@ def example_prices_path() -> Path:
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
     """Read a price file (the bundled example when path is None).
 
-    Format (YAML or JSON): source, date, example (bool), currency (USD), cards: a list of {card, hourly,
-    packages: [{name, days, cards, price}]}; amounts as decimal text ('2.49'). Each card must be in the catalog
+    Format (YAML or JSON): source, date, example (bool), currency (USD), billing (per-hour | per-minute |
+    per-second: how on-demand time is billed, default per-hour), cards: a list of {card, hourly, packages: [{name,
+    days, cards, price}]}; amounts as decimal text ('2.49', '0.347': kept exact). Each card must be in the catalog
     (campaign cards) or a custom name.
 
     Raises:
-        InputError: one line naming the file and the field.
+        InputError: one line naming the file and the field (an unknown key with the nearest valid one).
     """
-    from ..hardware import find_card
-
     p = Path(path) if path is not None else example_prices_path()
-    where = str(path) if path is not None else f"the example price file ({p.name})"
-    fix = "see examples/plan/prices.yaml for the format"
-    doc = JsonObject(load_yaml(p, "price file"), where, fix=fix)
+    where = str(path) if path is not None else f"the example price file ({p})"
+    fix = f"see {example_prices_path()} for the format"
+    doc = JsonObject(load_yaml(p, "price"), where, fix=fix)
+    known_keys(doc, ("source", "date", "example", "currency", "billing", "cards"))
     currency = doc.str("currency", "USD")
     if currency != "USD":
         doc.fail(f"field 'currency' is {currency!r}; only USD prices are read")
+    billing = doc.str("billing", "per-hour")
+    if billing not in BILLING:
+        doc.fail(f"field 'billing' is {billing!r}; use {', '.join(BILLING)}")
     cards: list[CardPrices] = []
-    for entry in doc.items("cards"):
+    for i, entry in enumerate(doc.items("cards")):
         card = entry.str("card")
-        name = find_card(card).name if _known(card) else card
-        hourly = cents(entry.raw("hourly"), entry.where, "hourly") if "hourly" in entry else None
+        entry = JsonObject(entry.data, f"{where}: card {card!r}", fix=fix)
+        known_keys(entry, ("card", "hourly", "packages"))
+        name = card_name(card, where, "card")
+        hourly = exact_cents(entry.raw("hourly"), entry.where, "hourly") if "hourly" in entry else None
         packages: list[Package] = []
         for pk in entry.items("packages") if "packages" in entry else []:
+            known_keys(pk, ("name", "days", "cards", "price"))
             days = pk.count("days", minimum=1, maximum=3660)
             count = pk.count("cards", 1, minimum=1, maximum=4096)
-            packages.append(Package(pk.str("name", f"{days}-day"), days, count, cents(pk.raw("price"), pk.where,
-                                                                                         "price")))
+            exact = exact_cents(pk.raw("price"), pk.where, "price")
+            packages.append(Package(pk.str("name", f"{days}-day"), days, count, _rounded(exact), exact))
         names = [pk.name for pk in packages]
         if len(set(names)) != len(names):
             entry.fail(f"package names repeat ({', '.join(names)}); give each package its own name")
+        if "on-demand" in names:
+            entry.fail("a package is named 'on-demand', the name of the hourly price; rename it")
         if hourly is None and not packages:
             entry.fail("neither 'hourly' nor 'packages': nothing to price")
         if any(c.card == name for c in cards):
             entry.fail(f"card {name!r} is listed twice; keep one entry per card")
-        cards.append(CardPrices(name, hourly, tuple(packages)))
+        cards.append(CardPrices(name, None if hourly is None else _rounded(hourly), tuple(packages), hourly))
     if not cards:
         doc.fail("field 'cards' is empty; list at least one card with its prices")
     return PriceFile(str(path) if path is not None else str(p), str(doc.raw("source", "")), str(doc.raw("date", "")),
-                     bool(doc.raw("example", False)), currency, tuple(cards))
+                     bool(doc.raw("example", False)), currency, tuple(cards), BILLING[billing])
 
 
-def hourly_cost(hourly_cents: int, cards: int, hours: float) -> int:
-    """On demand: each card billed per started hour, so ceil(hours) x cards x the hourly price (cents, exact)."""
-    return math.ceil(round(hours, 9)) * cards * hourly_cents
+def _rounded(exact: Decimal) -> int:
+    from .billing import round_cents
+
+    return round_cents(exact)
+
+
+def card_name(card: str, where: str, field: str) -> str:
+    """A card's catalog name, or the name as written for a custom card (a price file may price any card)."""
+    from ..hardware import find_card
+
+    return find_card(card).name if _known(card) else card
+
+
+def catalog_card(card: Any, where: str, field: str) -> str:
+    """A card that must be in the catalog (hours scale by its FLOP/s): its name, else one line naming the file and
+    the field with the nearest names."""
+    from ..errors import UnknownNameError
+    from ..hardware import find_card
+
+    if not isinstance(card, str):
+        raise InputError(f"{where}: field {field!r} must be a card name such as 'H100-SXM-80GB', got {card!r}")
+    try:
+        return find_card(card).name
+    except UnknownNameError as e:
+        raise InputError(f"{where}: field {field!r}: {e}") from None

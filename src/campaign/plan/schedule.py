@@ -6,6 +6,8 @@ first: whenever cards are free, the ready phase with the longest remaining path 
 """
 from __future__ import annotations
 
+import heapq
+from bisect import insort
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -38,7 +40,7 @@ class Phase(Record):
 
 def check_phases(phases: tuple[Phase, ...], where: str = "the plan") -> None:
     """Names unique, dependencies known, no cycle, durations and counts positive: else one InputError."""
-    names = [p.name for p in phases]
+    names = {p.name for p in phases}
     if not phases:
         raise InputError(f"{where}: no phases; list at least one under 'phases'")
     seen: set[str] = set()
@@ -67,20 +69,28 @@ def check_phases(phases: tuple[Phase, ...], where: str = "the plan") -> None:
 
 
 def topological(phases: tuple[Phase, ...]) -> list[str] | None:
-    """Phase names in an order where each comes after its dependencies (plan order among ready ones), or None
-    when the dependencies form a cycle."""
-    left = {p.name: set(p.after) for p in phases}
+    """Phase names in an order where each comes after its dependencies, level by level (a level: the phases whose
+    dependencies are all in earlier levels, in plan order), or None when the dependencies form a cycle. Linear in
+    phases + dependencies (Kahn's algorithm by levels)."""
+    index = {p.name: i for i, p in enumerate(phases)}
+    waiting = {p.name: len(set(p.after)) for p in phases}
+    users: dict[str, list[str]] = {p.name: [] for p in phases}
+    for p in phases:
+        for d in set(p.after):
+            if d in users:
+                users[d].append(p.name)
+    level = [p.name for p in phases if waiting[p.name] == 0]
     order: list[str] = []
-    while left:
-        ready = [p.name for p in phases if p.name in left and not left[p.name]]
-        if not ready:
-            return None
-        for name in ready:
-            order.append(name)
-            del left[name]
-        for deps in left.values():
-            deps.difference_update(ready)
-    return order
+    while level:
+        order.extend(level)
+        nxt = []
+        for name in level:
+            for u in users[name]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    nxt.append(u)
+        level = sorted(nxt, key=index.__getitem__)
+    return order if len(order) == len(phases) else None
 
 
 def _cycle(phases: tuple[Phase, ...]) -> list[str]:
@@ -158,45 +168,64 @@ class Schedule(Record):
 
 def schedule(phases: tuple[Phase, ...], cards: int, *, margin: float = 0.0) -> Schedule | None:
     """List-schedule every run on `cards` card slots (each run lasts hours x (1 + margin)); None when a run needs
-    more cards than there are. Ready phases go longest-remaining-path first, then in plan order."""
+    more cards than there are. Ready phases go longest-remaining-path first, then in plan order; each run takes the
+    lowest-numbered free slots. O((runs + phases) log) with heaps: 4,000 phases are a second, not minutes."""
     if any(p.cards > cards for p in phases):
         return None
     by = {p.name: p for p in phases}
     order = topological(phases) or []
+    users: dict[str, list[str]] = {p.name: [] for p in phases}
+    for p in phases:
+        for d in set(p.after):
+            users[d].append(p.name)
     tail: dict[str, float] = {}                          # longest path from a phase's start to the end
-    users = {p.name: [q.name for q in phases if p.name in q.after] for p in phases}
     for name in reversed(order):
         tail[name] = by[name].hours * (1 + margin) + max((tail[u] for u in users[name]), default=0.0)
     rank = {name: (-tail[name], i) for i, name in enumerate(p.name for p in phases)}
+    waiting = {p.name: len(set(p.after)) for p in phases}
     started = {p.name: 0 for p in phases}
     finished = {p.name: 0 for p in phases}
     ended_at: dict[str, float] = {}
-    free = list(range(cards))
-    running: list[tuple[float, str, tuple[int, ...]]] = []
+    first_start: dict[str, float] = {}
+    ready: list[tuple[tuple[float, int], str]] = sorted((rank[p.name], p.name) for p in phases
+                                                        if waiting[p.name] == 0)
+    free = list(range(cards))                            # a heap: the lowest-numbered slots first
+    running: list[tuple[float, int, str, tuple[int, ...]]] = []     # a heap by end time, then start order
     placed: list[ScheduledRun] = []
+    total = sum(p.runs for p in phases)
     now = 0.0
-    while len(placed) < sum(p.runs for p in phases) or running:
-        ready = sorted((n for n in order if started[n] < by[n].runs
-                        and all(finished[d] == by[d].runs for d in by[n].after)), key=lambda n: rank[n])
-        for n in ready:
+    while len(placed) < total or running:
+        done: list[tuple[tuple[float, int], str]] = []
+        for item in ready:
+            if not free:
+                break
+            n = item[1]
             p = by[n]
             while started[n] < p.runs and len(free) >= p.cards:
-                slots = tuple(free[:p.cards])
-                del free[:p.cards]
+                slots = tuple(sorted(heapq.heappop(free) for _ in range(p.cards)))
                 started[n] += 1
                 end = now + p.hours * (1 + margin)
+                first_start.setdefault(n, now)
                 placed.append(ScheduledRun(n, started[n], slots, now, end))
-                running.append((end, n, slots))
+                heapq.heappush(running, (end, len(placed), n, slots))
+            if started[n] == p.runs:
+                done.append(item)
+        for item in done:
+            ready.remove(item)
         if not running:
             break
-        running.sort(key=lambda r: r[0])
         now = running[0][0]
         while running and running[0][0] <= now + 1e-9:
-            _, n, slots = running.pop(0)
+            _, _, n, slots = heapq.heappop(running)
             finished[n] += 1
-            free = sorted(free + list(slots))
+            for c in slots:
+                heapq.heappush(free, c)
             if finished[n] == by[n].runs:
                 ended_at[n] = now
-    spans = tuple(PhaseSpan(n, min(r.start_hours for r in placed if r.phase == n), ended_at[n]) for n in order)
+                for u in users[n]:
+                    waiting[u] -= 1
+                    if waiting[u] == 0:
+                        insort(ready, (rank[u], u))
+    spans = tuple(PhaseSpan(n, first_start[n], ended_at[n]) for n in order)
     busy = sum((r.end_hours - r.start_hours) * len(r.cards) for r in placed)
     return Schedule(cards, margin, max(ended_at.values()), busy, tuple(placed), spans)

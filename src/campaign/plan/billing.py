@@ -1,0 +1,163 @@
+"""One billing model for `campaign budget`, `campaign bench` and `campaign ablate plan`: the same work (runs x hours x
+cards, with dependencies) costs the same in all three.
+
+- Recovery margin: every run lasts its hours x (1 + margin) (crashes, preemption, checkpoints re-checked), 15% by
+  default; each output says the margin it applied.
+- A package: `cards` cards for `days` x 24 h at a fixed price; it holds the work when the schedule (schedule.py) ends
+  inside its window.
+- On demand: each card is billed from its first run's start to its last run's end, per started unit (hour by
+  default; `billing: per-minute` or `per-second` in the price file), so a card a phase does not use is not billed.
+- Money: exact decimal cents from the price file to the total (0.347 $/h x 82 h = 2,845.4 cents), rounded once, at
+  the total, half up to the cent (ROUNDING).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from ..results import Record
+from .schedule import Phase, Schedule, critical_path, schedule
+
+MARGIN = 0.15                       # the default recovery margin on every run
+UNITS = {"hour": 1, "minute": 60, "second": 3600}          # billing units per hour
+ROUNDING = "exact to the fraction of a cent, rounded once at the total, half up to the cent"
+
+
+def parse_margin(value: object, where: str) -> float:
+    """A recovery margin, '15%' or 0.15, as a share in [0, 1); else one InputError naming where it was given."""
+    from ..errors import InputError
+
+    text = str(value).strip()
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError(f"{where}: margin {value!r} is not a share; write e.g. '15%' or 0.15") from None
+    if isinstance(value, bool) or not 0 <= share < 1:
+        raise InputError(f"{where}: margin {value!r} must be a share from 0% to below 100%; e.g. '15%'")
+    return share
+
+
+def round_cents(amount: Decimal | int) -> int:
+    """Exact cents rounded once, half up, to a whole cent."""
+    return int(Decimal(amount).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def started_units(hours: float, unit: str = "hour") -> int:
+    """Units billed for `hours` of use: every started unit counts (1.01 h is 2 hours per hour, 61 minutes per
+    minute); float noise below 1e-9 of a unit is not a started unit."""
+    return math.ceil(round(hours * UNITS[unit], 9))
+
+
+def on_demand_cents(hourly: Decimal, spans: list[float] | tuple[float, ...], unit: str = "hour") -> Decimal:
+    """Exact cents of on-demand cards: `hourly` exact cents per card-hour, one span of use (hours) per card, each
+    billed per started unit."""
+    per = UNITS[unit]
+    return sum((hourly * started_units(h, unit) / per for h in spans), Decimal(0))
+
+
+def card_spans(s: Schedule) -> list[float]:
+    """For each card slot that runs anything: hours from its first run's start to its last run's end."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for r in s.runs:
+        for c in r.cards:
+            first[c] = min(first.get(c, r.start_hours), r.start_hours)
+            last[c] = max(last.get(c, r.end_hours), r.end_hours)
+    return [last[c] - first[c] for c in sorted(first)]
+
+
+def describe(unit: str) -> str:
+    return f"per started {unit}"
+
+
+@dataclass(frozen=True)
+class Cut(Record):
+    """Runs removed from a phase to make an option fit, and the card-hours it saves (margin included)."""
+
+    phase: str
+    runs_cut: int
+    runs_left: int
+    card_hours_saved: float
+
+
+@dataclass(frozen=True)
+class Option(Record):
+    """One way to rent: a package (window_hours) or on-demand hours (window_hours None) of `cards` cards.
+    hours: when the last run ends; slack_hours: window - hours; utilization: busy card-hours / (cards x window).
+    cost_cents: the total rounded once (ROUNDING); cost_exact_cents: the exact amount before rounding, as text;
+    cost_usd: cost_cents in dollars; margin: the recovery margin applied; billing: how on-demand time is billed."""
+
+    name: str
+    card: str
+    cards: int
+    window_hours: float | None
+    hours: float | None
+    critical_path_hours: float
+    card_hours: float
+    utilization: float | None
+    slack_hours: float | None
+    cost_cents: int
+    cost_usd: float
+    fits: bool
+    why: str
+    useful: int
+    cost_per_useful_cents: int | None
+    cuts: tuple[Cut, ...] = ()
+    fits_after_cuts: bool = False
+    cost_exact_cents: str = ""
+    margin: float = MARGIN
+    billing: str = "per started hour"
+
+
+def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window: float | None,
+          package_cents: Decimal | None, hourly: Decimal | None, margin: float, unit: str = "hour",
+          deadline_hours: float | None = None, budget_cents: int | None = None, refused: tuple[str, ...] = (),
+          sched: Schedule | None = None) -> Option:
+    """The phases on one rental: scheduled on `cards` card slots (each run hours x (1 + margin)), whether the
+    schedule ends inside the window (and the deadline), and its cost: the package's price, or on demand each card
+    from its first run to its last per started unit. refused: reasons the card cannot run the work at all."""
+    from .prices import usd
+
+    cp, chain = critical_path(phases, margin)
+    sched = sched if sched is not None else schedule(phases, cards, margin=margin)
+    card_hours = sum(p.card_hours for p in phases) * (1 + margin)
+    useful = sum(p.useful for p in phases)
+    how = describe(unit)
+    if sched is None:
+        need = max(p.cards for p in phases)
+        exact = package_cents or Decimal(0)
+        return Option(name, card, cards, window, None, cp, card_hours, None, None, round_cents(exact),
+                      round_cents(exact) / 100, False, f"a run needs {need} cards, the rental holds {cards}", useful,
+                      None, cost_exact_cents=str(exact), margin=margin, billing=how)
+    hours = sched.makespan_hours
+    exact = package_cents if package_cents is not None else on_demand_cents(hourly or Decimal(0), card_spans(sched),
+                                                                          unit)
+    cost = round_cents(exact)
+    limit = window if window is not None else math.inf
+    if deadline_hours is not None:
+        limit = min(limit, deadline_hours)
+    why = ""
+    if refused:
+        why = refused[0]
+    elif cp > limit + 1e-9:
+        what = "window" if window is not None and limit == window else "deadline"
+        why = f"the critical path alone ({' -> '.join(chain)}) takes {cp:,.1f} h > the {limit:,.0f} h {what}: " \
+              f"more cards do not shorten it"
+    elif card_hours > cards * limit + 1e-9:
+        why = f"{card_hours:,.1f} card-hours of work > {cards} card(s) x {limit:,.0f} h"
+    elif hours > limit + 1e-9:
+        why = f"scheduled on {cards} card(s) it ends at {hours:,.1f} h > {limit:,.0f} h"
+    elif budget_cents is not None and cost > budget_cents:
+        why = f"costs {usd(cost)} > the budget of {usd(budget_cents)}"
+    fits = not why
+    util = sched.busy_card_hours / (cards * window) if window else None
+    slack = window - hours if window is not None else None
+    per_useful = round_cents(exact / useful) if useful and fits else None
+    return Option(name, card, cards, window, hours, cp, card_hours, util, slack, cost, cost / 100, fits, why, useful,
+                  per_useful, cost_exact_cents=str(exact), margin=margin, billing=how)
+
+
+def runs_phase(name: str, runs: int, hours: float, cards: int = 1) -> tuple[Phase, ...]:
+    """Independent runs of the same hours as a one-phase plan (bench's runs to the target)."""
+    return (Phase(name, "experiment", runs, hours, cards, (), runs),)

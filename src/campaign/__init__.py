@@ -42,7 +42,7 @@ _LAZY = {
     "load_records": "track.records",
     # 4. which variant: adapters bound to their base
     "save_adapter": "train.adapters", "load_adapter": "train.adapters",
-    "compare_quant": "compress.quant", "QuantReport": "compress.quant",
+    "compare_quant": "compress.quant", "QuantReport": "compress.result",
     # 5. my budget is limited: budget, ablate, bench
     "budget": "plan.budget", "read_plan": "plan.budget", "load_prices": "plan.prices",
     "estimate_runtime": "plan.runtime", "plan_ablation": "plan.ablate", "read_factors": "plan.ablate",

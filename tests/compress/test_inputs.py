@@ -138,7 +138,7 @@ def test_the_guard_names_known_in_advance_are_those_the_reports_compute():
     """GUARD_METRICS against the metrics() of a real classification and extraction report (with a schema and a
     required field, so every name shows), and perplexity's own."""
     from campaign.compress.inputs import GUARD_METRICS
-    from campaign.compress.quant import _quality
+    from campaign.compress.quality import quality_of
     from campaign.compress.setup import QuantSetup
     from campaign.evaluate.analysis import analyze_classification
     from campaign.evaluate.extraction import analyze_extraction
@@ -155,5 +155,5 @@ def test_the_guard_names_known_in_advance_are_those_the_reports_compute():
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     got = {"classification": families(analyze_classification(labels).metrics()),
            "extraction": families(analyze_extraction(fields, schema=schema).metrics()),
-           "perplexity": families(_quality(QuantSetup(model=None, batches=[]), [(2.0, 4)])[1])}
+           "perplexity": families(quality_of(QuantSetup(model=None, batches=[]), [(2.0, 4)])[1])}
     assert got == {m: set(names) for m, names in GUARD_METRICS.items()}

@@ -15,7 +15,7 @@ pytest.importorskip("torchao")
 pytest.importorskip("scipy")
 
 from campaign.compress import compare_quant  # noqa: E402
-from campaign.compress.quant import digest  # noqa: E402
+from campaign.compress.variant import digest  # noqa: E402
 from campaign.errors import InputError  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -187,14 +187,14 @@ def test_bad_input_is_one_line_and_exit_2(cli, argv, fragment):
 
 def test_memory_freed_shows_as_a_smaller_card():
     """The 8B model's estimate by format: bf16 needs a larger card than int8, int8 than int4 (campaign memory)."""
+    from campaign.compress.estimates import estimate_weights
     from campaign.compress.formats import FORMATS
-    from campaign.compress.quant import _estimate_weights
     from campaign.hardware import all_cards
     from campaign.models import load_spec
 
     spec = load_spec("llama-3.1-8b")
     memory = {c.name: c.memory_bytes for c in all_cards()}
-    got = {f: _estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1) for f in ("bf16", "int8", "int4")}
+    got = {f: estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1) for f in ("bf16", "int8", "int4")}
     assert got["bf16"][0] > got["int8"][0] > got["int4"][0]
     assert got["bf16"][1] > got["int8"][1] > got["int4"][1]
     assert memory[got["bf16"][2]] > memory[got["int8"][2]] >= memory[got["int4"][2]]
@@ -245,8 +245,8 @@ def test_tensor_predictions_and_labels_in_the_batches_are_read_as_labels():
 def test_memory_freed_reads_as_a_cheaper_card_from_the_price_file(tmp_path):
     """The 8B model in bf16 (16 GB of weights alone) cannot fit a 16 GB T4; in int4 it can. With a T4 at $0.35/h and
     an L4 at $0.80/h, bf16's cheapest card is the L4 and int4's the T4."""
+    from campaign.compress.estimates import cheapest_card, estimate_weights
     from campaign.compress.formats import FORMATS
-    from campaign.compress.quant import _estimate_weights, cheapest_card
     from campaign.models import load_spec
     from campaign.plan.prices import load_prices
 
@@ -255,7 +255,7 @@ def test_memory_freed_reads_as_a_cheaper_card_from_the_price_file(tmp_path):
                       "  - {card: T4-16GB, hourly: '0.35'}\n  - {card: L4-24GB, hourly: '0.80'}\n")
     table = load_prices(prices)
     spec = load_spec("llama-3.1-8b")
-    fits = {f: _estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1)[3] for f in ("bf16", "int4")}
+    fits = {f: estimate_weights(spec, FORMATS[f], FORMATS["bf16"], 128, 4096, 1)[3] for f in ("bf16", "int4")}
     assert cheapest_card(table, fits["bf16"]) == ("L4-24GB", 80)
     assert cheapest_card(table, fits["int4"]) == ("T4-16GB", 35)
     assert cheapest_card(table, set()) == (None, None)

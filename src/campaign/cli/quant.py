@@ -66,7 +66,8 @@ def quant(
     run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
     """
     from ..compress.inputs import check_outputs
-    from ..compress.quant import compare_quant, plot_quant, write_csv
+    from ..compress.files import plot_quant, write_csv
+    from ..compress.quant import compare_quant
     from .render.quant import render_quant
 
     check_outputs(csv=csv, plot=plot)          # the files written at the end: checked before anything runs

@@ -6,7 +6,8 @@ This is its own package rather than a module of `memory/` because it runs models
 setup file, and dependencies point downward (docs/design.md; memory imports neither evaluate nor train).
 torch and torchao are imported only inside the functions that need them.
 """
-from .quant import QuantReport, QuantVariant, compare_quant
+from .quant import compare_quant
+from .result import QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
 
 __all__ = ["QuantReport", "QuantSetup", "QuantVariant", "compare_quant", "load_quant_setup"]

@@ -14,6 +14,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..evaluate.regress import parse_guard
+from ..memory.dtypes import parse_dtype
+from ..plan.prices import load_prices
 from ..train.setup import writable_file
 from .formats import BUILT, REFERENCES, Format, machine, parse_format, refusal
 
@@ -80,8 +82,6 @@ def check_inputs(*, formats: Sequence[str] | None = None, reference: str | None 
         if why:
             raise InputError(why)
     kv = tuple(kv_name(k) for k in kv_dtypes) if kv_dtypes else None
-    from ..plan.prices import load_prices
-
     return QuantInputs(chosen, ref, kv, tuple(guards), load_prices(prices), here)
 
 
@@ -100,8 +100,6 @@ def guard_metric(guard: str, metric: str | None) -> None:
 
 
 def kv_name(name: str) -> str:
-    from ..memory.dtypes import parse_dtype
-
     dtype = parse_dtype(name, what="kv dtype")
     if dtype in ("nf4", "gptq", "awq", "int4"):
         raise InputError(f"kv dtype {name!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")

@@ -12,135 +12,18 @@ estimate (estimate_kv), not measured.
 """
 from __future__ import annotations
 
-import copy
-import csv
-import gc
-import hashlib
-import io
-import math
-import os
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check
 from ..errors import InputError, MissingDependencyError
-from ..evaluate.regress import Guard, evaluate_guards
-from ..results import Record, Result
-from .formats import Format, apply, available, machine, parse_format, refusal, stored_bytes, torch_dtype
-from .inputs import check_inputs, guard_metric, kv_name
-from ..train.setup import first_line
+from .estimates import cheapest_card, estimate_weights, kv_rows, spec_of
+from .formats import Format, available, machine, parse_format, quiet_torchao, refusal, torch_dtype
+from .inputs import check_inputs, guard_metric
+from .quality import paired_test, quality_of
+from .result import DataDigest, QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
-
-SCHEMA = "campaign.quant/1"
-LATENCY_REPEATS = 5
-
-
-@dataclass(frozen=True)
-class DataDigest(Record):
-    """A set of batches, named and hashed: sha256 over every tensor's name, dtype, shape and bytes, in order."""
-
-    name: str
-    batches: int
-    examples: int
-    tokens: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class KVRow(Record):
-    """The KV cache at one precision, estimated (estimate_kv) for `context` tokens x `sequences`."""
-
-    dtype: str
-    bytes_per_token: float
-    bytes: int
-
-
-@dataclass(frozen=True)
-class QuantVariant(Record):
-    """One variant on the evaluation data. Bytes: estimated (campaign memory's format), stored (counted from the
-    tensors the format left), measured (MemoryMeter: allocated at the end of loading; the evaluation's peak).
-    delta: quality minus the reference's; p_value: the paired test's (t-test on per-example NLL for perplexity,
-    McNemar for classification and extraction); status: reference | pass | flagged (a guard broke).
-    required_bytes_estimated: `campaign memory`'s inference estimate for the format at context x sequences (weights,
-    KV, activations, CUDA context, reserve); smallest_card: the catalog card with the least memory it fits;
-    cheapest_card / hourly_cents: the cheapest card by the hour, among the price file's cards the variant fits
-    (campaign budget's price file: --prices, or the bundled example prices)."""
-
-    name: str
-    format: str
-    library: str
-    memory_format: str
-    weight_bytes_estimated: int | None
-    weight_bytes_stored: int
-    quantized_bytes_stored: int
-    weight_bytes_measured: int
-    peak_bytes_measured: int
-    kv_bytes_estimated: int | None
-    required_bytes_estimated: int | None
-    smallest_card: str | None
-    cheapest_card: str | None          # of the price file's cards the variant fits, the cheapest by the hour
-    hourly_cents: int | None           # its on-demand price per card-hour (exact cents)
-    quality: float
-    metrics: dict[str, float]
-    delta: float | None
-    p_value: float | None
-    test: str
-    interval: tuple[float, float] | None
-    flips: tuple[int, int] | None
-    ms_per_token: float | None
-    calibration: str | None
-    guards: tuple[Guard, ...]
-    status: str
-
-    @property
-    def flagged(self) -> bool:
-        return self.status == "flagged"
-
-
-@dataclass(frozen=True)
-class QuantReport(Result):
-    """Every variant on the same evaluation data; one check per guard (guard.<expr>), failed when a variant broke
-    it (no guards: no checks, status pass)."""
-
-    model: str
-    setup: str
-    device: str
-    device_name: str
-    metric: str
-    reference: str
-    evaluation: DataDigest
-    calibration: DataDigest | None
-    context: int
-    sequences: int
-    kv: tuple[KVRow, ...]
-    variants: tuple[QuantVariant, ...]
-    guards: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    schema: str = SCHEMA
-
-    @property
-    def checks(self) -> tuple[Check, ...]:
-        out = []
-        expressions = dict.fromkeys([*self.guards, *(g.expression for v in self.variants for g in v.guards)])
-        for expression in expressions:
-            held = [(v, g) for v in self.variants for g in v.guards if g.expression == expression]
-            broken = [(v, g) for v, g in held if not g.passed]
-            if broken:
-                out.append(Check(f"guard.{expression}", "fail", "; ".join(f"{v.name}: {g.describe()}"
-                                                                          for v, g in broken),
-                                 "a variant that breaks a guard loses what the reference model is kept for",
-                                 "take a variant whose guards hold, or change the guard if the trade is meant"))
-            else:
-                out.append(Check(f"guard.{expression}", "pass",
-                                 f"holds for {', '.join(v.name for v, _ in held) or 'no variant'}"))
-        return tuple(out)
-
-    @property
-    def flagged(self) -> tuple[QuantVariant, ...]:
-        return tuple(v for v in self.variants if v.flagged)
+from .variant import digest, example_ids, precision_of, reference_model, run_variant
 
 
 def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetup, *,
@@ -169,8 +52,6 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
         InputError: a format this machine cannot run, calibration missing for a calibrated format, evaluation data
             that changed between variants, a prediction count that differs from the examples, a bad guard.
     """
-    from .formats import quiet_torchao
-
     with quiet_torchao():   # transformers imports torchao when it is installed, as the setup builds its model
         return _compare(setup, formats=formats, reference=reference, guards=guards, group_size=group_size,
                         context=context, sequences=sequences, kv_dtypes=kv_dtypes, confidence=confidence, prices=prices,
@@ -201,15 +82,15 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         why = refusal(f, here, calibration=s.calibration is not None)
         if why:
             raise InputError(why)
-    examples = _examples(s)
+    examples = example_ids(s)
     tell("the reference model")
-    model = _reference_model(s, inputs.reference)
-    ref_fmt = inputs.reference or parse_format(_precision_of(model))
+    model = reference_model(s, inputs.reference)
+    ref_fmt = inputs.reference or parse_format(precision_of(model))
     variants = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
     model = model.to(torch_dtype(ref_fmt.name)).eval()
     evaluation = digest(s.batches, "evaluation")
     calibration = digest(s.calibration, s.calibration_name or "calibration (unnamed)") if s.calibration else None
-    spec = _spec(model, s)
+    spec = spec_of(model, s)
     lengths = [int(b["input_ids"].shape[-1]) for b in s.batches if "input_ids" in b]
     ctx = context if context is not None else max(lengths, default=0)
     if context is None and ctx <= 0:
@@ -218,14 +99,14 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         raise InputError(f"context must be a positive integer (tokens per sequence), got {ctx!r}")
     compute = "fp32" if ref_fmt.name == "fp32" else ref_fmt.name
     kv_names = list(inputs.kv_dtypes) if inputs.kv_dtypes else list(dict.fromkeys([compute, "fp8", "int8"]))
-    kv = _kv_rows(spec, kv_names, ctx, sequences)
+    kv = kv_rows(spec, kv_names, ctx, sequences)
 
     outcomes: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     for n, f in enumerate(variants, 1):
         tell(f"variant {n}/{len(variants)}: {f.name}{' (reference)' if f is ref_fmt else ''}, load and evaluate on "
              f"{device}")
-        row = _run_variant(f, model, s, examples, device=device, group_size=group_size)
+        row = run_variant(f, model, s, examples, device=device, group_size=group_size)
         after = digest(s.batches, "evaluation")
         if after.sha256 != evaluation.sha256:
             raise InputError(f"the evaluation batches changed while variant {f.name} was evaluated (sha256 "
@@ -238,19 +119,19 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     # each variant's KV cache at the reference's compute precision (weight formats leave the cache as it is)
     kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
     if kv_here is None and spec is not None:
-        kv_here = _kv_rows(spec, [compute], ctx, sequences)[0].bytes
+        kv_here = kv_rows(spec, [compute], ctx, sequences)[0].bytes
     tell("paired tests against the reference, memory estimates")
     price_file = inputs.prices
     built = []
     for f, row in zip(variants, rows):
-        est, required, card, fitting = _estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
+        est, required, card, fitting = estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
         cheapest, hourly = cheapest_card(price_file, fitting)
         if f is ref_fmt:
-            quality, metrics = _quality(s, reference_out)
+            quality, metrics = quality_of(s, reference_out)
             test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": ()}
         else:
-            quality, metrics = _quality(s, outcomes[f.name])
-            test = _paired(s, reference_out, outcomes[f.name], examples, guards, ref_fmt.name, f.name, confidence)
+            quality, metrics = quality_of(s, outcomes[f.name])
+            test = paired_test(s, reference_out, outcomes[f.name], examples, guards, ref_fmt.name, f.name, confidence)
         status = "reference" if f is ref_fmt else ("flagged" if any(not g.passed for g in test["guards"]) else "pass")
         built.append(QuantVariant(
             name=f.name, format=f.description, library=f.library, memory_format=f.memory_dtype,
@@ -271,310 +152,6 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
         calibration=calibration, context=ctx, sequences=sequences, kv=kv, variants=tuple(built),
         guards=tuple(guards), notes=tuple(notes))
-
-
-# ---------------------------------------------------------------------------------------------- the variants
-
-def _reference_model(s: QuantSetup, reference: Format | None) -> Any:
-    import torch
-
-    model = s.model
-    if isinstance(model, (str, Path)):
-        from transformers import AutoModelForCausalLM
-
-        dtype = torch_dtype(reference.name) if reference else "auto"
-        model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
-    elif callable(model) and not isinstance(model, torch.nn.Module):
-        model = model()
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"{s.source}: model is a {type(model).__name__}, not a torch.nn.Module")
-    return model
-
-
-def _precision_of(model: Any) -> str:
-    import torch
-
-    for p in model.parameters():
-        if p.is_floating_point():
-            return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(p.dtype, "fp32")
-    return "fp32"
-
-
-def _run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *, device: str,
-                 group_size: int) -> dict[str, Any]:
-    """Load (copy, cast, move, quantize) and evaluate one variant under its own MemoryMeter; then time it."""
-    import torch
-
-    from ..memory.measure import MemoryMeter
-
-    meter = MemoryMeter(device)
-    before = torch.cuda.memory_allocated() if device == "cuda" else 0   # a fresh CPU meter starts at zero
-    with meter.around(f.name):
-        with meter.phase("load"):
-            variant = copy.deepcopy(reference).to(device)
-            apply(f, variant, keep=s.keep, group_size=group_size, device=device,
-                  calibration=s.calibration if f.calibrated else None)
-        with meter.phase("evaluate"), torch.no_grad():
-            outcomes = _outcomes(variant, s, examples, device)
-    measured = meter.result()
-    load, evaluate = measured.phases[0], measured.phases[1]
-    counted = stored_bytes(variant)
-    with torch.no_grad():
-        ms = _latency(variant, s, device)
-    del variant
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return {"outcomes": outcomes, "stored": counted["quantized"] + counted["dense"], "quantized": counted["quantized"],
-            "measured": load.allocated_bytes - before, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
-            "ms_per_token": ms}
-
-
-def _to(batch: Mapping[str, Any], device: str) -> dict[str, Any]:
-    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
-
-
-def _rows(batch: Mapping[str, Any]) -> int:
-    for v in batch.values():
-        if hasattr(v, "shape") and len(v.shape):
-            return int(v.shape[0])
-    raise InputError("an evaluation batch holds no tensor to count its rows from; give tensors (input_ids, ...)")
-
-
-def _tokens(batch: Mapping[str, Any]) -> int:
-    if "attention_mask" in batch:
-        return int(batch["attention_mask"].sum())
-    if "input_ids" in batch:
-        return int(batch["input_ids"].numel())
-    return _rows(batch)
-
-
-def _examples(s: QuantSetup) -> list[str]:
-    n = sum(_rows(b) for b in s.batches)
-    if s.ids is None:
-        return [str(i) for i in range(n)]
-    ids = [str(i) for i in s.ids]
-    if len(ids) != n or len(set(ids)) != n:
-        raise InputError(f"{s.source}: ids must be {n} unique values, one per example in batch order; got "
-                         f"{len(ids)} ({len(set(ids))} distinct)")
-    return ids
-
-
-def _outcomes(model: Any, s: QuantSetup, examples: list[str], device: str) -> list[Any]:
-    """Per example in order: (summed NLL, scored tokens) for perplexity, else the prediction."""
-    out: list[Any] = []
-    for b in s.batches:
-        if s.metric == "perplexity":
-            out.extend(_nll(model, b, device))
-        else:
-            rows = _rows(b)
-            try:
-                preds = list(s.predict(model, _to(b, device)))  # type: ignore[misc]
-            except InputError:
-                raise
-            except Exception as e:
-                raise InputError(f"{s.source}: predict raised {type(e).__name__}: {first_line(e)}") from None
-            if len(preds) != rows:
-                raise InputError(f"{s.source}: predict returned {len(preds)} predictions for a batch of {rows} rows; "
-                                 "the evaluation sets would differ between variants: return one per row")
-            out.extend(_scalar(p) for p in preds)
-    if len(out) != len(examples):
-        raise InputError(f"{len(out)} outcomes for {len(examples)} examples; the evaluation sets differ")
-    return out
-
-
-def _scalar(value: Any) -> Any:
-    """A one-element tensor or a numpy scalar as the Python value it holds; anything else as it is."""
-    if hasattr(value, "item") and (not hasattr(value, "numel") or value.numel() == 1) and \
-            getattr(value, "ndim", 0) in (0, 1):
-        return value.item()
-    return value
-
-
-def _nll(model: Any, batch: Mapping[str, Any], device: str) -> list[tuple[float, int]]:
-    import torch
-
-    b = _to(batch, device)
-    labels = b.get("labels", b["input_ids"]).clone()
-    if "labels" not in b and "attention_mask" in b:
-        labels[b["attention_mask"] == 0] = -100
-    inputs = {k: v for k, v in b.items() if k != "labels"}
-    logits = model(**inputs).logits.float()
-    shift_logits, shift_labels = logits[:, :-1], labels[:, 1:]
-    nll = torch.nn.functional.cross_entropy(shift_logits.transpose(1, 2), shift_labels, ignore_index=-100,
-                                            reduction="none")
-    mask = shift_labels != -100
-    sums, counts = (nll * mask).sum(1).tolist(), mask.sum(1).tolist()
-    if min(counts) == 0:
-        raise InputError("an evaluation row has no scored token (labels all -100 after the shift); drop it or "
-                         "unmask its text")
-    return [(float(x), int(c)) for x, c in zip(sums, counts)]
-
-
-def _latency(model: Any, s: QuantSetup, device: str) -> float | None:
-    """Milliseconds per input token of the first batch's forward (or predict): the fastest of 5 after a warm-up
-    (the least disturbed by other work on the machine)."""
-    import torch
-
-    b = _to(s.batches[0], device)
-    run = (lambda: model(**{k: v for k, v in b.items() if k != "labels"})) if s.metric == "perplexity" \
-        else (lambda: s.predict(model, b))  # type: ignore[misc]
-    run()
-    times = []
-    for _ in range(LATENCY_REPEATS):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        run()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times) / max(1, _tokens(s.batches[0]))
-
-
-# -------------------------------------------------------------------------------------------- quality, tests
-
-def _quality(s: QuantSetup, out: list[Any]) -> tuple[float, dict[str, float]]:
-    if s.metric == "perplexity":
-        nll = sum(x for x, _ in out) / sum(c for _, c in out)
-        return math.exp(nll), {"perplexity": math.exp(nll), "nll": nll}
-    rep = _prediction_report(s, out)
-    metrics = rep.metrics()
-    return float(rep.accuracy), dict(metrics)
-
-
-def _gold(s: QuantSetup) -> list[Any]:
-    if s.gold is not None:
-        return list(s.gold)
-    out: list[Any] = []
-    for b in s.batches:
-        out.extend(_scalar(x) for x in b["labels"])
-    return out
-
-
-def _prediction_set(s: QuantSetup, out: list[Any], examples: list[str], label: str) -> Any:
-    from ..evaluate.predictions import Prediction, PredictionSet
-
-    gold = _gold(s)
-    if len(gold) != len(examples):
-        raise InputError(f"{s.source}: {len(gold)} gold values for {len(examples)} examples; give one per example")
-    preds = tuple(Prediction(i, g, p, n + 1) for n, (i, g, p) in enumerate(zip(examples, gold, out)))
-    return PredictionSet(f"<{label}>", "", preds)
-
-
-def _prediction_report(s: QuantSetup, out: list[Any]) -> Any:
-    from ..evaluate.analysis import analyze_classification
-    from ..evaluate.extraction import analyze_extraction
-
-    ps = _prediction_set(s, out, [str(i) for i in range(len(out))], "variant")
-    if s.metric == "classification":
-        return analyze_classification(ps)
-    return analyze_extraction(ps, schema=s.schema, required=s.required)
-
-
-def _paired(s: QuantSetup, ref: list[Any], var: list[Any], examples: list[str], guards: Sequence[str],
-            ref_name: str, var_name: str, confidence: float) -> dict[str, Any]:
-    if s.metric == "perplexity":
-        from ..evaluate.stats import paired_t
-
-        d = [x / c - y / k for (x, c), (y, k) in zip(var, ref)]          # per-example mean NLL, variant - ref
-        t = paired_t(d, confidence=confidence)
-        base, cand = _quality(s, ref)[1], _quality(s, var)[1]
-        checked = evaluate_guards(guards, base, cand)
-        interval = (t.ci_low, t.ci_high) if t.ci_low is not None and t.ci_high is not None else None
-        return {"delta": cand["perplexity"] - base["perplexity"], "p": t.p_value,
-                "test": f"paired t on per-example NLL ({len(d)} examples)", "interval": interval, "flips": None,
-                "guards": checked}
-    from ..evaluate.regress import regress
-
-    rep = regress(_prediction_set(s, ref, examples, ref_name), _prediction_set(s, var, examples, var_name),
-                  task=s.metric, guards=guards, schema=s.schema, required=s.required)
-    return {"delta": rep.accuracy_candidate - rep.accuracy_baseline, "p": rep.mcnemar.p_value,
-            "test": f"McNemar ({rep.mcnemar.method})", "interval": None,
-            "flips": (len(rep.right_to_wrong), len(rep.wrong_to_right)), "guards": rep.guards}
-
-
-# ------------------------------------------------------------------------------------------ memory estimates
-
-def _spec(model: Any, s: QuantSetup) -> Any:
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "to_dict"):
-        return None
-    from ..models.architectures import spec_from_config
-
-    try:
-        return spec_from_config(config.to_dict(), name=s.name or getattr(config, "_name_or_path", "") or
-                                type(model).__name__, source=s.source)
-    except Exception:   # an architecture campaign memory does not model: the estimate is unknown, not guessed
-        return None
-
-
-def _estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: int,
-                      sequences: int) -> tuple[int | None, int | None, str | None, set[str]]:
-    """(weight bytes, required bytes, smallest card that fits, every card that fits) by `campaign memory`'s
-    inference estimate with the
-    variant's format. What a quantizer leaves unconverted is counted in the reference precision (the estimate keeps
-    it in bf16)."""
-    if spec is None:
-        return None, None, None, set()
-    from ..hardware import all_cards
-    from ..memory import estimate_memory, fit_cards, make_workload
-    from ..memory.dtypes import ELEMENT_BYTES
-
-    w = make_workload(mode="infer", dtype=f.memory_dtype, group_size=group_size, seq_len=ctx, batch=sequences)
-    est = estimate_memory(spec, w)
-    total = 0
-    for item in est.items:
-        if item.category != "weights":
-            continue
-        if item.name == "weights kept 16-bit":
-            total += int(item.bytes * ELEMENT_BYTES[ref.name] / 2)
-        else:
-            total += item.bytes
-    cards = {c.name: c.memory_bytes for c in all_cards()}
-    fits = [fit.card for fit in fit_cards(spec, w, all_cards(), solve=False, estimate=est) if fit.verdict == "fits"]
-    return total, est.required_bytes, min(fits, key=lambda c: cards[c]) if fits else None, set(fits)
-
-
-def cheapest_card(prices: Any, fitting: set[str]) -> tuple[str | None, int | None]:
-    """The price file's card with the lowest on-demand price per hour among those the variant fits, and that price
-    (cents); (None, None) when none of them is priced by the hour."""
-    priced = sorted((c.hourly_cents, c.card) for c in prices.cards if c.card in fitting and c.hourly_cents is not None)
-    return (priced[0][1], priced[0][0]) if priced else (None, None)
-
-
-def _kv_rows(spec: Any, names: Sequence[str], ctx: int, sequences: int) -> tuple[KVRow, ...]:
-    if spec is None:
-        return ()
-    from ..memory.kv import estimate_kv
-
-    rows = []
-    for name in names:
-        dtype = kv_name(name)
-        e = estimate_kv(spec, seq_len=ctx, batch=sequences, dtype=dtype)
-        rows.append(KVRow(dtype, e.bytes_per_token, e.bytes))
-    return tuple(rows)
-
-
-def digest(batches: Sequence[Mapping[str, Any]] | None, name: str) -> DataDigest:
-    """Name, counts and sha256 of a list of batches (tensor names, dtypes, shapes and bytes, in order)."""
-    import torch
-
-    h = hashlib.sha256()
-    examples = tokens = 0
-    for b in batches or ():
-        examples += _rows(b)
-        tokens += _tokens(b)
-        for key in sorted(b):
-            v = b[key]
-            h.update(key.encode())
-            if hasattr(v, "detach"):
-                t = v.detach().cpu().contiguous()
-                h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-                h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-            else:
-                h.update(repr(v).encode())
-    return DataDigest(name, len(batches or ()), examples, tokens, h.hexdigest())
 
 
 def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spec: Any, ref: Format,
@@ -609,55 +186,3 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     if calibration is not None and not any(v.calibration for v in variants):
         notes.append(f"calibration data {calibration.name!r} given; no compared format calibrates on it")
     return notes
-
-
-# --------------------------------------------------------------------------------------------- files written
-
-CSV_COLUMNS = ("variant", "library", "memory_format", "weight_bytes_estimated", "weight_bytes_stored",
-               "weight_bytes_measured", "peak_bytes_measured", "kv_bytes_estimated", "required_bytes_estimated",
-               "smallest_card", "cheapest_card", "hourly_cents", "metric", "quality", "delta",
-               "p_value", "ms_per_token", "status", "guards_failed")
-
-
-def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
-    """The table, one row per variant, written atomically."""
-    from ..io import atomic_write_text
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for v in report.variants:
-        w.writerow([v.name, v.library, v.memory_format, _cell(v.weight_bytes_estimated), v.weight_bytes_stored,
-                    v.weight_bytes_measured, v.peak_bytes_measured, _cell(v.kv_bytes_estimated),
-                    _cell(v.required_bytes_estimated), v.smallest_card or "", v.cheapest_card or "",
-                    _cell(v.hourly_cents), report.metric,
-                    f"{v.quality:.6g}", _cell(v.delta, ".6g"), _cell(v.p_value, ".4g"),
-                    _cell(v.ms_per_token, ".4g"), v.status, ";".join(g.expression for g in v.guards if not g.passed)])
-    return atomic_write_text(path, buf.getvalue())
-
-
-def _cell(x: Any, fmt: str = "") -> str:
-    return "" if x is None else format(x, fmt)
-
-
-def plot_quant(report: QuantReport, path: str | os.PathLike[str]) -> Path:
-    """Memory (stored weight bytes) against quality, one point per variant, flagged ones in red."""
-    from ..evaluate.plots import _check_path, _figure, _save
-
-    p = _check_path(path)
-    fig = _figure(6.4, 4.2)
-    ax = fig.add_subplot()
-    unit, div = ("GiB", 2 ** 30) if max(v.weight_bytes_stored for v in report.variants) >= 2 ** 30 else ("MiB", 2 ** 20)
-    for v in report.variants:
-        colour = "tab:red" if v.flagged else ("tab:gray" if v.status == "reference" else "tab:blue")
-        x = v.weight_bytes_stored / div
-        ax.scatter([x], [v.quality], color=colour, zorder=3)
-        ax.annotate(v.name + (" (flagged)" if v.flagged else ""), (x, v.quality), textcoords="offset points",
-                    xytext=(5, 4), fontsize=9)
-    ax.margins(x=0.2, y=0.2)
-    ax.set_xlabel(f"weights stored ({unit})")
-    ax.set_ylabel("perplexity (lower is better)" if report.metric == "perplexity" else f"{report.metric} accuracy")
-    ax.set_title(f"{report.model}: memory against quality\n{report.evaluation.examples} examples, reference "
-                 f"{report.reference}, on {report.device}", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    return _save(fig, p)

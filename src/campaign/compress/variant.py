@@ -1,0 +1,197 @@
+"""One variant built from the reference model, measured with the project's protocol (MemoryMeter: a 'load' phase,
+then an 'evaluate' phase), evaluated on the setup's batches and timed; the batches counted and hashed, so that every
+variant provably saw the same data. torch is imported inside the functions that run it."""
+from __future__ import annotations
+
+import copy
+import gc
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..memory.measure import MemoryMeter
+from ..train.setup import first_line
+from .formats import Format, apply, stored_bytes, torch_dtype
+from .result import DataDigest
+from .setup import QuantSetup
+
+LATENCY_REPEATS = 5
+
+
+def reference_model(s: QuantSetup, reference: Format | None) -> Any:
+    import torch
+
+    model = s.model
+    if isinstance(model, (str, Path)):
+        from transformers import AutoModelForCausalLM
+
+        dtype = torch_dtype(reference.name) if reference else "auto"
+        model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+    elif callable(model) and not isinstance(model, torch.nn.Module):
+        model = model()
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{s.source}: model is a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def precision_of(model: Any) -> str:
+    import torch
+
+    for p in model.parameters():
+        if p.is_floating_point():
+            return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(p.dtype, "fp32")
+    return "fp32"
+
+
+def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *, device: str,
+                 group_size: int) -> dict[str, Any]:
+    """Load (copy, cast, move, quantize) and evaluate one variant under its own MemoryMeter; then time it."""
+    import torch
+
+    meter = MemoryMeter(device)
+    before = torch.cuda.memory_allocated() if device == "cuda" else 0   # a fresh CPU meter starts at zero
+    with meter.around(f.name):
+        with meter.phase("load"):
+            variant = copy.deepcopy(reference).to(device)
+            apply(f, variant, keep=s.keep, group_size=group_size, device=device,
+                  calibration=s.calibration if f.calibrated else None)
+        with meter.phase("evaluate"), torch.no_grad():
+            outcomes = _outcomes(variant, s, examples, device)
+    measured = meter.result()
+    load, evaluate = measured.phases[0], measured.phases[1]
+    counted = stored_bytes(variant)
+    with torch.no_grad():
+        ms = _latency(variant, s, device)
+    del variant
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return {"outcomes": outcomes, "stored": counted["quantized"] + counted["dense"], "quantized": counted["quantized"],
+            "measured": load.allocated_bytes - before, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
+            "ms_per_token": ms}
+
+
+def _to(batch: Mapping[str, Any], device: str) -> dict[str, Any]:
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
+
+
+def batch_rows(batch: Mapping[str, Any]) -> int:
+    for v in batch.values():
+        if hasattr(v, "shape") and len(v.shape):
+            return int(v.shape[0])
+    raise InputError("an evaluation batch holds no tensor to count its rows from; give tensors (input_ids, ...)")
+
+
+def batch_tokens(batch: Mapping[str, Any]) -> int:
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    if "input_ids" in batch:
+        return int(batch["input_ids"].numel())
+    return batch_rows(batch)
+
+
+def example_ids(s: QuantSetup) -> list[str]:
+    n = sum(batch_rows(b) for b in s.batches)
+    if s.ids is None:
+        return [str(i) for i in range(n)]
+    ids = [str(i) for i in s.ids]
+    if len(ids) != n or len(set(ids)) != n:
+        raise InputError(f"{s.source}: ids must be {n} unique values, one per example in batch order; got "
+                         f"{len(ids)} ({len(set(ids))} distinct)")
+    return ids
+
+
+def _outcomes(model: Any, s: QuantSetup, examples: list[str], device: str) -> list[Any]:
+    """Per example in order: (summed NLL, scored tokens) for perplexity, else the prediction."""
+    out: list[Any] = []
+    for b in s.batches:
+        if s.metric == "perplexity":
+            out.extend(_nll(model, b, device))
+        else:
+            rows = batch_rows(b)
+            try:
+                preds = list(s.predict(model, _to(b, device)))  # type: ignore[misc]
+            except InputError:
+                raise
+            except Exception as e:
+                raise InputError(f"{s.source}: predict raised {type(e).__name__}: {first_line(e)}") from None
+            if len(preds) != rows:
+                raise InputError(f"{s.source}: predict returned {len(preds)} predictions for a batch of {rows} rows; "
+                                 "the evaluation sets would differ between variants: return one per row")
+            out.extend(scalar(p) for p in preds)
+    if len(out) != len(examples):
+        raise InputError(f"{len(out)} outcomes for {len(examples)} examples; the evaluation sets differ")
+    return out
+
+
+def scalar(value: Any) -> Any:
+    """A one-element tensor or a numpy scalar as the Python value it holds; anything else as it is."""
+    if hasattr(value, "item") and (not hasattr(value, "numel") or value.numel() == 1) and \
+            getattr(value, "ndim", 0) in (0, 1):
+        return value.item()
+    return value
+
+
+def _nll(model: Any, batch: Mapping[str, Any], device: str) -> list[tuple[float, int]]:
+    import torch
+
+    b = _to(batch, device)
+    labels = b.get("labels", b["input_ids"]).clone()
+    if "labels" not in b and "attention_mask" in b:
+        labels[b["attention_mask"] == 0] = -100
+    inputs = {k: v for k, v in b.items() if k != "labels"}
+    logits = model(**inputs).logits.float()
+    shift_logits, shift_labels = logits[:, :-1], labels[:, 1:]
+    nll = torch.nn.functional.cross_entropy(shift_logits.transpose(1, 2), shift_labels, ignore_index=-100,
+                                            reduction="none")
+    mask = shift_labels != -100
+    sums, counts = (nll * mask).sum(1).tolist(), mask.sum(1).tolist()
+    if min(counts) == 0:
+        raise InputError("an evaluation row has no scored token (labels all -100 after the shift); drop it or "
+                         "unmask its text")
+    return [(float(x), int(c)) for x, c in zip(sums, counts)]
+
+
+def _latency(model: Any, s: QuantSetup, device: str) -> float | None:
+    """Milliseconds per input token of the first batch's forward (or predict): the fastest of 5 after a warm-up
+    (the least disturbed by other work on the machine)."""
+    import torch
+
+    b = _to(s.batches[0], device)
+    run = (lambda: model(**{k: v for k, v in b.items() if k != "labels"})) if s.metric == "perplexity" \
+        else (lambda: s.predict(model, b))  # type: ignore[misc]
+    run()
+    times = []
+    for _ in range(LATENCY_REPEATS):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 1000 * min(times) / max(1, batch_tokens(s.batches[0]))
+
+
+def digest(batches: Sequence[Mapping[str, Any]] | None, name: str) -> DataDigest:
+    """Name, counts and sha256 of a list of batches (tensor names, dtypes, shapes and bytes, in order)."""
+    import torch
+
+    h = hashlib.sha256()
+    examples = tokens = 0
+    for b in batches or ():
+        examples += batch_rows(b)
+        tokens += batch_tokens(b)
+        for key in sorted(b):
+            v = b[key]
+            h.update(key.encode())
+            if hasattr(v, "detach"):
+                t = v.detach().cpu().contiguous()
+                h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+                h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            else:
+                h.update(repr(v).encode())
+    return DataDigest(name, len(batches or ()), examples, tokens, h.hexdigest())

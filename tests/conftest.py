@@ -120,6 +120,18 @@ test_the_bundle_holds_the_accepted_run_rehashed_with_its_limits
 test_the_report_holds_every_question_the_records_and_what_is_missing
 test_a_record_of_an_unexpected_shape_is_listed_not_fatal
 test_the_report_fetches_nothing
+test_a_correct_trainer_run_is_recorded_and_passes
+test_a_warmup_at_rate_zero_is_not_verified_never_ready
+test_a_module_declared_to_train_but_frozen_fails
+test_nan_gradients_fail_and_stop_training
+test_an_exception_marks_the_run_failed_with_its_reason
+test_a_plain_module_passes_and_its_frozen_layer_stays
+test_a_frozen_layer_that_moves_fails
+test_lora_passes_though_a_moves_only_from_the_second_step
+test_a_lora_layer_left_out_of_the_optimizer_fails
+test_the_example_trainer_script_records_and_checks_its_run
+test_the_comparison_is_made_again_from_the_bundle_alone
+test_a_kill_at_any_step_of_force_leaves_a_whole_export[*]
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report"})

@@ -102,3 +102,32 @@ def test_a_base_tensor_left_trainable_is_beyond_the_plan():
     c = next(c for c in r.checks if c.id == "adapter.trainable_as_planned")
     assert c.status == "warn" and "(+32)" in c.seen
     assert status(r, "adapter.reload_equal") == "skipped"          # live objects: no fresh process
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_same_base_in_another_dtype_loads_and_says_so_another_base_does_not(tmp_path, dtype):
+    m = lora(base())
+    save_adapter(m, tmp_path / "adapter")
+    with pytest.warns(UserWarning, match=f"in another dtype: {str(dtype).removeprefix('torch.')} here, float32"):
+        loaded = load_adapter(base().to(dtype), tmp_path / "adapter")
+    assert hasattr(loaded, "peft_config")
+    with pytest.raises(InputError, match="trained on another base"):
+        load_adapter(base(seed=1).to(dtype), tmp_path / "adapter")
+    revised = base()
+    with torch.no_grad():
+        revised.lm_head.weight.add_(torch.randn_like(revised.lm_head.weight) * 1e-3)   # a revision: 5% of std
+    with pytest.raises(InputError, match="trained on another base"):
+        load_adapter(revised.to(dtype), tmp_path / "adapter")
+
+
+def test_a_base_in_bf16_binds_and_loads_exactly(tmp_path):
+    import warnings
+
+    m = lora(base().to(torch.bfloat16))
+    save_adapter(m, tmp_path / "adapter")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        load_adapter(base().to(torch.bfloat16), tmp_path / "adapter")          # the same dtype: no warning
+    assert not [w for w in seen if "another dtype" in str(w.message)]
+    with pytest.warns(UserWarning, match="bfloat16 when the adapter was trained"):
+        load_adapter(base(), tmp_path / "adapter")                              # fp32 here

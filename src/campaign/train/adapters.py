@@ -4,7 +4,10 @@ An adapter means nothing on another base: LoRA's low-rank updates were learned a
 a base of another revision they load without a word and give other outputs. So the adapter is saved with a binding:
 the base model's name, its revision when it comes from the HF cache, and a hash of its weights (every base tensor's
 name, dtype, shape and bytes, in name order: the same figure from the live model or from its safetensors files).
-`load_adapter` refuses a base whose hash differs, in one line.
+`load_adapter` refuses a base whose hash differs, in one line. The same base loaded in another dtype (bf16 instead
+of fp32) is the same base: the binding also holds a fingerprint of the values (per floating-point tensor, its norm and
+two projections on fixed random signs) compared within what a cast to 16 bits changes, and a base that matches only
+that one is accepted with a warning that says the dtypes.
 
 `planned_trainable` counts what the adapter's config should train from the targeted layers' shapes (r x (in + out)
 per layer, plus the modules it saves in full), so a base tensor left trainable shows as a difference.
@@ -63,6 +66,53 @@ def _adapter_names(model: Any) -> list[str]:
     return names
 
 
+# A cast to bf16 (8 significant bits, round to nearest) moves each value by at most 2^-8 of it, uniformly: standard
+# deviation 2^-8 / sqrt(3) of it; a projection on random signs sums independent errors, so it moves with a standard
+# deviation of at most 2^-8 / sqrt(3) x the tensor's L2 norm. Six of those is the band within which two tensors are
+# the same values in other dtypes (fp16 rounds finer; its subnormals, below 6e-5, add at most 2^-25 per value: the
+# absolute term). A tensor changed by 5% of its norm (a revision) falls outside all 8 projections' bands but with
+# probability ~4e-6; a change below the cast's own rounding cannot be told from it.
+CAST_BAND = 6 * 2.0**-8 / 3 ** 0.5
+CAST_FLOOR = 2.0**-24
+PROJECTIONS = 8
+_CHUNK = 1 << 22
+
+
+def fingerprint(tensors: dict[str, Any]) -> dict[str, list[float]]:
+    """Per floating-point tensor, in float64: [elements, L2 norm, PROJECTIONS projections on fixed random signs
+    (seeded by the tensor's size, the same in every process)]; independent of the dtype the values are stored in."""
+    import torch
+
+    out = {}
+    for name in sorted(tensors):
+        t = tensors[name].detach()
+        if not t.is_floating_point():
+            continue
+        flat = t.reshape(-1)
+        g = torch.Generator().manual_seed(flat.numel())
+        norm, proj = 0.0, torch.zeros(PROJECTIONS, dtype=torch.float64)
+        for start in range(0, flat.numel(), _CHUNK):
+            x = flat[start:start + _CHUNK].to("cpu", torch.float64)
+            signs = torch.randint(0, 2, (PROJECTIONS, x.numel()), generator=g, dtype=torch.int8)
+            norm += float((x * x).sum())
+            proj += (signs.to(torch.float64) * 2 - 1) @ x
+        out[name] = [float(flat.numel()), norm ** 0.5, *(float(v) for v in proj)]
+    return out
+
+
+def same_values(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
+    """Two fingerprints of the same values stored in other dtypes: the same tensors and sizes, and norms and
+    projections within CAST_BAND of the norm (plus CAST_FLOOR per element for fp16's subnormals)."""
+    if set(a) != set(b):
+        return False
+    for name, (n, norm, *proj) in a.items():
+        m, other, *proj_b = b[name]
+        band = CAST_BAND * max(norm, other) + CAST_FLOOR * n ** 0.5
+        if n != m or abs(norm - other) > band or any(abs(x - y) > band for x, y in zip(proj, proj_b)):
+            return False
+    return True
+
+
 def weights_sha256(tensors: dict[str, Any]) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
     import torch
@@ -98,10 +148,17 @@ class Binding:
     revision: str | None         # the HF cache snapshot's commit, when the base was loaded from the cache
     weights_sha256: str
     tensors: int
+    dtypes: tuple[str, ...] = ()         # the base's floating-point dtypes when bound
+    values: dict[str, list[float]] | None = None   # fingerprint() of the base (None in older bindings)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "base": self.base, "revision": self.revision,
-                "weights_sha256": self.weights_sha256, "tensors": self.tensors}
+                "weights_sha256": self.weights_sha256, "tensors": self.tensors, "dtypes": list(self.dtypes),
+                "values": self.values}
+
+
+def _dtypes(state: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(sorted({str(t.dtype).removeprefix("torch.") for t in state.values() if t.is_floating_point()}))
 
 
 def binding_of(model: Any) -> Binding:
@@ -109,7 +166,8 @@ def binding_of(model: Any) -> Binding:
     name = str(getattr(getattr(base, "config", None), "_name_or_path", "") or "")
     match = _REVISION.search(name.replace("\\", "/"))
     state = base_state(model)
-    return Binding(name, match.group(1) if match else None, weights_sha256(state), len(state))
+    return Binding(name, match.group(1) if match else None, weights_sha256(state), len(state), _dtypes(state),
+                   fingerprint(state))
 
 
 def planned_trainable(model: Any) -> int:
@@ -151,27 +209,49 @@ def read_binding(directory: str | Path) -> Binding:
                          "cannot be verified")
     b = JsonObject(load_json(path, "adapter binding"), str(path))
     revision = b.raw("revision", None)
+    dtypes = b.raw("dtypes", [])
+    values = b.raw("values", None)
+    ok = isinstance(values, dict) and all(isinstance(v, list) and len(v) == 2 + PROJECTIONS and
+                                          all(isinstance(x, (int, float)) for x in v) for v in values.values())
     return Binding(b.str("base", ""), revision if isinstance(revision, str) else None, b.str("weights_sha256"),
-                   b.count("tensors"))
+                   b.count("tensors"),
+                   tuple(d for d in dtypes if isinstance(d, str)) if isinstance(dtypes, list) else (),
+                   {k: [float(x) for x in v] for k, v in values.items()} if ok else None)
 
 
 def load_adapter(base_model: Any, directory: str | Path) -> Any:
     """The adapter in `directory` on `base_model` (a plain transformers model), after checking that the base is the
     one it was trained on.
 
+    The same base in another dtype (its values' fingerprint within a 16-bit cast of the bound one) loads, with a
+    warning naming both dtypes: the adapter's outputs then differ by that rounding.
+
     Raises:
         InputError: no binding, or a base whose weights differ from the bound base's (one line, both hashes).
     """
+    import warnings
+
     from peft import PeftModel
 
     binding = read_binding(directory)
+    here = _REVISION.search(str(getattr(getattr(base_model, "config", None), "_name_or_path", "") or "")
+                            .replace("\\", "/"))
+    if binding.revision and here and here.group(1) != binding.revision:
+        raise InputError(f"{directory}: the adapter was trained on revision {binding.revision[:12]} of "
+                         f"{binding.base or 'its base'}; this base is revision {here.group(1)[:12]}; load that "
+                         "revision")
     state = {k: v for k, v in base_model.state_dict().items()}
     digest = weights_sha256(state)
-    if digest != binding.weights_sha256:
+    if digest != binding.weights_sha256 and binding.values is not None \
+            and _dtypes(state) != binding.dtypes and same_values(fingerprint(state), binding.values):
+        warnings.warn(f"{directory}: the base is the bound one ({binding.base or 'unnamed'}) in another dtype: "
+                      f"{', '.join(_dtypes(state)) or 'none'} here, {', '.join(binding.dtypes) or 'unknown'} when the "
+                      "adapter was trained; its outputs differ by that rounding", stacklevel=2)
+    elif digest != binding.weights_sha256:
         raise InputError(f"{directory}: the adapter was trained on another base ({binding.base or 'unnamed'}, weights "
                          f"sha256 {binding.weights_sha256[:12]}; this one: {digest[:12]}); load the exact base")
     return PeftModel.from_pretrained(base_model, str(directory))
 
 
-__all__ = ["Binding", "binding_of", "files_sha256", "is_adapter_model", "load_adapter", "planned_trainable",
-           "read_binding", "save_adapter", "weights_sha256"]
+__all__ = ["Binding", "binding_of", "files_sha256", "fingerprint", "is_adapter_model", "load_adapter",
+           "planned_trainable", "read_binding", "same_values", "save_adapter", "weights_sha256"]

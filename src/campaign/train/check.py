@@ -151,6 +151,16 @@ def _loaded(setup: Any) -> Setup:
     if s.optimizer is None or not isinstance(s.optimizer, torch.optim.Optimizer):
         raise InputError(f"{s.source or 'the setup'}: needs the optimizer (a torch.optim.Optimizer over the model's "
                          "parameters) to check a full step; return it as 'optimizer'")
+    where = s.source or "the setup"
+    if not any(p.requires_grad for p in s.model.parameters()):
+        raise InputError(f"{where}: the model has no trainable parameter (requires_grad is False everywhere): "
+                         "nothing to check; unfreeze what is meant to train before building the optimizer")
+    for i, batch in enumerate(s.batches):
+        for key, value in batch.items():
+            if not isinstance(value, (torch.Tensor, int, float, bool, str, type(None))):
+                raise InputError(f"{where}: batch {i} field {key!r} is a {type(value).__name__}, not a tensor; "
+                                 "return batches as your loop gives them to the model (torch.tensor(...), a "
+                                 "collate's output)")
     if isinstance(s.trainable, str):
         s.trainable = [s.trainable]
     if s.trainable is not None and (not isinstance(s.trainable, (list, tuple))
@@ -201,7 +211,15 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
     try:
         threads.enter_context(_threads_for(s.model, batches[0]))
         next_phase()
-        meter, fig = _first_step(s, batches[0])
+        try:
+            meter, fig = _first_step(s, batches[0])
+        except InputError:
+            raise
+        except Exception as e:          # the user's forward or loss: one line naming it, not a traceback (exit 3)
+            from .setup import first_line
+
+            raise InputError(f"{s.source or 'the setup'}: the first step raised {type(e).__name__} in your model's "
+                             f"forward or loss: {first_line(e)}") from None
         measured = meter.result(label="campaign check: one step")
         if not math.isfinite(fig.loss):
             # one message about the loss: every later figure (gradients, the update, rows, overfitting) is NaN too

@@ -35,7 +35,7 @@ def test_hashes_are_sha256(tmp_path):
 
 
 def test_record_scan_lines_raw_rows_and_bad_records(tmp_path):
-    from campaign.io import BadRecord, RecordScan
+    from campaign.rows import BadRecord, RecordScan
 
     data = ('id,text\n1,"two\nlines"\n,\n2,caf\xe9\n3,a,extra\n').encode("utf-8")
     p = tmp_path / "d.csv"
@@ -51,7 +51,7 @@ def test_record_scan_lines_raw_rows_and_bad_records(tmp_path):
 
 
 def test_record_scan_jsonl_keeps_line_bytes_and_reads_json_suffix(tmp_path):
-    from campaign.io import BadRecord, RecordScan
+    from campaign.rows import BadRecord, RecordScan
 
     lines = [b'{"a": 1}\n', b"\n", b'{"a": "x\xe2\x80\xa8y"}\n', b"[1]\n", b'{"a": 2, "b": "\xff"}\n']
     p = tmp_path / "d.json"                                          # .json is read as JSONL
@@ -65,7 +65,7 @@ def test_record_scan_jsonl_keeps_line_bytes_and_reads_json_suffix(tmp_path):
 
 
 def test_record_scan_skips_blank_lines_before_the_csv_header(tmp_path):
-    from campaign.io import RecordScan
+    from campaign.rows import RecordScan
 
     p = tmp_path / "d.csv"
     p.write_text("\n\nid,text\n1,a\n", encoding="utf-8")
@@ -73,7 +73,7 @@ def test_record_scan_skips_blank_lines_before_the_csv_header(tmp_path):
 
 
 def test_record_scan_json_errors_point_at_the_column_and_name_arrays(tmp_path):
-    from campaign.io import RecordScan
+    from campaign.rows import RecordScan
 
     cut = '{"id": 2, "gold": "a", "pred": "b"'
     p = tmp_path / "d.jsonl"
@@ -93,7 +93,7 @@ def test_record_scan_parquet_values_come_as_jsonl_would_hold_them(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from campaign.io import RecordScan
+    from campaign.rows import RecordScan
 
     when = datetime.datetime(2024, 5, 1, 12, 30)
     table = pa.table({"day": [datetime.date(2024, 5, 1)], "when": pa.array([when], pa.timestamp("us")),

@@ -141,6 +141,6 @@ def exit_code(status: str) -> int:
 
 def print_json(data: Any) -> None:
     """Strict JSON to stdout, 2-space indent (a non-finite float prints as null)."""
-    from ..io import dumps_json
+    from ..strict_json import dumps_json
 
     sys.stdout.write(dumps_json(data))

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import InputError
-from ..io import atomic_write_text, dumps_json, sha256_file
+from ..io import atomic_write_text, sha256_file
+from ..strict_json import dumps_json
 from .leak_report import EXACT, GROUP, LABEL, NEAR, LeakReport, LeakRow
 from .read import Dataset
 from .shards import finish_shard_set

@@ -18,7 +18,7 @@ _ALLOWED = {
     ("numpy", "ndarray"), ("numpy", "dtype"),
     *((m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")),
     *((m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")),
-    ("campaign.data.read", "Dataset"), ("campaign.data.read", "Fields"), ("campaign.io", "BadRecord"),
+    ("campaign.data.read", "Dataset"), ("campaign.data.read", "Fields"), ("campaign.rows", "BadRecord"),
     ("campaign.data.leak_report", "LeakRow"),
     *(("campaign.data.ray.records", n) for n in ("ShardData", "ShardLabels", "ExactAndGroups", "Candidates", "Texts",
                                                   "Confirmed", "Fetched", "WrittenSplit", "WrittenClean")),

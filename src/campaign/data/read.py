@@ -16,7 +16,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import Record
-from ..io import DELIMITERS, BadRecord, RecordScan, input_file, record_format
+from ..io import input_file
+from ..rows import DELIMITERS, BadRecord, RecordScan, record_format
 
 __all__ = ["BadRecord", "DELIMITERS", "Dataset", "Fields", "make_dataset", "raw_rows", "read_dataset"]
 SKIP_HINT = "fix it, or skip bad records with --skip-bad (skip_bad=True)"

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError
-from ..io import RECORD_FORMATS, atomic_write_json, input_file, load_json, record_format, sha256_file
+from ..io import atomic_write_json, input_file, load_json, sha256_file
+from ..rows import RECORD_FORMATS, record_format
 from ..version import __version__
 
 MANIFEST = "manifest.json"

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import RECORD_FORMATS, load_json, sha256_bytes, sha256_file
+from ..io import load_json, sha256_bytes, sha256_file
+from ..rows import RECORD_FORMATS
 from ..validate import JsonObject
 
 MANIFEST_NAME = "split_manifest.json"

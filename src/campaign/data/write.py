@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..io import parquet
+from ..rows import parquet
 from .read import DELIMITERS, Dataset, raw_rows
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-from ..io import DELIMITERS, BadRecord, RecordScan, input_file, record_format
+from ..io import input_file
+from ..rows import DELIMITERS, BadRecord, RecordScan, record_format
 
 # A missing or empty prediction is a prediction of its own ("the model produced nothing"), not an error.
 NO_PREDICTION = "(none)"

@@ -8,7 +8,8 @@ from math import prod
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..io import load_json, parse_json
+from ..io import load_json
+from ..strict_json import parse_json
 from ..validate import MAX_COUNT, JsonObject, kind_of
 
 _MAX_HEADER = 100 * 2**20  # the format caps headers at 100 MB

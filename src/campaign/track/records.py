@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_write_json, dumps_json, load_json
+from ..io import atomic_write_json, load_json
+from ..strict_json import dumps_json
 from .store import default_root
 
 SCHEMA = "campaign.record/1"

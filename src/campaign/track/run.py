@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import check_text
+from ..strict_json import check_text
 from .manifest import (DECISIONS, ENDED, STATUSES, Amendment, Decision, Manifest, artifact_kind, file_artifact,
                        new_id, now, param_sets_changed)
 from .store import Store

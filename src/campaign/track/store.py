@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..io import atomic_write_json, dumps_json, load_json
+from ..io import atomic_write_json, load_json
+from ..strict_json import dumps_json
 from ..results import Information, Record
 from .manifest import ENDED, STATUSES, Manifest, manifest_from, now, parse_time
 

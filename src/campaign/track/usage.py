@@ -27,7 +27,7 @@ from ..checks import Check
 from ..results import Result
 from ..data.split_manifest import read_split_set, split_manifest_path
 from ..errors import InputError
-from ..io import parse_json
+from ..strict_json import parse_json
 
 SCHEMA = "campaign.usage/1"
 ENTRY_SCHEMA = "campaign.usage_entry/1"

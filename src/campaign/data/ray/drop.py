@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from ...io import RECORD_FORMATS
+from ...rows import RECORD_FORMATS
 from ..leak_report import LeakReport
 from ..shards import finish_shard_set, is_uri, start_shard_set
 from .search import ShardSearch, find_leaks_ray

@@ -1,0 +1,324 @@
+"""The user's own training configuration as the workload: HF TrainingArguments (JSON or YAML, TRL's configs
+included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a DeepSpeed JSON and an accelerate
+config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from; a key that changes
+memory and that the estimate cannot honour (CPU/NVMe offload, DoRA, modules_to_save, an optimizer whose states are
+not modelled) is refused in one line, never ignored. Keys that do not change memory are not read.
+
+`workload_from_configs(paths)` returns the make_workload keywords, their sources, and the base model the files name
+(a PEFT config's base_model_name_or_path, axolotl's base_model), for `campaign memory --config FILE ...`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+# TrainingArguments.optim / axolotl's optimizer -> (optimizer, implementation) of the estimate
+OPTIM = {
+    "adamw_torch": ("adamw", "foreach"), "adamw_hf": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
+    "adamw_apex_fused": ("adamw", "fused"), "adamw": ("adamw", "foreach"), "adam": ("adamw", "foreach"),
+    "adamw_bnb_8bit": ("adamw-8bit", "foreach"), "adamw_8bit": ("adamw-8bit", "foreach"),
+    "paged_adamw_8bit": ("adamw-8bit", "foreach"), "paged_adamw_32bit": ("adamw", "foreach"),
+    "adafactor": ("adafactor", "foreach"), "sgd": ("sgd", "foreach"),
+}
+# torchtune's optimizer components
+TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam": ("adamw", "foreach"),
+                   "torch.optim.SGD": ("sgd", "foreach"), "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
+                   "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
+                   "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
+FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed or accelerate"
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """options: make_workload keywords; sources: (option, value, 'file: key') for each; model: the base model the
+    files name, else None; notes: what was read but does not change the per-card estimate (accumulation)."""
+
+    options: dict[str, Any]
+    sources: tuple[tuple[str, Any, str], ...]
+    model: str | None
+    notes: tuple[str, ...]
+
+
+class _Reader:
+    """Collects options from several files; two files that set one option differently are refused."""
+
+    def __init__(self) -> None:
+        self.options: dict[str, Any] = {}
+        self.sources: dict[str, tuple[Any, str]] = {}
+        self.model: str | None = None
+        self.notes: list[str] = []
+
+    def set(self, option: str, value: Any, where: str) -> None:
+        if option in self.options and self.options[option] != value:
+            was, there = self.sources[option]
+            raise InputError(f"{where} sets {option} to {value!r} but {there} set {was!r}; give one value (drop one "
+                             "file, or pass the option on the command line)")
+        self.options[option] = value
+        self.sources[option] = (value, where)
+
+    def refuse(self, where: str, why: str, fix: str) -> None:
+        raise InputError(f"{where}: {why}, which the memory estimate does not model; {fix}")
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A JSON or YAML file as a mapping (one-line errors naming the file)."""
+    p = Path(path)
+    from ..io import load_json
+
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{p}: cannot read ({e.strerror or e}); give a training config file") from None
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise InputError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+    else:
+        doc = load_json(p, "a training config file (JSON or YAML)")
+    if not isinstance(doc, dict):
+        raise InputError(f"{p}: holds a {type(doc).__name__}, not a mapping of settings; give a training config file")
+    return doc
+
+
+def workload_from_configs(paths: Sequence[str | Path]) -> TrainingConfig:
+    """The workload the configuration files describe (see the module docstring)."""
+    r = _Reader()
+    for path in paths:
+        _read(r, Path(path), load_config_file(path))
+    sources = tuple((k, v, where) for k, (v, where) in r.sources.items())
+    return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes))
+
+
+def _read(r: _Reader, path: Path, doc: dict[str, Any]) -> None:
+    name = path.name
+    if "peft_type" in doc:
+        _peft(r, name, doc)
+    elif "zero_optimization" in doc or "train_micro_batch_size_per_gpu" in doc:
+        _deepspeed(r, name, doc)
+    elif "distributed_type" in doc:
+        _accelerate(r, path, doc)
+    elif isinstance(doc.get("model"), dict) and "_component_" in doc["model"]:
+        _torchtune(r, name, doc)
+    elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
+        _axolotl(r, path, doc)
+    elif "per_device_train_batch_size" in doc or "output_dir" in doc or "gradient_accumulation_steps" in doc:
+        _training_arguments(r, path, doc)
+    else:
+        raise InputError(f"{path}: not a training config campaign reads ({FORMATS}); give one of those, or the "
+                         "workload as options (campaign memory --help)")
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}: {value!r} is not a positive whole number; fix the file")
+    return value
+
+
+def _optim(r: _Reader, value: Any, where: str, table: dict[str, tuple[str, str]]) -> None:
+    key = str(value).strip()
+    if key not in table:
+        r.refuse(where, f"optimizer {key!r}", f"use one of {', '.join(sorted(table))}, or give --optimizer with the "
+                                              "nearest one (its states are what memory depends on)")
+    optimizer, impl = table[key]
+    r.set("optimizer", optimizer, where)
+    r.set("optimizer_impl", impl, where)
+
+
+def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
+    name = path.name
+    if "per_device_train_batch_size" in d:
+        r.set("batch", _int(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size"),
+              f"{name}: per_device_train_batch_size")
+    for key in ("max_seq_length", "max_length"):  # TRL's SFTConfig
+        if d.get(key) is not None:
+            r.set("seq_len", _int(d[key], f"{name}: {key}"), f"{name}: {key}")
+    if d.get("gradient_checkpointing") is not None:
+        r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
+    if d.get("bf16") or d.get("fp16"):
+        key = "bf16" if d.get("bf16") else "fp16"
+        r.notes.append(f"{name}: {key}: autocast over the weights' own dtype (--dtype); add --mixed-precision when the "
+                       "model is loaded in fp32 (fp32 master weights, grads and states)")
+    if d.get("optim") is not None:
+        _optim(r, d["optim"], f"{name}: optim", OPTIM)
+    if d.get("gradient_accumulation_steps") not in (None, 1):
+        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
+                       "memory is that of one micro-batch)")
+    fsdp = d.get("fsdp")
+    if isinstance(fsdp, list):
+        fsdp = " ".join(str(x) for x in fsdp)
+    if fsdp:
+        if "offload" in str(fsdp):
+            r.refuse(f"{name}: fsdp", "CPU offload", "estimate without offload (an upper bound) or drop it")
+        r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
+    if isinstance(d.get("deepspeed"), str) and d["deepspeed"]:
+        ds = (path.parent / d["deepspeed"]) if not Path(d["deepspeed"]).is_absolute() else Path(d["deepspeed"])
+        _deepspeed(r, ds.name, load_config_file(ds))
+    elif isinstance(d.get("deepspeed"), dict):
+        _deepspeed(r, f"{name}: deepspeed", d["deepspeed"])
+
+
+def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    kind = str(d.get("peft_type", "")).upper()
+    if kind != "LORA":
+        r.refuse(f"{name}: peft_type", f"{kind}", "give a LoRA adapter config")
+    if d.get("use_dora"):
+        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
+                 "estimate as LoRA by removing use_dora from a copy, knowing it is low")
+    if d.get("modules_to_save"):
+        r.refuse(f"{name}: modules_to_save", f"fully trained modules {d['modules_to_save']}",
+                 "estimate them with --method full, or the adapters without them")
+    r.set("method", "lora", f"{name}: peft_type")
+    if d.get("r") is not None:
+        r.set("lora_rank", _int(d["r"], f"{name}: r"), f"{name}: r")
+    targets = d.get("target_modules")
+    if targets:
+        value = ("all-linear",) if targets == "all-linear" else tuple(str(t) for t in (
+            targets if isinstance(targets, list) else [targets]))
+        r.set("lora_targets", value, f"{name}: target_modules")
+    base = d.get("base_model_name_or_path")
+    if isinstance(base, str) and base.strip():
+        r.model = base.strip()
+
+
+def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    zero = d.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise InputError(f"{name}: zero_optimization is not a mapping; fix the file")
+    for key in ("offload_optimizer", "offload_param"):
+        device = (zero.get(key) or {}).get("device") if isinstance(zero.get(key), dict) else None
+        if device not in (None, "none"):
+            r.refuse(f"{name}: zero_optimization.{key}", f"offload to {device}",
+                     "estimate without offload (an upper bound on the card) or drop it")
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise InputError(f"{name}: zero_optimization.stage {stage!r} is not 0, 1, 2 or 3; fix the file")
+    r.set("shard", "none" if stage == 0 else f"zero{stage}", f"{name}: zero_optimization.stage")
+    micro = d.get("train_micro_batch_size_per_gpu")
+    if micro not in (None, "auto"):
+        r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
+              f"{name}: train_micro_batch_size_per_gpu")
+    for key in ("bf16", "fp16"):
+        section = d.get(key)
+        if isinstance(section, dict) and section.get("enabled") not in (None, False, "auto"):
+            r.set("mixed_precision", True, f"{name}: {key}.enabled")
+
+
+def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
+    name = path.name
+    kind = str(d.get("distributed_type", "NO")).upper()
+    if d.get("num_processes") is not None:
+        r.set("gpus", _int(d["num_processes"], f"{name}: num_processes"), f"{name}: num_processes")
+    if str(d.get("mixed_precision", "no")).lower() in ("bf16", "fp16"):
+        r.set("mixed_precision", True, f"{name}: mixed_precision")
+    if kind == "FSDP":
+        fsdp = d.get("fsdp_config") or {}
+        if fsdp.get("fsdp_offload_params"):
+            r.refuse(f"{name}: fsdp_config.fsdp_offload_params", "CPU offload",
+                     "estimate without offload (an upper bound) or drop it")
+        strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
+        shard = {"FULL_SHARD": "fsdp", "1": "fsdp", "SHARD_GRAD_OP": "zero2", "2": "zero2", "NO_SHARD": "none",
+                 "3": "none"}.get(strategy)
+        if shard is None:
+            r.refuse(f"{name}: fsdp_config.fsdp_sharding_strategy", f"{strategy} (sharding within a node)",
+                     "estimate with FULL_SHARD over the node's cards")
+        r.set("shard", shard, f"{name}: fsdp_config.fsdp_sharding_strategy")
+        if fsdp.get("fsdp_activation_checkpointing"):
+            r.set("grad_checkpointing", True, f"{name}: fsdp_config.fsdp_activation_checkpointing")
+    elif kind == "DEEPSPEED":
+        ds = d.get("deepspeed_config") or {}
+        if isinstance(ds.get("deepspeed_config_file"), str):
+            file = path.parent / ds["deepspeed_config_file"]
+            _deepspeed(r, file.name, load_config_file(file))
+        else:
+            stage = ds.get("zero_stage", 0)
+            _deepspeed(r, f"{name}: deepspeed_config", {"zero_optimization": {
+                "stage": stage, "offload_optimizer": {"device": ds.get("offload_optimizer_device", "none")},
+                "offload_param": {"device": ds.get("offload_param_device", "none")}}})
+
+
+def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
+    name = path.name
+    r.model = str(d["base_model"])
+    adapter = str(d.get("adapter") or "").lower()
+    if adapter not in ("", "lora", "qlora"):
+        r.refuse(f"{name}: adapter", f"{adapter!r}", "use lora or qlora, or estimate --method full")
+    method = "qlora" if adapter == "qlora" or (adapter == "lora" and d.get("load_in_4bit")) else \
+        "lora" if adapter == "lora" else "full"
+    r.set("method", method, f"{name}: adapter" + (" + load_in_4bit" if d.get("load_in_4bit") else ""))
+    if d.get("load_in_8bit"):
+        r.set("dtype", "int8", f"{name}: load_in_8bit")
+    if d.get("lora_r") is not None:
+        r.set("lora_rank", _int(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
+    if d.get("lora_target_linear"):
+        r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
+    elif d.get("lora_target_modules"):
+        r.set("lora_targets", tuple(str(t) for t in d["lora_target_modules"]), f"{name}: lora_target_modules")
+    if d.get("lora_modules_to_save"):
+        r.refuse(f"{name}: lora_modules_to_save", f"fully trained modules {d['lora_modules_to_save']}",
+                 "estimate them with --method full, or the adapters without them")
+    if d.get("sequence_len") is not None:
+        r.set("seq_len", _int(d["sequence_len"], f"{name}: sequence_len"), f"{name}: sequence_len")
+    if d.get("micro_batch_size") is not None:
+        r.set("batch", _int(d["micro_batch_size"], f"{name}: micro_batch_size"), f"{name}: micro_batch_size")
+    if d.get("gradient_checkpointing") is not None:
+        r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
+    if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
+        if d.get("bf16") in (True, "auto"):
+            r.set("dtype", "bf16", f"{name}: bf16 (the model loaded in bf16)")
+        elif d.get("fp16") is True:
+            r.set("dtype", "fp16", f"{name}: fp16 (the model loaded in fp16)")
+    if d.get("optimizer") is not None:
+        _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
+    if d.get("gradient_accumulation_steps") not in (None, 1):
+        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
+                       "memory is that of one micro-batch)")
+    if isinstance(d.get("deepspeed"), str):
+        file = path.parent / d["deepspeed"]
+        _deepspeed(r, file.name, load_config_file(file))
+
+
+def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    component = str(d["model"]["_component_"])
+    leaf = component.rsplit(".", 1)[-1]
+    method = "qlora" if leaf.startswith("qlora_") else "lora" if leaf.startswith("lora_") else "full"
+    r.set("method", method, f"{name}: model._component_")
+    model = d["model"]
+    if method != "full":
+        if model.get("lora_rank") is not None:
+            r.set("lora_rank", _int(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
+        attn = [str(m) for m in model.get("lora_attn_modules") or []]
+        targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else []) + (
+            ["lm_head"] if model.get("apply_lora_to_output") else [])
+        names = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+        if targets:
+            r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")
+    tokenizer = d.get("tokenizer") or {}
+    if isinstance(tokenizer, dict) and tokenizer.get("max_seq_len") is not None:
+        r.set("seq_len", _int(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
+              f"{name}: tokenizer.max_seq_len")
+    if d.get("batch_size") is not None:
+        r.set("batch", _int(d["batch_size"], f"{name}: batch_size"), f"{name}: batch_size")
+    if d.get("enable_activation_checkpointing") is not None:
+        r.set("grad_checkpointing", bool(d["enable_activation_checkpointing"]),
+              f"{name}: enable_activation_checkpointing")
+    if d.get("enable_activation_offloading"):
+        r.refuse(f"{name}: enable_activation_offloading", "activations offloaded to the CPU",
+                 "estimate without it (an upper bound) or drop it")
+    if d.get("dtype") in ("bf16", "fp32", "fp16"):
+        r.set("dtype", d["dtype"], f"{name}: dtype (torchtune trains in it: no fp32 master copy)")
+    optimizer = d.get("optimizer")
+    if isinstance(optimizer, dict) and optimizer.get("_component_"):
+        _optim(r, optimizer["_component_"], f"{name}: optimizer._component_", TORCHTUNE_OPTIM)
+    if d.get("gradient_accumulation_steps") not in (None, 1):
+        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
+                       "memory is that of one micro-batch)")
+
+
+__all__ = ["TrainingConfig", "load_config_file", "workload_from_configs"]

@@ -1,0 +1,115 @@
+"""The user's own training configuration as the workload: each format written here as its tool documents it, each
+value traced to its file and key, a memory-changing key that cannot be honoured refused in one line."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from campaign.errors import InputError
+from campaign.memory import estimate_memory, make_workload
+from campaign.memory.training_config import workload_from_configs
+from campaign.models import load_spec
+
+
+def write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if name.endswith((".yaml", ".yml")) else json.dumps(doc))
+    return path
+
+
+def test_training_arguments_with_a_deepspeed_file_and_a_peft_config(tmp_path):
+    # TrainingArguments.to_json_string() keys; the DeepSpeed config it names; peft's adapter_config.json
+    write(tmp_path, "ds.json", {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+                                "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}}})
+    args = write(tmp_path, "training_args.json", {
+        "output_dir": "out", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 8,
+        "gradient_checkpointing": True, "bf16": True, "optim": "adamw_torch_fused", "deepspeed": "ds.json",
+        "learning_rate": 2e-4, "max_length": 1024})
+    adapter = write(tmp_path, "adapter_config.json", {
+        "peft_type": "LORA", "r": 32, "target_modules": ["q_proj", "v_proj"], "lora_alpha": 64,
+        "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "task_type": "CAUSAL_LM"})
+    cfg = workload_from_configs([args, adapter])
+    assert cfg.options == {"batch": 4, "seq_len": 1024, "grad_checkpointing": True, "optimizer": "adamw",
+                           "optimizer_impl": "fused", "shard": "zero2", "method": "lora", "lora_rank": 32,
+                           "lora_targets": ("q_proj", "v_proj")}
+    assert cfg.model == "meta-llama/Llama-3.1-8B"
+    where = {option: source for option, _, source in cfg.sources}
+    assert where["batch"] == "training_args.json: per_device_train_batch_size"
+    assert where["shard"] == "ds.json: zero_optimization.stage" and where["lora_rank"] == "adapter_config.json: r"
+    assert any("gradient_accumulation_steps 8" in n for n in cfg.notes)
+    # the same estimate as the options given by hand
+    spec = load_spec("llama-3.1-8b")
+    by_hand = make_workload(batch=4, seq_len=1024, grad_checkpointing=True, optimizer="adamw", optimizer_impl="fused",
+                            shard="zero2", method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"))
+    assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
+        estimate_memory(spec, by_hand).required_bytes
+
+
+def test_axolotl_qlora(tmp_path):
+    path = write(tmp_path, "qlora.yml", {
+        "base_model": "mistralai/Mistral-7B-v0.1", "adapter": "qlora", "load_in_4bit": True, "lora_r": 16,
+        "lora_target_linear": True, "sequence_len": 4096, "micro_batch_size": 2, "gradient_accumulation_steps": 4,
+        "gradient_checkpointing": True, "bf16": "auto", "optimizer": "paged_adamw_8bit", "sample_packing": True})
+    cfg = workload_from_configs([path])
+    assert cfg.options == {"method": "qlora", "lora_rank": 16, "lora_targets": ("all-linear",), "seq_len": 4096,
+                           "batch": 2, "grad_checkpointing": True, "optimizer": "adamw-8bit",
+                           "optimizer_impl": "foreach"}
+    assert cfg.model == "mistralai/Mistral-7B-v0.1"
+
+
+def test_torchtune_lora_recipe(tmp_path):
+    path = write(tmp_path, "8B_lora_single_device.yaml", {
+        "model": {"_component_": "torchtune.models.llama3_1.lora_llama3_1_8b", "lora_attn_modules":
+                  ["q_proj", "v_proj", "output_proj"], "apply_lora_to_mlp": True, "lora_rank": 8, "lora_alpha": 16},
+        "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "max_seq_len": 2048},
+        "batch_size": 2, "gradient_accumulation_steps": 8, "enable_activation_checkpointing": True, "dtype": "bf16",
+        "optimizer": {"_component_": "torch.optim.AdamW", "lr": 3e-4}})
+    cfg = workload_from_configs([path])
+    assert cfg.options["method"] == "lora" and cfg.options["lora_rank"] == 8
+    assert cfg.options["lora_targets"] == ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert (cfg.options["seq_len"], cfg.options["batch"], cfg.options["dtype"]) == (2048, 2, "bf16")
+    assert cfg.options["grad_checkpointing"] is True and cfg.options["optimizer"] == "adamw"
+
+
+def test_accelerate_fsdp_config(tmp_path):
+    path = write(tmp_path, "fsdp.yaml", {
+        "compute_environment": "LOCAL_MACHINE", "distributed_type": "FSDP", "mixed_precision": "bf16",
+        "num_processes": 8, "fsdp_config": {"fsdp_sharding_strategy": "FULL_SHARD",
+                                            "fsdp_activation_checkpointing": True, "fsdp_offload_params": False}})
+    cfg = workload_from_configs([path])
+    assert cfg.options == {"gpus": 8, "mixed_precision": True, "shard": "fsdp", "grad_checkpointing": True}
+
+
+@pytest.mark.parametrize("name, doc, key", [
+    ("ds.json", {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
+     "zero_optimization.offload_optimizer"),
+    ("adapter_config.json", {"peft_type": "LORA", "r": 8, "modules_to_save": ["lm_head"]}, "modules_to_save"),
+    ("adapter_config.json", {"peft_type": "LORA", "r": 8, "use_dora": True}, "use_dora"),
+    ("args.json", {"output_dir": "o", "optim": "galore_adamw"}, "optim"),
+    ("fsdp.yaml", {"distributed_type": "FSDP", "fsdp_config": {"fsdp_offload_params": True}},
+     "fsdp_config.fsdp_offload_params"),
+    ("tune.yaml", {"model": {"_component_": "torchtune.models.llama3.llama3_8b"},
+                   "enable_activation_offloading": True}, "enable_activation_offloading"),
+])
+def test_a_memory_key_that_cannot_be_honoured_is_refused(tmp_path, name, doc, key):
+    with pytest.raises(InputError) as e:
+        workload_from_configs([write(tmp_path, name, doc)])
+    message = str(e.value)
+    assert f"{name}: {key}" in message and "does not model" in message and "\n" not in message
+
+
+def test_two_files_that_disagree_are_refused(tmp_path):
+    args = write(tmp_path, "args.json", {"output_dir": "o", "per_device_train_batch_size": 4})
+    ds = write(tmp_path, "ds.json", {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})
+    with pytest.raises(InputError, match="ds.json: train_micro_batch_size_per_gpu sets batch to 2 but args.json"):
+        workload_from_configs([args, ds])
+
+
+def test_a_file_of_no_known_format_is_one_line(tmp_path):
+    with pytest.raises(InputError, match="not a training config campaign reads"):
+        workload_from_configs([write(tmp_path, "x.json", {"hello": 1})])
+    (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        workload_from_configs([tmp_path / "bad.yaml"])

@@ -66,22 +66,61 @@ def test_on_demand_cards_are_billed_only_while_their_phases_run(write_yaml):
 
 def test_the_same_work_costs_the_same_in_budget_bench_and_ablate(write_yaml):
     # 12 runs x 5.5 h on an L40S (example prices: $0.99/h, 3-day $62, 7-day $136), the default margin 15%:
-    # each run 6.325 h, one after another 75.9 h: the 3-day (72 h) does not hold them, the 7-day does ($136.00);
-    # on demand 76 started hours x $0.99 = $75.24, the cheapest in all three
+    # each run 6.325 h, one after another 75.9 h. On demand: 76 started hours x $0.99 = $75.24 in all three. The
+    # 3-day (72 h) alone does not hold them; topped up on demand, the last run's 3.9 h past 72 h are 4 started
+    # hours: $62 + $3.96 = $65.96, the cheapest, in budget and bench alike; the 7-day holds them for $136.00
     plan = {"name": "t", "card": "L40S-48GB", "phases": [{"name": "x", "runs": 12, "hours": 5.5}]}
     b = budget(write_yaml(plan, "plan.yaml"), cards=["L40S-48GB"])
     by = {o.name: o for o in b.packages}
-    assert (b.recommended, by["on-demand"].cost_cents, by["on-demand"].margin) == ("on-demand", 7_524, 0.15)
-    assert not by["3-day"].fits and by["7-day"].fits and by["on-demand"].hours == pytest.approx(75.9)
+    assert (by["on-demand"].cost_cents, by["on-demand"].margin, by["on-demand"].hours) == (7_524, 0.15,
+                                                                                          pytest.approx(75.9))
+    assert not by["3-day"].fits and by["7-day"].fits and by["7-day"].cost_cents == 13_600
+    assert (b.recommended, by["3-day + on-demand"].cost_cents) == ("3-day + on-demand", 6_596)
     cost = {"metric": "f1", "target": 1, "repeats": 12,
             "configurations": [{"name": "l40s", "card": "L40S-48GB", "runs": [{"seed": 0, "hours_to_target": 5.5}]}]}
     c = bench(write_yaml(cost, "cost.yaml"))
     rentals = {r.name: (r.fits, r.cost_cents) for r in c.configurations[0].rentals}
-    assert (c.cheapest_rental, c.cheapest_cents, c.margin) == ("on-demand", 7_524, 0.15)
-    assert rentals["3-day"] == (False, 6_200) and rentals["7-day"] == (True, 13_600)
-    # ablate: one factor at two levels, 6 seeds each, one factor at a time: 12 runs of 5.5 h
+    assert (c.cheapest_rental, c.cheapest_cents, c.margin) == ("3-day + on-demand", 6_596, 0.15)
+    assert rentals["on-demand"] == (True, 7_524) and rentals["3-day"] == (False, 6_200)
+    assert rentals["7-day"] == (True, 13_600)
+    # ablate plan bills on demand: one factor at two levels, 6 seeds each, one factor at a time: 12 runs of 5.5 h
     factors = {"hours_per_run": 5.5, "seeds": 6, "design": "ofat", "card": "L40S-48GB",
                "factors": [{"name": "lr", "levels": [1, 2]}]}
     a = plan_ablation(write_yaml(factors, "f.yaml"))
     assert (a.design.runs, a.design.card_hours, a.design.cost_cents) == (12, 66, 7_524) and a.margin == 0.15
     assert any("margin 15%" in n for n in a.notes)
+
+
+def _pk(write_yaml, hourly="2.50"):
+    return write_yaml({"cards": [{"card": "H100-SXM-80GB", "hourly": hourly, "packages": [
+        {"name": "3-day", "days": 3, "price": "100"}, {"name": "7-day", "days": 7, "price": "300"}]}]}, "p.yaml")
+
+
+def test_packages_combined_in_a_row_side_by_side_and_topped_up(write_yaml):
+    from campaign.plan.billing import combinations
+    from campaign.plan.prices import load_prices
+    from campaign.plan.schedule import Phase
+
+    (card,) = load_prices(_pk(write_yaml)).cards
+    # two runs of 70 h, no margin: one card 140 h > the 3-day's 72 h. In a row: 2 x 3-day = 144 h for $200.00;
+    # side by side: 2 cards, both runs at once in 70 h, $200.00; topped up: the 3-day + the second run's last
+    # 68 h on demand (72 -> 140 h) = $100 + 68 x $2.50 = $270.00; on demand alone: 140 x $2.50 = $350.00
+    two = (Phase("x", "experiment", 2, 70.0, useful=2),)
+    got = {o.name: (o.cards, o.window_hours, o.hours, o.cost_cents, o.fits)
+           for o in combinations(two, card=card.card, packages=card.packages[:1], hourly=card.hourly_exact,
+                                 margin=0.0)}
+    assert got == {"2 x 3-day in a row": (1, 144, 140, 20_000, True),
+                   "2 x 3-day side by side": (2, 72, 70, 20_000, True),
+                   "3-day + on-demand": (1, None, 140, 27_000, True)}
+
+
+def test_budget_recommends_a_package_topped_up_on_demand(write_yaml):
+    # one 80 h run: the 3-day alone ends 8 h late; topped up: $100 + 8 x $2.50 = $120.00, below the 7-day ($300),
+    # two 3-days in a row ($200) and on demand (80 x $2.50 = $200); two side by side cannot split one run
+    rep = budget(write_yaml(_one(80)), prices=_pk(write_yaml))
+    assert rep.recommended == "3-day + on-demand" and rep.passed
+    best = next(o for o in rep.packages if o.name == rep.recommended)
+    assert (best.cost_cents, best.hours) == (12_000, 80)
+    # asked for named packages, nothing is combined
+    only = budget(write_yaml(_one(80)), prices=_pk(write_yaml), packages=["3-day", "on-demand"])
+    assert [o.name for o in only.packages] == ["3-day", "on-demand"]

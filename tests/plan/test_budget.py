@@ -3,6 +3,7 @@ slack, utilization, exact cents, what to cut, and the bad inputs refused in one 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -25,7 +26,7 @@ SEVEN_NOT_THREE = _plan({"name": "a", "kind": "baseline", "hours": 10},
 
 
 def test_a_plan_that_fits_seven_days_but_not_three(write_yaml, prices):
-    rep = budget(write_yaml(SEVEN_NOT_THREE), prices=prices)
+    rep = budget(write_yaml(SEVEN_NOT_THREE), prices=prices, combine=False)   # packages alone (test_billing combines)
     three, seven, four = _by(rep, "3-day"), _by(rep, "7-day"), _by(rep, "3-day-4x")
     assert (three.hours, three.critical_path_hours, three.fits) == (95, 35, False)
     assert "95.0 card-hours of work > 1 card(s) x 72 h" in three.why
@@ -152,7 +153,10 @@ def test_cli_json_has_the_packages_and_the_recommendation(cli, write_yaml, price
             str(tmp_path / "g.svg"))
     assert r.code == 0, r.err
     d = r.json()
-    assert d["schema"] == "campaign.budget/1" and d["recommended"] == "7-day"
+    # the 3-day topped up on demand: $100 + 23 h x $2.50 = $157.50, below the 7-day's $200.00
+    assert d["schema"] == "campaign.budget/1" and d["recommended"] == "3-day + on-demand"
+    topped = next(p for p in d["packages"] if p["name"] == "3-day + on-demand")
+    assert (topped["cost_cents"], topped["hours"], topped["margin"]) == (15_750, 95.0, 0.0)
     seven = next(p for p in d["packages"] if p["name"] == "7-day")
     assert {k: seven[k] for k in ("card", "hours", "cost_usd", "fits", "slack_hours")} == \
         {"card": "H100-SXM-80GB", "hours": 95.0, "cost_usd": 200.0, "fits": True, "slack_hours": 73.0}
@@ -161,7 +165,7 @@ def test_cli_json_has_the_packages_and_the_recommendation(cli, write_yaml, price
 
 def test_cli_human_output_and_exit_1_when_nothing_fits(cli, write_yaml, prices):
     r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices))
-    assert r.code == 0 and "TAKE H100-SXM-80GB 7-day" in r.out and "Schedule" in r.out
+    assert r.code == 0 and "TAKE H100-SXM-80GB 3-day + on-demand" in r.out and "Schedule" in r.out
     r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices), "--package", "3-day")
     assert r.code == 1 and "NOTHING FITS" in r.out and "Cut first" in r.out
 
@@ -246,3 +250,21 @@ def test_a_run_too_big_for_one_card_says_how_many_cards_hold_it(write_yaml, pric
     rep = budget(write_yaml(plan), prices=prices, packages=["7-day"])
     why = _by(rep, "7-day").why
     assert "does not fit H100-SXM-80GB" in why and "with ZeRO-3 (set cards:" in why, why
+    # and what else would make it fit, each with campaign memory's figure against the card's
+    assert re.search(r"it fits on 2 cards with ZeRO-3 \(set cards: 2, shard: zero3; [\d.]+ of [\d.]+ GiB per card\)",
+                     why), why
+    assert re.search(r"an 8-bit optimizer fits \(optimizer: adamw-8bit; [\d.]+ of [\d.]+ GiB\)", why), why
+    assert re.search(r"QLoRA fits \(method: qlora; [\d.]+ of [\d.]+ GiB\)", why), why
+
+
+def test_a_card_ruled_out_by_memory_names_a_compared_card_that_fits(write_yaml):
+    # Llama-3.1-8B serving 40 x 8,192 tokens: 16 GB of weights + a bf16 KV cache of 128 KiB a token (32 layers x
+    # 8 KV heads x 128 x 2 x 2 B) x 327,680 tokens = 40 GiB: too big for an L40S (48 GB), well inside an H100
+    est = {"model": "llama-3.1-8b", "mode": "infer", "tokens": 1_000_000, "batch": 40, "seq_len": 8192}
+    plan = {**_plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": est}),
+            "compare": ["L40S-48GB", "H100-SXM-80GB"]}
+    rep = budget(write_yaml(plan), packages=["7-day"])
+    why = _by(rep, "7-day").why
+    assert rep.recommended_card == "H100-SXM-80GB"
+    l40s = next(o for o in rep.packages if o.card == "L40S-48GB")
+    assert re.search(r"does not fit L40S-48GB .*; it fits H100-SXM-80GB \([\d.]+ of [\d.]+ GiB\)", l40s.why), why

@@ -16,7 +16,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, parse_margin, price, runs_phase
+from .billing import MARGIN, ROUNDING, combinations, parse_margin, price, runs_phase
 from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml, usd
 
 SCHEMA = "campaign.bench/1"
@@ -238,6 +238,10 @@ def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int, m
         o = price(phases, card=card, name="on-demand", cards=cards, window=None, package_cents=None,
                   hourly=prices.hourly_exact, margin=margin, unit=pf.billing)
         out.append(RentalCost("on-demand", cards, None, True, o.cost_cents, o.hours, o.cost_exact_cents))
+    cheapest = min((r.cost_cents for r in out if r.fits and r.cost_cents is not None), default=None)
+    for o in combinations(phases, card=card, packages=prices.packages, hourly=prices.hourly_exact, margin=margin,
+                          unit=pf.billing, cheapest_cents=cheapest)[:1]:     # as campaign budget: the cheapest, if less
+        out.append(RentalCost(o.name, o.cards, o.window_hours, o.fits, o.cost_cents, o.hours, o.cost_exact_cents))
     return out
 
 

@@ -161,3 +161,71 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
 def runs_phase(name: str, runs: int, hours: float, cards: int = 1) -> tuple[Phase, ...]:
     """Independent runs of the same hours as a one-phase plan (bench's runs to the target)."""
     return (Phase(name, "experiment", runs, hours, cards, (), runs),)
+
+
+MAX_RENEWALS = 12           # a package taken at most this many times in a row (a 3-day package: 36 days)
+
+
+def combinations(phases: tuple[Phase, ...], *, card: str, packages: tuple, hourly: Decimal | None, margin: float,
+                 unit: str = "hour", deadline_hours: float | None = None, budget_cents: int | None = None,
+                 refused: tuple[str, ...] = (), cheapest_cents: int | None = None) -> list[Option]:
+    """Packages combined, for each package that does not hold the work alone: the same package k times in a row
+    (k x its window for k x its price, renewed without a gap), two side by side (twice its cards in its window),
+    and the package topped up on demand (the runs past its window billed by the hour, each card from the window's
+    end, or its first run after it, to its last run). Only combinations that hold the work and cost less than
+    cheapest_cents (the cheapest single rental that does) are kept: the others can never be the one to take.
+    Cheapest first."""
+    out: list[Option] = []
+    for pk in packages:
+        alone = price(phases, card=card, name=pk.name, cards=pk.cards, window=float(pk.hours),
+                      package_cents=pk.exact, hourly=None, margin=margin, unit=unit, deadline_hours=deadline_hours,
+                      refused=refused)
+        if alone.fits or alone.hours is None or refused:
+            continue
+        tried: list[Option] = []
+        k = math.ceil(round(alone.hours / pk.hours, 9))
+        if 2 <= k <= MAX_RENEWALS:
+            tried.append(price(phases, card=card, name=f"{k} x {pk.name} in a row", cards=pk.cards,
+                               window=float(pk.hours * k), package_cents=pk.exact * k, hourly=None, margin=margin,
+                               unit=unit, deadline_hours=deadline_hours, budget_cents=budget_cents))
+        tried.append(price(phases, card=card, name=f"2 x {pk.name} side by side", cards=2 * pk.cards,
+                           window=float(pk.hours), package_cents=pk.exact * 2, hourly=None, margin=margin, unit=unit,
+                           deadline_hours=deadline_hours, budget_cents=budget_cents))
+        if hourly is not None:
+            tried.append(topped_up(phases, card=card, package=pk, hourly=hourly, margin=margin, unit=unit,
+                                   deadline_hours=deadline_hours, budget_cents=budget_cents))
+        out.extend(o for o in tried if o.fits and (cheapest_cents is None or o.cost_cents < cheapest_cents))
+    return sorted(out, key=lambda o: (o.cost_cents, o.hours or 0))
+
+
+def topped_up(phases: tuple[Phase, ...], *, card: str, package: object, hourly: Decimal, margin: float,
+              unit: str = "hour", deadline_hours: float | None = None, budget_cents: int | None = None) -> Option:
+    """A package (its cards for its window) with the runs still going at its end continued on demand: the
+    package's price + each card's time past the window (from the window's end, or its first run after it, to its
+    last run) per started unit."""
+    from dataclasses import replace as with_
+
+    from .prices import usd
+
+    pk = package
+    o = price(phases, card=card, name=f"{pk.name} + on-demand", cards=pk.cards, window=None,  # type: ignore[attr-defined]
+              package_cents=None, hourly=hourly, margin=margin, unit=unit, deadline_hours=deadline_hours)
+    sched = schedule(phases, pk.cards, margin=margin)  # type: ignore[attr-defined]
+    if sched is None or not o.fits:
+        return o
+    window = float(pk.hours)  # type: ignore[attr-defined]
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for r in sched.runs:
+        if r.end_hours <= window + 1e-9:
+            continue
+        for c in r.cards:
+            first[c] = min(first.get(c, math.inf), max(r.start_hours, window))
+            last[c] = max(last.get(c, 0.0), r.end_hours)
+    exact = pk.exact + on_demand_cents(hourly, [last[c] - first[c] for c in first], unit)  # type: ignore[attr-defined]
+    cost = round_cents(exact)
+    why = f"costs {usd(cost)} > the budget of {usd(budget_cents)}" if budget_cents is not None and \
+        cost > budget_cents else ""
+    per_useful = round_cents(exact / o.useful) if o.useful and not why else None
+    return with_(o, cost_cents=cost, cost_usd=cost / 100, cost_exact_cents=str(exact), fits=not why, why=why,
+                 cost_per_useful_cents=per_useful)

@@ -13,7 +13,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, parse_margin, Cut, Option, price
+from .billing import MARGIN, ROUNDING, Cut, Option, combinations, parse_margin, price
 from .prices import PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml, usd
 from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
 from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topological
@@ -155,24 +155,52 @@ def _measured_hours(p: JsonObject, run_id: str) -> float:
     return hours
 
 
-def _cards_needed(e: JsonObject, workload: Any, card: str) -> str:
-    """When one card's memory is short: the fewest cards (2, 4 or 8) that hold the run with ZeRO-3 sharding, as
-    campaign memory plans it, or '' when none does or the run is sharded already."""
+def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] = ()) -> str:
+    """When one card's memory is short, what would make the run fit, each with campaign memory's estimate (the
+    memory needed against what the card offers): another card compared that holds it; the fewest cards (2, 4 or 8)
+    with ZeRO-3 sharding; an 8-bit optimizer (full training with AdamW); QLoRA (full or LoRA training). '' when
+    none does."""
     from dataclasses import replace as with_
 
     from ..memory.plan import plan_memory
 
-    if workload.shard != "none":
-        return ""
-    for n in (2, 4, 8):
-        if n > workload.gpus and plan_memory(e.str("model"), with_(workload, gpus=n, shard="zero3"), card=card,
-                                             solve=False).fits[0].verdict == "fits":
-            return f"; it fits on {n} cards with ZeRO-3 (set cards: {n}, shard: zero3)"
-    return ""
+    model = e.str("model")
+
+    def fit(w: Any, c: str) -> Any:
+        return plan_memory(model, w, card=c, solve=False).fits[0]
+
+    def gib(f: Any) -> str:
+        need = f.memory_bytes - f.headroom_bytes
+        return f"{need / 2**30:,.1f} of {f.memory_bytes / 2**30:,.1f} GiB"
+
+    found: list[str] = []
+    for other in others:
+        if other != card and (f := fit(workload, other)).verdict == "fits":
+            found.append(f"it fits {other} ({gib(f)})")
+            break
+    if workload.shard == "none":
+        for n in (2, 4, 8):
+            if n > workload.gpus and (f := fit(with_(workload, gpus=n, shard="zero3"), card)).verdict == "fits":
+                found.append(f"it fits on {n} cards with ZeRO-3 (set cards: {n}, shard: zero3; {gib(f)} per card)")
+                break
+    training = workload.mode == "train"
+    if training and workload.method == "full" and workload.optimizer == "adamw" and \
+            (f := fit(with_(workload, optimizer="adamw-8bit"), card)).verdict == "fits":
+        found.append(f"an 8-bit optimizer fits (optimizer: adamw-8bit; {gib(f)})")
+    if training and workload.method in ("full", "lora"):
+        from ..memory import make_workload
+
+        try:
+            qlora = make_workload(**{**workload.to_dict(), "method": "qlora", "dtype": "nf4", "notes": ()})
+        except Exception:               # a workload the QLoRA variant cannot take: no suggestion
+            qlora = None
+        if qlora is not None and (f := fit(qlora, card)).verdict == "fits":
+            found.append(f"QLoRA fits (method: qlora; {gib(f)})")
+    return "; " + "; ".join(found) if found else ""
 
 
-def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple[Phase, ...], list[RuntimeEstimate],
-                                                                          list[str]]:
+def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU, others: tuple[str, ...] = ()) -> \
+        tuple[tuple[Phase, ...], list[RuntimeEstimate], list[str]]:
     """The plan's phases with their hours on `card`: given hours on the plan's card as they are, scaled by the
     bf16 FLOP/s ratio on another card; estimated hours from FLOPs. Also the estimates and what cannot run there
     (a micro-batch that does not fit the card's memory)."""
@@ -198,7 +226,8 @@ def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU) -> tuple[tuple
             estimates.append(est)
             if est.memory_verdict != "fits":
                 refused.append(f"{p.name}: {est.model} does not fit {target.name} at this micro-batch "
-                               f"({est.memory_verdict}; campaign memory)" + _cards_needed(e, workload, target.name))
+                               f"({est.memory_verdict}; campaign memory)" + _what_fits(e, workload, target.name,
+                                                                                        others))
             out.append(replace(p, hours=est.hours, hours_how="estimated"))
         elif plan.card is not None and target.name != plan.card:
             source = find_card(plan.card)
@@ -270,7 +299,8 @@ def _cuts(phases: tuple[Phase, ...], fits: Any) -> tuple[tuple[Cut, ...], bool]:
 
 def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.PathLike[str] | PriceFile | None = None,
            cards: tuple[str, ...] | list[str] | None = None, packages: tuple[str, ...] | list[str] | None = None,
-           mfu: float = MFU, margin: float | None = None, plot: str | os.PathLike[str] | None = None) -> BudgetReport:
+           mfu: float = MFU, margin: float | None = None, plot: str | os.PathLike[str] | None = None,
+           combine: bool = True) -> BudgetReport:
     """Compare every rental of the price file (its packages and on-demand hours, for each card compared) on the
     plan: fits, slack, utilization, cost and cost per useful result; recommend the cheapest that fits.
 
@@ -281,6 +311,8 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         packages: only these packages (by name; 'on-demand' for the hourly price), each must be in the price file.
         mfu: model FLOPs utilization for estimated hours; margin: overrides the plan's recovery margin.
         plot: write the recommended schedule as a Gantt chart (.png or .svg; matplotlib).
+        combine: also price packages combined (billing.combinations: k in a row, two side by side, topped up on
+            demand) where one alone does not hold the work and the combination is the cheaper; not with packages.
     Raises:
         InputError: a bad plan or price file, or a card missing from the price file.
     """
@@ -300,7 +332,7 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     estimates: list[RuntimeEstimate] = []
     for card in compared:
         cp = pf.for_card(card)
-        phases, est, refused = phases_on(p, cp.card, mfu=mfu)
+        phases, est, refused = phases_on(p, cp.card, mfu=mfu, others=compared)
         per_card[cp.card] = phases
         estimates.extend(est)
         if packages:
@@ -316,6 +348,12 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
             n = p.on_demand_cards or max(ph.cards for ph in phases)
             options.append(_option(phases, cp.card, "on-demand", n, None, None, cp.hourly_exact, p, refused,
                                    pf.billing))
+        if combine and not packages:
+            cheapest = min((o.cost_cents for o in options if o.card == cp.card and o.fits), default=None)
+            combined = combinations(phases, card=cp.card, packages=cp.packages, hourly=cp.hourly_exact,
+                                    margin=p.margin, unit=pf.billing, deadline_hours=p.deadline_hours,
+                                    budget_cents=p.budget_cents, refused=tuple(refused), cheapest_cents=cheapest)
+            options.extend(combined[:1])        # the cheapest combination of the card's packages, if it is cheaper
     # what to cut, when no option fits: for each that does not (memory refusals aside)
     final: list[Option] = []
     anything_fits = any(o.fits for o in options)

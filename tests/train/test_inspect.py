@@ -54,7 +54,7 @@ def train_tokenizer(texts, *, pad="<pad>", kind="wordlevel"):
 
 
 def sft(data: Path, *, max_length=32, pad="<pad>", mask="attention", side="right", shift=False, all_masked=False,
-        bos_in_text=False, target=True, kind="wordlevel", extra=None):
+        bos_in_text=False, target=True, kind="wordlevel", extra=None, prompt_masked=True, truncation_side="right"):
     """The usual SFT collate: prompt + answer + EOS, truncated and padded; labels = input_ids with the prompt and
     the padding at -100. Each keyword plants one bug."""
     rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
@@ -62,6 +62,7 @@ def sft(data: Path, *, max_length=32, pad="<pad>", mask="attention", side="right
     if pad is None:
         tok.pad_token = tok.eos_token                      # the usual line for a model without a pad token
     tok.padding_side = side
+    tok.truncation_side = truncation_side
 
     def collate(examples):
         prompts = [("<s> " if bos_in_text else "") + f"{e['question']} =>" for e in examples]
@@ -73,7 +74,7 @@ def sft(data: Path, *, max_length=32, pad="<pad>", mask="attention", side="right
             labels[ids == tok.pad_token_id] = -100
         elif mask == "attention":
             labels[attn == 0] = -100
-        for row, prompt in enumerate(prompts):
+        for row, prompt in enumerate(prompts if prompt_masked else []):
             start = int((attn[row] == 0).sum()) if side == "left" else 0
             labels[row, start:start + len(tok(prompt)["input_ids"])] = -100
         if all_masked:
@@ -259,7 +260,7 @@ def test_one_class_per_example_counts_cut_inputs_as_a_warning(data):
 
 # ------------------------------------------------------------------------------------------ images
 
-def images(bad_shape=False, unscaled=False):
+def images(bad_shape=False, unscaled=False, dog_norm=None):
     g = torch.Generator().manual_seed(0)
     rows = [{"image": torch.randint(0, 256, (3, 10, 10), generator=g, dtype=torch.uint8), "label": "cat dog".split()[i % 2]}
             for i in range(6)]
@@ -270,7 +271,12 @@ def images(bad_shape=False, unscaled=False):
             x = e["image"].float()
             side = 6 if bad_shape and e["label"] == "dog" else 8     # the planted bug: dogs get another crop
             x = x[:, :side, :side]
-            out.append(x if unscaled else x / 255)
+            x = x if unscaled else x / 255
+            if dog_norm == "normalize" and e["label"] == "dog":         # planted: only dogs get Normalize
+                x = (x - 0.5) / 0.25
+            elif dog_norm == "twice" and e["label"] == "dog":           # planted: dogs divided by 255 twice
+                x = x / 255
+            out.append(x)
         return {"pixel_values": torch.stack(out), "labels": torch.tensor([int(e["label"] == "dog") for e in examples])}
 
     transform = {"cat": "crop 8x8", "dog": "crop 6x6"} if bad_shape else "crop 8x8, /255"
@@ -387,3 +393,35 @@ def test_progress_is_reported_over_the_set(data):
     lines: list[str] = []
     inspect(sft(data), progress=lines.append)
     assert lines[0] == "collating example 1 of 10" and lines[-1] == "collating the examples shown"
+
+
+# ------------------------------------------------------------------------------------------ issue 26 item 5
+
+def test_the_loss_on_the_prompt_fails_when_the_answer_field_is_given(data):
+    r = inspect(sft(data, prompt_masked=False))            # planted: only the padding masked
+    c = next(c for c in r.checks if c.id == "inspect.loss_on_prompt")
+    assert c.status == "fail" and "more than their answer ('answer')" in c.seen and r.status == "fail"
+    assert "-100" in c.fix
+    ok = inspect(sft(data))
+    assert by_id(ok)["inspect.loss_on_prompt"] == "pass" and ok.passed
+    assert by_id(inspect(sft(data, target=False)))["inspect.loss_on_prompt"] == "skipped"
+
+
+def test_left_truncation_that_cuts_most_questions_fails(data):
+    r = inspect(sft(data, max_length=9, truncation_side="left"))    # 7 of 10 examples longer than 9 tokens
+    c = next(c for c in r.checks if c.id == "inspect.prompt_truncated")
+    assert c.status == "fail" and "cut the start of the prompt (the question) of 7 of 10 examples" in c.seen
+    assert r.status == "fail"
+    few = inspect(sft(data, max_length=17, truncation_side="left"))  # only #6 (19 tokens) is cut
+    assert by_id(few)["inspect.prompt_truncated"] == "warn"
+    room = inspect(sft(data, truncation_side="left"))
+    assert by_id(room)["inspect.prompt_truncated"] == "pass" and room.passed
+
+
+@pytest.mark.parametrize("planted", ["normalize", "twice"])
+def test_one_class_normalized_differently_fails(planted):
+    r = inspect(images(dog_norm=planted))
+    c = next(c for c in r.checks if c.id == "inspect.image_normalization")
+    assert c.status == "fail" and "not normalized alike" in c.seen and r.status == "fail"
+    ok = inspect(images())
+    assert by_id(ok)["inspect.image_normalization"] == "pass" and ok.passed

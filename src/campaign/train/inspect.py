@@ -126,6 +126,8 @@ class _Stats:
     loss_positions: int = 0
     truncated_tokens: int | None = None     # summed over the truncating tokenizer calls of its collate
     answer_kept: bool | None = None
+    answer_tokens: int | None = None        # the answer text's own tokens (with target_field)
+    loss_real: int = 0                      # loss positions on real tokens (attention mask 1)
     starts_bos: bool = False
     double_bos: bool = False
     eos_in_input: bool = False
@@ -227,6 +229,7 @@ class _Context:
             # kept: the loss positions hold the answer text, and a right truncation cut nothing after it (its EOS)
             st.answer_kept = self._answer_kept(ids, attn, labels, str(data[i][target])) and not (
                 st.truncated_tokens and getattr(self.tok, "truncation_side", "right") != "left")
+            st.answer_tokens = len(self.tok(str(data[i][target]), add_special_tokens=False)["input_ids"])
         return st
 
     def _label(self, example: Any, batch: Mapping[str, Any]) -> str:
@@ -283,6 +286,7 @@ class _Context:
         where = [t for t, y in enumerate(labels) if y != IGNORE_INDEX]
         st.loss_positions = len(where)
         aligned = len(labels) == len(ids)
+        st.loss_real = sum(1 for t in where if not aligned or attn[t])
         st.eos_learned = self.eos is not None and any(labels[t] == self.eos and (not aligned or attn[t])
                                                       for t in where)
         if aligned:

@@ -11,6 +11,13 @@ if TYPE_CHECKING:
     from .inspect import _Context, _Stats
 
 ROTARY_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct")
+# Loss positions beyond the answer's own tokens and its EOS that still count as the answer: a chat template's role
+# header, or the answer tokenized in context a few tokens longer than alone. More than this (or than half the
+# answer) is the prompt in the loss.
+PROMPT_SLACK = 4
+# A class whose typical pixel spread is this many times another's was normalized differently (x / 255 twice, or
+# no Normalize), not drawn from other images: photographs of different classes differ by a factor below 2.
+SPREAD_RATIO = 4.0
 
 
 def _of(k: int, n: int) -> str:
@@ -73,6 +80,41 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
                          "truncation not observed (the collate never called the tokenizer) and no target_field",
                          "", "give target_field (the field of the answer text) to compare with the answer",
                          gates=False))
+
+    # ---- the loss on the answer, not on the prompt
+    if token and ctx.s.target_field is not None:
+        over = [st.answer_tokens is not None and st.answer_tokens > 0 and
+                st.loss_real - st.answer_tokens - 1 > max(PROMPT_SLACK, st.answer_tokens // 2) for st in stats]
+        k = sum(over)
+        worst = max(((st.loss_real, st.answer_tokens or 0, st.length) for st, o in zip(stats, over) if o),
+                    default=None, key=lambda t: t[0] - t[1])
+        out.append(Check("inspect.loss_on_prompt", "fail" if k else "pass",
+                         f"{_of(k, n)} compute the loss on more than their answer ({ctx.s.target_field!r}) and its "
+                         f"EOS: e.g. {worst[0]:,} loss positions of {worst[2]:,} tokens for an answer of {worst[1]:,}"
+                         + _first(over) if k and worst else
+                         f"the loss positions hold the answer ({ctx.s.target_field!r}) and its EOS, not the prompt",
+                         "the model is trained to write the prompt as well as the answer (only the padding was "
+                         "masked): it learns the questions' text, and the answer weighs less in the loss" if k else
+                         "", "set the prompt's labels to -100 (labels[:len(prompt_ids)] = -100), or use a "
+                             "completion-only collator" if k else ""))
+    elif token:
+        out.append(Check("inspect.loss_on_prompt", "skipped", "no target_field: the answer's extent is not known", "",
+                         "give target_field (the field of the answer text)", gates=False))
+
+    # ---- left truncation cuts the question
+    left = getattr(ctx.tok, "truncation_side", "right") == "left"
+    if token and truncated is not None and left:
+        cut = [bool(st.truncated_tokens) for st in stats]
+        k = sum(cut)
+        tokens = sum(st.truncated_tokens or 0 for st, c in zip(stats, cut) if c)
+        out.append(Check("inspect.prompt_truncated", "fail" if 2 * k > n else "warn" if k else "pass",
+                         f"truncation_side='left' cut the start of the prompt (the question) of {_of(k, n)} "
+                         f"({tokens:,} tokens)" + _first(cut) if k else
+                         "truncation_side='left' cut no prompt",
+                         "the answer is trained without the question it answers: the model learns to answer what "
+                         "it cannot see" if k else "",
+                         "raise max_length, shorten the template or system prompt, or drop the examples that do not "
+                         "fit (left truncation keeps the answer but loses the question)" if k else ""))
 
     # ---- padding must not be learned
     if token:
@@ -211,6 +253,7 @@ def image_checks(ctx: _Context, stats: list[_Stats]) -> tuple[Check, ...]:
                      "the model was pre-trained on scaled, normalized inputs; raw 0-255 values saturate it" if k else "",
                      "add ToTensor() / ConvertImageDtype(float) (x / 255) and Normalize(mean, std) to the transform "
                      "of every class" if k else ""))
+    out.append(_normalization(stats))
     if ctx.label_kind != "none":
         empty = [st.loss_positions == 0 for st in stats]
         out.append(Check("inspect.no_loss_positions", "fail" if any(empty) else "pass",
@@ -218,3 +261,33 @@ def image_checks(ctx: _Context, stats: list[_Stats]) -> tuple[Check, ...]:
                          "every image has a label", "an image without a label teaches nothing" if any(empty) else "",
                          "give every image its class index" if any(empty) else ""))
     return tuple(out)
+
+
+def _range(pixels: tuple[float, float, float, float]) -> str:
+    """What an image's values say about its preprocessing: normalized (negative values), 0-1, or 0-255."""
+    low, high = pixels[0], pixels[1]
+    return "normalized (negative values)" if low < 0 else "0-1" if high <= 1.0 + 1e-6 else "above 1"
+
+
+def _normalization(stats: list[_Stats]) -> Check:
+    """Every class through the same normalization: the same value range (most images of each class) and pixel
+    spreads (the median per-image std) within SPREAD_RATIO of each other."""
+    from statistics import median
+
+    by: dict[str, list[tuple[float, float, float, float]]] = {}
+    for st in stats:
+        if st.pixels is not None:
+            by.setdefault(st.label, []).append(st.pixels)
+    if len(by) < 2:
+        return Check("inspect.image_normalization", "skipped", "one class: nothing to compare", gates=False)
+    ranges = {k: max(set(r := [_range(p) for p in v]), key=r.count) for k, v in by.items()}
+    spread = {k: median(p[3] for p in v) for k, v in by.items()}
+    means = "; ".join(f"{k}: mean {median(p[2] for p in v):.3g}, std {spread[k]:.3g}, {ranges[k]}"
+                      for k, v in sorted(by.items()))
+    low, high = min(spread.values()), max(spread.values())
+    if len(set(ranges.values())) > 1 or (high > 0 and (low == 0 or high / low > SPREAD_RATIO)):
+        return Check("inspect.image_normalization", "fail", f"the classes are not normalized alike: {means}",
+                     "the model can tell the class from the pixel statistics alone, and a class normalized "
+                     "differently at inference is misread", "apply one normalization (ToTensor, then "
+                     "Normalize(mean, std)) to every class: the same transform")
+    return Check("inspect.image_normalization", "pass", f"every class normalized alike: {means}")

@@ -80,7 +80,7 @@ def test_measure_loads_a_model_dirs_safetensors(tmp_path):
     exactly their bytes (each rounded to 512 B), and the record says where they came from."""
     import transformers
 
-    from campaign.memory.build import instantiate, model_class_and_config, weights_to_load
+    from campaign.memory.build import instantiate, weights_to_load, workload_class_and_config
 
     cfg = tiny_llama()
     config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
@@ -93,7 +93,7 @@ def test_measure_loads_a_model_dirs_safetensors(tmp_path):
 
     on_disk = _json.loads((d / "config.json").read_text())
     assert weights_to_load(on_disk, d, "auto") == d and weights_to_load(on_disk, d, "random") is None
-    cls, conf = model_class_and_config(transformers, on_disk, w)
+    cls, conf = workload_class_and_config(transformers, on_disk, w)
     net = instantiate(cls, conf, torch.bfloat16, w, weights_dir=d, device="cpu")
     for (name, a), (_, b) in zip(saved.state_dict().items(), net.state_dict().items()):
         assert torch.equal(a, b), name

@@ -177,7 +177,7 @@ def test_one_class_rule_for_meta_count_trace_and_measure():
     import transformers
 
     from campaign.memory import make_workload
-    from campaign.memory.build import model_class_and_config
+    from campaign.memory.build import workload_class_and_config
     from campaign.models.meta import count_with_transformers
     from tests.conftest import tiny_llama
 
@@ -185,9 +185,9 @@ def test_one_class_rule_for_meta_count_trace_and_measure():
     with pytest.raises(ConfigError, match="has no class 'LlamaForSomethingElse'"):
         count_with_transformers(cfg)
     with pytest.raises(ConfigError, match="has no class 'LlamaForSomethingElse'"):
-        model_class_and_config(transformers, cfg, make_workload())
+        workload_class_and_config(transformers, cfg, make_workload())
     no_arch = {k: v for k, v in tiny_llama().items() if k != "architectures"}
-    assert model_class_and_config(transformers, no_arch, make_workload())[0] is transformers.LlamaForCausalLM
+    assert workload_class_and_config(transformers, no_arch, make_workload())[0] is transformers.LlamaForCausalLM
 
 
 BAD_FIELDS = [

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import CampaignError, ConfigError, InputError
 from ..models.architectures import spec_from_config
-from ..models.meta import model_class_and_config as meta_class_and_config
+from ..models.meta import model_class_and_config
 from ..models.resolve import resolve_config
 from ..models.safetensors_header import weight_files
 from ..models.spec import ModelSpec
@@ -43,11 +43,11 @@ def torch_dtype(torch: Any, w: Workload) -> Any:
     return torch.float16 if w.dtype == "fp16" else torch.bfloat16
 
 
-def model_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, *,
-                           no_attention_dropout: bool = False) -> tuple[Any, Any]:
+def workload_class_and_config(transformers: Any, cfg: dict[str, Any], w: Workload, *,
+                              no_attention_dropout: bool = False) -> tuple[Any, Any]:
     """(model class named in `architectures`, transformers config) from a config.json dict, by the one rule of
     models.meta, with the workload's attention implementation."""
-    cls, config = meta_class_and_config(cfg, transformers=transformers)
+    cls, config = model_class_and_config(cfg, transformers=transformers)
     if no_attention_dropout:  # on the config object: a class default (GPT-BigCode's attn_pdrop 0.1) counts too
         for sub in {id(c): c for c in (config, config.get_text_config())}.values():
             for key in ATTENTION_DROPOUT:

@@ -99,16 +99,16 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                               f"4 B x trainable params{f' / {N} cards' if div > 1 else ''} (ZeRO keeps them with the "
                               "optimizer)", "optimizer", "ZeRO paper, sec. 3"))
         else:
-            unit = _largest_layer_params(spec)
-            copies = 2 * (unit * 2 if w.shard == "fsdp" and N > 1 else P)
+            block_params = _largest_layer_params(spec)
+            copies = 2 * (block_params * 2 if w.shard == "fsdp" and N > 1 else P)
             fwd_only.append(Item("16-bit working copies (autocast)", copies,
                                  "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
                                  else "2 B x params of the gathered unit and the prefetched one", "weights",
                                  "torch.autocast weight cache"))
     if w.shard in ("zero3", "fsdp") and N > 1:
-        unit = _largest_layer_params(spec)
+        block_params = _largest_layer_params(spec)
         root = sum(g.params for g in spec.groups if not g.in_blocks)
-        fwd_only.append(Item("all-gathered parameters", (2 * unit + root) * ELEMENT_BYTES[w.compute_dtype],
+        fwd_only.append(Item("all-gathered parameters", (2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype],
                              "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
                              "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with 16-bit "
                              "params under --mixed-precision)", "temporaries",

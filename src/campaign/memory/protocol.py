@@ -11,8 +11,8 @@ from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.meta import building
 from ..models.spec import ModelSpec
 from .build import (encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish, instantiate,
-                    model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers,
-                    step_inputs, torch_dtype, weights_to_load)
+                    model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype,
+                    weights_to_load, workload_class_and_config)
 from .measure import Measurement, MemoryMeter
 from .workload import Workload
 
@@ -99,14 +99,14 @@ def measure_workload(model: str | Path | ModelSpec, workload: Workload, *, devic
         raise InputError("measure one card (--gpus 1); multi-card runs: wrap your launcher with --script")
     meter = MemoryMeter(device)
     make_optimizer = _optimizer_factory(torch, w, meter.device)
-    tell = progress or (lambda _p: None)
+    tell = progress or (lambda _message: None)
     cfg, spec, directory = model_config(model)  # an architecture the planner cannot read: exit 2
     name = spec.name
     weights_dir = weights_to_load(cfg, directory, weights)
-    cls, config = model_class_and_config(transformers, cfg, w)
+    cls, config = workload_class_and_config(transformers, cfg, w)
     arch = cls.__name__
     dev = torch.device(meter.device)
-    record = dict(label=name, workload=w.to_dict(),
+    described = dict(label=name, workload=w.to_dict(),
                   weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
     try:
         # one measured run around the phases: on the CPU the allocator's records cover the gaps between them
@@ -129,8 +129,8 @@ def measure_workload(model: str | Path | ModelSpec, workload: Workload, *, devic
     except CampaignError:
         raise
     except Exception as e:
-        raise MeasurementFailed(meter.failure(e, **record), f"measuring {name}") from e
-    return meter.result(**record)
+        raise MeasurementFailed(meter.failure(e, **described), f"measuring {name}") from e
+    return meter.result(**described)
 
 
 def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, inputs: dict[str, Any], w: Workload, spec: Any,

@@ -19,8 +19,8 @@ from ..models.meta import building
 from ..models.spec import ModelSpec
 from .breakdown import Item, MemoryEstimate, Phase
 from .build import (ATTENTION_DROPOUT, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
-                    instantiate, model_class_and_config, model_config, optimizer_for, prefill, prefill_chunk,
-                    quiet_transformers, step_inputs, torch_dtype)
+                    instantiate, model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers, step_inputs,
+                    torch_dtype, workload_class_and_config)
 from .constants import CUDA_CONTEXT_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import finish_estimate
@@ -199,7 +199,7 @@ def _build(torch: Any, transformers: Any, cfg: dict[str, Any], dtype: Any, w: Wo
     and buffer is replaced by a fake CPU tensor of the same shape and dtype, ties preserved. Under sdpa, attention
     dropout is set to 0: GPU flash kernels keep no dropout mask, while the CPU kernel would materialize the
     probabilities."""
-    cls, config = model_class_and_config(transformers, cfg, w, no_attention_dropout=w.attention == "sdpa")
+    cls, config = workload_class_and_config(transformers, cfg, w, no_attention_dropout=w.attention == "sdpa")
     with _no_fake(), torch.device("meta"), building(cls):
         net = instantiate(cls, config, dtype, w)
     _fakeify(torch, net)

@@ -22,7 +22,7 @@ _LAZY = {
     "plan_memory": "memory.plan", "MemoryPlan": "memory.plan", "estimate_kv": "memory", "plan_kv": "memory.plan",
     "KVEstimate": "memory", "fit_cards": "memory", "Fit": "memory", "trace_memory": "memory.trace",
     "measure_workload": "memory.protocol", "measure_script": "memory.protocol", "MemoryMeter": "memory.measure",
-    "load_measurement": "memory.measure", "explain": "memory.explain", "explain_model": "memory.explain",
+    "load_measurement": "memory.measurement", "explain": "memory.explain", "explain_model": "memory.explain",
     "load_estimate": "memory.breakdown",
     # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
     "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",

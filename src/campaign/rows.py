@@ -19,7 +19,6 @@ from typing import Any
 from .errors import InputError, MissingDependencyError
 from .io import sha256_file
 
-
 RECORD_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
                   ".parquet": "parquet", ".pq": "parquet"}
 DELIMITERS = {"csv": ",", "tsv": "\t"}

@@ -53,7 +53,7 @@ def measurement():
 
 
 def test_the_measurement_schema_name_is_the_one_measure_writes(measurement):
-    from campaign.memory.measure import SCHEMA
+    from campaign.memory.measurement import SCHEMA
 
     assert measurement["schema"] == SCHEMA
 

@@ -9,7 +9,7 @@ import pytest
 
 from campaign.memory import make_workload
 from campaign.memory.explain import explain
-from campaign.memory.measure import Environment, Measurement, PhaseMeasurement, load_measurement
+from campaign.memory.measurement import Environment, Measurement, PhaseMeasurement, load_measurement
 from tests.conftest import tiny_llama
 
 torch = pytest.importorskip("torch")

@@ -93,7 +93,7 @@ def explain(
     from ..memory.explain import explain as explain_records
     from ..memory.breakdown import load_estimate
     from ..memory.explain import explain_model
-    from ..memory.measure import load_measurement
+    from ..memory.measurement import load_measurement
     from ..memory.plan import FEATURED_CARDS
     from ..models import load_spec
     from .render.memory import explanation as render_explanation

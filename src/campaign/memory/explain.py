@@ -17,7 +17,7 @@ from ..units import GiB
 from .breakdown import MemoryEstimate
 from .constants import PLAUSIBLE_RATIO, RUN_TO_RUN
 from .estimate import estimate_memory
-from .measure import Measurement
+from .measurement import Measurement
 from .trace import trace_memory
 from .workload import Workload
 

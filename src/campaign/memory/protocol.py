@@ -13,7 +13,8 @@ from ..models.spec import ModelSpec
 from .build import (encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish, instantiate,
                     model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype,
                     weights_to_load, workload_class_and_config)
-from .measure import Measurement, MemoryMeter
+from .measure import MemoryMeter
+from .measurement import Measurement
 from .workload import Workload
 
 _ACTIVE: list[MemoryMeter] = []

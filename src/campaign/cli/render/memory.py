@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the result types, for the annotations only: a renderer impo
     from ...memory.explain import Explanation
     from ...memory.fit import Fit
     from ...memory.kv import KVEstimate
-    from ...memory.measure import Measurement
+    from ...memory.measurement import Measurement
     from ...memory.plan import MemoryPlan
 
 

@@ -81,7 +81,7 @@ class WorkerMemory:
                     pass
             self._stop.wait(0.1)
 
-    def __enter__(self) -> "WorkerMemory":
+    def __enter__(self) -> WorkerMemory:
         self._thread.start()
         return self
 

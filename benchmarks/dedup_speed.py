@@ -71,7 +71,8 @@ def write_workload(folder: Path, n_train: int, n_eval: int, n_planted: int) -> l
 
 def shingles(text: str) -> list[str]:
     w = text.lower().split()
-    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)))))
+    # the NGRAM shifted copies are shorter by one word each: zip stops at the shortest, the last full n-gram
+    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False)))
 
 
 def positives(folder: Path, planted: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -207,7 +208,7 @@ def million() -> None:
     def docs():
         rng = random.Random(SEED)
         recent: list[list[str]] = []
-        for i in range(1_000_000):
+        for _ in range(1_000_000):
             if recent and rng.random() < 0.02:
                 w = list(rng.choice(recent))
                 w[rng.randrange(WORDS_PER_DOC)] = rng.choice(words)

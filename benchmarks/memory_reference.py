@@ -166,8 +166,9 @@ def main() -> None:
     for b in bracketed:
         lo, hi = b["bounds"]
         within = b["low"] <= b["measured"] <= b["high"]
-        print(f"{b['id'][:58]:58s} {b['metric']:14s} measured {b['measured'] / GiB:6.2f} GiB; ours {b['low'] / GiB:6.2f} "
-              f"at {lo} tokens .. {b['high'] / GiB:6.2f} at {hi}: {'bracketed' if within else 'NOT bracketed'}")
+        print(f"{b['id'][:58]:58s} {b['metric']:14s} measured {b['measured'] / GiB:6.2f} GiB; "
+              f"ours {b['low'] / GiB:6.2f} at {lo} tokens .. {b['high'] / GiB:6.2f} at {hi}: "
+              f"{'bracketed' if within else 'NOT bracketed'}")
     print()
     for sid, why in skipped:
         print(f"skipped {sid}: {why}")

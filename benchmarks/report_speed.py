@@ -80,7 +80,7 @@ def make_records(folder: Path, n: int) -> dict[str, int]:
 
     how_many = counts(n)
     pool = [plan_memory(model, make_workload(batch=batch, seq_len=seq), card=card)
-            for model in MODELS for batch, seq, card in zip((1, 4, 8, 16), (512, 1024, 2048, 4096), CARDS)]
+            for model in MODELS for batch, seq, card in zip((1, 4, 8, 16), (512, 1024, 2048, 4096), CARDS, strict=True)]
     for i in range(how_many["memory"]):
         plan = pool[i % len(pool)]
         named = dataclasses.replace(plan, estimate=dataclasses.replace(

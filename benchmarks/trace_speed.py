@@ -52,7 +52,8 @@ def raw_memtracker() -> tuple[float, int]:
 def main() -> None:
     print(f"{MODEL}, full fine-tuning, bf16 AdamW (foreach), batch 1 x {SEQ}, two steps on fake tensors")
     t_ours, p_ours = ours()
-    print(f"campaign trace      {t_ours:6.1f} s   peak {p_ours / GiB:7.2f} GiB   {'ok' if t_ours < 30 else 'SLOW (goal < 30 s)'}")
+    print(f"campaign trace      {t_ours:6.1f} s   peak {p_ours / GiB:7.2f} GiB   "
+          f"{'ok' if t_ours < 30 else 'SLOW (goal < 30 s)'}")
     t_raw, p_raw = raw_memtracker()
     print(f"raw MemTracker      {t_raw:6.1f} s   peak {p_raw / GiB:7.2f} GiB")
     print(f"speed-up {t_raw / t_ours:.1f}x; peaks differ by {(p_ours - p_raw) / GiB:+.3f} GiB")

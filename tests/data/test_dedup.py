@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from campaign.data.dedup import candidate_pairs, connected_components, exact_jaccard, find_duplicates
-from campaign.data.sketch import DedupConfig, Sketches, candidate_probability, choose_banding, signatures, sketch
 from campaign.data.normalize import normalize_text
+from campaign.data.sketch import DedupConfig, Sketches, candidate_probability, choose_banding, signatures, sketch
 from campaign.errors import InputError
 
 from .conftest import brute_force_pairs, components, edit, jaccard, sentence, shingles
@@ -81,7 +81,7 @@ def test_lsh_finds_every_pair_well_above_the_threshold(rng):
     texts = [t for p in pairs for t in p]
     sk = sketch(texts)
     a, b, _ = candidate_pairs(sk)
-    cand = set(zip(a.tolist(), b.tolist()))
+    cand = set(zip(a.tolist(), b.tolist(), strict=True))
     exact = [jaccard(shingles(x), shingles(y)) for x, y in pairs]
     high = [(2 * i, 2 * i + 1) for i, j in enumerate(exact) if j >= 0.85]
     low = [(2 * i, 2 * i + 1) for i, j in enumerate(exact) if j < 0.3]
@@ -162,7 +162,8 @@ def test_union_find_matches_scipy_connected_components():
         ours = connected_components(n, a, b)
         _, theirs = csgraph.connected_components(sparse.coo_matrix((np.ones(m), (a, b)), shape=(n, n)), directed=False)
         # same partition, and each label is the smallest member
-        assert len(set(zip(ours.tolist(), theirs.tolist()))) == len(set(theirs.tolist())) == len(set(ours.tolist()))
+        assert (len(set(zip(ours.tolist(), theirs.tolist(), strict=True)))
+                == len(set(theirs.tolist())) == len(set(ours.tolist())))
         assert all(ours[i] <= i for i in range(n)) and all(ours[ours[i]] == ours[i] for i in range(n))
     # a long path (worst case for pointer jumping)
     path = connected_components(1000, np.arange(999), np.arange(1, 1000))

@@ -129,7 +129,7 @@ def test_shards_give_the_rows_of_the_concatenated_files_and_write_shard_sets(loc
             str(tmp_path / "clean"), "--json")
     assert r.code == 1, r.err                             # the inputs leak
     doc = r.json()
-    for c_single, c_engine in zip(single.to_dict()["checks"], doc["checks"]):
+    for c_single, c_engine in zip(single.to_dict()["checks"], doc["checks"], strict=True):
         assert c_engine["status"] == c_single["status"] and c_engine["rows"] == c_single["rows"]
         assert [(p["rows"], p["links"]) for p in c_engine["pairs"]] == [(p["rows"], p["links"])
                                                                       for p in c_single["pairs"]]
@@ -220,7 +220,8 @@ def test_without_ray_the_engine_says_how_to_install_it_and_the_cli_never_imports
     # a cluster address that does not answer: one line at once (ray.init alone retries for minutes)
     r = subprocess.run([sys.executable, "-m", "campaign", "leaks", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"),
                         "--engine", "ray", "--address", "127.0.0.1:1"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot reach the Ray cluster at '127.0.0.1:1'" in r.stderr
+    assert (r.returncode == 2 and r.stderr.count("\n") == 1
+            and "cannot reach the Ray cluster at '127.0.0.1:1'" in r.stderr)
 
 
 def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray, tmp_path, cli):

@@ -69,7 +69,7 @@ def test_band_groups_group_equal_keys_ascending_like_a_stable_sort():
     order, gid = band_groups(keys)
     for b in range(3):
         runs: dict[int, list[int]] = {}
-        for pos, g in zip(order[b].tolist(), gid[b].tolist()):
+        for pos, g in zip(order[b].tolist(), gid[b].tolist(), strict=True):
             runs.setdefault(g, []).append(pos)
         assert sorted(runs.values()) == _stable_groups(keys[b])
         assert (np.diff(gid[b]) >= 0).all()                       # each group's items are contiguous
@@ -106,7 +106,7 @@ def test_candidates_compiled_equal_numpy(monkeypatch, max_bucket):
     compiled = (dedup.candidate_pairs(both), dedup.cross_candidate_pairs(index, query))
     monkeypatch.setattr(importlib.import_module("campaign.data.sketch"), "_KERNEL", False)  # the numpy path
     reference = (dedup.candidate_pairs(both), dedup.cross_candidate_pairs(index, query))
-    for (a, b, c), (ra, rb, rc) in zip(compiled, reference):
+    for (a, b, c), (ra, rb, rc) in zip(compiled, reference, strict=True):
         assert c == rc
         np.testing.assert_array_equal(a, ra)
         np.testing.assert_array_equal(b, rb)
@@ -134,5 +134,5 @@ def test_threads_follow_the_cpu_share_a_scheduler_gives(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     one = sketch_chunk(texts, config, compiled=True)
     monkeypatch.delenv("OMP_NUM_THREADS")
-    for a, b in zip(one, sketch_chunk(texts, config, compiled=True)):
+    for a, b in zip(one, sketch_chunk(texts, config, compiled=True), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -20,12 +20,12 @@ def leaky_splits(seed=21):
     rng = random.Random(seed)
     train = [{"text": sentence(rng, 40, 60), "label": rng.choice("ab"), "user": f"u{i // 2}"} for i in range(200)]
     test = [{"text": sentence(rng, 40, 60), "label": rng.choice("ab"), "user": f"e{i}"} for i in range(100)]
-    for row, user in zip(test[:7], ["u1", "u1", "u2", "u3", "u3", "u4", "u4"]):
+    for row, user in zip(test[:7], ["u1", "u1", "u2", "u3", "u3", "u4", "u4"], strict=True):
         row["user"] = user  # 4 shared users, 7 test rows
-    for k, (t, src) in enumerate(zip((10, 11, 12), (20, 21, 22))):
+    for k, (t, src) in enumerate(zip((10, 11, 12), (20, 21, 22), strict=True)):
         test[t]["text"] = "  " + train[src]["text"].upper() + "  "  # exact copy up to case and spaces
         test[t]["label"] = train[src]["label"] if k == 0 else ("b" if train[src]["label"] == "a" else "a")
-    for t, src in zip(range(20, 25), range(30, 35)):
+    for t, src in zip(range(20, 25), range(30, 35), strict=True):
         test[t]["text"] = edit(rng, train[src]["text"], 2)  # near copy: two words edited
     test[25]["text"] = edit(rng, train[35]["text"], 30)  # mostly rewritten: not a near copy
     return train, test

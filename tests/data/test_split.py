@@ -6,8 +6,8 @@ import csv
 import hashlib
 import json
 import random
-from dataclasses import replace
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,7 @@ def test_ratios_of_rows_within_one_point_overall_and_per_label(realistic_split):
     n = len(rows)
     assert n > 5000
     label_total = Counter(r["label"] for r in rows)
-    for part, target in zip(result.parts, RATIOS):
+    for part, target in zip(result.parts, RATIOS, strict=True):
         got = read_jsonl(Path(part.path))
         assert abs(len(got) / n - target) <= 0.01
         per_label = Counter(r["label"] for r in got)
@@ -124,7 +124,7 @@ def test_sklearn_digits_stratified(tmp_path):
     assert splitter.get_n_splits() == 1
     (train, val, test), = list(splitter.split(X, y))
     assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(len(X)))
-    for idx, target in zip((train, val, test), RATIOS):
+    for idx, target in zip((train, val, test), RATIOS, strict=True):
         assert abs(len(idx) / len(X) - target) <= 0.01
         counts = Counter(digits.target[idx].tolist())
         for label, total in Counter(y).items():
@@ -137,7 +137,7 @@ def test_sklearn_digits_stratified(tmp_path):
         for i in idx.tolist():
             g_split[groups[i]].add(s)
     assert all(len(v) == 1 for v in g_split.values())
-    for idx, target in zip((train, val, test), RATIOS):
+    for idx, target in zip((train, val, test), RATIOS, strict=True):
         assert abs(len(idx) / len(X) - target) <= 0.01
 
 
@@ -324,7 +324,8 @@ def test_the_leak_check_of_the_written_files_uses_other_hashes_and_split_never_w
 
     # the pairs a check with seed 4 finds across a plain assignment (written here by hand) end up together
     plain = LeakFreeSplitter("50/50", stratify=False, seed=3, dedup=weak).assign([r["text"] for r in rows])
-    parts = [write_jsonl(tmp_path / f"plain{s}.jsonl", [r for r, a in zip(rows, plain) if a == s]) for s in (0, 1)]
+    parts = [write_jsonl(tmp_path / f"plain{s}.jsonl", [r for r, a in zip(rows, plain, strict=True) if a == s])
+             for s in (0, 1)]
     found = check_files(parts, config=replace(weak, seed=4), examples=10_000).check("leak.near_duplicate")
     text_at = {str(p): [r["text"] for r in read_jsonl(p)] for p in parts}
 

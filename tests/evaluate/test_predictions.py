@@ -23,13 +23,15 @@ def test_jsonl_and_csv_give_the_same_predictions(tmp_path):
     c = read_predictions(c_path)
     for s in (j, c):
         assert s.ids == ("a", "b")
-        assert [(p.gold, p.pred, p.meta) for p in s.predictions] == [("x", "y", {"lang": "en"}), ("y", "y", {"lang": "fr"})]
+        assert [(p.gold, p.pred, p.meta) for p in s.predictions] == [("x", "y", {"lang": "en"}),
+                                                                     ("y", "y", {"lang": "fr"})]
     assert j.sha256 == hashlib.sha256((tmp_path / "p.jsonl").read_bytes()).hexdigest()
 
 
 def test_custom_field_names_and_blank_lines(tmp_path):
     p = tmp_path / "p.jsonl"
-    p.write_text('{"uid": 1, "label": "x", "output": "x"}\n\n{"uid": 2, "label": "y", "output": null}\n', encoding="utf-8")
+    p.write_text('{"uid": 1, "label": "x", "output": "x"}\n\n{"uid": 2, "label": "y", "output": null}\n',
+                 encoding="utf-8")
     s = read_predictions(p, id_field="uid", gold_field="label", pred_field="output")
     assert s.ids == ("1", "2") and [x.line for x in s.predictions] == [1, 3]
     assert s.predictions[1].pred is None
@@ -83,7 +85,8 @@ def test_csv_line_numbers_follow_quoted_newlines(tmp_path):
 
 def test_missing_column_names_the_option(tmp_path):
     p = write_jsonl(tmp_path / "p.jsonl", [{"id": 1, "label": "a", "pred": "a"}])
-    with pytest.raises(InputError, match=r"line 1 has no 'gold' field \(fields: 'id', 'label', 'pred'\); .*--gold-field"):
+    with pytest.raises(InputError,
+                       match=r"line 1 has no 'gold' field \(fields: 'id', 'label', 'pred'\); .*--gold-field"):
         read_predictions(p)
 
 

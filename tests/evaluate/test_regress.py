@@ -15,8 +15,8 @@ CAND = "a b a c b a b c c c".split()     # wrong: 2 4 6; so right->wrong 2 6, wr
 
 def write(path, preds, gold=GOLD, ids=None):
     ids = ids or [str(i + 1) for i in range(len(preds))]
-    path.write_text("".join(json.dumps({"id": i, "gold": g, "pred": p}) + "\n" for i, g, p in zip(ids, gold, preds)),
-                    encoding="utf-8")
+    path.write_text("".join(json.dumps({"id": i, "gold": g, "pred": p}) + "\n"
+                            for i, g, p in zip(ids, gold, preds, strict=True)), encoding="utf-8")
     return path
 
 
@@ -58,7 +58,8 @@ def test_per_class_deltas(pair):
     r = regress(*pair)
     by = {c.label: c for c in r.per_class}
     # baseline F1 a 4/7, b 4/7, c 2/3 (see test_errors). Candidate: a predicted at 1 3 6 (right 1 3), gold 4 -> P 2/3,
-    # R 1/2, F1 4/7; b predicted at 2 5 7 (right 5 7) -> P 2/3, R 2/3; c predicted at 4 8 9 10 (right 8 9 10) -> P 3/4, R 1.
+    # R 1/2, F1 4/7; b predicted at 2 5 7 (right 5 7) -> P 2/3, R 2/3; c predicted at 4 8 9 10 (right 8 9 10) -> P 3/4,
+    # R 1.
     assert by["a"].f1 == pytest.approx((4 / 7, 4 / 7)) and by["a"].delta_f1 == pytest.approx(0)
     assert by["b"].f1 == pytest.approx((4 / 7, 2 / 3)) and by["b"].delta_f1 == pytest.approx(2 / 3 - 4 / 7)
     assert by["c"].recall == pytest.approx((2 / 3, 1.0)) and by["c"].f1[1] == pytest.approx(6 / 7)
@@ -114,14 +115,15 @@ def test_models_that_never_disagree(tmp_path):
 
 
 def test_extraction_guards_on_validity_and_required_fields(tmp_path):
-    gold = [{"name": "A", "amount": 1}, {"name": "B", "amount": 2}, {"name": "C", "amount": 3}, {"name": "D", "amount": 4}]
+    gold = [{"name": "A", "amount": 1}, {"name": "B", "amount": 2}, {"name": "C", "amount": 3},
+            {"name": "D", "amount": 4}]
     base = [{"name": "A", "amount": 1}, '{"name": "B"}', {"name": "C", "amount": 3}, {"name": "x", "amount": 4}]
     cand = [{"name": "A", "amount": 1}, {"name": "B", "amount": 2}, "not json", {"name": "D", "amount": 4}]
 
     def w(name, preds):
         p = tmp_path / name
-        p.write_text("".join(json.dumps({"id": i, "gold": g, "pred": q}) + "\n" for i, (g, q) in enumerate(zip(gold, preds))),
-                     encoding="utf-8")
+        p.write_text("".join(json.dumps({"id": i, "gold": g, "pred": q}) + "\n"
+                             for i, (g, q) in enumerate(zip(gold, preds, strict=True))), encoding="utf-8")
         return p
 
     r = regress(w("b.jsonl", base), w("c.jsonl", cand), task="extraction", required=["amount"],

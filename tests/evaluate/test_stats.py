@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from campaign.evaluate.stats import (mcnemar, paired_t, power_paired_t, seeds_for_power, sign_test, snap,
-                                     wilcoxon)
+from campaign.evaluate.stats import mcnemar, paired_t, power_paired_t, seeds_for_power, sign_test, snap, wilcoxon
 
 # Student's sleep data (Cushny & Peebles 1905, R `sleep`): extra sleep of drug 2 minus drug 1, 10 patients.
 SLEEP = [1.2, 2.4, 1.3, 1.3, 0.0, 1.0, 1.8, 0.8, 4.6, 1.4]
@@ -87,7 +86,8 @@ def test_wilcoxon_with_ties_is_the_exact_permutation_p(alternative):
     d = np.array([0.5, 0.5, -0.5, 1.0, 2.0, 2.0, 2.0, -3.0])
     ranks = stats.rankdata(np.abs(d))
     observed = ranks[d > 0].sum()
-    sums = [sum(r for r, s in zip(ranks, signs) if s) for signs in itertools.product([0, 1], repeat=len(d))]
+    sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s)
+            for signs in itertools.product([0, 1], repeat=len(d))]
     p_ge = np.mean([s >= observed - 1e-9 for s in sums])
     p_le = np.mean([s <= observed + 1e-9 for s in sums])
     expected = {"two-sided": min(1, 2 * min(p_ge, p_le)), "greater": p_ge, "less": p_le}[alternative]

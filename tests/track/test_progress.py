@@ -13,7 +13,8 @@ from campaign.track.run import end_run, record_artifact, start_run
 def test_check_run_reports_its_phases(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("b.jsonl", "c.jsonl"):
-        (tmp_path / name).write_text("".join(json.dumps({"id": i, "gold": "ab"[i % 2], "pred": "ab"[i % 2]}) + "\n" for i in range(4)))
+        (tmp_path / name).write_text("".join(json.dumps({"id": i, "gold": "ab"[i % 2], "pred": "ab"[i % 2]}) + "\n"
+                                             for i in range(4)))
     base = start_run("base", with_torch=False)
     record_artifact(base.id, tmp_path / "b.jsonl", "predictions")
     cand = start_run("cand", baseline=base.id, guards=["accuracy>=-0.05"], with_torch=False)

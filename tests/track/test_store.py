@@ -231,7 +231,7 @@ def test_runs_check_evaluates_the_guards_on_the_recorded_predictions(repo, cli):
     def write(name, preds):
         path = repo / name
         path.write_text("".join(json.dumps({"id": i, "gold": g, "pred": p}) + "\n"
-                                for i, (g, p) in enumerate(zip(gold, preds))))
+                                for i, (g, p) in enumerate(zip(gold, preds, strict=True))))
         return str(path)
     base = start_run("base")
     cand = start_run("cand", baseline=base.id, guards=["accuracy>=-0.05"])

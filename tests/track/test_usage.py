@@ -11,9 +11,8 @@ import pytest
 
 from campaign.data.read import Fields
 from campaign.data.split import split_file
-from campaign.track.usage import ledger_path, read_ledger, record_usage, usage_report, use_split
 from campaign.errors import InputError
-
+from campaign.track.usage import ledger_path, read_ledger, record_usage, usage_report, use_split
 from tests.data.conftest import sentence, write_jsonl
 
 
@@ -198,7 +197,8 @@ def test_every_final_test_use_is_a_run_record(manifest, tmp_path):
       "shards": [{"split": "dev", "path": "dev/a.jsonl", "sha256": "0" * 64}]}, "shards[0]: split 'dev' is not one"),
 ])
 def test_a_malformed_manifest_of_a_split_in_shards_is_one_line(tmp_path, doc, fragment):
-    # (the engine's own manifests, and shards changed after the split, are tested on Ray in tests/data/test_engine_ray.py)
+    # (the engine's own manifests, and shards changed after the split, are tested on Ray in
+    # tests/data/test_engine_ray.py)
     m = tmp_path / "manifest.json"
     m.write_text(json.dumps(doc), encoding="utf-8")
     for call in (lambda: usage_report(tmp_path), lambda: record_usage(m, split="test", purpose="final-test")):

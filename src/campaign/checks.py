@@ -31,7 +31,8 @@ class Check:
             raise ValueError(f"check {self.id!r}: status {self.status!r} is not one of {', '.join(STATUSES)}")
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why, "fix": self.fix}
+        out: dict[str, Any] = {"id": self.id, "status": self.status, "seen": self.seen, "why": self.why,
+                               "fix": self.fix}
         if self.status == "skipped":  # only a skipped check's verdict depends on it: whether the go waits on it
             out["gates"] = self.gates
         return out

@@ -24,14 +24,16 @@ class Question:
 QUESTIONS: tuple[Question, ...] = (
     Question(1, "My model has never run. Where do I start?", "a memory envelope and an input for the first test run", (
         Step("models", "what the model is: layers, heads, KV heads, MoE/MLA, exact parameter count"),
-        Step("memory", "GPU memory per card: weights, gradients, optimizer, activations, logits, KV, overheads, reserve; fit per card"),
+        Step("memory", "GPU memory per card: weights, gradients, optimizer, activations, logits, KV, overheads, "
+                       "reserve; fit per card"),
         Step("kv", "the KV cache by context, KV heads, sequences, precision, static vs dynamic; what fits a card"),
         Step("cards", "GPUs with memory as the driver reports it, bandwidth, bf16 FLOP/s"),
         Step("trace", "the peak traced phase by phase without a GPU (fake tensors)"),
         Step("measure", "the peak measured phase by phase on the card: allocated vs reserved"),
         Step("explain", "estimate vs measured, the gap attributed, a safety margin"),
     )),
-    Question(2, "The score goes up, but can I trust it?", "a separate evaluation set, errors reviewed, a quantified difference", (
+    Question(2, "The score goes up, but can I trust it?",
+             "a separate evaluation set, errors reviewed, a quantified difference", (
         Step("split", "group-, duplicate- and label-aware splits with a manifest"),
         Step("leaks", "exact and near duplicates, shared groups and label conflicts across splits"),
         Step("usage", "a ledger of how each split was used; warns when the test set chose settings"),

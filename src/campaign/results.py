@@ -56,6 +56,7 @@ class Result(Record):
     """Mixin for frozen result dataclasses with a `schema` field and `checks` (a field or a property): `status` is
     derived from the checks, to_dict() writes the header first (the module docstring says the rule)."""
 
+    schema: str  # a dataclass field of each result: 'campaign.NAME/1'
     checks: Any  # tuple[Check, ...]: a dataclass field in most results, a property where derived from figures
 
     @property
@@ -77,7 +78,7 @@ class Result(Record):
     def to_dict(self) -> dict[str, Any]:
         from .version import __version__
 
-        head = {"schema": getattr(self, "schema"), "campaign_version": __version__, "status": self.status,
+        head = {"schema": self.schema, "campaign_version": __version__, "status": self.status,
                 "checks": [c.to_dict() for c in self.checks]}
         return head | {k: v for k, v in self.fields_dict().items() if k not in HEADER}
 

@@ -8,12 +8,12 @@ numpy, pyarrow and scikit-learn (the `data` extra) are imported inside the funct
 this package stays light.
 """
 from .dedup import DedupResult, NearPair, find_duplicates
-from .sketch import DedupConfig, choose_banding, sketch
+from .engine import ENGINES, engine_for
 from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
 from .normalize import NORMALIZER_VERSION, content_hash, normalize_text
 from .read import Dataset, Fields, make_dataset, read_dataset
+from .sketch import DedupConfig, choose_banding, sketch
 from .split import LeakFreeSplitter, SplitResult, load_manifest, parse_ratios, split_file
-from .engine import ENGINES, engine_for
 
 __all__ = ["CHECK_IDS", "ENGINES", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
            "LeakReport", "NORMALIZER_VERSION", "NearPair", "SplitResult",

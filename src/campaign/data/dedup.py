@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
 SCHEMA = "campaign.dedup/1"
 
 
-def prefilter(index: Sketches, query: Sketches, a: "np.ndarray", b: "np.ndarray") -> "np.ndarray":
+def prefilter(index: Sketches, query: Sketches, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Mask of candidate pairs worth an exact check: drops pairs whose MinHash estimate is so far below the
     threshold that a true near duplicate would give it with probability < 1e-6.
 
@@ -46,8 +46,8 @@ def prefilter(index: Sketches, query: Sketches, a: "np.ndarray", b: "np.ndarray"
 # --------------------------------------------------------------------------------------------------- candidates
 
 
-def pairs_in_sorted_runs(order: "np.ndarray", keys_sorted: "np.ndarray",
-                          max_bucket: int) -> tuple["np.ndarray", "np.ndarray", int]:
+def pairs_in_sorted_runs(order: np.ndarray, keys_sorted: np.ndarray,
+                          max_bucket: int) -> tuple[np.ndarray, np.ndarray, int]:
     """All (i, j) pairs of items sharing a key, from items sorted by key; buckets larger than max_bucket pair each
     item with its next max_bucket items only. Returns (a, b, number of capped buckets)."""
     np = numpy()
@@ -86,7 +86,7 @@ def _compiled(name: str, items: int):
     return getattr(module, name) if module else None
 
 
-def _unique_pairs(a: "np.ndarray", b: "np.ndarray", n_b: int) -> tuple["np.ndarray", "np.ndarray"]:
+def _unique_pairs(a: np.ndarray, b: np.ndarray, n_b: int) -> tuple[np.ndarray, np.ndarray]:
     np = numpy()
     if not len(a):
         return a, b
@@ -94,7 +94,7 @@ def _unique_pairs(a: "np.ndarray", b: "np.ndarray", n_b: int) -> tuple["np.ndarr
     return packed // n_b, packed % n_b
 
 
-def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np.ndarray", "np.ndarray", int]:
+def candidate_pairs(sk: Sketches, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Pairs (a < b) of documents in one collection that share at least one LSH band.
 
     Args:
@@ -108,7 +108,8 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
     keys = np.ascontiguousarray(sk.band_keys[idx].T)  # (bands, documents): one band's keys contiguous
     kernel = _compiled("band_groups", len(idx))
     all_a, all_b, capped = [], [], 0
-    for band, (order, run_keys) in enumerate(zip(*kernel(keys)) if kernel else ((None, None),) * len(keys)):
+    bands = zip(*kernel(keys), strict=True) if kernel else ((None, None),) * len(keys)
+    for band, (order, run_keys) in enumerate(bands):
         if kernel is None:
             order = np.argsort(keys[band], kind="stable")
             run_keys = keys[band, order]
@@ -123,7 +124,7 @@ def candidate_pairs(sk: Sketches, mask: "np.ndarray | None" = None) -> tuple["np
     return a, b, capped
 
 
-def capped_matches(lo: "np.ndarray", hi: "np.ndarray", cap: int) -> tuple["np.ndarray", "np.ndarray", int]:
+def capped_matches(lo: np.ndarray, hi: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Query q matches the sorted index positions lo[q]..hi[q]-1: every (position, q), at most the first `cap`
     positions of each query. Returns (positions, queries, number of queries whose bucket held more than cap)."""
     np = numpy()
@@ -137,7 +138,7 @@ def capped_matches(lo: "np.ndarray", hi: "np.ndarray", cap: int) -> tuple["np.nd
     return np.repeat(lo[hit], c) + rel, np.repeat(hit, c), capped
 
 
-def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray", "np.ndarray", int]:
+def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple[np.ndarray, np.ndarray, int]:
     """Pairs (i in index, q in query) sharing at least one LSH band: the index's sorted band keys are searched
     with each query key. Returns (index ids, query ids, capped buckets)."""
     np = numpy()
@@ -173,8 +174,8 @@ def cross_candidate_pairs(index: Sketches, query: Sketches) -> tuple["np.ndarray
 _FP_BITS = 44  # shingle fingerprint bits in the exact check; the pair id takes the high bits of the sort key
 
 
-def exact_jaccard(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.ndarray", b: "np.ndarray",
-                  config: DedupConfig, *, batch_pairs: int = 2048) -> "np.ndarray":
+def exact_jaccard(texts_a: Sequence[str], texts_b: Sequence[str], a: np.ndarray, b: np.ndarray,
+                  config: DedupConfig, *, batch_pairs: int = 2048) -> np.ndarray:
     """Jaccard similarity of the shingle sets of pairs (texts_a[a[p]], texts_b[b[p]]) (see _exact_jaccard_batch),
     in batches of pairs so that only the shingles of a few thousand texts are held at once. Returns (P,) float64."""
     np = numpy()
@@ -186,8 +187,8 @@ def exact_jaccard(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.ndarray
     return out
 
 
-def _exact_jaccard_batch(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.ndarray", b: "np.ndarray",
-                         config: DedupConfig, *, batch_elements: int = 1 << 23) -> "np.ndarray":
+def _exact_jaccard_batch(texts_a: Sequence[str], texts_b: Sequence[str], a: np.ndarray, b: np.ndarray,
+                         config: DedupConfig, *, batch_elements: int = 1 << 23) -> np.ndarray:
     """Jaccard similarity |A & B| / |A | B| of the shingle sets of pairs (texts_a[a[p]], texts_b[b[p]]), computed
     exactly over 44-bit shingle fingerprints (two different shingles of a pair share one with probability
     ~|A||B| / 2**44, about 1e-8 for two 500-shingle texts). Texts are already normalized. Returns (P,) float64.
@@ -236,7 +237,7 @@ def _exact_jaccard_batch(texts_a: Sequence[str], texts_b: Sequence[str], a: "np.
 # --------------------------------------------------------------------------------------------------- clusters
 
 
-def connected_components(n: int, a: "np.ndarray", b: "np.ndarray") -> "np.ndarray":
+def connected_components(n: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Union-find over n items joined by the pairs (a[p], b[p]), vectorized: each round hooks the larger root of
     every edge under the smaller, then compresses paths by pointer jumping. Returns (n,) int64: the smallest item
     index of each item's component (so labels are stable and readable)."""
@@ -313,7 +314,7 @@ def exact_groups(digests: Sequence[bytes], empty: Sequence[bool]) -> tuple[list[
     number of documents that repeat an earlier one."""
     first: dict[bytes, int] = {}
     rep = []
-    for i, (d, e) in enumerate(zip(digests, empty)):
+    for i, (d, e) in enumerate(zip(digests, empty, strict=True)):
         rep.append(i if e else first.setdefault(d, i))
     return rep, sum(1 for i, r in enumerate(rep) if r != i)
 
@@ -357,7 +358,7 @@ def find_duplicates(texts: Iterable[str] | Sketches, config: DedupConfig | None 
                      "them were checked (degenerate data: many near-identical texts)")
     if empty.any():
         notes.append(f"{int(empty.sum())} empty text(s) are never counted as duplicates")
-    pairs = tuple(NearPair(int(x), int(y), float(j)) for x, y, j in zip(pa, pb, pj))
+    pairs = tuple(NearPair(int(x), int(y), float(j)) for x, y, j in zip(pa, pb, pj, strict=True))
     return DedupResult(n_docs=n, n_empty=int(empty.sum()), exact_duplicates=n_exact, near_pairs=pairs,
                        cluster_of=tuple(int(x) for x in labels), candidates=n_candidates, checked=len(a),
                        capped_buckets=capped,
@@ -391,7 +392,7 @@ class CrossMatches:
 def exact_index(sk: Sketches) -> dict[bytes, tuple[int, int]]:
     """{content hash: (first document id, number of documents)} over the non-empty documents of a collection."""
     out: dict[bytes, tuple[int, int]] = {}
-    for i, (d, t) in enumerate(zip(sk.digests, sk.texts)):
+    for i, (d, t) in enumerate(zip(sk.digests, sk.texts, strict=True)):
         if t:
             first, count = out.get(d, (i, 0))
             out[d] = (first, count + 1)
@@ -409,7 +410,7 @@ def cross_duplicates(index: Sketches, query: Sketches, *,
     exact: list[tuple[int, int]] = []
     rows: list[int] = []
     links = 0
-    for q, (d, t) in enumerate(zip(query.digests, query.texts)):
+    for q, (d, t) in enumerate(zip(query.digests, query.texts, strict=True)):
         hit = by_digest.get(d) if t else None
         if hit is None:
             continue
@@ -424,11 +425,11 @@ def cross_duplicates(index: Sketches, query: Sketches, *,
     if len(a):
         ida = [index.digests[i] for i in a.tolist()]
         idb = [query.digests[q] for q in b.tolist()]
-        different = np.fromiter((x != y for x, y in zip(ida, idb)), dtype=bool, count=len(a))
+        different = np.fromiter((x != y for x, y in zip(ida, idb, strict=True)), dtype=bool, count=len(a))
         a, b = a[different], b[different]
     jac = exact_jaccard(index.texts, query.texts, a, b, index.config)
-    hit = jac >= index.config.threshold
-    near = tuple((int(i), int(q), float(j)) for i, q, j in zip(a[hit], b[hit], jac[hit]))
+    close = jac >= index.config.threshold
+    near = tuple((int(i), int(q), float(j)) for i, q, j in zip(a[close], b[close], jac[close], strict=True))
     return CrossMatches(exact=tuple(exact), near=near, candidates=n_candidates, capped_buckets=capped,
                         exact_rows=tuple(rows), exact_links=links)
 

@@ -34,8 +34,11 @@ ENGINES = ("local", "ray")
 class Found(Protocol):
     """A leak search's outcome: the report, notes the pipeline adds to it, the rows it shows, its drop job."""
 
-    report: LeakReport
-    notes: tuple[str, ...]
+    @property
+    def report(self) -> LeakReport: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
 
     def row(self, split: str, row: int) -> LeakRow: ...
 
@@ -54,8 +57,11 @@ class SplitJob(Protocol):
     """One split: read() gives the rows; unit_inputs() what units are formed from; inside staged(), write() each
     round's assignment (to the files or folders `written` names) and finish() describes what was written."""
 
-    labels: Sequence[Any] | None
-    dates: Sequence[Any] | None
+    @property
+    def labels(self) -> Sequence[Any] | None: ...
+
+    @property
+    def dates(self) -> Sequence[Any] | None: ...
 
     @property
     def written(self) -> Sequence[str | os.PathLike[str]]: ...

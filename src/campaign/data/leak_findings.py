@@ -8,8 +8,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakExample, LeakReport, LeakRow, PairLeak,
-                          SplitInfo, leak_checks, snippet, spread)
+from .leak_report import (
+    CHECK_IDS,
+    EXACT,
+    GROUP,
+    LABEL,
+    NEAR,
+    LeakExample,
+    LeakReport,
+    LeakRow,
+    PairLeak,
+    SplitInfo,
+    leak_checks,
+    snippet,
+    spread,
+)
 from .sketch import DedupConfig
 
 
@@ -100,7 +113,9 @@ def findings(pairs: Sequence[PairFindings], names: Sequence[str], group_fields: 
                 tuple((f, q) for q, f, _, _, _ in p.labels)))
         if p.groups is not None:
             seen_q: set[int] = set()
-            glinked, gex, links = [], [], 0
+            glinked: list[tuple[int, int]] = []
+            gex: list[tuple[int, int, str]] = []
+            links = 0
             for f in range(len(group_fields)):
                 shared: dict[str, int] = {}
                 for f2, q, fe, v in p.groups:

@@ -16,8 +16,20 @@ from .dedup import cross_duplicates
 from .engine import Engine, engine_for
 from .leak_files import drop_leaking, leak_pairs, write_pairs
 from .leak_findings import PairFindings, build_report, findings
-from .leak_report import (CHECK_IDS, EXACT, GROUP, LABEL, NEAR, LeakCheck, LeakExample, LeakReport, LeakRow, PairLeak,
-                          SplitInfo, leak_check)
+from .leak_report import (
+    CHECK_IDS,
+    EXACT,
+    GROUP,
+    LABEL,
+    NEAR,
+    LeakCheck,
+    LeakExample,
+    LeakReport,
+    LeakRow,
+    PairLeak,
+    SplitInfo,
+    leak_check,
+)
 from .read import Dataset, Fields
 from .sketch import DedupConfig, Sketches, sketch
 
@@ -75,7 +87,9 @@ def find_leaks(splits: Mapping[str, Dataset] | Sequence[Dataset], *, threshold: 
 def _labels_by_digest(da: Dataset, sk: Sketches) -> dict[bytes, dict[str, tuple[int, int]]]:
     """{content hash: {label: (first row, rows)}} over the labelled, non-empty rows of a split."""
     out: dict[bytes, dict[str, tuple[int, int]]] = {}
-    for i, (d, t, lab) in enumerate(zip(sk.digests, sk.texts, da.labels or ())):
+    if da.labels is None:
+        return out
+    for i, (d, t, lab) in enumerate(zip(sk.digests, sk.texts, da.labels, strict=True)):
         if t and lab is not None:
             per = out.setdefault(d, {})
             first, count = per.get(lab, (i, 0))
@@ -103,7 +117,7 @@ def _label_rows(labels_by_digest: dict[bytes, dict[str, tuple[int, int]]], query
 def _group_rows(da: Dataset, db: Dataset, group_fields: list[str]) -> list[tuple[int, int, int, str]]:
     """Rows of db holding a group value that da holds too, per group field: (field, row, the value's first row
     in da, value)."""
-    out = []
+    out: list[tuple[int, int, int, str]] = []
     for k, f in enumerate(group_fields):
         col_a = da.groups[da.fields.group.index(f)]
         col_b = db.groups[db.fields.group.index(f)]

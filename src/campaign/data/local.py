@@ -134,7 +134,7 @@ class LocalDropJob:
         import numpy as np
 
         written = []
-        for n, target in zip(self.names, self.targets):
+        for n, target in zip(self.names, self.targets, strict=True):
             ds = self.datasets[n]
             if n == self.names[0]:
                 shutil.copyfile(ds.path, self.stage / target.name)
@@ -152,13 +152,14 @@ class LocalDropJob:
     def recheck(self) -> LeakReport:
         """The written splits read back and searched again (any leak fails), named by their final paths."""
         fields = self.datasets[self.names[0]].fields
-        clean = {n: read_dataset(self.stage / t.name, fields) for n, t in zip(self.names, self.targets)}
+        clean = {n: read_dataset(self.stage / t.name, fields) for n, t in zip(self.names, self.targets, strict=True)}
         recheck = self.found.search.search_datasets(clean, threshold=0.0, config=self.found.report.config,
                                                     progress=self.found.search.engine.progress)
-        return replace(recheck, splits=tuple(replace(s, path=str(t)) for s, t in zip(recheck.splits, self.targets)))
+        return replace(recheck, splits=tuple(replace(s, path=str(t))
+                                             for s, t in zip(recheck.splits, self.targets, strict=True)))
 
     def finish(self, written: list[dict[str, Any]], recheck: LeakReport, dropped_by: list[str]) -> int:
-        for w, target in zip(written, self.targets):
+        for w, target in zip(written, self.targets, strict=True):
             w["sha256"] = sha256_file(self.stage / target.name)
         manifest = {"schema": CLEAN_SCHEMA, "campaign_version": __version__,
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

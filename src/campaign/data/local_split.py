@@ -86,10 +86,10 @@ class LocalSplitJob:
         """The split files as written (to check them)."""
         return self.staged_paths
 
-    def write(self, assign: "np.ndarray") -> None:
+    def write(self, assign: np.ndarray) -> None:
         write_rows(self.ds, assign, self.staged_paths)
 
-    def finish(self, assign: "np.ndarray", units: "np.ndarray", leaks: LeakReport,
+    def finish(self, assign: np.ndarray, units: np.ndarray, leaks: LeakReport,
                links: Sequence[tuple[int, int]]) -> SplitResult:
         """The split's result, its manifest written into the set."""
         notes: list[str] = []
@@ -127,8 +127,8 @@ def earlier_split_files(manifest: Path, paths: Sequence[Path], src: Path) -> tup
 
 def at_final_paths(leaks: LeakReport, paths: Sequence[Path]) -> LeakReport:
     """The leak report with the files' final paths (it was made on the staged copies)."""
-    splits = tuple(replace(info, path=str(p)) for info, p in zip(leaks.splits, paths))
-    stage = {info.path: str(p) for info, p in zip(leaks.splits, paths)}
+    splits = tuple(replace(info, path=str(p)) for info, p in zip(leaks.splits, paths, strict=True))
+    stage = {info.path: str(p) for info, p in zip(leaks.splits, paths, strict=True)}
 
     def moved(ref: str) -> str:
         return next((final + ref[len(tmp):] for tmp, final in stage.items() if ref.startswith(tmp)), ref)
@@ -150,7 +150,7 @@ def _stale_notes(notes: list[str], stale: Sequence[Path], stale_note: str | None
     return notes
 
 
-def _result(ds: Dataset, fields: Fields, assign: "np.ndarray", units: "np.ndarray", d: DedupResult,
+def _result(ds: Dataset, fields: Fields, assign: np.ndarray, units: np.ndarray, d: DedupResult,
             leaks: LeakReport, spec: SplitSpec, paths: Sequence[Path], staged: Sequence[Path], manifest: Path, *,
             skip_bad: bool, notes: list[str], links: Sequence[tuple[int, int]] = ()) -> SplitResult:
     """The manifest of a written split: per part its rows, labels, groups, dates and the hash of its file."""
@@ -162,7 +162,7 @@ def _result(ds: Dataset, fields: Fields, assign: "np.ndarray", units: "np.ndarra
     label_names = sorted(set(labels.tolist())) if labels is not None else []
     label_total = {lbl: int((labels == lbl).sum()) for lbl in label_names} if labels is not None else {}
     parts = []
-    for s, (name, p) in enumerate(zip(name_t, paths)):
+    for s, (name, p) in enumerate(zip(name_t, paths, strict=True)):
         rows = np.flatnonzero(assign == s)
         lab = {lbl: int((labels[rows] == lbl).sum()) for lbl in label_names} if labels is not None else {}
         groups = {f: len({ds.groups[i][r] for r in rows.tolist()} - {None}) for i, f in enumerate(fields.group)}

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..results import Record
 from ..io import input_file
+from ..results import Record
 from ..rows import DELIMITERS, BadRecord, RecordScan, record_format
 
 __all__ = ["BadRecord", "DELIMITERS", "Dataset", "Fields", "make_dataset", "raw_rows", "read_dataset"]
@@ -155,7 +155,7 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
         cols["id"].append(rec["id"])
         cols["date"].append(rec["date"])
         cols["line"].append(line)
-        for g, v in zip(groups, rec["groups"]):
+        for g, v in zip(groups, rec["groups"], strict=True):
             g.append(v)
     for role, name in (("label", fields.label), ("id", fields.id), *(("group", g) for g in fields.group)):
         if name and cols["line"] and name not in seen:
@@ -203,7 +203,8 @@ def _jsonl_fast(path: str, fields: Fields) -> Dataset | None:
     texts_by_field = [[o.get(name) for o in objs] for name in fields.text]
     if not all(type(v) is str for col in texts_by_field for v in col):
         return None
-    texts = texts_by_field[0] if len(texts_by_field) == 1 else ["\n".join(parts) for parts in zip(*texts_by_field)]
+    texts = (texts_by_field[0] if len(texts_by_field) == 1
+             else ["\n".join(parts) for parts in zip(*texts_by_field, strict=True)])
     columns: dict[str, None] = {}
     previous = None
     for o in objs:
@@ -277,10 +278,10 @@ def _record(get: Any, fields: Fields) -> dict[str, Any]:
                              "not a string")
         parts.append(value)
     out: dict[str, Any] = {"text": "\n".join(parts), "present": set()}
-    for role, name in (("label", fields.label), ("id", fields.id)):
-        value = get(name) if name else _MISSING
+    for role, key in (("label", fields.label), ("id", fields.id)):
+        value = get(key) if key else _MISSING
         if value is not _MISSING:
-            out["present"].add(name)
+            out["present"].add(key)
         out[role] = None if value is _MISSING else scalar(value)
     out["groups"] = []
     for name in fields.group:

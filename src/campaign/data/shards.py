@@ -137,8 +137,8 @@ def start_shard_set(out: Path, *, force: bool, what: str, inputs: Sequence[str] 
 def finish_shard_set(out: Path, schema: str, shards: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     """Write the manifest last: schema, version, (a verdict's status and checks, when given: results.py's header),
     time, the shards (relative path, rows, sha256) and `extra`."""
-    head = {k: extra.pop(k) for k in ("status", "checks") if k in extra}
-    manifest = {"schema": schema, "campaign_version": __version__, **head,
+    head: dict[str, Any] = {k: extra.pop(k) for k in ("status", "checks") if k in extra}
+    manifest: dict[str, Any] = {"schema": schema, "campaign_version": __version__, **head,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "rows": sum(s["rows"] for s in shards), "shards": shards, **extra}
     atomic_write_json(out / MANIFEST, manifest)

@@ -18,15 +18,18 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InputError, MissingDependencyError
 from .normalize import normalize_text, normalize_texts, normalizer_id
 
 if TYPE_CHECKING:  # numpy is the `data` extra: imported inside functions
     import numpy as np
+
+    _SketchKernel = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]  # kernels.sketch_documents
 
 # Odd 64-bit constants: the polynomial base (odd, so invertible mod 2**64) and the splitmix64 finalizer
 # multipliers (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014).
@@ -79,9 +82,10 @@ class DedupConfig:
         """(bands, rows): the given ones, or choose_banding(threshold, num_perm)."""
         if self.bands and self.rows:
             return self.bands, self.rows
-        if self.bands or self.rows:
-            given = self.bands or self.rows
-            return (given, self.num_perm // given) if self.bands else (self.num_perm // given, given)
+        if self.bands:
+            return self.bands, self.num_perm // self.bands
+        if self.rows:
+            return self.num_perm // self.rows, self.rows
         return choose_banding(self.threshold, self.num_perm)
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,7 +126,7 @@ def numpy():
     return np
 
 
-def mix64(x: "np.ndarray") -> "np.ndarray":
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer, elementwise on uint64 (wrapping arithmetic): a bijection with good avalanche."""
     np = numpy()
     x = x ^ (x >> np.uint64(30))
@@ -145,12 +149,12 @@ class _Powers:
     """BASE**t and BASE**-t mod 2**64 for t < length, grown on demand (cumprod wraps mod 2**64)."""
 
     def __init__(self) -> None:
-        self.pw = None
-        self.ipw = None
+        self.pw: np.ndarray | None = None
+        self.ipw: np.ndarray | None = None
 
-    def get(self, length: int) -> tuple["np.ndarray", "np.ndarray"]:
+    def get(self, length: int) -> tuple[np.ndarray, np.ndarray]:
         np = numpy()
-        if self.pw is None or len(self.pw) < length:
+        if self.pw is None or self.ipw is None or len(self.pw) < length:
             size = max(2 * length, 1 << 21)
             inv = pow(_BASE, -1, 1 << 64)
             pw = np.full(size, _BASE, dtype=np.uint64)
@@ -159,13 +163,14 @@ class _Powers:
             ipw[0] = 1
             with np.errstate(over="ignore"):
                 self.pw, self.ipw = np.cumprod(pw, dtype=np.uint64), np.cumprod(ipw, dtype=np.uint64)
+            return self.pw, self.ipw
         return self.pw, self.ipw
 
 
 _POWERS = _Powers()
 
 
-def _window_hashes(values: "np.ndarray", starts: "np.ndarray", lengths: "np.ndarray") -> "np.ndarray":
+def _window_hashes(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Position-independent polynomial hash of values[s:s+l] for each window: sum values[s+i] * BASE**i mod 2**64.
 
     Prefix sums make every window O(1): (P[s+l] - P[s]) * BASE**-s. Shapes: values (L,), starts/lengths (W,).
@@ -177,8 +182,8 @@ def _window_hashes(values: "np.ndarray", starts: "np.ndarray", lengths: "np.ndar
     return (prefix[starts + lengths] - prefix[starts]) * ipw[starts]
 
 
-def _windows(doc_starts: "np.ndarray", doc_lengths: "np.ndarray",
-             n: int) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+def _windows(doc_starts: np.ndarray, doc_lengths: np.ndarray,
+             n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start and length of every n-window inside each doc [start, start+length); a doc shorter than n is one
     window; an empty doc has none. Returns (starts, lengths, windows per doc), grouped by doc in order."""
     np = numpy()
@@ -191,7 +196,7 @@ def _windows(doc_starts: "np.ndarray", doc_lengths: "np.ndarray",
     return starts, lengths, count
 
 
-def shingle_hashes(norm_texts: Sequence[str], config: DedupConfig) -> tuple["np.ndarray", "np.ndarray"]:
+def shingle_hashes(norm_texts: Sequence[str], config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
     """64-bit hashes of the shingles of already-normalized texts.
 
     Returns (hashes uint64 (S,), counts int64 (D,)): hashes grouped by document in order, counts[d] shingles of
@@ -236,19 +241,20 @@ class _Densify:
 
     def __init__(self, num_perm: int, seed: int) -> None:
         self.k, self.seed = num_perm, seed
-        self.table = None
+        self.table: np.ndarray | None = None
 
-    def probes(self, attempts: int) -> "np.ndarray":
+    def probes(self, attempts: int) -> np.ndarray:
         np = numpy()
         if self.table is None or len(self.table) < attempts:
             size = max(attempts, 64, 0 if self.table is None else 2 * len(self.table))
             cells = np.arange(size * self.k, dtype=np.uint64) + np.uint64(mix_int(self.seed + 0x51ED27))
             self.table = (mix64(cells * np.uint64(_BASE)) % np.uint64(self.k)).astype(np.int64).reshape(size, self.k)
+            return self.table
         return self.table
 
 
-def minhash_signatures(hashes: "np.ndarray", counts: "np.ndarray", config: DedupConfig,
-                       densify: _Densify | None = None) -> "np.ndarray":
+def minhash_signatures(hashes: np.ndarray, counts: np.ndarray, config: DedupConfig,
+                       densify: _Densify | None = None) -> np.ndarray:
     """One-permutation MinHash with optimal densification. Returns (D, num_perm) uint64; an empty document's row
     is all 2**64 - 1. For two documents, P(sig_a[i] == sig_b[i]) = Jaccard(a, b) for every slot i."""
     np = numpy()
@@ -278,7 +284,7 @@ def minhash_signatures(hashes: "np.ndarray", counts: "np.ndarray", config: Dedup
     return sig
 
 
-def band_keys(sig: "np.ndarray", bands: int, rows: int) -> "np.ndarray":
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     """(D, bands) uint64: one hash of each band's `rows` signature values."""
     np = numpy()
     keys = np.empty((sig.shape[0], bands), dtype=np.uint64)
@@ -318,16 +324,17 @@ def kernel_module(chars: int | None = None):
     return _KERNEL or None
 
 
-_KERNEL = None
+_KERNEL: ModuleType | Literal[False] | None = None   # None: not tried yet; False: numba missing, or CAMPAIGN_NO_NUMBA
 
 
 def sketch_chunk(norm_texts: Sequence[str], config: DedupConfig, densify: _Densify | None = None, *,
-                 compiled: bool | None = None) -> tuple["np.ndarray", "np.ndarray", "np.ndarray"]:
+                 compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Band keys (D, bands) uint64, MinHash signatures (D, num_perm) uint64 and shingle counts (D,) int64 of
     already-normalized texts: the compiled kernel when numba is installed (compiled=None) or asked for, the numpy
     functions otherwise; both give the same bits."""
     np = numpy()
     bands, rows = config.banding()
+    kernel: _SketchKernel | None
     if compiled:
         try:
             from .kernels import sketch_documents as kernel
@@ -367,7 +374,7 @@ class Sketches:
         return len(self.texts)
 
     def add(self, texts: Iterable[str], *, chunk_size: int = 4096, progress: bool | None = None,
-            total: int | None = None, description: str = "MinHash") -> "Sketches":
+            total: int | None = None, description: str = "MinHash") -> Sketches:
         """Normalize, hash and sketch texts, consuming the iterable chunk by chunk."""
         np = numpy()
         strip = self.config.strip_punctuation
@@ -386,7 +393,7 @@ class Sketches:
                 advance(len(chunk))
         return self
 
-    def _joined(self, name: str, shape: tuple[int, ...], dtype: str) -> "np.ndarray":
+    def _joined(self, name: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         np = numpy()
         if name not in self._cache:
             parts = self._parts[name]
@@ -395,16 +402,16 @@ class Sketches:
         return self._cache[name]
 
     @property
-    def band_keys(self) -> "np.ndarray":
+    def band_keys(self) -> np.ndarray:
         """(D, bands) uint64."""
         return self._joined("keys", (0, self.config.banding()[0]), "uint64")
 
     @property
-    def signatures(self) -> "np.ndarray":
+    def signatures(self) -> np.ndarray:
         """(D, num_perm) uint32: the low 32 bits of each MinHash slot (enough to compare slots)."""
         return self._joined("sigs", (0, self.config.num_perm), "uint32")
 
-    def signature_rows(self, idx: "np.ndarray") -> "np.ndarray":
+    def signature_rows(self, idx: np.ndarray) -> np.ndarray:
         """signatures[idx], gathered from the per-chunk arrays (no copy of the whole matrix: streaming memory)."""
         np = numpy()
         parts = self._parts["sigs"]
@@ -418,7 +425,7 @@ class Sketches:
         return out
 
     @property
-    def counts(self) -> "np.ndarray":
+    def counts(self) -> np.ndarray:
         """(D,) int32: shingles per document (repeats included)."""
         return self._joined("counts", (0,), "int32")
 
@@ -428,7 +435,7 @@ class Sketches:
         return self._digests
 
     @property
-    def empty(self) -> "np.ndarray":
+    def empty(self) -> np.ndarray:
         np = numpy()
         return np.fromiter((not t for t in self.texts), dtype=bool, count=len(self.texts))
 
@@ -468,7 +475,7 @@ class progress_bar:
             self._progress.stop()
 
 
-def estimate_jaccard(sig_a: "np.ndarray", sig_b: "np.ndarray") -> float:
+def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
     """MinHash estimate of the Jaccard similarity: the share of equal signature slots."""
     np = numpy()
     return float(np.mean(sig_a == sig_b))
@@ -480,7 +487,7 @@ def sketch(texts: Iterable[str], config: DedupConfig | None = None, *, progress:
     return Sketches(config or DedupConfig()).add(texts, progress=progress, description=description)
 
 
-def signatures(texts: Sequence[str], config: DedupConfig | None = None) -> "np.ndarray":
+def signatures(texts: Sequence[str], config: DedupConfig | None = None) -> np.ndarray:
     """(D, num_perm) MinHash signatures of raw texts (normalized first); for inspection and tests."""
     config = config or DedupConfig()
     norm = [normalize_text(t, strip_punctuation=config.strip_punctuation) for t in texts]

@@ -16,8 +16,15 @@ from .leak_report import NEAR, LeakReport
 from .leaks import check_files
 from .read import Fields
 from .sketch import DedupConfig
-from .split_manifest import (MANIFEST_NAME, SplitContent, SplitSet, load_manifest, read_split_set, split_file_path,
-                             split_manifest_path)
+from .split_manifest import (
+    MANIFEST_NAME,
+    SplitContent,
+    SplitSet,
+    load_manifest,
+    read_split_set,
+    split_file_path,
+    split_manifest_path,
+)
 from .split_result import ShardSplit, SplitPart, SplitResult, SplitSpec
 from .splitter import LeakFreeSplitter, assign_rows, assign_temporal, assign_units, parse_ratios, split_names
 from .units import atomic_units
@@ -91,14 +98,14 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
             return job.finish(assign, units, leaks, links)
 
 
-def crossing_pairs(leaks: LeakReport, assign: "np.ndarray") -> list[tuple[int, int]]:
+def crossing_pairs(leaks: LeakReport, assign: np.ndarray) -> list[tuple[int, int]]:
     """Near-duplicate pairs the check found across written splits, as pairs of input rows: row k of split s's
     file is the k-th input row assigned to s (files keep the input's order)."""
     import numpy as np
 
     rows_of = {s: np.flatnonzero(assign == s) for s in range(len(leaks.splits))}
     index = {name: s for s, name in enumerate(x.name for x in leaks.splits)}
-    out = []
+    out: list[tuple[int, int]] = []
     for pair in leaks.check(NEAR).pairs:
         a, b = rows_of[index[pair.index]], rows_of[index[pair.query]]
         out.extend((int(a[i]), int(b[q])) for i, q in pair.linked)

@@ -147,6 +147,7 @@ def iso(ts: float | None) -> str | None:
 def label_conflict_check(d: DedupResult, ds: Dataset) -> Check:
     """split.label_conflict: the same (or nearly the same) text with different labels inside the input. The split
     keeps such rows together, so they leak nothing, but one of the labels is wrong or the task is ambiguous."""
+    assert ds.labels is not None        # checked for a labelled input only
     clusters, rows, shown = label_conflicts(d, ds.labels, [ds.ref(i) for i in range(len(ds))])
     if not clusters:
         return Check("split.label_conflict", "pass", "no duplicate carries two labels")

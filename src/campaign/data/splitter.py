@@ -50,15 +50,15 @@ def split_names(names: str | Sequence[str] | None, k: int) -> tuple[str, ...]:
     return out
 
 
-def seeded_keys(n: int, seed: int, salt: int) -> "np.ndarray":
+def seeded_keys(n: int, seed: int, salt: int) -> np.ndarray:
     """n pseudo-random uint64 keys, the same on every machine for (seed, salt): the tie-break order."""
     import numpy as np
 
     return mix64(np.arange(n, dtype=np.uint64) ^ np.uint64(mix_int(seed * 0x9E3779B97F4A7C15 + salt)))
 
 
-def assign_units(unit_of: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
-                 seed: int = 0) -> "np.ndarray":
+def assign_units(unit_of: np.ndarray, ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
+                 seed: int = 0) -> np.ndarray:
     """Split index per row, moving whole units: largest units first (ties in a seeded order), each to the split
     where it most reduces the squared shortfall against the targets, in rows and, with labels, in rows per label.
 
@@ -115,8 +115,8 @@ def assign_units(unit_of: "np.ndarray", ratios: Sequence[float], *, labels: Sequ
     return out_unit[unit]
 
 
-def assign_temporal(unit_of: "np.ndarray", dates: Sequence[float], ratios: Sequence[float], *,
-                    seed: int = 0) -> "np.ndarray":
+def assign_temporal(unit_of: np.ndarray, dates: Sequence[float], ratios: Sequence[float], *,
+                    seed: int = 0) -> np.ndarray:
     """Split index per row for a temporal split: units ordered by their latest date (ties in a seeded order) fill
     the splits in order; a unit goes to the next split once its middle row would pass the current split's
     cumulative target. Every earlier split's units end no later than any later split's units end."""
@@ -141,9 +141,9 @@ def assign_temporal(unit_of: "np.ndarray", dates: Sequence[float], ratios: Seque
     return out_unit[unit]
 
 
-def assign_rows(units: "np.ndarray", ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
+def assign_rows(units: np.ndarray, ratios: Sequence[float], *, labels: Sequence[Any] | None = None,
                 dates: Sequence[Any] | None = None, stratify: bool = True, temporal: bool = False,
-                seed: int = 0) -> "np.ndarray":
+                seed: int = 0) -> np.ndarray:
     """Split index per row from the rows' units: by date (temporal: assign_temporal) or by the allocation of
     assign_units (per label of `labels` when stratify)."""
     if temporal:
@@ -176,7 +176,7 @@ class LeakFreeSplitter:
 
     def split(self, X: Sequence[str], y: Sequence[Any] | None = None,
               groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
-              dates: Sequence[Any] | None = None) -> Iterator[tuple["np.ndarray", ...]]:
+              dates: Sequence[Any] | None = None) -> Iterator[tuple[np.ndarray, ...]]:
         """X: texts; y: labels (stratification); groups: one column or {field: column}; dates: temporal split."""
         import numpy as np
 
@@ -185,7 +185,7 @@ class LeakFreeSplitter:
 
     def assign(self, X: Sequence[str], y: Sequence[Any] | None = None,
                groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
-               dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
+               dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> np.ndarray:
         """Split index per row (the same partition split() yields); `links` are pairs of rows (indices) that must
         stay together beyond the groups and the duplicates found in X."""
         n = len(X)
@@ -197,12 +197,13 @@ class LeakFreeSplitter:
                 raise InputError(f"{what} has {len(col)} values for {n} texts; give one per text")
         if self.temporal and dates is None:
             raise InputError("a temporal split needs dates; pass dates= (the CLI: --date FIELD)")
-        if self._dedup_of is not X:
-            self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
+        dedup = self.dedup_
+        if self._dedup_of is not X or dedup is None:
+            dedup = self.dedup_ = find_duplicates(X, self.dedup, progress=self.progress)
             self._dedup_of = X
         # None, "" and NaN are missing group values: they link nothing
         self.units_ = atomic_units(n, groups=[[scalar(v) for v in c] for c in cols],
-                                   cluster_of=self.dedup_.cluster_of, links=links)
+                                   cluster_of=dedup.cluster_of, links=links)
         return assign_rows(self.units_, self.ratios, labels=y, dates=dates, stratify=self.stratify,
                            temporal=self.temporal, seed=self.seed)
 

@@ -27,7 +27,7 @@ class UnitInputs:
 
 def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
                  cluster_of: Sequence[int] | None = None,
-                 links: Sequence[tuple[int, int]] = ()) -> "np.ndarray":
+                 links: Sequence[tuple[int, int]] = ()) -> np.ndarray:
     """Unit id (the smallest row index of the unit) per row: rows sharing any group value (per field), a
     duplicate cluster or a link (a pair of rows) are one unit, transitively. Missing group values (None) link
     nothing."""
@@ -54,13 +54,13 @@ def atomic_units(n: int, *, groups: Sequence[Sequence[Any]] = (),
     return connected_components(n, aa, bb)
 
 
-def _largest_inside(units: "np.ndarray", rows: "np.ndarray") -> int:
+def _largest_inside(units: np.ndarray, rows: np.ndarray) -> int:
     import numpy as np
 
     return int(np.unique(units[rows], return_counts=True)[1].max())
 
 
-def describe_largest_unit(units: "np.ndarray", groups: Mapping[str, Sequence[Any]], dedup: DedupResult, *,
+def describe_largest_unit(units: np.ndarray, groups: Mapping[str, Sequence[Any]], dedup: DedupResult, *,
                           links: Sequence[tuple[int, int]] = (), smallest_share: float) -> str | None:
     """What chains the largest unit when it is larger than the smallest split can take (None otherwise): the
     near-duplicate pairs and group values inside it, how large it would be without each kind of link (units
@@ -126,7 +126,7 @@ def label_conflicts(dedup: DedupResult, labels: Sequence[Any], where: Sequence[s
         clusters += 1
         rows += len(labelled)
         if len(shown) < examples:
-            first = {}
+            first: dict[str, int] = {}
             for v, i in labelled:
                 first.setdefault(str(v), i)
             (va, ia), (vb, ib) = sorted(first.items(), key=lambda t: t[1])[:2]

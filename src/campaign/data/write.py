@@ -5,7 +5,7 @@ import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from ..rows import parquet
 from .read import DELIMITERS, Dataset, raw_rows
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def write_rows(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> None:
+def write_rows(ds: Dataset, assign: np.ndarray, paths: Sequence[Path]) -> None:
     """Write row i of ds to paths[assign[i]], in the input's format and order: JSONL lines byte for byte, CSV/TSV
     rows under the input's header, Parquet rows of the input's table. Called on a staging folder, which
     io.file_set makes the output in one step; files get the mode open() gives."""
@@ -28,7 +28,8 @@ def write_rows(ds: Dataset, assign: "np.ndarray", paths: Sequence[Path]) -> None
             pq.write_table(table.take(rows[assign == s]), p)
         return
     binary = ds.format == "jsonl"
-    handles = [open(p, "wb") if binary else open(p, "w", encoding="utf-8", newline="") for p in paths]
+    # bytes for JSONL (lines copied byte for byte), text for the csv module
+    handles: list[IO[Any]] = [open(p, "wb") if binary else open(p, "w", encoding="utf-8", newline="") for p in paths]
     try:
         writers = None
         if not binary:

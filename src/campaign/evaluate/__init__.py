@@ -5,15 +5,15 @@
 - `compare_seeds(results, min_effect=...)`: paired statistics over seeds and a verdict against a useful effect.
 numpy, scipy and scikit-learn (the `data` extra) and matplotlib (`report`) are imported only when used.
 """
-from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .analysis import ClassificationReport, ErrorsReport, analyze_classification, analyze_errors
+from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .extraction import ExtractionReport, analyze_extraction
 from .json_schema import schema_errors
-from .values import normalize_value, same_normalized
 from .predictions import Prediction, PredictionSet, read_predictions, read_rows
 from .regress import Guard, RegressionReport, parse_guard, regress
 from .seeds import SeedsReport, compare_paired, compare_seeds
 from .stats import mcnemar, paired_t, power_paired_t, seeds_for_power, sign_test, wilcoxon
+from .values import normalize_value, same_normalized
 
 __all__ = ["BootstrapInterval", "ClassificationReport", "ErrorsReport", "ExampleBootstrap", "ExtractionReport",
            "Guard", "Prediction", "PredictionSet", "RegressionReport", "SeedsReport", "analyze_classification",

@@ -14,8 +14,8 @@ same resampling distribution, drawn with a different random stream. Otherwise ev
 random indices: with numba installed (the `fast` extra) and enough work, a compiled kernel (kernels.py) draws,
 gathers and sums them in one pass on all cores (benchmarks/bootstrap_speed.py prints its speed against
 scipy.stats.bootstrap on the same differences); without it, numpy draws them in chunks on several threads.
-Both give each chunk its own generator from the seed, so the thread count never changes the result; the two engines draw different streams (`engine` in the result says
-which ran).
+Both give each chunk its own generator from the seed, so the thread count never changes the result; the two
+engines draw different streams (`engine` in the result says which ran).
 """
 from __future__ import annotations
 
@@ -109,24 +109,24 @@ def bootstrap_mean(x: Sequence[float], *, n_resamples: int = 10_000, confidence:
     from scipy.special import ndtr, ndtri
 
     alpha = _levels(confidence, alternative, n_resamples)
-    x = np.asarray(x, dtype=float)
-    if x.size == 0:
+    values = np.asarray(x, dtype=float)
+    if values.size == 0:
         raise InputError("nothing to bootstrap; give at least one value")
-    theta_b = resample_means(x, n_resamples, seed)
+    theta_b = resample_means(values, n_resamples, seed)
     p_lo, p_hi = (float(v) for v in np.quantile(theta_b, [alpha, 1 - alpha]))
     pct = _ends(p_lo, p_hi, alternative)
-    theta = float(np.mean(x))
+    theta = float(np.mean(values))
     share = (np.count_nonzero(theta_b < theta) + np.count_nonzero(theta_b <= theta)) / (2 * n_resamples)
     note = ""
     bca: tuple[float | None, float | None] = (None, None)
-    if x.size < 2:
+    if values.size < 2:
         note = "one value: every resample is the same, so the interval is the point and BCa is undefined"
     elif share in (0.0, 1.0):
         note = "BCa undefined: every resample mean is on one side of the mean (e.g. all differences equal)"
     else:
         z0 = float(ndtri(share))
-        jack = (x.sum() - x) / (x.size - 1)                      # leave-one-out means
-        u = (x.size - 1) * (jack.mean() - jack)
+        jack = (values.sum() - values) / (values.size - 1)  # leave-one-out means
+        u = (values.size - 1) * (jack.mean() - jack)
         den = float((u**2).sum())
         if den == 0:
             note = "BCa undefined: all leave-one-out means are equal (acceleration 0/0)"

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import Information
 from ..errors import InputError
+from ..results import Information
 from .json_schema import load_schema, schema_errors
 from .predictions import PredictionSet
-from .values import canonical, parse_object, same_normalized
 from .review import ReviewCandidate, TaxonomySummary, as_text, sample_for_review, summarize_taxonomy, write_review_sheet
+from .values import canonical, parse_object, same_normalized
 
 SCHEMA = "campaign.errors/1"
 
@@ -136,11 +136,11 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
     field_names = list(dict.fromkeys(k for g in golds for k in g))
     stats = {f: [0, 0, 0, 0] for f in field_names}           # gold_examples, produced, exact, normalized
     extra: dict[str, list[str]] = {}
-    present = Counter()
+    present: Counter[str] = Counter()
     violations: Counter[str] = Counter()
     results: list[ExampleResult] = []
     fenced = schema_ok_count = all_req = 0
-    for p, g in zip(preds.predictions, golds):
+    for p, g in zip(preds.predictions, golds, strict=True):
         obj = parse_object(p.pred)
         if obj is None and isinstance(p.pred, str) and p.pred.lstrip().startswith("```"):
             fenced += 1
@@ -185,7 +185,7 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
             raise InputError(f"no field {slice_by!r} in {preds.path} (metadata fields: "
                              f"{', '.join(map(repr, fields)) or 'none'}); pass --slice with one of them")
         groups: dict[str, list[ExampleResult]] = {}
-        for pr, r in zip(preds.predictions, results):
+        for pr, r in zip(preds.predictions, results, strict=True):
             v = pr.meta.get(slice_by)
             groups.setdefault("(missing)" if v is None or v == "" else as_text(v), []).append(r)
         slices = tuple(sorted((ExtractionSlice(v, len(rs), sum(r.parsed for r in rs) / len(rs),
@@ -194,7 +194,7 @@ def analyze_extraction(preds: PredictionSet, *, schema: str | os.PathLike[str] |
     sheet, sheet_rows = None, 0
     if review_sheet is not None:
         cands = [ReviewCandidate(r.id, as_text(p.gold), as_text(p.pred), _cell(r), _is_error(r), p.meta)
-                 for p, r in zip(preds.predictions, results)]
+                 for p, r in zip(preds.predictions, results, strict=True)]
         chosen = sample_for_review(cands, per_cell=per_cell, correct_per_cell=correct_per_cell, seed=seed)
         sheet = str(write_review_sheet(review_sheet, chosen, inputs=[preds.path] + ([taxonomy] if taxonomy else [])))
         sheet_rows = len(chosen)

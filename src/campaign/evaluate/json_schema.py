@@ -53,7 +53,8 @@ def _check_keywords(s: Any, path: str, where: str) -> None:
         try:
             re.compile(s["pattern"])
         except re.error as e:
-            raise InputError(f"{where} has an invalid pattern {s['pattern']!r} at {path} ({e}); fix the regex") from None
+            raise InputError(f"{where} has an invalid pattern {s['pattern']!r} at {path} ({e}); "
+                             "fix the regex") from None
     for k, sub in s.get("properties", {}).items():
         _check_keywords(sub, f"{path}.{k}", where)
     for key in ("additionalProperties", "items"):
@@ -146,7 +147,8 @@ def schema_errors(v: Any, s: dict[str, Any] | bool, path: str = "$") -> list[str
             if k in props:
                 errs += schema_errors(sub, props[k], f"{path}.{k}")
             elif extra is not True:
-                errs += schema_errors(sub, extra, f"{path}.{k}") if extra is not False else [f"{path}.{k}: unexpected field"]
+                errs += (schema_errors(sub, extra, f"{path}.{k}") if extra is not False
+                         else [f"{path}.{k}: unexpected field"])
     if isinstance(v, list):
         if "minItems" in s and len(v) < s["minItems"]:
             errs.append(f"{path}: fewer than {s['minItems']} items")
@@ -172,6 +174,7 @@ def schema_errors(v: Any, s: dict[str, Any] | bool, path: str = "$") -> list[str
     for key in ("allOf", "anyOf", "oneOf"):
         if key in s:
             ok = [not schema_errors(v, sub, path) for sub in s[key]]
-            if (key == "allOf" and not all(ok)) or (key == "anyOf" and not any(ok)) or (key == "oneOf" and sum(ok) != 1):
+            if ((key == "allOf" and not all(ok)) or (key == "anyOf" and not any(ok))
+                    or (key == "oneOf" and sum(ok) != 1)):
                 errs.append(f"{path}: fails {key}")
     return errs

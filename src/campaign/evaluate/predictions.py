@@ -164,7 +164,8 @@ def read_predictions(path: str | os.PathLike[str], *, id_field: str = "id", gold
     out: list[Prediction] = []
     for row in rows:
         raw_id = row.fields[id_field]
-        ident = None if isinstance(raw_id, (dict, list)) else label_of(raw_id, where=f"{path} line {row.line}", what="id")
+        ident = (None if isinstance(raw_id, (dict, list))
+                 else label_of(raw_id, where=f"{path} line {row.line}", what="id"))
         if ident is None:
             raise InputError(f"{path} line {row.line} has an empty or non-scalar id; give every example a unique id")
         if ident in seen:

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import Check
-from ..results import Result
 from ..errors import InputError
+from ..results import Result
 from .analysis import ClassificationReport, analyze_classification, labels_of
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
 from .predictions import PredictionSet, label_of, read_predictions
 from .stats import McNemar, mcnemar
 
 SCHEMA = "campaign.regress/1"
-_GUARD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]+\])?)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_GUARD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]+\])?)"        # metric, or metric[label]
+                    r"\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 _OPS = {">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
 EPS = 1e-12   # deltas are differences of rates: 0.1 - 0.1 must pass ">= 0" despite float noise
 
@@ -192,8 +193,8 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
         rep_a, rep_b = analyze_classification(a), analyze_classification(b)
         ga, pa = labels_of(a)
         gb, pb = labels_of(b)
-        right_a = dict(zip(a.ids, (x == y for x, y in zip(ga, pa))))
-        right_b = dict(zip(b.ids, (x == y for x, y in zip(gb, pb))))
+        right_a = dict(zip(a.ids, (x == y for x, y in zip(ga, pa, strict=True)), strict=True))
+        right_b = dict(zip(b.ids, (x == y for x, y in zip(gb, pb, strict=True)), strict=True))
         ca = {c.label: c for c in rep_a.per_class}
         cb = {c.label: c for c in rep_b.per_class}
         labels = list(rep_a.labels) + [lab for lab in rep_b.labels if lab not in ca]

@@ -49,7 +49,8 @@ def sample_for_review(candidates: Sequence[ReviewCandidate], *, per_cell: int = 
     """Up to `per_cell` examples drawn uniformly without replacement from each error cell (largest cells
     first, file order within a cell), plus up to `correct_per_cell` from each correct cell for calibration."""
     if per_cell < 1 or correct_per_cell < 0:
-        raise InputError(f"per-cell count must be >= 1 (got {per_cell}); correct per cell >= 0 (got {correct_per_cell})")
+        raise InputError(f"per-cell count must be >= 1 (got {per_cell}); "
+                         f"correct per cell >= 0 (got {correct_per_cell})")
     np = numpy()
     rng = np.random.default_rng(seed)
     cells: dict[tuple[bool, str], list[int]] = {}
@@ -109,7 +110,8 @@ class TaxonomySummary(Record):
     notes: tuple[str, ...] = ()
 
 
-def summarize_taxonomy(path: str | os.PathLike[str], *, ids: Sequence[str], error_ids: Iterable[str]) -> TaxonomySummary:
+def summarize_taxonomy(path: str | os.PathLike[str], *, ids: Sequence[str],
+                       error_ids: Iterable[str]) -> TaxonomySummary:
     """Count errors per tag. Rows: id, tag (empty tags skipped; 'a;b' is two tags; an id may repeat).
 
     Raises:

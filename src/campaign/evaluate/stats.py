@@ -84,16 +84,16 @@ def paired_t(d: Sequence[float], *, confidence: float = 0.95, alternative: str =
     """
     np, st = numpy(), scipy_stats()
     check_alternative(alternative)
-    d = np.asarray(d, dtype=float)
-    n = int(d.size)
+    diffs = np.asarray(d, dtype=float)
+    n = int(diffs.size)
     if n == 0:
         raise InputError("no paired differences; give at least one seed for both variants")
-    equal = bool(np.all(d == d[0]))
-    mean = float(d[0]) if equal else float(d.mean())     # the mean of equal floats can be 1 ulp off
+    equal = bool(np.all(diffs == diffs[0]))
+    mean = float(diffs[0]) if equal else float(diffs.mean())  # the mean of equal floats can be 1 ulp off
     if n == 1:
         return TTest(1, mean, None, None, None, None, None, None, None, confidence, alternative,
                      "one value: no spread, so no interval or test")
-    sd = 0.0 if equal else float(d.std(ddof=1))
+    sd = 0.0 if equal else float(diffs.std(ddof=1))
     se = sd / math.sqrt(n)
     df = n - 1
     alpha = 1 - confidence
@@ -145,9 +145,9 @@ def wilcoxon(d: Sequence[float], *, alternative: str = "two-sided") -> RankTest:
     """
     np, st = numpy(), scipy_stats()
     check_alternative(alternative)
-    d = np.asarray(d, dtype=float)
-    nz = d[d != 0]
-    n, zeros = int(nz.size), int(d.size - nz.size)
+    diffs = np.asarray(d, dtype=float)
+    nz = diffs[diffs != 0]
+    n, zeros = int(nz.size), int(diffs.size - nz.size)
     if n == 0:
         return RankTest(0, zeros, 0.0, 1.0, "none", alternative, False)
     ranks = st.rankdata(np.abs(nz))            # average ranks for ties
@@ -200,9 +200,9 @@ def binomial_p(k: int, n: int, *, alternative: str = "two-sided") -> float:
 def sign_test(d: Sequence[float], *, alternative: str = "two-sided") -> SignTest:
     """Sign test on differences d (shape (n,)): 'greater' tests for more positive than negative differences."""
     np = numpy()
-    d = np.asarray(d, dtype=float)
-    pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    return SignTest(pos, neg, int(d.size) - pos - neg, binomial_p(pos, pos + neg, alternative=alternative),
+    diffs = np.asarray(d, dtype=float)
+    pos, neg = int((diffs > 0).sum()), int((diffs < 0).sum())
+    return SignTest(pos, neg, int(diffs.size) - pos - neg, binomial_p(pos, pos + neg, alternative=alternative),
                     alternative)
 
 

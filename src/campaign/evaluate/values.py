@@ -33,7 +33,8 @@ def normalize_value(v: Any) -> Any:
     if isinstance(v, list):
         return sorted((normalize_value(x) for x in v), key=canonical)
     if isinstance(v, dict):
-        return {" ".join(unicodedata.normalize("NFKC", str(k)).casefold().split()): normalize_value(x) for k, x in v.items()}
+        return {" ".join(unicodedata.normalize("NFKC", str(k)).casefold().split()): normalize_value(x)
+                for k, x in v.items()}
     return v
 
 

@@ -128,7 +128,7 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
     m = _accepted(store, run)
     base = store.read(m.baseline) if m.baseline else None
     out = Path(out_dir)
-    protect = [store.root, *(a.path for r in (m, base) if r is not None for a in r.artifacts)]
+    protect: list[str | Path] = [store.root, *(a.path for r in (m, base) if r is not None for a in r.artifacts)]
     with export_folder(out, force=force, is_export=_is_bundle, protect=protect, what="export") as stage:
         shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
         names = shipped_names([a.path for a in shipped])
@@ -137,9 +137,9 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
             _ship(a, stage / "artifacts" / names[a.path], m.id)
         if base is not None:  # the baseline's predictions: the comparison can be made again from the bundle alone
             theirs = [a for a in base.artifacts if a.kind.split(":")[0] == "predictions"]
-            for i, (a, name) in enumerate(shipped_names([a.path for a in theirs]).items(), 1):
+            for i, (path, name) in enumerate(shipped_names([a.path for a in theirs]).items(), 1):
                 say(f"baseline artifacts {i:,}/{len(theirs):,}")
-                _ship(next(x for x in theirs if x.path == a), stage / "baseline" / "artifacts" / name, base.id)
+                _ship(next(x for x in theirs if x.path == path), stage / "baseline" / "artifacts" / name, base.id)
         say("records")
         extras = _ship_extras(stage, m, root)
         for tag, manifest in (("run", m), ("baseline", base)):

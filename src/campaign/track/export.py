@@ -57,7 +57,7 @@ def export_mlflow(out_dir: str | Path, *, root: str | Path | None = None, force:
     rows = store.list()
     manifests = {row.id: store.read(row.id) for row in rows
                  if not (row.status == "invalid" and row.name == row.id and not row.created)}  # unreadable: no id
-    protect = [store.root, *(a.path for m in manifests.values() for a in m.artifacts)]
+    protect: list[str | Path] = [store.root, *(a.path for m in manifests.values() for a in m.artifacts)]
     with export_folder(out, force=force, is_export=_is_mlflow_export, protect=protect,
                        what="MLflow export") as stage:
         atomic_write_json(stage / MARK, {"schema": MARK_SCHEMA, "runs": len(rows)})
@@ -159,8 +159,8 @@ def _inputs_and_artifacts(client: Any, run_id: str, m: Manifest) -> None:
     env = m.environment if isinstance(m.environment, dict) else {}
     packages = env.get("installed") or env.get("packages")
     if isinstance(packages, dict) and packages:
-        client.log_text(run_id, "".join(f"{k}=={v}\n" for k, v in sorted(packages.items(), key=lambda kv: kv[0].lower())),
-                        "environment/packages.txt")
+        listing = "".join(f"{k}=={v}\n" for k, v in sorted(packages.items(), key=lambda kv: kv[0].lower()))
+        client.log_text(run_id, listing, "environment/packages.txt")
 
 
 __all__ = ["export_mlflow"]

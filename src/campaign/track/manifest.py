@@ -203,5 +203,6 @@ def file_artifact(path: str | Path, kind: str = "") -> Artifact:
     raise InputError(f"{p}: no such file or folder to record")
 
 
-__all__ = ["ARTIFACT_KINDS", "Amendment", "Artifact", "DECISIONS", "SHIPPED_KINDS", "artifact_kind", "Decision", "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten",
-           "manifest_from", "new_id", "now", "param_sets_changed", "parse_time"]
+__all__ = ["ARTIFACT_KINDS", "Amendment", "Artifact", "DECISIONS", "SHIPPED_KINDS", "artifact_kind", "Decision",
+           "ENDED", "Manifest", "SCHEMA", "STATUSES", "file_artifact", "flatten", "manifest_from", "new_id", "now",
+           "param_sets_changed", "parse_time"]

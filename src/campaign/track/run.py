@@ -21,8 +21,19 @@ from typing import Any
 
 from ..errors import InputError
 from ..strict_json import check_text
-from .manifest import (DECISIONS, ENDED, STATUSES, Amendment, Decision, Manifest, artifact_kind, file_artifact,
-                       new_id, now, param_sets_changed)
+from .manifest import (
+    DECISIONS,
+    ENDED,
+    STATUSES,
+    Amendment,
+    Decision,
+    Manifest,
+    artifact_kind,
+    file_artifact,
+    new_id,
+    now,
+    param_sets_changed,
+)
 from .store import Store
 
 FLUSH_RECORDS = 1000      # metric records buffered before one append
@@ -33,7 +44,7 @@ TERMINATED = "terminated by signal"
 
 def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), params: Mapping[str, Any] | None = None,
               baseline: str | None = None, data: Sequence[str | Path] = (), seeds: Sequence[int] = (),
-              tags: Sequence[str] = (), root: str | Path | None = None, owner_pid: int | None = None,
+              tags: Sequence[str] = (), root: str | os.PathLike[str] | None = None, owner_pid: int | None = None,
               stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running",
               with_torch: bool = True, progress: Callable[[str], None] | None = None) -> Manifest:
     """Write a new run's manifest (status running, or planned) with its code, environment and data hashes
@@ -58,7 +69,7 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
     if status not in ("running", "planned"):
         raise InputError(f"a run starts running or planned, not {status!r}")
     if guards:
-        from ..evaluate.regress import parse_guard       # 0.1 s of imports: only when there is a guard to parse
+        from ..evaluate.regress import parse_guard  # 0.1 s of imports: only when there is a guard to parse
 
         for g in guards:
             parse_guard(g)
@@ -85,7 +96,7 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
     return store.create(m, diff=diff)
 
 
-def end_run(run_id: str, status: str, reason: str = "", *, root: str | Path | None = None,
+def end_run(run_id: str, status: str, reason: str = "", *, root: str | os.PathLike[str] | None = None,
             metrics: Mapping[str, Any] | None = None, force: bool = False) -> Manifest:
     """Close a run: completed, stopped, failed or invalid (a reason is required for all but completed). A run that
     has ended keeps its status and reason unless force (then the earlier ones stay in the reason's history)."""
@@ -127,7 +138,7 @@ def decide_run(run_id: str, decision: str, why: str, *, root: str | Path | None 
     return Store(root).update(run_id, decision=Decision(decision, why, now()))
 
 
-def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | Path | None = None,
+def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | os.PathLike[str] | None = None,
                     amend: str = "") -> Manifest:
     """Record a file or folder of the run with its sha256; `kind` is one of ARTIFACT_KINDS (optionally 'KIND:label').
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, load_json
-from ..strict_json import dumps_json
 from ..results import Information, Record
+from ..strict_json import dumps_json
 from .manifest import ENDED, STATUSES, Manifest, manifest_from, now, parse_time
 
 ROOT = Path(".campaign")
@@ -57,7 +57,7 @@ class RunRow(Record):
 class Store:
     """The runs under `root` (default: $CAMPAIGN_ROOT, else .campaign in the current folder)."""
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.given = root is not None  # a --root named by the user: a missing one is a typo, not an empty store
         self.root = Path(root) if root is not None else default_root()
         self.runs = self.root / "runs"
@@ -318,7 +318,7 @@ class Store:
                 rows = self._file_rows()
         out = []
         for r in rows:
-            rec = dict(zip(_COLUMNS, r))
+            rec = dict(zip(_COLUMNS, r, strict=True))
             if rec["id"] not in on_disk:
                 continue
             if rec["error"]:

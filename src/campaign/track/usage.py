@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import Check
-from ..results import Result
 from ..data.split_manifest import read_split_set, split_manifest_path
 from ..errors import InputError
+from ..results import Result
 from ..strict_json import parse_json
 
 SCHEMA = "campaign.usage/1"
@@ -273,5 +273,7 @@ def use_split(manifest: str | os.PathLike[str], *, split: str | None = None, pur
                          "e.g. --record test --purpose final-test")
     if isinstance(max_final_uses, bool) or not isinstance(max_final_uses, int) or max_final_uses < 0:
         raise InputError(f"max final uses must be an integer >= 0, got {max_final_uses!r}")
-    entry = record_usage(manifest, split=split, purpose=purpose, note=note, run=run) if split else None
+    # (split and purpose are given together: checked above)
+    entry = (record_usage(manifest, split=split, purpose=purpose, note=note, run=run)
+             if split and purpose is not None else None)
     return usage_report(manifest, max_final_uses=max_final_uses, final_split=final_split, recorded=entry)

@@ -46,7 +46,7 @@ def drop_targets(out: Path, listed: list[list[str]],
     inputs = {os.path.realpath(f) for fs in listed for f in fs if not is_uri(f)}
     out = Path(os.path.abspath(out))       # the workers write there, from their own folders
     targets: dict[tuple[int, int], tuple[str, str | None]] = {}
-    for s, (files, name) in enumerate(zip(listed, names)):
+    for s, (files, name) in enumerate(zip(listed, names, strict=True)):
         base = [Path(f).name for f in files]
         if len(set(base)) != len(base):
             raise InputError(f"split {name!r}: two shards share the file name; rename one before writing them to "
@@ -89,7 +89,7 @@ class ShardDropJob:
         per_shard: dict[tuple[int, int], set[int]] = {}
         for b, sp in enumerate(self.found.splits):
             shard, row = sp.locate(np.asarray(sorted(drop.get(sp.name, ())), dtype=np.int64))
-            for h, r in zip(shard.tolist(), row.tolist()):
+            for h, r in zip(shard.tolist(), row.tolist(), strict=True):
                 per_shard.setdefault((b, h), set()).add(r)
         return collect(self.found.mat.filter(expr=kind(SHARD)).map_batches(
             write_clean, batch_size=1, batch_format="numpy",

@@ -91,6 +91,7 @@ class RayLeakSearch:
 
     def run(self, *, want_pairs: bool) -> RayFound:
         eng = self.engine
+        assert eng.parts is not None        # session() sets the parts; run() is called inside it
         found = search(eng.ray, self.specs, self.listed, self.names, self.fields, self.config, self.threshold,
                        self.examples, self.skip_bad, eng.parts, want_pairs=want_pairs, timings=self.timings,
                        allow_empty=self.allow_empty)
@@ -110,7 +111,9 @@ class RayFound:
         return self.found.row(split, row)
 
     def drop_job(self, out: Path, *, force: bool) -> ShardDropJob:
-        return ShardDropJob(self.found, Path(out), self.search.targets, parts=self.search.engine.parts)
+        parts = self.search.engine.parts
+        assert parts is not None            # made in the engine's session, which set the parts
+        return ShardDropJob(self.found, Path(out), self.search.targets, parts=parts)
 
 
 __all__ = ["RayEngine", "RayFound", "RayLeakSearch"]

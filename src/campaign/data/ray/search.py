@@ -34,6 +34,7 @@ from .stages import META, PART, ROW_BITS, SHARD, confirm_part, fetch_rows, match
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,19 @@ class ShardedSplit:
     name: str
     spec: str
     shards: tuple[dict[str, Any], ...]
-    offsets: "np.ndarray"     # row number of each shard's first row
+    offsets: np.ndarray     # row number of each shard's first row
 
     @property
     def rows(self) -> int:
         return sum(s["rows"] for s in self.shards)
 
-    def gid(self, enc: "np.ndarray") -> "np.ndarray":
+    def gid(self, enc: npt.ArrayLike) -> np.ndarray:
         import numpy as np
 
         enc = np.asarray(enc, dtype=np.int64)
         return self.offsets[enc >> ROW_BITS] + (enc & ((1 << ROW_BITS) - 1))
 
-    def locate(self, gid: Any) -> tuple["np.ndarray", "np.ndarray"]:
+    def locate(self, gid: Any) -> tuple[np.ndarray, np.ndarray]:
         """(shard, row in shard) of the split's rows `gid`."""
         import numpy as np
 
@@ -198,8 +199,8 @@ def search(ray: Any, specs: list[str], listed: list[list[str]], names: list[str]
                         for part in label[a, b] for qe, fe, lab, lq, k in part) if fields.label is not None else None
         groups = sorted((f, int(B.gid([e])[0]), int(A.gid([fe])[0]), v)
                         for part in group[a, b] for f, e, fe, v in part) if fields.group else None
-        pairs.append(PairFindings(a, b, tuple(zip(i[o].tolist(), q[o].tolist())), int(c.sum()), near[a, b], labels,
-                                  groups, capped[a, b]))
+        pairs.append(PairFindings(a, b, tuple(zip(i[o].tolist(), q[o].tolist(), strict=True)), int(c.sum()),
+                                  near[a, b], labels, groups, capped[a, b]))
     found = findings(pairs, names, fields.group, examples=examples, max_bucket=config.max_bucket)
     # fetch the rows the examples (and the pairs file) show
     rows = fetch(mat, splits, found.wanted(linked=want_pairs))
@@ -218,14 +219,14 @@ def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[in
     import numpy as np
 
     cols: list[list[Any]] = [[], [], [], [], [], []]     # split a, split b, shard and row of each side
-    for (a, b), found in cands.items():
+    for (sa, sb), found in cands.items():
         if not found:
             continue
-        nb = max(splits[b].rows, 1)
-        packed = np.unique(splits[a].gid(np.concatenate([f[0] for f in found])) * nb
-                           + splits[b].gid(np.concatenate([f[1] for f in found])))
-        for col, v in zip(cols, (np.full(len(packed), a), np.full(len(packed), b),
-                                 *splits[a].locate(packed // nb), *splits[b].locate(packed % nb))):
+        nb = max(splits[sb].rows, 1)
+        packed = np.unique(splits[sa].gid(np.concatenate([f[0] for f in found])) * nb
+                           + splits[sb].gid(np.concatenate([f[1] for f in found])))
+        for col, v in zip(cols, (np.full(len(packed), sa), np.full(len(packed), sb),
+                                 *splits[sa].locate(packed // nb), *splits[sb].locate(packed % nb)), strict=True):
             col.append(v)
     out: dict[tuple[int, int], list[tuple[int, int, float]]] = {k: [] for k in cands}
     if not cols[0]:
@@ -236,7 +237,7 @@ def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[in
     pairs = {p: (a[to == p], b[to == p], ie_enc[to == p], qe_enc[to == p]) for p in np.unique(to).tolist()}
     wanted: dict[tuple[int, int], list[Any]] = {}
     for split, sh, row, p in ((a, ish, irow, to), (b, qsh, qrow, to)):
-        for s_, h_, r_, p_ in zip(split.tolist(), sh.tolist(), row.tolist(), p.tolist()):
+        for s_, h_, r_, p_ in zip(split.tolist(), sh.tolist(), row.tolist(), p.tolist(), strict=True):
             got = wanted.setdefault((s_, h_), [[], []])
             got[0].append(r_)
             got[1].append(p_)
@@ -247,7 +248,7 @@ def confirm(ray: Any, mat: Any, splits: list[ShardedSplit], cands: dict[tuple[in
         confirm_part, batch_format="numpy", fn_kwargs={"pairs": pairs, "config": config}))
     for c in confirmed:
         for x, y, i_, q_, j in zip(c.a.tolist(), c.b.tolist(), c.index_rows.tolist(), c.query_rows.tolist(),
-                                   c.jaccard.tolist()):
+                                   c.jaccard.tolist(), strict=True):
             out[x, y].append((int(splits[x].gid([i_])[0]), int(splits[y].gid([q_])[0]), float(j)))
     return {k: sorted(v) for k, v in out.items()}
 

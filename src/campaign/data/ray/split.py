@@ -23,10 +23,10 @@ from ..split_manifest import SHARDS_MANIFEST_NAME, SHARDS_SCHEMA
 from ..split_result import ShardSplit, SplitPart, SplitSpec, ratio_checks
 from ..splitter import NO_LABEL
 from ..units import UnitInputs
+from .records import Candidates, ExactAndGroups, ShardLabels
 from .search import ShardedSplit, confirm
 from .session import collect, kind, run, source
 from .stages import PART, SHARD, sketch_shards
-from .records import Candidates, ExactAndGroups, ShardLabels
 from .writes import write_split
 
 if TYPE_CHECKING:
@@ -95,13 +95,13 @@ class RaySplitJob:
         self.duplicates = {"exact_duplicates": len(copies), "near_pairs": len(near_pairs)}
         gl = np.asarray(group_links, dtype=np.int64).reshape(-1, 2)
         return UnitInputs(connected_components(sp.rows, a, b),
-                          links=list(zip(sp.gid(gl[:, 0]).tolist(), sp.gid(gl[:, 1]).tolist())))
+                          links=list(zip(sp.gid(gl[:, 0]).tolist(), sp.gid(gl[:, 1]).tolist(), strict=True)))
 
     def staged(self) -> AbstractContextManager[Any]:
         """Each shard is written atomically and the manifest last: nothing to stage."""
         return nullcontext()
 
-    def write(self, assign: "np.ndarray") -> None:
+    def write(self, assign: np.ndarray) -> None:
         """Each input shard's rows into the split folders, on the workers."""
         per_shard = {k: assign[self.offsets[k]:self.offsets[k] + self.rows_of_shard[k]]
                      for k in range(len(self.rows_of_shard))}
@@ -109,7 +109,7 @@ class RaySplitJob:
             write_split, batch_size=1, batch_format="numpy", fn_kwargs={"assign": per_shard,
                                                                         "targets": self.targets}))
 
-    def finish(self, assign: "np.ndarray", units: "np.ndarray", leaks: LeakReport,
+    def finish(self, assign: np.ndarray, units: np.ndarray, leaks: LeakReport,
                links: Sequence[tuple[int, int]]) -> ShardSplit:
         """manifest.json, written last: every shard with its rows and sha256, the achieved fractions, the checks."""
         import numpy as np
@@ -191,8 +191,8 @@ def self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[str
     band, key, enc = band[order], key[order], enc[order]
     bounds = np.searchsorted(band, np.arange(int(band.max()) + 2)) if len(band) else np.zeros(1, np.int64)
     out_a, out_b, capped = [], [], 0
-    for b in range(len(bounds) - 1):
-        sl = slice(bounds[b], bounds[b + 1])
+    for band_no in range(len(bounds) - 1):
+        sl = slice(bounds[band_no], bounds[band_no + 1])
         a_, b_, c = pairs_in_sorted_runs(enc[sl], key[sl], cap)
         out_a.append(np.minimum(a_, b_))
         out_b.append(np.maximum(a_, b_))
@@ -207,7 +207,7 @@ def shard_labels(batch: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     out = []
-    for sh, p in zip(batch["shard"].tolist(), batch["payload"]):
+    for sh, p in zip(batch["shard"].tolist(), batch["payload"], strict=True):
         ds = load_payload(p).dataset
         out.append(dump_payload(ShardLabels(int(sh), len(ds), ds.labels)))
     return {"payload": np.asarray(out, dtype=object)}

@@ -43,7 +43,7 @@ def sketch_shards(batch: dict[str, Any], *, config: DedupConfig, fields: Fields,
             out[k].append(v)
 
     for split, shard, path, source in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["path"].tolist(),
-                                          batch["source"].tolist()):
+                                          batch["source"].tolist(), strict=True):
         with local_copy(source) as local:
             try:
                 ds = read_dataset(local, fields, skip_bad=skip_bad)
@@ -98,11 +98,11 @@ def match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, A
     splits = batch["split"].astype(np.int64)
     result: dict[str, Any] = {"cand": {}, "capped": {}, "exact": {}, "label": {}, "group": {}}
 
-    def cat(name: str, dtype: Any) -> "np.ndarray":
+    def cat(name: str, dtype: Any) -> np.ndarray:
         arrs = [d[name] for d in loads]
         return np.concatenate(arrs) if arrs else np.zeros(0, dtype)
 
-    def spl(name: str) -> "np.ndarray":
+    def spl(name: str) -> np.ndarray:
         return np.repeat(splits, [len(d[name]) for d in loads])
 
     band, key, enc, split = cat("band", np.int16), cat("key", np.uint64), cat("enc", np.int64), spl("enc")
@@ -164,7 +164,7 @@ def match_part(batch: dict[str, Any], *, n_splits: int, cap: int) -> dict[str, A
             result["label"][a, b] = rows
     # shared group values
     first_of: dict[tuple[int, int, str], int] = {}
-    entries = [(s, f, v, e) for s, d in zip(splits.tolist(), loads) for f, v, e in d["groups"]]
+    entries = [(s, f, v, e) for s, d in zip(splits.tolist(), loads, strict=True) for f, v, e in d["groups"]]
     for s, f, v, e in entries:
         k = (s, f, v)
         if k not in first_of or e < first_of[k]:
@@ -181,7 +181,7 @@ def send_texts(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any], par
     import numpy as np
 
     out_part, out_payload = [], []
-    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
+    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"], strict=True):
         got = wanted.get((split, shard))
         if got is None:
             continue
@@ -204,13 +204,13 @@ def confirm_part(batch: dict[str, Any], *, pairs: dict[int, Any], config: DedupC
     texts: dict[tuple[int, int], str] = {}
     for payload in batch["payload"]:
         got = load_payload(payload)
-        texts.update(zip(((got.split, int(e)) for e in got.rows.tolist()), got.texts))
+        texts.update(zip(((got.split, int(e)) for e in got.rows.tolist()), got.texts, strict=True))
     a, b, ie, qe = pairs[part]
-    sa = Sketches(config).add([texts[s, e] for s, e in zip(a.tolist(), ie.tolist())], progress=False)
-    sb = Sketches(config).add([texts[s, e] for s, e in zip(b.tolist(), qe.tolist())], progress=False)
+    sa = Sketches(config).add([texts[s, e] for s, e in zip(a.tolist(), ie.tolist(), strict=True)], progress=False)
+    sb = Sketches(config).add([texts[s, e] for s, e in zip(b.tolist(), qe.tolist(), strict=True)], progress=False)
     ar = np.arange(len(a))
     keep = prefilter(sa, sb, ar, ar)
-    keep &= np.fromiter((x != y for x, y in zip(sa.digests, sb.digests)), dtype=bool, count=len(a))
+    keep &= np.fromiter((x != y for x, y in zip(sa.digests, sb.digests, strict=True)), dtype=bool, count=len(a))
     sel = ar[keep]
     jac = exact_jaccard(sa.texts, sb.texts, sel, sel, config)
     hit = sel[jac >= config.threshold]
@@ -223,7 +223,7 @@ def fetch_rows(batch: dict[str, Any], *, wanted: dict[tuple[int, int], Any]) -> 
     import numpy as np
 
     out = []
-    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
+    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"], strict=True):
         rows = wanted.get((split, shard))
         if rows is None:
             continue

@@ -29,7 +29,7 @@ def write_clean(batch: dict[str, Any], *, drop: dict[tuple[int, int], list[int]]
     import numpy as np
 
     out = []
-    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"]):
+    for split, shard, payload in zip(batch["split"].tolist(), batch["shard"].tolist(), batch["payload"], strict=True):
         shard_data = load_payload(payload)
         ds, source = shard_data.dataset, shard_data.source
         keep_path, leak_path = targets[split, shard]
@@ -60,13 +60,13 @@ def write_split(batch: dict[str, Any], *, assign: dict[int, Any], targets: dict[
     import numpy as np
 
     out = []
-    for sh, payload in zip(batch["shard"].tolist(), batch["payload"]):
+    for sh, payload in zip(batch["shard"].tolist(), batch["payload"], strict=True):
         shard_data = load_payload(payload)
         ds, source = shard_data.dataset, shard_data.source
         tmps = [tmp_name(t) for t in targets[sh]]
         with local_copy(source) as local:
             write_rows(replace(ds, path=local), assign[sh], [Path(t) for t in tmps])
-        for t, final in zip(tmps, targets[sh]):
+        for t, final in zip(tmps, targets[sh], strict=True):
             os.replace(t, final)
         counts = np.bincount(assign[sh], minlength=len(targets[sh])).tolist()
         out.append(dump_payload(WrittenSplit(sh, counts, [sha256_file(t) for t in targets[sh]])))

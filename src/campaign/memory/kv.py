@@ -20,7 +20,7 @@ def _kv_element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[dtype]
 
 
-def check_tensor_parallel(spec: ModelSpec, tp: int) -> None:
+def validate_tensor_parallel(spec: ModelSpec, tp: int) -> None:
     """Tensor parallelism splits attention heads: query heads must divide over the cards, and KV heads must
     divide over them or be replicated evenly (vLLM's rule)."""
     if tp <= 1:
@@ -138,7 +138,7 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
     if spec.encoder:
         raise InputError(f"{spec.name} is a bidirectional encoder ({spec.model_type}): it keeps no KV cache; size "
                          "its forward with campaign memory --infer")
-    check_tensor_parallel(spec, tp)
+    validate_tensor_parallel(spec, tp)
     dtype = parse_dtype(dtype, what="kv dtype")
     if dtype in ("nf4", "gptq", "awq", "int4"):
         raise InputError(f"kv dtype {dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")

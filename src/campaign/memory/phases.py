@@ -13,7 +13,7 @@ from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES,
                         LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES, ZERO3_PREFETCH_BUCKET, ZERO_ALLGATHER_BUCKET,
                         ZERO_REDUCE_BUCKET)
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
-from .kv import check_tensor_parallel, estimate_kv
+from .kv import validate_tensor_parallel, estimate_kv
 from .states import optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
 from .terms import Term
 from .workload import Workload
@@ -179,7 +179,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     """An inference's phases: load, prefill and decode with the KV cache (an encoder: load and one forward)."""
     tp = w.gpus if w.shard == "tp" else 1
-    check_tensor_parallel(spec, tp)
+    validate_tensor_parallel(spec, tp)
     weights = _weights_items(spec, w)
     if spec.encoder:  # one bidirectional forward over the batch: no cache, nothing generated
         tmp = inference_temporaries(spec, w, w.batch * w.seq_len)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import families
-from .config import TypedConfig, check_fields
+from .config import TypedConfig, validate_fields
 from .meta import generic_spec, tower_groups
 from .spec import (ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup, linear_groups,
                    norm_groups)
@@ -33,7 +33,7 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpe
         ConfigError: a missing or invalid field, heads that do not divide, or an architecture transformers
             cannot build either.
     """
-    check_fields(cfg, source)
+    validate_fields(cfg, source)
     model_type = cfg["model_type"]
     text = cfg.get("text_config")
     if text is not None:

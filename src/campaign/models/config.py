@@ -18,7 +18,7 @@ TORCH_DTYPES = {"float32", "float", "float16", "half", "bfloat16", "float64", "d
 _SUBCONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder", "speech_config")
 
 
-def check_fields(cfg: Any, where: str, *, top: bool = True) -> None:
+def validate_fields(cfg: Any, where: str, *, top: bool = True) -> None:
     """Reject fields of the wrong type, with one line naming the field, before anything reads them.
 
     Raises:
@@ -56,7 +56,7 @@ def check_fields(cfg: Any, where: str, *, top: bool = True) -> None:
             continue
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: field {key!r} must be an object (a sub-config), got {value!r}")
-        check_fields(value, f"{where} ({key})", top=False)
+        validate_fields(value, f"{where} ({key})", top=False)
 
 
 class TypedConfig:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from campaign.errors import InputError
+
 from campaign.plan.ablate import (Factor, aliases, defining_relation, fractional, full_factorial, ofat,
                                   parse_generator, plan_ablation)
 
@@ -133,3 +135,76 @@ def test_hours_scale_per_level_prices_each_cell(write_yaml):
     bad = write_yaml({"hours_per_run": 2, "factors": [{"name": "e", "levels": [1, 2], "hours_scale": [1]}]}, "g.yaml")
     with pytest.raises(Exception, match="one number above 0 .at most 1,000. per level"):
         plan_ablation(bad)
+
+
+def test_plackett_burman_designs_match_the_published_table():
+    import collections
+    import itertools
+
+    from campaign.plan.ablate import PB_ROWS, plackett_burman_rows
+
+    # Plackett & Burman (1946) / Montgomery Table 8.23: the first rows of the 12- and 20-run designs
+    assert PB_ROWS[12] == "++-+++---+-" and PB_ROWS[20] == "++--++++-+-+----++-"
+    for k in range(2, 24):
+        rows = plackett_burman_rows(k)
+        n = len(rows)
+        # runs: the smallest multiple of 4 above k (pyDOE3's pbdesign gives the same: 8 for 7, 12 for 11, 16 for
+        # 12 and 15, 20 for 19); every column balanced and orthogonal to every other
+        assert n == 4 * -(-(k + 1) // 4)
+        cols = list(zip(*rows))
+        assert all(sum(c) == 0 for c in cols)
+        assert all(sum(x * y for x, y in zip(a, b)) == 0 for a, b in itertools.combinations(cols, 2))
+    # the 12-run design projects onto any three factors as a full 2^3 plus a half fraction (counts 1,1,1,1,2,2,2,2),
+    # as pyDOE3's pbdesign(11) does; the control (all minus) is a run
+    rows = plackett_burman_rows(11)
+    shapes = {tuple(sorted(collections.Counter(tuple(r[i] for i in c) for r in rows).values()))
+              for c in itertools.combinations(range(11), 3)}
+    assert shapes == {(1, 1, 1, 1, 2, 2, 2, 2)} and [-1] * 11 in rows
+    with pytest.raises(InputError, match="tabulated ones go to 24 runs"):
+        plackett_burman_rows(24)
+
+
+def test_plackett_burman_agrees_with_pydoe3():
+    pydoe3 = pytest.importorskip("pyDOE3")
+    from campaign.plan.ablate import plackett_burman_rows
+
+    import numpy as np
+
+    for k in (7, 11, 12, 15, 19, 23):
+        theirs, ours = pydoe3.pbdesign(k), np.array(plackett_burman_rows(k))
+        assert theirs.shape == ours.shape
+        assert (ours.T @ ours == theirs.T @ theirs).all()          # both orthogonal: N on the diagonal
+
+
+def test_a_pb_plan_screens_many_factors(write_yaml):
+    factors = [{"name": f"f{i}", "levels": [0, 1]} for i in range(11)]
+    rep = plan_ablation(write_yaml({"hours_per_run": 1, "seeds": 2, "design": "pb", "factors": factors}, "f.yaml"))
+    assert rep.design.kind == "pb" and rep.design.runs == 24 and rep.design.name == "Plackett-Burman screening, 12 cells"
+    assert "(1)" in [c.label for c in rep.design.cells]
+    assert next(c for c in rep.checks if c.id == "ablate.resolution").status == "warn"
+
+
+def test_runs_randomized_with_their_seed_and_blocked_over_cards(write_yaml):
+    base = {"hours_per_run": 1, "seeds": 1, "design": "full", "factors": [{"name": n, "levels": [0, 1]}
+                                                                            for n in "wxyz"]}
+    a = plan_ablation(write_yaml({**base, "randomize_seed": 7}, "a.yaml"))
+    b = plan_ablation(write_yaml({**base, "randomize_seed": 7}, "b.yaml"))
+    c = plan_ablation(write_yaml({**base, "randomize_seed": 8}, "c.yaml"))
+    plain = plan_ablation(write_yaml(base, "d.yaml"))
+    assert a.run_order == b.run_order != c.run_order and a.order_seed == 7 and plain.order_seed is None
+    assert sorted(a.run_order) == sorted(plain.run_order) and len(a.run_order) == 16
+    assert plain.run_order[0] == "(1)#1" and any("randomized with seed 7" in n for n in a.notes)
+    # a 2^4 in four blocks: block words ABC and ABD, so ABC, ABD and their product CD are confounded with the cards
+    # (Box, Hunter & Hunter, Statistics for Experimenters, 2nd ed., section 5.15); four cells per card
+    four = plan_ablation(write_yaml({**base, "blocks": 4}, "e.yaml"))
+    assert four.block_confounded == ("CD", "ABC", "ABD") and [len(x.runs) for x in four.blocks] == [4, 4, 4, 4]
+    # two blocks: the four-factor interaction ABCD; with two seeds each card runs one whole replicate instead
+    two = plan_ablation(write_yaml({**base, "blocks": 2}, "f.yaml"))
+    assert two.block_confounded == ("ABCD",)
+    reps = plan_ablation(write_yaml({**base, "seeds": 2, "blocks": 2}, "g.yaml"))
+    assert reps.block_confounded == () and all(r.endswith("#1") for r in reps.blocks[0].runs)
+    # randomized within each block
+    mixed = plan_ablation(write_yaml({**base, "blocks": 2, "randomize_seed": 3}, "h.yaml"))
+    assert [sorted(x.runs) for x in mixed.blocks] == [sorted(x.runs) for x in two.blocks]
+    with pytest.raises(InputError, match="blocks: 3 needs at least 3 seeds per cell"):
+        plan_ablation(write_yaml({**base, "blocks": 3}, "i.yaml"))

@@ -177,3 +177,24 @@ def test_a_response_of_1e308_is_one_line(tmp_path, cli):
     results.write_text(results.read_text().replace(",45\n", ",1e308\n"), encoding="utf-8")
     r = cli("ablate", "analyze", str(results), "--factors", str(factors))
     assert r.code == 2 and r.err.count("\n") == 1 and "is 1e+308, beyond +-1e+100" in r.err, r.err
+
+
+def test_plackett_burman_results_give_main_effects_only(tmp_path):
+    from campaign.plan.ablate import plackett_burman_rows
+
+    # 12 runs, 11 factors, one seed; the metric is 10 + 3 x A - 2 x D (coded), exactly: A = +6, D = -4 (an effect
+    # is twice the coefficient), every other main effect 0; the 2FI columns are partly correlated with the main
+    # effects, so none is reported
+    names = [f"f{i}" for i in range(11)]
+    factors = tmp_path / "f.yaml"
+    factors.write_text(json.dumps({"hours_per_run": 1, "metric": "m", "factors": [
+        {"name": n, "levels": ["lo", "hi"]} for n in names]}), encoding="utf-8")
+    lines = [",".join(names) + ",seed,m"]
+    for row in plackett_burman_rows(11):
+        lines.append(",".join("hi" if v > 0 else "lo" for v in row) + f",0,{10 + 3 * row[0] - 2 * row[3]}")
+    (tmp_path / "pb.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rep = analyze_ablation(tmp_path / "pb.csv", factors)
+    got = {e.effect: e.estimate for e in rep.effects}
+    assert set(got) == set("ABCDEFGHJKL") and rep.design.startswith("two-level screening, non-regular")
+    assert got["A"] == pytest.approx(6) and got["D"] == pytest.approx(-4)
+    assert all(got[x] == pytest.approx(0, abs=1e-12) for x in "BCEFGHJKL")

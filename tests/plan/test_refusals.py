@@ -81,9 +81,9 @@ def test_a_full_factorial_of_twenty_factors_is_refused_with_the_fix(write_yaml, 
     r = cli("ablate", "plan", str(write_yaml({**factors, "design": "full"}, "f.yaml")))
     assert r.code == 2 and r.err.count("\n") == 1 and "has 1,048,576 cells, more than 4,096" in r.err \
         and "use design: fractional" in r.err, r.err
-    # auto leaves the full factorial out and says so (one factor at a time: 21 cells)
+    # auto leaves the full factorial out and says so, and screens the 20 factors in a 24-run Plackett-Burman
     rep = plan_ablation(write_yaml(factors, "g.yaml"))
-    assert rep.design.kind == "ofat" and len(rep.design.cells) == 21
+    assert rep.design.kind == "pb" and len(rep.design.cells) == 24
     assert any("1,048,576 cells) is above the 4,096 cells planned" in n for n in rep.notes)
 
 

@@ -30,6 +30,18 @@ FACTORS_KEYS = ("name", "metric", "factors", "design", "generators", "fraction",
 FACTOR_KEYS = ("name", "levels", "control", "hours_scale")
 MAX_HOURS = 100_000             # hours of one run (11 years): above it a typo, and sums of runs lose precision
 MAX_CELLS = 4096                # cells of a design: 2^12; a larger full factorial is refused with the fix
+DESIGNS = ("auto", "ofat", "full", "fractional", "pb")
+# Plackett & Burman (1946), "The design of optimum multifactorial experiments", Biometrika 33(4), the first rows of
+# their cyclic designs (also Montgomery, Design and Analysis of Experiments, Table 8.23): N - 1 signs; the other rows
+# are its cyclic shifts, and a last row all minus (here the control).
+PB_ROWS = {
+    4: "++-",
+    8: "+++-+--",
+    12: "++-+++---+-",
+    16: "++++-+-++--+---",
+    20: "++--++++-+-+----++-",
+    24: "+++++-+-++--++--+-+----",
+}
 LETTERS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"     # I is skipped: it names the identity in a defining relation
 MIN_SEEDS = 2                               # fewer gives no spread between seeds, so no interval
 POWER = 0.80                # the power a plan is sized for (campaign seeds' convention); below it a warning
@@ -103,7 +115,17 @@ class Design(Record):
             return f"2^({k}-{p}) fractional, resolution {roman(self.resolution or 0)}"
         if self.kind == "full":
             return "full factorial"
+        if self.kind == "pb":
+            return f"Plackett-Burman screening, {len(self.cells)} cells"
         return "one factor at a time"
+
+
+@dataclass(frozen=True)
+class Block(Record):
+    """The runs ('cell#seed') one card (block) runs."""
+
+    name: str
+    runs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,10 @@ class AblationPlan(Result):
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = ()
     margin: float = MARGIN              # the recovery margin the cost applies (billing.py)
+    run_order: tuple[str, ...] = ()     # every run as 'cell#seed', in the order to run them (randomized when seeded)
+    order_seed: int | None = None       # the seed of the randomized order (random.Random; None: not randomized)
+    blocks: tuple[Block, ...] = ()      # runs split over cards (blocks), when asked for
+    block_confounded: tuple[str, ...] = ()  # effects confounded with the blocks (none when blocks are replicates)
     schema: str = SCHEMA
 
 
@@ -160,6 +186,8 @@ class FactorsFile(Record):
     budget_card_hours: float | None
     budget_cents: int | None
     margin: float = MARGIN
+    order_seed: int | None = None
+    blocks: int | None = None
 
 
 def _level(value: Any, where: JsonObject, what: str) -> str:
@@ -212,8 +240,8 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
                    f"({len(levels)})")
         factors.append(Factor(name, LETTERS[i], levels, control, tuple(float(x) for x in raw)))
     design = doc.str("design", "auto")
-    if design not in ("auto", "ofat", "full", "fractional"):
-        doc.fail(f"field 'design' is {design!r}; use auto, ofat, full or fractional")
+    if design not in DESIGNS:
+        doc.fail(f"field 'design' is {design!r}; use {', '.join(DESIGNS)}")
     generators = tuple(str(g) for g in doc.list("generators", []))
     fraction = doc.count("fraction", None, minimum=1, maximum=len(factors))
     seeds = doc.count("seeds", None, minimum=1, maximum=10_000)
@@ -230,7 +258,9 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
     return FactorsFile(where, str(doc.raw("name", os.path.basename(where))), doc.str("metric", "metric"),
                        tuple(factors), design, generators, fraction, seeds, seed_sd, min_effect, float(hours),
                        doc.count("cards_per_run", 1, minimum=1, maximum=4096), card, budget_hours, budget,
-                       parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where))
+                       parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where),
+                       doc.count("randomize_seed", None, minimum=0, maximum=2**63 - 1),
+                       doc.count("blocks", None, minimum=1, maximum=64))
 
 
 # ------------------------------------------------------------------------------------------ two-level algebra
@@ -409,6 +439,37 @@ def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Ra
                   resolution, tuple(al), clear, aliased, includes)
 
 
+def plackett_burman_rows(k: int) -> list[list[int]]:
+    """The N x k coded runs of a Plackett-Burman design for k two-level factors, N the smallest multiple of 4
+    above k (8 to 24): the cyclic shifts of PB_ROWS[N], then the all-minus run; the first k columns.
+
+    Raises:
+        InputError: more than 23 factors.
+    """
+    n = 4 * math.ceil((k + 1) / 4)
+    if n not in PB_ROWS:
+        raise InputError(f"a Plackett-Burman design of {k} factors needs {n} runs; the tabulated ones go to 24 runs "
+                         f"(23 factors): drop factors or screen them in two groups")
+    g = [1 if c == "+" else -1 for c in PB_ROWS[n]]
+    rows = [[g[(j - i) % (n - 1)] for j in range(n - 1)] for i in range(n - 1)] + [[-1] * (n - 1)]
+    return [r[:k] for r in rows]
+
+
+def plackett_burman(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
+    """A Plackett-Burman screening design (two levels per factor): N runs for up to N - 1 factors, every main effect
+    estimated from all N runs, each partially aliased with many two-factor interactions (complex aliasing,
+    resolution III): for screening many factors, then a fraction or a full factorial on the few that matter."""
+    many = [f.name for f in factors if len(f.levels) != 2]
+    if many:
+        raise InputError(f"a Plackett-Burman design needs two levels per factor; {many[0]!r} has more; use design: "
+                         f"full or ofat, or keep two levels")
+    cells = [_cell(factors, {f.name: (f.control if v < 0 else _other(f)) for f, v in zip(factors, row)}, seeds,
+                   hours) for row in plackett_burman_rows(len(factors))]
+    total = sum(c.card_hours for c in cells)
+    return Design("pb", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+                  _cost(total, hourly), resolution=3)
+
+
 # ------------------------------------------------------------------------------------------ the plan
 
 
@@ -452,8 +513,8 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
                  budget_card_hours=budget_gpu_hours if budget_gpu_hours is not None else ff.budget_card_hours,
                  budget_cents=cents(budget_usd, "--budget-usd", "budget_usd") if budget_usd is not None
                  else ff.budget_cents)
-    if ff.design not in ("auto", "ofat", "full", "fractional"):
-        raise InputError(f"design {ff.design!r} is not known; use auto, ofat, full or fractional")
+    if ff.design not in DESIGNS:
+        raise InputError(f"design {ff.design!r} is not known; use {', '.join(DESIGNS)} (pb: Plackett-Burman)")
     if ff.budget_cents is not None and ff.card is None:
         raise InputError(f"{ff.path}: a budget in USD needs the 'card' whose hourly price applies; add card:")
     hourly = None
@@ -487,6 +548,7 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     def cells_of(kind: str, factors: tuple[Factor, ...], p: int | None = None) -> int:
         return {"ofat": 1 + sum(len(f.levels) - 1 for f in factors),
                 "full": math.prod(len(f.levels) for f in factors),
+                "pb": 4 * math.ceil((len(factors) + 1) / 4),
                 "fractional": 2 ** max(len(factors) - (p or len(ff.generators) or 1), 0)}[kind]
 
     def build(kind: str, factors: tuple[Factor, ...], p: int | None = None, min_seeds: bool = False) -> Design:
@@ -503,6 +565,8 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
             return ofat(factors, s, hours, hourly)
         if kind == "full":
             return full_factorial(factors, s, hours, hourly)
+        if kind == "pb":
+            return plackett_burman(factors, s, hours, hourly)
         gens = ff.generators if factors == ff.factors and p is None else ()
         return fractional(factors, s, hours, hourly, generators=gens, p=p or ff.fraction)
 
@@ -522,6 +586,8 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
             for p in range(1, k):
                 if (k, p) in STANDARD_GENERATORS:
                     candidates.append(build("fractional", ff.factors, p))
+            if not any((k, p) in STANDARD_GENERATORS for p in range(1, k)) and 5 <= k <= 23:
+                candidates.append(build("pb", ff.factors))      # many factors: screen them
         candidates.append(build("ofat", ff.factors))
         if ff.seeds is None:
             candidates.append(build("ofat", ff.factors, min_seeds=True))
@@ -553,10 +619,100 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
         if chosen.kind == "ofat":
             cut.append("every interaction: one factor at a time estimates none")
     checks = _checks(ff, design_, chosen is not None)
+    first = _order(design_, ff.factors)
+    blocks, confounded = _blocks(design_, ff, first) if ff.blocks and ff.blocks > 1 else ((), ())
+    runs = [r for b in blocks for r in b.runs] if blocks else _runs_in(design_, first)
+    if ff.order_seed is not None:
+        import random
+
+        rng = random.Random(ff.order_seed)
+        if blocks:
+            shuffled = []
+            for b in blocks:
+                order = list(b.runs)
+                rng.shuffle(order)
+                shuffled.append(Block(b.name, tuple(order)))
+            blocks = tuple(shuffled)
+            runs = [r for b in blocks for r in b.runs]
+        else:
+            rng.shuffle(runs)
+        notes.append(f"run order randomized with seed {ff.order_seed} (Python's random.Random"
+                     + (", within each block" if blocks else "") + f"): {', '.join(runs[:8])}"
+                     + (", ..." if len(runs) > 8 else "") + "; the full order is in run_order (--json)")
+    if blocks:
+        notes.append(f"{len(blocks)} blocks (cards): " + "; ".join(f"{b.name}: {len(b.runs)} runs" for b in blocks)
+                     + ("; confounded with the blocks: " + ", ".join(confounded) if confounded
+                        else "; each block runs whole replicates, so no effect is confounded with the cards"))
     return AblationPlan(ff.path, ff.name, ff.metric, ff.factors, design_, alternatives, chosen is not None,
                         ff.budget_card_hours, ff.budget_cents, ff.hours_per_run, ff.cards_per_run, ff.card,
-                        seeds_how, paired, _order(design_, ff.factors), tuple(cut), tuple(checks),
-                        tuple(notes + _notes(design_, ff, hourly.unit if hourly else "hour")), ff.margin)
+                        seeds_how, paired, first, tuple(cut), tuple(checks),
+                        tuple(notes + _notes(design_, ff, hourly.unit if hourly else "hour")), ff.margin,
+                        tuple(runs), ff.order_seed, tuple(blocks), tuple(confounded))
+
+
+def _runs_in(d: Design, first: tuple[str, ...]) -> list[str]:
+    """Every run as 'cell#seed' (seeds numbered from 1): seed by seed, the cells in run-first order, so stopping
+    early leaves whole replicates."""
+    return [f"{label}#{s}" for s in range(1, d.seeds_per_cell + 1) for label in first]
+
+
+def _blocks(d: Design, ff: FactorsFile, first: tuple[str, ...]) -> tuple[tuple[Block, ...], tuple[str, ...]]:
+    """Runs split over ff.blocks cards. With at least as many seeds per cell as blocks, each block runs whole
+    replicates (seed s on card s mod blocks): the cards are confounded with nothing. Else, for a two-level full or
+    fractional design and a power-of-two number of blocks, the blocks confound the highest-order interactions
+    (Box, Hunter & Hunter, ch. 5.15): the cells split by the signs of those words, whose products and aliases avoid
+    main effects. Else InputError."""
+    n = ff.blocks or 1
+    if d.seeds_per_cell >= n:
+        groups: list[list[str]] = [[] for _ in range(n)]
+        for i, run in enumerate(_runs_in(d, first)):
+            groups[(i // len(first)) % n].append(run)
+        return tuple(Block(f"card {i + 1}", tuple(g)) for i, g in enumerate(groups)), ()
+    b = n.bit_length() - 1
+    if d.kind not in ("full", "fractional") or 2 ** b != n or len(d.cells) < 2 * n or \
+            any(len(ff.factors[i].levels) != 2 for i in range(len(ff.factors))):
+        raise InputError(f"{ff.path}: blocks: {n} needs at least {n} seeds per cell (each card runs whole "
+                         f"replicates) or a two-level full or fractional design with a power-of-two number of blocks; "
+                         f"raise seeds or change blocks")
+    letters = "".join(f.letter for f in ff.factors)
+    relation = [frozenset(w.lstrip("-")) for w in d.defining_relation]
+
+    def shortest(w: frozenset[str]) -> int:
+        return min([len(w)] + [len(w ^ r) for r in relation])
+
+    def products(ws: tuple[frozenset[str], ...]) -> list[frozenset[str]]:
+        out = []
+        for r in range(1, len(ws) + 1):
+            for combo in itertools.combinations(ws, r):
+                acc: frozenset[str] = frozenset()
+                for w in combo:
+                    acc = acc ^ w
+                out.append(acc)
+        return out
+
+    def score(ws: tuple[frozenset[str], ...]) -> tuple[int, int, int]:
+        """Higher is better: the shortest effect confounded with blocks, then fewer of that length."""
+        lengths = [shortest(g) for g in products(ws)]
+        low = min(lengths)
+        return (low, -lengths.count(low), sum(lengths))
+
+    words = [frozenset(c) for r in range(len(letters), 1, -1) for c in itertools.combinations(letters, r)]
+    words = [w for w in words if shortest(w) >= 2][:64]          # the highest orders first
+    best = max(itertools.combinations(words, b), key=score, default=None)
+    if best is None or score(best)[0] < 2:
+        raise InputError(f"{ff.path}: no {n} blocks of this design keep the main effects clear; use fewer blocks or "
+                         f"more seeds")
+    chosen = list(best)
+    by = {f.name: f for f in ff.factors}
+    sign = {c.label: {by[name].letter: (-1 if v == by[name].control else 1) for name, v in c.levels.items()}
+            for c in d.cells}
+    groups = [[] for _ in range(n)]
+    for run in _runs_in(d, first):
+        label = run.split("#")[0]
+        idx = sum((1 << i) for i, w in enumerate(chosen) if math.prod(sign[label][x] for x in w) > 0)
+        groups[idx].append(run)
+    return tuple(Block(f"card {i + 1}", tuple(g)) for i, g in enumerate(groups)), \
+        tuple(sorted((word(g) for g in products(best)), key=lambda x: (len(x), x)))
 
 
 def _order(d: Design, factors: tuple[Factor, ...]) -> tuple[str, ...]:
@@ -590,6 +746,10 @@ def _checks(ff: FactorsFile, d: Design, fits: bool) -> list[Check]:
                  "the control is one of the runs" if d.includes_control else "the control is not among the runs",
                  "every variant is read against the control: it must be run with the same seeds",
                  "use generators whose signs keep the control (the defaults do), or add the control run")]
+    if d.kind == "pb":
+        out.append(Check("ablate.resolution", "warn", "Plackett-Burman: resolution III with complex aliasing",
+                         "each main effect is partly aliased with many two-factor interactions",
+                         "screen with it, then confirm the few active factors in a fraction or a full factorial"))
     if d.kind == "fractional":
         status = "pass" if (d.resolution or 0) >= 4 else "warn"
         out.append(Check("ablate.resolution", status, f"resolution {roman(d.resolution or 0)}",

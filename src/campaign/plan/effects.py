@@ -329,6 +329,14 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
             continue
         key = col if col[0] > 0 else tuple(-v for v in col)
         groups.setdefault(key, []).append((1 if col[0] > 0 else -1, e))
+    # a regular design (full factorial, 2^(k-p) fraction): any two effect columns are equal or orthogonal. A
+    # non-regular one (Plackett-Burman) has partly correlated columns: only its main effects are estimated.
+    low_order = [key for key, members in groups.items() if len(members[0][1]) <= 2]
+    regular = all(abs(sum(a * b for a, b in zip(u, v))) in (0, C) for u, v in itertools.combinations(low_order, 2))
+    if not regular:
+        groups = {key: members for key, members in groups.items() if len(members[0][1]) == 1}
+        design = "two-level screening, non-regular (as Plackett-Burman): main effects only, each partly aliased " \
+            "with two-factor interactions"
     tq = float(st.t.ppf(1 - (1 - confidence) / 2, df)) if s2 is not None else None
     out = []
     half = C / 2

@@ -11,7 +11,7 @@ $(BIN)/campaign: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# pinned CPU build from local disk; a bare `torch` would pull a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[torch,data,report,fast,quant,dev,mlflow,ray]'
+	$(BIN)/pip install -q -e '.[torch,data,report,fast,quant,dev,mlflow,ray,lightning]'
 	touch $(BIN)/campaign
 
 setup: $(BIN)/campaign

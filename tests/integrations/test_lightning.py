@@ -1,0 +1,137 @@
+"""Lightning's own loop with one callback, on the CPU: the run recorded and the step checks on its real first
+updates; planted bugs caught, a correct setup (a plain module and a tiny Llama inside a LightningModule) passing."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("lightning.pytorch")
+
+from campaign.integrations.lightning import CampaignCallback  # noqa: E402
+from campaign.track.store import Store  # noqa: E402
+
+
+class Module(pl.LightningModule):
+    """A small classifier; `frozen` stays frozen; `warmup` steps at learning rate 0 first."""
+
+    def __init__(self, warmup: int = 0, lr: float = 1e-2) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        torch.manual_seed(0)
+        self.body = torch.nn.Linear(8, 16)
+        self.frozen = torch.nn.Linear(16, 16)
+        self.frozen.requires_grad_(False)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.frozen(self.body(x))))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW([p for p in self.parameters() if p.requires_grad], lr=self.hparams.lr)
+        warmup = self.hparams.warmup
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.0 if step < warmup else 1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def data():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 8, generator=g), torch.randint(0, 3, (32,), generator=g)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+
+
+def fit(module, tmp_path, callback, *, steps=4, accumulate=1):
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[callback],
+                         accumulate_grad_batches=accumulate, log_every_n_steps=1)
+    trainer.fit(module, data())
+    return trainer
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return Store(tmp_path / ".campaign")
+
+
+def test_a_correct_lightning_run_is_recorded_and_passes(tmp_path, store):
+    cb = CampaignCallback("classifier", root=store.root)
+    fit(Module(), tmp_path, cb, accumulate=2)
+    assert cb.result.status == "pass", cb.result.checks
+    assert set(cb.result.trained) == {"body.weight", "body.bias", "head.weight", "head.bias"} == set(cb.result.changed)
+    m = store.read(cb.run.id)
+    assert m.status == "completed" and m.params["hparams"]["lr"] == 0.01
+    assert m.params["trainer"]["accumulate_grad_batches"] == 2
+    assert [r["step"] for r in store.metrics(m.id) if "loss" in r] == [1, 2, 3, 4]  # one record per optimizer step
+    assert any(a.kind.startswith("checkpoint:") for a in m.artifacts)  # ModelCheckpoint's file
+
+
+def test_a_warmup_at_rate_zero_is_not_verified(tmp_path, store):
+    cb = CampaignCallback(check_steps=2, root=store.root)
+    fit(Module(warmup=5), tmp_path, cb, steps=3)
+    assert cb.result.learning_rates == (0.0, 0.0) and cb.result.status == "not verified"
+
+
+def test_a_layer_declared_to_train_but_frozen_fails(tmp_path, store):
+    cb = CampaignCallback(trainable=["body.*", "head.*", "frozen.*"], root=store.root)
+    fit(Module(), tmp_path, cb, steps=2)
+    assert {c.id: c.status for c in cb.result.checks}["trainer.updates"] == "fail"
+    assert "frozen.weight" in cb.result.checks[2].seen
+
+
+def test_a_frozen_layer_that_moves_fails(tmp_path, store):
+    class Leaky(Module):  # the planted bug: the frozen layer updated by hand inside the step
+        def training_step(self, batch, batch_idx):
+            with torch.no_grad():
+                self.frozen.weight.add_(0.01)
+            return super().training_step(batch, batch_idx)
+
+    cb = CampaignCallback(root=store.root)
+    fit(Leaky(), tmp_path, cb, steps=2)
+    assert {c.id: c.status for c in cb.result.checks}["trainer.frozen_unchanged"] == "fail"
+
+
+def test_an_exception_in_the_step_marks_the_run_failed(tmp_path, store):
+    class Broken(Module):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise RuntimeError("label 7 is out of range")
+            return super().training_step(batch, batch_idx)
+
+    cb = CampaignCallback(root=store.root)
+    with pytest.raises(RuntimeError):
+        fit(Broken(), tmp_path, cb)
+    m = store.read(cb.run.id)
+    assert m.status == "failed" and "label 7 is out of range" in m.reason
+
+
+def test_an_hf_model_inside_a_lightning_module_passes(tmp_path, store):
+    transformers = pytest.importorskip("transformers")
+    from tests.conftest import tiny_llama
+
+    class Causal(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            config = transformers.LlamaConfig(**{k: v for k, v in tiny_llama().items() if k != "architectures"})
+            self.model = transformers.LlamaForCausalLM(config).float()
+
+        def training_step(self, batch, batch_idx):
+            (ids,) = batch
+            return self.model(input_ids=ids, labels=ids).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    ids = torch.randint(0, 1000, (8, 12), generator=torch.Generator().manual_seed(0))
+    cb = CampaignCallback(root=store.root)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[cb])
+    trainer.fit(Causal(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4))
+    assert cb.result.status == "pass", cb.result.checks
+    assert "model.lm_head.weight" in cb.result.changed

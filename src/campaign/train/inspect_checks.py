@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..checks import Check
+from .inspect_stats import LAYOUT_SHARE, UNSCALED_PIXEL, ExampleStats, one_side
 
 if TYPE_CHECKING:
-    from .inspect import _Context, _Stats
+    from .inspect_run import InspectRun
 
 ROTARY_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct")
 # Loss positions beyond the answer's own tokens and its EOS that still count as the answer: a chat template's role
@@ -29,9 +30,7 @@ def _first(flags: list[bool], limit: int = 5) -> str:
     return f" (e.g. #{', #'.join(map(str, hits))})" if hits else ""
 
 
-def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, truncated: int | None) -> tuple[Check, ...]:
-    from .inspect import LAYOUT_SHARE
-
+def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | None, truncated: int | None) -> tuple[Check, ...]:
     n = len(stats)
     out: list[Check] = []
     token = ctx.label_kind == "token"
@@ -193,9 +192,7 @@ def text_checks(ctx: _Context, stats: list[_Stats], lost: list[bool] | None, tru
 
     # ---- padding side
     side, declared = ctx.padding_sides, getattr(ctx.tok, "padding_side", None)
-    from .inspect import _one_side
-
-    seen = _one_side(side)
+    seen = one_side(side)
     said = f" (tokenizer.padding_side = {declared!r})" if declared else ""
     if seen == "left" and token and not ctx.position_ids:
         rotary = _rotary(ctx.s.model)
@@ -226,9 +223,7 @@ def _rotary(model: Any) -> bool:
         getattr(config, "position_embedding_type", None) == "rotary"
 
 
-def image_checks(ctx: _Context, stats: list[_Stats]) -> tuple[Check, ...]:
-    from .inspect import UNSCALED_PIXEL
-
+def image_checks(ctx: InspectRun, stats: list[ExampleStats]) -> tuple[Check, ...]:
     n = len(stats)
     out: list[Check] = []
     shapes: dict[str, set[tuple[int, ...]]] = {}
@@ -269,7 +264,7 @@ def _range(pixels: tuple[float, float, float, float]) -> str:
     return "normalized (negative values)" if low < 0 else "0-1" if high <= 1.0 + 1e-6 else "above 1"
 
 
-def _normalization(stats: list[_Stats]) -> Check:
+def _normalization(stats: list[ExampleStats]) -> Check:
     """Every class through the same normalization: the same value range (most images of each class) and pixel
     spreads (the median per-image std) within SPREAD_RATIO of each other."""
     from statistics import median

@@ -1,0 +1,159 @@
+"""lm-evaluation-harness's per-sample logs as paired scores: `lm_eval --log_samples` writes one
+samples_<task>_<date>.jsonl per task, a line per document and filter with `doc_id`, `doc`, `target`, `resps`,
+`filtered_resps`, `filter`, `metrics` (the names scored), the hashes `doc_hash`, `prompt_hash`, `target_hash`, and
+each metric's value under its name ("exact_match": 1.0).
+
+A baseline and a candidate are paired document by document: by `doc_hash` when every line has one (the same
+document whatever its position), else by `doc_id`; runs that did not see the same documents are refused, never
+compared on their overlap. The metric is named (or the one the file scored), and so is the filter when the file
+holds several ("strict-match", "flexible-extract"): what was compared is said, never guessed.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class HarnessScores:
+    """One task's scores: key (doc_hash or doc_id) -> the metric's value, for one filter."""
+
+    path: str
+    task: str
+    metric: str
+    filter: str
+    keyed_by: str                      # 'doc_hash' or 'doc_id'
+    scores: dict[str, float]
+    sha256: str
+
+
+def is_harness_samples(path: str | os.PathLike[str]) -> bool:
+    """Whether a JSONL file's first record looks like an lm-eval sample (doc_id and the filtered responses)."""
+    p = Path(path)
+    if p.suffix.lower() not in (".jsonl", ".ndjson", ".json"):
+        return False
+    try:
+        with open(p, encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError):
+        return False
+    import json
+
+    try:
+        doc = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and "doc_id" in doc and ("filtered_resps" in doc or "resps" in doc)
+
+
+def _task(path: Path) -> str:
+    match = re.match(r"samples_(.+)_\d{4}-\d{2}-\d{2}T[\d\-.:]+$", path.stem)
+    return match.group(1) if match else path.stem
+
+
+def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = None,
+                        filter: str | None = None) -> HarnessScores:  # noqa: A002 - the harness's own word
+    """The scores of one samples_*.jsonl file (see the module docstring).
+
+    Raises:
+        InputError: a line without doc_id or the metric, a metric that is not a number, several filters and none
+            named, several metrics and none named, a document scored twice under the filter.
+    """
+    from .predictions import read_rows
+
+    rows, sha = read_rows(path, what="an lm-eval samples_*.jsonl file")
+    p = Path(path)
+    filters = sorted({str(r.fields.get("filter", "none")) for r in rows})
+    if filter is None:
+        if len(filters) > 1:
+            raise InputError(f"{p}: holds the filters {', '.join(filters)}; name the one to compare with --filter")
+        filter = filters[0]
+    elif filter not in filters:
+        raise InputError(f"{p}: no filter {filter!r} (it holds {', '.join(filters)}); give one of them")
+    chosen = [r for r in rows if str(r.fields.get("filter", "none")) == filter]
+    scored: list[str] = []
+    for r in chosen:
+        names = r.fields.get("metrics")
+        if isinstance(names, list):
+            scored += [str(n) for n in names if str(n) not in scored]
+    if not scored:  # older logs: the numeric fields that are not the harness's own
+        own = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics", "doc_hash",
+               "prompt_hash", "target_hash"}
+        scored = sorted({k for r in chosen for k, v in r.fields.items() if k not in own
+                         and isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if metric is None:
+        if len(scored) != 1:
+            raise InputError(f"{p}: scores {', '.join(scored) or 'no metric'}; name the one to compare with --metric")
+        metric = scored[0]
+    keyed_by = "doc_hash" if all(isinstance(r.fields.get("doc_hash"), str) for r in chosen) else "doc_id"
+    scores: dict[str, float] = {}
+    for r in chosen:
+        if "doc_id" not in r.fields:
+            raise InputError(f"{p}:{r.line}: no doc_id; this is not a line of lm-eval's samples file")
+        if metric not in r.fields:
+            raise InputError(f"{p}:{r.line}: no {metric!r} (the line scores {', '.join(scored) or 'nothing'}); "
+                             "give --metric with one it scores")
+        value = r.fields[metric]
+        if isinstance(value, bool):
+            value = int(value)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"{p}:{r.line}: {metric} is {value!r}, not a finite number; compare a numeric metric")
+        key = str(r.fields[keyed_by])
+        if key in scores:
+            raise InputError(f"{p}:{r.line}: document {keyed_by} {key} is scored twice under the filter {filter!r}; "
+                             "give one run's samples per file")
+        scores[key] = float(value)
+    return HarnessScores(str(p), _task(p), metric, filter, keyed_by, scores, sha)
+
+
+def paired_harness_scores(baseline: HarnessScores, candidate: HarnessScores) -> tuple[list[str], list[float],
+                                                                                       list[float]]:
+    """The documents both runs scored, in the baseline's order, and their scores.
+
+    Raises:
+        InputError: other metrics or filters, or documents only one run saw.
+    """
+    if (baseline.metric, baseline.filter) != (candidate.metric, candidate.filter):
+        raise InputError(f"the baseline compares {baseline.metric} ({baseline.filter}) and the candidate "
+                         f"{candidate.metric} ({candidate.filter}); name the same --metric and --filter for both")
+    keyed = "doc_hash" if baseline.keyed_by == candidate.keyed_by == "doc_hash" else "doc_id"
+    if keyed != baseline.keyed_by or keyed != candidate.keyed_by:
+        raise InputError("one file has doc_hash on every line and the other does not; pair runs logged by the same "
+                         "lm-eval version (doc_hash pairs a document wherever it sits)")
+    only_base = baseline.scores.keys() - candidate.scores.keys()
+    only_cand = candidate.scores.keys() - baseline.scores.keys()
+    if only_base or only_cand:
+        raise InputError(f"the runs did not see the same documents ({len(only_base)} only in {baseline.path}, "
+                         f"{len(only_cand)} only in {candidate.path}, by {keyed}); evaluate both on the same task "
+                         "version and limit, or the comparison is not paired")
+    keys = list(baseline.scores)
+    return keys, [baseline.scores[k] for k in keys], [candidate.scores[k] for k in keys]
+
+
+def read_harness_pairs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
+                       metric: str | None = None, filter: str | None = None  # noqa: A002
+                       ) -> tuple[HarnessScores, HarnessScores, list[str], list[float], list[float]]:
+    """Both files read with the same metric and filter, and paired (see paired_harness_scores)."""
+    base = read_harness_scores(baseline, metric=metric, filter=filter)
+    cand = read_harness_scores(candidate, metric=metric or base.metric, filter=filter or base.filter)
+    keys, b, c = paired_harness_scores(base, cand)
+    return base, cand, keys, b, c
+
+
+def flips(baseline: Sequence[float], candidate: Sequence[float], *, threshold: float = 0.5) -> dict[str, Any]:
+    """Per-document correctness changes of a 0/1 metric (a score >= threshold counts as right): the two
+    discordant counts McNemar's test rests on, and the agreeing ones."""
+    right = [(b >= threshold, c >= threshold) for b, c in zip(baseline, candidate, strict=True)]
+    return {"both_right": sum(b and c for b, c in right), "both_wrong": sum(not b and not c for b, c in right),
+            "right_to_wrong": sum(b and not c for b, c in right), "wrong_to_right": sum(c and not b for b, c in right)}
+
+
+__all__ = ["HarnessScores", "flips", "is_harness_samples", "paired_harness_scores", "read_harness_pairs",
+           "read_harness_scores"]

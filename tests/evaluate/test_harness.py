@@ -15,7 +15,8 @@ from campaign.evaluate.harness import flips, is_harness_samples, read_harness_pa
 
 def sample(doc_id, correct, *, flt="strict-match", metric="exact_match", extra=None):
     doc = {"question": f"q{doc_id}", "answer": str(doc_id * 2)}
-    line = {"doc_id": doc_id, "doc": doc, "target": doc["answer"], "arguments": {"gen_args_0": {"arg_0": doc["question"]}},
+    line = {"doc_id": doc_id, "doc": doc, "target": doc["answer"],
+            "arguments": {"gen_args_0": {"arg_0": doc["question"]}},
             "resps": [[f"The answer is {doc_id * 2 if correct else 0}"]],
             "filtered_resps": [str(doc_id * 2) if correct else "0"], "filter": flt, "metrics": [metric],
             "doc_hash": hashlib.sha256(json.dumps(doc, indent=2).encode()).hexdigest(),
@@ -44,8 +45,8 @@ def test_two_runs_pair_by_doc_hash_whatever_the_order(tmp_path):
     assert (b.task, b.metric, b.filter, b.keyed_by) == ("gsm8k", "exact_match", "strict-match", "doc_hash")
     assert len(keys) == 220 and sb == [float(x) for x in truth_base] and sc == [float(x) for x in truth_cand]
     counts = flips(sb, sc)
-    assert counts["right_to_wrong"] == sum(x and not y for x, y in zip(truth_base, truth_cand))
-    assert counts["wrong_to_right"] == sum(y and not x for x, y in zip(truth_base, truth_cand))
+    assert counts["right_to_wrong"] == sum(x and not y for x, y in zip(truth_base, truth_cand, strict=True))
+    assert counts["wrong_to_right"] == sum(y and not x for x, y in zip(truth_base, truth_cand, strict=True))
     assert sum(counts.values()) == 220
     assert paired_tost(sb, sc, margin=0.2).n == 220
 
@@ -85,3 +86,38 @@ def test_a_bad_line_is_one_clear_line(tmp_path, bad, message):
     else:
         with pytest.raises(InputError, match=rf"s.jsonl:3: exact_match is 'yes', {message}"):
             read_harness_scores(path)
+
+
+def test_two_runs_compared_with_mcnemar_flips_and_equivalence(tmp_path):
+    from campaign.evaluate.harness import compare_harness_runs
+
+    # 220 documents: 30 the baseline alone gets right, 12 the candidate alone; the rest agree (120 right, 58 wrong)
+    base = [1] * 30 + [0] * 12 + [1] * 120 + [0] * 58
+    cand = [0] * 30 + [1] * 12 + [1] * 120 + [0] * 58
+    a = write(tmp_path / "samples_arc_2026-11-30T00-00-00.jsonl", [sample(i, x == 1) for i, x in enumerate(base)])
+    b = write(tmp_path / "samples_arc_2026-12-01T00-00-00.jsonl", [sample(i, x == 1) for i, x in enumerate(cand)])
+    r = compare_harness_runs(a, b, margin=0.05, guards=["exact_match>=-0.05"])
+    assert (r.examples, r.both_right, r.both_wrong, len(r.right_to_wrong), len(r.wrong_to_right)) == (220, 120, 58,
+                                                                                                        30, 12)
+    assert r.mean_baseline == pytest.approx(150 / 220) and r.mean_candidate == pytest.approx(132 / 220)
+    # McNemar by hand: b + c = 42 >= 25, chi-square with Edwards' correction (|30 - 12| - 1)^2 / 42 = 6.881, 1 df
+    scipy_stats = pytest.importorskip("scipy.stats")
+    assert r.mcnemar.statistic == pytest.approx(17 ** 2 / 42)
+    assert r.mcnemar.p_value == pytest.approx(scipy_stats.chi2.sf(17 ** 2 / 42, 1))
+    # the candidate is 18/220 = 8.2 points lower: not within 5 points, and the guard at -5 points fails
+    assert {c.id: c.status for c in r.checks} == {"guard.exact_match>=-0.05": "fail",
+                                                  "equivalence.within_margin": "fail"}
+    assert r.status == "fail"
+
+
+def test_a_continuous_metric_gets_a_paired_t_test(tmp_path):
+    from campaign.evaluate.harness import compare_harness_runs
+
+    rng = random.Random(1)
+    scores = [rng.random() for _ in range(30)]
+    a = write(tmp_path / "a.jsonl", [sample(i, True, metric="f1", extra={"f1": s}) for i, s in enumerate(scores)])
+    b = write(tmp_path / "b.jsonl", [sample(i, True, metric="f1", extra={"f1": s + 0.01})
+                                     for i, s in enumerate(scores)])
+    r = compare_harness_runs(a, b, margin=0.02)
+    assert r.mcnemar is None and r.paired_t is not None and r.paired_t.mean == pytest.approx(0.01)
+    assert r.equivalence.equivalent and r.status == "pass"

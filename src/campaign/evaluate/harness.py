@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import Check
 from ..errors import InputError
+from ..results import Result
+from .equivalence import Equivalence
+from .regress import Guard, guard_checks
+from .stats import McNemar, TTest
 
 
 @dataclass(frozen=True)
@@ -155,5 +160,78 @@ def flips(baseline: Sequence[float], candidate: Sequence[float], *, threshold: f
             "right_to_wrong": sum(b and not c for b, c in right), "wrong_to_right": sum(c and not b for b, c in right)}
 
 
-__all__ = ["HarnessScores", "flips", "is_harness_samples", "paired_harness_scores", "read_harness_pairs",
-           "read_harness_scores"]
+SCHEMA = "campaign.regress_harness/1"
+
+
+@dataclass(frozen=True)
+class HarnessComparison(Result):
+    """A baseline's and a candidate's lm-eval runs of one task compared document by document: the metric's means,
+    the flips of a 0/1 metric with McNemar's test (the paired test the harness's unpaired z-test is not), a paired
+    t-test otherwise, equivalence at a margin when one is stated, and the guards; its checks are the guards and
+    equivalence.within_margin."""
+
+    task: str
+    metric: str
+    filter: str
+    paired_by: str
+    baseline: dict[str, Any]
+    candidate: dict[str, Any]
+    examples: int
+    mean_baseline: float
+    mean_candidate: float
+    both_right: int | None
+    both_wrong: int | None
+    right_to_wrong: tuple[str, ...]
+    wrong_to_right: tuple[str, ...]
+    mcnemar: McNemar | None
+    paired_t: TTest | None
+    equivalence: Equivalence | None
+    guards: tuple[Guard, ...]
+    schema: str = SCHEMA
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
+
+
+def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
+                         metric: str | None = None, filter: str | None = None,  # noqa: A002
+                         margin: float | None = None, guards: Sequence[str] = ()) -> HarnessComparison:
+    """Compare two lm-eval samples files of one task (see HarnessComparison). A metric whose every score is 0 or
+    1 (exact_match, acc) gets the flips and McNemar's test; any other gets a paired t-test. Guards name the
+    metric ("exact_match>=-0.01": the candidate's mean minus the baseline's).
+
+    Raises:
+        InputError: what read_harness_pairs refuses, a malformed guard, a margin that is not positive.
+    """
+    from .equivalence import paired_tost
+    from .regress import evaluate_guards, parse_guard
+    from .stats import mcnemar, paired_t
+
+    for g in guards:
+        parse_guard(g)
+    base, cand, keys, b, c = read_harness_pairs(baseline, candidate, metric=metric, filter=filter)
+    n = len(keys)
+    if n < 2:
+        raise InputError(f"{n} document(s) in common: a paired comparison needs at least 2")
+    binary = all(x in (0.0, 1.0) for x in (*b, *c))
+    mean_b, mean_c = sum(b) / n, sum(c) / n
+    if binary:
+        lost = tuple(k for k, x, y in zip(keys, b, c, strict=True) if x == 1.0 and y == 0.0)
+        won = tuple(k for k, x, y in zip(keys, b, c, strict=True) if x == 0.0 and y == 1.0)
+        both_right = sum(x == y == 1.0 for x, y in zip(b, c, strict=True))
+        test, t = mcnemar(len(lost), len(won)), None
+        counts: tuple[int | None, int | None] = (both_right, n - both_right - len(lost) - len(won))
+    else:
+        lost = won = ()
+        test, t = None, paired_t([y - x for x, y in zip(b, c, strict=True)])
+        counts = (None, None)
+    equivalence = paired_tost(b, c, margin=margin) if margin is not None else None
+    checked = evaluate_guards(guards, {base.metric: mean_b}, {base.metric: mean_c})
+    return HarnessComparison(base.task, base.metric, base.filter, base.keyed_by,
+                             {"path": base.path, "sha256": base.sha256}, {"path": cand.path, "sha256": cand.sha256},
+                             n, mean_b, mean_c, counts[0], counts[1], lost, won, test, t, equivalence, checked)
+
+
+__all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "flips", "is_harness_samples",
+           "paired_harness_scores", "read_harness_pairs", "read_harness_scores"]

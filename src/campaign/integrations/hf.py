@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 
 from .steps import StepWatch, TrainerCheck
 
+
 def training_params(args: Any, model: Any) -> dict[str, Any]:
     """What the run is, from the Trainer: its TrainingArguments (JSON values only), the PEFT config, and the
     facts memory and the step depend on, under 'trainer'."""

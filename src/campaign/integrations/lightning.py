@@ -1,4 +1,5 @@
-"""Lightning's own loop, recorded and checked by one line: `lightning.pytorch.Trainer(..., callbacks=[CampaignCallback()])`.
+"""Lightning's own loop, recorded and checked by one line:
+`lightning.pytorch.Trainer(..., callbacks=[CampaignCallback()])`.
 
 On train start (global rank 0 only): a campaign run with the LightningModule's hyperparameters and the Trainer's
 settings (accumulation, precision, strategy, devices, world size, rank). Each optimizer step: the metrics the

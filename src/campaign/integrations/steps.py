@@ -143,7 +143,8 @@ class StepWatch:
                                 "a step at rate 0 changes nothing, so it cannot show what trains",
                                 f"raise check_steps past the warm-up (now {self.steps})"))
         if self.nonfinite:
-            checks.append(Check("trainer.grads_finite", "fail", f"non-finite gradients in {listed(sorted(self.nonfinite))}",
+            checks.append(Check("trainer.grads_finite", "fail",
+                                f"non-finite gradients in {listed(sorted(self.nonfinite))}",
                                 "the optimizer step spreads NaN or inf into the weights",
                                 "lower the learning rate, check the loss and the data for NaN, or use bf16"))
         elif self.rates:

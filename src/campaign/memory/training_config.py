@@ -26,7 +26,8 @@ OPTIM = {
 }
 # torchtune's optimizer components
 TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam": ("adamw", "foreach"),
-                   "torch.optim.SGD": ("sgd", "foreach"), "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
+                   "torch.optim.SGD": ("sgd", "foreach"),
+                   "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
                    "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
                    "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
 FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed or accelerate"

@@ -302,3 +302,30 @@ Root Cause (first observed failure):
   traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
 ============================================================"""
     assert _cause(stderr) == "ValueError: the data folder /data/x does not exist"
+
+
+def test_the_examples_own_loops_pass_and_fail():
+    right = check_accumulation(f"{EXAMPLE}:with_loop")
+    assert right.normalization == "accumulate" and right.status == "pass"
+    assert next(v for v in right.variants if v.normalization == "accumulate").relative_error < 1e-5
+    wrong = check_accumulation(f"{EXAMPLE}:with_mean_of_means", normalization="token")
+    assert wrong.status == "fail" and wrong.checks[0].seen.startswith("your accumulation step")
+
+
+def test_a_nan_loss_is_one_failure_about_the_nan_not_a_relative_error(tmp_path, cli):
+    path = loops(tmp_path, "plain")
+    body = Path(path).read_text(encoding="utf-8") + '''
+
+def nan_loop():
+    made = right()
+    with torch.no_grad():
+        made["model"].head.bias[0] = float("nan")
+    return made
+'''
+    Path(path).write_text(body, encoding="utf-8")
+    r = check_accumulation(f"{path}:nan_loop")
+    assert [c.status for c in r.checks if c.id == "batch.accumulation_equivalence"] == ["fail"]
+    c = r.checks[0]
+    assert "not finite" in c.seen and "nan%" not in c.seen
+    res = cli("batch", f"{path}:nan_loop")
+    assert res.code == 1 and "nan%" not in res.out

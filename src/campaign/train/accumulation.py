@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -241,7 +242,13 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     what = {"accumulate": "your accumulation step", "token": "declared normalization token",
             "micro_batch_mean": "declared normalization micro batch mean"}.get(chosen, "")
     right = next(v for v in variants if v.normalization == "token")
-    if not chosen and differ:
+    if not all(math.isfinite(v.relative_error) for v in variants):
+        checks.append(Check(
+            "batch.accumulation_equivalence", "fail", "the gradients are not finite (a NaN or infinite loss on these "
+            "micro-batches): there is nothing to compare", "nothing trains from a non-finite loss",
+            "look for log(0), a division by a zero token count (every label -100) or fp16 overflow; `campaign "
+            "check` on the same setup says which"))
+    elif not chosen and differ:
         mean = next(v for v in variants if v.normalization == "micro_batch_mean")
         checks.append(Check(
             "batch.accumulation_equivalence", "skipped",

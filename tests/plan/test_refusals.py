@@ -122,3 +122,17 @@ def test_messages_name_real_files_and_fields(write_yaml, cli):
     assert r.code == 2 and "plan file file" not in r.err and "fix the plan file's syntax" in r.err, r.err
     r = cli("budget", "missing.yaml")
     assert r.code == 2 and "plan file file" not in r.err and "the plan file was not found" in r.err, r.err
+
+
+def test_work_too_large_to_schedule_is_one_line(write_yaml, cli):
+    # 100,000 runs of 4,096 cards each: 409,600,000 card slots to assign, refused before scheduling
+    r = cli("budget", str(write_yaml({"name": "t", "card": "h100", "phases": [
+        {"name": "a", "hours": 1, "runs": 100_000, "cards": 4096}]})))
+    assert r.code == 2 and r.err.count("\n") == 1 and "409,600,000 run-cards" in r.err, r.err
+    cost = {"metric": "f1", "target": 1, "repeats": 100_000, "configurations": [
+        {"name": "c", "card": "h100", "cards": 64, "runs": [{"seed": 0, "hours_to_target": 1}]}]}
+    r = cli("bench", str(write_yaml(cost, "c.yaml")))
+    assert r.code == 2 and r.err.count("\n") == 1 and "more than 1,000,000 run-cards" in r.err, r.err
+    r = cli("bench", str(write_yaml("metric: f1\ntarget: 1\nconfigurations: [{name: c, card: h100, runs: "
+                                    "[{seed: 0, hours_to_target: 1.0e+300}]}]\n", "d.yaml")))
+    assert r.code == 2 and r.err.count("\n") == 1 and "'hours_to_target' is 1e+300" in r.err, r.err

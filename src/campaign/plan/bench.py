@@ -25,6 +25,7 @@ COST_KEYS = ("name", "metric", "target", "higher_is_better", "repeats", "margin"
 PROTOCOL_KEYS = ("data", "evaluation", "timing", "data_sha256")
 CONFIG_KEYS = ("name", "card", "cards", "method", "precision", "runs", "runs_tag", "data_sha256")
 RUN_KEYS = ("seed", "hours_to_target", "curve", "final")
+MAX_HOURS = 100_000          # hours of one run (11 years): above it a typo, and sums of runs lose their hours
 RAW = "raw.csv"
 PROTOCOL = "protocol.md"
 
@@ -198,14 +199,17 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
                 r.fail("field 'curve' is empty; give [hours, metric] points")
             if any(b[0] <= a[0] for a, b in zip(points, points[1:])) or points[0][0] < 0:
                 r.fail("the curve's hours must start at 0 or more and increase")
+            if points[-1][0] > MAX_HOURS:
+                r.fail(f"the curve runs to {points[-1][0]:g} h; hours of one run are at most {MAX_HOURS:,}")
             hit = crossing(points, target, higher)
             out.append(BenchRun(seed, hit, points[-1][1], "curve",
                                 hit is not None and not _reached(points[-1][1], target, higher)))
         elif "hours_to_target" in r:
             hours = r.data["hours_to_target"]
             if hours is not None and (isinstance(hours, bool) or not isinstance(hours, (int, float))
-                                      or not math.isfinite(hours) or hours <= 0):
-                r.fail(f"field 'hours_to_target' is {hours!r}; give hours above 0, or null when it never reached")
+                                      or not math.isfinite(hours) or not 0 < hours <= MAX_HOURS):
+                r.fail(f"field 'hours_to_target' is {hours!r}; give hours above 0 (at most {MAX_HOURS:,}), or null "
+                       f"when it never reached")
             final = r.number("final", None)
             if final is not None and hours is None and _reached(final, target, higher):
                 r.fail(f"hours_to_target is null (never reached) but final {final:g} reaches the target {target:g}; "
@@ -289,6 +293,9 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
         names.add(name)
         card = catalog_card(c.raw("card"), c.where, "card")
         ncards = c.count("cards", 1, minimum=1, maximum=4096)
+        if repeats * ncards > 1_000_000:
+            c.fail(f"{repeats:,} runs x {ncards:,} cards is more than 1,000,000 run-cards to schedule; cost fewer "
+                   f"repeats (the price scales with them) or fewer cards")
         hashes.append(c.str("data_sha256", common_hash))
         runs = _runs(c, target, higher, metric)
         reached = [r.hours_to_target for r in runs if r.hours_to_target is not None]

@@ -67,6 +67,23 @@ def card_spans(s: Schedule) -> list[float]:
     return [last[c] - first[c] for c in sorted(first)]
 
 
+_SCHEDULES: dict[tuple[int, int, float], tuple[tuple[Phase, ...], Schedule | None]] = {}
+
+
+def scheduled(phases: tuple[Phase, ...], cards: int, margin: float) -> Schedule | None:
+    """schedule(phases, cards, margin=margin), computed once per phases object, card count and margin: every
+    rental of a card with the same number of cards runs the same schedule (a few kept, then forgotten)."""
+    key = (id(phases), cards, margin)
+    hit = _SCHEDULES.get(key)
+    if hit is not None and hit[0] is phases:
+        return hit[1]
+    if len(_SCHEDULES) > 32:
+        _SCHEDULES.clear()
+    result = schedule(phases, cards, margin=margin)
+    _SCHEDULES[key] = (phases, result)
+    return result
+
+
 def describe(unit: str) -> str:
     return f"per started {unit}"
 
@@ -120,7 +137,7 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
     from .prices import usd
 
     cp, chain = critical_path(phases, margin)
-    sched = sched if sched is not None else schedule(phases, cards, margin=margin)
+    sched = sched if sched is not None else scheduled(phases, cards, margin)
     card_hours = sum(p.card_hours for p in phases) * (1 + margin)
     useful = sum(p.useful for p in phases)
     how = describe(unit)
@@ -210,7 +227,7 @@ def topped_up(phases: tuple[Phase, ...], *, card: str, package: object, hourly: 
     pk = package
     o = price(phases, card=card, name=f"{pk.name} + on-demand", cards=pk.cards, window=None,  # type: ignore[attr-defined]
               package_cents=None, hourly=hourly, margin=margin, unit=unit, deadline_hours=deadline_hours)
-    sched = schedule(phases, pk.cards, margin=margin)  # type: ignore[attr-defined]
+    sched = scheduled(phases, pk.cards, margin)  # type: ignore[attr-defined]
     if sched is None or not o.fits:
         return o
     window = float(pk.hours)  # type: ignore[attr-defined]

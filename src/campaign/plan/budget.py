@@ -21,6 +21,8 @@ from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topologica
 SCHEMA = "campaign.budget/1"
 FIX = "see examples/plan/plan.yaml for the format"
 MAX_HOURS = 100_000          # hours of one run (11 years): above it, a typo, and the float sums lose their hours
+MAX_RUNS = 100_000           # runs scheduled in all (once per card count: 100,000 runs take about 5 s)
+MAX_RUN_CARDS = 1_000_000    # runs x their cards: the card slots a schedule assigns
 PLAN_KEYS = ("name", "card", "compare", "margin", "deadline_days", "budget_usd", "on_demand_cards", "phases")
 PHASE_KEYS = ("name", "kind", "runs", "hours", "measured", "estimate", "cards", "after", "useful", "priority")
 # the fields of a phase's estimate: the model, the tokens a run processes, and campaign memory's workload options
@@ -132,6 +134,11 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority, how)
         specs.append(PhaseSpec(phase, estimate))
     check_phases(tuple(s.phase for s in specs), where)
+    total = sum(s.phase.runs for s in specs)
+    slots = sum(s.phase.runs * s.phase.cards for s in specs)
+    if total > MAX_RUNS or slots > MAX_RUN_CARDS:
+        doc.fail(f"the phases hold {total:,} runs on {slots:,} run-cards; at most {MAX_RUNS:,} runs and "
+                 f"{MAX_RUN_CARDS:,} run-cards are scheduled: give fewer, longer runs per phase")
     deadline = doc.number("deadline_days", None, minimum=0)
     if deadline is not None and deadline <= 0:
         doc.fail("field 'deadline_days' must be above 0")

@@ -46,12 +46,14 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
               baseline: str | None = None, data: Sequence[str | Path] = (), seeds: Sequence[int] = (),
               tags: Sequence[str] = (), root: str | os.PathLike[str] | None = None, owner_pid: int | None = None,
               stale_after: float = 600.0, code_dir: str | Path = ".", status: str = "running",
-              with_torch: bool = True, progress: Callable[[str], None] | None = None) -> Manifest:
+              with_torch: bool = True, progress: Callable[[str], None] | None = None,
+              run_id: str | None = None) -> Manifest:
     """Write a new run's manifest (status running, or planned) with its code, environment and data hashes
     (with_torch=False: the environment without importing torch, for records that ran no model). owner_pid: the
     process whose end means the run died (default this one; 0: none, the heartbeat alone tells, as for a run started
     from a shell command that exits at once). progress: called with each phase's name as it begins ('code',
-    'data 1/3', 'environment', 'manifest').
+    'data 1/3', 'environment', 'manifest'). run_id: the id to use instead of a new one (the job's id, which every
+    rank of a launched job computes alike: track/distributed.py).
 
     Raises:
         InputError: a malformed guard, an unknown baseline, a data file that does not exist.
@@ -88,7 +90,7 @@ def start_run(name: str, *, hypothesis: str = "", guards: Sequence[str] = (), pa
     say("environment")
     environment = capture_environment(with_torch=with_torch).to_dict()
     say("manifest")
-    m = Manifest(id=new_id(name), name=name, created=now(), status=status, hypothesis=hypothesis,
+    m = Manifest(id=run_id or new_id(name), name=name, created=now(), status=status, hypothesis=hypothesis,
                  guards=tuple(guards), baseline=baseline, change=change, params=params, data=tuple(hashed),
                  code=code.to_dict(), environment=environment, seeds=tuple(int(s) for s in seeds), tags=tuple(tags),
                  owner={"host": socket.gethostname(), "pid": os.getpid() if owner_pid is None else owner_pid or None},
@@ -199,9 +201,10 @@ def _finite(record: Mapping[str, Any]) -> dict[str, Any]:
 class Run:
     """A live run (see the module docstring). Records are buffered and appended in batches."""
 
-    def __init__(self, manifest: Manifest, store: Store) -> None:
+    def __init__(self, manifest: Manifest, store: Store, *, rank: int = 0, world_size: int = 1) -> None:
         self.manifest, self.store = manifest, store
         self.id = manifest.id
+        self.rank, self.world_size = rank, world_size  # a launched job: rank 0 ends the run, the others log
         self._buffer: list[dict[str, Any]] = []
         self._flushed = time.monotonic()
         self._lock = threading.Lock()          # the buffer
@@ -211,7 +214,8 @@ class Run:
         self._previous_term: Any = None
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
-        record = _finite(({"step": step} if step is not None else {}) | metrics)
+        record = _finite(({"step": step} if step is not None else {}) | metrics
+                         | ({"rank": self.rank} if self.world_size > 1 else {}))
         with self._lock:
             self._buffer.append(record)
             due = len(self._buffer) >= FLUSH_RECORDS or time.monotonic() - self._flushed >= FLUSH_SECONDS
@@ -265,6 +269,12 @@ class Run:
             self._beat.join(timeout=10)            # its last flush lands before the final one and the end
         if self._previous_term is not None:
             signal.signal(signal.SIGTERM, self._previous_term)
+        if self.rank != 0:  # another rank of a launched job: its records stay, rank 0 ends the run
+            if error is not None and not isinstance(error, SystemExit | KeyboardInterrupt):
+                text = str(error).strip().splitlines()
+                self.log(rank_failed=f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__)
+            self.flush()
+            return
         self.flush()
         if error is None:
             status, reason = "completed", ""
@@ -281,13 +291,45 @@ class Run:
         else:
             text = str(error).strip().splitlines()
             status, reason = "failed", f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
+        if self.world_size > 1:  # a rank that failed is the root cause of what rank 0 saw (the launcher's SIGTERM)
+            failed = [r for r in self.store.metrics(self.id) if r.get("rank_failed") and r.get("rank") != 0]
+            if failed:
+                status, reason = "failed", f"rank {failed[0].get('rank')} failed: {failed[0]['rank_failed']}" + (
+                    f" (rank 0: {reason})" if reason else "")
         self.manifest = end_run(self.id, status, reason, root=self.store.root)
 
 
-def run(name: str, *, root: str | Path | None = None, **options: Any) -> Run:
-    """A run as a context manager: `with campaign.run("name", ...) as r: r.log(...)` (options: start_run's)."""
-    manifest = start_run(name, root=root, stale_after=options.pop("stale_after", 10 * HEARTBEAT_SECONDS), **options)
-    return Run(manifest, Store(root))
+def run(name: str, *, root: str | Path | None = None, wait: float = 300.0, **options: Any) -> Run:
+    """A run as a context manager: `with campaign.run("name", ...) as r: r.log(...)` (options: start_run's).
+
+    Under a launcher (torchrun, accelerate launch) with 2 or more processes, the job has one run: rank 0 writes it,
+    with the world size, local world size, job and backend in params['distributed']; every other rank waits up to
+    `wait` seconds for it and logs its records with its rank (track/distributed.py).
+    """
+    from .distributed import backend, job_run_id, launched_job
+
+    stale_after = options.pop("stale_after", 10 * HEARTBEAT_SECONDS)
+    job = launched_job()
+    if job is None:
+        return Run(start_run(name, root=root, stale_after=stale_after, **options), Store(root))
+    run_id = job_run_id(name, job)
+    store = Store(root)
+    if job.rank == 0:
+        params = {**dict(options.pop("params", None) or {}),
+                  "distributed": {**job.to_dict(), "backend": backend()}}
+        manifest = start_run(name, root=root, stale_after=stale_after, params=params, run_id=run_id, **options)
+        return Run(manifest, store, rank=0, world_size=job.world_size)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            manifest = store.read(run_id)
+            break
+        except InputError:
+            if time.monotonic() > deadline:
+                raise InputError(f"rank {job.rank}: rank 0 did not start run {run_id} within {wait:.0f} s; does "
+                                 "rank 0 call campaign.run with the same name?") from None
+            time.sleep(0.2)
+    return Run(manifest, store, rank=job.rank, world_size=job.world_size)
 
 
 __all__ = ["Run", "STATUSES", "decide_run", "end_run", "log_run", "parse_records", "record_artifact", "run",

@@ -152,13 +152,13 @@ def test_missing_extras_name_the_install_command(preds, monkeypatch, tmp_path):
     import sys
 
     from campaign.errors import MissingDependencyError
-    from campaign.evaluate.plots import plot_confusion
+    from campaign.plots import confusion, write
 
     report = analyze_errors(preds)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'campaign\[report\]'"):
-        plot_confusion(report, tmp_path / "c.png")
+        write(confusion(report.to_dict()), tmp_path / "c.png")
     monkeypatch.setitem(sys.modules, "sklearn", None)
     with pytest.raises(MissingDependencyError, match=r"'scikit-learn'.*pip install 'campaign\[data\]'"):
         analyze_errors(preds)

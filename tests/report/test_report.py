@@ -171,20 +171,6 @@ def test_a_few_records_of_one_kind_are_each_drawn(cli, tmp_path, monkeypatch):
     assert "records in one table" not in out.read_text(encoding="utf-8")
 
 
-def test_many_runs_are_one_figure_of_bounded_size():
-    pytest.importorskip("matplotlib")
-    from campaign.report.figures import RUNS_DOTTED, runs_over_time
-
-    runs = [{"created": f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:00:00Z", "name": f"sweep-{i}",
-             "status": ("completed", "failed", "stopped")[i % 3], "decision": "accepted" if i % 50 == 0 else None}
-            for i in range(RUNS_DOTTED * 4)]
-    svg = runs_over_time(runs)
-    assert svg.startswith("<svg") and f"{RUNS_DOTTED * 4:,} runs by start time and status (40 accepted" in svg
-    assert len(svg) < 150_000                                # not one mark and one name per run
-    few = runs_over_time(runs[:10])
-    assert few.startswith("<svg")
-
-
 def test_build_report_calls_progress_with_counts(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from campaign.report.build import build_report

@@ -107,6 +107,28 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                          softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input)
 
 
+def plot_file(path: str | None) -> str | None:
+    """A --plot file checked before the command's work starts: .png, .svg or .pdf (InputError otherwise)."""
+    if path is not None:
+        from ..plots import check_path
+
+        check_path(path)
+    return path
+
+
+def with_plot(result: Any, figure: Callable[[dict[str, Any]], Any], path: str | None) -> Any:
+    """--plot: the figure of the result's to_dict() (a campaign.plots function) written to `path`, and the result
+    with its `plot` field naming the file; the result as it is without --plot. The drawing is the command's, not
+    a side effect of the library call (a notebook draws the same with campaign.plots)."""
+    if path is None:
+        return result
+    from dataclasses import replace
+
+    from ..plots import write
+
+    return replace(result, plot=str(write(figure(result.to_dict()), path)))
+
+
 # Set by `campaign --record` (or CAMPAIGN_RECORD=1): every emitted result is also saved in the record folder.
 RECORDING: dict[str, Any] = {"on": False, "argv": []}
 

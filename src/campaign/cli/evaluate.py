@@ -45,15 +45,18 @@ def errors(
 
     Exit 0 when analyzed, 2 on bad input.
     """
-    from ..evaluate.analysis import analyze_errors
+    from .. import plots
+    from ..evaluate.analysis import ClassificationReport, analyze_errors
     from .render import escape, progress_reporter
     from .render.evaluate import errors as render_errors
 
+    o.plot_file(plot)
     with progress_reporter("errors", enabled=not as_json) as tell:   # scikit-learn's import alone takes a second
         tell(f"{escape(task)} metrics of {escape(predictions)}" + (", the plot" if plot else ""))
         rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                              schema=schema, required=_split(required), slice_by=slice_by, top=top,
-                             review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed, plot=plot)
+                             review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed)
+        rep = o.with_plot(rep, plots.confusion if isinstance(rep, ClassificationReport) else plots.fields, plot)
     o.emit(rep, render_errors, as_json)
 
 
@@ -105,15 +108,17 @@ def seeds(
 
     Exit 0 whatever the verdict, 2 on bad input (missing columns, unpaired seeds, non-numeric metrics).
     """
+    from .. import plots
     from ..evaluate.seeds import compare_seeds
     from .render import progress_reporter
     from .render.evaluate import seeds as render_seeds
 
+    o.plot_file(plot)
     with progress_reporter("seeds", enabled=not as_json) as tell:    # a spinner: the per-example bootstrap can take seconds
         tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
         rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
                             score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
-                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field,
-                            plot=plot)
+                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
+        rep = o.with_plot(rep, plots.seeds, plot)
     o.emit(rep, render_seeds, as_json)

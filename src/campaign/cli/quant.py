@@ -66,7 +66,8 @@ def quant(
     run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
     """
     from ..compress.inputs import check_outputs
-    from ..compress.files import plot_quant, write_csv
+    from .. import plots
+    from ..compress.files import write_csv
     from ..compress.quant import compare_quant
     from .render.quant import render_quant
 
@@ -77,6 +78,6 @@ def quant(
                                kv_dtypes=_names(kv_dtype), confidence=confidence, progress=tell)
     if csv is not None:
         write_csv(report, csv)
-    if plot is not None:
-        plot_quant(report, plot)
+    if plot is not None:                       # the figure the report draws of a quant record
+        plots.write(plots.quant(report.to_dict()), plot)
     o.emit(report, render_quant, as_json)

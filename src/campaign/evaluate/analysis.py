@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Union
 
 from ..results import Information
@@ -86,7 +86,7 @@ class ClassificationReport(Information):
     notes: tuple[str, ...] = ()
     task: str = "classification"
     schema: str = SCHEMA
-    plot: str | None = None         # the confusion heatmap written, when one was asked for
+    plot: str | None = None         # the heatmap written by the CLI's --plot (campaign.plots)
 
 
     def metrics(self) -> dict[str, float]:
@@ -204,10 +204,10 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
                    schema: str | os.PathLike[str] | dict[str, Any] | None = None,
                    required: Sequence[str] | None = None, slice_by: str | None = None, top: int = 10,
                    review_sheet: str | os.PathLike[str] | None = None, per_cell: int = 5, correct_per_cell: int = 0,
-                   taxonomy: str | os.PathLike[str] | None = None, seed: int = 0,
-                   plot: str | os.PathLike[str] | None = None) -> ClassificationReport | ExtractionReport:
-    """Read a prediction file and analyze its errors: task 'classification' or 'extraction'; with `plot`, also
-    write the confusion heatmap (per-field bars for extraction) there (.png, .svg or .pdf).
+                   taxonomy: str | os.PathLike[str] | None = None,
+                   seed: int = 0) -> ClassificationReport | ExtractionReport:
+    """Read a prediction file and analyze its errors: task 'classification' or 'extraction'. Its figure is
+    campaign.plots.confusion (fields for extraction) of the result's to_dict().
 
     Raises:
         InputError: unreadable or malformed predictions, an unknown task, options that do not fit the task.
@@ -226,12 +226,7 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
         rep = analyze_extraction(preds, schema=schema, required=required, slice_by=slice_by,
                                  review_sheet=review_sheet, per_cell=per_cell, correct_per_cell=correct_per_cell,
                                  taxonomy=taxonomy, seed=seed)
-    if plot is None:
-        return rep
-    from .plots import plot_confusion, plot_fields
-
-    drawn = plot_confusion(rep, plot) if isinstance(rep, ClassificationReport) else plot_fields(rep, plot)
-    return replace(rep, plot=str(drawn))
+    return rep
 
 
 

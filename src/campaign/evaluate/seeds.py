@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import Check
@@ -195,7 +195,7 @@ class SeedsReport(Result):
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
-    plot: str | None = None         # the dispersion plot written, when asked for
+    plot: str | None = None         # the dispersion plot written by the CLI's --plot (campaign.plots)
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -331,9 +331,9 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
                   score_field: str = "score", min_effect: float = 0.0, confidence: float = 0.95,
                   alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
                   seed: int = 0, variant_field: str = "variant", seed_field: str = "seed",
-                  id_field: str = "id", plot: str | os.PathLike[str] | None = None) -> SeedsReport:
-    """Read a results file (variant, seed, metric) and compare two variants paired by seed; with `plot`, also
-    write the dispersion plot there (.png, .svg or .pdf).
+                  id_field: str = "id") -> SeedsReport:
+    """Read a results file (variant, seed, metric) and compare two variants paired by seed. Its figure is
+    campaign.plots.seeds of the result's to_dict().
 
     Args:
         metric, variant_field, seed_field: the columns of the results file (and, with id_field and score_field,
@@ -352,14 +352,9 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
         if not higher_is_better:
             ex = -ex
         source["examples"] = {"path": str(examples), "examples": n_ex}
-    rep = compare_paired(a, b, seeds=seeds, baseline=base, candidate=cand, metric=metric, min_effect=min_effect,
+    return compare_paired(a, b, seeds=seeds, baseline=base, candidate=cand, metric=metric, min_effect=min_effect,
                          confidence=confidence, alternative=alternative, higher_is_better=higher_is_better,
                          n_resamples=n_resamples, seed=seed, example_diffs=ex, source=source)
-    if plot is None:
-        return rep
-    from .plots import plot_seeds
-
-    return replace(rep, plot=str(plot_seeds(rep, plot)))
 
 
 __all__ = ["SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds", "pair_seeds",

@@ -17,6 +17,7 @@ from ..track.records import SavedRecord, load_records
 
 SCHEMA = "campaign.report/1"
 GiB = 2**30
+CONFUSION_LABELS = 30   # a confusion matrix of more labels is not drawn in the report (its table says enough)
 QUESTIONS = (
     (1, "My model has never run. Where do I start?",
      ("campaign.memory", "campaign.measurement", "campaign.explain", "campaign.kv")),
@@ -75,7 +76,7 @@ def _checks(checks: Any) -> str:
 
 # -- one block per kind of record ---------------------------------------------------------------------------------
 def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import card_fit, memory_phases
+    from ..plots import card_fit, memory_phases, svg as draw
 
     how = "traced (fake tensors)" if d.get("method") == "traced" else "estimated (formula)"
     w = d.get("workload") or {}
@@ -86,14 +87,14 @@ def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
                     _gib(d.get("peak_allocated_bytes")), _gib(d.get("device_bytes")), _gib(d.get("required_bytes"))]])
     if fits:
         body += f"<p>cards: {_e('; '.join(fits))}</p>"
-    svg = memory_phases(d, f"{d.get('model')}: memory per phase, {how}")
-    fit = card_fit(d, f"{d.get('model')}: the cards against the {how.split(' ')[0]} total")
+    svg = draw(memory_phases(d, f"{d.get('model')}: memory per phase, {how}"))
+    fit = draw(card_fit(d, f"{d.get('model')}: the cards against the {how.split(' ')[0]} total"))
     return (f"memory of {d.get('model')}, {how}",
             body + _figure(svg, f"{how}, {r.created}") + _figure(fit, f"card fit, {how}, {r.created}"))
 
 
 def _measurement(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import measured_phases
+    from ..plots import measured_phases, svg as draw
 
     env = d.get("environment") or {}
     rows = [[p.get("name"), _gib(p.get("peak_allocated_bytes")), _gib(p.get("peak_reserved_bytes")),
@@ -101,7 +102,7 @@ def _measurement(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     body = _table(["phase", "peak allocated", "peak reserved", "device"], rows)
     where = f"{env.get('device_name', '?')} ({env.get('device', '?')})"
     return (f"measured on {where}",
-            body + _figure(measured_phases(d, f"measured on {where}"), f"measured, {r.created}"))
+            body + _figure(draw(measured_phases(d, f"measured on {where}")), f"measured, {r.created}"))
 
 
 def _name(source: Any) -> str:
@@ -129,24 +130,26 @@ def _count(v: Any) -> Any:
 
 
 def _errors(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import confusion
+    from ..plots import confusion, svg as draw
 
     averages = {k: v.get("f1") if isinstance(v, dict) else v for k, v in (d.get("averages") or {}).items()}
     body = _table(["examples", "errors", "accuracy", *[f"{k} F1" for k in averages]],
                   [[d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
                     *[_number(v) for v in averages.values()]]])
-    return (f"errors of {_name(d.get('source'))}",
-            body + _figure(confusion(d, "confusion matrix (counted)"), f"counted, {r.created}"))
+    labels = d.get("labels") if isinstance(d.get("labels"), list) else []
+    svg = draw(confusion(d, "confusion matrix (counted)")) if len(labels) <= CONFUSION_LABELS else ""
+    return f"errors of {_name(d.get('source'))}", body + _figure(svg, f"counted, {r.created}")
 
 
 def _seeds(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import seeds
+    from ..plots import seeds, svg as draw
 
     body = _table(["metric", "seeds", "mean difference", "interval", "verdict"],
                   [[d.get("metric"), d.get("n_seeds"), _number(d.get("mean_diff")),
                     f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", d.get("verdict")]])
     return (f"{d.get('candidate')} vs {d.get('baseline')} over seeds",
-            body + _figure(seeds(d, "per-seed differences and the useful-effect band"), f"measured, {r.created}"))
+            body + _figure(draw(seeds(d, "per-seed differences and the useful-effect band")),
+                           f"measured, {r.created}"))
 
 
 def record_status(d: dict[str, Any]) -> str | None:
@@ -181,19 +184,19 @@ def _regress(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
 
 
 def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import gantt
+    from ..plots import gantt, svg as draw
 
     rows = [[p.get("name"), p.get("card"), p.get("cards"), _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
              _usd(p.get("cost_cents")), "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
             for p in d.get("packages") or [] if isinstance(p, dict)]
     body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))} — {_e(d.get('why', ''))}"
             "</p>" + _table(["rental", "card", "cards", "hours", "critical path", "cost", "fits", "slack h"], rows))
-    svg = gantt(d.get("schedule") or {}, f"schedule on the recommended rental ({d.get('recommended')})")
+    svg = draw(gantt(d.get("schedule") or {}, f"schedule on the recommended rental ({d.get('recommended')})"))
     return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, {r.created}")
 
 
 def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    from .figures import quant_tradeoff
+    from ..plots import quant, svg as draw
 
     rows = [[v.get("name"), _number((v.get("weight_bytes_stored") or 0) / 2**20), _number(v.get("quality")),
              _number(v.get("delta")) if v.get("delta") is not None else "-", v.get("smallest_card") or "-",
@@ -202,7 +205,7 @@ def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
                    "status"], rows)
     where = f"{d.get('device_name') or d.get('device')}"
     return (f"quantization of {d.get('model')} on {where}",
-            body + _figure(quant_tradeoff(d, "memory against quality (measured)"), f"measured, {r.created}"))
+            body + _figure(draw(quant(d, "memory against quality (measured)")), f"measured, {r.created}"))
 
 
 def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
@@ -228,7 +231,7 @@ def _workload(w: Any) -> str:
 
 
 def _memory_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    from .figures import histogram
+    from ..plots import histogram, svg as draw
 
     by_verdict: dict[str, list[float]] = {}
     cards: dict[str, float] = {}
@@ -246,14 +249,14 @@ def _memory_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str
         for f in fits:
             if isinstance(f.get("memory_bytes"), int) and len(cards) < 8:
                 cards.setdefault(str(f.get("card")), f["memory_bytes"] / GiB)
-    svg = histogram(by_verdict, "GiB required, with the reserve (lines: the cards' memory)",
-                    f"{len(rs):,} memory estimates: what each requires", lines=cards)
+    svg = draw(histogram(by_verdict, "GiB required, with the reserve (lines: the cards' memory)",
+                         f"{len(rs):,} memory estimates: what each requires", lines=cards))
     return (["model", "workload", "how", "peak phase", "peak allocated", "required (with reserve)", "cards",
              "recorded", "file"], rows, svg)
 
 
 def _measurement_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    from .figures import histogram
+    from ..plots import histogram, svg as draw
 
     rows, peaks = [], []
     for r in rs:
@@ -266,12 +269,12 @@ def _measurement_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]]
                                                             default=None)), _gib(peak), r.created, Path(r.path).name])
         if isinstance(peak, (int, float)):
             peaks.append(peak / GiB)
-    svg = histogram({"measured": peaks}, "GiB, peak reserved over the phases", f"{len(rs):,} measurements")
+    svg = draw(histogram({"measured": peaks}, "GiB, peak reserved over the phases", f"{len(rs):,} measurements"))
     return ["model", "workload", "device", "peak allocated", "peak reserved", "recorded", "file"], rows, svg
 
 
 def _errors_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    from .figures import histogram
+    from ..plots import histogram, svg as draw
 
     rows, accuracy = [], []
     for r in rs:
@@ -282,12 +285,12 @@ def _errors_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str
                      _number(macro.get("f1") if isinstance(macro, dict) else macro), r.created, Path(r.path).name])
         if isinstance(d.get("accuracy"), (int, float)):
             accuracy.append(d["accuracy"])
-    svg = histogram({"accuracy": accuracy}, "accuracy (counted)", f"{len(rs):,} error analyses")
+    svg = draw(histogram({"accuracy": accuracy}, "accuracy (counted)", f"{len(rs):,} error analyses"))
     return ["predictions", "examples", "errors", "accuracy", "macro F1", "recorded", "file"], rows, svg
 
 
 def _seeds_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    from .figures import histogram
+    from ..plots import histogram, svg as draw
 
     rows, by_verdict, effects = [], {}, set()
     for r in rs:
@@ -300,14 +303,14 @@ def _seeds_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]
             by_verdict.setdefault(str(d.get("verdict")), []).append(d["mean_diff"])
             effects.add(d.get("min_effect"))
     band = effects.pop() if len(effects) == 1 and isinstance(next(iter(effects)), (int, float)) else None
-    svg = histogram(by_verdict, "mean difference, candidate - baseline (grey: not a useful effect)",
-                    f"{len(rs):,} seed comparisons, by verdict", band=band or None)
+    svg = draw(histogram(by_verdict, "mean difference, candidate - baseline (grey: not a useful effect)",
+                         f"{len(rs):,} seed comparisons, by verdict", band=band or None))
     return (["results", "compared", "metric", "seeds", "mean difference", "interval", "verdict", "recorded", "file"],
             rows, svg)
 
 
 def _regress_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    from .figures import histogram
+    from ..plots import histogram, svg as draw
 
     rows, by_passed = [], {}
     for r in rs:
@@ -321,7 +324,8 @@ def _regress_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], st
         before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
         if isinstance(before, (int, float)) and isinstance(after, (int, float)):
             by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(after - before)
-    svg = histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed")
+    svg = draw(histogram(by_passed, "accuracy, candidate - baseline",
+                         f"{len(rs):,} regressions, by whether they passed"))
     return (["candidate", "baseline", "examples", "accuracy before", "after", "right to wrong", "wrong to right",
              "guards", "status", "recorded", "file"], rows, svg)
 
@@ -423,11 +427,11 @@ def _sources(by_kind: dict[str, list[SavedRecord]]) -> dict[tuple[Any, ...], lis
 def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ...], str]]:
     """For each model and workload recorded from two or more sources (estimated, traced, measured), one picture of
     each phase's peak allocated side by side."""
-    from .figures import side_by_side
+    from ..plots import side_by_side, svg as draw
 
     out = []
     for key, series in _sources(by_kind).items():
-        svg = side_by_side(series, f"{key[0]}: {key[1]} {key[2]} batch {key[3]} x {key[4]}, peak per phase")
+        svg = draw(side_by_side(series, f"{key[0]}: {key[1]} {key[2]} batch {key[3]} x {key[4]}, peak per phase"))
         if svg:
             out.append((tuple(label for label, _ in series),
                         f"<h3>{_e(key[0])}: {_e(', '.join(label for label, _ in series))}, side by side</h3>"
@@ -438,7 +442,7 @@ def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ..
 def _compared_summary(groups: dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]]) -> str:
     """More than ONE_EACH workloads from several sources: one table of their peaks and one picture of every
     source's peak against the first's (the estimate)."""
-    from .figures import against
+    from ..plots import against, svg as draw
 
     pairs: dict[str, list[tuple[float, float]]] = {}
     rows = []
@@ -449,8 +453,8 @@ def _compared_summary(groups: dict[tuple[Any, ...], list[tuple[str, dict[str, fl
                                                                                          peak / GiB))
         rows.append([key[0], _workload({"mode": key[1], "method": key[2], "batch": key[3], "seq_len": key[4],
                                         "dtype": key[5]}), "; ".join(f"{label}: {_gib(p)}" for label, p in peaks)])
-    svg = against(pairs, "GiB, highest phase peak: the first source (estimated or traced)",
-                  "GiB, highest phase peak: the other source", f"{len(groups):,} workloads from several sources")
+    svg = draw(against(pairs, "GiB, highest phase peak: the first source (estimated or traced)",
+                       "GiB, highest phase peak: the other source", f"{len(groups):,} workloads from several sources"))
     return (f"<h3>{len(groups):,} workloads recorded from several sources, side by side</h3>"
             + _figure(svg, "each dot: one workload's highest phase peak; on the line, the sources agree")
             + _table(["model", "workload", "highest phase peak by source"], rows))
@@ -468,7 +472,7 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
     import datetime as dt
 
     from ..track.store import list_runs
-    from .figures import runs_over_time
+    from ..plots import runs_over_time, svg as draw
 
     say = progress or (lambda _phase: None)
     records = load_records(root, progress=say)
@@ -520,8 +524,8 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
         if number == 3 and runs:
             say(f"runs: {len(runs):,}")
             rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.reason] for x in runs]
-            svg = runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision, "name": x.name}
-                                  for x in runs])
+            svg = draw(runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision,
+                                        "name": x.name} for x in runs]))
             figures += bool(svg)
             blocks.append("<h3>runs</h3>" + _table(["id", "status", "decision", "baseline", "reason"], rows)
                           + _figure(svg, "recorded by campaign run"))

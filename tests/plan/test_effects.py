@@ -165,6 +165,11 @@ def test_an_unreplicated_two_level_design_is_analysed_with_lenths_pse(tmp_path):
     active = {e.effect for e in rep.effects if e.p_value < 0.05}
     assert active == {"A", "C", "D", "AC", "AD"}
     assert any("Lenth's pseudo standard error (PSE 2.625 on 15 effects" in n for n in rep.notes)
+    # the half-normal plot's points: the largest, A (21.625), at Phi^-1(0.5 + 0.5 x 14.5 / 15) = 2.128
+    top = rep.half_normal[-1]
+    assert (top.effect, top.abs_estimate) == ("A", 21.625) and top.quantile == pytest.approx(
+        stats.norm.ppf(0.5 + 0.5 * 14.5 / 15)) and top.quantile == pytest.approx(2.128, abs=1e-3)
+    assert [p.effect for p in rep.half_normal[-5:]] == ["C", "D", "AD", "AC", "A"]
 
 
 def test_a_missing_run_names_its_cell(tmp_path):

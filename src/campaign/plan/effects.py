@@ -52,6 +52,16 @@ class Effect(Record):
 
 
 @dataclass(frozen=True)
+class HalfNormalPoint(Record):
+    """One effect on a half-normal plot: |estimate| against the half-normal quantile of its rank (Daniel 1959):
+    inactive effects lie on a line through the origin, active ones above it."""
+
+    effect: str
+    abs_estimate: float
+    quantile: float
+
+
+@dataclass(frozen=True)
 class Comparison(Record):
     """One cell against the control: the improvement (cell - control, or control - cell for a lower-is-better
     metric), its interval, the raw and Holm-adjusted p-values and the verdict against min_effect."""
@@ -91,6 +101,7 @@ class AblationAnalysis(Information):
     error_method: str = "pooled"        # pooled (the spread between seeds) | lenth (unreplicated) | none
     pse: float | None = None            # Lenth's pseudo standard error (unreplicated two-level designs)
     missing: tuple[str, ...] = ()       # cells (Yates labels) the design has but the results lack
+    half_normal: tuple[HalfNormalPoint, ...] = ()   # the effects' half-normal plot, for an unreplicated design
     schema: str = SCHEMA
 
 
@@ -245,7 +256,17 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
                      "what you act on")
     return AblationAnalysis(source, digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
                             s2, df, confidence, tuple(comparisons), correction, min_effect, higher_is_better,
-                            tuple(notes), method, pse, missing)
+                            tuple(notes), method, pse, missing,
+                            half_normal_points(effects, st) if method == "lenth" else ())
+
+
+def half_normal_points(effects: list[Effect], st: Any) -> tuple[HalfNormalPoint, ...]:
+    """The m effects by |estimate|, the i-th (1-based) at the half-normal quantile Phi^-1(0.5 + 0.5 (i - 0.5) / m)
+    (Montgomery, section 6.5)."""
+    ranked = sorted(effects, key=lambda e: abs(e.estimate))
+    m = len(ranked)
+    return tuple(HalfNormalPoint(e.effect, abs(e.estimate), float(st.norm.ppf(0.5 + 0.5 * (i - 0.5) / m)))
+                 for i, e in enumerate(ranked, start=1))
 
 
 def lenth(effects: list[Effect], confidence: float, st: Any) -> tuple[list[Effect], float]:

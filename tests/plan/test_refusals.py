@@ -136,3 +136,13 @@ def test_work_too_large_to_schedule_is_one_line(write_yaml, cli):
     r = cli("bench", str(write_yaml("metric: f1\ntarget: 1\nconfigurations: [{name: c, card: h100, runs: "
                                     "[{seed: 0, hours_to_target: 1.0e+300}]}]\n", "d.yaml")))
     assert r.code == 2 and r.err.count("\n") == 1 and "'hours_to_target' is 1e+300" in r.err, r.err
+
+
+def test_refusals_from_deeper_name_the_file(write_yaml, cli):
+    plan = {"name": "t", "phases": [{"name": "a", "estimate": {"model": "llama-3.1-8b", "tokens": 10,
+                                                               "optimizer": "adam"}}]}
+    r = cli("budget", str(write_yaml(plan)))
+    assert r.code == 2 and "plan.yaml: phase 'a': estimate: optimizer 'adam' is unknown" in r.err, r.err
+    three = {"hours_per_run": 1, "design": "pb", "factors": [{"name": "a", "levels": [0, 1, 2]}]}
+    r = cli("ablate", "plan", str(write_yaml(three, "f.yaml")))
+    assert r.code == 2 and "f.yaml: a Plackett-Burman design needs two levels per factor" in r.err, r.err

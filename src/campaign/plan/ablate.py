@@ -561,6 +561,12 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
             raise InputError(f"{ff.path}: a 2^(k-p) fraction with p = {p or len(ff.generators)} has a defining "
                              f"relation of more than {MAX_CELLS:,} words; use at most 12 generators, or ofat")
         s = MIN_SEEDS if min_seeds and ff.seeds is None else _seeds_for(n_cells, paired, ff.seeds, kind)
+        try:
+            return _design(kind, factors, s, p)
+        except InputError as err:               # name the factors file the design was asked in
+            raise InputError(f"{ff.path}: {err}") from None
+
+    def _design(kind: str, factors: tuple[Factor, ...], s: int, p: int | None) -> Design:
         if kind == "ofat":
             return ofat(factors, s, hours, hourly)
         if kind == "full":

@@ -227,6 +227,8 @@ def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU, others: tuple[
                 workload = make_workload(mode=e.str("mode", "train"), gpus=p.cards, **options)
             except TypeError as err:
                 e.fail(f"a field has the wrong type ({err})")
+            except InputError as err:          # campaign memory's refusal, said where the plan gives the field
+                e.fail(str(err))
             tokens = e.count("tokens", minimum=1, maximum=10**16)
             est = replace(estimate_runtime(e.str("model"), workload, tokens=tokens, card=target.name, mfu=mfu),
                           phase=p.name)

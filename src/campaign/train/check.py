@@ -2,11 +2,14 @@
 model, optimizer and batches (question 3 of the guide).
 
 - step.*: one complete update (forward, backward, optimizer step) measured phase by phase with the memory protocol
-  (MemoryMeter); the loss finite and near ln(classes) at initialization; gradients finite.
-- params.*: every parameter meant to train received a gradient, is held by the optimizer and changed; every other
-  one is untouched; what trains is what the setup declares.
-- batch.independent: one row's output does not depend on another row's input.
-- step.overfit: a few updates on one batch bring its loss down.
+  (MemoryMeter); the loss finite (a non-finite one is the only failure: nothing after it is run) and near
+  ln(classes) at initialization (about positions x ln(classes): a summed loss, a failure); gradients finite; the
+  scheduler steps the optimizer that updates the model.
+- params.*: every parameter meant to train received a gradient, is held by the optimizer and changed (every one at
+  learning rate 0 for the checked update: not verified); every other one is untouched; what trains is what the
+  setup declares (peft's wrapped names match the model's own; a pattern that matches nothing is bad input).
+- batch.independent: one row's output does not depend on another row's input, on any model (train/step.py).
+- step.overfit: a few updates on one batch bring its loss down to the target; a steady fall short of it warns.
 - resume.*: a checkpoint written after one update, reloaded in a fresh process, gives the uninterrupted run's next
   step (train/resume.py).
 - adapter.*: for a peft model, the trainable count LoRA's shapes plan, the adapter saved with its binding to the

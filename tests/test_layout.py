@@ -97,7 +97,6 @@ def test_no_import_circle_and_nothing_imports_the_cli():
 CIRCLES_LEFT = {
     ("campaign.evaluate.analysis", "campaign.evaluate.plots"): "evaluate: a figure drawn by the analysis (plots)",
     ("campaign.evaluate.seeds", "campaign.evaluate.plots"): "evaluate: a figure drawn by the analysis (plots)",
-    ("campaign.train.inspect", "campaign.train.inspect_checks"): "train: _Context and _Stats (train)",
     ("campaign.plan.billing", "campaign.plan.prices"): "plan: billing and prices (plan)",
     ("campaign.cli.guide", "campaign.cli"): "cli: guide reads the app it is registered in (cli)",
 }

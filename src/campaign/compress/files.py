@@ -1,4 +1,4 @@
-"""The files `campaign quant` writes: the table as CSV (--csv) and memory against quality as a figure (--plot)."""
+"""The table `campaign quant --csv` writes: one row per variant (its figure, --plot, is campaign.plots.quant)."""
 from __future__ import annotations
 
 import csv
@@ -33,26 +33,3 @@ def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
 
 def _cell(x: Any, fmt: str = "") -> str:
     return "" if x is None else format(x, fmt)
-
-
-def plot_quant(report: QuantReport, path: str | os.PathLike[str]) -> Path:
-    """Memory (stored weight bytes) against quality, one point per variant, flagged ones in red."""
-    from ..evaluate.plots import _check_path, _figure, _save
-
-    p = _check_path(path)
-    fig = _figure(6.4, 4.2)
-    ax = fig.add_subplot()
-    unit, div = ("GiB", 2 ** 30) if max(v.weight_bytes_stored for v in report.variants) >= 2 ** 30 else ("MiB", 2 ** 20)
-    for v in report.variants:
-        colour = "tab:red" if v.flagged else ("tab:gray" if v.status == "reference" else "tab:blue")
-        x = v.weight_bytes_stored / div
-        ax.scatter([x], [v.quality], color=colour, zorder=3)
-        ax.annotate(v.name + (" (flagged)" if v.flagged else ""), (x, v.quality), textcoords="offset points",
-                    xytext=(5, 4), fontsize=9)
-    ax.margins(x=0.2, y=0.2)
-    ax.set_xlabel(f"weights stored ({unit})")
-    ax.set_ylabel("perplexity (lower is better)" if report.metric == "perplexity" else f"{report.metric} accuracy")
-    ax.set_title(f"{report.model}: memory against quality\n{report.evaluation.examples} examples, reference "
-                 f"{report.reference}, on {report.device}", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    return _save(fig, p)

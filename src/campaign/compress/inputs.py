@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..evaluate.regress import parse_guard
 from ..memory.dtypes import parse_dtype
 from ..plan.prices import load_prices
+from ..plots.canvas import check_path
 from ..train.setup import writable_file
 from .formats import BUILT, REFERENCES, Format, machine, parse_format, refusal
 
@@ -114,9 +115,7 @@ def check_outputs(*, csv: str | os.PathLike[str] | None = None, plot: str | os.P
         InputError: one line naming the file.
     """
     if plot is not None:
-        from ..evaluate.plots import _check_path
-
-        _check_path(plot)
+        check_path(plot)
     for what, path in (("--csv", csv), ("--plot", plot)):
         if path is not None:
             writable_file(path, what)

@@ -18,83 +18,20 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from ..models.spec import ModelSpec
 from .activations import FP32, layer_saved
 from .allocator import CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
-from .dtypes import ELEMENT_BYTES, QUANTIZED
-from .states import is_router, lora_groups, state_bytes_per_element
+from .dtypes import ELEMENT_BYTES
+from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_weights, split_bytes
+from .states import lora_groups, state_bytes_per_element
 from .workload import Workload
 
 
-@dataclass(frozen=True)
-class Overhead:
-    """The replay's result: its own peak allocated and peak reserved, and their difference (the overhead)."""
-
-    bytes: int
-    peak_allocated: int
-    peak_reserved: int
-    segments: int
-    released: int = 0  # bytes of cached segments released to stay within the limit (0: none, or no limit)
-    release_above: int = 0  # a limit at or above it releases nothing: the replay under it is this one
-
-
-class _Replay:
-    """A caching allocator with handles: alloc(size) -> handle, free(handle, ...)."""
-
-    def __init__(self, expandable: bool, limit: int | None = None) -> None:
-        self.a = CachingAllocator(expandable=expandable, limit=limit)
-        self._take = self.a.take
-        self._give = self.a.give
-
-    def alloc(self, size: int | float) -> list | None:
-        return self._take(int(size)) if size >= 1 else None
-
-    def free(self, *handles: list | None) -> None:
-        give = self._give
-        for handle in handles:
-            if handle is not None:
-                give(handle)
-
-
-def _split(total: int, numels: list[int]) -> Iterator[int]:
-    """`total` bytes over tensors in proportion to their element counts."""
-    n = sum(numels)
-    if n <= 0 or total <= 0:
-        return iter(())
-    return (total * k // n for k in numels)
-
-
-def _per_layer(spec: ModelSpec, groups: list) -> tuple[list[list[int]], list[int]]:
-    """Tensor element counts of `groups`, per transformer block (in order) and outside the blocks."""
-    L = max(1, spec.num_layers)
-    layers: list[list[int]] = [[] for _ in range(L)]
-    rest: list[int] = []
-    for g in groups:
-        numel = g.numel
-        if g.in_blocks and g.count % L == 0:
-            per = g.count // L
-            tensors = [numel * per] if g.expert else [numel] * per
-            for layer in layers:  # routed experts: one stacked tensor per layer (transformers' grouped experts)
-                layer.extend(tensors)
-        elif g.expert and spec.moe is not None and g.count % spec.moe.num_experts == 0:
-            rest.extend([numel * spec.moe.num_experts] * (g.count // spec.moe.num_experts))  # stacked per layer
-        else:
-            rest.extend([numel] * g.count)
-    return layers, rest
-
-
-def _numels(spec: ModelSpec, groups: list) -> list[int]:
-    """Every tensor's element count of `groups` (routed experts stacked per layer)."""
-    layers, rest = _per_layer(spec, groups)
-    return [n for layer in layers for n in layer] + rest
-
-
 def _leading(spec: ModelSpec) -> int:
-    """How many of _per_layer's tensors outside the blocks come before the first block (the embeddings): the
+    """How many of per_layer's tensors outside the blocks come before the first block (the embeddings): the
     groups are in module order, as model.parameters() gives them."""
     L = max(1, spec.num_layers)
     count = 0
@@ -111,7 +48,7 @@ def _leading(spec: ModelSpec) -> int:
 def _trainable_layers(spec: ModelSpec, w: Workload) -> tuple[list[list[int]], list[int]]:
     """Trainable tensors' element counts per block and outside: every parameter (full), or LoRA's A and B."""
     if w.method == "full":
-        return _per_layer(spec, list(spec.groups))
+        return per_layer(spec, list(spec.groups))
     L = max(1, spec.num_layers)
     layers: list[list[int]] = [[] for _ in range(L)]
     rest: list[int] = []
@@ -133,43 +70,6 @@ def _tensors(per_token: float, *widths: float) -> list[float]:
         if width and per_token > width and per_token % width == 0:
             return [width] * int(per_token // width)
     return [per_token]
-
-
-def _item(phases, name: str, category: str | None = None) -> int:
-    for p in phases:
-        for i in p.items:
-            if i.name == name or (category is not None and i.category == category and i.name.startswith(name)):
-                return i.bytes
-    return 0
-
-
-def _load(r: _Replay, spec: ModelSpec, w: Workload, phases) -> None:
-    """Weights as the load phase counts them, tensor by tensor; quantized ones pass through 16-bit."""
-    load = next(p for p in phases if p.name == "load")
-    quantized = [g for g in spec.groups if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks
-                 and not is_router(g)]
-    dense = [g for g in spec.groups if g not in quantized]
-    shards = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
-    for item in load.items:
-        if item.category != "weights":
-            continue
-        if item.name.startswith("weights, ") and quantized:
-            numels = _numels(spec, quantized)
-            meta = _split(_item(phases, "quantization scales/zeros"), numels)
-            for numel, size, extra in zip(numels, _split(item.bytes, numels), meta):
-                tmp = r.alloc(2 * numel // shards)  # loaded in 16-bit, then quantized
-                r.alloc(size)
-                r.alloc(extra)
-                r.free(tmp)
-        elif item.name == "quantization scales/zeros":
-            continue
-        elif item.name == "buffers":
-            r.alloc(item.bytes)
-        else:
-            groups = dense if item.name == "weights kept 16-bit" else list(spec.groups)
-            numels = _numels(spec, groups)
-            for size in _split(item.bytes, numels):
-                r.alloc(size)
 
 
 _SAME_STEP: dict[tuple, tuple[ModelSpec, Overhead]] = {}  # replays by everything they read (training_overhead)
@@ -226,19 +126,19 @@ _PREFIXES: dict[tuple, tuple[ModelSpec, CachingAllocator]] = {}  # the allocator
 _PREFIXES_MAX = 16
 
 
-def _prefix(r: _Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int]) -> None:
+def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int]) -> None:
     """What the step holds before its first forward, whatever the batch and length: the weights, the LoRA
     adapters, DDP's and ZeRO's buckets, the fp32 master weights. No handle is kept: none is freed."""
-    _load(r, spec, w, phases)
-    for size in _split(_item(phases, "LoRA adapter weights (fp32)"), trainable):
+    replay_weights(r, spec, w, phases)
+    for size in split_bytes(item_bytes(phases, "LoRA adapter weights (fp32)"), trainable):
         r.alloc(size)
-    buckets = _item(phases, "DDP gradient buckets")
+    buckets = item_bytes(phases, "DDP gradient buckets")
     while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
         r.alloc(min(buckets, DDP_BUCKET_CAP))
         buckets -= DDP_BUCKET_CAP
     for name in _BUCKETS:
-        r.alloc(_item(phases, name))
-    for size in _split(_item(phases, "fp32 master weights"), trainable):
+        r.alloc(item_bytes(phases, name))
+    for size in split_bytes(item_bytes(phases, "fp32 master weights"), trainable):
         r.alloc(size)
 
 
@@ -246,17 +146,17 @@ _BUCKETS = ("ZeRO reduce bucket", "ZeRO all-gather bucket", "ZeRO-3 prefetch buc
 
 
 def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
-                  limit: int | None) -> _Replay:
+                  limit: int | None) -> Replay:
     """A replay past _prefix. The allocator after it is kept per model and workload (the batch and the length
     aside: _prefix reads neither) and forked for each probe of a card solve; under a limit below its peak
     reserved, the prefix is replayed afresh (it may release segments there)."""
     if expandable:
-        r = _Replay(expandable, limit)
+        r = Replay(expandable, limit)
         _prefix(r, spec, w, phases, trainable)
         return r
     load = next(p for p in phases if p.name == "load")
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
-    key = (id(spec), others, load, tuple(_item(phases, name) for name in (
+    key = (id(spec), others, load, tuple(item_bytes(phases, name) for name in (
         "LoRA adapter weights (fp32)", "DDP gradient buckets", *_BUCKETS, "fp32 master weights")))
     try:
         spec_found, kept = _PREFIXES.get(key, (None, None))
@@ -264,7 +164,7 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
         spec_found = kept = None
         key = None
     if spec_found is not spec or kept is None:
-        r = _Replay(expandable, None)
+        r = Replay(expandable, None)
         _prefix(r, spec, w, phases, trainable)
         kept = r.a
         if key is not None:
@@ -272,10 +172,10 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
                 _PREFIXES.clear()
             _PREFIXES[key] = (spec, kept)
     if limit is not None and kept.peak_reserved > limit:
-        r = _Replay(expandable, limit)
+        r = Replay(expandable, limit)
         _prefix(r, spec, w, phases, trainable)
         return r
-    r = _Replay(expandable, limit)
+    r = Replay(expandable, limit)
     r.a = kept.fork(limit=limit)
     r._take, r._give = r.a.take, r.a.give
     return r
@@ -293,7 +193,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     inter = spec.intermediate_size
     if spec.moe is not None:
         inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
-    lg = _item(phases, "logits and loss", "logits") if V else 0
+    lg = item_bytes(phases, "logits and loss", "logits") if V else 0
     causal = not spec.encoder
     if not trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
         for _ in range(L):
@@ -304,33 +204,33 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             up = r.alloc(tokens * V * FP32) if causal else None
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up, ls, logits)
-        return _result(r)
+        return overhead_of(r)
     # per layer: the saved tensors of one layer, from activations.layer_saved's terms
     keys_per_token = layer.attention_per_token * w.seq_len
     terms = [tokens * piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * h)] + (
         [tokens * keys_per_token] if keys_per_token else [])
-    acts = _item(phases, "activations", "activations")
+    acts = item_bytes(phases, "activations", "activations")
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
     fwd_extra = [i for p in phases if p.name == "forward" for i in p.items
                  if i.name in ("16-bit working copies (autocast)", "all-gathered parameters")]
-    w_layers, w_rest = _per_layer(spec, list(spec.groups))
+    w_layers, w_rest = per_layer(spec, list(spec.groups))
     extra_bytes = sum(i.bytes for i in fwd_extra)
-    extra_sizes = list(_split(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
+    extra_sizes = list(split_bytes(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
     extra_layers, pos = [], 0
     for wl in w_layers:
         extra_layers.append(extra_sizes[pos:pos + len(wl)])
         pos += len(wl)
     extra_rest = extra_sizes[pos:]
-    grads_total = _item(phases, "gradients", "gradients")
-    states_total = _item(phases, "optimizer states", "optimizer")
-    step_tmp = _item(phases, "optimizer temporaries", "temporaries")
-    grad_sizes = list(_split(grads_total, trainable))
+    grads_total = item_bytes(phases, "gradients", "gradients")
+    states_total = item_bytes(phases, "optimizer states", "optimizer")
+    step_tmp = item_bytes(phases, "optimizer temporaries", "temporaries")
+    grad_sizes = list(split_bytes(grads_total, trainable))
     k = 1 if w.optimizer == "sgd" else 2
     # the optimizer makes its states in parameter order: the tensors before the blocks (embeddings) come first
     lead = _leading(spec) if w.method == "full" else 0
     in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
-    state_sizes = [s for s in _split(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
+    state_sizes = [s for s in split_bytes(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
     grads_by_layer: list[list[int]] = []
     pos = 0
     for tl in t_layers:
@@ -396,7 +296,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
                 take(size)
         last = step == 1  # frees after the last allocation change no peak: not replayed
         if step_tmp and w.optimizer_impl == "foreach":
-            temporaries = [take(s) for s in _split(step_tmp, in_order) if s >= 1]
+            temporaries = [take(s) for s in split_bytes(step_tmp, in_order) if s >= 1]
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
@@ -404,13 +304,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
                 r.free(r.alloc(numel * state_bytes_per_element(w)))
         if not last and not w.grads_kept:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
-    return _result(r)
-
-
-def _result(r: _Replay) -> Overhead:
-    a = r.a
-    return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments,
-                    a.released, a.release_above)
+    return overhead_of(r)
 
 
 def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
@@ -425,15 +319,15 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     peak = max(p.bytes for p in phases)
     if w.kv_cache == "dynamic":
         limit = peak if limit is None else min(peak, limit)
-    r = _Replay(expandable, limit=limit)
-    _load(r, spec, w, phases)
+    r = Replay(expandable, limit=limit)
+    replay_weights(r, spec, w, phases)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
     h, V = spec.hidden_size, spec.vocab_size
     inter = spec.intermediate_size
     if spec.moe is not None:
         inter = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token, spec.moe.shared_intermediate_size)
-    kv = _item(phases, "KV cache", "kv")
+    kv = item_bytes(phases, "KV cache", "kv")
     dynamic = w.kv_cache == "dynamic"
     generated = (w.new_tokens or 1) if dynamic else 1
     prompt = max(1, w.seq_len - generated) if dynamic else w.seq_len
@@ -462,9 +356,9 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     if spec.encoder:
         for index in range(L):
             layer_pass(w.batch * w.seq_len, index)
-        lg = _item(phases, "scores over the vocabulary", "logits")
+        lg = item_bytes(phases, "scores over the vocabulary", "logits")
         r.free(r.alloc(lg))
-        return _result(r)
+        return overhead_of(r)
     chunk = max(w.batch, min(w.batch * prompt, w.prefill_chunk) // w.batch * w.batch)
     done, before = 0, None
     while done < w.batch * prompt:
@@ -486,4 +380,4 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
             layer_pass(w.batch * tokens, index)
         r.free(r.alloc(w.batch * V * c), r.alloc(w.batch * V * FP32))
         left -= tokens
-    return _result(r)
+    return overhead_of(r)

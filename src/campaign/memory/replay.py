@@ -1,0 +1,119 @@
+"""The allocator replay's machinery, shared by the training and the inference replays (memory/reserved.py): a caching
+allocator with handles, the estimate's items split into the tensors they are made of, and the weights loaded
+tensor by tensor as the load phase counts them."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..models.spec import ModelSpec
+from .allocator import CachingAllocator
+from .dtypes import QUANTIZED
+from .states import is_router
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The replay's result: its own peak allocated and peak reserved, and their difference (the overhead)."""
+
+    bytes: int
+    peak_allocated: int
+    peak_reserved: int
+    segments: int
+    released: int = 0  # bytes of cached segments released to stay within the limit (0: none, or no limit)
+    release_above: int = 0  # a limit at or above it releases nothing: the replay under it is this one
+
+
+class Replay:
+    """A caching allocator with handles: alloc(size) -> handle, free(handle, ...)."""
+
+    def __init__(self, expandable: bool, limit: int | None = None) -> None:
+        self.a = CachingAllocator(expandable=expandable, limit=limit)
+        self._take = self.a.take
+        self._give = self.a.give
+
+    def alloc(self, size: int | float) -> list | None:
+        return self._take(int(size)) if size >= 1 else None
+
+    def free(self, *handles: list | None) -> None:
+        give = self._give
+        for handle in handles:
+            if handle is not None:
+                give(handle)
+
+
+def split_bytes(total: int, numels: list[int]) -> Iterator[int]:
+    """`total` bytes over tensors in proportion to their element counts."""
+    n = sum(numels)
+    if n <= 0 or total <= 0:
+        return iter(())
+    return (total * k // n for k in numels)
+
+
+def per_layer(spec: ModelSpec, groups: list) -> tuple[list[list[int]], list[int]]:
+    """Tensor element counts of `groups`, per transformer block (in order) and outside the blocks."""
+    L = max(1, spec.num_layers)
+    layers: list[list[int]] = [[] for _ in range(L)]
+    rest: list[int] = []
+    for g in groups:
+        numel = g.numel
+        if g.in_blocks and g.count % L == 0:
+            per = g.count // L
+            tensors = [numel * per] if g.expert else [numel] * per
+            for layer in layers:  # routed experts: one stacked tensor per layer (transformers' grouped experts)
+                layer.extend(tensors)
+        elif g.expert and spec.moe is not None and g.count % spec.moe.num_experts == 0:
+            rest.extend([numel * spec.moe.num_experts] * (g.count // spec.moe.num_experts))  # stacked per layer
+        else:
+            rest.extend([numel] * g.count)
+    return layers, rest
+
+
+def tensor_numels(spec: ModelSpec, groups: list) -> list[int]:
+    """Every tensor's element count of `groups` (routed experts stacked per layer)."""
+    layers, rest = per_layer(spec, groups)
+    return [n for layer in layers for n in layer] + rest
+
+
+def item_bytes(phases, name: str, category: str | None = None) -> int:
+    for p in phases:
+        for i in p.items:
+            if i.name == name or (category is not None and i.category == category and i.name.startswith(name)):
+                return i.bytes
+    return 0
+
+
+def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases) -> None:
+    """Weights as the load phase counts them, tensor by tensor; quantized ones pass through 16-bit."""
+    load = next(p for p in phases if p.name == "load")
+    quantized = [g for g in spec.groups if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks
+                 and not is_router(g)]
+    dense = [g for g in spec.groups if g not in quantized]
+    shards = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
+    for item in load.items:
+        if item.category != "weights":
+            continue
+        if item.name.startswith("weights, ") and quantized:
+            numels = tensor_numels(spec, quantized)
+            meta = split_bytes(item_bytes(phases, "quantization scales/zeros"), numels)
+            for numel, size, extra in zip(numels, split_bytes(item.bytes, numels), meta):
+                tmp = r.alloc(2 * numel // shards)  # loaded in 16-bit, then quantized
+                r.alloc(size)
+                r.alloc(extra)
+                r.free(tmp)
+        elif item.name == "quantization scales/zeros":
+            continue
+        elif item.name == "buffers":
+            r.alloc(item.bytes)
+        else:
+            groups = dense if item.name == "weights kept 16-bit" else list(spec.groups)
+            numels = tensor_numels(spec, groups)
+            for size in split_bytes(item.bytes, numels):
+                r.alloc(size)
+
+
+def overhead_of(r: Replay) -> Overhead:
+    a = r.a
+    return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments,
+                    a.released, a.release_above)

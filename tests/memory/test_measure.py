@@ -242,7 +242,7 @@ def _measurement(peaks: dict[str, int], device_used: int | None = None, reserved
 MiB = 2**20
 
 
-def _estimate(phases: dict[str, int], reserved: int, device: int, method: str = "formula", **workload):
+def made_estimate(phases: dict[str, int], reserved: int, device: int, method: str = "formula", **workload):
     """An estimate with round figures in MiB: one item per phase, the headline figures given."""
     from campaign.memory.breakdown import Item, MemoryEstimate, Phase
 
@@ -254,7 +254,7 @@ def _estimate(phases: dict[str, int], reserved: int, device: int, method: str = 
                           required_bytes=device * MiB * 11 // 10, reserve_bytes=device * MiB // 10, method=method)
 
 
-def _measured(phases: dict[str, int], reserved: int, device: int, **workload) -> Measurement:
+def made_measurement(phases: dict[str, int], reserved: int, device: int, **workload) -> Measurement:
     env = Environment("cuda", "test card", None, "x", "12.8", None, None, "3", "linux")
     rows = tuple(PhaseMeasurement(n, b * MiB, b * MiB, reserved * MiB, reserved * MiB, device * MiB, 0.1)
                  for n, b in phases.items())
@@ -267,9 +267,9 @@ ESTIMATED = {"load": 1000, "forward": 2000, "backward": 3000, "optimizer step": 
 def test_explain_attributes_the_gap_and_sizes_the_margin_by_hand():
     from campaign import find_card
 
-    analytic = _estimate(ESTIMATED, reserved=3300, device=3800)
+    analytic = made_estimate(ESTIMATED, reserved=3300, device=3800)
     # backward 10% over the estimate; reserved - allocated 400 (estimated 300); context 670 (estimated 500)
-    measured = _measured({**ESTIMATED, "backward": 3300}, reserved=3700, device=4370)
+    measured = made_measurement({**ESTIMATED, "backward": 3300}, reserved=3700, device=4370)
     card = find_card("l4")
     cards = [replace(card, name="exact", memory_bytes=4560 * MiB), replace(card, name="between", memory_bytes=4400 * MiB),
              replace(card, name="small", memory_bytes=4000 * MiB)]
@@ -282,14 +282,14 @@ def test_explain_attributes_the_gap_and_sizes_the_margin_by_hand():
     assert e.planned_device_bytes == 3800 * MiB * 12 // 10          # the estimate x (1 + margin)
     assert [v for _c, _m, v in e.verdicts] == ["fits", "tight", "does not fit"]
     # an excess of exactly 10% is a 10% excess (not 11% from float noise: 3300 / 3000 - 1 = 0.10000000000000009)
-    exact = explain(analytic, _measured({**ESTIMATED, "backward": 3300}, reserved=3600, device=3800))
+    exact = explain(analytic, made_measurement({**ESTIMATED, "backward": 3300}, reserved=3600, device=3800))
     assert exact.margin == 0.15
 
 
 def test_a_trace_splits_the_tensors_gap():
-    analytic = _estimate(ESTIMATED, reserved=3300, device=3800)
-    traced = _estimate({**ESTIMATED, "backward": 3200}, reserved=3450, device=3950, method="traced")
-    e = explain(analytic, _measured({**ESTIMATED, "backward": 3300}, reserved=3700, device=4370), traced=traced)
+    analytic = made_estimate(ESTIMATED, reserved=3300, device=3800)
+    traced = made_estimate({**ESTIMATED, "backward": 3200}, reserved=3450, device=3950, method="traced")
+    e = explain(analytic, made_measurement({**ESTIMATED, "backward": 3300}, reserved=3700, device=4370), traced=traced)
     gaps = {g.name.split(" (")[0]: g.bytes // MiB for g in e.gaps}
     assert gaps["activation model"] == 200 and gaps["workspaces and GPU kernels"] == 100
     assert e.gap_bytes == (4370 - 3800) * MiB
@@ -299,10 +299,10 @@ def test_a_trace_splits_the_tensors_gap():
 def test_explain_refuses_another_workload_and_gives_no_margin_from_a_failed_run():
     from campaign.errors import InputError
 
-    analytic = _estimate(ESTIMATED, reserved=3300, device=3800, batch=64, seq_len=256)
+    analytic = made_estimate(ESTIMATED, reserved=3300, device=3800, batch=64, seq_len=256)
     with pytest.raises(InputError, match="batch 2 vs 64; seq-len 32 vs 256"):
-        explain(analytic, _measured(ESTIMATED, reserved=3300, device=3800, batch=2, seq_len=32))
-    ok = _measured({"load": 1000, "forward": 2000}, reserved=3300, device=3800, batch=64, seq_len=256)
+        explain(analytic, made_measurement(ESTIMATED, reserved=3300, device=3800, batch=2, seq_len=32))
+    ok = made_measurement({"load": 1000, "forward": 2000}, reserved=3300, device=3800, batch=64, seq_len=256)
     failed = Measurement(ok.phases, ok.environment, "t", ok.workload, "failed", "backward", "OutOfMemoryError: CUDA")
     e = explain(analytic, failed)
     assert e.margin is None and e.planned_device_bytes is None and e.verdicts == ()
@@ -434,7 +434,7 @@ def test_phases_do_not_nest_and_sys_exit_0_completes(tmp_path):
 def test_explain_a_script_without_phases_and_refuse_other_records():
     from campaign.errors import InputError
 
-    analytic = _estimate(ESTIMATED, reserved=3300, device=3800)
+    analytic = made_estimate(ESTIMATED, reserved=3300, device=3800)
     env = Environment("cuda", "test card", None, "x", "12.8", None, None, "3", "linux")
     script = Measurement((PhaseMeasurement("script", 500 * MiB, 3150 * MiB, 3500 * MiB, 3500 * MiB, 4000 * MiB,
                                            9.0),), env, label="train.py")
@@ -484,7 +484,7 @@ def test_driver_version_from_the_files_the_drivers_publish(tmp_path):
 
 def test_without_torch_trace_and_measure_name_the_extra(cli, monkeypatch, write_config, tmp_path):
     d = write_config(tiny_llama(), "tiny")
-    m = _measured(ESTIMATED, reserved=3300, device=3800).save(tmp_path / "m.json")
+    m = made_measurement(ESTIMATED, reserved=3300, device=3800).save(tmp_path / "m.json")
     monkeypatch.setitem(sys.modules, "torch", None)  # as if the torch extra were not installed
     for args in (("trace", str(d)), ("measure", str(d), "--device", "cpu"),
                  ("explain", str(d), "--measured", str(m), "--trace")):

@@ -7,30 +7,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+# The workload options of the memory commands are generated from the Workload fields (cli/workload.py); kv's
+# --expandable-segments and quant's --group-size are written here as long as reading those fields imports the
+# memory package (campaign kv --help and quant --help stay light).
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).")]
 Model = Annotated[str, typer.Argument(help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
-Train = Annotated[Optional[bool], typer.Option("--train/--infer", help="Training step (default) or inference.")]
-Method = Annotated[str, typer.Option(help="full | lora | qlora | frozen.")]
-Dtype = Annotated[Optional[str], typer.Option(help="Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq "
-                                               "(default: bf16, nf4 for --method qlora; for inference, a quantized checkpoint's own format).")]
-KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache dtype (default: compute dtype).")]
-DoubleQuant = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="nf4: quantize the absmax scales too (QLoRA; transformers' default is off).")]
 GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
-Batch = Annotated[Optional[int], typer.Option(help="Micro-batch per card (training) or concurrent sequences (inference).")]
-SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per sequence (training).")]
-Context = Annotated[Optional[int], typer.Option(help="Tokens per sequence, prompt + output (inference).")]
-Sequences = Annotated[Optional[int], typer.Option(help="Concurrent sequences (inference; same as --batch).")]
-Optimizer = Annotated[Optional[str], typer.Option(help="adamw | adamw-8bit | adafactor | sgd | none.")]
-OptimizerImpl = Annotated[str, typer.Option("--optimizer-impl", help="foreach (default) | fused | loop: foreach keeps a state-sized temporary in the step.")]
-Mixed = Annotated[bool, typer.Option("--mixed-precision", help="Autocast: 16-bit compute; fp32 master weights, grads and states for what trains.")]
-Ckpt = Annotated[bool, typer.Option("--grad-checkpointing", help="Recompute activations in backward (one tensor kept per layer).")]
-Attention = Annotated[str, typer.Option(help="sdpa (flash-style) | eager (materialized scores).")]
-LoraRank = Annotated[int, typer.Option("--lora-rank", help="LoRA rank r.")]
-LoraTargets = Annotated[str, typer.Option("--lora-targets", help="Comma-separated module names, or all-linear.")]
-Gpus = Annotated[int, typer.Option(help="Number of cards.")]
-Shard = Annotated[str, typer.Option(help="none (DDP) | zero1 | zero2 | zero3 | fsdp | tp (inference).")]
 CardOpt = Annotated[Optional[str], typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
-PrefillChunk = Annotated[int, typer.Option("--prefill-chunk", help="Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context).")]
 Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
 Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="Allocator overhead as a flat share "
                                                       "of the transient tensors (default: the step's tensors replayed "
@@ -39,18 +22,6 @@ Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="A
 ExpandableSegments = Annotated[bool, typer.Option("--expandable-segments", help="PyTorch's allocator with "
                                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, "
                                                   "as PyTorch's): segments grow in pages, little fragmentation.")]
-GradBucketView = Annotated[bool, typer.Option("--grad-as-bucket-view", help="DDP with gradient_as_bucket_view=True: "
-                                              "no gradient-sized bucket copy (default off, as DDP's).")]
-GradsKept = Annotated[bool, typer.Option("--grads-kept", help="zero_grad() without set_to_none (PyTorch's default "
-                                         "before 2.0): gradients stay allocated through forward and backward.")]
-SoftmaxInput = Annotated[bool, typer.Option("--softmax-saves-input", help="PyTorch before 1.11: softmax keeps its input "
-                                            "for backward too (eager attention scores).")]
-BnbInput = Annotated[bool, typer.Option("--bnb-saves-input", help="bitsandbytes before 0.43.2: each 4-bit linear "
-                                        "keeps its input for backward (QLoRA activations).")]
-KvCache = Annotated[str, typer.Option("--kv-cache", help="static (preallocated for the whole context: a static cache, "
-                                      "vLLM) | dynamic (HF generate's DynamicCache, grown by torch.cat).")]
-NewTokens = Annotated[Optional[int], typer.Option("--new-tokens", help="Tokens generated (dynamic cache): the context "
-                                                  "is prompt + new tokens.")]
 CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
                                                     "context and library handles (default 500MiB, assumed).")]
 

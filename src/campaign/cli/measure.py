@@ -7,11 +7,14 @@ from typing import Annotated, Optional
 import typer
 
 from . import common as o
+from .workload import EXPLAIN, MEASURE, WorkloadOptions, workload_command
 
 
 def register(app: typer.Typer) -> None:
-    app.command("measure", epilog="Example: campaign measure llama-3.2-1b --batch 4 --seq-len 1024 --out measured.json")(measure)
-    app.command("explain", epilog="Example: campaign explain llama-3.2-1b --batch 4 --seq-len 1024 --measured measured.json --trace")(explain)
+    app.command("measure", epilog="Example: campaign measure llama-3.2-1b --batch 4 --seq-len 1024 --out measured.json")(
+        workload_command(measure, *MEASURE))
+    app.command("explain", epilog="Example: campaign explain llama-3.2-1b --batch 4 --seq-len 1024 --measured measured.json --trace")(
+        workload_command(explain, *EXPLAIN))
 
 
 Out = Annotated[Optional[Path], typer.Option("--out", help="Save the measurement as JSON (atomic write).")]
@@ -21,11 +24,7 @@ Device = Annotated[Optional[str], typer.Option(help="cuda (NVIDIA or ROCm) or cp
 
 def measure(
     model: Annotated[Optional[str], typer.Argument(help="Model to load (a local dir's safetensors) or build from its config with random weights; omit with --script.")] = None,
-    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None, batch: o.Batch = None,
-    seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
-    optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
-    grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
-    lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
+    *, workload: WorkloadOptions,
     weights: Annotated[str, typer.Option(help="auto: load a local model dir's safetensors when it has them, else random | load | random.")] = "auto",
     script: Script = None, device: Device = None, out: Out = None, as_json: o.Json = False,
     script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments after -- go to the script.")] = None,
@@ -52,11 +51,7 @@ def measure(
 
                 raise InputError("give a MODEL to build, or --script train.py")
             # nothing of the checkpoint is read for the weight format: --dtype, else bf16
-            w = o.workload_from(None, train=train, method=method, dtype=dtype, batch=batch, seq_len=seq_len,
-                                context=context, sequences=sequences, optimizer=optimizer,
-                                optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
-                                grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
-                                lora_targets=lora_targets, prefill_chunk=prefill_chunk)
+            w = o.workload_from(None, **workload)
             with progress_reporter("measuring", enabled=not as_json) as tell:
                 m = measure_workload(model, w, device=device, weights=weights, progress=tell)
     except MeasurementFailed as failed:
@@ -74,11 +69,7 @@ def explain(
     measured: Annotated[Optional[Path], typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
     traced_file: Annotated[Optional[Path], typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
     trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).")] = False,
-    train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None, batch: o.Batch = None,
-    seq_len: o.SeqLen = None, context: o.Context = None, sequences: o.Sequences = None,
-    optimizer: o.Optimizer = None, optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False,
-    grad_checkpointing: o.Ckpt = False, attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16,
-    lora_targets: o.LoraTargets = "all-linear", prefill_chunk: o.PrefillChunk = 8192,
+    *, workload: WorkloadOptions,
     card: o.CardOpt = None, reserve: o.Reserve = "10%",
     force: Annotated[bool, typer.Option("--force", help="Compare even a measurement more than 3x off the estimate "
                                         "(by default refused as another workload).")] = False,
@@ -116,11 +107,7 @@ def explain(
             raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
         m = load_measurement(measured)
         spec = load_spec(first)
-        w = o.workload_from(spec, train=train, method=method, dtype=dtype, batch=batch, seq_len=seq_len,
-                            context=context, sequences=sequences, optimizer=optimizer, optimizer_impl=optimizer_impl,
-                            mixed_precision=mixed_precision, grad_checkpointing=grad_checkpointing,
-                            attention=attention, lora_rank=lora_rank, lora_targets=lora_targets,
-                            prefill_chunk=prefill_chunk)
+        w = o.workload_from(spec, **workload)
         traced = load_estimate(traced_file) if traced_file and not trace_now else None
         result = explain_model(spec, w, m, trace=trace_now, traced=traced, cards=cards, force=force, reserve=reserve,
                                card=card)

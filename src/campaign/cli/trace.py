@@ -4,21 +4,17 @@ from __future__ import annotations
 import typer
 
 from . import common as o
+from .workload import TRACE, WorkloadOptions, workload_command
 
 
 def register(app: typer.Typer) -> None:
-    app.command("trace", epilog="Example: campaign trace llama-3.1-8b --seq-len 2048 --json")(trace)
+    app.command("trace", epilog="Example: campaign trace llama-3.1-8b --seq-len 2048 --json")(
+        workload_command(trace, *TRACE))
 
 
 def trace(
-    model: o.Model, train: o.Train = None, method: o.Method = "full", dtype: o.Dtype = None,
-    kv_dtype: o.KvDtype = None, group_size: o.GroupSize = 128, double_quant: o.DoubleQuant = True, batch: o.Batch = None, seq_len: o.SeqLen = None,
-    context: o.Context = None, sequences: o.Sequences = None, optimizer: o.Optimizer = None,
-    optimizer_impl: o.OptimizerImpl = "foreach", mixed_precision: o.Mixed = False, grad_checkpointing: o.Ckpt = False,
-    attention: o.Attention = "sdpa", lora_rank: o.LoraRank = 16, lora_targets: o.LoraTargets = "all-linear",
-    prefill_chunk: o.PrefillChunk = 8192, gpus: o.Gpus = 1, shard: o.Shard = "none", card: o.CardOpt = None, reserve: o.Reserve = "10%", as_json: o.Json = False,
-    expandable_segments: o.ExpandableSegments = False, fragmentation: o.Fragmentation = None,
-    grads_kept: o.GradsKept = False,
+    model: o.Model, workload: WorkloadOptions, card: o.CardOpt = None, reserve: o.Reserve = "10%",
+    as_json: o.Json = False, fragmentation: o.Fragmentation = None,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 
@@ -34,12 +30,7 @@ def trace(
     from .render.memory import plan as render_plan
 
     spec = load_spec(model)
-    w = o.workload_from(spec, train=train, method=method, dtype=dtype, kv_dtype=kv_dtype, group_size=group_size,
-                        double_quant=double_quant, batch=batch, seq_len=seq_len, context=context, sequences=sequences,
-                        optimizer=optimizer, optimizer_impl=optimizer_impl, mixed_precision=mixed_precision,
-                        grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
-                        lora_targets=lora_targets, gpus=gpus, shard=shard, prefill_chunk=prefill_chunk,
-                        expandable_segments=expandable_segments, grads_kept=grads_kept)
+    w = o.workload_from(spec, **workload)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
     with progress_reporter("tracing", enabled=not as_json) as tell:
         result = plan_memory(spec, w, card=card, trace=True, reserve=reserve, progress=tell,

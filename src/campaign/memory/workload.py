@@ -36,31 +36,81 @@ class Workload:
     and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
     """
 
-    mode: Mode = "train"
-    method: str = "full"
-    dtype: str = "bf16"
-    kv_dtype: str | None = None
-    group_size: int = 128
-    double_quant: bool = True
-    batch: int = 1
-    seq_len: int = 2048
-    optimizer: str = "adamw"
-    optimizer_impl: str = "foreach"
-    mixed_precision: bool = False
-    grad_checkpointing: bool = False
-    attention: str = "sdpa"
-    lora_rank: int = 16
-    lora_targets: tuple[str, ...] = ("all-linear",)
-    gpus: int = 1
-    shard: str = "none"
-    prefill_chunk: int = 8192
-    expandable_segments: bool = False
-    grad_as_bucket_view: bool = False
-    kv_cache: str = "static"
-    new_tokens: int | None = None
-    grads_kept: bool = False
-    softmax_saves_input: bool = False
-    bnb_saves_input: bool = False
+    # Each field's metadata is its command-line option (cli/workload.py generates the options from it): `flag`,
+    # `help`, `group` (which commands take it: cli/workload.py's GROUPS), and where the command line differs from
+    # the field: `cli_default` (None: derived, e.g. the optimizer from the mode), `cli_type` and `aliases` (other
+    # options read into the same field).
+    mode: Mode = field(default="train", metadata={
+        "flag": "--train/--infer", "param": "train", "group": "step", "cli_default": None, "cli_type": "bool",
+        "help": "Training step (default) or inference."})
+    method: str = field(default="full", metadata={
+        "flag": "--method", "group": "step", "help": "full | lora | qlora | frozen."})
+    dtype: str = field(default="bf16", metadata={
+        "flag": "--dtype", "group": "step", "cli_default": None,
+        "help": "Weight storage: fp32, bf16, fp16, fp8, int8, nf4, int4, gptq, awq (default: bf16, nf4 for --method "
+                "qlora; for inference, a quantized checkpoint's own format)."})
+    kv_dtype: str | None = field(default=None, metadata={
+        "flag": "--kv-dtype", "group": "formats", "help": "KV cache dtype (default: compute dtype)."})
+    group_size: int = field(default=128, metadata={
+        "flag": "--group-size", "group": "formats", "help": "Group size of int4/gptq/awq scales."})
+    double_quant: bool = field(default=True, metadata={
+        "flag": "--double-quant/--no-double-quant", "group": "formats",
+        "help": "nf4: quantize the absmax scales too (QLoRA; transformers' default is off)."})
+    batch: int = field(default=1, metadata={
+        "flag": "--batch", "group": "step", "cli_default": None,
+        "help": "Micro-batch per card (training) or concurrent sequences (inference)."})
+    seq_len: int = field(default=2048, metadata={
+        "flag": "--seq-len", "group": "step", "cli_default": None, "help": "Tokens per sequence (training).",
+        "aliases": (("context", "--context", "Tokens per sequence, prompt + output (inference)."),
+                    ("sequences", "--sequences", "Concurrent sequences (inference; same as --batch)."))})
+    optimizer: str = field(default="adamw", metadata={
+        "flag": "--optimizer", "group": "step", "cli_default": None,
+        "help": "adamw | adamw-8bit | adafactor | sgd | none."})
+    optimizer_impl: str = field(default="foreach", metadata={
+        "flag": "--optimizer-impl", "group": "step",
+        "help": "foreach (default) | fused | loop: foreach keeps a state-sized temporary in the step."})
+    mixed_precision: bool = field(default=False, metadata={
+        "flag": "--mixed-precision", "group": "step",
+        "help": "Autocast: 16-bit compute; fp32 master weights, grads and states for what trains."})
+    grad_checkpointing: bool = field(default=False, metadata={
+        "flag": "--grad-checkpointing", "group": "step",
+        "help": "Recompute activations in backward (one tensor kept per layer)."})
+    attention: str = field(default="sdpa", metadata={
+        "flag": "--attention", "group": "step", "help": "sdpa (flash-style) | eager (materialized scores)."})
+    lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
+    lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
+        "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
+        "help": "Comma-separated module names, or all-linear."})
+    gpus: int = field(default=1, metadata={"flag": "--gpus", "group": "parallel", "help": "Number of cards."})
+    shard: str = field(default="none", metadata={
+        "flag": "--shard", "group": "parallel", "help": "none (DDP) | zero1 | zero2 | zero3 | fsdp | tp (inference)."})
+    prefill_chunk: int = field(default=8192, metadata={
+        "flag": "--prefill-chunk", "group": "step",
+        "help": "Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context)."})
+    expandable_segments: bool = field(default=False, metadata={
+        "flag": "--expandable-segments", "group": "allocator",
+        "help": "PyTorch's allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, as "
+                "PyTorch's): segments grow in pages, little fragmentation."})
+    grad_as_bucket_view: bool = field(default=False, metadata={
+        "flag": "--grad-as-bucket-view", "group": "ddp",
+        "help": "DDP with gradient_as_bucket_view=True: no gradient-sized bucket copy (default off, as DDP's)."})
+    kv_cache: str = field(default="static", metadata={
+        "flag": "--kv-cache", "group": "generation",
+        "help": "static (preallocated for the whole context: a static cache, vLLM) | dynamic (HF generate's "
+                "DynamicCache, grown by torch.cat)."})
+    new_tokens: int | None = field(default=None, metadata={
+        "flag": "--new-tokens", "group": "generation",
+        "help": "Tokens generated (dynamic cache): the context is prompt + new tokens."})
+    grads_kept: bool = field(default=False, metadata={
+        "flag": "--grads-kept", "group": "allocator",
+        "help": "zero_grad() without set_to_none (PyTorch's default before 2.0): gradients stay allocated through "
+                "forward and backward."})
+    softmax_saves_input: bool = field(default=False, metadata={
+        "flag": "--softmax-saves-input", "group": "legacy",
+        "help": "PyTorch before 1.11: softmax keeps its input for backward too (eager attention scores)."})
+    bnb_saves_input: bool = field(default=False, metadata={
+        "flag": "--bnb-saves-input", "group": "legacy",
+        "help": "bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward (QLoRA activations)."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -1,0 +1,77 @@
+"""The memory commands' workload options, generated from the Workload fields' metadata: every field is an option
+of the groups its command takes, with the field's flag and help; each reaches the Workload."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from campaign.cli import workload as options
+from campaign.memory.workload import Workload
+
+FIELDS = [f for f in dataclasses.fields(Workload) if f.name != "notes"]
+
+
+def _params(command: str) -> dict[str, object]:
+    import typer
+
+    from campaign.cli import app
+
+    group = typer.main.get_command(app)
+    return {p.name: p for p in group.commands[command].params}
+
+
+def _flags(groups: tuple[str, ...]) -> set[str]:
+    names = set()
+    for f in FIELDS:
+        if f.metadata["group"] in groups:
+            names.add(f.metadata.get("param", f.name))
+            names.update(alias for alias, _, _ in f.metadata.get("aliases", ()))
+    return names
+
+
+def test_every_field_says_its_option():
+    for f in FIELDS:
+        assert {"flag", "help", "group"} <= set(f.metadata), f.name
+        assert f.metadata["group"] in options.GROUPS and f.metadata["flag"].startswith("--"), f.name
+
+
+@pytest.mark.parametrize("command, groups", [("memory", options.MEMORY), ("trace", options.TRACE),
+                                             ("measure", options.MEASURE), ("explain", options.EXPLAIN)])
+def test_each_command_takes_the_options_of_its_groups(command, groups):
+    params = _params(command)
+    every = _flags(options.GROUPS)
+    assert _flags(groups) <= set(params)
+    assert not (every - _flags(groups)) & set(params)               # the gaps are the groups it does not take
+    for f in FIELDS:
+        name = f.metadata.get("param", f.name)
+        if name in params:
+            assert params[name].help == f.metadata["help"]
+            assert f.metadata["flag"].split("/")[0] in params[name].opts
+
+
+def test_the_gaps_are_the_documented_ones():
+    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 5
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 12
+    assert options.MEASURE == options.EXPLAIN
+
+
+def test_each_memory_option_reaches_the_workload(cli):
+    r = cli("memory", "llama-3.2-1b", "--json", "--no-solve", "--method", "lora", "--lora-rank", "8",
+            "--lora-targets", "q_proj,v_proj", "--optimizer", "sgd", "--optimizer-impl", "fused", "--mixed-precision",
+            "--grad-checkpointing", "--attention", "eager", "--gpus", "2", "--shard", "zero2", "--batch", "3",
+            "--seq-len", "256", "--kv-dtype", "fp8", "--group-size", "64", "--no-double-quant", "--prefill-chunk", "512",
+            "--expandable-segments", "--grad-as-bucket-view", "--grads-kept", "--softmax-saves-input")
+    assert r.code in (0, 1), r.err
+    w = r.json()["workload"]
+    assert (w["method"], w["lora_rank"], w["lora_targets"], w["optimizer"], w["optimizer_impl"]) == \
+        ("lora", 8, ["q_proj", "v_proj"], "sgd", "fused", )
+    assert w["mixed_precision"] and w["grad_checkpointing"] and w["attention"] == "eager"
+    assert (w["gpus"], w["shard"], w["batch"], w["seq_len"], w["kv_dtype"], w["group_size"]) == (2, "zero2", 3, 256,
+                                                                                               "fp8", 64)
+    assert not w["double_quant"] and w["prefill_chunk"] == 512
+    assert w["expandable_segments"] and w["grad_as_bucket_view"] and w["grads_kept"] and w["softmax_saves_input"]
+    inf = cli("memory", "llama-3.2-1b", "--json", "--no-solve", "--infer", "--context", "4096", "--sequences", "2",
+              "--kv-cache", "dynamic", "--new-tokens", "64").json()["workload"]
+    assert (inf["mode"], inf["seq_len"], inf["batch"], inf["kv_cache"], inf["new_tokens"]) == ("infer", 4096, 2,
+                                                                                               "dynamic", 64)

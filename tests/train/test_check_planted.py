@@ -2,6 +2,7 @@
 so each is tried on a tiny Llama from a config, a plain nn.Module and a peft model."""
 from __future__ import annotations
 
+import math
 
 import pytest
 
@@ -286,3 +287,44 @@ def test_a_nan_loss_renders_one_failure_and_no_empty_why():
     out = captured.get()
     assert out.startswith("NOT READY — 1 failed") and "why: ;" not in out and "rows leak" not in out
     assert out.count("fail —") == 1
+
+
+def test_a_high_loss_over_a_few_rows_is_a_warning_not_a_summed_loss():
+    """Four class labels, a loss 3x ln(C): a sum over 4 rows or a confidently wrong classifier, which 4 positions
+    cannot tell apart; the summed-loss failure needs 16 positions or more."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Flatten(), torch.nn.Linear(8 * 6, 5))
+    batch = {"input_ids": torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(3)),
+             "labels": torch.tensor([0, 1, 2, 3])}
+
+    def loss(m, b):
+        return 3 * torch.nn.functional.cross_entropy(m(b["input_ids"]), b["labels"])
+
+    r = check(lambda: {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1), "batches": [batch],
+                       "loss": loss}, **QUICK)
+    assert status(r, "step.initial_loss") == "warn"
+
+
+class RowMix(torch.nn.Module):
+    """Planted between two layers of a Sequential: the same reshape that moves tokens between rows."""
+
+    def forward(self, h):
+        b, s, d = h.shape
+        return h.transpose(0, 1).reshape(b, s, d)
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_a_model_called_by_the_users_own_loss_is_checked_for_independence(mix):
+    torch.manual_seed(0)
+    layers = [torch.nn.Embedding(50, 8), *([RowMix()] if mix else []), torch.nn.Linear(8, 50)]
+    model = torch.nn.Sequential(*layers)
+    ids = torch.randint(0, 50, (3, 6), generator=torch.Generator().manual_seed(3))
+
+    def loss(m, b):                                     # Sequential takes no keyword: the loss calls it
+        logits = m(b["input_ids"])
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 50), b["labels"].reshape(-1))
+
+    r = check(lambda: {"model": model, "optimizer": torch.optim.AdamW(model.parameters(), lr=1e-2),
+                       "batches": [{"input_ids": ids, "labels": ids}], "loss": loss}, **QUICK)
+    assert status(r, "batch.independent") == ("fail" if mix else "pass")
+    assert r.expected_loss == pytest.approx(math.log(50))

@@ -81,10 +81,32 @@ def output_tensor(out: Any) -> Any:
     return logits if logits is not None and hasattr(logits, "shape") else (out if hasattr(out, "shape") else None)
 
 
-def classes_of(model: Any, batch: Mapping[str, Any]) -> int | None:
+def last_per_row(model: Any, batch: Mapping[str, Any], loss_fn: Any) -> Any:
+    """The last tensor with one row per batch row that a submodule computes while loss_fn(model, batch) runs (a
+    model called by the user's own loss: its logits), or None."""
+    import torch
+
+    rows = first_rows(batch)
+    seen: dict[str, Any] = {}
+
+    def hook(_module: Any, _args: Any, out: Any) -> None:
+        t = output_tensor(out)
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 2 and int(t.shape[0]) == rows:
+            seen["last"] = t
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        loss_fn(model, batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen.get("last")
+
+
+def classes_of(model: Any, batch: Mapping[str, Any], loss_fn: Any = None) -> int | None:
     """The size of the output's last dimension (vocabulary or labels) from a forward without labels (with them, for
     a forward that needs them); None when the model does not take the batch's keys as its arguments (a setup with
-    its own loss(model, batch))."""
+    its own loss(model, batch), unless loss_fn is given: then the last per-row tensor its forward computes)."""
     import torch
 
     with torch.no_grad():
@@ -94,7 +116,9 @@ def classes_of(model: Any, batch: Mapping[str, Any]) -> int | None:
             try:
                 out = model(**batch)
             except TypeError:
-                return None
+                out = last_per_row(model, batch, loss_fn) if loss_fn is not None else None
+                if out is None:
+                    return None
     logits = output_tensor(out)
     return int(logits.shape[-1]) if logits is not None and logits.dim() >= 2 and logits.shape[-1] > 1 else None
 
@@ -178,7 +202,7 @@ def checked_step(model: Any, optimizer: Any, scheduler: Any, batch: Mapping[str,
 
     named = list(model.named_parameters())
     before = snapshot(model)
-    classes = classes_of(model, batch)
+    classes = classes_of(model, batch, loss_fn)
     held = {id(p) for g in optimizer.param_groups for p in g["params"]}
     still = {id(p) for g in optimizer.param_groups if g.get("lr", 1.0) == 0 for p in g["params"]}
     train_mode(model)
@@ -269,7 +293,8 @@ def overfit(model: Any, optimizer: Any, batch: Mapping[str, Any], *, steps: int,
     return tuple(losses)
 
 
-def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, seed: int = 0) -> tuple[float, float]:
+def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, seed: int = 0,
+                       loss_fn: Any = None) -> tuple[float, float]:
     """(largest |d out[row] / d input[other rows]|, largest |d out[row] / d input[row]|), in eval mode.
 
     Works on any model. The input is, in this order: the output of the input embedding for token ids (HF and peft
@@ -278,7 +303,9 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
     a leaf by a forward hook. The output is the forward's per-row output (.logits, a tuple's first element, the
     tensor), else the last per-row tensor a submodule computed (a forward that returns only its loss). A forward
     that needs the labels gets them. out[row] is projected on a fixed random direction so that no cancellation
-    hides a dependence. Rows computed independently give exactly 0 for the first figure.
+    hides a dependence. A model that takes no batch keys as arguments is run through the setup's loss_fn(model,
+    batch) (its result unused: the output is then the last per-row tensor). Rows computed independently give
+    exactly 0 for the first figure.
 
     Raises:
         InputError: no floating tensor with one row per input row is seen in the forward, or no per-row output.
@@ -325,7 +352,14 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
                 captured.pop("last", None)
                 if "x" in captured and key is None:
                     captured.pop("x")
-                result = model(**batch)
+                try:
+                    result = model(**batch)
+                except TypeError as e:                 # a forward the user's loss calls its own way
+                    if loss_fn is None:
+                        raise InputError(f"the model does not take the batch's keys as arguments ({e}) and the "
+                                         "setup gives no loss(model, batch) to call it") from None
+                    captured.pop("last", None)
+                    result = loss_fn(model, {**batch, key: inputs[key]} if key is not None else batch)
             if "x" not in captured:
                 raise InputError("batch independence: no floating-point tensor with one row per input row was seen "
                                  "in the forward (an embedding's output, pixel values)")

@@ -204,8 +204,12 @@ def _awq(model: Any, base: Any, targets: set[str], calibration: list[Any], devic
 
 def _torchao_config(fmt: Format, group_size: int, device: str) -> Any:
     import torch
-    from torchao.quantization import Float8WeightOnlyConfig, Int4WeightOnlyConfig, Int8WeightOnlyConfig
-    from torchao.quantization import IntxWeightOnlyConfig
+    from torchao.quantization import (
+        Float8WeightOnlyConfig,
+        Int4WeightOnlyConfig,
+        Int8WeightOnlyConfig,
+        IntxWeightOnlyConfig,
+    )
     from torchao.quantization.granularity import PerGroup
 
     if fmt.name in ("int8", "awq-int8"):

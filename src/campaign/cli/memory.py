@@ -1,10 +1,51 @@
 """`campaign memory MODEL`: will it fit, on which card, with what margin."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
 
+from ..errors import InputError
 from . import common as o
 from .workload import MEMORY, WorkloadOptions, workload_command
+
+
+def _given(ctx: Any) -> set[str]:
+    """The options given on the command line (not left at their defaults)."""
+    out = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE":
+            out.add(name)
+    return out
+
+
+def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str], quiet: bool) -> dict[str, Any]:
+    """The workload options with the values the config files give, where the command line gave none (`given`);
+    each value read is said on stderr with its file and key (and what the command line overrode)."""
+    from ..memory.training_config import workload_from_configs
+
+    cfg = workload_from_configs(paths)
+    merged = dict(workload)
+    said = []
+    for option, value, where in cfg.sources:
+        shown = ",".join(value) if option == "lora_targets" else value
+        if option not in merged:
+            raise InputError(f"{where}: sets {option}, which campaign memory takes no option for; remove it from a "
+                             "copy of the file")
+        if option in given:
+            said.append(f"  {option} = {merged[option]} (the command line; {where} says {shown})")
+            continue
+        merged[option] = shown
+        said.append(f"  {option} = {shown} ({where})")
+    if not quiet:
+        lines = ["from your config:", *said, *(f"  note: {n}" for n in cfg.notes)]
+        if cfg.model:
+            lines.append(f"  the base model the files name: {cfg.model}")
+        print("\n".join(lines), file=sys.stderr)
+    return merged
 
 
 def register(app: typer.Typer) -> None:
@@ -13,10 +54,14 @@ def register(app: typer.Typer) -> None:
 
 
 def memory(
-    model: o.Model, workload: WorkloadOptions, card: o.CardOpt = None, reserve: o.Reserve = "10%",
+    ctx: typer.Context, model: o.Model, workload: WorkloadOptions, card: o.CardOpt = None, reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
     all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
+    config: list[Path] = typer.Option(None, "--config", help="Your training config, read for the workload (repeat "
+                                      "for several): HF TrainingArguments (JSON/YAML), adapter_config.json, axolotl "
+                                      "or torchtune YAML, DeepSpeed JSON, accelerate config. An option given here "
+                                      "wins; each value read is printed with its file and key."),
     as_json: o.Json = False,
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.
@@ -28,6 +73,8 @@ def memory(
     from .render.memory import plan as render_plan
 
     spec = load_spec(model)
+    if config:
+        workload = from_config(workload, config, given=_given(ctx), quiet=as_json)
     w = o.workload_from(spec, **workload)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          **o.overheads(fragmentation, cuda_context))

@@ -1,0 +1,30 @@
+"""`campaign memory MODEL --config FILE`: the user's own training config as the workload, each value said with its
+file and key, an option on the command line winning, a key the estimate cannot honour refused in one line."""
+from __future__ import annotations
+
+import json
+
+
+def test_config_files_give_the_workload_and_the_command_line_wins(cli, tmp_path):
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"output_dir": "out", "per_device_train_batch_size": 4, "gradient_checkpointing": True,
+                                "optim": "paged_adamw_8bit", "max_length": 1024}))
+    adapter = tmp_path / "adapter_config.json"
+    adapter.write_text(json.dumps({"peft_type": "LORA", "r": 16, "target_modules": ["q_proj", "v_proj"]}))
+    r = cli("memory", "llama-3.1-8b", "--config", str(args), "--config", str(adapter), "--batch", "2", "--json")
+    assert r.code == 0, r.err
+    by_hand = cli("memory", "llama-3.1-8b", "--batch", "2", "--seq-len", "1024", "--grad-checkpointing",
+                  "--optimizer", "adamw-8bit", "--method", "lora", "--lora-rank", "16", "--lora-targets",
+                  "q_proj,v_proj", "--json")
+    assert r.json()["required_bytes"] == by_hand.json()["required_bytes"]
+    shown = cli("memory", "llama-3.1-8b", "--config", str(args), "--config", str(adapter), "--batch", "2")
+    assert "batch = 2 (the command line; args.json: per_device_train_batch_size says 4)" in shown.err
+    assert "lora_rank = 16 (adapter_config.json: r)" in shown.err
+
+
+def test_a_key_the_estimate_cannot_honour_is_refused(cli, tmp_path):
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}))
+    r = cli("memory", "llama-3.1-8b", "--config", str(ds))
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "ds_config.json: zero_optimization.offload_param: offload to nvme" in r.err

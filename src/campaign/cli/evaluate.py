@@ -68,20 +68,42 @@ def regress(
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
+    margin: Annotated[Optional[float], typer.Option("--margin", help="Also test equivalence: that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 = one point).")] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric", help="lm-eval samples files: the metric to compare (exact_match, acc...; default: the one the file scores).")] = None,
+    harness_filter: Annotated[Optional[str], typer.Option("--filter", help="lm-eval samples files: the filter to compare (strict-match...) when the file holds several.")] = None,
     as_json: o.Json = False,
 ) -> None:
-    """Baseline vs candidate: flips with ids, per-class deltas, McNemar's test, guards.
+    """Baseline vs candidate: flips with ids, per-class deltas, McNemar's test, guards; equivalence at --margin.
+    Reads lm-eval's samples_<task>_<date>.jsonl (lm_eval --log_samples) too, paired document by document.
 
-    Exit 0 when every guard holds, 1 when one fails, 2 on bad input (e.g. different ids).
+    Exit 0 when every guard holds (and the candidate is within --margin), 1 when not, 2 on bad input (e.g.
+    different ids or documents).
     """
+    from ..evaluate.harness import is_harness_samples
     from ..evaluate.regress import regress as run_regress
     from .render import progress_reporter
     from .render.evaluate import regress as render_regress
 
+    if is_harness_samples(baseline) or is_harness_samples(candidate):
+        from ..evaluate.harness import compare_harness_runs
+        from .render.evaluate import harness as render_harness
+
+        with progress_reporter("regress", enabled=not as_json) as tell:
+            tell("pairing the two runs' documents")
+            rep = compare_harness_runs(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
+                                       guards=guard or ())
+        o.emit(rep, render_harness, as_json)
+        return
+    if metric is not None or harness_filter is not None:
+        from ..errors import InputError
+
+        raise InputError("--metric and --filter name what to compare in lm-eval samples files; these are "
+                         "prediction files (compare with --guard)")
     with progress_reporter("regress", enabled=not as_json) as tell:
         tell(f"flips, McNemar's test and {len(guard or ())} guard(s) over the shared ids")
         rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema,
-                          required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field)
+                          required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field,
+                          margin=margin)
     o.emit(rep, render_regress, as_json)
 
 

@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class HarnessScores:
     keyed_by: str                      # 'doc_hash' or 'doc_id'
     scores: dict[str, float]
     sha256: str
+    doc_ids: dict[str, str] = field(default_factory=dict)  # key -> the doc_id this file gave it (for reading)
 
 
 def is_harness_samples(path: str | os.PathLike[str]) -> bool:
@@ -99,6 +100,7 @@ def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = No
         metric = scored[0]
     keyed_by = "doc_hash" if all(isinstance(r.fields.get("doc_hash"), str) for r in chosen) else "doc_id"
     scores: dict[str, float] = {}
+    doc_ids: dict[str, str] = {}
     for r in chosen:
         if "doc_id" not in r.fields:
             raise InputError(f"{p}:{r.line}: no doc_id; this is not a line of lm-eval's samples file")
@@ -115,7 +117,8 @@ def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = No
             raise InputError(f"{p}:{r.line}: document {keyed_by} {key} is scored twice under the filter {filter!r}; "
                              "give one run's samples per file")
         scores[key] = float(value)
-    return HarnessScores(str(p), _task(p), metric, filter, keyed_by, scores, sha)
+        doc_ids[key] = str(r.fields["doc_id"])
+    return HarnessScores(str(p), _task(p), metric, filter, keyed_by, scores, sha, doc_ids)
 
 
 def paired_harness_scores(baseline: HarnessScores, candidate: HarnessScores) -> tuple[list[str], list[float],
@@ -181,7 +184,7 @@ class HarnessComparison(Result):
     mean_candidate: float
     both_right: int | None
     both_wrong: int | None
-    right_to_wrong: tuple[str, ...]
+    right_to_wrong: tuple[str, ...]  # the baseline's doc_ids
     wrong_to_right: tuple[str, ...]
     mcnemar: McNemar | None
     paired_t: TTest | None
@@ -192,6 +195,10 @@ class HarnessComparison(Result):
     @property
     def checks(self) -> tuple[Check, ...]:
         return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
+
+    @property
+    def failed_guards(self) -> tuple[Guard, ...]:
+        return tuple(g for g in self.guards if not g.passed)
 
 
 def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
@@ -216,9 +223,9 @@ def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.P
         raise InputError(f"{n} document(s) in common: a paired comparison needs at least 2")
     binary = all(x in (0.0, 1.0) for x in (*b, *c))
     mean_b, mean_c = sum(b) / n, sum(c) / n
-    if binary:
-        lost = tuple(k for k, x, y in zip(keys, b, c, strict=True) if x == 1.0 and y == 0.0)
-        won = tuple(k for k, x, y in zip(keys, b, c, strict=True) if x == 0.0 and y == 1.0)
+    if binary:  # the flips by the baseline's doc_id
+        lost = tuple(base.doc_ids.get(k, k) for k, x, y in zip(keys, b, c, strict=True) if x == 1.0 and y == 0.0)
+        won = tuple(base.doc_ids.get(k, k) for k, x, y in zip(keys, b, c, strict=True) if x == 0.0 and y == 1.0)
         both_right = sum(x == y == 1.0 for x, y in zip(b, c, strict=True))
         test, t = mcnemar(len(lost), len(won)), None
         counts: tuple[int | None, int | None] = (both_right, n - both_right - len(lost) - len(won))

@@ -17,6 +17,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Result
 from .analysis import ClassificationReport, analyze_classification, labels_of
+from .equivalence import Equivalence, paired_tost
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
 from .predictions import PredictionSet, label_of, read_predictions
 from .stats import McNemar, mcnemar
@@ -134,11 +135,12 @@ class RegressionReport(Result):
     deltas: tuple[MetricDelta, ...]
     guards: tuple[Guard, ...]
     notes: tuple[str, ...] = ()
+    equivalence: Equivalence | None = None  # accuracy within +/- a stated margin (TOST on paired correctness)
     schema: str = SCHEMA
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        return guard_checks(self.guards)
+        return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
 
     @property
     def failed_guards(self) -> tuple[Guard, ...]:
@@ -168,8 +170,9 @@ def _check_same_examples(a: PredictionSet, b: PredictionSet, task: str) -> None:
 def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | os.PathLike[str] | PredictionSet, *,
             task: str = "classification", guards: Sequence[str] = (), schema: Any = None,
             required: Sequence[str] | None = None, id_field: str = "id", gold_field: str = "gold",
-            pred_field: str = "pred") -> RegressionReport:
-    """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards.
+            pred_field: str = "pred", margin: float | None = None) -> RegressionReport:
+    """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards, and with
+    `margin` equivalence of the accuracies within +/- margin (TOST on the paired correctness, evaluate/equivalence).
 
     Raises:
         InputError: different ids or gold values, an unknown task, a malformed guard or unknown metric.
@@ -225,9 +228,11 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"f1[refund]>=-0.01\")")
     test = mcnemar(len(r2w), len(w2r))
+    equivalence = None if margin is None else paired_tost([float(right_a[i]) for i in order],
+                                                          [float(right_b[i]) for i in order], margin=margin)
     return RegressionReport(
         task=task, baseline=a.to_dict(), candidate=b.to_dict(), examples=len(order),
         accuracy_baseline=rep_a.accuracy, accuracy_candidate=rep_b.accuracy, both_right=both_right,
         both_wrong=both_wrong, right_to_wrong=r2w, wrong_to_right=w2r, mcnemar=test,
         per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked,
-        notes=tuple(notes))
+        notes=tuple(notes), equivalence=equivalence)

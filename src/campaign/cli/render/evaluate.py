@@ -157,7 +157,42 @@ def regress(rep: Any) -> None:
             c.add_row(escape(x.field), str(x.gold_examples), f"{x.exact[0]:.1%} -> {x.exact[1]:.1%}",
                       f"{x.match[0]:.1%} -> {x.match[1]:.1%}", f"{x.delta_match:+.1%}")
         console.print(c)
+    _equivalence(rep.equivalence)
     notes(rep.notes, escaped=True)
+
+
+def _equivalence(eq: Any) -> None:
+    if eq is None:
+        return
+    low, high = eq.interval
+    word = "[green]equivalent[/green]" if eq.equivalent else "[red]not shown equivalent[/red]"
+    console.print(f"{word} within +/-{eq.margin:g}: difference {eq.difference:+.4f}, {1 - 2 * eq.alpha:.0%} interval "
+                  f"[{low:+.4f}, {high:+.4f}], TOST p = {eq.p_value:.4g}")
+
+
+def harness(rep: Any) -> None:
+    """Two lm-eval runs of one task (evaluate/harness.py)."""
+    failed = rep.failed_guards
+    if failed:
+        console.print(f"[red]{len(failed)} guard(s) failed[/red]: " + "; ".join(escape(g.describe()) for g in failed))
+    elif rep.guards:
+        console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
+    console.print(f"{escape(rep.task)} · {escape(rep.metric)} ({escape(rep.filter)}) · {rep.examples:,} documents "
+                  f"paired by {rep.paired_by}")
+    console.print(f"{escape(rep.metric)} {rep.mean_baseline:.4f} -> [bold]{rep.mean_candidate:.4f}[/bold] "
+                  f"({rep.mean_candidate - rep.mean_baseline:+.4f})")
+    if rep.mcnemar is not None:
+        t = rep.mcnemar
+        console.print(f"right->wrong {len(rep.right_to_wrong)}, wrong->right {len(rep.wrong_to_right)} · both right "
+                      f"{rep.both_right:,} · both wrong {rep.both_wrong:,} · McNemar p = {t.p_value:.4g} ({t.method})")
+        if rep.right_to_wrong:
+            console.print(f"[red]right -> wrong[/red]: {_ids(rep.right_to_wrong)}")
+        if rep.wrong_to_right:
+            console.print(f"[green]wrong -> right[/green]: {_ids(rep.wrong_to_right)}")
+    elif rep.paired_t is not None:
+        t = rep.paired_t
+        console.print(f"paired t-test: mean difference {t.mean:+.4g}, p = {t.p_value:.4g}")
+    _equivalence(rep.equivalence)
 
 
 def _fmt(x: float | None) -> str:

@@ -1,0 +1,64 @@
+"""`campaign regress` on lm-eval samples files (paired by document: McNemar, flips, equivalence at --margin) and
+--margin on prediction files: equivalence reported beside the difference test, and part of the verdict."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def samples(path, correct, *, metric="exact_match"):
+    lines = []
+    for i, c in enumerate(correct):
+        doc = {"question": f"q{i}"}
+        lines.append({"doc_id": i, "doc": doc, "target": "a", "arguments": [], "resps": [["a"]],
+                      "filtered_resps": ["a" if c else "b"], "filter": "strict-match", "metrics": [metric],
+                      "doc_hash": hashlib.sha256(json.dumps(doc).encode()).hexdigest(), metric: float(c)})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return str(path)
+
+
+def test_lm_eval_runs_paired_with_mcnemar_and_a_margin(cli, tmp_path):
+    # 30 right -> wrong, 12 wrong -> right over 220 documents: McNemar's chi-square (|30 - 12| - 1)^2 / 42 = 6.881
+    base = [1] * 30 + [0] * 12 + [1] * 120 + [0] * 58
+    cand = [0] * 30 + [1] * 12 + [1] * 120 + [0] * 58
+    a = samples(tmp_path / "samples_arc_2026-11-30T00-00-00.jsonl", base)
+    b = samples(tmp_path / "samples_arc_2026-12-01T00-00-00.jsonl", cand)
+    r = cli("regress", a, b, "--margin", "0.15", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert (d["task"], d["metric"], d["filter"], d["examples"]) == ("arc", "exact_match", "strict-match", 220)
+    assert d["mcnemar"]["statistic"] == 17 ** 2 / 42 and len(d["right_to_wrong"]) == 30
+    assert d["right_to_wrong"][:3] == ["0", "1", "2"]  # the baseline's doc_ids
+    # the differences: -1 x 30, +1 x 12, 0 x 178: mean -18/220, sample variance 40.53/219, se 0.0290; the 90%
+    # interval mean -/+ t(0.95, 219) se = [-0.1297, -0.0339]: inside +/-0.15, not inside +/-0.1
+    mean = -18 / 220
+    se = ((30 * (-1 - mean) ** 2 + 12 * (1 - mean) ** 2 + 178 * mean ** 2) / 219 / 220) ** 0.5
+    t = __import__("scipy.stats", fromlist=["t"]).t.ppf(0.95, 219)
+    assert d["equivalence"]["interval"] == [pytest.approx(mean - t * se), pytest.approx(mean + t * se)]
+    assert d["status"] == "pass" and d["checks"][0]["id"] == "equivalence.within_margin"
+    narrow = cli("regress", a, b, "--margin", "0.1")
+    assert narrow.code == 1 and "not shown equivalent within +/-0.1" in narrow.out
+
+
+def test_runs_on_other_documents_are_refused(cli, tmp_path):
+    a = samples(tmp_path / "a.jsonl", [1] * 10)
+    (tmp_path / "b.jsonl").write_text("".join(l for l in Path(a).read_text().splitlines(keepends=True)[:8]))
+    r = cli("regress", a, str(tmp_path / "b.jsonl"))
+    assert r.code == 2 and "did not see the same documents" in r.err
+
+
+def test_margin_on_prediction_files(cli):
+    # the examples: accuracy 0.8133 -> 0.8733 on 300 examples (32 right -> wrong, 50 wrong -> right): +6 points,
+    # its 90% interval about [+0.010, +0.110]: inside +/-0.12, not inside +/-0.1
+    base, cand = str(EXAMPLES / "data" / "baseline.jsonl"), str(EXAMPLES / "data" / "candidate.jsonl")
+    wide = cli("regress", base, cand, "--margin", "0.12", "--json").json()
+    assert wide["equivalence"]["difference"] == pytest.approx(18 / 300)
+    assert wide["status"] == "pass"
+    narrow = cli("regress", base, cand, "--margin", "0.1")
+    assert narrow.code == 1 and "not shown equivalent" in narrow.out
+    assert cli("regress", base, cand, "--metric", "acc").code == 2  # --metric is for lm-eval samples

@@ -95,9 +95,6 @@ def test_no_import_circle_and_nothing_imports_the_cli():
 # Import circles inside a package that an import inside a function hides, left to the helper who owns the package
 # (issue 25, item 4): each entry is the function-level import (module, the module it imports) that closes one.
 CIRCLES_LEFT = {
-    ("campaign.evaluate.analysis", "campaign.evaluate.plots"): "evaluate: a figure drawn by the analysis (plots)",
-    ("campaign.evaluate.seeds", "campaign.evaluate.plots"): "evaluate: a figure drawn by the analysis (plots)",
-    ("campaign.plan.billing", "campaign.plan.prices"): "plan: billing and prices (plan)",
     ("campaign.cli.guide", "campaign.cli"): "cli: guide reads the app it is registered in (cli)",
 }
 

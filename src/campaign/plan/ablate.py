@@ -19,8 +19,9 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, on_demand_cents, parse_margin, round_cents
-from .prices import catalog_card, cents, known_keys, load_prices, load_yaml, usd
+from .billing import MARGIN, ROUNDING, on_demand_cents, parse_margin
+from .money import round_cents, usd
+from .prices import catalog_card, cents, known_keys, load_prices, load_yaml
 
 SCHEMA = "campaign.ablate_plan/1"
 FIX = "see examples/plan/factors.yaml for the format"

@@ -17,7 +17,8 @@ from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
 from .billing import MARGIN, ROUNDING, combinations, parse_margin, price, runs_phase
-from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml, usd
+from .money import usd
+from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml
 
 SCHEMA = "campaign.bench/1"
 FIX = "see examples/plan/cost.yaml for the format"

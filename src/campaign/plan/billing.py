@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from ..results import Record
+from .money import round_cents, usd
 from .schedule import Phase, Schedule, critical_path, schedule
 
 MARGIN = 0.15                       # the default recovery margin on every run
@@ -36,11 +37,6 @@ def parse_margin(value: object, where: str) -> float:
     if isinstance(value, bool) or not 0 <= share < 1:
         raise InputError(f"{where}: margin {value!r} must be a share from 0% to below 100%; e.g. '15%'")
     return share
-
-
-def round_cents(amount: Decimal | int) -> int:
-    """Exact cents rounded once, half up, to a whole cent."""
-    return int(Decimal(amount).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 def started_units(hours: float, unit: str = "hour") -> int:
@@ -134,7 +130,6 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
     """The phases on one rental: scheduled on `cards` card slots (each run hours x (1 + margin)), whether the
     schedule ends inside the window (and the deadline), and its cost: the package's price, or on demand each card
     from its first run to its last per started unit. refused: reasons the card cannot run the work at all."""
-    from .prices import usd
 
     cp, chain = critical_path(phases, margin)
     sched = sched if sched is not None else scheduled(phases, cards, margin)
@@ -222,7 +217,6 @@ def topped_up(phases: tuple[Phase, ...], *, card: str, package: object, hourly: 
     last run) per started unit."""
     from dataclasses import replace as with_
 
-    from .prices import usd
 
     pk = package
     o = price(phases, card=card, name=f"{pk.name} + on-demand", cards=pk.cards, window=None,  # type: ignore[attr-defined]

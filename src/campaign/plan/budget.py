@@ -14,7 +14,8 @@ from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
 from .billing import MARGIN, ROUNDING, Cut, Option, combinations, parse_margin, price
-from .prices import PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml, usd
+from .money import usd
+from .prices import PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml
 from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
 from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topological
 

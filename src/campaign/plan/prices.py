@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..results import Record
 from ..validate import JsonObject
+from .money import round_cents
 
 EXAMPLE_PRICES = "prices.yaml"      # the bundled example file (campaign/plan/prices.yaml): example data, dated
 BILLING = {"per-hour": "hour", "per-minute": "minute", "per-second": "second"}
@@ -98,7 +99,6 @@ def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
 
 def cents(value: Any, where: str, field: str) -> int:
     """An amount of money ('2.49', 2.49, 149) as whole cents: exact_cents rounded half up (for budgets)."""
-    from .billing import round_cents
 
     return round_cents(exact_cents(value, where, field))
 
@@ -115,15 +115,6 @@ def exact_cents(value: Any, where: str, field: str) -> Decimal:
     if not amount.is_finite() or amount < 0 or amount > 10**12:
         raise InputError(f"{where}: field {field!r} must be an amount from 0 to 10^12 USD, got {value!r}")
     return amount * 100
-
-
-def usd(amount_cents: int | Decimal) -> str:
-    """Cents as '$1,234.56' (exact: integer arithmetic, no float; exact cents rounded half up)."""
-    if not isinstance(amount_cents, int):
-        amount_cents = int(Decimal(amount_cents).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    sign = "-" if amount_cents < 0 else ""
-    whole, part = divmod(abs(amount_cents), 100)
-    return f"{sign}${whole:,}.{part:02d}"
 
 
 @dataclass(frozen=True)
@@ -276,7 +267,6 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
 
 
 def _rounded(exact: Decimal) -> int:
-    from .billing import round_cents
 
     return round_cents(exact)
 

@@ -116,7 +116,7 @@ def _number(v: Any) -> str:
 
 
 def _usd(cents: Any) -> str:
-    from ..plan.prices import usd
+    from ..plan.money import usd
 
     return usd(cents) if isinstance(cents, int) else "-"
 

@@ -10,7 +10,7 @@ BAR = 48        # characters of the text Gantt's time axis
 
 
 def usd(amount_cents: int | None) -> str:
-    from ...plan.prices import usd as fmt
+    from ...plan.money import usd as fmt
 
     return "-" if amount_cents is None else fmt(amount_cents)
 

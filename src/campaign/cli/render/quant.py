@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...plan.prices import usd
+from ...plan.money import usd
 from . import Scale, console, escape, notes, table
 
 

@@ -144,7 +144,7 @@ def test_the_readme_python_block_runs():
     # the example's planted facts (docs/trust.md): 80/10/10 of 420 rows, 5 re-sent tickets
     assert "True [('train', 336), ('val', 42), ('test', 42)]" in printed
     assert "('leak.near_duplicate', 'fail', 5)" in printed and "\nconvincing\n" in printed
-    assert "True ['step.finite_loss', 'step.initial_loss', 'step.finite_grads'" in printed
+    assert "True ['step.finite_loss', 'step.initial_loss', 'step.scheduler_bound'" in printed
     assert printed.splitlines()[-2] == "[('baseline', 'completed')]"
     # the quant example: bf16 then int8 on the same batches, the bytes as docs/variants.md shows them
     assert printed.splitlines()[-1].startswith("True [('bf16', 853312, 525.29, None), ('int8', 568640, 525.3, 0.8")

@@ -286,7 +286,8 @@ NUMERIC = _numeric_options()
 POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", "--lora-rank", "--gpus",
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
-            "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers"}
+            "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers",
+            "--equivalence-margin"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu", "--margin"}
 
@@ -323,7 +324,8 @@ def bases(tmp_path):
             "explain": ["explain", "gpt2", "--measured", str(tmp_path / "absent.json")],
             "split": ["split", str(data), "--out", str(tmp_path / "o"), "--force"],
             "leaks": ["leaks", str(data), str(other)], "usage": ["usage", manifest],
-            "errors": ["errors", str(preds)], "seeds": ["seeds", str(seeds)],
+            "errors": ["errors", str(preds)], "regress": ["regress", str(preds), str(preds)],
+            "seeds": ["seeds", str(seeds)],
             "batch": ["batch", str(EXAMPLES / "train_setup.py") + ":make_setup"],
             "check": ["check", str(EXAMPLES / "check_setup.py") + ":make_setup", "--no-resume"],
             "inspect": ["inspect", str(EXAMPLES / "inspect_setup.py") + ":make_fixed_setup"],

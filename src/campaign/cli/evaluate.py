@@ -68,7 +68,7 @@ def regress(
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
-    margin: Annotated[Optional[float], typer.Option("--margin", help="Also test equivalence: that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 = one point).")] = None,
+    margin: Annotated[Optional[float], typer.Option("--equivalence-margin", "--margin", help="Also test equivalence: that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 = one point).")] = None,
     metric: Annotated[Optional[str], typer.Option("--metric", help="lm-eval samples files: the metric to compare (exact_match, acc...; default: the one the file scores).")] = None,
     harness_filter: Annotated[Optional[str], typer.Option("--filter", help="lm-eval samples files: the filter to compare (strict-match...) when the file holds several.")] = None,
     as_json: o.Json = False,

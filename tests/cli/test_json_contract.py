@@ -102,7 +102,6 @@ def test_usage_after_a_split(cli, tmp_path):
     _contract(cli("usage", str(out), "--record", "test", "--purpose", "final-test", "--json"), "usage --record")
 
 
-@pytest.mark.xfail(reason="the data results (split, leaks) take the header in the data refactor", strict=False)
 def test_split_and_leaks(cli, tmp_path):
     _contract(cli("split", str(EX / "data" / "tickets.jsonl"), "--out", str(tmp_path / "s"), "--text", "text",
                   "--label", "label", "--group", "user", "--json"), "split")

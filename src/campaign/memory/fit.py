@@ -67,7 +67,8 @@ def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | floa
 
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
-              cache: Probes | None = None, exhaustive: bool = False, **options: Any) -> int:
+              cache: Probes | None = None, exhaustive: bool = False, card_first: bool | None = None,
+              **options: Any) -> int:
     """Largest `field` ('batch' or 'seq_len') whose required bytes fit `memory_bytes` (0: not even 1); for the
     batch, the largest for which every smaller batch fits too.
 
@@ -108,16 +109,25 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             probes.required[n] = estimate_memory(spec, replace(workload, **{field: n}), **options).required_bytes
         return probes.required[n]
 
+    first_on_card = cache is None if card_first is None else card_first
+
     def ok(n: int) -> bool:
         """n fits on a card with room to spare, or replayed against this card (the allocator releasing its
-        cached segments). The replay against the card comes first: where it releases nothing, it is the replay
-        with room to spare as well (reserved.training_overhead keeps it as both), so a probe costs one replay."""
+        cached segments). For one card the replay against it comes first: where it releases nothing, it is the
+        replay with room to spare as well (reserved.training_overhead keeps it as both), so a probe costs one
+        replay. Cards that share their probes (`cache`) replay with room to spare first: that replay serves
+        every card it fits."""
         if low(n) > memory_bytes:
             return False
-        found = required(n) if options.get("fragmentation") is not None or \
-            probes.required.get(n, memory_bytes + 1) <= memory_bytes else \
-            estimate_memory(spec, replace(workload, **{field: n}), card_bytes=memory_bytes, **options).required_bytes
-        return found <= memory_bytes or required(n) <= memory_bytes
+        if options.get("fragmentation") is not None or not first_on_card or n in probes.required:
+            if required(n) <= memory_bytes:
+                return True
+            if options.get("fragmentation") is not None:
+                return False
+        w = replace(workload, **{field: n})
+        if estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes:
+            return True
+        return required(n) <= memory_bytes
 
     if exhaustive:
         found = largest_satisfying(ok, limit)
@@ -151,12 +161,16 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
     out = []
+    cards = list(cards)
     batches, lengths = Probes(), Probes()
     for card in cards:
         mb = mc = None
         if solve:
-            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, cache=batches, **options)
-            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths, **options)
+            shared = len(cards) > 1  # several cards share their probes' replays with room to spare
+            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, cache=batches,
+                           card_first=not shared, **options)
+            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths,
+                           card_first=not shared, **options)
         on_card = est
         if (est.method == "formula" and est.required_bytes > card.memory_bytes
                 and options.get("fragmentation") is None

@@ -116,12 +116,17 @@ def extraction(rep: Any) -> None:
     _review(rep)
 
 
-def regress(rep: Any) -> None:
+def _guards_line(rep: Any) -> None:
+    """The guards' verdict in one line: which failed, or that all hold."""
     failed = rep.failed_guards
     if failed:
         console.print(f"[red]{len(failed)} guard(s) failed[/red]: " + "; ".join(escape(g.describe()) for g in failed))
     elif rep.guards:
         console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
+
+
+def regress(rep: Any) -> None:
+    _guards_line(rep)
     t = rep.mcnemar
     p = f"p = {t.p_value:.4g}" + (f", statistic {t.statistic:.4g}" if t.statistic is not None else "")
     console.print(f"Accuracy {rep.accuracy_baseline:.4f} -> [bold]{rep.accuracy_candidate:.4f}[/bold] "
@@ -172,11 +177,7 @@ def _equivalence(eq: Any) -> None:
 
 def harness(rep: Any) -> None:
     """Two lm-eval runs of one task (evaluate/harness.py)."""
-    failed = rep.failed_guards
-    if failed:
-        console.print(f"[red]{len(failed)} guard(s) failed[/red]: " + "; ".join(escape(g.describe()) for g in failed))
-    elif rep.guards:
-        console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
+    _guards_line(rep)
     console.print(f"{escape(rep.task)} · {escape(rep.metric)} ({escape(rep.filter)}) · {rep.examples:,} documents "
                   f"paired by {rep.paired_by}")
     console.print(f"{escape(rep.metric)} {rep.mean_baseline:.4f} -> [bold]{rep.mean_candidate:.4f}[/bold] "

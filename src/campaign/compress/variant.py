@@ -17,6 +17,7 @@ from ..train.setup import first_line
 from .formats import Format, apply, stored_bytes, torch_dtype
 from .result import DataDigest
 from .setup import QuantSetup
+from ..models.resolve import require_safetensors
 
 LATENCY_REPEATS = 5
 
@@ -29,7 +30,8 @@ def reference_model(s: QuantSetup, reference: Format | None) -> Any:
         from transformers import AutoModelForCausalLM
 
         dtype = torch_dtype(reference.name) if reference else "auto"
-        model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(require_safetensors(model)), dtype=dtype,
+                                                     use_safetensors=True)
     elif callable(model) and not isinstance(model, torch.nn.Module):
         model = model()
     if not isinstance(model, torch.nn.Module):

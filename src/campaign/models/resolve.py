@@ -16,6 +16,27 @@ from .safetensors_header import tensor_stats
 from .spec import ModelSpec
 
 
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")  # weights torch.load would unpickle
+
+
+def require_safetensors(folder: str | os.PathLike[str], what: str = "model folder") -> Path:
+    """`folder` when its weights are safetensors; a folder whose weights are only pickles (pytorch_model.bin,
+    adapter_model.bin, *.pt) is refused: campaign never unpickles a file from a model folder, not even with
+    weights_only (the project's promise: no code from a model folder, no pickle).
+
+    Raises:
+        InputError: pickled weights and no safetensors, naming the file and the conversion.
+    """
+    p = Path(folder)
+    if p.is_dir() and not any(p.glob("*.safetensors")):
+        pickled = sorted(f.name for pattern in PICKLED for f in p.glob(pattern))
+        if pickled:
+            raise InputError(f"{p}: the {what}'s weights are pickles ({pickled[0]}), which campaign never loads; "
+                             "convert them to safetensors where you trust the file (model.save_pretrained(dir, "
+                             "safe_serialization=True)) and give that folder")
+    return p
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """Parse a config.json with one-line errors for an unreadable file, non-UTF-8, malformed JSON or a non-object."""
     data = load_json(path, "a model's config.json", ConfigError)

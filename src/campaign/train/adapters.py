@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, load_json, sha256_file
+from ..models.resolve import require_safetensors
 from ..validate import JsonObject
 
 BINDING = "campaign_binding.json"
@@ -250,7 +251,7 @@ def load_adapter(base_model: Any, directory: str | Path) -> Any:
     elif digest != binding.weights_sha256:
         raise InputError(f"{directory}: the adapter was trained on another base ({binding.base or 'unnamed'}, weights "
                          f"sha256 {binding.weights_sha256[:12]}; this one: {digest[:12]}); load the exact base")
-    return PeftModel.from_pretrained(base_model, str(directory))
+    return PeftModel.from_pretrained(base_model, str(require_safetensors(directory, "adapter")))
 
 
 __all__ = ["Binding", "binding_of", "files_sha256", "fingerprint", "is_adapter_model", "load_adapter",

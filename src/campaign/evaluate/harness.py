@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checks import Check
 from ..errors import InputError
 from ..results import Result
 from .equivalence import Equivalence
-from .regress import Guard, guard_checks
+from .regress import Guard, GuardedComparison
 from .stats import McNemar, TTest
 
 
@@ -167,7 +166,7 @@ SCHEMA = "campaign.regress_harness/1"
 
 
 @dataclass(frozen=True)
-class HarnessComparison(Result):
+class HarnessComparison(GuardedComparison, Result):
     """A baseline's and a candidate's lm-eval runs of one task compared document by document: the metric's means,
     the flips of a 0/1 metric with McNemar's test (the paired test the harness's unpaired z-test is not), a paired
     t-test otherwise, equivalence at a margin when one is stated, and the guards; its checks are the guards and
@@ -191,14 +190,6 @@ class HarnessComparison(Result):
     equivalence: Equivalence | None
     guards: tuple[Guard, ...]
     schema: str = SCHEMA
-
-    @property
-    def checks(self) -> tuple[Check, ...]:
-        return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
-
-    @property
-    def failed_guards(self) -> tuple[Guard, ...]:
-        return tuple(g for g in self.guards if not g.passed)
 
 
 def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,

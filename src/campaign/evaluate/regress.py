@@ -114,8 +114,24 @@ class ClassDelta:
     delta_f1: float
 
 
+class GuardedComparison:
+    """The verdict of a baseline-candidate comparison (prediction files, lm-eval runs): its guards (guard.<expr>)
+    and, when a margin was stated, equivalence.within_margin."""
+
+    guards: tuple[Guard, ...]
+    equivalence: Equivalence | None
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
+
+    @property
+    def failed_guards(self) -> tuple[Guard, ...]:
+        return tuple(g for g in self.guards if not g.passed)
+
+
 @dataclass(frozen=True)
-class RegressionReport(Result):
+class RegressionReport(GuardedComparison, Result):
     """What changed between two prediction files on the same examples; its checks are the guards (guard.<expr>),
     so that the status is fail when a guard failed (and pass without guards: the comparison only informs)."""
 
@@ -137,14 +153,6 @@ class RegressionReport(Result):
     notes: tuple[str, ...] = ()
     equivalence: Equivalence | None = None  # accuracy within +/- a stated margin (TOST on paired correctness)
     schema: str = SCHEMA
-
-    @property
-    def checks(self) -> tuple[Check, ...]:
-        return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
-
-    @property
-    def failed_guards(self) -> tuple[Guard, ...]:
-        return tuple(g for g in self.guards if not g.passed)
 
 
 

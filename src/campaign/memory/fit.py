@@ -10,7 +10,7 @@ from ..models.spec import ModelSpec
 from ..results import Record
 from .breakdown import MemoryEstimate
 from .constants import LARGE_BUFFER, ROUND_LARGE
-from .estimate import allocator_limit, estimate_memory
+from .estimate import estimate_memory
 from .parsing import parse_reserve
 from .search import largest_satisfying
 from .workload import Workload
@@ -172,11 +172,9 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
             mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths,
                            card_first=not shared, **options)
         on_card = est
-        if (est.method == "formula" and est.required_bytes > card.memory_bytes
-                and options.get("fragmentation") is None
-                and est.peak_allocated_bytes <= allocator_limit(
-                    card.memory_bytes, reserve=options.get("reserve", "10%"),
-                    context_bytes=est.device_bytes - est.peak_reserved_bytes)):  # context and NCCL buffers
+        if est.method == "formula" and est.required_bytes > card.memory_bytes and options.get("fragmentation") is None:
+            # the card's own device figure, whichever way it is asked (--card, the summary, --all-cards): even where
+            # the step cannot fit, the replay against the card can make it tight, and the headroom is the card's
             on_card = estimate_memory(spec, workload, card_bytes=card.memory_bytes, **options)
         out.append(Fit(card.name, card.memory_bytes, on_card.verdict(card.memory_bytes),
                        card.memory_bytes - on_card.required_bytes, mb, mc))

@@ -1,6 +1,8 @@
 """`campaign batch SETUP`: effective batch and gradient accumulation, checked numerically (question 3)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -25,6 +27,20 @@ def _progress(label: str, as_json: bool) -> Any:
     return nullcontext(lambda _phase: None) if as_json else progress_reporter(label)
 
 
+@contextmanager
+def _users_code(setup: str) -> Iterator[None]:
+    """The setup's code (its loss, accumulate, collate, model) calling sys.exit while the command runs it: one line
+    naming the setup, exit 2, whatever code it exited with (exit(0) would read as a go)."""
+    try:
+        yield
+    except SystemExit as e:
+        from ..errors import InputError
+        from ..train.setup import exited
+
+        raise InputError(exited(setup, e, "while campaign ran it (the model, its loss, accumulate or collate)")) \
+            from None
+
+
 def batch(
     setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model and micro-batches (a dict or an "
                                               "object with .model and .batches; see examples/train_setup.py).")],
@@ -47,7 +63,7 @@ def batch(
     from ..train.accumulation import check_accumulation
     from .render.train import render_batch
 
-    with _progress("batch", as_json) as tell:
+    with _progress("batch", as_json) as tell, _users_code(setup):
         report = check_accumulation(setup, accumulation=accumulation, processes=processes,
                                     normalization=normalization.replace("-", "_") if normalization else None,
                                     progress=tell)
@@ -86,7 +102,7 @@ def check(
         from ..train.setup import writable_file
 
         writable_file(out, "--out")   # the record is written at the end: its path is checked before anything runs
-    with _progress("campaign", as_json) as tell:        # "campaign: check 3/5: resume in a fresh process"
+    with _progress("campaign", as_json) as tell, _users_code(setup):  # "campaign: check 3/5: resume in a fresh process"
         report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
                             checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
     if out is not None:
@@ -113,6 +129,6 @@ def inspect(
     from ..train.inspect import inspect as run_inspect
     from .render.train import render_inspect
 
-    with _progress("inspect", as_json) as tell:
+    with _progress("inspect", as_json) as tell, _users_code(setup):
         report = run_inspect(setup, examples=examples, progress=tell)
     o.emit(report, render_inspect, as_json)

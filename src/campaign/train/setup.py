@@ -99,7 +99,8 @@ def run_factory(ref: str, example: str = "setup.py:make_setup") -> tuple[Any, st
     try:
         namespace = runpy.run_path(str(file), run_name="campaign_setup")
     except SystemExit as e:
-        raise InputError(f"{file}: exited ({e.code}) while loading; a setup file defines a function") from None
+        raise InputError(exited(str(file), e, "while loading (a setup file defines a function; put the script's "
+                                              "own run under `if __name__ == '__main__':`)")) from None
     except Exception as e:
         raise InputError(f"{file}: raised {type(e).__name__} while loading: {first_line(e)}") from None
     factory = namespace.get(name)
@@ -111,11 +112,21 @@ def run_factory(ref: str, example: str = "setup.py:make_setup") -> tuple[Any, st
 
 
 def call_factory(factory: Callable[[], Any], where: str) -> Any:
-    """The factory's result; an exception it raises becomes one line naming `where`."""
+    """The factory's result; an exception it raises becomes one line naming `where`, and so does a call to
+    sys.exit / exit() (even exit(0): a command that exits 0 with no output would read as a go in a CI step).
+    Ctrl-C (KeyboardInterrupt) is not the factory's failure: it goes through as the user's interrupt."""
     try:
         return factory()
+    except SystemExit as e:
+        raise InputError(exited(where, e, "instead of returning the setup")) from None
     except Exception as e:
         raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
+
+
+def exited(where: str, e: SystemExit, when: str) -> str:
+    """One line for the user's code calling sys.exit: who, with what code, and the fix."""
+    return (f"{where} called exit({e.code!r}) {when}; campaign needs it to return (or raise an error): remove the "
+            "sys.exit / exit() from the code it runs")
 
 
 def writable_file(path: str | os.PathLike[str], what: str) -> Path:

@@ -7,8 +7,9 @@ names the file and the field, never an exception deep inside a computation.
 """
 from __future__ import annotations
 
+import builtins
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import InputError
 
@@ -31,7 +32,8 @@ def kind_of(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {dict: "object", list: "array", str: "string"}
+    return names.get(type(value), type(value).__name__)
 
 
 class JsonObject:
@@ -42,21 +44,26 @@ class JsonObject:
         where: the file (and position) it was read from, e.g. 'm.json: phases[2]'.
         fix: what to do about a bad value, appended to every message.
         error: the exception class raised (InputError; ConfigError for model files).
+
+    The getters `str` and `list` are named after the JSON kinds they read; inside the class body those names are the
+    methods, so the annotations spell the builtins as `builtins.str` / `builtins.list`.
     """
 
-    def __init__(self, data: Any, where: str, *, fix: str = "", error: type[Exception] = InputError) -> None:
+    def __init__(
+        self, data: Any, where: builtins.str, *, fix: builtins.str = "", error: type[Exception] = InputError
+    ) -> None:
         self.where, self.fix, self.error = where, fix, error
         if not isinstance(data, dict):
             self.fail(f"is a JSON {kind_of(data)}, not an object")
         self.data: dict[str, Any] = data
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: builtins.str) -> NoReturn:
         raise self.error(f"{self.where}: {what}" + (f"; {self.fix}" if self.fix else ""))
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: builtins.str) -> bool:
         return key in self.data
 
-    def raw(self, key: str, default: Any = _MISSING) -> Any:
+    def raw(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """The value as parsed; a missing field (or null) is an error unless a default is given."""
         value = self.data.get(key)
         if value is None:
@@ -65,7 +72,7 @@ class JsonObject:
             return default
         return value
 
-    def _typed(self, key: str, types: tuple[type, ...], name: str, default: Any) -> Any:
+    def _typed(self, key: builtins.str, types: tuple[type, ...], name: str, default: Any) -> Any:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
@@ -73,21 +80,23 @@ class JsonObject:
             self.fail(f"field {key!r} must be {name}, got {_shown(value)} (a JSON {kind_of(value)})")
         return value
 
-    def str(self, key: str, default: Any = _MISSING) -> Any:
+    def str(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A string field."""
         return self._typed(key, (str,), "a string", default)
 
-    def list(self, key: str, default: Any = _MISSING) -> Any:
+    def list(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """An array field."""
         return self._typed(key, (list,), "an array", default)
 
-    def obj(self, key: str, default: Any = _MISSING) -> Any:
+    def obj(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """An object field, as a JsonObject (or the default)."""
         value = self._typed(key, (dict,), "an object", default)
         return value if value is default and default is not _MISSING else \
             JsonObject(value, f"{self.where}: {key}", fix=self.fix, error=self.error)
 
-    def count(self, key: str, default: Any = _MISSING, *, minimum: int = 0, maximum: int = MAX_COUNT) -> Any:
+    def count(
+        self, key: builtins.str, default: Any = _MISSING, *, minimum: int = 0, maximum: int = MAX_COUNT
+    ) -> Any:
         """A whole number in [minimum, maximum] (bytes, tensors, rows): not a boolean, a float or a string."""
         value = self._typed(key, (int,), "a whole number", default)
         if value is default and default is not _MISSING:
@@ -97,7 +106,7 @@ class JsonObject:
             self.fail(f"field {key!r} must be between {minimum:,} and {maximum:,}, got {shown}")
         return value
 
-    def number(self, key: str, default: Any = _MISSING, *, minimum: float = -math.inf) -> Any:
+    def number(self, key: builtins.str, default: Any = _MISSING, *, minimum: float = -math.inf) -> Any:
         """A finite number >= minimum (int or float, not a boolean)."""
         value = self._typed(key, (int, float), "a number", default)
         if value is default and default is not _MISSING:
@@ -106,7 +115,7 @@ class JsonObject:
             self.fail(f"field {key!r} must be a finite number >= {minimum:g}, got {_shown(value)}")
         return value
 
-    def items(self, key: str) -> list[JsonObject]:
+    def items(self, key: builtins.str) -> builtins.list[JsonObject]:
         """An array of objects, each a JsonObject named by its position."""
         return [JsonObject(v, f"{self.where}: {key}[{i}]", fix=self.fix, error=self.error)
                 for i, v in enumerate(self.list(key))]

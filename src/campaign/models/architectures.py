@@ -82,7 +82,7 @@ def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     text_type = text.get("model_type") or ("gemma3_text" if cfg["model_type"] == "gemma3" else None)
     towers, total = tower_groups(cfg, source)
     fields = _family_fields(text, text_type, f"{source} (text_config)") if text_type else None
-    if fields is None:
+    if fields is None or not text_type:  # (fields is None whenever text_type is empty)
         spec = generic_spec(cfg, name=name, source=source)
         return spec
     fields["groups"] = fields["groups"] + towers

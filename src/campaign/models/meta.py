@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import CampaignError, ConfigError, MissingDependencyError
-from .spec import AttentionLayer, Block, ModelSpec, ParamGroup
+from .spec import AttentionLayer, Block, ModelSpec, ParamGroup, Role
 
 GENERIC_ACTIVATIONS = ("generic activation model: assumes pre-norm blocks of LayerNorm, q/k/v/o attention over "
                        "num_attention_heads and a two-matrix MLP of intermediate_size with one activation (GPT-2's "
@@ -116,6 +116,7 @@ def meta_inventory(model: Any, *, skip: tuple[Any, ...] = (), prefix: str = "") 
             pattern = re.sub(r"\.\d+(?=\.|$)", "", f"{path}.{pname}".lstrip("."))
             short = path.rsplit(".", 1)[-1] if path else pname
             blocks = bool(re.search(r"\.\d+(\.|$)", path))
+            role: Role
             if module is out_emb or isinstance(module, torch.nn.Embedding):
                 role = "embedding"
             elif pname == "bias":
@@ -168,12 +169,12 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     total = sum(p.numel() for p in model.parameters())
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
-    def field(*keys: str, default: int | None = None) -> int | None:
+    def field(*keys: str) -> int | None:  # the first positive whole number among the keys
         for key in keys:
             value = getattr(text, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value
-        return default
+        return None
 
     h = field("hidden_size", "d_model", "n_embd", "dim")
     L = field("num_hidden_layers", "num_layers", "n_layer", "decoder_layers")
@@ -184,9 +185,9 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     notes = [f"{GENERIC_ACTIVATIONS}; parameters from transformers on the meta device ({cls.__name__})"]
     if nh is None:
         notes.append("no attention heads in the config: no KV cache counted")
-    nkv = field("num_key_value_heads", "num_kv_heads", "n_head_kv", default=nh) if nh else 0
-    hd = field("head_dim", "d_kv", default=h // nh if nh else 0)
-    V = field("vocab_size", default=1)
+    nkv = (field("num_key_value_heads", "num_kv_heads", "n_head_kv") or nh) if nh else 0
+    hd = field("head_dim", "d_kv") or (h // nh if nh else 0)
+    V = field("vocab_size") or 1
     layer_types = getattr(text, "layer_types", None)
     window = getattr(text, "sliding_window", None)
     attention = tuple(
@@ -198,8 +199,8 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     return ModelSpec(
         name=name, model_type=cfg["model_type"], architecture=cls.__name__, source=source, hidden_size=h,
         num_layers=L, num_heads=nh or 1, num_kv_heads=nkv or 0, head_dim=hd or 0,
-        intermediate_size=field("intermediate_size", "ffn_dim", "d_ff", "n_inner", "decoder_ffn_dim", default=4 * h),
-        vocab_size=V, max_position=field("max_position_embeddings", "n_positions", default=2048), tie_embeddings=tie,
+        intermediate_size=field("intermediate_size", "ffn_dim", "d_ff", "n_inner", "decoder_ffn_dim") or 4 * h,
+        vocab_size=V, max_position=field("max_position_embeddings", "n_positions") or 2048, tie_embeddings=tie,
         mlp="plain", groups=groups, attention=attention, torch_dtype=dtype if isinstance(dtype, str) else "float32",
         checkpoint_quant=cfg.get("quantization_config"), params_exact=total, params_method="transformers",
         activation=str(getattr(text, "hidden_act", None) or getattr(text, "activation_function", None) or "gelu"),

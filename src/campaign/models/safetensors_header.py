@@ -88,12 +88,12 @@ def weight_files(directory: Path) -> list[Path]:
         doc = JsonObject(load_json(index, "a safetensors index", ConfigError), str(index),
                          fix="the index is corrupt; download it again", error=ConfigError)
         weight_map = doc.obj("weight_map")
-        names = set()
+        shards: set[str] = set()
         for tensor, shard in weight_map.data.items():
             if not isinstance(shard, str) or not shard or Path(shard).name != shard:
                 weight_map.fail(f"tensor {tensor[:60]!r} maps to {str(shard)[:40]!r}, not a shard file name")
-            names.add(shard)
-        names = sorted(names)
+            shards.add(shard)
+        names = sorted(shards)
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise ConfigError(f"{index}: lists {len(missing)} shard(s) that are not on disk, e.g. {missing[0]!r}")

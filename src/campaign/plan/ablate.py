@@ -290,7 +290,7 @@ def defining_relation(generators: list[tuple[str, int, frozenset[str]]]) -> list
     out = []
     for r in range(1, len(base) + 1):
         for combo in itertools.combinations(base, r):
-            sign, letters = 1, frozenset()
+            sign, letters = 1, frozenset[str]()
             for s, w in combo:
                 sign, letters = sign * s, letters ^ w
             out.append((sign, letters))
@@ -619,8 +619,9 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     design_ = chosen or candidates[0]
     alternatives = tuple(d for d in candidates if d is not design_)
     if chosen is not None and chosen is not candidates[0]:
-        first = candidates[0]
-        cut.insert(0, f"{first.name} ({first.runs} runs, {first.card_hours:,.1f} card-hours) is over the budget")
+        preferred = candidates[0]
+        cut.insert(0, f"{preferred.name} ({preferred.runs} runs, {preferred.card_hours:,.1f} card-hours) is over the "
+                      "budget")
         if chosen.kind == "fractional":
             cut.append(f"interactions aliased in the {chosen.name}: {'; '.join(chosen.aliased_interactions) or 'none'}")
         if chosen.kind == "ofat":

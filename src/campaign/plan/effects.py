@@ -14,6 +14,7 @@ import itertools
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
@@ -142,9 +143,10 @@ def rows_from_runs(tag: str, *, seed_field: str = "seed", root: str | os.PathLik
     from ..evaluate.predictions import Row
     from ..track.store import list_runs, show_run
 
+    store = None if root is None else Path(root)
     rows = []
-    for i, r in enumerate(reversed(list_runs(status="completed", tag=tag, root=root).runs)):
-        m = show_run(r.id, root=root)
+    for i, r in enumerate(reversed(list_runs(status="completed", tag=tag, root=store).runs)):
+        m = show_run(r.id, root=store)
         rows.append((m.id, Row(i + 1, {**_flat(m.params), seed_field: m.seeds[0] if m.seeds else m.id,
                                        **m.metrics})))
     if not rows:
@@ -363,8 +365,8 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
     half = C / 2
     for _, members in groups.items():
         sign, e = members[0]
-        col = [math.prod(x[c] for c in e) for x in coded]
-        est = math.fsum(v * c.mean for v, c in zip(col, cells)) / half
+        signs = [math.prod(x[c] for c in e) for x in coded]
+        est = math.fsum(v * c.mean for v, c in zip(signs, cells)) / half
         se = math.sqrt(s2 * math.fsum(1 / c.n for c in cells)) / half if s2 is not None else None
         low = high = p = None
         if se is not None and tq is not None:

@@ -9,6 +9,8 @@ from ...units import fmt_count
 from . import console, gib
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from ...guide import GuideMap
     from ...hardware.cards import CardList
     from ...models.describe import Catalog, ModelFacts
@@ -74,8 +76,10 @@ def _attention(spec: "ModelSpec") -> str:
 def cards(listing: "CardList") -> None:
     table = Table(title="GPU cards: memory as the driver reports it (an '80 GB' card is not 80 GiB)",
                   title_justify="left")
-    for col, just in (("card", "left"), ("marketed", "right"), ("usable GiB", "right"), ("bytes", "right"),
-                      ("stack", "left"), ("TB/s", "right"), ("bf16 TFLOP/s", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("card", "left"), ("marketed", "right"), ("usable GiB", "right"), ("bytes", "right"), ("stack", "left"),
+        ("TB/s", "right"), ("bf16 TFLOP/s", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)
     for c in listing.cards:
         table.add_row(c.name, c.marketed_memory, gib(c.memory_bytes), f"{c.memory_bytes:,}", c.stack.upper(),

@@ -62,3 +62,38 @@ def test_margin_on_prediction_files(cli):
     narrow = cli("regress", base, cand, "--margin", "0.1")
     assert narrow.code == 1 and "not shown equivalent" in narrow.out
     assert cli("regress", base, cand, "--metric", "acc").code == 2  # --metric is for lm-eval samples
+
+
+def test_errors_and_seeds_read_lm_eval_runs(cli, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    samples(run / "samples_gsm8k_2026-12-01T00-00-00.jsonl", [1, 0, 1, 1])
+    samples(run / "samples_arc_2026-12-01T00-00-00.jsonl", [0, 0, 1])
+    r = cli("errors", str(run), "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert (d["metric"], d["filter"], d["documents"], d["wrong"]) == ("exact_match", "strict-match", 7, 3)
+    assert {t["task"]: t["wrong_ids"] for t in d["tasks"]} == {"gsm8k": ["1"], "arc": ["0", "1"]}
+    text = cli("errors", str(run))
+    assert "exact_match (strict-match)" in text.out and "gsm8k" in text.out
+    assert cli("errors", str(run), "--slice", "lang").code == 2
+    # seeds: three seeds a variant, each one file; the candidate gains 1, 2, 1 documents of 10
+    base = [[1] * 5 + [0] * 5, [1] * 6 + [0] * 4, [1] * 4 + [0] * 6]
+    gain = [1, 2, 1]
+    args = []
+    for s, (b, g) in enumerate(zip(base, gain)):
+        args += ["--baseline-samples", samples(tmp_path / f"samples_gsm8k_2026-12-0{s + 1}T00-00-00.jsonl", b)]
+    for s, (b, g) in enumerate(zip(base, gain)):
+        (tmp_path / f"c{s}").mkdir()     # a run's folder, as lm_eval --output_path writes one
+        cand = [1] * (sum(b) + g) + [0] * (10 - sum(b) - g)
+        args += ["--candidate-samples", samples(tmp_path / f"c{s}" / "samples_gsm8k_2026-12-01T00-00-00.jsonl",
+                                                cand)]
+    r = cli("seeds", *args, "--metric", "exact_match", "--resamples", "500", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["metric"] == "exact_match (strict-match)" and d["differences"] == pytest.approx([0.1, 0.2, 0.1])
+    assert d["source"]["harness"]["documents"] == 10
+    short = samples(tmp_path / "samples_gsm8k_2026-12-09T00-00-00.jsonl", [1] * 9)
+    r = cli("seeds", *args[:4], "--candidate-samples", args[7], "--candidate-samples", short)
+    assert r.code == 2 and "did not see the same documents" in r.err
+    assert cli("seeds", "--baseline-samples", args[1]).code == 2

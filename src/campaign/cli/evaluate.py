@@ -26,8 +26,29 @@ def _split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
+MetricName = Annotated[Optional[str], typer.Option("--metric", help="lm-eval samples files: the metric to compare (exact_match, acc...; default: the one the file scores).")]
+HarnessFilter = Annotated[Optional[str], typer.Option("--filter", help="lm-eval samples files: the filter to compare (strict-match...) when the file holds several.")]
+
+
+def _not_harness(what: str, **given: object) -> None:
+    """Refuse options that have no meaning for an lm-eval run (or, with what='prediction files', for those)."""
+    named = [name for name, value in given.items() if value not in (None, False, ())]
+    if named:
+        from ..errors import InputError
+
+        raise InputError(f"{', '.join(named)} do(es) not apply to {what}; leave them out")
+
+
+def _is_harness(path: str | None) -> bool:
+    from pathlib import Path
+
+    from ..evaluate.harness import is_harness_samples
+
+    return path is not None and (is_harness_samples(path) or Path(path).is_dir())
+
+
 def errors(
-    predictions: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with an id, the gold value, the prediction and optional metadata.")],
+    predictions: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with an id, the gold value, the prediction and optional metadata; or an lm-eval run: a samples_<task>_<date>.jsonl file or the folder of them (one per task).")],
     task: Task = "classification",
     slice_by: Annotated[Optional[str], typer.Option("--slice", help="Metadata field to break the metrics down by.")] = None,
     schema: SchemaOpt = None,
@@ -39,9 +60,12 @@ def errors(
     top: Annotated[int, typer.Option(help="Top confusions to list.")] = 10,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     seed: Seed = 0,
+    metric: MetricName = None,
+    harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
     """Error analysis: confusion matrix, per-class metrics, top confusions, slices; or extraction validity and fields.
+    An lm-eval run (lm_eval --log_samples): the metric per task and the documents it scored 0.
 
     Exit 0 when analyzed, 2 on bad input.
     """
@@ -50,6 +74,14 @@ def errors(
     from .render import escape, progress_reporter
     from .render.evaluate import errors as render_errors
 
+    if _is_harness(predictions):
+        from ..evaluate.harness_runs import harness_errors
+
+        _not_harness("an lm-eval run", **{"--slice": slice_by, "--schema": schema, "--required": required,
+                                          "--review-sheet": review_sheet, "--taxonomy": taxonomy, "--plot": plot})
+        o.emit(harness_errors(predictions, metric=metric, filter=harness_filter), render_errors, as_json)
+        return
+    _not_harness("prediction files", **{"--metric": metric, "--filter": harness_filter})
     o.plot_file(plot)
     with progress_reporter("errors", enabled=not as_json) as tell:   # scikit-learn's import alone takes a second
         tell(f"{escape(task)} metrics of {escape(predictions)}" + (", the plot" if plot else ""))
@@ -69,8 +101,8 @@ def regress(
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     margin: Annotated[Optional[float], typer.Option("--equivalence-margin", "--margin", help="Also test equivalence: that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 = one point).")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric", help="lm-eval samples files: the metric to compare (exact_match, acc...; default: the one the file scores).")] = None,
-    harness_filter: Annotated[Optional[str], typer.Option("--filter", help="lm-eval samples files: the filter to compare (strict-match...) when the file holds several.")] = None,
+    metric: MetricName = None,
+    harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
     """Baseline vs candidate: flips with ids, per-class deltas, McNemar's test, guards; equivalence at --margin.
@@ -108,8 +140,8 @@ def regress(
 
 
 def seeds(
-    results: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric.")],
-    metric: Annotated[str, typer.Option("--metric-field", "--metric", help="Column holding the metric.")] = "metric",
+    results: Annotated[Optional[str], typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric (or give lm-eval runs with --baseline-samples and --candidate-samples).")] = None,
+    metric: Annotated[Optional[str], typer.Option("--metric-field", "--metric", help="Column holding the metric (default 'metric'); with lm-eval runs, the metric's name (default: the one the files score).")] = None,
     variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.")] = "variant",
     seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.")] = "seed",
     baseline: Annotated[Optional[str], typer.Option(help="Baseline variant (default: the first in the file).")] = None,
@@ -124,11 +156,15 @@ def seeds(
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
     seed: Seed = 0,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a dispersion plot: .png, .svg or .pdf.")] = None,
+    baseline_samples: Annotated[Optional[List[str]], typer.Option("--baseline-samples", help="An lm-eval run of the baseline (a samples_<task>_<date>.jsonl file or the folder of them), one per seed. Repeatable.")] = None,
+    candidate_samples: Annotated[Optional[List[str]], typer.Option("--candidate-samples", help="An lm-eval run of the candidate per seed, in the order of --baseline-samples. Repeatable.")] = None,
+    harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
     """Seed variance: is the difference between two variants larger than the noise between seeds?
+    Reads lm-eval runs too (one per seed and variant), paired by seed and, within a seed, document by document.
 
-    Exit 0 whatever the verdict, 2 on bad input (missing columns, unpaired seeds, non-numeric metrics).
+    Exit 0 whatever the verdict, 2 on bad input (missing columns, unpaired seeds or documents, non-numeric metrics).
     """
     from .. import plots
     from ..evaluate.seeds import compare_seeds
@@ -136,9 +172,29 @@ def seeds(
     from .render.evaluate import seeds as render_seeds
 
     o.plot_file(plot)
+    if baseline_samples or candidate_samples:
+        from ..evaluate.harness_runs import compare_harness_seeds
+
+        _not_harness("lm-eval runs", **{"RESULTS": results, "--examples": examples, "--baseline": baseline,
+                                        "--candidate": candidate})
+        with progress_reporter("seeds", enabled=not as_json) as tell:
+            tell(f"{resamples:,} bootstrap resamples over seeds x documents")
+            rep = compare_harness_seeds(baseline_samples or [], candidate_samples or [], metric=metric,
+                                        filter=harness_filter, higher_is_better=not lower_is_better,
+                                        min_effect=min_effect, confidence=confidence, alternative=alternative,
+                                        n_resamples=resamples, seed=seed)
+            rep = o.with_plot(rep, plots.seeds, plot)
+        o.emit(rep, render_seeds, as_json)
+        return
+    if results is None:
+        from ..errors import InputError
+
+        raise InputError("no results: give a results file (variant, seed, metric rows), or lm-eval runs with "
+                         "--baseline-samples and --candidate-samples (one each per seed)")
+    _not_harness("a results file", **{"--filter": harness_filter})
     with progress_reporter("seeds", enabled=not as_json) as tell:    # a spinner: the per-example bootstrap can take seconds
         tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
-        rep = compare_seeds(results, metric=metric, baseline=baseline, candidate=candidate, examples=examples,
+        rep = compare_seeds(results, metric=metric or "metric", baseline=baseline, candidate=candidate, examples=examples,
                             score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
                             seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)

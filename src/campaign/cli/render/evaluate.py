@@ -9,8 +9,23 @@ SHOW = 10   # ids listed before '... (+n)'
 
 
 def errors(rep: Any) -> None:
-    """An error analysis: classification or extraction, by its task."""
-    (classification if rep.task == "classification" else extraction)(rep)
+    """An error analysis: classification, extraction or an lm-eval run, by its task."""
+    {"classification": classification, "lm-eval": harness_errors}.get(rep.task, extraction)(rep)
+
+
+def harness_errors(rep: Any) -> None:
+    """An lm-eval run's errors per task (evaluate/harness_runs.py)."""
+    wrong = "" if rep.wrong is None else f" · {rep.wrong:,} scored 0"
+    console.print(f"[bold]{escape(rep.path)}[/bold] · lm-eval · {escape(rep.metric)} ({escape(rep.filter)}) · "
+                  f"{len(rep.tasks)} task(s) · {rep.documents:,} documents")
+    console.print(f"{escape(rep.metric)} [bold]{rep.mean:.4f}[/bold] over every document{wrong}")
+    t = table("Per task", [("task", "left"), ("documents", "right"), (escape(rep.metric), "right"),
+                           ("scored 0", "right"), ("doc_ids scored 0", "left")])
+    for x in rep.tasks:
+        t.add_row(escape(x.task), f"{x.documents:,}", f"{x.mean:.4f}", "-" if x.wrong is None else f"{x.wrong:,}",
+                  _ids(x.wrong_ids) + (f" (first {len(x.wrong_ids)})" if x.wrong and x.wrong > len(x.wrong_ids)
+                                       else ""))
+    console.print(t)
 
 
 def _ids(ids: Any, n: int = SHOW) -> str:

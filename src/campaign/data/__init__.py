@@ -9,13 +9,14 @@ this package stays light.
 """
 from .dedup import DedupResult, NearPair, find_duplicates
 from .engine import ENGINES, engine_for
+from .kfold import LeakFreeKFold
 from .leaks import CHECK_IDS, LeakCheck, LeakReport, check_files, find_leaks
 from .normalize import NORMALIZER_VERSION, content_hash, normalize_text
 from .read import Dataset, Fields, make_dataset, read_dataset
 from .sketch import DedupConfig, choose_banding, sketch
 from .split import LeakFreeSplitter, SplitResult, load_manifest, parse_ratios, split_file
 
-__all__ = ["CHECK_IDS", "ENGINES", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeSplitter",
-           "LeakReport", "NORMALIZER_VERSION", "NearPair", "SplitResult",
+__all__ = ["CHECK_IDS", "ENGINES", "Dataset", "DedupConfig", "DedupResult", "Fields", "LeakCheck", "LeakFreeKFold",
+           "LeakFreeSplitter", "LeakReport", "NORMALIZER_VERSION", "NearPair", "SplitResult",
            "check_files", "choose_banding", "content_hash", "engine_for", "find_duplicates", "find_leaks",
            "load_manifest", "make_dataset", "normalize_text", "parse_ratios", "read_dataset", "sketch", "split_file"]

@@ -37,7 +37,7 @@ def test_hashes_are_sha256(tmp_path):
 def test_record_scan_lines_raw_rows_and_bad_records(tmp_path):
     from campaign.rows import BadRecord, RecordScan
 
-    data = ('id,text\n1,"two\nlines"\n,\n2,caf\xe9\n3,a,extra\n').encode("utf-8")
+    data = ('id,text\n1,"two\nlines"\n,\n2,caf\xe9\n3,a,extra\n').encode()
     p = tmp_path / "d.csv"
     p.write_bytes(data)
     scan = RecordScan(p)

@@ -38,4 +38,5 @@ class MissingDependencyError(CampaignError):
     """An optional extra (torch, data, report) is needed for this command."""
 
     def __init__(self, package: str, extra: str) -> None:
-        super().__init__(f"this needs {package!r}, which is not installed; install it with: pip install 'campaign[{extra}]'")
+        super().__init__(f"this needs {package!r}, which is not installed; install it with: "
+                         f"pip install 'campaign[{extra}]'")

@@ -26,7 +26,8 @@ def parse_size(text: str | int | float, *, what: str = "size") -> int:
             raise InputError(f"{what} {text!r} is not a size; write e.g. '80GiB', '24GB' or '512MiB'")
         value, unit = float(m.group(1)), m.group(2).lower()
         if unit not in _SIZE_UNITS:
-            raise InputError(f"{what} {text!r} has an unknown unit {m.group(2)!r}; use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB")
+            raise InputError(f"{what} {text!r} has an unknown unit {m.group(2)!r}; "
+                             "use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB")
     if value < 0:
         raise InputError(f"{what} {text!r} is negative; give a size of 0 or more")
     return int(round(value * _SIZE_UNITS[unit]))

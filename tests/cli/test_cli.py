@@ -7,7 +7,8 @@ import pytest
 
 from tests.conftest import tiny_llama
 
-COMMANDS = ["guide", "memory", "kv", "cards", "models", "trace", "measure", "explain", "errors", "regress", "seeds", "split", "leaks", "usage"]
+COMMANDS = ["guide", "memory", "kv", "cards", "models", "trace", "measure", "explain", "errors", "regress", "seeds",
+            "split", "leaks", "usage"]
 
 
 def test_help_lists_commands(cli):
@@ -83,7 +84,8 @@ def test_overhead_overrides_reach_every_figure(cli):
     context = next(i for i in d["items"] if i["name"] == "CUDA context and libraries")
     overhead = next(i for i in d["items"] if i["name"].startswith("allocator overhead"))
     assert context["bytes"] == 2**30 == d["device_bytes"] - d["peak_reserved_bytes"]
-    assert overhead["formula"].startswith("30% of transient") and d["fits"][0]["max_batch"] < default["fits"][0]["max_batch"]
+    assert overhead["formula"].startswith("30% of transient")
+    assert d["fits"][0]["max_batch"] < default["fits"][0]["max_batch"]
     kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()["card"]
     kv30 = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json", "--fragmentation", "0.3",
                "--cuda-context", "1GiB").json()["card"]
@@ -172,7 +174,8 @@ def test_bad_input_gets_one_line_and_exit_2(cli, tmp_path, write_config):
     one_line_error(cli("memory", "gpt2", "--card", "0GB"), "must be more than 0")
     bad = tmp_path / "broken.json"
     bad.write_text("{ not json", encoding="utf-8")
-    one_line_error(cli("memory", str(bad)), "not valid JSON (Expecting property name enclosed in double quotes at line 1")
+    one_line_error(cli("memory", str(bad)),
+                   "not valid JSON (Expecting property name enclosed in double quotes at line 1")
     d = write_config(tiny_llama(num_key_value_heads=3), "badheads")
     one_line_error(cli("memory", str(d)), "not a multiple of num_key_value_heads")
     d2 = write_config({"model_type": "llama", "hidden_size": 64}, "incomplete")

@@ -17,6 +17,6 @@ def test_models_never_cuts_a_name_at_80_columns(cli):
              line.split("│")[1].strip()]
     names = catalog_names()
     assert len(shown) == len(names)
-    for name, full in zip(shown, names):
+    for name, full in zip(shown, names, strict=True):
         assert full.endswith("/" + name) or full == name
         assert cli("models", name, "--json").json()["name"] == full

@@ -11,7 +11,8 @@ from campaign.models.safetensors_header import tensor_stats
 from tests.conftest import tiny_llama
 
 
-@pytest.mark.parametrize("typed", ["meta-llama/Llama-3.1-8B", "llama-3.1-8b", "LLAMA-3.1-8B", "Meta-Llama/llama-3.1-8b"])
+@pytest.mark.parametrize("typed",
+                         ["meta-llama/Llama-3.1-8B", "llama-3.1-8b", "LLAMA-3.1-8B", "Meta-Llama/llama-3.1-8b"])
 def test_catalog_names_match_case_insensitively_with_or_without_org(typed):
     assert load_spec(typed).name == "meta-llama/Llama-3.1-8B"
 

@@ -7,9 +7,16 @@ from __future__ import annotations
 import pytest
 
 from campaign.errors import InputError
-
-from campaign.plan.ablate import (Factor, aliases, defining_relation, fractional, full_factorial, ofat,
-                                  parse_generator, plan_ablation)
+from campaign.plan.ablate import (
+    Factor,
+    aliases,
+    defining_relation,
+    fractional,
+    full_factorial,
+    ofat,
+    parse_generator,
+    plan_ablation,
+)
 
 
 def _two(n):
@@ -151,9 +158,9 @@ def test_plackett_burman_designs_match_the_published_table():
         # runs: the smallest multiple of 4 above k (pyDOE3's pbdesign gives the same: 8 for 7, 12 for 11, 16 for
         # 12 and 15, 20 for 19); every column balanced and orthogonal to every other
         assert n == 4 * -(-(k + 1) // 4)
-        cols = list(zip(*rows))
+        cols = list(zip(*rows, strict=True))
         assert all(sum(c) == 0 for c in cols)
-        assert all(sum(x * y for x, y in zip(a, b)) == 0 for a, b in itertools.combinations(cols, 2))
+        assert all(sum(x * y for x, y in zip(a, b, strict=True)) == 0 for a, b in itertools.combinations(cols, 2))
     # the 12-run design projects onto any three factors as a full 2^3 plus a half fraction (counts 1,1,1,1,2,2,2,2),
     # as pyDOE3's pbdesign(11) does; the control (all minus) is a run
     rows = plackett_burman_rows(11)
@@ -166,9 +173,9 @@ def test_plackett_burman_designs_match_the_published_table():
 
 def test_plackett_burman_agrees_with_pydoe3():
     pydoe3 = pytest.importorskip("pyDOE3")
-    from campaign.plan.ablate import plackett_burman_rows
-
     import numpy as np
+
+    from campaign.plan.ablate import plackett_burman_rows
 
     for k in (7, 11, 12, 15, 19, 23):
         theirs, ours = pydoe3.pbdesign(k), np.array(plackett_burman_rows(k))
@@ -179,7 +186,8 @@ def test_plackett_burman_agrees_with_pydoe3():
 def test_a_pb_plan_screens_many_factors(write_yaml):
     factors = [{"name": f"f{i}", "levels": [0, 1]} for i in range(11)]
     rep = plan_ablation(write_yaml({"hours_per_run": 1, "seeds": 2, "design": "pb", "factors": factors}, "f.yaml"))
-    assert rep.design.kind == "pb" and rep.design.runs == 24 and rep.design.name == "Plackett-Burman screening, 12 cells"
+    assert rep.design.kind == "pb" and rep.design.runs == 24
+    assert rep.design.name == "Plackett-Burman screening, 12 cells"
     assert "(1)" in [c.label for c in rep.design.cells]
     assert next(c for c in rep.checks if c.id == "ablate.resolution").status == "warn"
 

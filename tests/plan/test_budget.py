@@ -57,7 +57,8 @@ def test_the_margin_lengthens_every_run(write_yaml, prices):
                  prices=prices, packages=["7-day"])
     assert _by(rep, "7-day").hours == pytest.approx(2 * 10 * 1.2)
     runs = rep.schedule.runs
-    assert [(r.start_hours, r.end_hours) for r in runs] == [(0, pytest.approx(12)), (pytest.approx(12), pytest.approx(24))]
+    assert [(r.start_hours, r.end_hours) for r in runs] == \
+        [(0, pytest.approx(12)), (pytest.approx(12), pytest.approx(24))]
 
 
 def test_cents_are_exact_over_a_thirty_day_schedule(write_yaml, tmp_path):

@@ -95,7 +95,10 @@ def _import_help_formatter() -> None:
     for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
         if module not in sys.modules:
             stub = types.ModuleType(module)
-            real = (lambda module=module, name=name: getattr(importlib.import_module(module), name))
+
+            def real(module: str = module, name: str = name) -> Any:
+                return getattr(importlib.import_module(module), name)
+
             setattr(stub, name, Deferred(name, (), {"real": staticmethod(real)}))
             stand_ins[module] = sys.modules[module] = stub
     try:

@@ -1,7 +1,7 @@
 """`campaign cards`: the GPU catalog with memory as the driver reports it."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
 
 
 def cards(
-    vendor: Annotated[Optional[str], typer.Option(help="nvidia or amd.")] = None,
+    vendor: Annotated[str | None, typer.Option(help="nvidia or amd.")] = None,
     as_json: o.Json = False,
 ) -> None:
     """GPUs with usable memory (bytes, GiB and as marketed), vendor/stack, bandwidth and dense bf16 FLOP/s."""

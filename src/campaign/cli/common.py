@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,19 +11,21 @@ import typer
 # --expandable-segments and quant's --group-size are written here as long as reading those fields imports the
 # memory package (campaign kv --help and quant --help stay light).
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).")]
-Model = Annotated[str, typer.Argument(help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
+Model = Annotated[str, typer.Argument(
+    help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
 GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
-CardOpt = Annotated[Optional[str], typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
-Reserve = Annotated[str, typer.Option(help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
-Fragmentation = Annotated[Optional[str], typer.Option("--fragmentation", help="Allocator overhead as a flat share "
-                                                      "of the transient tensors (default: the step's tensors replayed "
-                                                      "through the caching allocator's rules; campaign explain "
-                                                      "measures yours).")]
+CardOpt = Annotated[str | None, typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
+Reserve = Annotated[str, typer.Option(
+    help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
+Fragmentation = Annotated[str | None, typer.Option("--fragmentation", help="Allocator overhead as a flat share "
+                                                   "of the transient tensors (default: the step's tensors replayed "
+                                                   "through the caching allocator's rules; campaign explain "
+                                                   "measures yours).")]
 ExpandableSegments = Annotated[bool, typer.Option("--expandable-segments", help="PyTorch's allocator with "
                                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, "
                                                   "as PyTorch's): segments grow in pages, little fragmentation.")]
-CudaContext = Annotated[Optional[str], typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
-                                                    "context and library handles (default 500MiB, assumed).")]
+CudaContext = Annotated[str | None, typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
+                                                 "context and library handles (default 500MiB, assumed).")]
 
 
 def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:

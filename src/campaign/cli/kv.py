@@ -1,7 +1,7 @@
 """`campaign kv MODEL`: the KV cache by context, KV heads, sequences and precision, and what fits a card."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -9,7 +9,8 @@ from . import common as o
 
 
 def register(app: typer.Typer) -> None:
-    app.command("kv", epilog="Example: campaign kv qwen2.5-7b --context 32768 --sequences 8 --kv-dtype fp8 --card l40s")(kv)
+    app.command("kv", epilog="Example: campaign kv qwen2.5-7b --context 32768 --sequences 8 --kv-dtype fp8 "
+                "--card l40s")(kv)
 
 
 def kv(
@@ -18,14 +19,14 @@ def kv(
     sequences: Annotated[int, typer.Option(help="Concurrent sequences.")] = 1,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp32 | bf16 | fp16 | fp8 | int8.")] = "bf16",
     static: Annotated[bool, typer.Option("--static", help="Preallocate max context x max sequences.")] = False,
-    max_context: Annotated[Optional[int], typer.Option("--max-context", help="Static cache length.")] = None,
-    max_sequences: Annotated[Optional[int], typer.Option("--max-sequences", help="Static cache batch.")] = None,
+    max_context: Annotated[int | None, typer.Option("--max-context", help="Static cache length.")] = None,
+    max_sequences: Annotated[int | None, typer.Option("--max-sequences", help="Static cache batch.")] = None,
     block_size: Annotated[int, typer.Option("--block-size", help="Paged blocks in tokens (vLLM: 16); 1 = none.")] = 1,
     tp: Annotated[int, typer.Option(help="Tensor-parallel cards the KV heads split over.")] = 1,
     card: o.CardOpt = None,
-    weights_dtype: Annotated[Optional[str], typer.Option("--dtype", help="Weight storage, for what is left on --card "
-                                                          "(default: the checkpoint's own format, as memory --infer; "
-                                                          "bf16 for a dense one).")] = None,
+    weights_dtype: Annotated[str | None, typer.Option("--dtype", help="Weight storage, for what is left on --card "
+                                                       "(default: the checkpoint's own format, as memory --infer; "
+                                                       "bf16 for a dense one).")] = None,
     reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None,
     cuda_context: o.CudaContext = None,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,23 +11,26 @@ from .workload import EXPLAIN, MEASURE, WorkloadOptions, workload_command
 
 
 def register(app: typer.Typer) -> None:
-    app.command("measure", epilog="Example: campaign measure llama-3.2-1b --batch 4 --seq-len 1024 --out measured.json")(
-        workload_command(measure, *MEASURE))
-    app.command("explain", epilog="Example: campaign explain llama-3.2-1b --batch 4 --seq-len 1024 --measured measured.json --trace")(
-        workload_command(explain, *EXPLAIN))
+    app.command("measure", epilog="Example: campaign measure llama-3.2-1b --batch 4 --seq-len 1024 "
+                "--out measured.json")(workload_command(measure, *MEASURE))
+    app.command("explain", epilog="Example: campaign explain llama-3.2-1b --batch 4 --seq-len 1024 "
+                "--measured measured.json --trace")(workload_command(explain, *EXPLAIN))
 
 
-Out = Annotated[Optional[Path], typer.Option("--out", help="Save the measurement as JSON (atomic write).")]
-Script = Annotated[Optional[Path], typer.Option("--script", help="Measure a Python script instead of a built model.")]
-Device = Annotated[Optional[str], typer.Option(help="cuda (NVIDIA or ROCm) or cpu; default: cuda when visible.")]
+Out = Annotated[Path | None, typer.Option("--out", help="Save the measurement as JSON (atomic write).")]
+Script = Annotated[Path | None, typer.Option("--script", help="Measure a Python script instead of a built model.")]
+Device = Annotated[str | None, typer.Option(help="cuda (NVIDIA or ROCm) or cpu; default: cuda when visible.")]
 
 
 def measure(
-    model: Annotated[Optional[str], typer.Argument(help="Model to load (a local dir's safetensors) or build from its config with random weights; omit with --script.")] = None,
+    model: Annotated[str | None, typer.Argument(
+        help="Model to load (a local dir's safetensors) or build from its config with random weights; "
+        "omit with --script.")] = None,
     *, workload: WorkloadOptions,
-    weights: Annotated[str, typer.Option(help="auto: load a local model dir's safetensors when it has them, else random | load | random.")] = "auto",
+    weights: Annotated[str, typer.Option(
+        help="auto: load a local model dir's safetensors when it has them, else random | load | random.")] = "auto",
     script: Script = None, device: Device = None, out: Out = None, as_json: o.Json = False,
-    script_args: Annotated[Optional[list[str]], typer.Argument(help="Arguments after -- go to the script.")] = None,
+    script_args: Annotated[list[str] | None, typer.Argument(help="Arguments after -- go to the script.")] = None,
 ) -> None:
     """Measure allocated, reserved and device memory per phase on the card (or the CPU) and save it.
 
@@ -37,8 +40,8 @@ def measure(
     reached; the phases measured up to it are saved (--out).
     """
     from ..memory.protocol import MeasurementFailed, measure_script, measure_workload
-    from .render.memory import measurement as render_measurement
     from .render import progress_reporter
+    from .render.memory import measurement as render_measurement
 
     try:
         if script is not None:
@@ -65,9 +68,9 @@ def measure(
 
 def explain(
     first: Annotated[str, typer.Argument(help="ESTIMATE.json (from campaign memory --json), or a MODEL.")],
-    second: Annotated[Optional[Path], typer.Argument(help="MEASURED.json when the first argument is an estimate.")] = None,
-    measured: Annotated[Optional[Path], typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
-    traced_file: Annotated[Optional[Path], typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
+    second: Annotated[Path | None, typer.Argument(help="MEASURED.json when the first argument is an estimate.")] = None,
+    measured: Annotated[Path | None, typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
+    traced_file: Annotated[Path | None, typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
     trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).")] = False,
     *, workload: WorkloadOptions,
     card: o.CardOpt = None, reserve: o.Reserve = "10%",
@@ -81,9 +84,8 @@ def explain(
     ('tight' included, as in campaign memory); 2 on bad input, or a measurement of another workload.
     """
     from ..errors import InputError
-    from ..memory.explain import explain as explain_records
     from ..memory.breakdown import load_estimate
-    from ..memory.explain import explain_model
+    from ..memory.explain import explain as explain_records, explain_model
     from ..memory.measurement import load_measurement
     from ..memory.plan import FEATURED_CARDS
     from ..models import load_spec
@@ -104,7 +106,8 @@ def explain(
         result = explain_records(analytic, m, traced=traced, cards=cards, force=force, card=card)
     else:
         if measured is None:
-            raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, or MODEL --measured M.json")
+            raise InputError("give MEASURED.json: campaign explain ESTIMATE.json MEASURED.json, "
+                             "or MODEL --measured M.json")
         m = load_measurement(measured)
         spec = load_spec(first)
         w = o.workload_from(spec, **workload)

@@ -1,7 +1,7 @@
 """`campaign models [MODEL]`: the catalog, or one model's architecture facts and parameter count."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,14 +13,13 @@ def register(app: typer.Typer) -> None:
 
 
 def models(
-    model: Annotated[Optional[str], typer.Argument(help="A model to describe; omit to list the catalog.")] = None,
+    model: Annotated[str | None, typer.Argument(help="A model to describe; omit to list the catalog.")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Also count with transformers on the meta device.")] = False,
     as_json: o.Json = False,
 ) -> None:
     """List the bundled models, or show one model's spec: layers, heads, KV heads, MoE, MLA, windows, params."""
     from ..models.describe import catalog, describe_model
-    from .render.models import catalog as render_catalog
-    from .render.models import facts as render_facts
+    from .render.models import catalog as render_catalog, facts as render_facts
 
     if model is None:
         o.emit(catalog(), render_catalog, as_json)

@@ -1,16 +1,16 @@
 """`campaign budget`, `campaign ablate plan|analyze`, `campaign bench`: my budget is limited, what do I run first?"""
 from __future__ import annotations
 
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
 from . import common as o
 
-Prices = Annotated[Optional[str], typer.Option("--prices", help="Price file (YAML or JSON: per card an hourly price "
-                                               "and 3/7/30-day packages); default: the bundled example prices.")]
-Mfu = Annotated[Optional[float], typer.Option("--mfu", help="Model FLOPs utilization for hours estimated from FLOPs "
-                                              "(default 0.40, Llama 3's reported 38-43% on H100).")]
+Prices = Annotated[str | None, typer.Option("--prices", help="Price file (YAML or JSON: per card an hourly price "
+                                            "and 3/7/30-day packages); default: the bundled example prices.")]
+Mfu = Annotated[float | None, typer.Option("--mfu", help="Model FLOPs utilization for hours estimated from FLOPs "
+                                           "(default 0.40, Llama 3's reported 38-43% on H100).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -29,15 +29,15 @@ def budget(
     plan: Annotated[str, typer.Argument(help="Plan file (YAML or JSON): phases with runs, hours or an estimate, "
                                         "cards and dependencies; see examples/plan/plan.yaml.")],
     prices: Prices = None,
-    card: Annotated[Optional[List[str]], typer.Option("--card", help="Compare only this card (repeatable; default: "
-                                                      "the plan's 'compare', else every card priced).")] = None,
-    package: Annotated[Optional[List[str]], typer.Option("--package", help="Compare only this package of the price "
-                                                         "file ('on-demand': the hourly price; repeatable).")] = None,
+    card: Annotated[list[str] | None, typer.Option("--card", help="Compare only this card (repeatable; default: "
+                                                   "the plan's 'compare', else every card priced).")] = None,
+    package: Annotated[list[str] | None, typer.Option("--package", help="Compare only this package of the price "
+                                                      "file ('on-demand': the hourly price; repeatable).")] = None,
     mfu: Mfu = None,
-    margin: Annotated[Optional[float], typer.Option("--margin", help="Recovery margin on every run, a share "
-                                                    "(overrides the plan's; e.g. 0.15).")] = None,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write the recommended schedule as a Gantt chart: "
-                                                ".png, .svg or .pdf.")] = None,
+    margin: Annotated[float | None, typer.Option("--margin", help="Recovery margin on every run, a share "
+                                                 "(overrides the plan's; e.g. 0.15).")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write the recommended schedule as a Gantt chart: "
+                                             ".png, .svg or .pdf.")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Which rental to take: the plan's phases scheduled on every package (3/7/30 days) and on-demand hours of each
@@ -62,16 +62,16 @@ def ablate_plan(
     factors: Annotated[str, typer.Argument(help="Factors file (YAML or JSON): factors with levels and a control, "
                                            "hours per run, seeds or seed_sd + min_effect, a budget; see "
                                            "examples/plan/factors.yaml.")],
-    design: Annotated[Optional[str], typer.Option(help="auto (the most informative that fits the budget) | ofat | "
-                                                  "full | fractional (default: the file's, else auto).")] = None,
-    fraction: Annotated[Optional[int], typer.Option("--fraction", help="p of a 2^(k-p) fraction (standard "
-                                                    "generators; or give 'generators' in the file).")] = None,
-    seeds: Annotated[Optional[int], typer.Option("--seeds", help="Seeds per cell (default: from the file, sized by "
-                                                 "power when it gives seed_sd and min_effect).")] = None,
-    budget_gpu_hours: Annotated[Optional[float], typer.Option("--budget-gpu-hours", help="GPU-hour budget "
-                                                              "(card-hours).")] = None,
-    budget_usd: Annotated[Optional[str], typer.Option("--budget-usd", help="Budget in USD, at the hourly price of "
-                                                      "the file's card.")] = None,
+    design: Annotated[str | None, typer.Option(help="auto (the most informative that fits the budget) | ofat | "
+                                               "full | fractional (default: the file's, else auto).")] = None,
+    fraction: Annotated[int | None, typer.Option("--fraction", help="p of a 2^(k-p) fraction (standard "
+                                                 "generators; or give 'generators' in the file).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per cell (default: from the file, sized by "
+                                              "power when it gives seed_sd and min_effect).")] = None,
+    budget_gpu_hours: Annotated[float | None, typer.Option("--budget-gpu-hours", help="GPU-hour budget "
+                                                           "(card-hours).")] = None,
+    budget_usd: Annotated[str | None, typer.Option("--budget-usd", help="Budget in USD, at the hourly price of "
+                                                   "the file's card.")] = None,
     prices: Prices = None,
     as_json: o.Json = False,
 ) -> None:
@@ -89,13 +89,13 @@ def ablate_plan(
 
 
 def ablate_analyze(
-    results: Annotated[Optional[str], typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, "
-                                                     "the seed and the metric, one row per run.")] = None,
+    results: Annotated[str | None, typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, "
+                                                  "the seed and the metric, one row per run.")] = None,
     factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.")] = "",
-    runs: Annotated[Optional[str], typer.Option("--runs", help="Read the completed runs with this tag instead of a "
-                                                "file (campaign run start --tag; factors from their params).")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric-field", help="Column of the metric (default: the "
-                                                  "factors file's metric).")] = None,
+    runs: Annotated[str | None, typer.Option("--runs", help="Read the completed runs with this tag instead of a "
+                                             "file (campaign run start --tag; factors from their params).")] = None,
+    metric: Annotated[str | None, typer.Option("--metric-field", help="Column of the metric (default: the "
+                                               "factors file's metric).")] = None,
     seed_field: Annotated[str, typer.Option("--seed-field", help="Column of the seed.")] = "seed",
     confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest improvement worth having, in metric "
@@ -126,8 +126,8 @@ def bench(
                                         "configuration, its runs' hours to the target or their curves; see "
                                         "examples/plan/cost.yaml.")],
     prices: Prices = None,
-    out: Annotated[Optional[str], typer.Option("--out", help="Folder to write raw.csv (one row per run) and "
-                                               "protocol.md into, together.")] = None,
+    out: Annotated[str | None, typer.Option("--out", help="Folder to write raw.csv (one row per run) and "
+                                            "protocol.md into, together.")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Cost at equal quality: for each configuration the time its runs took to reach the target, its cost under

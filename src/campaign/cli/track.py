@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from . import common as o
 
-Root = Annotated[Optional[Path], typer.Option("--root", help="The campaign's record folder (default: "
-                                                              "$CAMPAIGN_ROOT, else .campaign here).")]
+Root = Annotated[Path | None, typer.Option("--root", help="The campaign's record folder (default: "
+                                                           "$CAMPAIGN_ROOT, else .campaign here).")]
 RunId = Annotated[str, typer.Argument(help="The run's id (campaign runs list).")]
 
 run_app = typer.Typer(name="run", no_args_is_help=True, help="Start, log to, end and decide one run.")
@@ -57,14 +57,14 @@ def _duration(text: str) -> float:
 def start(
     name: Annotated[str, typer.Argument(help="A short name for the variant (lora-r16).")],
     hypothesis: Annotated[str, typer.Option(help="What should improve, written before computing.")] = "",
-    guard: Annotated[Optional[list[str]], typer.Option(help="What must not regress, as campaign regress takes it "
-                                                            "(repeat).")] = None,
-    param: Annotated[Optional[list[str]], typer.Option(help="A parameter, key=value (dotted keys nest: "
-                                                            "lora.r=16; repeat).")] = None,
-    baseline: Annotated[Optional[str], typer.Option(help="The run this one changes one thing against.")] = None,
-    data: Annotated[Optional[list[Path]], typer.Option(help="A data file or folder, hashed (repeat).")] = None,
-    seed: Annotated[Optional[list[int]], typer.Option(help="A seed (repeat).")] = None,
-    tag: Annotated[Optional[list[str]], typer.Option(help="A tag (repeat).")] = None,
+    guard: Annotated[list[str] | None, typer.Option(help="What must not regress, as campaign regress takes it "
+                                                         "(repeat).")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="A parameter, key=value (dotted keys nest: "
+                                                         "lora.r=16; repeat).")] = None,
+    baseline: Annotated[str | None, typer.Option(help="The run this one changes one thing against.")] = None,
+    data: Annotated[list[Path] | None, typer.Option(help="A data file or folder, hashed (repeat).")] = None,
+    seed: Annotated[list[int] | None, typer.Option(help="A seed (repeat).")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="A tag (repeat).")] = None,
     planned: Annotated[bool, typer.Option("--planned", help="Record it as planned, not yet running.")] = False,
     stale_after: Annotated[str, typer.Option("--stale-after", help="Shown as stopped when nothing is logged for "
                                                                    "this long (45m, 2h).")] = "1h",
@@ -140,8 +140,8 @@ def decide(run_id: RunId,
 
 
 @runs_app.command("list", epilog="Example: campaign runs list --status stopped")
-def list_runs(status: Annotated[Optional[str], typer.Option(help="Only runs with this status.")] = None,
-              tag: Annotated[Optional[str], typer.Option(help="Only runs with this tag.")] = None,
+def list_runs(status: Annotated[str | None, typer.Option(help="Only runs with this status.")] = None,
+              tag: Annotated[str | None, typer.Option(help="Only runs with this tag.")] = None,
               root: Root = None, as_json: o.Json = False) -> None:
     """Every run, newest first, failed and stopped included; a run whose process died shows as stopped."""
     from ..track.store import list_runs as runs_of
@@ -174,8 +174,8 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     """The run's guards on its recorded predictions against its baseline's (campaign regress). Exit 1 when a guard
     fails."""
     from ..track.compare import check_run
-    from .render.evaluate import regress
     from .render import progress_reporter
+    from .render.evaluate import regress
 
     with progress_reporter("runs check", enabled=not as_json) as say:
         report = check_run(run_id, root=root, progress=say)
@@ -184,8 +184,9 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
 
 @runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")
 def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
-           force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in that folder (only "
-                                                               "an earlier export: anything else is refused).")] = False,
+           force: Annotated[bool, typer.Option(
+               "--force", help="Replace an earlier export in that folder (only an earlier export: anything else is "
+                               "refused).")] = False,
            root: Root = None) -> None:
     """Every run into an MLflow file store (parameters, metrics at their steps, status, tags, data as dataset
     inputs, artifacts, packages), written with MLflow's own client (the mlflow extra)."""

@@ -14,8 +14,7 @@ from ..errors import ConfigError
 from . import families
 from .config import TypedConfig, validate_fields
 from .meta import generic_spec, tower_groups
-from .spec import (ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup, linear_groups,
-                   norm_groups)
+from .spec import ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup, linear_groups, norm_groups
 
 DECODER_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2",
@@ -214,7 +213,8 @@ def _decoder(c: TypedConfig, mt: str) -> dict[str, Any]:
         E, k = c.int("num_local_experts"), c.int("num_experts_per_tok")
         moe_layers, dense_layers = L, 0
         g += linear_groups("block_sparse_moe.gate", E, h, L, module="gate")
-        g += linear_groups("experts.w1", inter, h, L * E, expert=True) + linear_groups("experts.w3", inter, h, L * E, expert=True)
+        g += linear_groups("experts.w1", inter, h, L * E, expert=True)
+        g += linear_groups("experts.w3", inter, h, L * E, expert=True)
         g += linear_groups("experts.w2", h, inter, L * E, expert=True)
         moe = MoE(E, k, inter, moe_layers)
     elif mt in ("qwen2_moe", "qwen3_moe", "deepseek_v3", "deepseek_v2"):
@@ -235,7 +235,8 @@ def _decoder(c: TypedConfig, mt: str) -> dict[str, Any]:
         dense_layers = L - moe_layers
         if moe_layers:
             g += linear_groups("mlp.gate", E, h, moe_layers, module="gate")
-            for proj, (o, i) in (("gate_proj", (moe_inter, h)), ("up_proj", (moe_inter, h)), ("down_proj", (h, moe_inter))):
+            experts = (("gate_proj", (moe_inter, h)), ("up_proj", (moe_inter, h)), ("down_proj", (h, moe_inter)))
+            for proj, (o, i) in experts:
                 g += linear_groups(f"mlp.experts.{proj}", o, i, moe_layers * E, expert=True)
             if shared:
                 for proj, (o, i) in (("gate_proj", (shared, h)), ("up_proj", (shared, h)), ("down_proj", (h, shared))):

@@ -47,8 +47,10 @@ def gpt_neox(c: TypedConfig) -> dict[str, Any]:
     parallel = bool(c.get("use_parallel_residual", True))
     g = [ParamGroup("embed_in", "embedding", (V, h), 1, "embed_in", False)]
     g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
-    g += linear_groups("attention.query_key_value", 3 * h, h, L, bias=bias) + linear_groups("attention.dense", h, h, L, bias=bias)
-    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=True) + linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=True)
+    g += linear_groups("attention.query_key_value", 3 * h, h, L, bias=bias)
+    g += linear_groups("attention.dense", h, h, L, bias=bias)
+    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=True)
+    g += linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=True)
     g += norm_groups("final_layer_norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inter, vocab_size=V, max_position=c.int("max_position_embeddings", 2048),
@@ -71,7 +73,8 @@ def gpt_bigcode(c: TypedConfig) -> dict[str, Any]:
     tie = bool(c.get("tie_word_embeddings", True))
     g = [ParamGroup("wte", "embedding", (V, h), 1, "wte", False), ParamGroup("wpe", "embedding", (P, h), 1, "wpe")]
     g += norm_groups("ln_1", h, L, bias=True) + norm_groups("ln_2", h, L, bias=True)
-    g += linear_groups("attn.c_attn", h + 2 * kv * hd, h, L, bias=True) + linear_groups("attn.c_proj", h, h, L, bias=True)
+    g += linear_groups("attn.c_attn", h + 2 * kv * hd, h, L, bias=True)
+    g += linear_groups("attn.c_proj", h, h, L, bias=True)
     g += linear_groups("mlp.c_fc", inner, h, L, bias=True) + linear_groups("mlp.c_proj", h, inner, L, bias=True)
     g += norm_groups("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inner,
@@ -101,15 +104,18 @@ def falcon(c: TypedConfig) -> dict[str, Any]:
     g = [ParamGroup("word_embeddings", "embedding", (V, h), 1, "word_embeddings", False)]
     g += linear_groups("self_attention.query_key_value", qkv_out, h, L, bias=bias)
     g += linear_groups("self_attention.dense", h, h, L, bias=bias)
-    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=bias) + linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=bias)
+    g += linear_groups("mlp.dense_h_to_4h", inter, h, L, bias=bias)
+    g += linear_groups("mlp.dense_4h_to_h", h, inter, L, bias=bias)
     if not parallel:
-        norms = norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
+        norms = (norm_groups("input_layernorm", h, L, bias=True)
+                 + norm_groups("post_attention_layernorm", h, L, bias=True))
     elif n_ln == 2:
         norms = norm_groups("ln_attn", h, L, bias=True) + norm_groups("ln_mlp", h, L, bias=True)
     else:
         norms = norm_groups("input_layernorm", h, L, bias=True)
     g += norms + norm_groups("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
-    notes: tuple[str, ...] = ("ALiBi positions: eager attention adds a b x heads x s x s bias",) if c.get("alibi") else ()
+    notes: tuple[str, ...] = \
+        ("ALiBi positions: eager attention adds a b x heads x s x s bias",) if c.get("alibi") else ()
     if new and kv < nh:  # FalconAttention expands K and V to every head before the cache update
         notes += (f"transformers' Falcon caches K/V expanded to all {nh} heads (its {kv} KV heads); vLLM caches {kv}",)
         kv = nh
@@ -130,13 +136,17 @@ def phi(c: TypedConfig) -> dict[str, Any]:
     hd = c.int("head_dim") if c.get("head_dim") is not None else h // nh
     tie = bool(c.get("tie_word_embeddings", False))
     g = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
-    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=True) + linear_groups("self_attn.k_proj", kv * hd, h, L, bias=True)
-    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=True) + linear_groups("self_attn.dense", h, nh * hd, L, bias=True)
+    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=True)
+    g += linear_groups("self_attn.k_proj", kv * hd, h, L, bias=True)
+    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=True)
+    g += linear_groups("self_attn.dense", h, nh * hd, L, bias=True)
     qk_norm = bool(c.get("qk_layernorm", False))
     if qk_norm:
-        g += norm_groups("self_attn.q_layernorm", h // nh, L, bias=True) + norm_groups("self_attn.k_layernorm", h // nh, L, bias=True)
+        g += norm_groups("self_attn.q_layernorm", h // nh, L, bias=True)
+        g += norm_groups("self_attn.k_layernorm", h // nh, L, bias=True)
     g += linear_groups("mlp.fc1", inter, h, L, bias=True) + linear_groups("mlp.fc2", h, inter, L, bias=True)
-    g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("final_layernorm", h, 1, bias=True, in_blocks=False)
+    g += norm_groups("input_layernorm", h, L, bias=True)
+    g += norm_groups("final_layernorm", h, 1, bias=True, in_blocks=False)
     g += _head(V, h, tie, bias=True)
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
                 vocab_size=V, max_position=c.int("max_position_embeddings", 2048), tie_embeddings=tie, mlp="plain",
@@ -156,8 +166,10 @@ def starcoder2(c: TypedConfig, attention: tuple[AttentionLayer, ...]) -> dict[st
     bias = bool(c.get("use_bias", True))
     tie = bool(c.get("tie_word_embeddings", True))
     g = [ParamGroup("embed_tokens", "embedding", (V, h), 1, "embed_tokens", False)]
-    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=bias) + linear_groups("self_attn.k_proj", kv * hd, h, L, bias=bias)
-    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=bias) + linear_groups("self_attn.o_proj", h, nh * hd, L, bias=bias)
+    g += linear_groups("self_attn.q_proj", nh * hd, h, L, bias=bias)
+    g += linear_groups("self_attn.k_proj", kv * hd, h, L, bias=bias)
+    g += linear_groups("self_attn.v_proj", kv * hd, h, L, bias=bias)
+    g += linear_groups("self_attn.o_proj", h, nh * hd, L, bias=bias)
     g += linear_groups("mlp.c_fc", inter, h, L, bias=bias) + linear_groups("mlp.c_proj", h, inter, L, bias=bias)
     g += norm_groups("input_layernorm", h, L, bias=True) + norm_groups("post_attention_layernorm", h, L, bias=True)
     g += norm_groups("norm", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
@@ -192,7 +204,8 @@ def t5(c: TypedConfig) -> dict[str, Any]:
         g.append(ParamGroup(f"{stack}.relative_attention_bias", "embedding", (buckets, nh), 1,
                             "relative_attention_bias", False))
         if gated:
-            g += linear_groups(f"{stack}.DenseReluDense.wi_0", ff, h, layers) + linear_groups(f"{stack}.DenseReluDense.wi_1", ff, h, layers)
+            g += linear_groups(f"{stack}.DenseReluDense.wi_0", ff, h, layers)
+            g += linear_groups(f"{stack}.DenseReluDense.wi_1", ff, h, layers)
         else:
             g += linear_groups(f"{stack}.DenseReluDense.wi", ff, h, layers)
         g += linear_groups(f"{stack}.DenseReluDense.wo", h, ff, layers)

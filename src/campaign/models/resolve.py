@@ -1,4 +1,5 @@
-"""Find a model by what the user typed: a local dir or config.json, a repo id in the local HF cache, or a catalog name."""
+"""Find a model by what the user typed: a local dir or config.json, a repo id in the local HF cache, or a catalog
+name."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ from .catalog import find_in_catalog, load_catalog_config, unknown_model
 from .meta import count_with_transformers
 from .safetensors_header import tensor_stats
 from .spec import ModelSpec
-
 
 PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")  # weights torch.load would unpickle
 

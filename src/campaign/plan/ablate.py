@@ -309,7 +309,8 @@ def aliases(letters: str, relation: list[tuple[int, frozenset[str]]], *, up_to: 
     return out
 
 
-def _coded_cells(factors: tuple[Factor, ...], generators: list[tuple[str, int, frozenset[str]]]) -> list[dict[str, int]]:
+def _coded_cells(factors: tuple[Factor, ...],
+                 generators: list[tuple[str, int, frozenset[str]]]) -> list[dict[str, int]]:
     """Coded runs (letter -> -1/+1): the full factorial in the base factors in standard order (A changes fastest),
     each generated factor the signed product of its word."""
     generated = {g for g, _, _ in generators}
@@ -377,7 +378,8 @@ def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | N
 def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
     """Every combination of levels; for two-level factors the cells in standard order, all effects clear."""
     combos = itertools.product(*[[f.control] + [v for v in f.levels if v != f.control] for f in reversed(factors)])
-    cells = [_cell(factors, dict(zip([f.name for f in reversed(factors)], c)), seeds, hours) for c in combos]
+    names = [f.name for f in reversed(factors)]
+    cells = [_cell(factors, dict(zip(names, c, strict=True)), seeds, hours) for c in combos]
     total = sum(c.card_hours for c in cells)
     letters = "".join(f.letter for f in factors)
     two = all(len(f.levels) == 2 for f in factors)
@@ -464,8 +466,8 @@ def plackett_burman(factors: tuple[Factor, ...], seeds: int, hours: float, hourl
     if many:
         raise InputError(f"a Plackett-Burman design needs two levels per factor; {many[0]!r} has more; use design: "
                          f"full or ofat, or keep two levels")
-    cells = [_cell(factors, {f.name: (f.control if v < 0 else _other(f)) for f, v in zip(factors, row)}, seeds,
-                   hours) for row in plackett_burman_rows(len(factors))]
+    cells = [_cell(factors, {f.name: (f.control if v < 0 else _other(f)) for f, v in zip(factors, row, strict=True)},
+                   seeds, hours) for row in plackett_burman_rows(len(factors))]
     total = sum(c.card_hours for c in cells)
     return Design("pb", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
                   _cost(total, hourly), resolution=3)

@@ -198,7 +198,7 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
                 points.append((float(p[0]), float(p[1])))
             if not points:
                 r.fail("field 'curve' is empty; give [hours, metric] points")
-            if any(b[0] <= a[0] for a, b in zip(points, points[1:])) or points[0][0] < 0:
+            if any(b[0] <= a[0] for a, b in zip(points, points[1:], strict=False)) or points[0][0] < 0:
                 r.fail("the curve's hours must start at 0 or more and increase")
             if points[-1][0] > MAX_HOURS:
                 r.fail(f"the curve runs to {points[-1][0]:g} h; hours of one run are at most {MAX_HOURS:,}")
@@ -308,7 +308,8 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
             status = "never reaches"
         mean = math.fsum(reached) / len(reached) if reached else None
         worst = max(reached) if reached else None
-        rentals = _rentals(pf, card, ncards, worst, repeats, margin) if status == "reaches" and worst is not None else []
+        rentals = _rentals(pf, card, ncards, worst, repeats, margin) \
+            if status == "reaches" and worst is not None else []
         best = min((r for r in rentals if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
                    default=None)
         configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),

@@ -95,7 +95,7 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     margin = parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where)
     specs: list[PhaseSpec] = []
     experiments = 0
-    for i, p in enumerate(doc.items("phases")):
+    for p in doc.items("phases"):
         name = p.str("name")
         p = JsonObject(p.data, f"{where}: phase {name!r}", fix=FIX)
         known_keys(p, PHASE_KEYS)

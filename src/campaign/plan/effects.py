@@ -199,12 +199,12 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
     require_columns(rows, names + [seed_field, metric], source, options={metric: "--metric-field",
                                                                          seed_field: "--seed-field"})
     data: dict[tuple[str, ...], dict[str, float]] = {}
-    for row, where in zip(rows, wheres):
+    for row, where in zip(rows, wheres, strict=True):
         key = tuple(_match(label_of(row.fields[f.name], where=where, what=f.name) or "", f, where) for f in ff.factors)
         seed = label_of(row.fields[seed_field], where=where, what="seed") or ""
         if seed in data.setdefault(key, {}):
-            raise InputError(f"{where}: the cell {dict(zip(names, key))} has seed {seed!r} twice; keep one row per "
-                             f"cell and seed")
+            raise InputError(f"{where}: the cell {dict(zip(names, key, strict=True))} has seed {seed!r} twice; keep "
+                             f"one row per cell and seed")
         value = number_of(row.fields[metric], where=where, what=f"metric {metric!r}")
         if not abs(value) <= MAX_RESPONSE:
             raise InputError(f"{where}: metric {metric!r} is {value:g}, beyond +-{MAX_RESPONSE:g}, which sums of runs "
@@ -217,17 +217,17 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
 
     def label(key: tuple[str, ...]) -> str:
         return "".join(f.letter.lower() + ("" if len(f.levels) == 2 else str(f.levels.index(v)))
-                       for f, v in zip(ff.factors, key) if v != f.control) or "(1)"
+                       for f, v in zip(ff.factors, key, strict=True) if v != f.control) or "(1)"
 
     cells = []
     for key, values in data.items():
         v = list(values.values())
         mean = math.fsum(v) / len(v)
         sd = math.sqrt(math.fsum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else None
-        cells.append(CellMean(label(key), dict(zip(names, key)), len(v), mean, sd))
+        cells.append(CellMean(label(key), dict(zip(names, key, strict=True)), len(v), mean, sd))
     n_total = sum(c.n for c in cells)
     df = n_total - len(cells)
-    ss = math.fsum((x - c.mean) ** 2 for c, vals in zip(cells, data.values()) for x in vals.values())
+    ss = math.fsum((x - c.mean) ** 2 for c, vals in zip(cells, data.values(), strict=True) for x in vals.values())
     s2 = ss / df if df > 0 else None
     notes: list[str] = []
     effects, design = _effects(ff, cells, s2, df, confidence, st)
@@ -321,7 +321,7 @@ def _missing(ff: FactorsFile, cells: list[CellMean]) -> tuple[str, ...]:
         if run in present:
             continue
         if all(math.prod(run[i] for i in range(k) if mask >> i & 1) == sign for mask, sign in words):
-            out.append("".join(f.letter.lower() for f, v in zip(factors, run) if v > 0) or "(1)")
+            out.append("".join(f.letter.lower() for f, v in zip(factors, run, strict=True) if v > 0) or "(1)")
     # a design missing half its cells or more is no longer that design: name only a few missing runs
     return tuple(out) if 0 < len(out) < len(cells) else ()
 
@@ -355,7 +355,8 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
     # a regular design (full factorial, 2^(k-p) fraction): any two effect columns are equal or orthogonal. A
     # non-regular one (Plackett-Burman) has partly correlated columns: only its main effects are estimated.
     low_order = [key for key, members in groups.items() if len(members[0][1]) <= 2]
-    regular = all(abs(sum(a * b for a, b in zip(u, v))) in (0, C) for u, v in itertools.combinations(low_order, 2))
+    regular = all(abs(sum(a * b for a, b in zip(u, v, strict=True))) in (0, C)
+                  for u, v in itertools.combinations(low_order, 2))
     if not regular:
         groups = {key: members for key, members in groups.items() if len(members[0][1]) == 1}
         design = "two-level screening, non-regular (as Plackett-Burman): main effects only, each partly aliased " \
@@ -366,7 +367,7 @@ def _effects(ff: FactorsFile, cells: list[CellMean], s2: float | None, df: int, 
     for _, members in groups.items():
         sign, e = members[0]
         signs = [math.prod(x[c] for c in e) for x in coded]
-        est = math.fsum(v * c.mean for v, c in zip(signs, cells)) / half
+        est = math.fsum(v * c.mean for v, c in zip(signs, cells, strict=True)) / half
         se = math.sqrt(s2 * math.fsum(1 / c.n for c in cells)) / half if s2 is not None else None
         low = high = p = None
         if se is not None and tq is not None:
@@ -385,7 +386,7 @@ def _comparisons(ff: FactorsFile, cells: list[CellMean], data: dict[tuple[str, .
         return []
     base = data[control_key]
     raw = []
-    for c, (key, values) in zip(cells, data.items()):
+    for c, (key, values) in zip(cells, data.items(), strict=True):
         if key == control_key:
             continue
         shared = [s for s in values if s in base]

@@ -237,7 +237,7 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
     if billing not in BILLING:
         doc.fail(f"field 'billing' is {billing!r}; use {', '.join(BILLING)}")
     cards: list[CardPrices] = []
-    for i, entry in enumerate(doc.items("cards")):
+    for entry in doc.items("cards"):
         card = entry.str("card")
         entry = JsonObject(entry.data, f"{where}: card {card!r}", fix=fix)
         known_keys(entry, ("card", "hourly", "packages"))

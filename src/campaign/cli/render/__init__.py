@@ -5,8 +5,8 @@ prints the result's to_dict()).
 This module holds what every family shares: the console, the verdict and status styles, one unit per table
 (Scale), the progress spinner, user text escaped, the notes and the list of Check rows. One module per family:
 memory.py (memory, trace, kv, measure, explain), data.py (split, leaks, usage), evaluate.py (errors, regress,
-seeds), models.py (models, cards, guide), train.py (batch, check, inspect), quant.py (quant). A new result type gets its renderer
-in its family's module; the command imports it there and hands it to common.emit.
+seeds), models.py (models, cards, guide), train.py (batch, check, inspect), quant.py (quant). A new result type gets
+its renderer in its family's module; the command imports it there and hands it to common.emit.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def status(s: str) -> str:
     return f"[{style}]{s}[/{style}]"
 
 
-def table(title: str, columns: Iterable[tuple[str, str]]) -> "Table":
+def table(title: str, columns: Iterable[tuple[str, str]]) -> Table:
     """A table titled on the left, with (name, justify) columns."""
     from rich.table import Table
 
@@ -97,7 +97,7 @@ def notes(lines: Iterable[str], style: str = "dim", *, escaped: bool = False) ->
         console.print(f"[{style}]- {escape(n) if escaped else n}[/{style}]")
 
 
-def checks(rows: Iterable["Check"], explain: tuple[str, ...] = ("fail", "warn"), *, escaped: bool = True) -> None:
+def checks(rows: Iterable[Check], explain: tuple[str, ...] = ("fail", "warn"), *, escaped: bool = True) -> None:
     """One line per Check (id: status — what was seen); why and fix under those whose status is in `explain`
     (only the parts that are given). A skipped check says how to run it, and whether the verdict waits on it."""
     def text(value: str) -> str:

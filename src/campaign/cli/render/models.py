@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ...models.spec import ModelSpec
 
 
-def catalog(listing: "Catalog") -> None:
+def catalog(listing: Catalog) -> None:
     specs = listing.specs
     table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
                   title_justify="left")
@@ -30,7 +30,7 @@ def catalog(listing: "Catalog") -> None:
         table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right",
                          min_width=max(map(len, short)) if col == "model" else None,
                          no_wrap=col != "attention", overflow="fold")
-    for name, s in zip(short, specs):
+    for name, s in zip(short, specs, strict=True):
         cells = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
                  "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
                  "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
@@ -39,7 +39,7 @@ def catalog(listing: "Catalog") -> None:
     console.print(table)
 
 
-def facts(described: "ModelFacts") -> None:
+def facts(described: ModelFacts) -> None:
     spec, published = described.spec, described.published or {}
     console.print(f"[bold]{spec.name}[/bold] ({spec.architecture}, {spec.model_type}) from {spec.source}")
     console.print(f"[bold]{spec.params:,}[/bold] parameters ({fmt_count(spec.params)}; {spec.params_method})"
@@ -63,7 +63,7 @@ def facts(described: "ModelFacts") -> None:
         console.print(f"[dim]- {note}[/dim]")
 
 
-def _attention(spec: "ModelSpec") -> str:
+def _attention(spec: ModelSpec) -> str:
     if spec.mla:
         return "MLA"
     sliding = [a for a in spec.attention if a.kind == "sliding"]
@@ -73,7 +73,7 @@ def _attention(spec: "ModelSpec") -> str:
     return kind
 
 
-def cards(listing: "CardList") -> None:
+def cards(listing: CardList) -> None:
     table = Table(title="GPU cards: memory as the driver reports it (an '80 GB' card is not 80 GiB)",
                   title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
@@ -89,7 +89,7 @@ def cards(listing: "CardList") -> None:
     console.print("[dim]Dense (no sparsity) bf16 tensor throughput. Sources per card: campaign cards --json.[/dim]")
 
 
-def guide(g: "GuideMap") -> None:
+def guide(g: GuideMap) -> None:
     console.print("[bold]What question is blocking you today?[/bold] From the first load to the checkpoints: "
                   "estimate, measure, and keep results you can use.\n")
     for q in g.questions:

@@ -54,8 +54,8 @@ def budget(r: Any) -> None:
     if r.schedule is not None:
         _gantt(r)
     if r.cut_first:
-        c = table(f"Cut first (then {escape(r.cut_for)} fits)", [("phase", "left"), ("runs cut", "right"),
-                                                                  ("runs left", "right"), ("card-hours saved", "right")])
+        c = table(f"Cut first (then {escape(r.cut_for)} fits)",
+                  [("phase", "left"), ("runs cut", "right"), ("runs left", "right"), ("card-hours saved", "right")])
         for cut in r.cut_first:
             c.add_row(escape(cut.phase), str(cut.runs_cut), str(cut.runs_left), f"{cut.card_hours_saved:,.1f}")
         console.print(c)

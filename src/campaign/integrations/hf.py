@@ -20,6 +20,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from .memory import MEASURED_UPDATE, StepMemory
 from .steps import StepWatch, TrainerCheck
 
 
@@ -68,13 +69,18 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         check_steps: the first optimizer steps checked.
         stop_on_fail: stop training when a check fails.
         root: the campaign store (default: .campaign, or $CAMPAIGN_ROOT).
+        memory_update: the update whose forward, backward and optimizer step are measured beside `campaign
+            memory`'s estimate (integrations/memory.py; default the second, when the optimizer state exists);
+            0 measures none.
     """
 
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
                  guards: Sequence[str] = (), tags: Sequence[str] = (), data: Sequence[str | Path] = (),
                  trainable: Sequence[str] | None = None, check_steps: int = 3, stop_on_fail: bool = False,
-                 root: str | Path | None = None) -> None:
+                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE) -> None:
         self.watch = StepWatch("transformers.Trainer", trainable=trainable, steps=check_steps)
+        self.memory = StepMemory(memory_update) if memory_update > 0 else None
+        self._due = False
         self.name, self.hypothesis, self.baseline = name, hypothesis, baseline
         self.guards, self.tags, self.data = tuple(guards), tuple(tags), tuple(data)
         self.stop_on_fail, self.root = stop_on_fail, root
@@ -86,6 +92,11 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is not None:
             self.watch.expect(model)
+        if self.memory is not None and model is not None:
+            params = next(model.parameters(), None)
+            mixed = bool(getattr(args, "bf16", False) or getattr(args, "fp16", False))
+            if mixed and params is not None and params.dtype.is_floating_point and params.element_size() == 4:
+                self.memory.workload["mixed_precision"] = True    # autocast over fp32 weights
         if not state.is_world_process_zero:
             return
         from ..track.run import run
@@ -102,6 +113,8 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         (self._previous_hook or sys.__excepthook__)(kind, error, tb)
 
     def _end(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.run is not None and self.run.manifest.status == "running":
             self.run.__exit__(kind, error, tb)
         if sys.excepthook == self._excepthook:
@@ -121,28 +134,45 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.run.artifact(folder, f"checkpoint:step-{state.global_step}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.result is None:
             self._verdict()
         self._end(None, None, None)
 
     # -- the step checks (integrations/steps.py) ------------------------------------------------------------------
-    def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                      **kwargs: Any) -> None:
         if model is not None:
             self.watch.begin(model)
+            if self.memory is not None and self.result is None:
+                self.memory.begin(model, optimizer)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                               **kwargs: Any) -> None:
         if model is not None:
             self.watch.before_step(model, optimizer)
+        if self.memory is not None:
+            self.memory.before_step()
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.memory is not None:
+            self.memory.after_step()
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is not None and self.result is None and self.watch.after_step(model):
-            self._verdict()
+        if model is None or self.result is not None:
+            return
+        self._due = self.watch.after_step(model) or self._due
+        failing = bool(self.watch.nonfinite or self.watch.changed - self.watch.expected)
+        if self._due and (failing or self.memory is None or self.memory.measured is not None):
+            self._verdict()    # the step checks and the measured update both done, or a failure already certain
             if self.stop_on_fail and self.result is not None and self.result.status == "fail":
                 control.should_training_stop = True
 
     def _verdict(self) -> None:
-        self.result = self.watch.verdict(self.run.id if self.run is not None else None)
+        if self.memory is not None:
+            self.memory.close()
+        self.result = self.watch.verdict(self.run.id if self.run is not None else None, self.memory)
         if self.run is not None:
             from ..track.records import save_record
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from .memory import MEASURED_UPDATE, StepMemory, called_module
 from .steps import StepWatch, TrainerCheck
 
 
@@ -40,8 +41,10 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
                  guards: Sequence[str] = (), tags: Sequence[str] = (), data: Sequence[str | Path] = (),
                  trainable: Sequence[str] | None = None, check_steps: int = 3, stop_on_fail: bool = False,
-                 root: str | Path | None = None) -> None:
+                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE) -> None:
         self.watch = StepWatch("lightning.Trainer", trainable=trainable, steps=check_steps)
+        self.memory = StepMemory(memory_update) if memory_update > 0 else None
+        self._due = False
         self.name, self.hypothesis, self.baseline = name, hypothesis, baseline
         self.guards, self.tags, self.data = tuple(guards), tuple(tags), tuple(data)
         self.stop_on_fail, self.root = stop_on_fail, root
@@ -51,6 +54,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.watch.expect(pl_module)
+        if self.memory is not None and "mixed" in str(trainer.precision):
+            self.memory.workload["mixed_precision"] = True    # '16-mixed', 'bf16-mixed': autocast over fp32 weights
         if not trainer.is_global_zero:
             return
         from ..track.run import run
@@ -61,15 +66,25 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.watch.begin(pl_module)
+        first = batch_idx % max(1, int(trainer.accumulate_grad_batches)) == 0   # an update's first micro-batch
+        if self.memory is not None and self.result is None and first and trainer.optimizers:
+            self.memory.begin(pl_module, trainer.optimizers[0], called_module(pl_module))
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         self.watch.before_step(pl_module, optimizer)
+        if self.memory is not None:
+            self.memory.before_step()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.result is None and self.watch.after_step(pl_module):
-            self._verdict()
-            if self.stop_on_fail and self.result is not None and self.result.status == "fail":
-                trainer.should_stop = True
+        if self.memory is not None:
+            self.memory.after_step()    # ends the measured update once its optimizer step ran
+        if self.result is None:
+            self._due = self.watch.after_step(pl_module) or self._due
+            failing = bool(self.watch.nonfinite or self.watch.changed - self.watch.expected)
+            if self._due and (failing or self.memory is None or self.memory.measured is not None):
+                self._verdict()
+                if self.stop_on_fail and self.result is not None and self.result.status == "fail":
+                    trainer.should_stop = True
         if self.run is not None and trainer.global_step > self._logged_step:
             numbers = {k: float(v) for k, v in trainer.callback_metrics.items()
                        if getattr(v, "numel", lambda: 0)() == 1 or isinstance(v, (int, float))}
@@ -78,6 +93,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
             self._logged_step = trainer.global_step
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.result is None:
             self._verdict()
         if self.run is None:
@@ -92,11 +109,15 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self._end(type(exception), exception, exception.__traceback__)
 
     def _end(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        if self.memory is not None:
+            self.memory.close()
         if self.run is not None and self.run.manifest.status == "running":
             self.run.__exit__(kind, error, tb)
 
     def _verdict(self) -> None:
-        self.result = self.watch.verdict(self.run.id if self.run is not None else None)
+        if self.memory is not None:
+            self.memory.close()
+        self.result = self.watch.verdict(self.run.id if self.run is not None else None, self.memory)
         if self.run is not None:
             from ..track.records import save_record
 

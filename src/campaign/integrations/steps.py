@@ -9,7 +9,10 @@ is taken; `verdict()` is the result.
   - trainer.frozen_unchanged: no other parameter changed;
   - trainer.grads_finite: every gradient at the checked steps was finite;
   - trainer.lr_applied: some checked step ran at a non-zero learning rate (a warm-up at 0 for every checked step
-    leaves the update checks skipped: the verdict is "not verified", never a go).
+    leaves the update checks skipped: the verdict is "not verified", never a go);
+  - trainer.memory_as_estimated (informs, never gates): the memory per phase of one update of the loop's own step
+    (integrations/memory.py) beside `campaign memory`'s estimate of the same workload; a phase off by more than
+    ESTIMATE_BAND warns.
 Parameters and gradients are compared by up to SAMPLE elements each (evenly spaced, copied to the CPU), so the
 check costs little memory on a large model; a step changes every element an optimizer moves.
 """
@@ -39,6 +42,9 @@ class TrainerCheck(Result):
     trained: tuple[str, ...]          # the parameters expected to change
     changed: tuple[str, ...]
     checks: tuple[Check, ...] = field(default=())
+    memory: Any = None                # the measured update's Measurement (memory/measurement.py), None if none ran
+    memory_vs_estimate: tuple[Any, ...] = ()   # train.check.PhaseMemory: measured (counted) beside estimated
+    notes: tuple[str, ...] = ()
     schema: str = SCHEMA
 
 
@@ -124,7 +130,9 @@ class StepWatch:
         self._before = {}
         return not self.watching or bool(self.nonfinite) or bool(self.changed - self.expected)
 
-    def verdict(self, run: str | None) -> TrainerCheck:
+    def verdict(self, run: str | None, memory: Any = None) -> TrainerCheck:
+        """The checks so far; memory: the loop's StepMemory (integrations/memory.py), whose measured update is
+        shown beside the estimate."""
         applied = any(r > 0 for r in self.rates)
         unchanged = self.expected - self.changed
         waiting = sorted(n for n in unchanged if n in self.zero and n not in self.moved)
@@ -173,8 +181,17 @@ class StepWatch:
                                 "no parameter outside those that train changed",
                                 "a parameter meant to stay frozen moved" if stray else "",
                                 "freeze it (requires_grad False) or declare it in trainable" if stray else ""))
+        rows: tuple[Any, ...] = ()
+        notes: list[str] = []
+        if memory is not None:
+            from ..train.check import estimate_check
+
+            rows, notes = memory.compared()
+            checks.append(estimate_check(rows, "trainer.memory_as_estimated") if rows else
+                          Check("trainer.memory_as_estimated", "skipped", notes[0], gates=False))
         return TrainerCheck(run, self.loop, len(self.rates), tuple(self.rates), tuple(sorted(self.expected)),
-                            tuple(sorted(self.changed)), tuple(checks))
+                            tuple(sorted(self.changed)), tuple(checks),
+                            memory.measured if memory is not None else None, rows, tuple(notes))
 
 
 __all__ = ["SAMPLE", "SCHEMA", "StepWatch", "TrainerCheck"]

@@ -234,7 +234,7 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
         checks = _step_checks(fig, s, batches[0])
         next_phase()
         compared, notes = _beside_estimate(s, batches[0], measured)
-        checks.append(_estimate_check(compared))
+        checks.append(estimate_check(compared))
         resumed = None
         if not resume:
             checks.append(Check("resume.next_step_equal", "skipped", "not run (--no-resume)", "",
@@ -328,15 +328,15 @@ def _beside_estimate(s: Setup, batch: Any, measured: Any) -> tuple[tuple[PhaseMe
     return tuple(PhaseMemory(p.name, p.peak_allocated_bytes, estimated.get(p.name)) for p in measured.phases), notes
 
 
-def _estimate_check(rows: tuple[PhaseMemory, ...]) -> Check:
+def estimate_check(rows: tuple[PhaseMemory, ...], check_id: str = "step.memory_as_estimated") -> Check:
     ratios = [(r.phase, r.ratio) for r in rows if r.ratio is not None]
     if not ratios:
-        return Check("step.memory_as_estimated", "skipped", "no estimate for this model (see the notes)", gates=False)
+        return Check(check_id, "skipped", "no estimate for this step (see the notes)", gates=False)
     phase, worst = max(ratios, key=lambda pr: max(pr[1], 1 / pr[1]))
     seen = ", ".join(f"{p} {r:.2f}x" for p, r in ratios) + " of campaign memory's estimate"
     if 1 / ESTIMATE_BAND <= worst <= ESTIMATE_BAND:
-        return Check("step.memory_as_estimated", "pass", seen)
-    return Check("step.memory_as_estimated", "warn", seen,
+        return Check(check_id, "pass", seen)
+    return Check(check_id, "warn", seen,
                  f"the {phase} phase is {worst:.2f}x the estimate: a budget planned on the estimate is off by as "
                  "much", "read the notes; on the card, `campaign measure` and `campaign explain` on this workload "
                  "say which term differs")

@@ -12,9 +12,11 @@ DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 OPTIMIZERS = {"AdamW": "adamw", "Adam": "adamw", "SGD": "sgd", "Adafactor": "adafactor"}
 
 
-def estimate_for(model: Any, optimizer: Any, batch: Mapping[str, Any]) -> tuple[Any, list[str]]:
+def estimate_for(model: Any, optimizer: Any, batch: Mapping[str, Any],
+                 loop: Mapping[str, Any] | None = None) -> tuple[Any, list[str]]:
     """campaign memory's estimate of this step (a MemoryEstimate), or None with the reason, and what the workload
-    could not say (notes)."""
+    could not say (notes). loop: workload options the training loop states and the model does not show (the HF
+    Trainer's or Lightning's mixed precision: {'mixed_precision': True})."""
     from ..errors import CampaignError
     from ..memory.estimate import estimate_memory
     from ..memory.workload import make_workload
@@ -45,7 +47,7 @@ def estimate_for(model: Any, optimizer: Any, batch: Mapping[str, Any]) -> tuple[
                                "seq_len": int(ids.shape[1]), "optimizer": name, "optimizer_impl": impl,
                                "grad_checkpointing": _checkpointing(net),
                                "attention": "eager" if getattr(config, "_attn_implementation", "") == "eager"
-                               else "sdpa"}
+                               else "sdpa", **(loop or {})}
     if peft:
         adapter = next(iter(model.peft_config.values()))
         targets = adapter.target_modules

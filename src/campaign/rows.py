@@ -20,7 +20,8 @@ from .errors import InputError, MissingDependencyError
 from .io import sha256_file
 
 RECORD_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
-                  ".parquet": "parquet", ".pq": "parquet"}
+                  ".parquet": "parquet", ".pq": "parquet", ".arrow": "hf"}
+HF_DICT = "dataset_dict.json"   # the file Hugging Face's DatasetDict.save_to_disk writes beside one folder per split
 DELIMITERS = {"csv": ",", "tsv": "\t"}
 
 
@@ -36,12 +37,86 @@ class BadRecord:
 
 
 def record_format(path: str | os.PathLike[str], what: str = "data") -> str:
-    """'jsonl', 'csv', 'tsv' or 'parquet' from the file extension (.json is read as JSONL)."""
-    ext = Path(path).suffix.lower()
+    """'jsonl', 'csv', 'tsv' or 'parquet' from the file extension (.json is read as JSONL); 'hf' for a Hugging
+    Face dataset: a folder written by Dataset.save_to_disk, or one .arrow file.
+
+    Raises:
+        InputError: another extension, or a folder that is no Dataset (a DatasetDict: give one of its splits).
+    """
+    p = Path(path)
+    if p.is_dir():
+        if hf_kind(p) == "dataset":
+            return "hf"
+        if hf_kind(p) == "dict":
+            raise InputError(f"{p}: a DatasetDict (splits {', '.join(hf_splits(p))}); give one split's folder, e.g. "
+                             f"{p / hf_splits(p)[0]}")
+        raise InputError(f"{p}: a folder that is no Hugging Face dataset (no state.json and dataset_info.json of "
+                         "Dataset.save_to_disk); give a data file or a saved dataset's folder")
+    ext = p.suffix.lower()
     if ext not in RECORD_FORMATS:
         raise InputError(f"{path}: unknown {what} format {ext or '(no extension)'!r}; use .jsonl (one JSON object "
-                         "per line), .csv or .tsv (a header row), or .parquet")
+                         "per line), .csv or .tsv (a header row), .parquet, or a Hugging Face dataset (a "
+                         "save_to_disk folder or an .arrow file)")
     return RECORD_FORMATS[ext]
+
+
+def hf_kind(path: str | os.PathLike[str]) -> str | None:
+    """'dataset' (a folder of Dataset.save_to_disk), 'dict' (of DatasetDict.save_to_disk), 'arrow' (one .arrow
+    file) or None."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "state.json").is_file() and (p / "dataset_info.json").is_file():
+            return "dataset"
+        if (p / HF_DICT).is_file():
+            return "dict"
+        return None
+    return "arrow" if p.suffix.lower() == ".arrow" and p.is_file() else None
+
+
+def hf_splits(path: str | os.PathLike[str]) -> list[str]:
+    """The splits a DatasetDict folder lists, in its order."""
+    p = Path(path) / HF_DICT
+    try:
+        splits = json.loads(p.read_text(encoding="utf-8"))["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{p}: not the dataset_dict.json of DatasetDict.save_to_disk; save the dataset again") \
+            from None
+    if not isinstance(splits, list) or not all(isinstance(x, str) and x for x in splits):
+        raise InputError(f"{p}: 'splits' is not a list of names; save the dataset again")
+    return splits
+
+
+def load_hf(path: str | os.PathLike[str]) -> Any:
+    """A Hugging Face datasets.Dataset from a save_to_disk folder or an .arrow file (memory-mapped, never copied
+    into the cache); `datasets` is imported here, not before.
+
+    Raises:
+        InputError: a folder or file `datasets` cannot load; MissingDependencyError without `datasets`.
+    """
+    try:
+        import datasets
+    except ImportError as e:
+        raise MissingDependencyError("datasets", "data") from e
+    kind = hf_kind(path)
+    try:
+        ds = datasets.load_from_disk(str(path)) if kind == "dataset" else datasets.Dataset.from_file(str(path))
+    except Exception as e:  # datasets raises several types for a broken folder or file
+        raise InputError(f"{path}: not a readable Hugging Face dataset ({str(e).splitlines()[0] if str(e) else e!r}); "
+                         "save it again with Dataset.save_to_disk") from None
+    if not isinstance(ds, datasets.Dataset):
+        raise InputError(f"{path}: a DatasetDict; give one of its splits' folders")
+    return ds
+
+
+def hf_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a dataset on disk: an .arrow file's bytes; for a folder, a sha256 over its files' relative
+    names and sha256s (as a run record hashes a folder), so any edited, added or removed file changes it."""
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    files = sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+    listing = "".join(f"{f.relative_to(p).as_posix()}\0{sha256_file(f)}\n" for f in files)
+    return hashlib.sha256(listing.encode()).hexdigest()
 
 
 class RecordScan:
@@ -69,12 +144,15 @@ class RecordScan:
         self.wanted = list(columns) if columns is not None else None
         self.columns: dict[str, None] = {}
         self.sha256: str | None = None
+        self.fingerprint: str | None = None    # a Hugging Face dataset's own (Dataset._fingerprint)
 
     def __iter__(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
         if self.fmt == "jsonl":
             return self._jsonl()
         if self.fmt in DELIMITERS:
             return self._csv()
+        if self.fmt == "hf":
+            return self._hf()
         return self._parquet()
 
     def _missing(self, names: Sequence[str], where: str) -> None:
@@ -183,7 +261,23 @@ class RecordScan:
         self.columns.update(dict.fromkeys(names))
         self._missing(names, "the columns are")
         wanted = self.wanted if self.wanted is not None else names
-        table = pf.read(columns=wanted)
+        yield from self._table(pf.read(columns=wanted), wanted)
+        self.sha256 = sha256_file(self.path)
+
+    def _hf(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        ds = load_hf(self.path)
+        if ds._indices is not None:            # a select() not yet written out: rows in the order it gives
+            ds = ds.flatten_indices()
+        names = list(ds.column_names)
+        self.columns.update(dict.fromkeys(names))
+        self._missing(names, "the columns are")
+        wanted = self.wanted if self.wanted is not None else names
+        self.fingerprint = ds._fingerprint
+        yield from self._table(ds.data.table.select(wanted), wanted)
+        self.sha256 = hf_sha256(self.path)
+
+    def _table(self, table: Any, wanted: Sequence[str]) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
+        """The rows of an Arrow table (Parquet, a Hugging Face dataset) as JSONL would hold them."""
         data = {n: table.column(n).to_pylist() for n in wanted}
         for r in range(table.num_rows):
             row: dict[str, Any] = {}
@@ -198,7 +292,6 @@ class RecordScan:
                 row[n] = _json_like(v)
             else:
                 yield r + 1, r, row
-        self.sha256 = sha256_file(self.path)
 
 
 def parquet() -> Any:

@@ -124,3 +124,23 @@ def test_leaks_says_when_the_near_duplicate_search_was_partial(cli, tmp_path):
     d = cli("leaks", str(train), str(test), "--max-bucket", "2", "--json").json()
     assert {c["id"]: c["status"] for c in d["checks"]}["leak.near_duplicate"] == "skipped"
     assert d["config"]["max_bucket"] == 2
+
+
+def test_split_writes_a_dataset_dict_and_leaks_reads_it(cli, dataset, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "dd"
+    r = cli("split", str(dataset), "--out", str(out), "--label", "label", "--group", "user", "--format", "hf",
+            "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["parameters"]["output"] == "hf" and doc["input"]["format"] == "jsonl"
+    back = datasets.load_from_disk(str(out))
+    assert list(back) == ["train", "val", "test"] and sum(len(d) for d in back.values()) == 310
+    r = cli("leaks", str(out), "--group", "user", "--json")        # the DatasetDict stands for its splits
+    assert r.code == 0, r.err
+    assert [s["name"] for s in r.json()["splits"]] == ["train", "val", "test"]
+    # the saved train split in again: its fingerprint beside its sha256
+    r = cli("split", str(out / "train"), "--out", str(tmp_path / "again"), "--ratios", "50/50", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["input"]["fingerprint"] == back["train"]._fingerprint
+    assert cli("split", str(dataset), "--out", str(tmp_path / "x"), "--format", "csv").code == 2

@@ -54,7 +54,7 @@ def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: 
 
 
 def split(
-    data: Annotated[str, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet (never modified); with --engine ray, also a directory, a glob or an s3:// gs:// path of shards.")],
+    data: Annotated[str, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet, or a Hugging Face dataset (a Dataset.save_to_disk folder, an .arrow file) (never modified); with --engine ray, also a directory, a glob or an s3:// gs:// path of shards.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for the split files and split_manifest.json.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
     date: Annotated[Optional[str], typer.Option("--date", help="Date field: a temporal split, oldest data first.")] = None,
@@ -70,6 +70,7 @@ def split(
     engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data; each split written as a folder of shards with manifest.json; pip install 'campaign[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
+    output: Annotated[Optional[str], typer.Option("--format", help="hf: write the splits as a Hugging Face DatasetDict (save_to_disk) in --out, whatever the input (default: the input's format; a saved Dataset in gives a DatasetDict out).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Split a dataset so that no group and no exact or near duplicate crosses splits; write the files and a manifest.
@@ -84,12 +85,12 @@ def split(
                         stratify=stratify, seed=seed,
                         dedup=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                         tolerance=tolerance, skip_bad=skip_bad, force=force, progress=_bars(as_json), engine=engine,
-                        address=address, workers=workers)
+                        address=address, workers=workers, output=output)
     o.emit(result, render_split, as_json, failed=not result.passed)
 
 
 def leaks(
-    files: Annotated[list[str], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...]; with --engine ray each may be a directory, a glob or an s3:// gs:// path of shards.")],
+    files: Annotated[list[str], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...] (.jsonl, .csv, .tsv, .parquet, a Hugging Face dataset's folder or .arrow file), or a DatasetDict folder for its splits; with --engine ray each may be a directory, a glob or an s3:// gs:// path of shards.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later split (0 = any leak fails).")] = 0.0,
     near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
@@ -115,7 +116,9 @@ def leaks(
     from .render.data import leaks as render_leaks
     from ..errors import InputError
 
-    if len(files) < 2:
+    from ..rows import hf_kind
+
+    if len(files) < 2 and not (files and hf_kind(files[0]) == "dict"):
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),

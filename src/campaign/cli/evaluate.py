@@ -44,7 +44,8 @@ def _is_harness(path: str | None) -> bool:
 
     from ..evaluate.harness import is_harness_samples
 
-    return path is not None and (is_harness_samples(path) or Path(path).is_dir())
+    return path is not None and (is_harness_samples(path) or (Path(path).is_dir()
+                                                                and any(Path(path).glob("samples_*.jsonl"))))
 
 
 def errors(

@@ -129,6 +129,21 @@ def _group_rows(da: Dataset, db: Dataset, group_fields: list[str]) -> list[tuple
     return out
 
 
+def dataset_dict_splits(paths: Sequence[str | os.PathLike[str]], names: Sequence[str] | None
+                        ) -> tuple[list[str | os.PathLike[str]], Sequence[str] | None]:
+    """The paths with each Hugging Face DatasetDict folder in them replaced by its splits' folders, in the order
+    its dataset_dict.json lists them (named by their split names when no names were given and the paths are one
+    DatasetDict)."""
+    from ..rows import hf_kind, hf_splits
+
+    out: list[str | os.PathLike[str]] = []
+    for p in paths:
+        out += [Path(p) / s for s in hf_splits(p)] if hf_kind(p) == "dict" else [p]
+    if names is None and len(paths) == 1 and len(out) > 1:
+        names = [Path(p).name for p in out]
+    return out, names
+
+
 def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None = None, *, skip_bad: bool = False,
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
                 names: Sequence[str] | None = None, progress: bool | None = None,
@@ -137,6 +152,8 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
                 address: str | None = None, workers: int | None = None, parts: int | None = None,
                 timings: dict[str, float] | None = None) -> LeakReport:
     """Read the splits (train first) and check them for leaks; splits are named by `names` or their file names.
+    A split may be a Hugging Face dataset (a save_to_disk folder or an .arrow file); a DatasetDict folder stands
+    for its splits, in its order.
 
     Args:
         pairs: write every leaking pair there (.csv, .tsv or .jsonl): check, both rows' file:line and id, detail;
@@ -155,6 +172,7 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
     """
     eng = engine_for(engine, address=address, workers=workers, parts=parts, progress=progress)
     fields = fields or Fields()
+    paths, names = dataset_dict_splits(paths, names)
     search = eng.leak_search(paths, fields, names=names, threshold=threshold, config=config, examples=examples,
                              skip_bad=skip_bad, allow_empty=allow_empty, search_datasets=find_leaks, timings=timings)
     search.prepare_outputs(pairs=None if pairs is None else Path(pairs),

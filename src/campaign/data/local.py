@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import atomic_write_json, file_set, input_file, sha256_file
+from ..rows import hf_sha256, record_format
 from ..version import __version__
 from .leak_files import CLEAN_MANIFEST, CLEAN_SCHEMA, leaking_name
 from .leak_report import LeakReport, LeakRow
@@ -42,7 +43,10 @@ class LocalEngine:
         return nullcontext()
 
     def accept_split_input(self, path: str | os.PathLike[str], fields: Fields) -> None:
-        input_file(path, "data")
+        if Path(path).is_dir():            # a Hugging Face dataset's folder is one input; any other is refused
+            record_format(path)
+        else:
+            input_file(path, "data")
 
     def split_job(self, path: str | os.PathLike[str], out: Path, spec: SplitSpec, fields: Fields, *, force: bool,
                   skip_bad: bool) -> LocalSplitJob:
@@ -137,7 +141,8 @@ class LocalDropJob:
         for n, target in zip(self.names, self.targets, strict=True):
             ds = self.datasets[n]
             if n == self.names[0]:
-                shutil.copyfile(ds.path, self.stage / target.name)
+                copy = shutil.copytree if Path(ds.path).is_dir() else shutil.copyfile   # a dataset's folder
+                copy(ds.path, self.stage / target.name)
                 kept = len(ds)
             else:
                 assign = np.zeros(len(ds), dtype=np.int64)
@@ -160,7 +165,8 @@ class LocalDropJob:
 
     def finish(self, written: list[dict[str, Any]], recheck: LeakReport, dropped_by: list[str]) -> int:
         for w, target in zip(written, self.targets, strict=True):
-            w["sha256"] = sha256_file(self.stage / target.name)
+            staged = self.stage / target.name
+            w["sha256"] = hf_sha256(staged) if staged.is_dir() else sha256_file(staged)
         manifest = {"schema": CLEAN_SCHEMA, "campaign_version": __version__,
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "dropped_by": dropped_by, "splits": written, "recheck": recheck.to_dict()}

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InputError
-from ..io import atomic_write_json, file_set, sha256_file
+from ..io import atomic_write_json, export_folder, file_set, sha256_file
+from ..rows import HF_DICT, hf_kind, hf_sha256
 from .dedup import DedupResult, find_duplicates
 from .leak_report import LeakReport
 from .normalize import normalizer_id
@@ -36,10 +37,13 @@ class LocalSplitJob:
                  progress: bool | None) -> None:
         self.path, self.out, self.spec, self.fields = path, out, spec, fields
         self.skip_bad, self.progress = skip_bad, progress
-        ext = Path(path).suffix.lower()
+        # a Hugging Face dataset folder in (or output "hf"): a DatasetDict out, one save_to_disk folder per split
+        self.as_hf = spec.output == "hf" or hf_kind(path) == "dataset"
+        ext = "" if self.as_hf else Path(path).suffix.lower()
         self.paths = [out / f"{n}{ext}" for n in spec.names]
         self.manifest = out / MANIFEST_NAME
-        own = {MANIFEST_NAME: "the manifest", f"{Path(MANIFEST_NAME).stem}.usage.jsonl": "the usage ledger"}
+        own = {MANIFEST_NAME: "the manifest", f"{Path(MANIFEST_NAME).stem}.usage.jsonl": "the usage ledger",
+               HF_DICT: "the DatasetDict's"}
         for p in self.paths:
             if p.name in own:
                 raise InputError(f"split name {p.stem!r} would write {p.name}, {own[p.name]}'s own file; choose "
@@ -76,7 +80,12 @@ class LocalSplitJob:
     def staged(self) -> Iterator[None]:
         """The set being written (files in a sibling folder), moved into place when the block ends."""
         replaces = [p.name for p in (*self.paths, self.manifest, *self.stale)]
-        with file_set(self.out, replaces=replaces) as stage:
+        # a DatasetDict holds folders, which a file set does not: the whole folder is staged and swapped in, and
+        # only an earlier split's folder (its manifest there) is replaced, never one that holds the input
+        stage_set = (export_folder(self.out, force=True, is_export=lambda p: (p / MANIFEST_NAME).is_file(),
+                                   protect=[self.path], what="split") if self.as_hf
+                     else file_set(self.out, replaces=replaces))
+        with stage_set as stage:
             self.stage = stage
             self.staged_paths = [stage / p.name for p in self.paths]
             yield
@@ -87,7 +96,9 @@ class LocalSplitJob:
         return self.staged_paths
 
     def write(self, assign: np.ndarray) -> None:
-        write_rows(self.ds, assign, self.staged_paths)
+        write_rows(self.ds, assign, self.staged_paths, as_hf=self.as_hf)
+        if self.as_hf:     # what DatasetDict.save_to_disk writes beside the splits' folders
+            atomic_write_json(self.stage / HF_DICT, {"splits": list(self.spec.names)})
 
     def finish(self, assign: np.ndarray, units: np.ndarray, leaks: LeakReport,
                links: Sequence[tuple[int, int]]) -> SplitResult:
@@ -167,7 +178,8 @@ def _result(ds: Dataset, fields: Fields, assign: np.ndarray, units: np.ndarray, 
         lab = {lbl: int((labels[rows] == lbl).sum()) for lbl in label_names} if labels is not None else {}
         groups = {f: len({ds.groups[i][r] for r in rows.tolist()} - {None}) for i, f in enumerate(fields.group)}
         dates = [ds.dates[r] for r in rows.tolist()] if ds.dates else []
-        parts.append(SplitPart(name=name, path=str(p), sha256=sha256_file(staged[s]), rows=len(rows),
+        sha = hf_sha256(staged[s]) if staged[s].is_dir() else sha256_file(staged[s])
+        parts.append(SplitPart(name=name, path=str(p), sha256=sha, rows=len(rows),
                                target_fraction=ratio_t[s], fraction=len(rows) / n, labels=lab,
                                label_fractions={k: v / label_total[k] for k, v in lab.items() if label_total[k]},
                                groups=groups, first_date=iso(min(dates)) if dates else None,
@@ -191,7 +203,8 @@ def _result(ds: Dataset, fields: Fields, assign: np.ndarray, units: np.ndarray, 
         input=ds.to_dict(),
         parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": spec.stratify,
                     "temporal": spec.temporal, "fields": fields.to_dict(), "dedup": spec.config.to_dict(),
-                    "tolerance": tolerance, "skip_bad": skip_bad, "leak_check_seed": spec.check_config.seed},
+                    "tolerance": tolerance, "skip_bad": skip_bad, "leak_check_seed": spec.check_config.seed}
+        | ({"output": "hf"} if staged and staged[0].is_dir() else {}),
         normalizer=normalizer_id(strip_punctuation=spec.config.strip_punctuation), seed=seed, parts=tuple(parts),
         units=len(unit_sizes), largest_unit=int(unit_sizes.max()),
         duplicates={"exact_duplicates": d.exact_duplicates, "near_pairs": len(d.near_pairs),

@@ -72,13 +72,16 @@ class Dataset:
     n_bad: int = 0
     sha256: str | None = None
     columns: tuple[str, ...] = ()  # every field name seen, in first-seen order (a CSV's header)
+    fingerprint: str | None = None  # a Hugging Face dataset's Dataset._fingerprint (format 'hf')
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def ref(self, i: int) -> str:
-        """Where record i came from: 'file:line' (Parquet: 'file row N'), with its id when there is one."""
-        where = f"{self.path} row {self.lines[i]}" if self.format == "parquet" else f"{self.path}:{self.lines[i]}"
+        """Where record i came from: 'file:line' (Parquet, a Hugging Face dataset: 'file row N'), with its id when
+        there is one."""
+        rows = self.format in ("parquet", "hf")
+        where = f"{self.path} row {self.lines[i]}" if rows else f"{self.path}:{self.lines[i]}"
         if self.ids is not None and self.ids[i] is not None:
             where += f" (id {self.ids[i]})"
         return where
@@ -89,8 +92,11 @@ class Dataset:
 
     def to_dict(self) -> dict[str, Any]:
         # by hand: what the file was (path, format, hash, row count, fields, bad records), never its columns
-        return {"path": self.path, "format": self.format, "sha256": self.sha256, "rows": len(self),
-                "fields": self.fields.to_dict(), "bad_records": self.n_bad, "bad": [b.to_dict() for b in self.bad]}
+        out: dict[str, Any] = {"path": self.path, "format": self.format, "sha256": self.sha256}
+        if self.fingerprint is not None:   # beside the sha256: the fingerprint the datasets library knows it by
+            out["fingerprint"] = self.fingerprint
+        return out | {"rows": len(self), "fields": self.fields.to_dict(), "bad_records": self.n_bad,
+                      "bad": [b.to_dict() for b in self.bad]}
 
 
 def make_dataset(texts: Sequence[str], *, labels: Sequence[Any] | None = None,
@@ -118,7 +124,8 @@ def make_dataset(texts: Sequence[str], *, labels: Sequence[Any] | None = None,
 
 
 def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, skip_bad: bool = False) -> Dataset:
-    """Read a JSONL, CSV/TSV or Parquet file into a Dataset.
+    """Read a JSONL, CSV/TSV or Parquet file, or a Hugging Face dataset (a Dataset.save_to_disk folder or an
+    .arrow file), into a Dataset.
 
     Raises:
         InputError: missing file, unknown format, a field that no record has, or (unless skip_bad) the first bad
@@ -127,7 +134,8 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     fields = fields or Fields()
     path = str(path)
     fmt = record_format(path)
-    input_file(path, "data")
+    if not (fmt == "hf" and Path(path).is_dir()):
+        input_file(path, "data")
     if fmt == "jsonl" and not fields.date:
         fast = _jsonl_fast(path, fields)
         if fast is not None:
@@ -141,8 +149,8 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
     for line, _raw, item in _records(scan, fields):
         if isinstance(item, BadRecord):
             if not skip_bad:
-                where = f"row {item.line}" if fmt == "parquet" else str(item.line)
-                sep = ": " if fmt == "parquet" else ":"
+                where = f"row {item.line}" if fmt in ("parquet", "hf") else str(item.line)
+                sep = ": " if fmt in ("parquet", "hf") else ":"
                 raise InputError(f"{path}{sep}{where}: {item.reason}; {SKIP_HINT}")
             n_bad += 1
             if len(bad) < MAX_KEPT_BAD:
@@ -165,7 +173,8 @@ def read_dataset(path: str | os.PathLike[str], fields: Fields | None = None, *, 
                    labels=tuple(cols["label"]) if fields.label else None,
                    groups=tuple(tuple(g) for g in groups), ids=tuple(cols["id"]) if fields.id else None,
                    dates=tuple(cols["date"]) if fields.date else None, lines=tuple(cols["line"]),
-                   bad=tuple(bad), n_bad=n_bad, sha256=scan.sha256, columns=tuple(scan.columns))
+                   bad=tuple(bad), n_bad=n_bad, sha256=scan.sha256, columns=tuple(scan.columns),
+                   fingerprint=scan.fingerprint)
 
 
 FAST_JSONL_MAX_BYTES = 512 * 2**20  # the fast path holds the file, its text and its lines at once
@@ -312,7 +321,7 @@ def _records(scan: RecordScan, fields: Fields) -> Iterator[tuple[int, Any, dict[
         except ValueError as e:
             yield line, raw, BadRecord(line, str(e))
             continue
-        if scan.fmt == "parquet":        # a null is a missing value there, not a present field
+        if scan.fmt in ("parquet", "hf"):   # a null is a missing value there, not a present field
             rec["present"] = {n for n in rec["present"] if item[n] is not None}
         yield line, raw, rec
 

@@ -40,7 +40,8 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
                stratify: bool | None = None, seed: int = 0, dedup: DedupConfig | None = None,
                tolerance: float = 0.01, skip_bad: bool = False, force: bool = False,
                progress: bool | None = None, engine: str | Engine = "local", address: str | None = None,
-               workers: int | None = None, parts: int | None = None) -> SplitResult | ShardSplit:
+               workers: int | None = None, parts: int | None = None,
+               output: str | None = None) -> SplitResult | ShardSplit:
     """Split a data file into leak-free splits, write them and the manifest (out_dir/split_manifest.json); on the
     ray engine, a corpus in shards into a folder of shards per split (out_dir/NAME/) and out_dir/manifest.json.
 
@@ -56,6 +57,8 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
             of shards; the split is the one the local engine gives on the shards concatenated in path order, each
             split written as one shard per input shard; a temporal split is not offered there).
         address, workers, parts: the ray engine's cluster and the partitions of its shuffles.
+        output: None (each split in the input's format: a Hugging Face dataset folder in, a DatasetDict out) or
+            "hf" (a Hugging Face DatasetDict: out/NAME/ per split, out/dataset_dict.json; local engine).
     Returns:
         SplitResult (local) or ShardSplit (ray): the manifest written.
     Raises:
@@ -71,7 +74,9 @@ def split_file(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], fi
     fields = fields or Fields()
     eng.accept_split_input(path, fields)
     spec = SplitSpec.checked(fields, ratios=ratios, names=names, stratify=stratify, seed=seed, dedup=dedup,
-                             tolerance=tolerance)
+                             tolerance=tolerance, output=output)
+    if output is not None and eng.name != "local":
+        raise InputError(f"--format {output} is written by the local engine; leave out --engine {eng.name}")
     job = eng.split_job(path, Path(out_dir), spec, fields, force=force, skip_bad=skip_bad)
     with eng.session("split", f"{path} on Ray: sketch, units, assignment, shards written and checked"):
         n = job.read()

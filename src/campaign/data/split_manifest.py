@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..io import load_json, sha256_bytes, sha256_file
-from ..rows import RECORD_FORMATS
+from ..rows import RECORD_FORMATS, hf_sha256
 from ..validate import JsonObject
 
 MANIFEST_NAME = "split_manifest.json"
@@ -172,9 +172,9 @@ def split_file_path(manifest: Path, recorded: str) -> Path:
 def _verify_part(manifest: Path, s: JsonObject) -> None:
     f = split_file_path(manifest, s.str("path"))
     expected = s.str("sha256")
-    if not f.is_file():
+    if not f.is_file() and not f.is_dir():
         s.fail(f"its file {f} is missing; restore it or re-split with `campaign split --force`")
-    actual = sha256_file(f)
+    actual = hf_sha256(f) if f.is_dir() else sha256_file(f)   # a folder: a Hugging Face dataset's
     if actual != expected:
         raise InputError(f"{f}: changed since the split (sha256 {actual[:12]}... on disk, {expected[:12]}... in "
                          f"{manifest.name}); restore the file, or re-split with `campaign split --force` so the "

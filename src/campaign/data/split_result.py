@@ -34,6 +34,7 @@ class SplitSpec:
     tolerance: float
     seed: int
     config: DedupConfig
+    output: str | None = None     # "hf": the splits written as a Hugging Face DatasetDict (save_to_disk)
 
     @property
     def check_config(self) -> DedupConfig:
@@ -42,7 +43,8 @@ class SplitSpec:
 
     @classmethod
     def checked(cls, fields: Fields, *, ratios: str | Sequence[float], names: str | Sequence[str] | None,
-                stratify: bool | None, seed: int, dedup: DedupConfig | None, tolerance: float) -> SplitSpec:
+                stratify: bool | None, seed: int, dedup: DedupConfig | None, tolerance: float,
+                output: str | None = None) -> SplitSpec:
         """The parameters of split_file, checked (the same messages on every engine).
 
         Raises:
@@ -58,7 +60,11 @@ class SplitSpec:
         stratify = bool(fields.label) and not temporal if stratify is None else stratify
         if not 0 < tolerance < 1:
             raise InputError(f"tolerance {tolerance!r} must be a fraction in (0, 1); use e.g. 0.01 for one point")
-        return cls(ratio_t, name_t, stratify, temporal, tolerance, seed, replace(dedup or DedupConfig(), seed=seed))
+        if output not in (None, "hf"):
+            raise InputError(f"output format {output!r} is not known; leave it out (the input's own format) or give "
+                             "hf (a Hugging Face DatasetDict folder)")
+        return cls(ratio_t, name_t, stratify, temporal, tolerance, seed, replace(dedup or DedupConfig(), seed=seed),
+                   output)
 
 
 @dataclass(frozen=True)

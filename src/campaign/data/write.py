@@ -1,4 +1,5 @@
-"""Rows of a data file written out again, split over several files, in the input's own format."""
+"""Rows of a data file written out again, split over several files, in the input's own format; or as Hugging Face
+datasets (a save_to_disk folder per split, or an .arrow file)."""
 from __future__ import annotations
 
 import csv
@@ -14,10 +15,15 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def write_rows(ds: Dataset, assign: np.ndarray, paths: Sequence[Path]) -> None:
+def write_rows(ds: Dataset, assign: np.ndarray, paths: Sequence[Path], *, as_hf: bool = False) -> None:
     """Write row i of ds to paths[assign[i]], in the input's format and order: JSONL lines byte for byte, CSV/TSV
-    rows under the input's header, Parquet rows of the input's table. Called on a staging folder, which
-    io.file_set makes the output in one step; files get the mode open() gives."""
+    rows under the input's header, Parquet rows of the input's table, a Hugging Face dataset's rows as the input
+    is (a save_to_disk folder, an .arrow file); with as_hf, every format as Hugging Face Dataset folders (write_hf).
+    Called on a staging folder, which io.file_set (or io.export_folder) makes the output
+    in one step; files get the mode open() gives."""
+    if as_hf or ds.format == "hf":
+        write_hf(ds, assign, paths, folders=as_hf or Path(ds.path).is_dir())
+        return
     if ds.format == "parquet":
         import numpy as np
 
@@ -48,3 +54,57 @@ def write_rows(ds: Dataset, assign: np.ndarray, paths: Sequence[Path]) -> None:
     finally:
         for h in handles:
             h.close()
+
+
+def hf_rows(ds: Dataset) -> Any:
+    """ds's accepted rows as a Hugging Face datasets.Dataset (in order): the input dataset's own rows (a Hugging
+    Face dataset, Parquet: the same Arrow types), or a JSONL/CSV file's records as read."""
+    import numpy as np
+
+    from ..rows import RecordScan, load_hf
+    from .read import BadRecord
+
+    try:
+        import datasets
+    except ImportError as e:
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("datasets", "data") from e
+    if ds.format in ("hf", "parquet"):
+        source = load_hf(ds.path) if ds.format == "hf" else datasets.Dataset(parquet().read_table(ds.path))
+        return source.select(np.asarray(ds.lines, dtype=np.int64) - 1)
+    wanted = set(ds.lines)
+    records = [r for line, _, r in RecordScan(ds.path, ds.format) if line in wanted and not isinstance(r, BadRecord)]
+    return datasets.Dataset.from_list(records)
+
+
+def write_hf(ds: Dataset, assign: np.ndarray, paths: Sequence[Path], *, folders: bool) -> None:
+    """Row i of ds to paths[assign[i]] as a Hugging Face dataset: a folder each (Dataset.save_to_disk), or an
+    Arrow stream file each (what Dataset.from_file reads)."""
+    import datasets as bars
+
+    quiet = bars.are_progress_bars_disabled()
+    bars.disable_progress_bars()       # datasets' own bars on stderr; the user's setting is put back below
+    try:
+        _write_hf(hf_rows(ds).flatten_indices(), assign, paths, folders=folders)
+    finally:
+        if not quiet:
+            bars.enable_progress_bars()
+
+
+def _write_hf(rows: Any, assign: np.ndarray, paths: Sequence[Path], *, folders: bool) -> None:
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+
+    for s, p in enumerate(paths):
+        part = rows.select(np.flatnonzero(assign == s))
+        if not folders:
+            table = part.flatten_indices().data.table      # its schema carries the features (the metadata)
+            with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        else:
+            if p.exists():                                   # an earlier round of the same split
+                shutil.rmtree(p)
+            part.save_to_disk(str(p))

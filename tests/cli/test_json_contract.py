@@ -136,4 +136,4 @@ def test_quant_guards_are_checks(cli):
     pytest.importorskip("torch")
     d = _contract(cli("quant", f"{EX / 'quant_setup.py'}:classifier_setup", "--guard", "accuracy>=0", "--json"),
                   "quant")
-    assert [c["id"] for c in d["checks"]] == ["guard.accuracy>=0"]
+    assert [c["id"] for c in d["checks"]] == ["quant.finite", "guard.accuracy>=0"]

@@ -53,6 +53,12 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["--guard", "perplexity<=1", "--guard", "f1>=0"], "no metric is called 'f1'"),
         (["--kv-dtype", "fp9"], "unknown kv dtype 'fp9'"),
         (["--kv-dtype", "bf16,int4"], "kv dtype 'int4' is a weight format"),
+        (["--kv-dtype", "fp3"], "unknown kv dtype 'fp3'; did you mean 'fp32' or 'fp8'? KV caches use fp32, bf16, "
+                                "fp16, fp8, int8."),
+        (["--kv-dtype", "nf3"], "unknown kv dtype 'nf3' KV caches use"),    # no KV precision near: no weight format
+        (["--kv-dtype", ","], "--kv-dtype names no precision"),
+        (["--margin", "0"], "margin 0.0: give the largest difference that does not matter"),
+        (["--margin", "nan"], "is not a finite number"),
         (["--formats", "int8,int3"], "unknown format 'int3'"),
         (["--reference", "int8"], "is a quantized format"),
         (["--reference", "fp64"], "unknown format 'fp64'"),

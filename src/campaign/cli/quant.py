@@ -48,6 +48,12 @@ def quant(
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache precisions estimated, comma-"
                                                     "separated (default: the reference's, fp8, int8).")] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="Level of the paired interval.")] = 0.95,
+    margin: Annotated[Optional[float], typer.Option("--equivalence-margin", "--margin", help="Also test that each "
+                                                    "variant is equivalent to the reference within +/- this (TOST on "
+                                                    "the paired per-example scores, at the 5% level, beside the "
+                                                    "difference test): accuracy points as a fraction (0.01 = one "
+                                                    "point), or for perplexity nats of per-example mean NLL (0.01 "
+                                                    "is about 1% of perplexity).")] = None,
     prices: Annotated[Optional[Path], typer.Option("--prices", help="campaign budget's price file: each variant's "
                                                                     "cheapest card by the hour among those it fits "
                                                                     "(default: the bundled example prices).")] = None,
@@ -62,8 +68,10 @@ def quant(
     quality with a paired test against the reference (per-example NLL, or campaign regress on predictions), and
     forward latency per token.
 
-    Exit 0 when no variant breaks a guard, 1 when one does (flagged), 2 on bad input: a format this machine cannot
-    run, calibration data missing, evaluation sets that differ between variants (needs the torch and quant extras).
+    Exit 0 when no variant breaks a guard, 1 when one does (flagged), when a variant's quality is NaN or inf, or
+    when one is not shown within --margin; 2 on bad input: a format this machine cannot run, calibration data
+    missing, evaluation sets that differ between variants, the user's model or predict raising (named by its file
+    and function) (needs the torch and quant extras).
     """
     from ..compress.inputs import check_outputs
     from .. import plots
@@ -75,7 +83,8 @@ def quant(
     with _progress("quant", as_json) as tell:
         report = compare_quant(setup, formats=_names(formats), reference=reference, guards=guard or (), prices=prices,
                                group_size=group_size, context=context, sequences=sequences,
-                               kv_dtypes=_names(kv_dtype), confidence=confidence, progress=tell)
+                               kv_dtypes=_names(kv_dtype), confidence=confidence, margin=margin,
+                               progress=tell)
     if csv is not None:
         write_csv(report, csv)
     if plot is not None:                       # the figure the report draws of a quant record

@@ -32,9 +32,9 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("fp32", "fp32", "torch", False, False, "fp32 reference"),
-    Format("bf16", "bf16", "torch", False, False, "bf16 reference"),
-    Format("fp16", "fp16", "torch", False, False, "fp16 reference"),
+    Format("fp32", "fp32", "torch", False, False, "fp32: every floating-point weight and buffer cast to float32"),
+    Format("bf16", "bf16", "torch", False, False, "bf16: every floating-point weight and buffer cast to bfloat16"),
+    Format("fp16", "fp16", "torch", False, False, "fp16: every floating-point weight and buffer cast to float16"),
     Format("int8", "int8", "torchao", False, False,
            "torchao int8 weight-only: int8 per element, a scale and a zero point per output row"),
     Format("int4", "int4", "torchao", False, False,
@@ -149,14 +149,16 @@ def quantizable(model: Any, keep: tuple[str, ...]) -> list[str]:
 def apply(fmt: Format, model: Any, *, keep: tuple[str, ...], group_size: int, device: str,
           calibration: list[Any] | None = None) -> Any:
     """Convert `model` (already in the reference precision, on `device`) to `fmt` in place; returns the model.
-    A calibrated format (awq-int8) runs the calibration batches through the model between its two steps.
+    A precision (fp32, bf16, fp16) casts the model to it: a no-op for the reference itself, a real conversion for
+    another precision listed as a variant. A calibrated format (awq-int8) runs the calibration batches through the
+    model between its two steps.
 
     Raises:
         InputError: a group size that does not divide a layer's input features.
         MissingDependencyError: torchao not installed (the quant extra).
     """
     if fmt.name in REFERENCES:
-        return model
+        return model.to(torch_dtype(fmt.name))
     targets = set(quantizable(model, keep))
     if not targets:
         raise InputError("the model has no Linear layer to quantize (outside the output embeddings and heads)")
@@ -200,6 +202,21 @@ def _awq(model: Any, base: Any, targets: set[str], calibration: list[Any], devic
     import gc
 
     gc.collect()   # the observers' records of the calibration activations go with them
+
+
+def awq_scales(model: Any) -> tuple[int, int]:
+    """(converted Linear layers whose searched AWQ input scales are all exactly 1, converted layers with AWQ scales):
+    a layer whose scales are all 1 is the plain int8 weight bit for bit (torchao multiplies the input by 1)."""
+    import torch
+
+    ones = total = 0
+    for module in model.modules():
+        scale = getattr(getattr(module, "weight", None), "act_pre_scale", None)
+        if scale is None:
+            continue
+        total += 1
+        ones += bool(torch.all(scale == 1))
+    return ones, total
 
 
 def _torchao_config(fmt: Format, group_size: int, device: str) -> Any:

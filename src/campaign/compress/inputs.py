@@ -6,13 +6,14 @@ before any model.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, UnknownNameError
 from ..evaluate.regress import parse_guard
 from ..memory.dtypes import parse_dtype
 from ..plan.prices import load_prices
@@ -47,10 +48,11 @@ class QuantInputs:
 def check_inputs(*, formats: Sequence[str] | None = None, reference: str | None = None, guards: Sequence[str] = (),
                  group_size: int = 128, context: int | None = None, sequences: int = 1,
                  kv_dtypes: Sequence[str] | None = None, confidence: float = 0.95,
-                 prices: str | Path | None = None) -> QuantInputs:
+                 prices: str | Path | None = None, margin: float | None = None) -> QuantInputs:
     """Every input of `compare_quant` that does not depend on the setup, checked before the setup (the user's code,
     the models) is loaded, so a typo costs no loading: numbers, guards (syntax, and a metric name some metric
-    has), format names and whether this machine runs them, the reference, the KV precisions and the price file.
+    has), format names and whether this machine runs them, the reference, the KV precisions, the equivalence
+    margin and the price file.
     What depends on the setup (a calibrated format without calibration data, a guard's metric against the
     setup's metric, class names) is checked once the setup is built, before any variant.
 
@@ -63,6 +65,11 @@ def check_inputs(*, formats: Sequence[str] | None = None, reference: str | None 
         raise InputError(f"sequences must be a positive integer, got {sequences!r}")
     if not 0 < confidence < 1:
         raise InputError(f"confidence {confidence!r} must be between 0 and 1, e.g. 0.95")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or
+                               not math.isfinite(margin) or margin <= 0):
+        raise InputError(f"margin {margin!r}: give the largest difference that does not matter, a positive number in "
+                         "the metric's units (accuracy: 0.01 = one point; perplexity: nats of per-example mean NLL, "
+                         "0.01 = about 1% perplexity)")
     if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context <= 0):
         raise InputError(f"context must be a positive integer (tokens per sequence), got {context!r}")
     if isinstance(guards, str):
@@ -82,6 +89,9 @@ def check_inputs(*, formats: Sequence[str] | None = None, reference: str | None 
         why = refusal(f, here or {"device": "cpu", "name": "CPU", "capability": None}, calibration=True)
         if why:
             raise InputError(why)
+    if kv_dtypes is not None and not list(kv_dtypes):
+        raise InputError("--kv-dtype names no precision; give one or more of " + ", ".join(KV_DTYPES) +
+                         " (comma-separated), or leave it out for the default")
     kv = tuple(kv_name(k) for k in kv_dtypes) if kv_dtypes else None
     return QuantInputs(chosen, ref, kv, tuple(guards), load_prices(prices), here)
 
@@ -100,9 +110,18 @@ def guard_metric(guard: str, metric: str | None) -> None:
                      "brackets)")
 
 
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+
+
 def kv_name(name: str) -> str:
-    dtype = parse_dtype(name, what="kv dtype")
-    if dtype in ("nf4", "gptq", "awq", "int4"):
+    """The canonical KV cache precision for what the user typed; a weight-only format, or a name that is no
+    precision at all, is refused with the nearest KV precision."""
+    try:
+        dtype = parse_dtype(name, what="kv dtype")
+    except UnknownNameError:
+        raise UnknownNameError("kv dtype", str(name), KV_DTYPES, "KV caches use " + ", ".join(KV_DTYPES) + ".") \
+            from None
+    if dtype not in KV_DTYPES:
         raise InputError(f"kv dtype {name!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
     return dtype
 
@@ -121,4 +140,4 @@ def check_outputs(*, csv: str | os.PathLike[str] | None = None, plot: str | os.P
             writable_file(path, what)
 
 
-__all__ = ["GUARD_METRICS", "QuantInputs", "check_inputs", "check_outputs", "guard_metric", "kv_name"]
+__all__ = ["GUARD_METRICS", "KV_DTYPES", "QuantInputs", "check_inputs", "check_outputs", "guard_metric", "kv_name"]

@@ -12,17 +12,19 @@ estimate (estimate_kv), not measured.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MissingDependencyError
+from ..errors import CampaignError, InputError, MissingDependencyError
 from .estimates import cheapest_card, estimate_weights, kv_rows, spec_of
 from .formats import Format, available, machine, parse_format, quiet_torchao, refusal, torch_dtype
 from .inputs import check_inputs, guard_metric
-from .quality import paired_test, quality_of
+from .quality import finite_outcomes, paired_test, quality_of
 from .result import DataDigest, QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
+from .usercode import user_code_error, user_frame
 from .variant import digest, example_ids, precision_of, reference_model, run_variant
 
 
@@ -30,7 +32,7 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
                   formats: Sequence[str] | None = None, reference: str | None = None, guards: Sequence[str] = (),
                   group_size: int = 128, context: int | None = None, sequences: int = 1,
                   kv_dtypes: Sequence[str] | None = None, confidence: float = 0.95,
-                  prices: str | Path | None = None,
+                  prices: str | Path | None = None, margin: float | None = None,
                   progress: Callable[[str], None] | None = None) -> QuantReport:
     """Build, measure and evaluate the reference and each format on the setup's evaluation batches.
 
@@ -48,23 +50,28 @@ def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetu
         kv_dtypes: KV cache precisions estimated (default: the reference's, fp8, int8).
         prices: campaign budget's price file (default: the bundled example prices): each variant's cheapest
             card by the hour among those it fits.
+        margin: also test that each variant is equivalent to the reference within +/- margin (TOST at the 5%
+            level, beside the difference test): for perplexity on the per-example mean NLL (nats; 0.01 is about
+            1% of perplexity), for classification and extraction on the paired correctness (0.01 = one point).
     Raises:
         InputError: a format this machine cannot run, calibration missing for a calibrated format, evaluation data
-            that changed between variants, a prediction count that differs from the examples, a bad guard.
+            that changed between variants, a prediction count that differs from the examples, a bad guard, an
+            exception raised in the user's code (the model, its factory, predict), named by its frame.
     """
     with quiet_torchao():   # transformers imports torchao when it is installed, as the setup builds its model
         return _compare(setup, formats=formats, reference=reference, guards=guards, group_size=group_size,
                         context=context, sequences=sequences, kv_dtypes=kv_dtypes, confidence=confidence, prices=prices,
-                        progress=progress)
+                        margin=margin, progress=progress)
 
 
 def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None, guards: Sequence[str],
              group_size: int, context: int | None, sequences: int, kv_dtypes: Sequence[str] | None,
-             confidence: float, prices: str | Path | None, progress: Callable[[str], None] | None) -> QuantReport:
+             confidence: float, prices: str | Path | None, margin: float | None,
+             progress: Callable[[str], None] | None) -> QuantReport:
     tell = progress or (lambda _msg: None)
     inputs = check_inputs(formats=formats, reference=reference, guards=guards, group_size=group_size,
                           context=context, sequences=sequences, kv_dtypes=kv_dtypes, confidence=confidence,
-                          prices=prices)
+                          prices=prices, margin=margin)
     guards = inputs.guards
     try:
         import torch  # noqa: F401
@@ -74,6 +81,9 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     s = load_quant_setup(setup)
     for g in guards:                                       # the setup's metric is known now
         guard_metric(g, s.metric)
+    if margin is not None and s.metric != "perplexity" and margin >= 1:
+        raise InputError(f"margin {margin:g}: {s.metric} accuracy lies between 0 and 1, so a margin of 1 or more "
+                         "holds for any variant; give it as a fraction (0.01 = one point)")
     here = inputs.machine or machine()
     device = here["device"]
     default = [*available(here), *(["awq-int8"] if s.calibration else [])]   # calibrated: with calibration only
@@ -106,7 +116,17 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     for n, f in enumerate(variants, 1):
         tell(f"variant {n}/{len(variants)}: {f.name}{' (reference)' if f is ref_fmt else ''}, load and evaluate on "
              f"{device}")
-        row = run_variant(f, model, s, examples, device=device, group_size=group_size)
+        try:
+            row = run_variant(f, model, s, examples, device=device, group_size=group_size)
+        except CampaignError:
+            raise
+        except (Exception, SystemExit) as e:
+            # the user's model raised: one line naming their code. An error inside the libraries on a converted
+            # variant, with no frame of the user's, is campaign's or the format's: it stays an internal error.
+            if f is not ref_fmt and user_frame(e) is None:
+                raise
+            raise user_code_error(e, f"{s.source}: the model, evaluated as variant {f.name}",
+                                  "fix the model's forward (it must run on the evaluation batches)") from None
         after = digest(s.batches, "evaluation")
         if after.sha256 != evaluation.sha256:
             raise InputError(f"the evaluation batches changed while variant {f.name} was evaluated (sha256 "
@@ -126,13 +146,16 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     for f, row in zip(variants, rows):
         est, required, card, fitting = estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
         cheapest, hourly = cheapest_card(price_file, fitting)
+        quality, metrics = quality_of(s, outcomes[f.name])
+        finite = math.isfinite(quality) and finite_outcomes(s, outcomes[f.name])
         if f is ref_fmt:
-            quality, metrics = quality_of(s, reference_out)
-            test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": ()}
+            test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": (),
+                    "equivalence": None}
         else:
-            quality, metrics = quality_of(s, outcomes[f.name])
-            test = paired_test(s, reference_out, outcomes[f.name], examples, guards, ref_fmt.name, f.name, confidence)
-        status = "reference" if f is ref_fmt else ("flagged" if any(not g.passed for g in test["guards"]) else "pass")
+            test = paired_test(s, reference_out, outcomes[f.name], examples, guards, ref_fmt.name, f.name, confidence,
+                               margin)
+        status = "reference" if f is ref_fmt else \
+            ("flagged" if not finite or any(not g.passed for g in test["guards"]) else "pass")
         built.append(QuantVariant(
             name=f.name, format=f.description, library=f.library, memory_format=f.memory_dtype,
             weight_bytes_estimated=est, weight_bytes_stored=row["stored"], quantized_bytes_stored=row["quantized"],
@@ -142,8 +165,16 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             quality=quality, metrics=metrics, delta=test["delta"], p_value=test["p"], test=test["test"],
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
             calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
-            status=status))
+            status=status, equivalence=test["equivalence"], finite=finite))
     notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256)
+    for f, row in zip(variants, rows):
+        ones, total = row.get("awq_scales") or (0, 0)
+        if total and ones == total:
+            same = " and its outcomes are int8's, example for example" if outcomes.get("int8") == outcomes[f.name] \
+                else ""
+            notes.append(f"{f.name}: every searched AWQ scale is 1 ({total} Linear layers){same}: the calibration "
+                         "changed nothing, so this is int8 bit for bit; calibrate on data like the model's inputs "
+                         "(AWQ finds no channel worth protecting in these)")
     if any(v.cheapest_card for v in built):
         notes.append(f"prices per card-hour from {'the bundled EXAMPLE price file (' + price_file.date + ')' if price_file.example else price_file.path}"
                      "; --prices FILE gives yours (campaign budget's format)")
@@ -151,7 +182,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
         calibration=calibration, context=ctx, sequences=sequences, kv=kv, variants=tuple(built),
-        guards=tuple(guards), notes=tuple(notes))
+        guards=tuple(guards), notes=tuple(notes), margin=None if margin is None else float(margin))
 
 
 def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spec: Any, ref: Format,

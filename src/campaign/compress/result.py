@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import Check
+from ..evaluate.equivalence import Equivalence
 from ..evaluate.regress import Guard
 from ..results import Record, Result
 
@@ -36,7 +37,10 @@ class QuantVariant(Record):
     """One variant on the evaluation data. Bytes: estimated (campaign memory's format), stored (counted from the
     tensors the format left), measured (MemoryMeter: allocated at the end of loading; the evaluation's peak).
     delta: quality minus the reference's; p_value: the paired test's (t-test on per-example NLL for perplexity,
-    McNemar for classification and extraction); status: reference | pass | flagged (a guard broke).
+    McNemar for classification and extraction; None when the quality is not finite); status: reference | pass |
+    flagged (a guard broke, or its quality is NaN or inf); equivalence: with a stated margin, TOST that the
+    variant is within +/- margin of the reference (per-example mean NLL for perplexity, paired correctness for
+    classification and extraction; evaluate/equivalence.py).
     required_bytes_estimated: `campaign memory`'s inference estimate for the format at context x sequences (weights,
     KV, activations, CUDA context, reserve); smallest_card: the catalog card with the least memory it fits;
     cheapest_card / hourly_cents: the cheapest card by the hour, among the price file's cards the variant fits
@@ -67,6 +71,8 @@ class QuantVariant(Record):
     calibration: str | None
     guards: tuple[Guard, ...]
     status: str
+    equivalence: Equivalence | None = None
+    finite: bool = True                # its quality and every per-example outcome are finite (not NaN or inf)
 
     @property
     def flagged(self) -> bool:
@@ -75,8 +81,10 @@ class QuantVariant(Record):
 
 @dataclass(frozen=True)
 class QuantReport(Result):
-    """Every variant on the same evaluation data; one check per guard (guard.<expr>), failed when a variant broke
-    it (no guards: no checks, status pass)."""
+    """Every variant on the same evaluation data. Checks: quant.finite (every variant's quality, the reference's
+    included, is a finite number: a NaN or inf model fails, with or without guards), one per guard (guard.<expr>),
+    failed when a variant broke it, and with a margin equivalence.within_margin (failed when a variant is not shown
+    within +/- margin of the reference)."""
 
     model: str
     setup: str
@@ -92,11 +100,12 @@ class QuantReport(Result):
     variants: tuple[QuantVariant, ...]
     guards: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    margin: float | None = None
     schema: str = SCHEMA
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        out = []
+        out = [self._finite()]
         expressions = dict.fromkeys([*self.guards, *(g.expression for v in self.variants for g in v.guards)])
         for expression in expressions:
             held = [(v, g) for v in self.variants for g in v.guards if g.expression == expression]
@@ -109,7 +118,37 @@ class QuantReport(Result):
             else:
                 out.append(Check(f"guard.{expression}", "pass",
                                  f"holds for {', '.join(v.name for v, _ in held) or 'no variant'}"))
+        if self.margin is not None:
+            out.append(self._equivalence())
         return tuple(out)
+
+    def _finite(self) -> Check:
+        bad = [v for v in self.variants if not v.finite]
+        if not bad:
+            return Check("quant.finite", "pass", f"every variant's {self.metric} is a finite number")
+        seen = "; ".join(f"{v.name}{' (the reference)' if v.status == 'reference' else ''}: {self.metric} "
+                         f"{v.quality}" for v in bad)
+        return Check("quant.finite", "fail", seen,
+                     "a model whose outputs are NaN or inf has no quality: its change and p-value mean nothing, and "
+                     "a comparison against a NaN reference compares nothing",
+                     "find the NaN or inf (a weight, an overflow: fp16 overflows where bf16 and fp32 do not) and "
+                     "compare again")
+
+    def _equivalence(self) -> Check:
+        tested = [v for v in self.variants if v.status != "reference"]
+        missing = [v.name for v in tested if v.equivalence is None]
+        if missing:
+            return Check("equivalence.within_margin", "skipped", f"not tested for {', '.join(missing)}: its "
+                         f"{self.metric} is not finite", "equivalence needs finite per-example scores",
+                         "fix the NaN or inf first (quant.finite)")
+        out = [v for v in tested if v.equivalence is not None and not v.equivalence.equivalent]
+        seen = "; ".join(f"{v.name}: {v.equivalence.checks[0].seen}" for v in tested if v.equivalence is not None)
+        if out:
+            return Check("equivalence.within_margin", "fail", seen,
+                         f"{', '.join(v.name for v in out)} not shown within +/-{self.margin:g} of the reference: the "
+                         "data cannot rule out a larger difference, so 'the same quality' is not established",
+                         "more evaluation examples narrow the interval; or state a margin the decision can live with")
+        return Check("equivalence.within_margin", "pass", seen or "no variant besides the reference")
 
     @property
     def flagged(self) -> tuple[QuantVariant, ...]:

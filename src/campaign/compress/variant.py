@@ -13,10 +13,10 @@ from typing import Any
 
 from ..errors import InputError
 from ..memory.measure import MemoryMeter
-from ..train.setup import first_line
-from .formats import Format, apply, stored_bytes, torch_dtype
+from .formats import Format, apply, awq_scales, stored_bytes, torch_dtype
 from .result import DataDigest
 from .setup import QuantSetup
+from .usercode import user_code_error
 from ..models.resolve import require_safetensors
 
 LATENCY_REPEATS = 5
@@ -33,7 +33,11 @@ def reference_model(s: QuantSetup, reference: Format | None) -> Any:
         model = AutoModelForCausalLM.from_pretrained(str(require_safetensors(model)), dtype=dtype,
                                                      use_safetensors=True)
     elif callable(model) and not isinstance(model, torch.nn.Module):
-        model = model()
+        try:
+            model = model()
+        except (Exception, SystemExit) as e:
+            raise user_code_error(e, f"{s.source}: the model function {getattr(model, '__name__', '')!r}".replace(
+                " ''", ""), "fix the function that builds the model (it ran before any variant)") from None
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{s.source}: model is a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -65,6 +69,7 @@ def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *
     measured = meter.result()
     load, evaluate = measured.phases[0], measured.phases[1]
     counted = stored_bytes(variant)
+    scales = awq_scales(variant) if f.name == "awq-int8" else None
     with torch.no_grad():
         ms = _latency(variant, s, device)
     del variant
@@ -73,7 +78,7 @@ def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *
         torch.cuda.empty_cache()
     return {"outcomes": outcomes, "stored": counted["quantized"] + counted["dense"], "quantized": counted["quantized"],
             "measured": load.allocated_bytes - before, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
-            "ms_per_token": ms}
+            "ms_per_token": ms, "awq_scales": scales}
 
 
 def _to(batch: Mapping[str, Any], device: str) -> dict[str, Any]:
@@ -118,8 +123,8 @@ def _outcomes(model: Any, s: QuantSetup, examples: list[str], device: str) -> li
                 preds = list(s.predict(model, _to(b, device)))  # type: ignore[misc]
             except InputError:
                 raise
-            except Exception as e:
-                raise InputError(f"{s.source}: predict raised {type(e).__name__}: {first_line(e)}") from None
+            except (Exception, SystemExit) as e:
+                raise user_code_error(e, f"{s.source}: predict", "fix predict(model, batch) in the setup") from None
             if len(preds) != rows:
                 raise InputError(f"{s.source}: predict returned {len(preds)} predictions for a batch of {rows} rows; "
                                  "the evaluation sets would differ between variants: return one per row")

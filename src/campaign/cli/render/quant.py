@@ -10,9 +10,7 @@ from . import Scale, console, escape, notes, table
 
 def render_quant(r: Any) -> None:
     ev = r.evaluation
-    flagged = [v for v in r.variants if v.flagged]
-    verdict = "[green]PASS[/green]" if r.passed else \
-        f"[red]FLAGGED[/red] ({', '.join(v.name for v in flagged)} broke a guard)"
+    verdict = "[green]PASS[/green]" if r.passed else _verdict(r)
     console.print(f"{verdict} — {escape(r.model)}: {len(r.variants)} variants on the same {ev.examples:,} examples "
                   f"({ev.tokens:,} tokens, sha256 {ev.sha256[:12]}), reference {r.reference}, on {r.device}")
     if r.calibration is not None:
@@ -50,6 +48,9 @@ def render_quant(r: Any) -> None:
             t.add_row(k.dtype, f"{k.bytes_per_token:,.0f}", kscale(k.bytes))
         console.print(t)
     for v in r.variants:
+        if v.equivalence is not None:
+            console.print(_equivalence(v, r.margin, r.metric))
+    for v in r.variants:
         for g in v.guards:
             if not g.passed:
                 console.print(f"[red]{v.name}[/red]: guard {escape(g.expression)} broken — {escape(g.describe())}")
@@ -57,6 +58,38 @@ def render_quant(r: Any) -> None:
     if timed:
         console.print(f"forward ms per token (first batch, fastest of 5, on {r.device}): " + ", ".join(timed))
     notes(r.notes, escaped=True)
+
+
+def _verdict(r: Any) -> str:
+    """FAILED when a quality is NaN or inf (nothing was compared), else FLAGGED, with what failed."""
+    failed = {c.id: c for c in r.checks if c.status in ("fail", "skipped")}
+    parts = []
+    if "quant.finite" in failed:
+        parts.append(f"{r.metric} not finite: " + ", ".join(v.name for v in r.variants if not v.finite))
+    broke = [v.name for v in r.variants if any(not g.passed for g in v.guards)]
+    if broke:
+        parts.append(f"{', '.join(broke)} broke a guard")
+    if "equivalence.within_margin" in failed:
+        out = [v.name for v in r.variants if v.equivalence is not None and not v.equivalence.equivalent]
+        if out:
+            parts.append(f"{', '.join(out)} not shown within +/-{_margin(r.margin, r.metric)}")
+    word = "[red]FAILED[/red]" if "quant.finite" in failed else "[red]FLAGGED[/red]"
+    return f"{word} ({'; '.join(parts) or 'a check failed'})"
+
+
+def _margin(m: float, metric: str) -> str:
+    if metric == "perplexity":
+        return f"{m:g} nats of per-example NLL"
+    points = m * 100
+    return f"{points:g} point{'' if points == 1 else 's'}"
+
+
+def _equivalence(v: Any, margin: float, metric: str) -> str:
+    e = v.equivalence
+    word = "[green]equivalent[/green]" if e.equivalent else "[red]not shown equivalent[/red]"
+    unit = (lambda x: f"{x:+.4f}") if metric == "perplexity" else (lambda x: f"{x * 100:+.2f} pts")
+    return (f"{escape(v.name)}: {word} within ±{_margin(margin, metric)} (TOST p = {e.p_value:.3g}; difference "
+            f"{unit(e.difference)}, {1 - 2 * e.alpha:.0%} interval [{unit(e.interval[0])}, {unit(e.interval[1])}])")
 
 
 def _q(x: float, metric: str) -> str:

@@ -1,0 +1,53 @@
+"""Where an exception raised while running the user's model came from: the innermost frame of its traceback that is
+the user's own code (not campaign's, not an installed package's, not the standard library's), so that an error in a
+model, a model factory or predict is one line naming that code (exit 2) instead of an internal error (exit 3)."""
+from __future__ import annotations
+
+import sysconfig
+import traceback
+from pathlib import Path
+
+from ..errors import InputError
+from ..train.setup import first_line
+
+_CAMPAIGN = Path(__file__).resolve().parents[1]
+
+
+def _library_roots() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    return (*roots, _CAMPAIGN)
+
+
+def user_frame(e: BaseException) -> str | None:
+    """'FILE:FUNCTION (line N)' of the innermost traceback frame in the user's code; None when every frame is a
+    library's (torch, transformers, campaign)."""
+    roots = _library_roots()
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
+        path = Path(frame.filename).resolve()
+        if any(path.is_relative_to(r) for r in roots):
+            continue
+        return f"{frame.filename}:{frame.name} (line {frame.lineno})"
+    return None
+
+
+def innermost_frame(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "no traceback"
+    f = frames[-1]
+    return f"{f.filename}:{f.name} (line {f.lineno})"
+
+
+def user_code_error(e: BaseException, what: str, fix: str) -> InputError:
+    """One line for an exception (or SystemExit) raised while `what` ran: what raised it, in which frame of the
+    user's code (or the innermost frame when none is), its message and the fix."""
+    where = user_frame(e) or innermost_frame(e)
+    if isinstance(e, SystemExit):
+        return InputError(f"{what} exited ({e.code}) in {where}; {fix}")
+    return InputError(f"{what} raised {type(e).__name__} in {where}: {first_line(e)}; {fix}")
+
+
+__all__ = ["innermost_frame", "user_code_error", "user_frame"]

@@ -144,3 +144,8 @@ def test_split_writes_a_dataset_dict_and_leaks_reads_it(cli, dataset, tmp_path):
     assert r.code == 0, r.err
     assert r.json()["input"]["fingerprint"] == back["train"]._fingerprint
     assert cli("split", str(dataset), "--out", str(tmp_path / "x"), "--format", "csv").code == 2
+
+
+def test_drop_clusters_needs_drop_to(cli, dataset, tmp_path):
+    r = cli("leaks", str(dataset), str(dataset), "--drop-clusters")
+    assert r.code == 2 and "--drop-to" in r.err

@@ -86,3 +86,41 @@ def test_examples_are_spread_over_different_rows(tmp_path):
     assert near.links >= 7                               # 5 + 1 + 1 pairs (and any among the base's copies)
     shown = [e.query_ref for e in near.examples]
     assert len(shown) == 3 and len(set(shown)) == 3
+
+
+def test_pairs_link_each_evaluation_row_to_the_training_rows_it_matches(tmp_path):
+    from .conftest import jaccard, shingles
+
+    train, evals, _ = _planted(tmp_path)
+    check_files([train, evals], Fields(label="label", group=("user",), id="user"), pairs=tmp_path / "pairs.jsonl")
+    pairs = read_jsonl(tmp_path / "pairs.jsonl")
+    exact = sorted((p["query_line"], p["query_id"], p["index_line"], p["index_id"], p["similarity"])
+                   for p in pairs if p["check"] == "leak.exact_duplicate")
+    assert exact == [(k + 1, f"e{k}", k + 1, f"t{k}", 1.0) for k in range(10)]   # eval row k copies train row k
+    t, e = read_jsonl(train), read_jsonl(evals)
+    for p in (p for p in pairs if p["check"] == "leak.near_duplicate"):
+        k = p["query_line"] - 11                          # eval row 10 + k is an edit of train row 20 + k
+        assert (p["index_line"], p["index_id"]) == (21 + k, f"t{20 + k}")
+        expected = jaccard(shingles(t[20 + k]["text"]), shingles(e[10 + k]["text"]))
+        assert p["similarity"] == round(expected, 6)
+
+
+def test_drop_clusters_removes_every_copy_from_every_split(tmp_path):
+    rng = random.Random(5)
+    train = [{"text": sentence(rng, 40, 50), "user": f"t{i}"} for i in range(60)]
+    train += [dict(train[0], user="t60"), dict(train[1], text=edit(rng, train[1]["text"], 1), user="t61")]
+    evals = [dict(train[0], user="e0"), dict(train[1], text=edit(rng, train[1]["text"], 1), user="e1")]
+    evals += [{"text": sentence(rng, 40, 50), "user": f"e{k}"} for k in range(2, 12)]
+    a, b = write_jsonl(tmp_path / "train.jsonl", train), write_jsonl(tmp_path / "eval.jsonl", evals)
+    out = tmp_path / "clean"
+    check_files([a, b], Fields(id="user"), drop_to=out, drop_clusters=True)
+    kept_train = [r["user"] for r in read_jsonl(out / "train.jsonl")]
+    # the two clusters: train rows 0, 60 (exact) and 1, 61 (near), with eval rows 0 and 1
+    assert kept_train == [f"t{i}" for i in range(2, 60)]
+    assert sorted(r["user"] for r in read_jsonl(out / "train.leaking.jsonl")) == ["t0", "t1", "t60", "t61"]
+    assert [r["user"] for r in read_jsonl(out / "eval.jsonl")] == [f"e{k}" for k in range(2, 12)]
+    manifest = json.loads((out / "leak_fix_manifest.json").read_text(encoding="utf-8"))
+    assert [s["dropped"] for s in manifest["splits"]] == [4, 2] and manifest["recheck"]["status"] == "pass"
+    # the default drops the evaluation side only: the training file is copied as it was
+    check_files([a, b], Fields(id="user"), drop_to=tmp_path / "eval_only")
+    assert (tmp_path / "eval_only" / "train.jsonl").read_bytes() == a.read_bytes()

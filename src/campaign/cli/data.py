@@ -101,6 +101,7 @@ def leaks(
     pairs: Annotated[Optional[Path], typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl (check, file:line and id of both rows, detail); with --engine ray, a folder of JSONL shards and manifest.json.")] = None,
     drop_to: Annotated[Optional[Path], typer.Option("--drop-to", help="Write the splits into this folder without the later splits' leaking rows, with a manifest and a re-check.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier --drop-to set.")] = False,
+    drop_clusters: Annotated[bool, typer.Option("--drop-clusters", help="With --drop-to: drop every row of each exact or near-duplicate cluster that crosses splits, from every split (the training copies too), not only the later splits' leaking rows.")] = False,
     engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data, for splits in many shards; pip install 'campaign[ray]').")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
@@ -122,7 +123,8 @@ def leaks(
         raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
-                         examples=examples, pairs=pairs, drop_to=drop_to, force=force, progress=_bars(as_json),
+                         examples=examples, pairs=pairs, drop_to=drop_to, force=force, drop_clusters=drop_clusters,
+                         progress=_bars(as_json),
                          engine=engine, address=address, workers=workers)
     o.emit(report, render_leaks, as_json, failed=not report.passed)
 

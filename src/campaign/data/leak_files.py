@@ -23,7 +23,8 @@ CLEAN_SCHEMA = "campaign.leak_fix/1"
 CLEAN_MANIFEST = "leak_fix_manifest.json"
 PAIRS_SCHEMA = "campaign.leak_pairs_shards/1"
 PAIRS_PER_SHARD = 100_000
-PAIR_COLUMNS = ("check", "index_split", "index_ref", "query_split", "query_ref", "query_line", "query_id", "detail")
+PAIR_COLUMNS = ("check", "index_split", "index_ref", "query_split", "query_ref", "query_line", "query_id", "detail",
+                "index_line", "index_id", "similarity")
 
 
 class Rows(Protocol):
@@ -50,9 +51,10 @@ class DropJob(Protocol):
 
 
 def leak_pairs(report: LeakReport, rows: Mapping[str, Dataset] | Rows) -> list[dict[str, Any]]:
-    """Every leaking link of every check that ran, one row each: the check, where each side is (file:line and id),
-    and what links them (Jaccard, the shared group value, the two labels). rows: the splits' Datasets by name, or
-    an engine's search (its row())."""
+    """Every leaking link of every check that ran, one row each: the check, where each side is (file:line and id;
+    the evaluation row's line and id and the training row's, as columns of their own), and what links them
+    (Jaccard, the shared group value, the two labels; `similarity`: the Jaccard of a near pair, 1.0 for an exact
+    copy, empty otherwise). rows: the splits' Datasets by name, or an engine's search (its row())."""
     row: Callable[[str, int], LeakRow] = rows.row if not isinstance(rows, Mapping) else \
         (lambda split, i: LeakRow.of(rows[split], i))
     out = []
@@ -64,10 +66,13 @@ def leak_pairs(report: LeakReport, rows: Mapping[str, Dataset] | Rows) -> list[d
                 a, b = row(pair.index, i), row(pair.query, q)
                 shared = [f"{f} = {v!r}" for f, v in b.groups.items()
                           if check.id == GROUP and v is not None and f in a.groups and a.groups[f] == v]
+                score = pair.scores[k] if pair.scores else None
+                similarity = round(score, 6) if check.id == NEAR and score is not None else \
+                    1.0 if check.id == EXACT else None
                 out.append({"check": check.id, "index_split": pair.index, "index_ref": a.ref,
                             "query_split": pair.query, "query_ref": b.ref, "query_line": b.line, "query_id": b.id,
-                            "detail": pair_detail(check.id, pair.scores[k] if pair.scores else None, a.label,
-                                                  b.label, shared)})
+                            "detail": pair_detail(check.id, score, a.label, b.label, shared),
+                            "index_line": a.line, "index_id": a.id, "similarity": similarity})
     return out
 
 
@@ -119,25 +124,34 @@ def _pair_shards(pairs: list[dict[str, Any]], out: Path, report: LeakReport) -> 
     return out
 
 
-def rows_to_drop(report: LeakReport) -> dict[str, set[int]]:
-    """{split: its rows that leak from an earlier split, by any check that ran} (the first split: none)."""
+def rows_to_drop(report: LeakReport, *, both_sides: bool = False) -> dict[str, set[int]]:
+    """{split: its rows that leak from an earlier split, by any check that ran} (the first split: none); with
+    both_sides, the earlier split's rows of each exact or near-duplicate link too (a duplicate cluster goes from
+    every split, training included)."""
     drop: dict[str, set[int]] = {s.name: set() for s in report.splits}
     for check in report.checks:
         for pair in check.pairs:
             drop[pair.query].update(q for _, q in pair.linked)
+            if both_sides and check.id in (EXACT, NEAR):
+                drop[pair.index].update(i for i, _ in pair.linked)
     return drop
 
 
-def drop_leaking(report: LeakReport, job: DropJob) -> int:
+def drop_leaking(report: LeakReport, job: DropJob, *, clusters: bool = False) -> int:
     """Write the splits again without the rows of later splits that leak (by any check that ran), the removed rows
     beside them for review, and a manifest with the hashes and a re-check of the written splits, all as one set
-    (the first split is copied unchanged). Returns the rows dropped.
+    (the first split is copied unchanged). With clusters, every row of each exact or near-duplicate cluster that
+    crosses splits goes, in every split (the training split's copies too, and their copies within the split: the
+    job's whole_clusters). Returns the rows dropped.
 
     Raises:
         InputError: the target holds an input, or (without force) an earlier set; or the re-check still fails.
     """
     with job.staged():
-        written = job.write(rows_to_drop(report))
+        drop = rows_to_drop(report, both_sides=clusters)
+        if clusters:
+            drop = job.whole_clusters(drop)     # type: ignore[attr-defined]  # the local engine's
+        written = job.write(drop)
         recheck = job.recheck()
         if recheck.status == "fail":
             failing = [c.id for c in recheck.checks if c.status == "fail"]

@@ -148,7 +148,8 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
                 threshold: float = 0.0, config: DedupConfig | None = None, examples: int = 3,
                 names: Sequence[str] | None = None, progress: bool | None = None,
                 allow_empty: bool = False, pairs: str | os.PathLike[str] | None = None,
-                drop_to: str | os.PathLike[str] | None = None, force: bool = False, engine: str | Engine = "local",
+                drop_to: str | os.PathLike[str] | None = None, force: bool = False, drop_clusters: bool = False,
+                engine: str | Engine = "local",
                 address: str | None = None, workers: int | None = None, parts: int | None = None,
                 timings: dict[str, float] | None = None) -> LeakReport:
     """Read the splits (train first) and check them for leaks; splits are named by `names` or their file names.
@@ -160,6 +161,8 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
             on the ray engine, a folder of JSONL shards and manifest.json.
         drop_to: write the splits into this folder without the later splits' leaking rows (leak_files).
         force: replace an earlier drop_to set.
+        drop_clusters: drop_to drops every row of each exact or near-duplicate cluster that crosses splits, from
+            every split (the training split's copies too), not only the later splits' leaking rows (local engine).
         engine: "local" (this process, each split a file) or "ray" (Ray Data: each split a file, a folder, a glob
             or an object-store path of shards; refs name the shard's file:line).
         address, workers, parts: the ray engine's cluster (default: RAY_ADDRESS, else a local Ray on `workers`
@@ -173,6 +176,9 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
     eng = engine_for(engine, address=address, workers=workers, parts=parts, progress=progress)
     fields = fields or Fields()
     paths, names = dataset_dict_splits(paths, names)
+    if drop_clusters and (drop_to is None or eng.name != "local"):
+        raise InputError("dropping whole duplicate clusters writes the splits with --drop-to, on the local engine; "
+                         "add --drop-to FOLDER (and leave out --engine ray)")
     search = eng.leak_search(paths, fields, names=names, threshold=threshold, config=config, examples=examples,
                              skip_bad=skip_bad, allow_empty=allow_empty, search_datasets=find_leaks, timings=timings)
     search.prepare_outputs(pairs=None if pairs is None else Path(pairs),
@@ -188,8 +194,10 @@ def check_files(paths: Sequence[str | os.PathLike[str]], fields: Fields | None =
                          + (f" as JSONL shards with {pairs}/manifest.json" if eng.sharded else ""))
         if drop_to is not None:
             job = found.drop_job(Path(drop_to), force=force)
-            dropped = drop_leaking(report, job)
-            notes.append(f"wrote the splits to {drop_to} without their {dropped:,} leaking row(s) ({job.kept_as}); "
+            dropped = drop_leaking(report, job, clusters=drop_clusters)
+            what = (f"the {dropped:,} row(s) of the duplicate clusters that crossed splits, from every split"
+                    if drop_clusters else f"their {dropped:,} leaking row(s)")
+            notes.append(f"wrote the splits to {drop_to} without {what} ({job.kept_as}); "
                          f"the check of the written {job.written_kind} passes")
     return replace(report, notes=report.notes + tuple(notes)) if notes else report
 

@@ -140,7 +140,7 @@ class LocalDropJob:
         written = []
         for n, target in zip(self.names, self.targets, strict=True):
             ds = self.datasets[n]
-            if n == self.names[0]:
+            if n == self.names[0] and not drop[n]:
                 copy = shutil.copytree if Path(ds.path).is_dir() else shutil.copyfile   # a dataset's folder
                 copy(ds.path, self.stage / target.name)
                 kept = len(ds)
@@ -151,8 +151,25 @@ class LocalDropJob:
                 kept = len(ds) - len(drop[n])
             written.append({"name": n, "input": ds.path, "input_sha256": ds.sha256, "path": str(target),
                             "rows": kept, "dropped": len(drop[n]),
-                            "dropped_path": str(self.out / leaking_name(target)) if n != self.names[0] else None})
+                            "dropped_path": str(self.out / leaking_name(target))
+                            if n != self.names[0] or drop[n] else None})
         return written
+
+    def whole_clusters(self, drop: Mapping[str, set[int]]) -> dict[str, set[int]]:
+        """The rows to drop grown to whole duplicate clusters within each split: a dropped row's exact and near
+        copies in its own split go with it (found with the report's settings)."""
+        from .dedup import find_duplicates
+
+        out: dict[str, set[int]] = {}
+        config = self.found.report.config
+        for n in self.names:
+            rows = set(drop[n])
+            if rows:
+                cluster_of = find_duplicates(self.datasets[n].texts, config, progress=False).cluster_of
+                hit = {cluster_of[r] for r in rows}
+                rows |= {i for i, c in enumerate(cluster_of) if c in hit}
+            out[n] = rows
+        return out
 
     def recheck(self) -> LeakReport:
         """The written splits read back and searched again (any leak fails), named by their final paths."""

@@ -51,8 +51,8 @@ def test_each_command_takes_the_options_of_its_groups(command, groups):
 
 
 def test_the_gaps_are_the_documented_ones():
-    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 5
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 12
+    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 13  # 5 + the 8 DeepSpeed zero_optimization sizes
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 20
     assert options.MEASURE == options.EXPLAIN
 
 
@@ -61,7 +61,10 @@ def test_each_memory_option_reaches_the_workload(cli):
             "--lora-targets", "q_proj,v_proj", "--optimizer", "sgd", "--optimizer-impl", "fused", "--mixed-precision",
             "--grad-checkpointing", "--attention", "eager", "--gpus", "2", "--shard", "zero2", "--batch", "3",
             "--seq-len", "256", "--kv-dtype", "fp8", "--group-size", "64", "--no-double-quant", "--prefill-chunk", "512",
-            "--expandable-segments", "--grad-as-bucket-view", "--grads-kept", "--softmax-saves-input")
+            "--expandable-segments", "--grad-as-bucket-view", "--grads-kept", "--softmax-saves-input",
+            "--zero-reduce-bucket", "2e8", "--no-zero-overlap-comm", "--no-zero-contiguous-gradients",
+            "--zero-sub-group-size", "1e8", "--zero-prefetch-bucket", "auto", "--zero-max-live-params", "3e8",
+            "--zero-reuse-distance", "4e8", "--zero-persistence-threshold", "1000")
     assert r.code in (0, 1), r.err
     w = r.json()["workload"]
     assert (w["method"], w["lora_rank"], w["lora_targets"], w["optimizer"], w["optimizer_impl"]) == \
@@ -71,6 +74,10 @@ def test_each_memory_option_reaches_the_workload(cli):
                                                                                                "fp8", 64)
     assert not w["double_quant"] and w["prefill_chunk"] == 512
     assert w["expandable_segments"] and w["grad_as_bucket_view"] and w["grads_kept"] and w["softmax_saves_input"]
+    assert (w["zero_reduce_bucket"], w["zero_overlap_comm"], w["zero_contiguous_gradients"], w["zero_sub_group_size"],
+            w["zero_prefetch_bucket"], w["zero_max_live_params"], w["zero_reuse_distance"],
+            w["zero_persistence_threshold"]) == (200_000_000, False, False, 100_000_000, "auto", 300_000_000,
+                                                 400_000_000, 1000)
     inf = cli("memory", "llama-3.2-1b", "--json", "--no-solve", "--infer", "--context", "4096", "--sequences", "2",
               "--kv-cache", "dynamic", "--new-tokens", "64").json()["workload"]
     assert (inf["mode"], inf["seq_len"], inf["batch"], inf["kv_cache"], inf["new_tokens"]) == ("infer", 4096, 2,

@@ -62,6 +62,9 @@ def memory(
                                       "for several): HF TrainingArguments (JSON/YAML), adapter_config.json, axolotl "
                                       "or torchtune YAML, DeepSpeed JSON, accelerate config. An option given here "
                                       "wins; each value read is printed with its file and key."),
+    deepspeed: Path = typer.Option(None, "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, "
+                                   "precision, micro-batch and the sizes of DeepSpeed's own buffers (reduce bucket, "
+                                   "ZeRO-3 prefetch, live and persistent parameters) read from it, as --config does."),
     as_json: o.Json = False,
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.
@@ -73,6 +76,11 @@ def memory(
     from .render.memory import plan as render_plan
 
     spec = load_spec(model)
+    if deepspeed is not None:
+        from ..memory.training_config import is_deepspeed_config
+
+        is_deepspeed_config(deepspeed)
+        config = [*(config or []), deepspeed]
     if config:
         workload = from_config(workload, config, given=_given(ctx), quiet=as_json)
     w = o.workload_from(spec, **workload)

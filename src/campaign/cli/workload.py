@@ -23,6 +23,8 @@ Which command takes which group, and why the gaps are meant:
               and decode, not a generation loop.
   legacy      memory: --softmax-saves-input, --bnb-saves-input, old library versions an estimate can model; trace
               and measure run the versions installed.
+  deepspeed   memory: the zero_optimization sizes of a DeepSpeed run (--zero-reduce-bucket, ...; or --deepspeed
+              ds_config.json); trace runs FSDP2, not DeepSpeed.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Annotated, Any, Optional
 
-GROUPS = ("step", "formats", "parallel", "allocator", "ddp", "generation", "legacy")
+GROUPS = ("step", "formats", "parallel", "allocator", "ddp", "generation", "legacy", "deepspeed")
 MEMORY = GROUPS
 TRACE = ("step", "formats", "parallel", "allocator")
 MEASURE = ("step",)

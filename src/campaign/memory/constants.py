@@ -47,12 +47,34 @@ NCCL_PEERS_PER_CHANNEL = 2
 # buffers) are assumed at 64 MiB more.
 NCCL_CHANNELS = 16
 NCCL_COMM_EXTRA = 64 * MiB
-# DeepSpeed ZeRO (docs: DeepSpeed configuration JSON, zero_optimization): reduce_bucket_size "Number of elements
-# reduced/allreduced at a time", default 5e8; allgather_bucket_size "Number of elements allgathered at a time",
-# default 5e8 (stages 1-2); stage3_prefetch_bucket_size default 5e7 (stage 3). Held in the 16-bit gradient/param dtype.
-ZERO_REDUCE_BUCKET = 500_000_000
-ZERO_ALLGATHER_BUCKET = 500_000_000
-ZERO3_PREFETCH_BUCKET = 50_000_000
+# DeepSpeed ZeRO: the defaults of deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, read at deepspeedai/DeepSpeed
+# edaa722; the same values in the docs' "ZeRO Optimizations" config-json section), in parameter elements:
+ZERO_REDUCE_BUCKET = 500_000_000        # reduce_bucket_size: int = Field(pp_int(5e8)): "Number of elements reduced/
+#                                         allreduced at a time"; stage_1_and_2.py setup_buckets allocates it whole,
+#                                         torch.empty(int(self.reduce_bucket_size), dtype=self.dtype), at the first
+#                                         gradient of each backward (a second one with overlap_comm); stage3.py allocates
+#                                         torch.empty(self.reduce_bucket_size, dtype) once, at the optimizer's init.
+ZERO_ALLGATHER_BUCKET = 500_000_000     # allgather_bucket_size: Field(pp_int(5e8)): only how many shards the stage 1-2
+#                                         all-gather is cut into (runtime/utils.py all_gather_dp_groups narrows the flat
+#                                         partitions: no buffer of its own)
+ZERO_CONTIGUOUS_GRADIENTS = True        # contiguous_gradients: bool = True
+# overlap_comm: Optional[bool] = None, then the validator overlap_comm_valid: `self.overlap_comm = self.stage ==
+# ZeroStageEnum.weights` (on for stage 3, off for stages 1-2). Stage 1-2 keep a second reduce buffer when it is on.
+ZERO_SUB_GROUP_SIZE = 1_000_000_000     # sub_group_size: Field(pp_int(1e9)): stage 3 steps the optimizer one sub-group
+#                                         of its partition at a time (stage3.py _prepare_fp32_grad_for_sub_group)
+ZERO3_PREFETCH_BUCKET = 50_000_000      # prefetch_bucket_size (alias stage3_prefetch_bucket_size): Field(pp_int(5e7))
+ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000  # max_live_parameters (stage3_max_live_parameters): Field(pp_int(1e9)); the
+#                                         coordinator caps prefetches at it (partitioned_param_coordinator.py:
+#                                         min(max_n_available_params - n_available_params, prefetch_bucket_sz))
+ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000  # max_reuse_distance (stage3_max_reuse_distance): Field(pp_int(1e9)): "Do not
+#                                         release a parameter if it will be reused within this threshold of parameters"
+ZERO3_PERSISTENCE_THRESHOLD = 100_000   # param_persistence_threshold (stage3_param_persistence_threshold):
+#                                         Field(pp_int(1e5)): "Do not partition parameters smaller than this threshold"
+# "auto" in an HF Trainer / accelerate DeepSpeed config: transformers integrations/deepspeed.py
+# (HfTrainerDeepSpeedConfig.trainer_config_finalize) fills reduce_bucket_size = hidden_size * hidden_size,
+# stage3_prefetch_bucket_size = 0.9 * hidden_size * hidden_size, stage3_param_persistence_threshold = 10 * hidden_size.
+ZERO_AUTO_PREFETCH_SHARE = 0.9
+ZERO_AUTO_PERSISTENCE_HIDDEN = 10
 # DDP (torch.nn.parallel.DistributedDataParallel): the Reducer copies gradients into flat all-reduce buckets that
 # cover every trainable parameter; "gradient_as_bucket_view (bool) - When set to True, gradients will be views
 # pointing to different offsets of allreduce communication buckets. This can reduce peak memory usage, where the

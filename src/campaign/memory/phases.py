@@ -10,8 +10,8 @@ from ..models.spec import ModelSpec
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
 from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES, LOG_SOFTMAX_OUTPUT_BYTES,
-                        LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES, ZERO3_PREFETCH_BUCKET, ZERO_ALLGATHER_BUCKET,
-                        ZERO_REDUCE_BUCKET)
+                        LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
+from .deepspeed import zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
 from .states import optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
@@ -20,7 +20,7 @@ from .workload import Workload
 
 
 def _comm_buckets(spec: ModelSpec, w: Workload, Pt: int, grad_bytes: int) -> list[Item]:
-    """Per-card buffers of multi-card training: DDP's gradient buckets, DeepSpeed ZeRO's reduce/all-gather buckets."""
+    """Per-card buffers of multi-card DDP training: its gradient buckets (DeepSpeed's own: memory/deepspeed.py)."""
     if w.gpus <= 1 or not Pt:
         return []
     if w.shard == "none":
@@ -30,21 +30,7 @@ def _comm_buckets(spec: ModelSpec, w: Workload, Pt: int, grad_bytes: int) -> lis
                      "a flat copy of every gradient for the all-reduce (gradient_as_bucket_view=False, DDP's default; "
                      "--grad-as-bucket-view makes the gradients views into it)", "gradients",
                      "PyTorch DDP docs: gradient_as_bucket_view")]
-    if w.shard not in ("zero1", "zero2", "zero3"):
-        return []
-    g = 2 if w.mixed_precision or w.dtype in ("bf16", "fp16") else ELEMENT_BYTES[w.dtype]
-    items = [Item("ZeRO reduce bucket", int(min(ZERO_REDUCE_BUCKET, Pt) * g),
-                  f"reduce_bucket_size min(5e8, trainable) elements x {g:g} B", "gradients",
-                  "DeepSpeed config default reduce_bucket_size 5e8")]
-    if w.shard == "zero3":
-        items.append(Item("ZeRO-3 prefetch bucket", int(min(ZERO3_PREFETCH_BUCKET, Pt) * g),
-                          f"stage3_prefetch_bucket_size min(5e7, trainable) elements x {g:g} B", "temporaries",
-                          "DeepSpeed config default stage3_prefetch_bucket_size 5e7"))
-    else:
-        items.append(Item("ZeRO all-gather bucket", int(min(ZERO_ALLGATHER_BUCKET, Pt) * g),
-                          f"allgather_bucket_size min(5e8, trainable) elements x {g:g} B", "temporaries",
-                          "DeepSpeed config default allgather_bucket_size 5e8"))
-    return items
+    return []
 
 
 def _div(n: int | float, parts: int) -> int:
@@ -105,7 +91,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                                  "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
                                  else "2 B x params of the gathered unit and the prefetched one", "weights",
                                  "torch.autocast weight cache"))
-    if w.shard in ("zero3", "fsdp") and N > 1:
+    if w.shard == "fsdp" and N > 1:
         block_params = _largest_layer_params(spec)
         root = sum(g.params for g in spec.groups if not g.in_blocks)
         fwd_only.append(Item("all-gathered parameters", (2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype],
@@ -137,7 +123,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
     states = weights + extra
-    persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes)
+    ds = zero_buffers(spec, w, Pt)
+    persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes) + list(ds.always)
     load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
     if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
         tmp = inference_temporaries(spec, w, tokens)
@@ -145,13 +132,20 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      if lg > tmp.bytes else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
-    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward
-    kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
-                 "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")] \
-        if w.grads_kept else []
-    forward = Phase("forward", tuple(states + persist + kept + fwd_only + [activations, logits]),
+    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward;
+    # DeepSpeed ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
+    if w.shard == "zero3":
+        kept = [Item("gradients (ZeRO-3 flat partition)", grads.bytes, grads.formula + "; one buffer from the "
+                     "optimizer's init, alive through every phase", "gradients",
+                     "deepspeed/runtime/zero/stage3.py: grad_partitions_flat_buffer = torch.zeros(partition numel)")]
+    elif w.grads_kept:
+        kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
+                     "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")]
+    else:
+        kept = []
+    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn) + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
-    bwd_start = list(states + persist + kept + fwd_only + [activations])
+    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
     if lg:
         grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
         bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
@@ -160,7 +154,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                            f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = saved.one_layer if w.grad_checkpointing else 0
-    bwd_end = list(states + persist + fwd_only + [grads])
+    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + [grads])
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
                         "activation gradients of one layer" + (" + its recomputed activations" if bwd_transient else ""),
@@ -170,9 +164,18 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                 if start_b >= end_b else
                 Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed"))
     step_tmp = _step_temporaries(spec, w, Pt)
-    step = Phase("optimizer step", tuple(states + [grads] + persist + (
-        [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries", "torch.optim")]
-        if step_tmp.bytes else [])), "inside optimizer.step(), gradients still alive")
+    tmp = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
+                "torch.optim")] if step_tmp.bytes else []
+    step = Phase("optimizer step", tuple(states + [grads] + persist + tmp),
+                 "inside optimizer.step(), gradients still alive")
+    if ds.step:  # DeepSpeed: the fp32 copy is made from a flattened 16-bit copy, then (stages 1-2) the 16-bit
+        # gradients and the flat copy are freed before the optimizer runs: the larger of the two moments
+        fp32 = [i for i in ds.step if i.category != "temporaries"]
+        copy = Phase("optimizer step", tuple(states + [grads] + persist + list(ds.step)),
+                     "ZeRO's optimizer step, as it copies the gradient partition to fp32")
+        run = Phase("optimizer step", tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + tmp),
+                    "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
+        step = max(copy, run, key=lambda p: p.bytes)
     return load, forward, backward, step
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from .workload import zero_elements
 
 # TrainingArguments.optim / axolotl's optimizer -> (optimizer, implementation) of the estimate
 OPTIM = {
@@ -188,6 +189,44 @@ def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.model = base.strip()
 
 
+# zero_optimization keys (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig, fields and aliases) -> the workload
+# option each sets (memory/deepspeed.py models it)
+ZERO_OPTIONS = {
+    "reduce_bucket_size": "zero_reduce_bucket", "sub_group_size": "zero_sub_group_size",
+    "stage3_prefetch_bucket_size": "zero_prefetch_bucket", "prefetch_bucket_size": "zero_prefetch_bucket",
+    "stage3_max_live_parameters": "zero_max_live_params", "max_live_parameters": "zero_max_live_params",
+    "stage3_max_reuse_distance": "zero_reuse_distance", "max_reuse_distance": "zero_reuse_distance",
+    "stage3_param_persistence_threshold": "zero_persistence_threshold",
+    "param_persistence_threshold": "zero_persistence_threshold",
+    "overlap_comm": "zero_overlap_comm", "contiguous_gradients": "zero_contiguous_gradients",
+}
+# keys that change no buffer on the card: how collectives are cut or ordered (allgather_bucket_size only sets the
+# number of shards of the stage 1-2 all-gather, runtime/utils.py all_gather_dp_groups: views, no buffer), checkpoint
+# files, checks, logging
+ZERO_NO_MEMORY = frozenset((
+    "allgather_bucket_size", "allgather_partitions", "reduce_scatter", "round_robin_gradients", "load_from_fp32_weights",
+    "elastic_checkpoint", "ignore_unused_parameters", "use_multi_rank_bucket_allreduce",
+    "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "stage3_model_persistence_threshold", "model_persistence_threshold",
+    "stage3_module_granularity_threshold", "module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params",
+    "use_all_reduce_for_fetch_params", "stage3_allgather_sequential", "allgather_sequential", "memory_efficient_linear",
+    "log_trace_cache_warnings", "enable_sanity_checks", "override_module_apply", "pipeline_loading_checkpoint",
+    "mics_hierarchical_params_gather", "leaf_module"))
+# keys that change memory in ways the estimate does not model, refused when set to anything but DeepSpeed's default
+ZERO_REFUSED = {
+    "zero_hpz_partition_size": (1, "a secondary partition of the parameters (ZeRO++ hpZ)"),
+    "zero_quantized_weights": (False, "quantized weight all-gathers (ZeRO++ qwZ)"),
+    "zero_quantized_nontrainable_weights": (False, "quantized frozen weights"),
+    "zero_quantized_gradients": (False, "quantized gradient reduction (ZeRO++ qgZ)"),
+    "mics_shard_size": (-1, "MiCS sharding within groups of cards"),
+    "zenflow": (None, "ZenFlow"), "zeropp_loco_param": (None, "ZeRO++ LoCo"),
+    "cpu_offload": (None, "CPU offload"), "cpu_offload_param": (None, "CPU offload"),
+    "cpu_offload_use_pin_memory": (None, "CPU offload"),
+    "save_muon_momentum_buffer_in_memory": (False, "Muon's momentum buffer"),
+}
+DEEPSPEED_OPTIMIZERS = ("adam", "adamw")
+
+
 def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
     zero = d.get("zero_optimization") or {}
     if not isinstance(zero, dict):
@@ -201,6 +240,25 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if stage not in (0, 1, 2, 3):
         raise InputError(f"{name}: zero_optimization.stage {stage!r} is not 0, 1, 2 or 3; fix the file")
     r.set("shard", "none" if stage == 0 else f"zero{stage}", f"{name}: zero_optimization.stage")
+    for key, value in zero.items():
+        where = f"{name}: zero_optimization.{key}"
+        if key in ("stage", "offload_optimizer", "offload_param") or key in ZERO_NO_MEMORY:
+            continue
+        if key in ZERO_REFUSED:
+            default, what = ZERO_REFUSED[key]
+            if value not in (default, None, False):
+                r.refuse(where, what, "estimate without it (remove it from a copy of the file)")
+            continue
+        if key not in ZERO_OPTIONS:
+            raise InputError(f"{where}: not a DeepSpeed zero_optimization key campaign knows; fix the name, or remove "
+                             "it from a copy of the file")
+        option = ZERO_OPTIONS[key]
+        if option in ("zero_overlap_comm", "zero_contiguous_gradients"):
+            if not isinstance(value, bool):
+                raise InputError(f"{where}: {value!r} is not true or false; fix the file")
+            r.set(option, value, where)
+        else:
+            r.set(option, zero_elements(value, key), where)
     micro = d.get("train_micro_batch_size_per_gpu")
     if micro not in (None, "auto"):
         r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
@@ -209,6 +267,40 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
         section = d.get(key)
         if isinstance(section, dict) and section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")
+    optimizer = d.get("optimizer")
+    if isinstance(optimizer, dict) and optimizer.get("type") is not None:
+        kind = str(optimizer["type"]).lower()
+        params = optimizer.get("params") or {}
+        if kind not in DEEPSPEED_OPTIMIZERS:
+            r.refuse(f"{name}: optimizer.type", f"DeepSpeed optimizer {optimizer['type']!r}",
+                     "use Adam or AdamW, or give --optimizer with the nearest one")
+        # deepspeed/runtime/engine.py _configure_basic_optimizer: Adam/AdamW -> FusedAdam (multi-tensor, in place),
+        # torch's AdamW with "torch_adam": true
+        torch_adam = isinstance(params, dict) and params.get("torch_adam") is True
+        for option, value in (("optimizer", "adamw"), ("optimizer_impl", "foreach" if torch_adam else "fused")):
+            if option in r.options and r.options[option] != value:  # the Trainer's optim gives way to DeepSpeed's
+                r.notes.append(f"{name}: optimizer.type replaces {r.sources[option][1]} ({option} "
+                               f"{r.options[option]!r}): the HF Trainer uses DeepSpeed's optimizer when it names one")
+                del r.options[option], r.sources[option]
+            r.set(option, value, f"{name}: optimizer.type ({'torch AdamW' if torch_adam else 'DeepSpeed FusedAdam'})")
+    types = d.get("data_types")
+    if isinstance(types, dict) and types.get("grad_accum_dtype") not in (None, "bf16", "fp16"):
+        r.refuse(f"{name}: data_types.grad_accum_dtype", f"gradients accumulated in {types['grad_accum_dtype']}",
+                 "estimate without it (an fp32 gradient partition: 2 B more per trainable parameter and card)")
+    checkpointing = d.get("activation_checkpointing")
+    if isinstance(checkpointing, dict):
+        for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
+            if checkpointing.get(key):
+                r.refuse(f"{name}: activation_checkpointing.{key}", "DeepSpeed's own activation checkpointing",
+                         "estimate with --grad-checkpointing (the model's own) instead")
+
+
+def is_deepspeed_config(path: str | Path) -> None:
+    """Refuse a file given as --deepspeed that is not a DeepSpeed config (one line)."""
+    doc = load_config_file(path)
+    if "zero_optimization" not in doc and "train_micro_batch_size_per_gpu" not in doc:
+        raise InputError(f"{path}: not a DeepSpeed config (no zero_optimization, no train_micro_batch_size_per_gpu); "
+                         "give the ds_config.json the run passes to deepspeed, or the file with --config")
 
 
 def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
@@ -322,4 +414,4 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
                        "memory is that of one micro-batch)")
 
 
-__all__ = ["TrainingConfig", "load_config_file", "workload_from_configs"]
+__all__ = ["TrainingConfig", "is_deepspeed_config", "load_config_file", "workload_from_configs"]

@@ -111,6 +111,36 @@ class Workload:
     bnb_saves_input: bool = field(default=False, metadata={
         "flag": "--bnb-saves-input", "group": "legacy",
         "help": "bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward (QLoRA activations)."})
+    # DeepSpeed ZeRO's own buffers (--shard zero1/zero2/zero3; memory/deepspeed.py): None = DeepSpeed's default
+    # (memory/constants.py), "auto" = the HF Trainer's hidden-size rule; element counts, as in a ds_config.
+    zero_reduce_bucket: int | str | None = field(default=None, metadata={
+        "flag": "--zero-reduce-bucket", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed reduce_bucket_size, elements (default 5e8; auto: hidden_size^2 as the HF Trainer fills "
+                "it)."})
+    zero_overlap_comm: bool | None = field(default=None, metadata={
+        "flag": "--zero-overlap-comm/--no-zero-overlap-comm", "group": "deepspeed",
+        "help": "DeepSpeed overlap_comm (default: on for zero3, off for zero1/zero2; on keeps a second reduce "
+                "bucket in zero1/zero2)."})
+    zero_contiguous_gradients: bool = field(default=True, metadata={
+        "flag": "--zero-contiguous-gradients/--no-zero-contiguous-gradients", "group": "deepspeed",
+        "help": "DeepSpeed contiguous_gradients (default on: gradients copied into the reduce bucket)."})
+    zero_sub_group_size: int | str | None = field(default=None, metadata={
+        "flag": "--zero-sub-group-size", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed sub_group_size, elements (default 1e9): zero3 steps its partition in sub-groups."})
+    zero_prefetch_bucket: int | str | None = field(default=None, metadata={
+        "flag": "--zero-prefetch-bucket", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed stage3_prefetch_bucket_size, elements (default 5e7; auto: 0.9 x hidden_size^2)."})
+    zero_max_live_params: int | str | None = field(default=None, metadata={
+        "flag": "--zero-max-live-params", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed stage3_max_live_parameters, elements (default 1e9)."})
+    zero_reuse_distance: int | str | None = field(default=None, metadata={
+        "flag": "--zero-reuse-distance", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed stage3_max_reuse_distance, elements (default 1e9): gathered parameters used again "
+                "within it stay gathered."})
+    zero_persistence_threshold: int | str | None = field(default=None, metadata={
+        "flag": "--zero-persistence-threshold", "group": "deepspeed", "cli_type": "str",
+        "help": "DeepSpeed stage3_param_persistence_threshold, elements (default 1e5; auto: 10 x hidden_size): "
+                "smaller parameters stay whole on every card."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -154,6 +184,25 @@ def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, infer
     if native is None:
         return None, group_size
     return native[0], native[1] if group_size == 128 else group_size
+
+
+ZERO_ELEMENTS = ("zero_reduce_bucket", "zero_prefetch_bucket", "zero_persistence_threshold", "zero_sub_group_size",
+                 "zero_max_live_params", "zero_reuse_distance")
+
+
+def zero_elements(value: Any, name: str) -> int | str | None:
+    """A DeepSpeed size in elements as a ds_config writes it (500000000, 5e8, "5e8", "auto"): a whole number >= 0,
+    "auto", or None (DeepSpeed's default); one-line error otherwise."""
+    if value is None or value == "auto":
+        return value
+    try:
+        number = float(value) if not isinstance(value, bool) else float("nan")
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not (number >= 0 and number == int(number)):
+        raise InputError(f"{name.replace('_', '-')} must be a whole number of elements (5e8, 500000000) or auto, "
+                         f"got {value!r}")
+    return int(number)
 
 
 def make_workload(**kwargs: Any) -> Workload:
@@ -227,6 +276,12 @@ def make_workload(**kwargs: Any) -> Workload:
         shard = "tp"
         notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
     targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)
-    return replace(w, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
+    zero = {name: zero_elements(getattr(w, name), name) for name in ZERO_ELEMENTS}
+    which = next((n for n in ZERO_ELEMENTS[3:] if zero[n] == "auto"), None)
+    if which:  # transformers fills only the first three from the hidden size (memory/constants.py)
+        raise InputError(f"{which.replace('_', '-')} 'auto': the HF Trainer fills only reduce_bucket_size, "
+                         "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; give "
+                         "a number of elements")
+    return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
                    lora_targets=targets, grads_kept=grads_kept, bnb_saves_input=bnb_saves_input,
                    notes=tuple(notes))

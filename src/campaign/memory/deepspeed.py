@@ -1,0 +1,189 @@
+"""DeepSpeed ZeRO's own buffers (--shard zero1/zero2/zero3), each read off DeepSpeed's source with its default
+(memory/constants.py cites the file and the field): the reduce bucket, the fp32 gradient copy made at the optimizer
+step, and under stage 3 the gradient partition kept from the optimizer's init, the parameters left gathered between
+their forward and their backward use, the prefetch, and the parameters too small to partition.
+
+`zero_buffers(spec, w, Pt)` returns them by where in the step they are alive; memory/phases.py places them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..models.spec import ModelSpec
+from .breakdown import Item
+from .constants import (FP32_BYTES, ZERO3_MAX_LIVE_PARAMETERS, ZERO3_MAX_REUSE_DISTANCE, ZERO3_PERSISTENCE_THRESHOLD,
+                        ZERO3_PREFETCH_BUCKET, ZERO_AUTO_PERSISTENCE_HIDDEN, ZERO_AUTO_PREFETCH_SHARE,
+                        ZERO_REDUCE_BUCKET, ZERO_SUB_GROUP_SIZE)
+from .dtypes import ELEMENT_BYTES
+from .workload import Workload
+
+STAGE1_2 = "deepspeed/runtime/zero/stage_1_and_2.py"
+STAGE3 = "deepspeed/runtime/zero/stage3.py"
+COORDINATOR = "deepspeed/runtime/zero/partitioned_param_coordinator.py"
+
+
+@dataclass(frozen=True)
+class ZeroSettings:
+    """The zero_optimization values a run uses, in elements, each with how it was set (default, auto, given)."""
+
+    stage: int
+    reduce_bucket: int
+    overlap_comm: bool
+    contiguous_gradients: bool
+    sub_group_size: int
+    prefetch_bucket: int
+    max_live: int
+    reuse_distance: int
+    persistence_threshold: int
+    said: dict[str, str] = field(default_factory=dict)
+
+
+def _value(given: int | str | None, default: int, auto: float | None, key: str, said: dict[str, str]) -> int:
+    if given is None:
+        said[key] = f"DeepSpeed default {default:.0e}".replace("e+0", "e")
+        return default
+    if given == "auto":
+        assert auto is not None  # make_workload refuses 'auto' where transformers fills none
+        said[key] = f"auto: {int(auto):,} from the hidden size (HF Trainer)"
+        return int(auto)
+    said[key] = "given"
+    return int(given)
+
+
+def zero_settings(spec: ModelSpec, w: Workload) -> ZeroSettings | None:
+    """The run's ZeRO settings, or None when the step is not a DeepSpeed ZeRO training step."""
+    if not w.training or w.shard not in ("zero1", "zero2", "zero3"):
+        return None
+    h, said = spec.hidden_size, {}
+    stage = int(w.shard[-1])
+    return ZeroSettings(
+        stage=stage,
+        reduce_bucket=_value(w.zero_reduce_bucket, ZERO_REDUCE_BUCKET, h * h, "reduce_bucket_size", said),
+        overlap_comm=stage == 3 if w.zero_overlap_comm is None else w.zero_overlap_comm,
+        contiguous_gradients=w.zero_contiguous_gradients,
+        sub_group_size=_value(w.zero_sub_group_size, ZERO_SUB_GROUP_SIZE, None, "sub_group_size", said),
+        prefetch_bucket=_value(w.zero_prefetch_bucket, ZERO3_PREFETCH_BUCKET, ZERO_AUTO_PREFETCH_SHARE * h * h,
+                               "stage3_prefetch_bucket_size", said),
+        max_live=_value(w.zero_max_live_params, ZERO3_MAX_LIVE_PARAMETERS, None, "stage3_max_live_parameters", said),
+        reuse_distance=_value(w.zero_reuse_distance, ZERO3_MAX_REUSE_DISTANCE, None, "stage3_max_reuse_distance", said),
+        persistence_threshold=_value(w.zero_persistence_threshold, ZERO3_PERSISTENCE_THRESHOLD,
+                                     ZERO_AUTO_PERSISTENCE_HIDDEN * h, "stage3_param_persistence_threshold", said),
+        said=said)
+
+
+@dataclass(frozen=True)
+class ZeroBuffers:
+    """DeepSpeed's items by when they are alive: `always` from the optimizer's init (every phase of the step),
+    `backward` (stages 1-2: the reduce buffers of each backward), `gathered_turn` (stage 3: end of forward and start
+    of backward), `gathered_end` (stage 3: end of backward), `step` (inside optimizer.step())."""
+
+    always: tuple[Item, ...] = ()
+    backward: tuple[Item, ...] = ()
+    gathered_turn: tuple[Item, ...] = ()
+    gathered_end: tuple[Item, ...] = ()
+    step: tuple[Item, ...] = ()
+
+
+def grad_bytes(w: Workload) -> float:
+    """Bytes per element of the 16-bit (or fp32) parameters and gradients DeepSpeed reduces: its bit16 groups."""
+    return 2 if w.mixed_precision or w.dtype in ("bf16", "fp16") else ELEMENT_BYTES[w.dtype]
+
+
+def _ceil_div(n: int, parts: int) -> int:
+    return -(-n // parts)
+
+
+def zero_buffers(spec: ModelSpec, w: Workload, Pt: int) -> ZeroBuffers:
+    """DeepSpeed's own buffers per card for `Pt` trainable parameters (nothing outside a ZeRO training step)."""
+    z = zero_settings(spec, w)
+    if z is None or not Pt:
+        return ZeroBuffers()
+    g, N = grad_bytes(w), w.gpus
+    part = _ceil_div(Pt, N)
+    said = z.said
+    reduce = []
+    if z.contiguous_gradients:
+        copies = 2 if z.overlap_comm and z.stage < 3 else 1
+        where = (f"{STAGE1_2} setup_buckets: torch.empty(reduce_bucket_size) at the first gradient of each backward"
+                 + (", a second with overlap_comm" if copies == 2 else "")) if z.stage < 3 else \
+            f"{STAGE3} __init__: torch.empty(reduce_bucket_size), kept from the optimizer's init"
+        reduce.append(Item("ZeRO reduce bucket", int(copies * z.reduce_bucket * g),
+                           f"{copies} x reduce_bucket_size {z.reduce_bucket:,} ({said['reduce_bucket_size']}) x {g:g} B"
+                           + (" (overlap_comm: double buffer)" if copies == 2 else ""), "gradients", where))
+    step = []
+    sub = min(part, z.sub_group_size) if z.stage == 3 else part
+    per = f" per sub-group (sub_group_size {z.sub_group_size:,}, {said['sub_group_size']})" if z.stage == 3 else ""
+    fp32_master = w.mixed_precision and g < FP32_BYTES
+    if fp32_master:
+        step.append(Item("ZeRO fp32 gradient copy", FP32_BYTES * sub,
+                         f"the card's gradient partition in fp32 for the optimizer: {sub:,} x {FP32_BYTES} B{per}",
+                         "gradients", (f"{STAGE3} _prepare_fp32_grad_for_sub_group" if z.stage == 3 else
+                                       f"{STAGE1_2} step") + ": flatten(averaged_gradients).to(fp32 master dtype)"))
+    step.append(Item("ZeRO flattened gradient partition", int(g * sub),
+                     f"flatten() of the partition's gradients before the copy: {sub:,} x {g:g} B{per} (freed after it)",
+                     "temporaries", (STAGE3 if z.stage == 3 else STAGE1_2) + ": self.flatten(averaged_gradients)"))
+    if z.stage < 3:
+        return ZeroBuffers(backward=tuple(reduce), step=tuple(step))
+    always = list(reduce)
+    persistent = _persistent_params(spec, z.persistence_threshold)
+    c = g  # the gathered parameters are the bit16 groups
+    if persistent and N > 1:
+        always.append(Item("ZeRO-3 persistent parameters", int(persistent * c) - _ceil_div(int(persistent * c), N),
+                           f"{persistent:,} elements in tensors of at most stage3_param_persistence_threshold "
+                           f"{z.persistence_threshold:,} ({said['stage3_param_persistence_threshold']}) x {c:g} B, "
+                           f"whole on each card (its 1/{N} share is in the weights)", "weights",
+                           "deepspeed/runtime/zero/partition_parameters.py: ds_numel <= param_persistence_threshold -> "
+                           "ds_persist"))
+    turn, end = _gathered(spec, z, c)
+    return ZeroBuffers(always=tuple(always), gathered_turn=turn, gathered_end=end, step=tuple(step))
+
+
+def _persistent_params(spec: ModelSpec, threshold: int) -> int:
+    return sum(g.params for g in spec.groups if g.numel <= threshold)
+
+
+def _units(spec: ModelSpec, threshold: int) -> tuple[int, int, int, bool]:
+    """(embedding, one block, head) parameters that ZeRO-3 partitions (persistent ones apart), and whether the head
+    is the embedding (tied): the modules in the order a step uses them, at the granularity of a block."""
+    big = [g for g in spec.groups if g.numel > threshold]
+    block = sum(g.params for g in big if g.in_blocks) // max(1, spec.num_layers)
+    head = sum(g.params for g in big if not g.in_blocks and g.name == "lm_head")
+    embed = sum(g.params for g in big if not g.in_blocks and g.name != "lm_head")
+    return embed, block, head, head == 0
+
+
+def _gathered(spec: ModelSpec, z: ZeroSettings, c: float) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
+    """The parameters ZeRO-3 holds gathered at the turn from forward to backward, and at the end of backward.
+
+    The coordinator releases a module's parameters after use unless they are used again within
+    stage3_max_reuse_distance elements of parameters (__params_to_release walks the step's module order from the
+    current one). A step runs embedding, blocks 1..L, head forward, then head, blocks L..1, embedding backward: block
+    L-m is used again after 2 x m blocks + 2 x head, so it stays gathered while 2 m B + 2 H < reuse distance; the head
+    is used again at once; the embedding (untied) after 2 L B + 2 H. Beyond that, the prefetch of the next modules:
+    min(stage3_prefetch_bucket_size, stage3_max_live_parameters - those gathered).
+    """
+    E, B, H, tied = _units(spec, z.persistence_threshold)
+    L, R = spec.num_layers, z.reuse_distance
+    head = E if tied else H
+    kept_blocks = 0 if 2 * head >= R or not B else min(L, -(-(R - 2 * head) // (2 * B)))
+    embed_kept = not tied and 2 * L * B + 2 * H < R
+    gathered = head + kept_blocks * B + (E if embed_kept else 0)
+    left = L * B + (0 if tied or embed_kept else E) - kept_blocks * B
+    prefetch = max(0, min(z.prefetch_bucket, z.max_live - gathered, left))
+    said = z.said
+    turn = [Item("all-gathered parameters", int(gathered * c),
+                 f"({'tied embedding/head' if tied else 'head'} {head:,} + {kept_blocks} of {L} blocks x {B:,}"
+                 + (f" + embedding {E:,}" if embed_kept else "") + f") x {c:g} B: used again within "
+                 f"stage3_max_reuse_distance {R:,} ({said['stage3_max_reuse_distance']}), not released",
+                 "temporaries", f"{COORDINATOR} __params_to_release")]
+    if prefetch:
+        turn.append(Item("ZeRO-3 prefetch bucket", int(prefetch * c),
+                         f"min(stage3_prefetch_bucket_size {z.prefetch_bucket:,} "
+                         f"({said['stage3_prefetch_bucket_size']}), stage3_max_live_parameters {z.max_live:,} "
+                         f"({said['stage3_max_live_parameters']}) - gathered, not yet gathered) x {c:g} B",
+                         "temporaries", f"{COORDINATOR} fetch_sub_module: prefetch"))
+    last = max(B, 0 if tied else E)
+    end = (Item("all-gathered parameters", int(last * c),
+                f"the module whose backward runs last (one block or the embedding, {last:,}) x {c:g} B",
+                "temporaries", f"{COORDINATOR} fetch_sub_module"),)
+    return tuple(turn), end

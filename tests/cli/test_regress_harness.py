@@ -97,3 +97,20 @@ def test_errors_and_seeds_read_lm_eval_runs(cli, tmp_path):
     r = cli("seeds", *args[:4], "--candidate-samples", args[7], "--candidate-samples", short)
     assert r.code == 2 and "did not see the same documents" in r.err
     assert cli("seeds", "--baseline-samples", args[1]).code == 2
+
+
+def test_regress_pairs_runs_of_several_tasks(cli, tmp_path):
+    for run, arc, gsm in (("base", [1, 1, 0, 0], [1, 0, 1]), ("cand", [1, 0, 0, 1], [0, 0, 1])):
+        (tmp_path / run).mkdir()
+        samples(tmp_path / run / "samples_arc_2026-12-01T00-00-00.jsonl", arc)
+        samples(tmp_path / run / "samples_gsm8k_2026-12-01T00-00-00.jsonl", gsm)
+    r = cli("regress", str(tmp_path / "base"), str(tmp_path / "cand"), "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    # 7 documents: arc doc 1 and gsm8k doc 0 lost, arc doc 3 won: McNemar exact on 2 vs 1
+    assert (d["task"], d["examples"], d["metric"]) == ("arc, gsm8k", 7, "exact_match")
+    assert d["right_to_wrong"] == ["arc/1", "gsm8k/0"] and d["wrong_to_right"] == ["arc/3"]
+    assert d["mean_baseline"] == pytest.approx(4 / 7) and d["mean_candidate"] == pytest.approx(3 / 7)
+    samples(tmp_path / "cand" / "samples_gsm8k_2026-12-01T00-00-00.jsonl", [0, 0])   # one document lost
+    r = cli("regress", str(tmp_path / "base"), str(tmp_path / "cand"))
+    assert r.code == 2 and "did not see the same documents" in r.err

@@ -112,19 +112,18 @@ def regress(
     Exit 0 when every guard holds (and the candidate is within --margin), 1 when not, 2 on bad input (e.g.
     different ids or documents).
     """
-    from ..evaluate.harness import is_harness_samples
     from ..evaluate.regress import regress as run_regress
     from .render import progress_reporter
     from .render.evaluate import regress as render_regress
 
-    if is_harness_samples(baseline) or is_harness_samples(candidate):
-        from ..evaluate.harness import compare_harness_runs
+    if _is_harness(baseline) or _is_harness(candidate):
+        from ..evaluate.harness_runs import compare_run_folders
         from .render.evaluate import harness as render_harness
 
         with progress_reporter("regress", enabled=not as_json) as tell:
             tell("pairing the two runs' documents")
-            rep = compare_harness_runs(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
-                                       guards=guard or ())
+            rep = compare_run_folders(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
+                                      guards=guard or ())
         o.emit(rep, render_harness, as_json)
         return
     if metric is not None or harness_filter is not None:

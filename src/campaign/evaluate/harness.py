@@ -202,13 +202,22 @@ def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.P
     Raises:
         InputError: what read_harness_pairs refuses, a malformed guard, a margin that is not positive.
     """
-    from .equivalence import paired_tost
-    from .regress import evaluate_guards, parse_guard
-    from .stats import mcnemar, paired_t
+    from .regress import parse_guard
 
     for g in guards:
         parse_guard(g)
     base, cand, keys, b, c = read_harness_pairs(baseline, candidate, metric=metric, filter=filter)
+    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards)
+
+
+def compare_paired_scores(base: HarnessScores, cand: HarnessScores, keys: Sequence[str], b: Sequence[float],
+                          c: Sequence[float], *, margin: float | None = None,
+                          guards: Sequence[str] = ()) -> HarnessComparison:
+    """The comparison of two runs' paired scores (keys in order, the flips named by base.doc_ids)."""
+    from .equivalence import paired_tost
+    from .regress import evaluate_guards
+    from .stats import mcnemar, paired_t
+
     n = len(keys)
     if n < 2:
         raise InputError(f"{n} document(s) in common: a paired comparison needs at least 2")
@@ -231,5 +240,5 @@ def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.P
                              n, mean_b, mean_c, counts[0], counts[1], lost, won, test, t, equivalence, checked)
 
 
-__all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "flips", "is_harness_samples",
+__all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "compare_paired_scores", "flips", "is_harness_samples",
            "paired_harness_scores", "read_harness_pairs", "read_harness_scores"]

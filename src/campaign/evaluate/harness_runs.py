@@ -8,14 +8,17 @@ the metric and filter named once for every task and said in the result.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..results import Information, Record
-from .harness import HarnessScores, paired_harness_scores, read_harness_scores
+from .harness import (HarnessComparison, HarnessScores, compare_paired_scores, paired_harness_scores,
+                      read_harness_scores)
 
 if TYPE_CHECKING:
     from .seeds import SeedsReport
@@ -99,6 +102,11 @@ def paired_runs(baseline: HarnessRun, candidate: HarnessRun) -> tuple[list[tuple
     Raises:
         InputError: tasks only one run scored, another metric or filter, documents only one run saw.
     """
+    one = len(baseline.tasks) == len(candidate.tasks) == 1
+    if one and not (_logged_name(baseline.tasks[0]) and _logged_name(candidate.tasks[0])):
+        # one file each, not both named as lm-eval names them (samples_<task>_<date>): the names say no task
+        k, x, y = paired_harness_scores(baseline.tasks[0], candidate.tasks[0])
+        return [(baseline.tasks[0].task, key) for key in k], x, y
     names_b, names_c = [t.task for t in baseline.tasks], [t.task for t in candidate.tasks]
     if set(names_b) != set(names_c):
         only_b, only_c = sorted(set(names_b) - set(names_c)), sorted(set(names_c) - set(names_b))
@@ -113,6 +121,43 @@ def paired_runs(baseline: HarnessRun, candidate: HarnessRun) -> tuple[list[tuple
         b += x
         c += y
     return keys, b, c
+
+
+def compare_run_folders(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
+                        metric: str | None = None, filter: str | None = None,  # noqa: A002
+                        margin: float | None = None, guards: Sequence[str] = ()) -> HarnessComparison:
+    """`campaign regress` of two lm-eval runs of one or several tasks (a samples file or a run's folder each):
+    their documents pooled and paired task by task (see paired_runs), named task/doc_id when there are several
+    tasks; then as compare_harness_runs (McNemar and flips of a 0/1 metric, equivalence at a margin, guards)."""
+    from .regress import parse_guard
+
+    for g in guards:
+        parse_guard(g)
+    run_b = read_harness_run(baseline, metric=metric, filter=filter)
+    run_c = read_harness_run(candidate, metric=metric or run_b.metric, filter=filter or run_b.filter)
+    pairs, b, c = paired_runs(run_b, run_c)
+    several = len(run_b.tasks) > 1
+
+    def named(task: str, key: str) -> str:
+        return f"{task}/{key}" if several else key
+
+    keys = [named(task, key) for task, key in pairs]
+    doc_ids = {named(task, key): named(task, run_b.task(task).doc_ids[key]) for task, key in pairs}
+    base, cand = (HarnessScores(r.path, ", ".join(t.task for t in r.tasks), r.metric, r.filter, r.tasks[0].keyed_by,
+                                {}, run_sha256(r), doc_ids if r is run_b else {}) for r in (run_b, run_c))
+    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards)
+
+
+def run_sha256(run: HarnessRun) -> str:
+    """One sha256 for a run: of its file when it is one, else over its files' task names and sha256s."""
+    if len(run.tasks) == 1:
+        return run.tasks[0].sha256
+    return hashlib.sha256("".join(f"{t.task}\0{t.sha256}\n" for t in run.tasks).encode()).hexdigest()
+
+
+def _logged_name(scores: HarnessScores) -> bool:
+    """Whether the file is named as lm-eval names it, so that its task is known from the name."""
+    return Path(scores.path).stem != scores.task
 
 
 def is_binary(values: Any) -> bool:
@@ -214,5 +259,6 @@ def compare_harness_seeds(baseline: list[str], candidate: list[str], *, metric: 
                           example_diffs=diffs if higher_is_better else -diffs, source=source, **options)
 
 
-__all__ = ["HarnessErrors", "HarnessRun", "TaskErrors", "compare_harness_seeds", "harness_errors", "harness_seed_runs", "paired_runs",
+__all__ = ["HarnessErrors", "HarnessRun", "TaskErrors", "compare_harness_seeds", "compare_run_folders",
+           "harness_errors", "harness_seed_runs", "paired_runs",
            "read_harness_run", "samples_files"]

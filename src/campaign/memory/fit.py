@@ -150,13 +150,30 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     return top
 
 
+def card_estimate(spec: ModelSpec, workload: Workload, card_bytes: int, *, estimate: MemoryEstimate | None = None,
+                  **options: Any) -> MemoryEstimate:
+    """The estimate a card of `card_bytes` is judged by, whichever way it is asked (--card, the summary,
+    --all-cards), as the solve's probes are: the estimate with room to spare where it fits the card; else the step
+    replayed against the card (the allocator releases its cached free segments before it would pass the card: the
+    step can fit, or be tight, there), unless not even its allocated bytes and what lies outside the allocator
+    (context, NCCL) fit the card: then nothing released changes the verdict, and the estimate with room to spare
+    stands. `estimate`: the workload's estimate with room to spare and the same options, when made already (a
+    traced one, or one with a --fragmentation share, stands as it is).
+    """
+    est = estimate or estimate_memory(spec, workload, **options)
+    if (est.method == "formula" and options.get("fragmentation") is None and est.required_bytes > card_bytes
+            and est.peak_allocated_bytes + est.device_bytes - est.peak_reserved_bytes <= card_bytes):
+        return estimate_memory(spec, workload, card_bytes=card_bytes, **options)
+    return est
+
+
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,
-              estimate: MemoryEstimate | None = None, **options: Any) -> list[Fit]:
+              estimate: MemoryEstimate | None = None, estimate_card: int | None = None, **options: Any) -> list[Fit]:
     """Verdict, headroom and (optionally) the largest batch and longest context per card.
 
-    `estimate`: the estimate of `workload` made with the same options (computed here when not given). Where
-    it does not fit a card, the verdict and headroom come from the estimate replayed against that card (the
-    allocator releases cached segments before it would pass the card), as the solver's probes do.
+    `estimate`: the estimate of `workload` made with the same options (computed here when not given);
+    `estimate_card`: the card memory it is card_estimate's for, if any. Each card's verdict and headroom come from
+    card_estimate, as --card's do.
     """
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
@@ -171,11 +188,8 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
                            card_first=not shared, **options)
             mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths,
                            card_first=not shared, **options)
-        on_card = est
-        if est.method == "formula" and est.required_bytes > card.memory_bytes and options.get("fragmentation") is None:
-            # the card's own device figure, whichever way it is asked (--card, the summary, --all-cards): even where
-            # the step cannot fit, the replay against the card can make it tight, and the headroom is the card's
-            on_card = estimate_memory(spec, workload, card_bytes=card.memory_bytes, **options)
+        on_card = est if card.memory_bytes == estimate_card else card_estimate(
+            spec, workload, card.memory_bytes, estimate=est, **options)
         out.append(Fit(card.name, card.memory_bytes, on_card.verdict(card.memory_bytes),
                        card.memory_bytes - on_card.required_bytes, mb, mc))
     return out

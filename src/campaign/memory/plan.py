@@ -16,7 +16,7 @@ from ..results import Result
 from ..units import GiB
 from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
-from .fit import Fit, fit_cards, max_value
+from .fit import Fit, card_estimate, fit_cards, max_value
 from .kv import KVCard, KVEstimate, estimate_kv
 from .trace import trace_memory
 from .workload import Workload, make_workload, weights_format
@@ -82,8 +82,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
         if fragmentation is None:
             options.pop("fragmentation")
         est = trace_memory(model, workload, progress=progress, **options)
-    elif card:  # the replay against the card's memory (the allocator releases cached segments to stay inside)
-        est = estimate_memory(spec, workload, card_bytes=find_card(card).memory_bytes, **options)
+    elif card:  # the estimate the card is judged by in every view (the replay against it, where that can matter)
+        est = card_estimate(spec, workload, find_card(card).memory_bytes, **options)
     else:
         est = estimate_memory(spec, workload, **options)
     if card:
@@ -92,7 +92,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
         cards = list(catalog_cards())
     else:
         cards = [find_card(n) for n in FEATURED_CARDS]
-    fits = fit_cards(spec, workload, cards, solve=solve and not trace, estimate=est, **options)
+    fits = fit_cards(spec, workload, cards, solve=solve and not trace, estimate=est,
+                     estimate_card=cards[0].memory_bytes if card and not trace else None, **options)
     if solve and not trace:
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
     return MemoryPlan(est, tuple(fits), card)
@@ -127,7 +128,7 @@ def plan_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtyp
     options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
     if context_bytes is not None:
         options["context_bytes"] = context_bytes
-    full = estimate_memory(spec, w, **options)
+    full = card_estimate(spec, w, c.memory_bytes, **options)  # as memory --infer --card judges the card
     verdict = full.verdict(c.memory_bytes)
     longest = max_value(spec, w, c.memory_bytes, "seq_len", limit=spec.max_position, **options)
     most = max_value(spec, w, c.memory_bytes, "batch", limit=1 << 20, **options)

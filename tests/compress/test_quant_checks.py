@@ -256,3 +256,43 @@ def test_awq_whose_every_scale_is_1_says_it_is_int8():
     assert by["awq-int8"].quality == by["int8"].quality
     # the only extra tensor is the scale itself: one fp32 per input column of the converted Linear
     assert by["awq-int8"].quantized_bytes_stored == by["int8"].quantized_bytes_stored + 32 * 4
+
+
+def test_kv_precisions_are_measured_on_the_same_examples(fp32_reference):
+    """fp8 and int8 KV caches: the reference's perplexity with its keys and values rounded by hand here (float8
+    e4m3 saturated at 448; int8 with one absmax scale per token and 16-element head) and the paired test."""
+    rows = {k.dtype: k for k in fp32_reference.kv}
+    ref = fp32_reference.variants[0]
+    assert rows["fp32"].quality == ref.quality and rows["fp32"].delta == 0.0
+
+    def fp8(x):
+        return x.clamp(-448, 448).to(torch.float8_e4m3fn).to(x.dtype)
+
+    def int8(x):
+        g = x.reshape(*x.shape[:-1], -1, HIDDEN // 4)                  # 4 heads of 16
+        scale = g.abs().amax(-1, keepdim=True) / 127
+        return (torch.round(g / scale) * scale).reshape(x.shape)
+
+    for dtype, rounding in (("fp8", fp8), ("int8", int8)):
+        model = tiny_llama(torch.float32)
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.register_forward_hook(lambda _m, _i, out, f=rounding: f(out))
+        with torch.no_grad():
+            losses = [model(input_ids=b["input_ids"], labels=b["input_ids"]).loss.item() for b in batches()]
+        row = rows[dtype]
+        assert row.quality == pytest.approx(math.exp(sum(losses) / len(losses)), rel=1e-5)
+        assert row.delta == pytest.approx(row.quality - ref.quality) and row.delta != 0
+        assert 0 < row.p_value <= 1 and row.measured.startswith("measured: K and V")
+        assert "4 k_proj/v_proj layers" in row.measured
+
+
+def test_kv_precisions_without_key_and_value_projections_stay_estimated():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=VOCAB, n_positions=64))
+    r = compare_quant({"model": model, "batches": batches(length=12)}, formats=[])
+    assert [k.dtype for k in r.kv] == ["fp32", "fp8", "int8"]
+    assert all(k.measured == "" and k.quality is None for k in r.kv)      # GPT-2's c_attn holds Q, K and V at once
+    assert any("its effect on quality is not measured here" in n for n in r.notes)

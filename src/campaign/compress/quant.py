@@ -7,13 +7,15 @@ weight bytes are estimated with `campaign memory`'s formats (estimate_memory wit
 the tensors the format left (data, scales, zero points) and measured (allocated at the end of the load phase). The
 quality difference against the reference is tested on per-example outcomes: for perplexity a paired t-test on each
 example's mean token NLL, for classification and extraction `campaign regress` (McNemar, per-class deltas) on the
-predictions; guards use regress's syntax, and a variant that breaks one is flagged. The KV cache by precision is an
-estimate (estimate_kv), not measured.
+predictions; guards use regress's syntax, and a variant that breaks one is flagged. The KV cache's bytes by precision
+are estimated (estimate_kv); its effect on quality is measured on the same evaluation data where the model has
+k_proj/v_proj layers (the reference with its keys and values rounded to each precision where they are made).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,10 @@ from .estimates import cheapest_card, estimate_weights, kv_rows, spec_of
 from .formats import Format, available, machine, parse_format, quiet_torchao, refusal, torch_dtype
 from .inputs import check_inputs, guard_metric
 from .quality import finite_outcomes, paired_test, quality_of
-from .result import DataDigest, QuantReport, QuantVariant
+from .result import DataDigest, KVRow, QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
 from .usercode import user_code_error, user_frame
-from .variant import digest, example_ids, precision_of, reference_model, run_variant
+from .variant import digest, example_ids, kv_outcomes, precision_of, reference_model, run_variant
 
 
 def compare_quant(setup: str | Callable[[], Any] | Mapping[str, Any] | QuantSetup, *,
@@ -136,6 +138,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         rows.append(row)
 
     reference_out = outcomes[ref_fmt.name]
+    kv = _kv_measured(kv, model, s, examples, compute, reference_out, device, confidence, tell)
     # each variant's KV cache at the reference's compute precision (weight formats leave the cache as it is)
     kv_here = next((k.bytes for k in kv if k.dtype == compute), None)
     if kv_here is None and spec is not None:
@@ -166,7 +169,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
             calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
             status=status, equivalence=test["equivalence"], finite=finite))
-    notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256)
+    notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256, kv)
     for f, row in zip(variants, rows):
         ones, total = row.get("awq_scales") or (0, 0)
         if total and ones == total:
@@ -185,8 +188,34 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         guards=tuple(guards), notes=tuple(notes), margin=None if margin is None else float(margin))
 
 
+def _kv_measured(kv: tuple[KVRow, ...], model: Any, s: QuantSetup, examples: list[str], compute: str,
+                 reference_out: list[Any], device: str, confidence: float,
+                 tell: Callable[[str], None]) -> tuple[KVRow, ...]:
+    """Each KV precision's effect on quality, measured on the evaluation batches: the reference model with its keys
+    and values rounded to that precision, paired-tested against the reference (variant.kv_outcomes). Rows stay
+    estimated only where the model has no k_proj/v_proj layers, or the reference's quality is not finite."""
+    if not kv or not finite_outcomes(s, reference_out):
+        return kv
+    out = []
+    for row in kv:
+        if row.dtype == compute:
+            quality = quality_of(s, reference_out)[0]
+            out.append(replace(row, measured="the reference itself (its cache is in its own precision)",
+                               quality=quality, delta=0.0))
+            continue
+        tell(f"KV cache in {row.dtype}: the reference with K and V rounded, on {device}")
+        got = kv_outcomes(model, s, examples, row.dtype, device=device)
+        if got is None:
+            return kv
+        outcome, how = got
+        test = paired_test(s, reference_out, outcome, examples, (), compute, f"kv-{row.dtype}", confidence)
+        out.append(replace(row, measured=how, quality=quality_of(s, outcome)[0], delta=test["delta"],
+                           p_value=test["p"]))
+    return tuple(out)
+
+
 def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spec: Any, ref: Format,
-           calibration: DataDigest | None, evaluation_sha: str) -> list[str]:
+           calibration: DataDigest | None, evaluation_sha: str, kv: tuple[KVRow, ...]) -> list[str]:
     notes = []
     names = {v.name for v in variants}
     if device == "cpu" and "int4" in names:
@@ -207,7 +236,13 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
                      "a model with another head (a classifier) stores a different one")
     if spec is None:
         notes.append("the model has no transformers config campaign memory reads: weights and KV are not estimated")
-    notes.append("KV cache: estimated per precision (campaign kv); its effect on quality is not measured here")
+    if kv and kv[0].measured:
+        notes.append("KV cache: bytes estimated per precision (campaign kv); quality measured on the same evaluation "
+                     "data with the reference's keys and values rounded to each precision where they are made "
+                     "(k_proj/v_proj outputs, before RoPE), as a cache in that precision would hold them")
+    else:
+        notes.append("KV cache: estimated per precision (campaign kv); its effect on quality is not measured here "
+                     "(no k_proj/v_proj layers to round, or no finite reference quality)")
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"perplexity<=0.5\" or "
                      "\"f1[refund]>=-0.01\")")

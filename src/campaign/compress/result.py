@@ -25,11 +25,18 @@ class DataDigest(Record):
 
 @dataclass(frozen=True)
 class KVRow(Record):
-    """The KV cache at one precision, estimated (estimate_kv) for `context` tokens x `sequences`."""
+    """The KV cache at one precision: its bytes estimated (estimate_kv) for `context` tokens x `sequences`, and
+    where the model's key and value projections could be found, its effect on quality measured on the same
+    evaluation data: the reference model with K and V rounded to this precision (`measured` says how; empty when
+    not measured), its quality, the change against the reference and the paired test's p-value."""
 
     dtype: str
     bytes_per_token: float
     bytes: int
+    measured: str = ""
+    quality: float | None = None
+    delta: float | None = None
+    p_value: float | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,63 @@ def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *
             "ms_per_token": ms, "awq_scales": scales}
 
 
+KV_PROJECTIONS = ("k_proj", "v_proj")
+FP8_MAX = 448.0          # float8 e4m3's largest finite value
+
+
+def kv_outcomes(reference: Any, s: QuantSetup, examples: list[str], dtype: str, *, device: str) -> tuple[list[Any], str] | None:
+    """The reference model's outcomes on the evaluation batches with its keys and values rounded to `dtype` where
+    they are made (the outputs of every k_proj and v_proj), as a cache in that precision holds them; and how. None
+    when the model has no such projections (the effect is then only estimated).
+    fp8: cast to float8 e4m3 at scale 1, saturated at +/-448 (vLLM's default fp8 cache); int8: symmetric, one
+    absmax scale per token and head; fp32, bf16, fp16: a cast."""
+    import torch
+
+    heads = _kv_head_dim(reference)
+    names = [n for n, m in reference.named_modules() if n.rsplit(".", 1)[-1] in KV_PROJECTIONS and
+             isinstance(m, torch.nn.Linear)]
+    if not names:
+        return None
+    model = copy.deepcopy(reference).to(device)
+    handles = [model.get_submodule(n).register_forward_hook(lambda _m, _i, out: _round_kv(out, dtype, heads))
+               for n in names]
+    try:
+        with torch.no_grad():
+            out = _outcomes(model, s, examples, device)
+    finally:
+        for h in handles:
+            h.remove()
+        del model
+        gc.collect()
+    how = {"fp8": "K and V cast to float8 e4m3 (scale 1, saturated at +/-448)",
+           "int8": f"K and V rounded to int8, one absmax scale per token and head of {heads or 'the whole row'}"
+                   f"{' elements' if heads else ''}"}.get(dtype, f"K and V cast to {dtype}")
+    return out, f"measured: {how} at the outputs of {len(names)} k_proj/v_proj layers (before RoPE)"
+
+
+def _kv_head_dim(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    head = getattr(config, "head_dim", None)
+    if not head and getattr(config, "hidden_size", None) and getattr(config, "num_attention_heads", None):
+        head = config.hidden_size // config.num_attention_heads
+    return int(head) if head else None
+
+
+def _round_kv(x: Any, dtype: str, head: int | None) -> Any:
+    import torch
+
+    if dtype == "fp8":
+        return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(x.dtype)
+    if dtype == "int8":
+        shape = x.shape
+        g = x.float().reshape(*shape[:-1], -1, head) if head and shape[-1] % head == 0 else x.float().unsqueeze(-2)
+        scale = g.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127
+        return (torch.round(g / scale).clamp(-127, 127) * scale).reshape(shape).to(x.dtype)
+    return x.to(torch_dtype(dtype)).to(x.dtype)
+
+
 def _to(batch: Mapping[str, Any], device: str) -> dict[str, Any]:
     return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in batch.items()}
 

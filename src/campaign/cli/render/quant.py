@@ -42,10 +42,20 @@ def render_quant(r: Any) -> None:
             f"{v.name} {v.cheapest_card} {usd(v.hourly_cents)}/h" for v in priced))
     if r.kv:
         kscale = Scale(*(k.bytes for k in r.kv))
-        t = table("KV cache, estimated", (("dtype", "left"), ("bytes/token", "right"),
-                                          (f"{r.context:,} x {r.sequences} ({kscale.unit})", "right")))
+        measured = any(k.measured for k in r.kv)
+        columns = [("dtype", "left"), ("bytes/token", "right"), (f"{r.context:,} x {r.sequences} ({kscale.unit})",
+                                                                  "right")]
+        if measured:
+            columns += [(quality, "right"), ("change", "right"), ("p", "right")]
+        t = table("KV cache: bytes estimated" + (", quality measured on the same examples (K and V rounded)"
+                                                 if measured else ", effect on quality not measured"), columns)
         for k in r.kv:
-            t.add_row(k.dtype, f"{k.bytes_per_token:,.0f}", kscale(k.bytes))
+            cells = [k.dtype, f"{k.bytes_per_token:,.0f}", kscale(k.bytes)]
+            if measured:
+                cells += ["-" if k.quality is None else _q(k.quality, r.metric),
+                          "-" if k.delta is None else _d(k.delta, r.metric),
+                          "-" if k.p_value is None else f"{k.p_value:.3g}"]
+            t.add_row(*cells)
         console.print(t)
     for v in r.variants:
         if v.equivalence is not None:

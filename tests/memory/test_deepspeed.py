@@ -145,3 +145,23 @@ def test_memory_deepspeed_prints_each_buffer(cli, tmp_path):
     args.write_text(json.dumps({"output_dir": "out", "per_device_train_batch_size": 2}))
     wrong = cli("memory", "llama-3.1-8b", "--deepspeed", str(args))
     assert wrong.code == 2 and "not a DeepSpeed config" in wrong.err and len(wrong.err.strip().splitlines()) == 1
+
+
+def test_a_model_built_without_zero_init_is_whole_on_each_card_at_setup():
+    spec = load_spec("llama-3.1-8b")
+    buffers = sum(b for _, b in spec.buffers)
+    built = _zero("zero3", zero_init=False)
+    setup = _phase(built, "setup")
+    assert setup["weights, whole before partitioning"] == P8B * 2  # cast to bf16, then moved whole
+    assert sum(setup.values()) == P8B * 2 + buffers
+    assert [p.name for p in built.phases] == ["load", "setup", "forward", "backward", "optimizer step"]
+    # the HF Trainer's default: from_pretrained under zero.Init (ZeRO-3 config alive), partitioned as it is made
+    assert "setup" not in [p.name for p in _zero("zero3").phases]
+    assert "setup" not in [p.name for p in _zero("zero2", zero_init=False).phases]  # stages 1-2: whole anyway
+    # at one token the setup is the floor: the whole model is above the partitioned step
+    tiny = estimate_memory(spec, make_workload(gpus=64, shard="zero3", mixed_precision=True, batch=1, seq_len=1,
+                                               zero_init=False))
+    assert tiny.peak_phase == "setup"
+    # a quantized base skips zero.Init (transformers: is_deepspeed_zero3_enabled() and not _is_quantized)
+    qlora = estimate_memory(spec, make_workload(gpus=8, shard="zero3", method="qlora", batch=1, seq_len=512))
+    assert "setup" in [p.name for p in qlora.phases]

@@ -265,10 +265,21 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     positions = w.batch * w.seq_len
     if encoder:
         return Term(int(positions * V * 2 * c), f"b x s x V x 2 x {c:g} B (logits + log_softmax) = {positions} x {V}")
-    per = c + 2 * FP32
-    if spec.model_type == "gemma2":
-        per += c  # final logit soft-capping keeps tanh's output
-    return Term(int(positions * V * per), f"b x s x V x ({c:g} + 4 fp32 upcast + 4 log_softmax) B = {positions} x {V} "
+    softcap = c if spec.model_type == "gemma2" else 0  # final logit soft-capping keeps tanh's output
+    if w.hf_loss == "float-logits":
+        # transformers <= 4.45: logits = logits.float() in the model's forward (the bf16 ones dropped, the fp32 ones
+        # returned), then shift_logits = logits[..., :-1, :].contiguous(): two fp32 copies, then log_softmax's output
+        per = 3 * FP32 + softcap
+        what = "4 fp32 logits (the output, logits.float()) + 4 shifted copy (shift_logits.contiguous())"
+    elif w.hf_loss == "shift-copy":
+        # transformers 4.46-4.48 ForCausalLMLoss: logits.float(), then shift_logits.contiguous() (transformers#35646)
+        per = c + 3 * FP32 + softcap
+        what = f"{c:g} + 4 fp32 upcast + 4 shifted copy (shift_logits.contiguous())"
+    else:
+        per = c + 2 * FP32 + softcap
+        what = f"{c:g} + 4 fp32 upcast"
+    return Term(int(positions * V * per), f"b x s x V x ({what} + 4 log_softmax"
+                                          f"{f' + {softcap:g} soft-cap' if softcap else ''}) B = {positions} x {V} "
                                           f"x {per:g}")
 
 

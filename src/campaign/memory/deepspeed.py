@@ -4,22 +4,25 @@ step, and under stage 3 the gradient partition kept from the optimizer's init, t
 their forward and their backward use, the prefetch, and the parameters too small to partition.
 
 `zero_buffers(spec, w, Pt)` returns them by where in the step they are alive; memory/phases.py places them.
+`setup_phase(spec, w)`: a ZeRO-3 model built whole (no zero.Init) and moved whole to each card before partitioning.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ..models.spec import ModelSpec
-from .breakdown import Item
+from .breakdown import Item, Phase
 from .constants import (FP32_BYTES, ZERO3_MAX_LIVE_PARAMETERS, ZERO3_MAX_REUSE_DISTANCE, ZERO3_PERSISTENCE_THRESHOLD,
                         ZERO3_PREFETCH_BUCKET, ZERO_AUTO_PERSISTENCE_HIDDEN, ZERO_AUTO_PREFETCH_SHARE,
                         ZERO_REDUCE_BUCKET, ZERO_SUB_GROUP_SIZE)
-from .dtypes import ELEMENT_BYTES
+from .dtypes import ELEMENT_BYTES, QUANTIZED
+from .states import weight_bytes
 from .workload import Workload
 
 STAGE1_2 = "deepspeed/runtime/zero/stage_1_and_2.py"
 STAGE3 = "deepspeed/runtime/zero/stage3.py"
 COORDINATOR = "deepspeed/runtime/zero/partitioned_param_coordinator.py"
+ENGINE = "deepspeed/runtime/engine.py"
 
 
 @dataclass(frozen=True)
@@ -187,3 +190,34 @@ def _gathered(spec: ModelSpec, z: ZeroSettings, c: float) -> tuple[tuple[Item, .
                 f"the module whose backward runs last (one block or the embedding, {last:,}) x {c:g} B",
                 "temporaries", f"{COORDINATOR} fetch_sub_module"),)
     return tuple(turn), end
+
+
+def uses_zero_init(w: Workload) -> bool:
+    """Whether a ZeRO-3 model is built under deepspeed.zero.Init (partitioned as it is made): --zero-init, else as
+    transformers does: from_pretrained enters zero.Init when is_deepspeed_zero3_enabled() and the model is not
+    quantized (modeling_utils.py get_init_context, transformers 5.24), which holds once TrainingArguments with a ZeRO-3
+    config exist (training_args.py __post_init__ makes the HfTrainerDeepSpeedConfig that set_hf_deepspeed_config
+    keeps)."""
+    if w.zero_init is not None:
+        return w.zero_init
+    return w.dtype not in QUANTIZED
+
+
+def setup_phase(spec: ModelSpec, w: Workload) -> Phase | None:
+    """ZeRO-3 over a model built whole (no zero.Init): deepspeed.initialize moves it whole to each card, then
+    partitions it parameter by parameter (each full tensor freed once its partition is made): the whole model per
+    card is the setup's peak. None when there is no such phase (stages 1-2 hold the whole model anyway)."""
+    if not w.training or w.shard != "zero3" or w.gpus <= 1 or uses_zero_init(w):
+        return None
+    c = grad_bytes(w)
+    if w.dtype in QUANTIZED:
+        whole = weight_bytes(spec, w).total
+        formula = "the quantized model as loaded, whole"
+    else:
+        whole = int(spec.inventory_params * c)
+        formula = f"params x {c:g} B = {spec.inventory_params:,} x {c:g}, whole (cast to the 16-bit dtype first)"
+    items = [Item("weights, whole before partitioning", whole, formula + "; no zero.Init (--no-zero-init)", "weights",
+                  f"{ENGINE} _configure_distributed_model: module.to(device) when no parameter has a ds_id; then "
+                  "partition_parameters.py _convert_to_zero_parameters, parameter by parameter")]
+    items += [Item("buffers", nbytes, what, "weights", "transformers module buffers") for what, nbytes in spec.buffers]
+    return Phase("setup", tuple(items), "deepspeed.initialize: the model moved whole to the card, before partitioning")

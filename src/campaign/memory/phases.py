@@ -9,9 +9,9 @@ from __future__ import annotations
 from ..models.spec import ModelSpec
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
-from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES, LOG_SOFTMAX_OUTPUT_BYTES,
+from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES, FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES,
                         LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
-from .deepspeed import zero_buffers
+from .deepspeed import setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
 from .states import optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
@@ -65,7 +65,8 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
 
 def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     """A training step's phases (load, forward, backward, optimizer step), each with the tensors alive at its peak;
-    a step with no trainable parameters is a load and a forward without autograd."""
+    a step with no trainable parameters is a load and a forward without autograd. ZeRO-3 over a model built without
+    zero.Init has a setup phase after the load (memory/deepspeed.py setup_phase)."""
     P = spec.inventory_params
     Pt = trainable_params(spec, w)
     s = state_bytes_per_element(w)
@@ -116,9 +117,11 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
     causal = not spec.encoder and spec.encdec is None
     softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
-    saved_per = c * (1 + softcap) + LOG_SOFTMAX_OUTPUT_BYTES
+    # the model output holds the logits through backward: fp32 under transformers <= 4.45 (logits.float() in forward)
+    held = FP32_BYTES if w.hf_loss == "float-logits" else c
+    saved_per = held + c * softcap + LOG_SOFTMAX_OUTPUT_BYTES
     logits_saved = int(tokens * V * saved_per) if causal else lg
-    saved_formula = (f"b x s x V x ({c:g} logits{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
+    saved_formula = (f"b x s x V x ({held:g} logits{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
                      f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
                      if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
@@ -176,7 +179,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         run = Phase("optimizer step", tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + tmp),
                     "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
         step = max(copy, run, key=lambda p: p.bytes)
-    return load, forward, backward, step
+    setup = setup_phase(spec, w)
+    return (load, setup, forward, backward, step) if setup else (load, forward, backward, step)
 
 
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:

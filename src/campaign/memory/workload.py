@@ -14,6 +14,7 @@ OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
+HF_LOSSES = ("current", "shift-copy", "float-logits")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,12 @@ class Workload:
     bnb_saves_input: bool = field(default=False, metadata={
         "flag": "--bnb-saves-input", "group": "legacy",
         "help": "bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward (QLoRA activations)."})
+    hf_loss: str = field(default="current", metadata={
+        "flag": "--hf-loss", "group": "legacy",
+        "help": "transformers' causal-LM loss path: current (4.49 on: the labels shifted, the fp32 upcast inside "
+                "the loss only) | shift-copy (4.46-4.48: ForCausalLMLoss also copies the shifted fp32 logits, "
+                "shift_logits.contiguous(), removed by transformers#35646) | float-logits (4.45 and before: the model "
+                "returns its logits upcast, logits.float() in forward, and the loss copies them shifted)."})
     # DeepSpeed ZeRO's own buffers (--shard zero1/zero2/zero3; memory/deepspeed.py): None = DeepSpeed's default
     # (memory/constants.py), "auto" = the HF Trainer's hidden-size rule; element counts, as in a ds_config.
     zero_reduce_bucket: int | str | None = field(default=None, metadata={
@@ -141,6 +148,11 @@ class Workload:
         "flag": "--zero-persistence-threshold", "group": "deepspeed", "cli_type": "str",
         "help": "DeepSpeed stage3_param_persistence_threshold, elements (default 1e5; auto: 10 x hidden_size): "
                 "smaller parameters stay whole on every card."})
+    zero_init: bool | None = field(default=None, metadata={
+        "flag": "--zero-init/--no-zero-init", "group": "deepspeed",
+        "help": "zero3: the model built under deepspeed.zero.Init, partitioned as it is made (default, as "
+                "from_pretrained does once TrainingArguments with a ZeRO-3 config exist; not for a quantized base). "
+                "--no-zero-init: built whole first, moved whole to each card by deepspeed.initialize."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -224,6 +236,9 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.kv_cache not in KV_CACHES:
         raise InputError(f"kv cache {w.kv_cache!r} is unknown; choose static (preallocated) or dynamic (HF generate's "
                          "DynamicCache)")
+    if w.hf_loss not in HF_LOSSES:
+        raise InputError(f"hf-loss {w.hf_loss!r} is unknown; choose current (transformers 4.49 on), shift-copy "
+                         "(4.46-4.48) or float-logits (4.45 and before)")
     if w.kv_cache == "dynamic" and (w.mode != "infer"):
         raise InputError("--kv-cache dynamic is for inference (HF generate); drop it, or add --infer")
     if w.kv_cache == "dynamic" and w.new_tokens is None:

@@ -20,7 +20,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..checks import Check
+from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory
+from .resume import RESUME_STEP, LossProbe, child_spec
 from .steps import StepWatch, TrainerCheck
 
 
@@ -72,15 +75,28 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         memory_update: the update whose forward, backward and optimizer step are measured beside `campaign
             memory`'s estimate (integrations/memory.py; default the second, when the optimizer state exists);
             0 measures none.
+        resume_check: have the Trainer save its own checkpoint after update `resume_step`, run the script again in
+            a fresh process resumed from it, and compare the next two updates' losses (integrations/resume.py).
+        resume_timeout: seconds the fresh process may take (it runs the script's set-up again).
     """
 
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
                  guards: Sequence[str] = (), tags: Sequence[str] = (), data: Sequence[str | Path] = (),
                  trainable: Sequence[str] | None = None, check_steps: int = 3, stop_on_fail: bool = False,
-                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE) -> None:
+                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE, resume_check: bool = False,
+                 resume_step: int = RESUME_STEP, resume_timeout: float = 600) -> None:
+        self.child = child_spec()     # in the fresh process of a resume test: resume, record, stop
+        if self.child is not None:
+            resume_step, resume_check, memory_update = int(self.child["step"]), False, 0
+            _resume_in_child(self)
+        if resume_step < 1:
+            raise InputError(f"resume_step {resume_step}: save the checkpoint after one update or more")
         self.watch = StepWatch("transformers.Trainer", trainable=trainable, steps=check_steps)
         self.memory = StepMemory(memory_update) if memory_update > 0 else None
         self._due = False
+        self.resume_check, self.resume_step, self.resume_timeout = resume_check, resume_step, resume_timeout
+        self.probe = LossProbe((resume_step + 1, resume_step + 2)) if resume_check or self.child else None
+        self.resumed: Check | None = None
         self.name, self.hypothesis, self.baseline = name, hypothesis, baseline
         self.guards, self.tags, self.data = tuple(guards), tuple(tags), tuple(data)
         self.stop_on_fail, self.root = stop_on_fail, root
@@ -90,6 +106,14 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
 
     # -- the run -------------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.probe is not None and model is not None:
+            self.probe.attach(model)
+        if self.child is not None:
+            return
+        if self.resume_check and (getattr(args, "world_size", 1) > 1 or 0 < state.max_steps < self.resume_step + 2):
+            why = (f"{args.world_size} processes: the fresh process would start one of them" if args.world_size > 1
+                   else f"the training has {state.max_steps} updates; the test needs {self.resume_step + 2}")
+            self._resume_skipped(why)
         if model is not None:
             self.watch.expect(model)
         if self.memory is not None and model is not None:
@@ -134,6 +158,11 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.run.artifact(folder, f"checkpoint:step-{state.global_step}")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.child is not None:
+            return
+        if self.resume_check and self.resumed is None:
+            self._resume_skipped(f"the training ended after {state.global_step} updates; the test needs "
+                                 f"{self.resume_step + 2}")
         if self.memory is not None:
             self.memory.close()
         if self.result is None:
@@ -143,6 +172,10 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
     # -- the step checks (integrations/steps.py) ------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
                       **kwargs: Any) -> None:
+        if self.probe is not None:
+            self.probe.update = state.global_step + 1
+        if self.child is not None:
+            return
         if model is not None:
             self.watch.begin(model)
             if self.memory is not None and self.result is None:
@@ -160,23 +193,83 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.memory.after_step()
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.child is not None:
+            control.should_save = False      # the fresh process writes nothing of the run's
+            control.should_training_stop = state.global_step >= self.resume_step + 2
+            return
+        if self.resume_check and self.resumed is None and model is not None:
+            self._resume_step(args, state, control, model)
         if model is None or self.result is not None:
             return
         self._due = self.watch.after_step(model) or self._due
         failing = bool(self.watch.nonfinite or self.watch.changed - self.watch.expected)
-        if self._due and (failing or self.memory is None or self.memory.measured is not None):
+        waiting = self.memory is not None and self.memory.measured is None or \
+            self.resume_check and self.resumed is None
+        if self._due and (failing or not waiting):
             self._verdict()    # the step checks and the measured update both done, or a failure already certain
             if self.stop_on_fail and self.result is not None and self.result.status == "fail":
                 control.should_training_stop = True
 
+    # -- the resume test (integrations/resume.py) -------------------------------------------------------------------
+    def _resume_step(self, args: Any, state: Any, control: Any, model: Any) -> None:
+        if state.global_step == self.resume_step:
+            control.should_save = True       # the Trainer's own checkpoint, written as it writes every one
+        elif state.global_step >= self.resume_step + 2 and self.probe is not None:
+            from .resume import resume_check, run_child
+
+            checkpoint = Path(args.output_dir) / f"checkpoint-{self.resume_step}"
+            if not checkpoint.is_dir():
+                self._resume_skipped(f"{checkpoint} is gone (save_total_limit?)")
+                return
+            resumed, why = run_child(checkpoint.resolve(), self.resume_step, self.resume_timeout)
+            exact = next(model.parameters()).device.type == "cpu"
+            self.resumed = resume_check(self.probe.losses, resumed, why, checkpoint, self.resume_step, exact)
+            self.probe.detach()
+
+    def _resume_skipped(self, why: str) -> None:
+        from .resume import resume_check
+
+        self.resumed = resume_check({}, None, why, Path("."), self.resume_step, True)
+        if self.probe is not None:
+            self.probe.detach()
+
     def _verdict(self) -> None:
         if self.memory is not None:
             self.memory.close()
-        self.result = self.watch.verdict(self.run.id if self.run is not None else None, self.memory)
+        self.result = self.watch.verdict(self.run.id if self.run is not None else None, self.memory,
+                                         (self.resumed,) if self.resumed is not None else ())
         if self.run is not None:
             from ..track.records import save_record
 
             self.run.artifact(save_record(self.result, command="trainer", root=self.run.store.root), "log:checks")
+
+
+def _resume_in_child(callback: CampaignCallback) -> None:
+    """The fresh process of a resume test: the Trainer this callback is given to trains from the checkpoint
+    (train(resume_from_checkpoint=...)), stops after the two compared updates, writes their losses and ends the
+    process, so nothing after train() in the script runs (no save, no upload). Other Trainers train as written."""
+    import os
+
+    import transformers
+
+    original = transformers.Trainer.train
+
+    def train(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        if not any(c is callback for c in trainer.callback_handler.callbacks):
+            return original(trainer, *args, **kwargs)
+        # the fresh process reports nowhere: only transformers' own flow callbacks and this one stay
+        trainer.callback_handler.callbacks = [c for c in trainer.callback_handler.callbacks if c is callback or
+                                              type(c).__module__ == "transformers.trainer_callback"]
+        original(trainer, resume_from_checkpoint=callback.child["checkpoint"])
+        from ..io import atomic_write_json
+
+        losses = callback.probe.losses if callback.probe is not None else {}
+        atomic_write_json(callback.child["out"], {"losses": {str(k): v for k, v in losses.items()}})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    transformers.Trainer.train = train
 
 
 __all__ = ["CampaignCallback", "training_params"]

@@ -130,9 +130,9 @@ class StepWatch:
         self._before = {}
         return not self.watching or bool(self.nonfinite) or bool(self.changed - self.expected)
 
-    def verdict(self, run: str | None, memory: Any = None) -> TrainerCheck:
+    def verdict(self, run: str | None, memory: Any = None, extra: Sequence[Check] = ()) -> TrainerCheck:
         """The checks so far; memory: the loop's StepMemory (integrations/memory.py), whose measured update is
-        shown beside the estimate."""
+        shown beside the estimate; extra: checks the loop ran besides (the resume test)."""
         applied = any(r > 0 for r in self.rates)
         unchanged = self.expected - self.changed
         waiting = sorted(n for n in unchanged if n in self.zero and n not in self.moved)
@@ -181,6 +181,7 @@ class StepWatch:
                                 "no parameter outside those that train changed",
                                 "a parameter meant to stay frozen moved" if stray else "",
                                 "freeze it (requires_grad False) or declare it in trainable" if stray else ""))
+        checks.extend(extra)
         rows: tuple[Any, ...] = ()
         notes: list[str] = []
         if memory is not None:

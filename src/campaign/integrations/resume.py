@@ -1,0 +1,138 @@
+"""The resume check on the HF Trainer's own checkpoint (`CampaignCallback(resume_check=True)`).
+
+The run being checked (the parent) has the Trainer save its own checkpoint after update K (`resume_step`, default 2;
+control.should_save, so the Trainer's `_save_checkpoint` writes it as it writes every checkpoint: weights,
+optimizer, scheduler, scaler, RNG states, trainer state) and records the loss of each micro-batch of updates K+1 and
+K+2, as the model's forward returns it. After update K+2 it runs the same script again in a fresh process (the same
+command line, `sys.orig_argv`, from the same folder) with CAMPAIGN_TRAINER_RESUME set; there the callback calls the
+Trainer's `train(resume_from_checkpoint=checkpoint-K)` instead of a fresh `train()`, records the same losses, stops
+after update K+2 without saving, reporting or running the rest of the script, and writes them to a file.
+
+Update K+1's loss shows the weights, the data position (which batch comes next) and the random generators
+(dropout's masks) restored; update K+2's shows the update from the resumed state too: the optimizer's state and the
+scheduler's rate. They must equal the uninterrupted run's: bitwise on the CPU, within RTOL on a GPU.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..checks import Check
+
+ENV = "CAMPAIGN_TRAINER_RESUME"
+RESUME_STEP = 2
+RTOL = 1e-5
+STATE_FILES = {"rng_state": "random generators (dropout, sampling)", "optimizer": "optimizer state",
+               "scheduler": "learning-rate scheduler"}
+
+
+def loss_of_output(out: Any) -> float | None:
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if loss is None and hasattr(out, "get"):
+        loss = out.get("loss")
+    if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
+        return None
+    return float(loss.detach().float())
+
+
+class LossProbe:
+    """The loss of each micro-batch's forward in updates `wanted` (the loop sets `update` as each one begins)."""
+
+    def __init__(self, wanted: tuple[int, ...]) -> None:
+        self.wanted = wanted
+        self.update = 0
+        self.losses: dict[int, list[float | None]] = {}
+        self._hook: Any = None
+
+    def attach(self, model: Any) -> None:
+        self._hook = model.register_forward_hook(self._record)
+
+    def detach(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _record(self, module: Any, args: Any, out: Any) -> None:
+        if self.update in self.wanted and module.training:
+            self.losses.setdefault(self.update, []).append(loss_of_output(out))
+
+    def done(self) -> bool:
+        return all(u in self.losses for u in self.wanted)
+
+
+def child_spec() -> dict[str, Any] | None:
+    """In the fresh process: what to resume (checkpoint, step, out), from the environment."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    spec = json.loads(raw)
+    return spec if isinstance(spec, dict) else None
+
+
+def run_child(checkpoint: Path, step: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run the script again in a fresh process that resumes from `checkpoint`; what it wrote, or None and why."""
+    with tempfile.TemporaryDirectory(prefix="campaign-trainer-resume-") as tmp:
+        out = Path(tmp) / "resumed.json"
+        env = {**os.environ, ENV: json.dumps({"checkpoint": str(checkpoint), "step": step, "out": str(out)}),
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
+        argv[0] = sys.executable
+        if len(argv) < 2 or argv[1] == "-c":
+            return None, "the training was not started from a script (python -c or a notebook): nothing to run again"
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return None, f"the fresh process did not finish within {timeout:.0f} s"
+        if not out.is_file():
+            tail = [line for line in (done.stderr or "").strip().splitlines() if line.strip()][-1:]
+            return None, (f"the fresh process exited {done.returncode} without resuming"
+                          + (f": {tail[0][:200]}" if tail else ""))
+        return json.loads(out.read_text(encoding="utf-8")), ""
+
+
+def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] | None, why: str, checkpoint: Path,
+                 step: int, exact: bool) -> Check:
+    """Compare the uninterrupted run's losses of updates step+1 and step+2 with the resumed run's."""
+    cid = "trainer.resume_next_loss"
+    if resumed is None:
+        return Check(cid, "skipped", f"the resume test did not run: {why}",
+                     "a checkpoint that does not resume the run is found only when it is needed",
+                     "run the training script with `python script.py` from its folder, or check a factory with "
+                     "`campaign check setup.py:make_trainer`")
+    theirs = {int(k): v for k, v in resumed.get("losses", {}).items()}
+    missing_state = [what for stem, what in STATE_FILES.items()
+                     if not any(p.name.startswith(stem) for p in checkpoint.iterdir())] if checkpoint.is_dir() else []
+    rows = []
+    worst = 0.0
+    for update in sorted(parent):
+        mine, other = parent[update], theirs.get(update)
+        if other is None or len(other) != len(mine) or None in mine or None in other:
+            return Check(cid, "skipped", f"update {update}'s losses were not seen in both runs (the model's forward "
+                         "returned no loss)", "", "compute the loss in the model's forward (labels in the batch)")
+        diff = max(abs(a - b) for a, b in zip(mine, other))
+        worst = max(worst, diff)
+        rows.append(f"update {update}: {', '.join(f'{a:.6g}' for a in mine)} vs resumed "
+                    f"{', '.join(f'{b:.6g}' for b in other)}")
+    allowed = 0.0 if exact else RTOL * max(1.0, max(abs(v) for vs in parent.values() for v in vs if v is not None))
+    seen = f"from {checkpoint.name}: " + "; ".join(rows)
+    if worst <= allowed and all(math.isfinite(v) for vs in parent.values() for v in vs if v is not None):
+        return Check(cid, "pass", seen + (" (bitwise)" if exact else f" (within {allowed:.1g})"))
+    first = min(u for u in parent if max(abs(a - b) for a, b in zip(parent[u], theirs[u])) > allowed)
+    cause = (f"update {first} differs: " + ("the weights, the data position or the random generators were not "
+             "restored" if first == step + 1 else "the optimizer's state or the scheduler was not restored"))
+    lacking = f"; the checkpoint has no {', no '.join(missing_state)} file" if missing_state else ""
+    return Check(cid, "fail", f"{seen}: {cause}{lacking}",
+                 "a run resumed from this checkpoint (after a preemption or a crash) is not the run that was planned: "
+                 "its losses and weights drift from the uninterrupted run's",
+                 "let the Trainer save its whole state (do not override _save_checkpoint, _save_rng_state or "
+                 "_save_optimizer_and_scheduler), keep the same seed and data order, and resume with "
+                 "trainer.train(resume_from_checkpoint=...)")
+
+
+__all__ = ["ENV", "RESUME_STEP", "LossProbe", "child_spec", "resume_check", "run_child"]

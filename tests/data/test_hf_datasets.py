@@ -158,3 +158,12 @@ def test_a_dataset_dict_is_not_one_input_to_split(tmp_path):
         str(tmp_path / "dd"))
     with pytest.raises(InputError, match="a DatasetDict .splits train.; give one split's folder"):
         split_file(tmp_path / "dd", tmp_path / "out")
+
+
+def test_the_ray_engine_refuses_a_dataset_rather_than_read_its_json_as_shards(tmp_path):
+    from campaign.data.shards import list_shards
+
+    path, _ = saved(tmp_path, n=10)
+    for spec in (path, next(path.glob("*.arrow")), f"{path}/*"):
+        with pytest.raises(InputError, match="ray engine reads shards of JSONL, CSV or Parquet"):
+            list_shards(str(spec))

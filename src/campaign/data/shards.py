@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InputError, MissingDependencyError
 from ..io import atomic_write_json, input_file, load_json, sha256_file
-from ..rows import RECORD_FORMATS, record_format
+from ..rows import RECORD_FORMATS, hf_kind, record_format
 from ..version import __version__
 
 MANIFEST = "manifest.json"
@@ -34,6 +34,9 @@ def list_shards(spec: str) -> list[str]:
         InputError: nothing there, or a shard of an unknown format.
     """
     spec = str(spec)
+    if not is_uri(spec) and (hf_kind(spec) is not None or Path(spec).suffix.lower() == ".arrow"):
+        raise InputError(f"{spec}: a Hugging Face dataset; the ray engine reads shards of JSONL, CSV or Parquet: use "
+                         "the local engine, or write the dataset as Parquet shards (Dataset.to_parquet)")
     if is_uri(spec):
         files = _list_uri(spec)
     elif os.path.isdir(spec):
@@ -51,7 +54,9 @@ def list_shards(spec: str) -> list[str]:
         input_file(spec, "data")
         files = [spec]
     for f in files:
-        record_format(f)
+        if record_format(f) == "hf":
+            raise InputError(f"{f}: an .arrow file; the ray engine reads shards of JSONL, CSV or Parquet: use the "
+                             "local engine, or write the dataset as Parquet shards (Dataset.to_parquet)")
     return files
 
 

@@ -73,6 +73,13 @@ def test_a_forced_resplit_replaces_the_dataset_dict_and_never_an_input(tmp_path)
         split_file(path, out, Fields(label="label"), ratios="80/20", seed=0)
     again = split_file(path, out, Fields(label="label"), ratios="50/50", seed=3, force=True)
     assert again.passed and [len(d) for d in datasets.load_from_disk(str(out)).values()] == [60, 60]
+    (out / "notes.txt").write_text("kept")                # a user's file beside the splits survives a re-split
+    split_file(path, out, Fields(label="label"), ratios="80/20", seed=4, force=True)
+    assert (out / "notes.txt").read_text() == "kept" and list(datasets.load_from_disk(str(out))) == ["train", "test"]
+    (out / "mine").mkdir()                               # a folder no split wrote would be lost: refused
+    with pytest.raises(InputError, match="holds the folder 'mine'"):
+        split_file(path, out, Fields(label="label"), ratios="80/20", force=True)
+    assert (out / "mine").is_dir()
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("mine")

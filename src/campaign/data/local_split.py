@@ -4,6 +4,7 @@ with split_manifest.json written as one set (io.file_set): an interrupted run le
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -85,10 +86,33 @@ class LocalSplitJob:
         stage_set = (export_folder(self.out, force=True, is_export=lambda p: (p / MANIFEST_NAME).is_file(),
                                    protect=[self.path], what="split") if self.as_hf
                      else file_set(self.out, replaces=replaces))
+        if self.as_hf:
+            self._refuse_other_folders()
         with stage_set as stage:
             self.stage = stage
             self.staged_paths = [stage / p.name for p in self.paths]
             yield
+            if self.as_hf and self.out.is_dir():   # the folder's other files (a usage ledger, notes) are kept, as
+                for e in os.scandir(self.out):     # a file set keeps them: the same files, hard-linked
+                    if e.is_file(follow_symlinks=False) and e.name not in replaces and not (stage / e.name).exists():
+                        os.link(e.path, stage / e.name, follow_symlinks=False)
+
+    def _refuse_other_folders(self) -> None:
+        """Refuse a folder in out that the earlier split there did not write (its split folders are replaced with
+        it): the swap would take it away."""
+        if not self.out.is_dir():
+            return
+        listed: set[str] = set()
+        if self.manifest.is_file():
+            try:
+                listed = {Path(x.get("path", "")).name for x in load_manifest(self.manifest, verify=False)["splits"]}
+            except InputError:
+                listed = set()
+        other = sorted(e.name for e in os.scandir(self.out) if e.is_dir(follow_symlinks=False)
+                       and e.name not in listed)
+        if other:
+            raise InputError(f"{self.out}: holds the folder {other[0]!r}, which no earlier split there wrote; the "
+                             "DatasetDict replaces the folder whole, so move it or choose another --out")
 
     @property
     def written(self) -> list[Path]:

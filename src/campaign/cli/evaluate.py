@@ -122,9 +122,9 @@ def regress(
 
         with progress_reporter("regress", enabled=not as_json) as tell:
             tell("pairing the two runs' documents")
-            rep = compare_run_folders(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
-                                      guards=guard or ())
-        o.emit(rep, render_harness, as_json)
+            runs = compare_run_folders(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
+                                       guards=guard or ())
+        o.emit(runs, render_harness, as_json)
         return
     if metric is not None or harness_filter is not None:
         from ..errors import InputError

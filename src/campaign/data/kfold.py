@@ -77,8 +77,10 @@ class LeakFreeKFold:
                              "duplicates can be found")
         labels = None if y is None else [v.item() if hasattr(v, "item") else v for v in y]
         folds = self._splitter.assign(list(texts), labels, groups)
-        self.units_, self.dedup_ = self._splitter.units_, self._splitter.dedup_
-        units = len(np.unique(self.units_))
+        units_of = self._splitter.units_
+        assert units_of is not None
+        self.units_, self.dedup_ = units_of, self._splitter.dedup_
+        units = len(np.unique(units_of))
         if units < self.n_splits or len(np.unique(folds)) < self.n_splits:
             raise InputError(f"{n} rows form {units} unit(s) (groups and duplicate clusters kept whole): fewer "
                              f"than {self.n_splits} folds; use fewer folds")

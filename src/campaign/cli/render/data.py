@@ -17,7 +17,9 @@ def split(r: "SplitResult | ShardSplit") -> None:
     shards (the ray engine) from its manifest."""
     from rich.table import Table
 
-    if not hasattr(r, "parts"):
+    from ...data.split_result import SplitResult
+
+    if not isinstance(r, SplitResult):      # a split in shards: its own manifest
         return shard_split(r)
 
     n = sum(p.rows for p in r.parts)
@@ -29,7 +31,7 @@ def split(r: "SplitResult | ShardSplit") -> None:
     t = Table(title="Splits (fractions of rows)", title_justify="left")
     for col, just in (("split", "left"), ("rows", "right"), ("target", "right"), ("achieved", "right"),
                       ("groups", "right"), ("dates", "left"), ("file", "left")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
     for p in r.parts:
         dates = f"{p.first_date[:10]} .. {p.last_date[:10]}" if p.first_date and p.last_date else ""
         t.add_row(p.name, f"{p.rows:,}", f"{p.target_fraction:.2%}", f"{p.fraction:.2%}",
@@ -91,7 +93,7 @@ def leaks(r: "LeakReport") -> None:
     t = Table(title_justify="left")
     for col, just in (("check", "left"), ("status", "left"), ("between", "left"), ("rows", "right"),
                       ("rate", "right"), ("links", "right")):
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
     for ch in r.checks:
         if not ch.pairs:
             t.add_row(ch.id, status(ch.status), ch.seen, "", "", "", end_section=True)

@@ -114,3 +114,16 @@ def test_regress_pairs_runs_of_several_tasks(cli, tmp_path):
     samples(tmp_path / "cand" / "samples_gsm8k_2026-12-01T00-00-00.jsonl", [0, 0])   # one document lost
     r = cli("regress", str(tmp_path / "base"), str(tmp_path / "cand"))
     assert r.code == 2 and "did not see the same documents" in r.err
+
+
+def test_lm_eval_options_are_refused_on_prediction_files(cli, tmp_path):
+    preds = str(EXAMPLES / "data" / "candidate.jsonl")
+    r = cli("errors", preds, "--metric", "acc")
+    assert r.code == 2 and "--metric do(es) not apply to prediction files" in r.err
+    run = tmp_path / "run"
+    run.mkdir()
+    samples(run / "samples_arc_2026-12-01T00-00-00.jsonl", [1, 0])
+    r = cli("seeds", str(EXAMPLES / "data" / "seeds.csv"), "--filter", "strict-match")
+    assert r.code == 2 and "--filter" in r.err
+    r = cli("seeds", "--baseline-samples", str(run), "--candidate-samples", str(run), "--examples", preds)
+    assert r.code == 2 and "--examples" in r.err

@@ -156,6 +156,16 @@ def first_line(e: BaseException) -> str:
 def _from(made: Any, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) -> Setup:
     if isinstance(made, Setup):
         return made
+    from .loops import from_loop, is_lightning, is_trainer
+
+    if is_trainer(made) or is_lightning(made):    # the training loop itself: its own objects (train/loops.py)
+        try:
+            made = from_loop(made, where)
+        except InputError:
+            raise
+        except Exception as e:       # the loop's own dataloader, collator or optimizer set-up
+            raise InputError(f"{where}: reading the {type(made).__name__}'s model, optimizer and first batches "
+                             f"raised {type(e).__name__}: {first_line(e)}") from None
     if isinstance(made, Mapping):
         unknown = sorted(set(made) - set(FIELDS))
         if unknown:

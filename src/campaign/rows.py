@@ -38,18 +38,15 @@ class BadRecord:
 
 def record_format(path: str | os.PathLike[str], what: str = "data") -> str:
     """'jsonl', 'csv', 'tsv' or 'parquet' from the file extension (.json is read as JSONL); 'hf' for a Hugging
-    Face dataset: a folder written by Dataset.save_to_disk, or one .arrow file.
+    Face dataset: a folder written by Dataset.save_to_disk or DatasetDict.save_to_disk, or one .arrow file.
 
     Raises:
-        InputError: another extension, or a folder that is no Dataset (a DatasetDict: give one of its splits).
+        InputError: another extension, or a folder that is no saved dataset.
     """
     p = Path(path)
     if p.is_dir():
-        if hf_kind(p) == "dataset":
+        if hf_kind(p) in ("dataset", "dict"):
             return "hf"
-        if hf_kind(p) == "dict":
-            raise InputError(f"{p}: a DatasetDict (splits {', '.join(hf_splits(p))}); give one split's folder, e.g. "
-                             f"{p / hf_splits(p)[0]}")
         raise InputError(f"{p}: a folder that is no Hugging Face dataset (no state.json and dataset_info.json of "
                          "Dataset.save_to_disk); give a data file or a saved dataset's folder")
     ext = p.suffix.lower()
@@ -88,10 +85,12 @@ def hf_splits(path: str | os.PathLike[str]) -> list[str]:
 
 def load_hf(path: str | os.PathLike[str]) -> Any:
     """A Hugging Face datasets.Dataset from a save_to_disk folder or an .arrow file (memory-mapped, never copied
-    into the cache); `datasets` is imported here, not before.
+    into the cache); a DatasetDict's folder as its splits one after the other, in its order (rows numbered through
+    them). `datasets` is imported here, not before.
 
     Raises:
-        InputError: a folder or file `datasets` cannot load; MissingDependencyError without `datasets`.
+        InputError: a folder or file `datasets` cannot load, a DatasetDict whose splits have other columns;
+            MissingDependencyError without `datasets`.
     """
     try:
         import datasets
@@ -99,12 +98,16 @@ def load_hf(path: str | os.PathLike[str]) -> Any:
         raise MissingDependencyError("datasets", "data") from e
     kind = hf_kind(path)
     try:
-        ds = datasets.load_from_disk(str(path)) if kind == "dataset" else datasets.Dataset.from_file(str(path))
+        ds = datasets.load_from_disk(str(path)) if kind in ("dataset", "dict") else \
+            datasets.Dataset.from_file(str(path))
     except Exception as e:  # datasets raises several types for a broken folder or file
         raise InputError(f"{path}: not a readable Hugging Face dataset ({str(e).splitlines()[0] if str(e) else e!r}); "
                          "save it again with Dataset.save_to_disk") from None
-    if not isinstance(ds, datasets.Dataset):
-        raise InputError(f"{path}: a DatasetDict; give one of its splits' folders")
+    if isinstance(ds, datasets.DatasetDict):
+        parts = [ds[name] for name in hf_splits(path)]
+        if any(p.features != parts[0].features for p in parts):
+            raise InputError(f"{path}: the DatasetDict's splits have other columns or types; give one split's folder")
+        ds = datasets.concatenate_datasets(parts)
     return ds
 
 

@@ -160,11 +160,24 @@ def test_leaks_read_a_dataset_dict_and_find_a_planted_leak(tmp_path):
     assert check_files([clean / "train", clean / "test"]).passed
 
 
-def test_a_dataset_dict_is_not_one_input_to_split(tmp_path):
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c d e f"] * 3})}).save_to_disk(
-        str(tmp_path / "dd"))
-    with pytest.raises(InputError, match="a DatasetDict .splits train.; give one split's folder"):
-        split_file(tmp_path / "dd", tmp_path / "out")
+def test_a_leaky_dataset_dict_is_split_again_whole(tmp_path):
+    cols = columns(80)
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({k: v[:60] for k, v in cols.items()}),
+                               "test": datasets.Dataset.from_dict({k: v[60:] for k, v in cols.items()})})
+    dd.save_to_disk(str(tmp_path / "dd"))              # test rows 70..79 are near copies of train rows 9..0
+    assert not check_files([tmp_path / "dd"]).passed
+    res = split_file(tmp_path / "dd", tmp_path / "out", ratios="75/25", seed=2)
+    assert res.passed and res.input["rows"] == 80 and res.input["format"] == "hf"
+    back = datasets.load_from_disk(str(tmp_path / "out"))
+    where = {t: name for name in back for t in back[name]["text"]}
+    assert sorted(where) == sorted(cols["text"])
+    assert all(where[cols["text"][i]] == where[cols["text"][79 - i]] for i in range(10))
+    assert check_files([tmp_path / "out"]).passed
+    other = datasets.DatasetDict({"a": datasets.Dataset.from_dict({"text": ["x y z w v"]}),
+                                  "b": datasets.Dataset.from_dict({"text": ["x y z w v"], "n": [1]})})
+    other.save_to_disk(str(tmp_path / "mixed"))
+    with pytest.raises(InputError, match="splits have other columns"):
+        split_file(tmp_path / "mixed", tmp_path / "out2")
 
 
 def test_the_ray_engine_refuses_a_dataset_rather_than_read_its_json_as_shards(tmp_path):

@@ -38,8 +38,8 @@ class LocalSplitJob:
                  progress: bool | None) -> None:
         self.path, self.out, self.spec, self.fields = path, out, spec, fields
         self.skip_bad, self.progress = skip_bad, progress
-        # a Hugging Face dataset folder in (or output "hf"): a DatasetDict out, one save_to_disk folder per split
-        self.as_hf = spec.output == "hf" or hf_kind(path) == "dataset"
+        # a saved Dataset or DatasetDict in (or output "hf"): a DatasetDict out, one save_to_disk folder per split
+        self.as_hf = spec.output == "hf" or hf_kind(path) in ("dataset", "dict")
         ext = "" if self.as_hf else Path(path).suffix.lower()
         self.paths = [out / f"{n}{ext}" for n in spec.names]
         self.manifest = out / MANIFEST_NAME

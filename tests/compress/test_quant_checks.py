@@ -296,3 +296,23 @@ def test_kv_precisions_without_key_and_value_projections_stay_estimated():
     assert [k.dtype for k in r.kv] == ["fp32", "fp8", "int8"]
     assert all(k.measured == "" and k.quality is None for k in r.kv)      # GPT-2's c_attn holds Q, K and V at once
     assert any("its effect on quality is not measured here" in n for n in r.notes)
+
+
+def test_two_calibration_sets_are_each_fitted_and_compared():
+    from campaign.compress.variant import digest
+
+    sets = {"seed 7": batches(seed=7), "seed 9": batches(rows=2, seed=9)}
+    r = compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": sets}, formats=["awq-int8"])
+    by = {v.name: v for v in r.variants}
+    assert list(by) == ["bf16", "awq-int8 (seed 7)", "awq-int8 (seed 9)"]
+    assert [(c.name, c.examples, c.sha256) for c in r.calibrations] == [
+        ("seed 7", 12, digest(sets["seed 7"], "x").sha256), ("seed 9", 4, digest(sets["seed 9"], "x").sha256)]
+    assert by["awq-int8 (seed 9)"].calibration == r.calibrations[1].sha256
+    (c,) = r.calibration_comparisons
+    assert (c.format, c.first, c.second) == ("awq-int8", "seed 7", "seed 9")
+    assert c.quality_first == by["awq-int8 (seed 7)"].quality and c.quality_second == by["awq-int8 (seed 9)"].quality
+    assert c.delta == pytest.approx(c.quality_second - c.quality_first) and c.delta != 0     # different fits
+    assert c.test.startswith("paired t on per-example NLL (12 examples)") and 0 < c.p_value <= 1
+    with pytest.raises(InputError, match="calibration set 'empty' must be a non-empty list"):
+        compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": {"a": batches(), "empty": []}},
+                      formats=["awq-int8"])

@@ -24,7 +24,7 @@ from .estimates import cheapest_card, estimate_weights, kv_rows, spec_of
 from .formats import Format, available, machine, parse_format, quiet_torchao, refusal, torch_dtype
 from .inputs import check_inputs, guard_metric
 from .quality import finite_outcomes, paired_test, quality_of
-from .result import DataDigest, KVRow, QuantReport, QuantVariant
+from .result import CalibrationComparison, DataDigest, KVRow, QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
 from .usercode import user_code_error, user_frame
 from .variant import digest, example_ids, kv_outcomes, precision_of, reference_model, run_variant
@@ -98,10 +98,20 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     tell("the reference model")
     model = reference_model(s, inputs.reference)
     ref_fmt = inputs.reference or parse_format(precision_of(model))
-    variants = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
+    formats = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
     model = model.to(torch_dtype(ref_fmt.name)).eval()
     evaluation = digest(s.batches, "evaluation")
-    calibration = digest(s.calibration, s.calibration_name or "calibration (unnamed)") if s.calibration else None
+    sets = s.calibration_sets()
+    digests = {name: digest(batches, name) for name, batches in sets.items()}
+    calibration = next(iter(digests.values()), None)
+    # each variant: its format, its label and the calibration set it is fitted to (a calibrated format once per set
+    # when the setup names several, to compare them)
+    variants: list[tuple[Format, str, str | None]] = []
+    for f in formats:
+        if f.calibrated and len(sets) > 1:
+            variants += [(f, f"{f.name} ({name})", name) for name in sets]
+        else:
+            variants.append((f, f.name, next(iter(sets), None) if f.calibrated else None))
     spec = spec_of(model, s)
     lengths = [int(b["input_ids"].shape[-1]) for b in s.batches if "input_ids" in b]
     ctx = context if context is not None else max(lengths, default=0)
@@ -115,11 +125,12 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
 
     outcomes: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    for n, f in enumerate(variants, 1):
-        tell(f"variant {n}/{len(variants)}: {f.name}{' (reference)' if f is ref_fmt else ''}, load and evaluate on "
+    for n, (f, label, cal) in enumerate(variants, 1):
+        tell(f"variant {n}/{len(variants)}: {label}{' (reference)' if f is ref_fmt else ''}, load and evaluate on "
              f"{device}")
         try:
-            row = run_variant(f, model, s, examples, device=device, group_size=group_size)
+            row = run_variant(f, model, s, examples, device=device, group_size=group_size,
+                              calibration=sets[cal] if cal is not None else None)
         except CampaignError:
             raise
         except (Exception, SystemExit) as e:
@@ -127,14 +138,14 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             # variant, with no frame of the user's, is campaign's or the format's: it stays an internal error.
             if f is not ref_fmt and user_frame(e) is None:
                 raise
-            raise user_code_error(e, f"{s.source}: the model, evaluated as variant {f.name}",
+            raise user_code_error(e, f"{s.source}: the model, evaluated as variant {label}",
                                   "fix the model's forward (it must run on the evaluation batches)") from None
         after = digest(s.batches, "evaluation")
         if after.sha256 != evaluation.sha256:
-            raise InputError(f"the evaluation batches changed while variant {f.name} was evaluated (sha256 "
+            raise InputError(f"the evaluation batches changed while variant {label} was evaluated (sha256 "
                              f"{evaluation.sha256[:12]} -> {after.sha256[:12]}); every variant must see the same "
                              "data: do not modify the batches in predict")
-        outcomes[f.name] = row.pop("outcomes")
+        outcomes[label] = row.pop("outcomes")
         rows.append(row)
 
     reference_out = outcomes[ref_fmt.name]
@@ -146,36 +157,36 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     tell("paired tests against the reference, memory estimates")
     price_file = inputs.prices
     built = []
-    for f, row in zip(variants, rows):
+    for (f, label, cal), row in zip(variants, rows):
         est, required, card, fitting = estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
         cheapest, hourly = cheapest_card(price_file, fitting)
-        quality, metrics = quality_of(s, outcomes[f.name])
-        finite = math.isfinite(quality) and finite_outcomes(s, outcomes[f.name])
+        quality, metrics = quality_of(s, outcomes[label])
+        finite = math.isfinite(quality) and finite_outcomes(s, outcomes[label])
         if f is ref_fmt:
             test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": (),
                     "equivalence": None}
         else:
-            test = paired_test(s, reference_out, outcomes[f.name], examples, guards, ref_fmt.name, f.name, confidence,
+            test = paired_test(s, reference_out, outcomes[label], examples, guards, ref_fmt.name, label, confidence,
                                margin)
         status = "reference" if f is ref_fmt else \
             ("flagged" if not finite or any(not g.passed for g in test["guards"]) else "pass")
         built.append(QuantVariant(
-            name=f.name, format=f.description, library=f.library, memory_format=f.memory_dtype,
+            name=label, format=f.description, library=f.library, memory_format=f.memory_dtype,
             weight_bytes_estimated=est, weight_bytes_stored=row["stored"], quantized_bytes_stored=row["quantized"],
             weight_bytes_measured=row["measured"], peak_bytes_measured=row["peak"], kv_bytes_estimated=kv_here,
             required_bytes_estimated=required, smallest_card=card,
             cheapest_card=cheapest, hourly_cents=hourly,
             quality=quality, metrics=metrics, delta=test["delta"], p_value=test["p"], test=test["test"],
             interval=test["interval"], flips=test["flips"], ms_per_token=row["ms_per_token"],
-            calibration=calibration.sha256 if (calibration and f.calibrated) else None, guards=test["guards"],
+            calibration=digests[cal].sha256 if cal is not None else None, guards=test["guards"],
             status=status, equivalence=test["equivalence"], finite=finite))
-    notes = _notes(built, guards, device, spec, ref_fmt, calibration, evaluation.sha256, kv)
-    for f, row in zip(variants, rows):
+    notes = _notes(built, guards, device, spec, ref_fmt, tuple(digests.values()), evaluation.sha256, kv)
+    for (f, label, _cal), row in zip(variants, rows):
         ones, total = row.get("awq_scales") or (0, 0)
         if total and ones == total:
-            same = " and its outcomes are int8's, example for example" if outcomes.get("int8") == outcomes[f.name] \
+            same = " and its outcomes are int8's, example for example" if outcomes.get("int8") == outcomes[label] \
                 else ""
-            notes.append(f"{f.name}: every searched AWQ scale is 1 ({total} Linear layers){same}: the calibration "
+            notes.append(f"{label}: every searched AWQ scale is 1 ({total} Linear layers){same}: the calibration "
                          "changed nothing, so this is int8 bit for bit; calibrate on data like the model's inputs "
                          "(AWQ finds no channel worth protecting in these)")
     if any(v.cheapest_card for v in built):
@@ -185,7 +196,29 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
         calibration=calibration, context=ctx, sequences=sequences, kv=kv, variants=tuple(built),
-        guards=tuple(guards), notes=tuple(notes), margin=None if margin is None else float(margin))
+        guards=tuple(guards), notes=tuple(notes), margin=None if margin is None else float(margin),
+        calibrations=tuple(digests.values()) if len(digests) > 1 else (),
+        calibration_comparisons=_calibrations_compared(s, variants, outcomes, examples, confidence))
+
+
+def _calibrations_compared(s: QuantSetup, variants: list[tuple[Format, str, str | None]], outcomes: dict[str, Any],
+                           examples: list[str], confidence: float) -> tuple[CalibrationComparison, ...]:
+    """Each calibrated format fitted to several calibration sets: every set after the first against the first, on
+    the evaluation examples (the same paired test as against the reference)."""
+    out = []
+    by_format: dict[str, list[tuple[str, str]]] = {}
+    for f, label, cal in variants:
+        if cal is not None:
+            by_format.setdefault(f.name, []).append((label, cal))
+    for name, runs in by_format.items():
+        (first, first_set), rest = runs[0], runs[1:]
+        for label, cal in rest:
+            if not (finite_outcomes(s, outcomes[first]) and finite_outcomes(s, outcomes[label])):
+                continue
+            t = paired_test(s, outcomes[first], outcomes[label], examples, (), first, label, confidence)
+            out.append(CalibrationComparison(name, first_set, cal, quality_of(s, outcomes[first])[0],
+                                             quality_of(s, outcomes[label])[0], t["delta"], t["p"], t["test"]))
+    return tuple(out)
 
 
 def _kv_measured(kv: tuple[KVRow, ...], model: Any, s: QuantSetup, examples: list[str], compute: str,
@@ -215,9 +248,9 @@ def _kv_measured(kv: tuple[KVRow, ...], model: Any, s: QuantSetup, examples: lis
 
 
 def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spec: Any, ref: Format,
-           calibration: DataDigest | None, evaluation_sha: str, kv: tuple[KVRow, ...]) -> list[str]:
+           calibrations: tuple[DataDigest, ...], evaluation_sha: str, kv: tuple[KVRow, ...]) -> list[str]:
     notes = []
-    names = {v.name for v in variants}
+    names = {v.name.split(" (", 1)[0] for v in variants}          # the formats ('awq-int8 (c4)': awq-int8)
     if device == "cpu" and "int4" in names:
         notes.append("int4 on the CPU: torchao stores the 4-bit values one per int8 byte (its CPU layout without "
                      "C++ kernels), so int4 stores about as much as int8 here; the packed GPU layout (and the estimate) "
@@ -246,9 +279,13 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"perplexity<=0.5\" or "
                      "\"f1[refund]>=-0.01\")")
-    if calibration is not None and any(v.calibration for v in variants) and calibration.sha256 == evaluation_sha:
-        notes.append("the calibration batches are the evaluation batches: a calibrated format is judged on the data "
+    used = {v.calibration for v in variants if v.calibration}
+    same = [c.name for c in calibrations if c.sha256 == evaluation_sha and c.sha256 in used]
+    if same:
+        named = f" ({', '.join(repr(n) for n in same)})" if len(calibrations) > 1 else ""
+        notes.append(f"the calibration batches{named} are the evaluation batches: a calibrated format is judged on the data "
                      "it was fitted to, so its quality here is optimistic; calibrate on separate data")
-    if calibration is not None and not any(v.calibration for v in variants):
-        notes.append(f"calibration data {calibration.name!r} given; no compared format calibrates on it")
+    if calibrations and not used:
+        notes.append(f"calibration data {', '.join(repr(c.name) for c in calibrations)} given; no compared format "
+                     "calibrates on it")
     return notes

@@ -40,6 +40,21 @@ class KVRow(Record):
 
 
 @dataclass(frozen=True)
+class CalibrationComparison(Record):
+    """A calibrated format fitted to two calibration sets, compared on the evaluation examples: its quality after
+    each, the difference (second - first) and the paired test's p-value (as against the reference)."""
+
+    format: str
+    first: str
+    second: str
+    quality_first: float
+    quality_second: float
+    delta: float
+    p_value: float | None
+    test: str
+
+
+@dataclass(frozen=True)
 class QuantVariant(Record):
     """One variant on the evaluation data. Bytes: estimated (campaign memory's format), stored (counted from the
     tensors the format left), measured (MemoryMeter: allocated at the end of loading; the evaluation's peak).
@@ -108,6 +123,8 @@ class QuantReport(Result):
     guards: tuple[str, ...]
     notes: tuple[str, ...] = ()
     margin: float | None = None
+    calibrations: tuple[DataDigest, ...] = ()          # every calibration set, when the setup names several
+    calibration_comparisons: tuple[CalibrationComparison, ...] = ()
     schema: str = SCHEMA
 
     @property

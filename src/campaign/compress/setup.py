@@ -10,7 +10,9 @@ calibrate, the calibration batches. Every variant is evaluated on exactly these 
                 "gold": None,                    # gold value per example, in batch order (classification default:
                                                  # each row's batch["labels"])
                 "ids": None,                     # one id per example (default: its position, "0", "1", ...)
-                "calibration": None,             # batches the calibrated formats (gptq, awq) see
+                "calibration": None,             # batches the calibrated formats (gptq, awq) see; or several sets
+                                                 # by name ({"c4": [...], "wiki": [...]}): each calibrated format is
+                                                 # fitted to each and the fits are compared
                 "calibration_name": None,        # what they are ("c4 train[:128]"), shown with their sha256
                 "keep": None}                    # module names left in the reference precision (default: the
                                                  # output embeddings and classification heads)
@@ -42,11 +44,20 @@ class QuantSetup:
     ids: list[str] | None = None
     calibration: list[Mapping[str, Any]] | None = None
     calibration_name: str | None = None
+    calibrations: dict[str, list[Mapping[str, Any]]] | None = None   # the named sets, when several are given
     keep: tuple[str, ...] = ()
     schema: Any = None
     required: Sequence[str] | None = None
     name: str = ""
     source: str = field(default="the setup")
+
+    def calibration_sets(self) -> dict[str, list[Mapping[str, Any]]]:
+        """The calibration sets by name (one for a plain list, named by calibration_name); empty when none."""
+        if self.calibrations:
+            return dict(self.calibrations)
+        if self.calibration:
+            return {self.calibration_name or "calibration (unnamed)": list(self.calibration)}
+        return {}
 
 
 def load_quant_setup(ref: str | Callable[[], Any] | Mapping[str, Any] | QuantSetup) -> QuantSetup:
@@ -86,6 +97,13 @@ def _from(made: Any, where: str) -> QuantSetup:
     return setup
 
 
+def _calibration_batches(batches: Any, what: str) -> list[Mapping[str, Any]]:
+    cal = list(batches) if isinstance(batches, (list, tuple)) else None
+    if not cal or not all(isinstance(b, Mapping) and b for b in cal):
+        raise InputError(f"{what} must be a non-empty list of batches (dicts of tensors)")
+    return cal
+
+
 def _checked(s: QuantSetup) -> QuantSetup:
     where = s.source
     if s.metric not in METRICS:
@@ -106,11 +124,21 @@ def _checked(s: QuantSetup) -> QuantSetup:
             raise InputError(f"{where}: metric {s.metric!r} needs predict(model, batch) -> one prediction per row")
         if s.gold is None and (s.metric == "extraction" or not all("labels" in b for b in batches)):
             raise InputError(f"{where}: give gold (one value per example, in batch order) or labels in every batch")
-    if s.calibration is not None:
-        cal = list(s.calibration) if isinstance(s.calibration, (list, tuple)) else None
-        if not cal or not all(isinstance(b, Mapping) and b for b in cal):
-            raise InputError(f"{where}: calibration must be a non-empty list of batches (dicts of tensors)")
-        s.calibration = cal
+    if isinstance(s.calibration, Mapping):
+        if s.calibration_name is not None:
+            raise InputError(f"{where}: calibration is a dict of named sets, so its keys name them; drop "
+                             "calibration_name")
+        sets = {}
+        for name, batches in s.calibration.items():
+            if not isinstance(name, str) or not name.strip():
+                raise InputError(f"{where}: calibration set names must be non-empty str, got {name!r}")
+            sets[name] = _calibration_batches(batches, f"{where}: calibration set {name!r}")
+        if not sets:
+            raise InputError(f"{where}: calibration is an empty dict; give one or more named sets of batches")
+        s.calibrations = sets
+        s.calibration_name, s.calibration = next(iter(sets.items()))
+    elif s.calibration is not None:
+        s.calibration = _calibration_batches(s.calibration, f"{where}: calibration")
     if s.calibration_name is not None and not isinstance(s.calibration_name, str):
         raise InputError(f"{where}: calibration_name must be a str naming the data (e.g. 'c4 train[:128]')")
     if not all(isinstance(k, str) for k in s.keep):

@@ -53,7 +53,7 @@ def precision_of(model: Any) -> str:
 
 
 def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *, device: str,
-                 group_size: int) -> dict[str, Any]:
+                group_size: int, calibration: list[Any] | None = None) -> dict[str, Any]:
     """Load (copy, cast, move, quantize) and evaluate one variant under its own MemoryMeter; then time it."""
     import torch
 
@@ -63,7 +63,7 @@ def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *
         with meter.phase("load"):
             variant = copy.deepcopy(reference).to(device)
             apply(f, variant, keep=s.keep, group_size=group_size, device=device,
-                  calibration=s.calibration if f.calibrated else None)
+                  calibration=(calibration or s.calibration) if f.calibrated else None)
         with meter.phase("evaluate"), torch.no_grad():
             outcomes = _outcomes(variant, s, examples, device)
     measured = meter.result()

@@ -13,8 +13,7 @@ def render_quant(r: Any) -> None:
     verdict = "[green]PASS[/green]" if r.passed else _verdict(r)
     console.print(f"{verdict} — {escape(r.model)}: {len(r.variants)} variants on the same {ev.examples:,} examples "
                   f"({ev.tokens:,} tokens, sha256 {ev.sha256[:12]}), reference {r.reference}, on {r.device}")
-    if r.calibration is not None:
-        c = r.calibration
+    for c in r.calibrations or ((r.calibration,) if r.calibration is not None else ()):
         console.print(f"calibration: {escape(c.name)}, {c.examples:,} examples ({c.tokens:,} tokens), sha256 "
                       f"{c.sha256[:12]}")
     scale = Scale(*(x for v in r.variants for x in (v.weight_bytes_stored, v.weight_bytes_estimated,
@@ -57,6 +56,10 @@ def render_quant(r: Any) -> None:
                           "-" if k.p_value is None else f"{k.p_value:.3g}"]
             t.add_row(*cells)
         console.print(t)
+    for c in r.calibration_comparisons:
+        p = "-" if c.p_value is None else f"{c.p_value:.3g}"
+        console.print(f"{c.format} calibrated on {escape(c.second)} against {escape(c.first)}: {_q(c.quality_second, r.metric)} "
+                      f"vs {_q(c.quality_first, r.metric)}, change {_d(c.delta, r.metric)} ({escape(c.test)}, p {p})")
     for v in r.variants:
         if v.equivalence is not None:
             console.print(_equivalence(v, r.margin, r.metric))

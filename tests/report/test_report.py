@@ -158,7 +158,7 @@ def test_many_records_of_one_kind_become_one_table_and_one_figure(cli, tmp_path,
     table = page.split(f"{ONE_EACH + 1} memory records")[1].split("</table>")[0]
     assert all(f"<td>{name}</td>" in table for name in names)                 # every record, one row each
     assert table.count("<td>RTX-4090-24GB: fits</td>") == ONE_EACH + 1
-    assert "confusion matrix (counted)" in page                               # a single record: drawn as before
+    assert "<figcaption>confusion of candidate.jsonl (counted)" in page     # a single record: drawn as before
 
 
 def test_a_few_records_of_one_kind_are_each_drawn(cli, tmp_path, monkeypatch):

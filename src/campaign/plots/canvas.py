@@ -73,7 +73,8 @@ def write(fig: Any, path: str | os.PathLike[str]) -> Path:
     os.close(fd)
     try:
         with matplotlib.rc_context(SVG_RC):
-            fig.savefig(tmp, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
+            fig.savefig(tmp, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None,
+                        bbox_inches="tight")      # a legend beside the plot is kept
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -100,4 +101,36 @@ def number(v: Any, default: float = 0.0) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
 
-__all__ = ["DPI", "FORMATS", "GiB", "SVG_RC", "check_path", "figure", "number", "svg", "write"]
+HEADROOM = 1.18        # a bar chart's value axis reaches this far past its tallest bar: room for the totals
+
+
+def legend_outside(ax: Any, **kwargs: Any) -> Any:
+    """The axes' legend beside the plot, right of the frame, so it never covers a bar or a point."""
+    return ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **kwargs)
+
+
+def bar_totals(ax: Any, positions: list[float], totals: list[float], *, horizontal: bool = False,
+               unit: str = "") -> None:
+    """Each bar's total written past its end, with HEADROOM on the value axis so that no bar meets the frame
+    and no total crosses it."""
+    top = max([t for t in totals if t > 0], default=1.0)
+    for x, t in zip(positions, totals, strict=True):
+        if horizontal:
+            ax.annotate(f"{t:,.3g}{unit}", (t, x), xytext=(3, 0), textcoords="offset points", va="center",
+                        fontsize=7)
+        else:
+            ax.annotate(f"{t:,.3g}{unit}", (x, t), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
+    (ax.set_xlim if horizontal else ax.set_ylim)(0, top * HEADROOM)
+
+
+def label_inside(ax: Any, text: str, xy: tuple[float, float], xmid: float, **kwargs: Any) -> Any:
+    """A point's label, written on the side of the point that faces the middle of the plot (xmid, in data
+    units), so that a label near the right edge does not cross the frame."""
+    right = xy[0] > xmid
+    return ax.annotate(text, xy, textcoords="offset points", xytext=(-5 if right else 5, 4),
+                       ha="right" if right else "left", **kwargs)
+
+
+__all__ = ["DPI", "FORMATS", "GiB", "HEADROOM", "SVG_RC", "bar_totals", "check_path", "figure", "label_inside",
+           "legend_outside", "number", "svg", "write"]

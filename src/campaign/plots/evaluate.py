@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canvas import figure, number
+from .canvas import figure, legend_outside, number
 
 NAMED_CELLS = 25        # up to this many labels, each cell's count is written in it
 
@@ -57,12 +57,13 @@ def fields(result: dict[str, Any], title: str | None = None) -> Any:
     ax.barh([v - 0.2 for v in y], [number(f.get("exact_rate")) for f in rows], height=0.4, label="exact")
     ax.set_yticks(y, labels=names)
     ax.invert_yaxis()
-    ax.set_xlim(0, 1)
+    ax.set_xlim(0, 1.05)
     ax.set_xlabel("match rate over examples whose gold has the field")
+    ax.set_ylabel("field")
     ax.set_title(title if title is not None else
                  f"Valid JSON {number(result.get('valid_json')):.1%}, all fields right "
                  f"{number(result.get('accuracy')):.1%}, n = {result.get('examples')}")
-    ax.legend(loc="lower right")
+    legend_outside(ax)
     return fig
 
 
@@ -80,6 +81,7 @@ def seeds(result: dict[str, Any], title: str | None = None) -> Any:
         left.plot([0, 1], [a, b], color="0.6", lw=1, marker="o", ms=4)
     left.set_xticks([0, 1], labels=[str(result.get("baseline", "baseline")), str(result.get("candidate", "candidate"))])
     left.set_xlim(-0.4, 1.4)
+    left.set_xlabel("variant (a line joins one seed's two runs)")
     left.set_ylabel(str(result.get("metric", "metric")))
     left.set_title(f"{result.get('n_seeds', len(d))} seeds, paired")
     jitter = [0.04 * ((i % 7) - 3) for i in range(len(d))]
@@ -102,6 +104,7 @@ def seeds(result: dict[str, Any], title: str | None = None) -> Any:
             right.plot([x, x], [ylo, yhi], color=color, lw=3, label=label)
     right.set_xticks([])
     right.set_xlim(-0.4, 1.0)
+    right.set_xlabel("seeds (dots, spread sideways), mean and intervals")
     sign = "candidate - baseline" if result.get("higher_is_better", True) else "baseline - candidate"
     right.set_ylabel(f"difference ({sign})")
     right.set_title(f"{result.get('verdict')}: mean {mean:+.4g}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canvas import GiB, figure
+from .canvas import HEADROOM, GiB, bar_totals, figure, legend_outside, number
 
 VERDICT_COLORS = {"fits": "#2a9d8f", "tight": "#e9c46a", "does not fit": "#e76f51"}
 
@@ -29,11 +29,14 @@ def memory_phases(result: dict[str, Any], title: str) -> Any:
     for c in categories:
         values = [sum(float(i.get("bytes", 0)) for i in p["items"] if i.get("category", "other") == c) / GiB
                   for p in phases]
-        ax.bar(names, values, bottom=bottom, label=c)
+        ax.bar(range(len(names)), values, bottom=bottom, label=c)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_xticks(range(len(names)), names)
+    bar_totals(ax, list(range(len(names))), bottom, unit=" GiB")
+    ax.set_xlabel("phase (bar top: the phase's total)")
     ax.set_ylabel("GiB")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, ncol=3, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legend_outside(ax, title="category")
     return fig
 
 
@@ -47,15 +50,19 @@ def card_fit(result: dict[str, Any], title: str) -> Any:
     fig = figure(7, 0.5 + 0.32 * len(fits), layout=None)
     ax = fig.add_subplot()
     names = [str(f.get("card")) for f in fits]
-    ax.barh(names, [f["memory_bytes"] / GiB for f in fits],
-            color=[VERDICT_COLORS.get(f.get("verdict"), "grey") for f in fits])
+    sizes = [f["memory_bytes"] / GiB for f in fits]
+    ax.barh(range(len(names)), sizes, color=[VERDICT_COLORS.get(f.get("verdict"), "grey") for f in fits])
+    ax.set_yticks(range(len(names)), names)
+    bar_totals(ax, list(range(len(names))), sizes, horizontal=True, unit=" GiB")
+    ax.set_xlim(0, max(sizes + [need / GiB]) * HEADROOM)
     if isinstance(device, (int, float)):
         ax.axvline(device / GiB, color="black", linestyle=":", label="estimate on the device")
     ax.axvline(need / GiB, color="black", label="with the reserve")
     ax.invert_yaxis()
     ax.set_xlabel("GiB (bar: the card; green fits, yellow tight, red does not fit)")
+    ax.set_ylabel("card")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    legend_outside(ax)
     return fig
 
 
@@ -68,13 +75,16 @@ def measured_phases(result: dict[str, Any], title: str) -> Any:
     ax = fig.add_subplot()
     names = [str(p.get("name", "?")) for p in phases]
     x = range(len(phases))
-    ax.bar([i - 0.2 for i in x], [p.get("peak_allocated_bytes", 0) / GiB for p in phases], 0.4,
-           label="peak allocated")
-    ax.bar([i + 0.2 for i in x], [p.get("peak_reserved_bytes", 0) / GiB for p in phases], 0.4, label="peak reserved")
+    allocated = [number(p.get("peak_allocated_bytes")) / GiB for p in phases]
+    reserved = [number(p.get("peak_reserved_bytes")) / GiB for p in phases]
+    ax.bar([i - 0.2 for i in x], allocated, 0.4, label="peak allocated")
+    ax.bar([i + 0.2 for i in x], reserved, 0.4, label="peak reserved")
+    bar_totals(ax, [i - 0.2 for i in x] + [i + 0.2 for i in x], allocated + reserved)
     ax.set_xticks(list(x), names)
+    ax.set_xlabel("phase")
     ax.set_ylabel("GiB")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
@@ -89,13 +99,20 @@ def side_by_side(series: list[tuple[str, dict[str, float]]], title: str) -> Any:
     fig = figure(7, 3, layout=None)
     ax = fig.add_subplot()
     width = 0.8 / len(series)
+    at: list[float] = []
+    heights: list[float] = []
     for i, (label, values) in enumerate(series):
-        ax.bar([j + i * width - 0.4 + width / 2 for j in range(len(phases))],
-               [values.get(p, 0) / GiB for p in phases], width, label=label)
+        xs = [j + i * width - 0.4 + width / 2 for j in range(len(phases))]
+        ys = [number(values.get(p)) / GiB for p in phases]
+        ax.bar(xs, ys, width, label=label)
+        at += xs
+        heights += ys
+    bar_totals(ax, at, heights)
     ax.set_xticks(range(len(phases)), phases)
+    ax.set_xlabel("phase")
     ax.set_ylabel("GiB, peak allocated")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    legend_outside(ax, title="source")
     return fig
 
 

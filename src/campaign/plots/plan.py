@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canvas import figure, number
+from .canvas import figure, label_inside, number
 
 MiB = 2**20
 
@@ -33,7 +33,8 @@ def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = N
         ax.axvline(window, color="black", linestyle="--", linewidth=1)
     ax.set_yticks(range(cards), [f"card {i}" for i in range(cards)])
     ax.invert_yaxis()
-    ax.set_xlabel("hours from the start")
+    ax.set_xlabel("hours from the start of the rental")
+    ax.set_ylabel("card slot")
     ax.set_title(title)
     handles = [Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
     ax.legend(handles, phases, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(len(phases), 5),
@@ -52,13 +53,14 @@ def quant(result: dict[str, Any], title: str | None = None) -> Any:
     ax = fig.add_subplot()
     stored = [number(v.get("weight_bytes_stored")) for v in variants]
     unit, div = ("GiB", 2 ** 30) if max(stored) >= 2 ** 30 else ("MiB", MiB)
-    for v, size in zip(variants, stored, strict=True):
+    xs = [size / div for size in stored]
+    xmid = (min(xs) + max(xs)) / 2
+    for v, x in zip(variants, xs, strict=True):
         flagged = v.get("status") == "flagged"
         colour = "tab:red" if flagged else ("tab:gray" if v.get("status") == "reference" else "tab:blue")
-        x, y = size / div, number(v.get("quality"))
+        y = number(v.get("quality"))
         ax.scatter([x], [y], color=colour, zorder=3)
-        ax.annotate(str(v.get("name")) + (" (flagged)" if flagged else ""), (x, y), textcoords="offset points",
-                    xytext=(5, 4), fontsize=9)
+        label_inside(ax, str(v.get("name")) + (" (flagged)" if flagged else ""), (x, y), xmid, fontsize=9)
     ax.margins(x=0.2, y=0.2)
     metric = str(result.get("metric", "quality"))
     ax.set_xlabel(f"weights stored ({unit})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canvas import figure
+from .canvas import figure, label_inside, legend_outside
 
 STATUS_COLORS = {"completed": "#2a9d8f", "running": "#457b9d", "planned": "#adb5bd", "stopped": "#e9c46a",
                  "failed": "#e76f51", "invalid": "#9d0208"}
@@ -38,9 +38,8 @@ def runs_over_time(runs: list[dict[str, Any]]) -> Any:
         when = {s: [mdates.date2num(w) for w, r in points if r.get("status") == s] for s in statuses}
         ax.hist([when[s] for s in statuses], bins=min(60, max(10, len(points) // 50)), stacked=True,
                 color=[STATUS_COLORS.get(s, "grey") for s in statuses], label=statuses)
-        ax.xaxis_date()
         ax.set_ylabel("runs started")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        legend_outside(ax, title="status")
         accepted = sum(r.get("decision") == "accepted" for _, r in points)
         rejected = sum(r.get("decision") == "rejected" for _, r in points)
         ax.set_title(f"{len(points):,} runs by start time and status ({accepted:,} accepted, {rejected:,} rejected)",
@@ -56,11 +55,17 @@ def runs_over_time(runs: list[dict[str, Any]]) -> Any:
             if index:
                 ax.scatter([x[i] for i in index], index, **style)
         if len(points) <= RUNS_NAMED:
+            middle = (min(x) + max(x)) / 2
             for i, (_, r) in enumerate(points):
-                ax.annotate(str(r.get("name", "")), (x[i], i), xytext=(6, -3), textcoords="offset points", fontsize=7)
-        ax.xaxis_date()
+                label_inside(ax, str(r.get("name", "")), (x[i], i), middle, fontsize=7)
         ax.set_yticks([])
+        ax.set_ylabel("runs, in start order")
+        ax.margins(x=0.15, y=0.15)
         ax.set_title("runs over time (colour: status; ring: accepted; cross: rejected)", fontsize=10)
+    # a date on every tick (not a bare time of day): runs span days, and the reader needs the day
+    ax.xaxis_date()
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d %H:%M"))
+    ax.set_xlabel("start time (UTC)")
     fig.autofmt_xdate()
     return fig
 
@@ -112,8 +117,29 @@ def against(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: s
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    legend_outside(ax)
     return fig
 
 
-__all__ = ["RUNS_DOTTED", "RUNS_NAMED", "STATUS_COLORS", "against", "histogram", "runs_over_time"]
+def curves(series: dict[str, list[tuple[float, float]]], ylabel: str, title: str) -> Any:
+    """One line per run: a metric (the loss) against the step, from the runs' metrics.jsonl; named in a legend up
+    to RUNS_NAMED lines (beyond, unnamed thin lines)."""
+    series = {k: sorted(v) for k, v in series.items() if v}
+    if not series:
+        return None
+    fig = figure(7, 3, layout=None)
+    ax = fig.add_subplot()
+    named = len(series) <= RUNS_NAMED
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], lw=1.2 if named else 0.6,
+                marker="o" if len(points) == 1 else None, ms=3, label=label if named else None,
+                alpha=1.0 if named else 0.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if named:
+        legend_outside(ax, title="run")
+    return fig
+
+
+__all__ = ["RUNS_DOTTED", "RUNS_NAMED", "STATUS_COLORS", "against", "curves", "histogram", "runs_over_time"]

@@ -56,7 +56,7 @@ def _e(value: Any) -> str:
 
 
 def _gib(n: Any) -> str:
-    return f"{n / GiB:,.2f} GiB" if isinstance(n, (int, float)) else "-"
+    return f"{n / GiB:,.2f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "-"
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -69,9 +69,84 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" if svg else ""
 
 
+def _list(v: Any) -> list[Any]:
+    """A record's field as a list: [] when it is something else (a record of an unexpected shape)."""
+    return v if isinstance(v, list) else []
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _rows(d: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """A record's list of objects: [] when absent; a value of another type is an error the report lists (what
+    could not be drawn), not a silent blank."""
+    v = d.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise TypeError(f"{key!r} is {type(v).__name__}, not a list")
+    return [x for x in v if isinstance(x, dict)]
+
+
+def _obj(d: dict[str, Any], key: str) -> dict[str, Any]:
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise TypeError(f"{key!r} is {type(v).__name__}, not an object")
+    return v
+
+
+def _absent(what: str) -> str:
+    """What a record does not hold, said rather than invented."""
+    return f"<p class='missing'>{_e(what)}: not in this record</p>"
+
+
 def _checks(checks: Any) -> str:
-    rows = [[c.get("id", ""), c.get("status", ""), c.get("seen", "")] for c in checks or [] if isinstance(c, dict)]
+    rows = [[c.get("id", ""), c.get("status", ""), c.get("seen", "")] for c in _dicts(checks)]
     return _table(["check", "status", "seen"], rows) if rows else ""
+
+
+def command_line(r: SavedRecord) -> str:
+    """The command line a record was saved from (`campaign --record ...` keeps it)."""
+    import shlex
+
+    if r.argv:
+        return "campaign " + shlex.join(r.argv)
+    return f"campaign {r.command} (the command line was not recorded)"
+
+
+INPUT_FILES = ("source", "input", "baseline", "candidate", "plan", "setup", "manifest", "ledger")
+
+
+def inputs(d: dict[str, Any]) -> list[str]:
+    """The inputs a record names: its files (with their sha256 where recorded), its setup, its model."""
+    out = []
+    for key in INPUT_FILES:
+        v = d.get(key)
+        if isinstance(v, dict) and isinstance(v.get("path"), str):
+            sha = v.get("sha256")
+            rows = v.get("rows", v.get("examples"))
+            extra = ", ".join(x for x in (f"sha256 {sha[:12]}" if isinstance(sha, str) else "",
+                                          f"{rows:,} rows" if isinstance(rows, int) else "") if x)
+            out.append(f"{key} {v['path']}" + (f" ({extra})" if extra else ""))
+        elif isinstance(v, str) and v and key in ("source", "plan", "setup", "manifest", "ledger"):
+            out.append(f"{key} {v}")
+    if isinstance(d.get("model"), str):
+        out.append(f"model {d['model']}")
+    return out
+
+
+def _meta(r: SavedRecord) -> str:
+    named = inputs(r.result or {})
+    return (f"<p class='meta'>recorded {_e(r.created or '(no time)')} — {_e(Path(r.path).name)}<br>"
+            f"<code>{_e(command_line(r))}</code>"
+            + (f"<br>inputs: {_e('; '.join(named))}" if named else "") + "</p>")
 
 
 # -- one block per kind of record ---------------------------------------------------------------------------------
@@ -79,30 +154,28 @@ def _memory(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import card_fit, memory_phases, svg as draw
 
     how = "traced (fake tensors)" if d.get("method") == "traced" else "estimated (formula)"
-    w = d.get("workload") or {}
-    fits = [f"{f.get('card')}: {f.get('verdict')}" for f in d.get("fits") or [] if isinstance(f, dict)]
+    fits = [f"{f.get('card')}: {f.get('verdict')}" for f in _rows(d, "fits")]
     body = _table(["model", "workload", "peak phase", "peak allocated", "device", "required (with reserve)"],
-                  [[d.get("model"), f"{w.get('mode', '')} {w.get('method', '')} batch {w.get('batch')} x "
-                                     f"{w.get('seq_len')} {w.get('dtype', '')}", d.get("peak_phase"),
+                  [[d.get("model"), _workload(d.get("workload")), d.get("peak_phase"),
                     _gib(d.get("peak_allocated_bytes")), _gib(d.get("device_bytes")), _gib(d.get("required_bytes"))]])
-    if fits:
-        body += f"<p>cards: {_e('; '.join(fits))}</p>"
+    body += f"<p>cards: {_e('; '.join(fits))}</p>" if fits else _absent("card fit (no --card)")
+    when = f"{how}, recorded {r.created}"
     svg = draw(memory_phases(d, f"{d.get('model')}: memory per phase, {how}"))
     fit = draw(card_fit(d, f"{d.get('model')}: the cards against the {how.split(' ')[0]} total"))
-    return (f"memory of {d.get('model')}, {how}",
-            body + _figure(svg, f"{how}, {r.created}") + _figure(fit, f"card fit, {how}, {r.created}"))
+    return (f"memory of {d.get('model')}, {how}, {_workload(d.get('workload'))}",
+            body + _figure(svg, when) + _figure(fit, f"card fit, {when}"))
 
 
 def _measurement(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import measured_phases, svg as draw
 
-    env = d.get("environment") or {}
+    env = _obj(d, "environment")
     rows = [[p.get("name"), _gib(p.get("peak_allocated_bytes")), _gib(p.get("peak_reserved_bytes")),
-             _gib(p.get("device_used_bytes"))] for p in d.get("phases") or [] if isinstance(p, dict)]
-    body = _table(["phase", "peak allocated", "peak reserved", "device"], rows)
+             _gib(p.get("device_used_bytes"))] for p in _rows(d, "phases")]
+    body = _table(["phase", "peak allocated", "peak reserved", "device"], rows) if rows else _absent("phases")
     where = f"{env.get('device_name', '?')} ({env.get('device', '?')})"
-    return (f"measured on {where}",
-            body + _figure(draw(measured_phases(d, f"measured on {where}")), f"measured, {r.created}"))
+    return (f"{d.get('label') or 'measurement'} measured on {where}",
+            body + _figure(draw(measured_phases(d, f"measured on {where}")), f"measured, recorded {r.created}"))
 
 
 def _name(source: Any) -> str:
@@ -118,11 +191,11 @@ def _number(v: Any) -> str:
 def _usd(cents: Any) -> str:
     from ..plan.money import usd
 
-    return usd(cents) if isinstance(cents, int) else "-"
+    return usd(cents) if isinstance(cents, int) and not isinstance(cents, bool) else "-"
 
 
 def _hours(v: Any) -> str:
-    return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
+    return f"{v:.1f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
 
 
 def _count(v: Any) -> Any:
@@ -132,24 +205,31 @@ def _count(v: Any) -> Any:
 def _errors(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import confusion, svg as draw
 
-    averages = {k: v.get("f1") if isinstance(v, dict) else v for k, v in (d.get("averages") or {}).items()}
+    averages = {k: v.get("f1") if isinstance(v, dict) else v for k, v in _obj(d, "averages").items()}
     body = _table(["examples", "errors", "accuracy", *[f"{k} F1" for k in averages]],
                   [[d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
                     *[_number(v) for v in averages.values()]]])
-    labels = d.get("labels") if isinstance(d.get("labels"), list) else []
-    svg = draw(confusion(d, "confusion matrix (counted)")) if len(labels) <= CONFUSION_LABELS else ""
-    return f"errors of {_name(d.get('source'))}", body + _figure(svg, f"counted, {r.created}")
+    per_class = [[c.get("label"), c.get("support"), _number(c.get("precision")), _number(c.get("recall")),
+                  _number(c.get("f1"))] for c in _rows(d, "per_class")]
+    if per_class:
+        body += _table(["class", "support", "precision", "recall", "F1"], per_class)
+    labels = _list(d.get("labels"))
+    # the title names the file and the time: two analyses never show two pictures under one title
+    title = f"confusion of {_name(d.get('source')) or 'the predictions'} (counted), recorded {r.created}"
+    svg = draw(confusion(d, title)) if len(labels) <= CONFUSION_LABELS else ""
+    return f"errors of {_name(d.get('source'))}", body + _figure(svg, title)
 
 
 def _seeds(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import seeds, svg as draw
 
-    body = _table(["metric", "seeds", "mean difference", "interval", "verdict"],
+    body = _table(["metric", "seeds", "mean difference", "interval", "t-test p", "verdict"],
                   [[d.get("metric"), d.get("n_seeds"), _number(d.get("mean_diff")),
-                    f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", d.get("verdict")]])
+                    f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", _number(d.get("t_pvalue")),
+                    d.get("verdict")]])
     return (f"{d.get('candidate')} vs {d.get('baseline')} over seeds",
-            body + _figure(draw(seeds(d, "per-seed differences and the useful-effect band")),
-                           f"measured, {r.created}"))
+            body + _figure(draw(seeds(d, f"per-seed differences and the useful-effect band, recorded {r.created}")),
+                           f"measured, recorded {r.created}"))
 
 
 def record_status(d: dict[str, Any]) -> str | None:
@@ -160,27 +240,111 @@ def record_status(d: dict[str, Any]) -> str | None:
     from ..checks import VERDICTS
 
     status = d.get("status")
-    if status in VERDICTS:
+    if isinstance(status, str) and status in VERDICTS:
         return str(status)
     if status in ("ok", "failed"):                  # a measurement before campaign_version
         return "pass" if status == "ok" else "fail"
     if isinstance(d.get("passed"), bool):           # regress, quant before campaign_version
         return "pass" if d["passed"] else "fail"
-    listed = [c.get("status") for c in d.get("checks") or [] if isinstance(c, dict)]
+    listed = [c.get("status") for c in _dicts(d.get("checks"))]
     if listed:
         return "fail" if "fail" in listed else "warn" if "warn" in listed else "pass"
     return None
 
 
+def _mcnemar(d: dict[str, Any]) -> str:
+    m = d.get("mcnemar")
+    if not isinstance(m, dict):
+        return _absent("McNemar's test")
+    p = m.get("p_value")
+    return (f"<p>McNemar's test: p = {_e(_number(p) if isinstance(p, float) else p)} (right to wrong b = "
+            f"{_e(m.get('b'))}, wrong to right c = {_e(m.get('c'))}; {_e(m.get('method', 'method not recorded'))})"
+            "</p>")
+
+
+def _delta_f1(c: dict[str, Any]) -> list[Any]:
+    f1 = c.get("f1")
+    before, after = (f1[0], f1[1]) if isinstance(f1, list) and len(f1) == 2 else ("-", "-")
+    return [c.get("label"), c.get("support"), _number(before), _number(after), _number(c.get("delta_f1"))]
+
+
 def _regress(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    guards = [[g.get("expression", g.get("metric", "")), _number(g.get("delta")), g.get("passed")] for g in d.get("guards") or []
-              if isinstance(g, dict)]
+    guards = [[g.get("expression", g.get("metric", "")), _number(g.get("delta")), g.get("passed")]
+              for g in _rows(d, "guards")]
     body = _table(["examples", "accuracy before", "after", "right to wrong", "wrong to right", "status"],
                   [[d.get("examples"), _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
                     _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), record_status(d)]])
-    if guards:
-        body += _table(["guard", "change", "passed"], guards)
+    body += _mcnemar(d)
+    per_class = [_delta_f1(c) for c in _rows(d, "per_class")]
+    body += (_table(["class", "support", "F1 before", "F1 after", "change"], per_class) if per_class
+             else _absent("per-class deltas"))
+    deltas = [[x.get("name"), _number(x.get("baseline")), _number(x.get("candidate")), _number(x.get("delta"))]
+              for x in _rows(d, "deltas") if not str(x.get("name", "")).startswith(("f1[", "precision[",
+                                                                                          "recall["))]
+    if deltas:
+        body += _table(["metric", "before", "after", "change"], deltas)
+    body += _table(["guard", "change", "passed"], guards) if guards else "<p>guards: none given</p>"
     return f"{_name(d.get('candidate'))} against {_name(d.get('baseline'))}", body
+
+
+def _split(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    source = _obj(d, "input")
+    body = (f"<p>input: {_e(source.get('path'))} ({_e(source.get('format'))}, {_e(source.get('rows'))} rows, sha256 "
+            f"{_e(str(source.get('sha256', ''))[:12])})</p>" if source else _absent("the input file"))
+    rows = [[s.get("name"), s.get("rows"), _number(s.get("fraction")), _number(s.get("target_fraction")),
+             s.get("path"), str(s.get("sha256") or "")[:12],
+             ", ".join(f"{k} {v}" for k, v in _dict(s.get("labels")).items())] for s in _rows(d, "splits")]
+    body += (_table(["split", "rows", "fraction", "target", "file", "sha256", "rows per label"], rows) if rows
+             else _absent("the splits' rows"))
+    dup = _obj(d, "duplicates")
+    if dup:
+        body += "<p>duplicates: " + _e(", ".join(f"{k.replace('_', ' ')} {v}" for k, v in dup.items())) + "</p>"
+    body += f"<p>manifest: {_e(d.get('manifest'))}</p>" if d.get("manifest") else _absent("the manifest")
+    return f"split of {_name(source.get('path')) or '?'}", body + _checks(_rows(d, "checks"))
+
+
+def _usage(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    counts = _obj(d, "counts")
+    final = d.get("final_split")
+    rows = [[f"{split} (final)" if split == final else split, *(_dict(c).get(k, 0) for k in
+                                                              ("training", "model_selection", "final_test"))]
+            for split, c in counts.items()]
+    body = (f"<p>ledger: {_e(d.get('ledger'))} of {_e(d.get('manifest'))}; the final split may inform "
+            f"{_e(d.get('max_final_uses'))} decision(s), it informed {_e(d.get('final_decisions'))}</p>")
+    body += (_table(["split", "training", "model selection", "final test"], rows) if rows
+             else _absent("the uses per split"))
+    entries = [[e.get("time"), e.get("split"), e.get("purpose"), e.get("note") or "", e.get("run") or "-"]
+               for e in _rows(d, "entries")]
+    body += (_table(["time", "split", "purpose", "what it decided", "run"], entries) if entries
+             else "<p>no use recorded in the ledger</p>")
+    warnings = [w for w in _list(d.get("warnings")) if isinstance(w, str)]
+    body += "".join(f"<p class='missing'>{_e(w)}</p>" for w in warnings)
+    return f"usage ledger of {_name(d.get('manifest')) or '?'}", body + _checks(_rows(d, "checks"))
+
+
+def _caveats(d: dict[str, Any]) -> list[str]:
+    """What a budget's figures rest on: example prices, hours estimated from FLOPs, the recovery margin."""
+    out = []
+    prices = d.get("prices")
+    if isinstance(prices, dict):
+        if prices.get("example"):
+            out.append(f"prices are the bundled example data ({prices.get('source')}, {prices.get('date')}): "
+                       "pass --prices with your provider's")
+        else:
+            out.append(f"prices from {prices.get('path')} ({prices.get('source')}, {prices.get('date')})")
+    else:
+        out.append("where the prices came from: not in this record")
+    estimated = sorted({str(e.get("phase")) for e in _rows(d, "estimates") if e.get("how") == "estimated"})
+    if estimated:
+        mfu = sorted({e.get("mfu") for e in _rows(d, "estimates") if isinstance(e.get("mfu"), (int, float))})
+        out.append(f"hours of {', '.join(estimated)} estimated from FLOPs"
+                   + (f" at MFU {', '.join(f'{m:.0%}' for m in mfu)}" if mfu else "") + ", not measured")
+    elif "estimates" not in d:
+        out.append("how the hours were obtained: not in this record")
+    margin = d.get("margin")
+    out.append(f"recovery margin {margin:.0%} on every run" if isinstance(margin, (int, float))
+               and not isinstance(margin, bool) else "recovery margin: not in this record")
+    return out
 
 
 def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
@@ -188,38 +352,91 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
 
     rows = [[p.get("name"), p.get("card"), p.get("cards"), _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
              _usd(p.get("cost_cents")), "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
-            for p in d.get("packages") or [] if isinstance(p, dict)]
+            for p in _rows(d, "packages")]
     body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))} — {_e(d.get('why', ''))}"
-            "</p>" + _table(["rental", "card", "cards", "hours", "critical path", "cost", "fits", "slack h"], rows))
-    svg = draw(gantt(d.get("schedule") or {}, f"schedule on the recommended rental ({d.get('recommended')})"))
-    return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, {r.created}")
+            "</p><p>caveats:</p><ul>" + "".join(f"<li>{_e(c)}</li>" for c in _caveats(d)) + "</ul>"
+            + _table(["rental", "card", "cards", "hours", "critical path", "cost", "fits", "slack h"], rows))
+    phases = [[p.get("name"), p.get("kind"), p.get("runs"), p.get("cards"), _hours(p.get("hours")),
+               p.get("hours_how") or "-", ", ".join(str(a) for a in _list(p.get("after"))) or "-"]
+              for p in _rows(d, "phases")]
+    body += (_table(["phase", "kind", "runs", "cards", "hours per run", "hours from", "after"], phases) if phases
+             else _absent("the phases")) + _checks(_rows(d, "checks"))
+    svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})"))
+    return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, recorded {r.created}")
 
 
 def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import quant, svg as draw
 
-    rows = [[v.get("name"), _number((v.get("weight_bytes_stored") or 0) / 2**20), _number(v.get("quality")),
+    rows = [[v.get("name"), _number(number(v.get("weight_bytes_stored")) / 2**20), _number(v.get("quality")),
              _number(v.get("delta")) if v.get("delta") is not None else "-", v.get("smallest_card") or "-",
-             v.get("status")] for v in d.get("variants") or [] if isinstance(v, dict)]
-    body = _table(["variant", "weights stored (MiB)", str(d.get("metric", "quality")), "change", "smallest card",
-                   "status"], rows)
+             v.get("status")] for v in _rows(d, "variants")]
+    evaluation = _obj(d, "evaluation")
+    body = (f"<p>model: {_e(d.get('model') or '(not in this record)')} — setup {_e(d.get('setup') or '(not recorded)')}"
+            f" — reference {_e(d.get('reference'))} — evaluated on {_e(evaluation.get('examples', '?'))} examples "
+            f"(sha256 {_e(str(evaluation.get('sha256', ''))[:12])}) on {_e(d.get('device_name') or d.get('device'))}"
+            "</p>")
+    body += _table(["variant", "weights stored (MiB)", str(d.get("metric", "quality")), "change", "smallest card",
+                    "status"], rows)
     where = f"{d.get('device_name') or d.get('device')}"
     return (f"quantization of {d.get('model')} on {where}",
-            body + _figure(draw(quant(d, "memory against quality (measured)")), f"measured, {r.created}"))
+            body + _figure(draw(quant(d, f"{d.get('model')}: memory against quality (measured)")),
+                           f"measured, recorded {r.created}"))
+
+
+def _check(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    setup = d.get("source") or d.get("setup")
+    body = (f"<p>verdict: <b>{_e(record_status(d) or 'not in this record')}</b> — setup "
+            f"{_e(setup or '(not in this record)')} — device {_e(d.get('device', '?'))}"
+            + (f", micro-batch {_e(d.get('micro_batch'))} x {_e(d.get('sequence_length'))} tokens"
+               if d.get("micro_batch") is not None else "") + "</p>")
+    if d.get("loss") is not None:
+        body += f"<p>first loss {_e(_number(d.get('loss')))} (expected about {_e(_number(d.get('expected_loss')))})</p>"
+    return f"{r.command or 'check'} of {setup or '?'}", body + (_checks(_rows(d, "checks")) or _absent("checks"))
 
 
 def _generic(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
-    body = _checks(d.get("checks"))
+    body = _checks(_rows(d, "checks"))
     status = record_status(d)
+    setup = d.get("source") or d.get("setup")
+    if isinstance(setup, str):
+        body = f"<p>setup: {_e(setup)}</p>" + body
     if status is not None:
-        body = f"<p>status: {_e(status)}</p>" + body
+        body = f"<p>verdict: <b>{_e(status)}</b></p>" + body
     return f"{r.command or d.get('schema')}", body or "<p>recorded (see the JSON file)</p>"
 
 
 HANDLERS: dict[str, Callable[[SavedRecord, dict[str, Any]], tuple[str, str]]] = {
     "campaign.memory": _memory, "campaign.measurement": _measurement, "campaign.errors": _errors,
     "campaign.seeds": _seeds, "campaign.regress": _regress, "campaign.budget": _budget, "campaign.quant": _quant,
+    "campaign.split": _split, "campaign.usage": _usage, "campaign.check": _check, "campaign.inspect": _check,
+    "campaign.batch": _check,
 }
+
+
+def _drawn_failed(e: Exception) -> str:
+    return f"<p class='missing'>could not be drawn ({_e(type(e).__name__)}: {_e(e)})</p>"
+
+
+def _block(r: SavedRecord) -> str:
+    """One record: its heading, when and how it was recorded (command line, inputs), then its tables and figures;
+    a record of an unexpected shape is listed with what could not be drawn, never fatal."""
+    d = r.result or {}
+    kind = _schema_kind(r.schema)
+    try:
+        name, body = HANDLERS.get(kind, _generic)(r, d)
+    except Exception as e:  # noqa: BLE001 - a record of an unexpected shape is listed, never fatal
+        try:
+            name, body = _generic(r, d)
+        except Exception:  # noqa: BLE001
+            name, body = r.command or kind or "record", ""
+        body = _drawn_failed(e) + body
+    try:
+        meta = _meta(r)
+    except Exception as e:  # noqa: BLE001
+        meta = _drawn_failed(e)
+    return f"<article class='record'><h3>{_e(name)}</h3>{meta}{body}</article>"
+
 
 # -- many records of one kind: one table of them all and one picture ---------------------------------------------
 ONE_EACH = 8      # up to this many records of a kind are drawn one by one (their tables and figures); more: summed up
@@ -230,161 +447,201 @@ def _workload(w: Any) -> str:
     return f"{w.get('mode', '')} {w.get('method', '')} batch {w.get('batch')} x {w.get('seq_len')} {w.get('dtype', '')}"
 
 
-def _memory_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+def _memory_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    fits = _rows(d, "fits")
+    return [d.get("model"), _workload(d.get("workload")), "traced" if d.get("method") == "traced" else "estimated",
+            d.get("peak_phase"), _gib(d.get("peak_allocated_bytes")), _gib(d.get("required_bytes")),
+            "; ".join(f"{f.get('card')}: {f.get('verdict')}" for f in fits)]
+
+
+def _memory_figure(rs: list[SavedRecord]) -> str:
     from ..plots import histogram, svg as draw
 
     by_verdict: dict[str, list[float]] = {}
     cards: dict[str, float] = {}
-    rows = []
     for r in rs:
         d = r.result or {}
-        fits = [f for f in d.get("fits") or [] if isinstance(f, dict)]
-        rows.append([d.get("model"), _workload(d.get("workload")), "traced" if d.get("method") == "traced" else
-                     "estimated", d.get("peak_phase"), _gib(d.get("peak_allocated_bytes")), _gib(d.get("required_bytes")),
-                     "; ".join(f"{f.get('card')}: {f.get('verdict')}" for f in fits), r.created, Path(r.path).name])
+        fits = _dicts(d.get("fits"))
         need = d.get("required_bytes")
-        if isinstance(need, (int, float)):
+        if isinstance(need, (int, float)) and not isinstance(need, bool):
             verdict = str(fits[0].get("verdict")) if len(fits) == 1 else "required"
             by_verdict.setdefault(verdict, []).append(need / GiB)
         for f in fits:
             if isinstance(f.get("memory_bytes"), int) and len(cards) < 8:
                 cards.setdefault(str(f.get("card")), f["memory_bytes"] / GiB)
-    svg = draw(histogram(by_verdict, "GiB required, with the reserve (lines: the cards' memory)",
-                         f"{len(rs):,} memory estimates: what each requires", lines=cards))
-    return (["model", "workload", "how", "peak phase", "peak allocated", "required (with reserve)", "cards",
-             "recorded", "file"], rows, svg)
+    return draw(histogram(by_verdict, "GiB required, with the reserve (lines: the cards' memory)",
+                          f"{len(rs):,} memory estimates: what each requires", lines=cards))
 
 
-def _measurement_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+def _measurement_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    env = _obj(d, "environment")
+    phases = _rows(d, "phases")
+    return [d.get("label"), _workload(d.get("workload")), f"{env.get('device_name', '?')} ({env.get('device', '?')})",
+            _gib(max((number(p.get("peak_allocated_bytes")) for p in phases), default=None)),
+            _gib(max((number(p.get("peak_reserved_bytes")) for p in phases), default=None))]
+
+
+def _measurement_figure(rs: list[SavedRecord]) -> str:
     from ..plots import histogram, svg as draw
 
-    rows, peaks = [], []
+    peaks = []
     for r in rs:
-        d = r.result or {}
-        env = d.get("environment") or {}
-        phases = [p for p in d.get("phases") or [] if isinstance(p, dict)]
-        peak = max((p.get("peak_reserved_bytes") or 0 for p in phases), default=None)
-        rows.append([d.get("label"), _workload(d.get("workload")), f"{env.get('device_name', '?')} "
-                     f"({env.get('device', '?')})", _gib(max((p.get("peak_allocated_bytes") or 0 for p in phases),
-                                                            default=None)), _gib(peak), r.created, Path(r.path).name])
-        if isinstance(peak, (int, float)):
-            peaks.append(peak / GiB)
-    svg = draw(histogram({"measured": peaks}, "GiB, peak reserved over the phases", f"{len(rs):,} measurements"))
-    return ["model", "workload", "device", "peak allocated", "peak reserved", "recorded", "file"], rows, svg
+        phases = _dicts((r.result or {}).get("phases"))
+        if phases:
+            peaks.append(max(number(p.get("peak_reserved_bytes")) for p in phases) / GiB)
+    return draw(histogram({"measured": peaks}, "GiB, peak reserved over the phases", f"{len(rs):,} measurements"))
 
 
-def _errors_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+def _errors_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    macro = _obj(d, "averages").get("macro")
+    return [_name(d.get("source")), d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
+            _number(macro.get("f1") if isinstance(macro, dict) else macro)]
+
+
+def _errors_figure(rs: list[SavedRecord]) -> str:
     from ..plots import histogram, svg as draw
 
-    rows, accuracy = [], []
-    for r in rs:
-        d = r.result or {}
-        averages = d.get("averages") or {}
-        macro = averages.get("macro") if isinstance(averages, dict) else None
-        rows.append([_name(d.get("source")), d.get("examples"), d.get("errors"), _number(d.get("accuracy")),
-                     _number(macro.get("f1") if isinstance(macro, dict) else macro), r.created, Path(r.path).name])
-        if isinstance(d.get("accuracy"), (int, float)):
-            accuracy.append(d["accuracy"])
-    svg = draw(histogram({"accuracy": accuracy}, "accuracy (counted)", f"{len(rs):,} error analyses"))
-    return ["predictions", "examples", "errors", "accuracy", "macro F1", "recorded", "file"], rows, svg
+    accuracy = [number(d.get("accuracy")) for d in (r.result or {} for r in rs) if _real(d.get("accuracy"))]
+    return draw(histogram({"accuracy": accuracy}, "accuracy (counted)", f"{len(rs):,} error analyses"))
 
 
-def _seeds_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+def _seeds_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    return [f"{d.get('candidate')} vs {d.get('baseline')}", d.get("metric"), d.get("n_seeds"),
+            _number(d.get("mean_diff")), f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]",
+            _number(d.get("t_pvalue")), d.get("verdict")]
+
+
+def _seeds_figure(rs: list[SavedRecord]) -> str:
     from ..plots import histogram, svg as draw
 
-    rows, by_verdict, effects = [], {}, set()
+    by_verdict: dict[str, list[float]] = {}
+    effects = set()
     for r in rs:
         d = r.result or {}
-        rows.append([_name(d.get("source")), f"{d.get('candidate')} vs {d.get('baseline')}", d.get("metric"),
-                     d.get("n_seeds"), _number(d.get("mean_diff")),
-                     f"[{_number(d.get('ci_low'))}, {_number(d.get('ci_high'))}]", d.get("verdict"), r.created,
-                     Path(r.path).name])
-        if isinstance(d.get("mean_diff"), (int, float)):
+        if _real(d.get("mean_diff")):
             by_verdict.setdefault(str(d.get("verdict")), []).append(d["mean_diff"])
-            effects.add(d.get("min_effect"))
-    band = effects.pop() if len(effects) == 1 and isinstance(next(iter(effects)), (int, float)) else None
-    svg = draw(histogram(by_verdict, "mean difference, candidate - baseline (grey: not a useful effect)",
-                         f"{len(rs):,} seed comparisons, by verdict", band=band or None))
-    return (["results", "compared", "metric", "seeds", "mean difference", "interval", "verdict", "recorded", "file"],
-            rows, svg)
+            effects.add(d.get("min_effect") if _real(d.get("min_effect")) else None)
+    band = next(iter(effects)) if len(effects) == 1 else None
+    return draw(histogram(by_verdict, "mean difference, candidate - baseline (grey: not a useful effect)",
+                          f"{len(rs):,} seed comparisons, by verdict", band=band or None))
 
 
-def _regress_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
+def _regress_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    guards = [f"{g.get('expression', g.get('metric', ''))} {_number(g.get('delta'))}"
+              + ("" if g.get("passed") else " BROKEN") for g in _rows(d, "guards")]
+    m = _obj(d, "mcnemar")
+    worst = sorted((c for c in _rows(d, "per_class") if _real(c.get("delta_f1"))), key=lambda c: c["delta_f1"])
+    return [_name(d.get("candidate")), _name(d.get("baseline")), d.get("examples"),
+            _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
+            _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")),
+            _number(m["p_value"]) if "p_value" in m else "not recorded",
+            f"{worst[0].get('label')} {worst[0]['delta_f1']:+.4f}" if worst else "not recorded",
+            "; ".join(guards), record_status(d)]
+
+
+def _regress_figure(rs: list[SavedRecord]) -> str:
     from ..plots import histogram, svg as draw
 
-    rows, by_passed = [], {}
+    by_passed: dict[str, list[float]] = {}
     for r in rs:
         d = r.result or {}
-        guards = [f"{g.get('expression', g.get('metric', ''))} {_number(g.get('delta'))}"
-                  + ("" if g.get("passed") else " BROKEN") for g in d.get("guards") or [] if isinstance(g, dict)]
-        rows.append([_name(d.get("candidate")), _name(d.get("baseline")), d.get("examples"),
-                     _number(d.get("accuracy_baseline")), _number(d.get("accuracy_candidate")),
-                     _count(d.get("right_to_wrong")), _count(d.get("wrong_to_right")), "; ".join(guards),
-                     record_status(d), r.created, Path(r.path).name])
         before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
-        if isinstance(before, (int, float)) and isinstance(after, (int, float)):
+        if _real(before) and _real(after):
             by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(after - before)
-    svg = draw(histogram(by_passed, "accuracy, candidate - baseline",
-                         f"{len(rs):,} regressions, by whether they passed"))
-    return (["candidate", "baseline", "examples", "accuracy before", "after", "right to wrong", "wrong to right",
-             "guards", "status", "recorded", "file"], rows, svg)
+    return draw(histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed"))
 
 
-def _budget_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    rows = []
-    for r in rs:
-        d = r.result or {}
-        best = next((p for p in d.get("packages") or [] if isinstance(p, dict)
-                     and p.get("name") == d.get("recommended")), {})
-        rows.append([d.get("name") or _name(d.get("plan")), d.get("recommended"), d.get("recommended_card"),
-                     _hours(best.get("hours")), _usd(best.get("cost_cents")), r.created, Path(r.path).name])
-    return ["plan", "recommended", "card", "hours", "cost", "recorded", "file"], rows, ""
+def _budget_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    best = next((p for p in _rows(d, "packages") if p.get("name") == d.get("recommended")), {})
+    return [d.get("name") or _name(d.get("plan")), d.get("recommended"), d.get("recommended_card"),
+            _hours(best.get("hours")), _usd(best.get("cost_cents")), "; ".join(_caveats(d))]
 
 
-def _quant_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    rows = []
-    for r in rs:
-        d = r.result or {}
-        for v in d.get("variants") or []:
-            if isinstance(v, dict):
-                rows.append([d.get("model"), v.get("name"), _number((v.get("weight_bytes_stored") or 0) / 2**20),
-                             _number(v.get("quality")), v.get("status"), r.created, Path(r.path).name])
-    return ["model", "variant", "weights stored (MiB)", "quality", "status", "recorded", "file"], rows, ""
+def _quant_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    return [d.get("model"), d.get("setup"), d.get("device_name") or d.get("device"),
+            "; ".join(f"{v.get('name')} {_number(number(v.get('weight_bytes_stored')) / 2**20)} MiB "
+                      f"{d.get('metric', 'quality')} {_number(v.get('quality'))} {v.get('status')}"
+                      for v in _rows(d, "variants"))]
 
 
-def _generic_rows(rs: list[SavedRecord]) -> tuple[list[str], list[list[Any]], str]:
-    rows = []
-    for r in rs:
-        d = r.result or {}
-        listed = d.get("checks")
-        checks = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
-        counted: dict[str, int] = {}
-        for c in checks:
-            counted[str(c.get("status"))] = counted.get(str(c.get("status")), 0) + 1
-        failed = [str(c.get("id")) for c in checks if c.get("status") in ("fail", "warn")]
-        rows.append([r.command or d.get("schema"), record_status(d), ", ".join(f"{n} {s}" for s, n in counted.items()),
-                     ", ".join(failed), r.created, Path(r.path).name])
-    return ["command", "status", "checks", "failed or warned", "recorded", "file"], rows, ""
+def _split_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    source = _obj(d, "input")
+    return [source.get("path"), source.get("rows"),
+            ", ".join(f"{s.get('name')} {s.get('rows')}" for s in _rows(d, "splits")), d.get("manifest"),
+            record_status(d)]
 
 
-SUMMARIES: dict[str, Callable[[list[SavedRecord]], tuple[list[str], list[list[Any]], str]]] = {
-    "campaign.memory": _memory_rows, "campaign.measurement": _measurement_rows, "campaign.errors": _errors_rows,
-    "campaign.seeds": _seeds_rows, "campaign.regress": _regress_rows, "campaign.budget": _budget_rows,
-    "campaign.quant": _quant_rows,
+def _usage_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    return [d.get("manifest"), "; ".join(f"{split}: " + ", ".join(f"{k.replace('_', ' ')} {v}"
+                                                                  for k, v in _dict(c).items())
+                                         for split, c in _obj(d, "counts").items()),
+            len(_list(d.get("entries"))), record_status(d)]
+
+
+def _generic_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    checks = _dicts(d.get("checks"))
+    counted: dict[str, int] = {}
+    for c in checks:
+        counted[str(c.get("status"))] = counted.get(str(c.get("status")), 0) + 1
+    failed = [str(c.get("id")) for c in checks if c.get("status") in ("fail", "warn")]
+    setup = d.get("source") or d.get("setup")
+    return [r.command or d.get("schema"), setup if isinstance(setup, str) else "", record_status(d),
+            ", ".join(f"{n} {s}" for s, n in counted.items()), ", ".join(failed)]
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# kind: (headers, one row per record, the one picture of them all or None)
+SUMMARIES: dict[str, tuple[list[str], Callable[[SavedRecord, dict[str, Any]], list[Any]],
+                           Callable[[list[SavedRecord]], str] | None]] = {
+    "campaign.memory": (["model", "workload", "how", "peak phase", "peak allocated", "required (with reserve)",
+                         "cards"], _memory_row, _memory_figure),
+    "campaign.measurement": (["model", "workload", "device", "peak allocated", "peak reserved"], _measurement_row,
+                             _measurement_figure),
+    "campaign.errors": (["predictions", "examples", "errors", "accuracy", "macro F1"], _errors_row, _errors_figure),
+    "campaign.seeds": (["compared", "metric", "seeds", "mean difference", "interval", "t-test p", "verdict"],
+                       _seeds_row, _seeds_figure),
+    "campaign.regress": (["candidate", "baseline", "examples", "accuracy before", "after", "right to wrong",
+                          "wrong to right", "McNemar p", "worst class F1 change", "guards", "status"], _regress_row,
+                         _regress_figure),
+    "campaign.budget": (["plan", "recommended", "card", "hours", "cost", "caveats"], _budget_row, None),
+    "campaign.quant": (["model", "setup", "device", "variants"], _quant_row, None),
+    "campaign.split": (["input", "rows", "rows per split", "manifest", "status"], _split_row, None),
+    "campaign.usage": (["manifest", "uses per split", "ledger entries", "status"], _usage_row, None),
 }
+GENERIC = (["command", "setup", "verdict", "checks", "failed or warned"], _generic_row, None)
 
 
 def _summary(kind: str, rs: list[SavedRecord]) -> str:
-    """More than ONE_EACH records of one kind: one table with a row each and one picture of them all."""
-    try:
-        headers, rows, svg = SUMMARIES.get(kind, _generic_rows)(rs)
-        note = ""
-    except Exception as e:  # noqa: BLE001 - records of an unexpected shape are listed, never fatal
-        headers, rows, svg = _generic_rows(rs)
-        note = f"<p class='missing'>could not be drawn ({_e(type(e).__name__)}: {_e(e)})</p>"
-    return (f"<h3>{len(rs):,} {_e(kind.split('.')[-1])} records</h3><p class='meta'>one row each, oldest first; "
-            f"the latest of each subject (the JSON files hold every detail)</p>{note}"
-            + _figure(svg, f"{len(rs):,} records, as recorded") + _table(headers, rows))
+    """More than ONE_EACH records of one kind: one table with a row each (its time, file and command line) and one
+    picture of them all. A record whose row cannot be read is listed with the generic row and the error."""
+    headers, row, picture = SUMMARIES.get(kind, GENERIC)
+    rows, notes = [], []
+    for r in rs:
+        d = r.result or {}
+        try:
+            cells = row(r, d)
+        except Exception as e:  # noqa: BLE001 - a record of an unexpected shape is listed, never fatal
+            notes.append(f"{Path(r.path).name}: could not be drawn ({type(e).__name__}: {e})")
+            try:
+                cells = _generic_row(r, d)
+            except Exception:  # noqa: BLE001
+                cells = [r.command]
+            cells = (cells + [""] * len(headers))[:len(headers)]
+        rows.append([*cells, r.created, Path(r.path).name, command_line(r)])
+    svg = ""
+    if picture is not None:
+        try:
+            svg = picture(rs)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"the picture of them all could not be drawn ({type(e).__name__}: {e})")
+    return (f"<h3>{len(rs):,} {_e(kind.split('.')[-1])} records</h3><p class='meta'>every record, one row each, "
+            "newest first (the JSON files hold every detail)</p>"
+            + "".join(f"<p class='missing'>{_e(n)}</p>" for n in notes)
+            + _figure(svg, f"{len(rs):,} records, as recorded")
+            + _table([*headers, "recorded", "file", "command line"], rows))
 
 
 CSS = """
@@ -392,36 +649,51 @@ body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em aut
 h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{font-size:1.05em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;
 font-size:.9em}th{background:#f3f3f3}.missing{color:#9d0208}.meta{color:#666;font-size:.85em}
+.meta code{font-size:1em;color:#333;word-break:break-all}
 figure{margin:.5em 0}figcaption{color:#666;font-size:.85em}svg{max-width:100%;height:auto}
-@media print{body{max-width:none;margin:0}h2{page-break-before:always}figure,table{page-break-inside:avoid}}
+h2,h3,.meta{break-after:avoid;page-break-after:avoid}
+figure,tr,.record>p{break-inside:avoid;page-break-inside:avoid}
+@media print{body{max-width:none;margin:0}section+section{break-before:page;page-break-before:always}
+table{break-inside:auto}thead{display:table-header-group}}
 """
+# Print: the first question starts under the title (no page holding the title alone), each later question on a
+# new page; a heading and its line of provenance stay with what follows them; a figure or a table row is never cut.
 
 
-def _workload_key(model: Any, w: Any) -> tuple[Any, ...] | None:
+def number(v: Any, default: float = 0.0) -> float:
+    """A record's value as a float: a number as it is, anything else as `default`."""
+    return float(v) if _real(v) else default
+
+
+def _workload_key(model: Any, w: Any) -> tuple[str, ...] | None:
     if not isinstance(w, dict):
         return None
-    return (model, w.get("mode"), w.get("method"), w.get("batch"), w.get("seq_len"), w.get("dtype"))
+    return tuple(str(x) for x in (model, w.get("mode"), w.get("method"), w.get("batch"), w.get("seq_len"),
+                                  w.get("dtype")))
+
+
+SOURCE_ORDER = ("estimated", "traced", "measured")
 
 
 def _sources(by_kind: dict[str, list[SavedRecord]]) -> dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]]:
-    """Each model and workload recorded from two or more sources (estimated, traced, measured): its sources, each
-    with every phase's peak allocated bytes."""
-    groups: dict[tuple[Any, ...], list[tuple[str, dict[str, float]]]] = {}
-    for r in by_kind.get("campaign.memory", []):
+    """Each model and workload recorded from two or more sources (estimated, traced, measured): its sources (the
+    newest record of each, in that order), each with every phase's peak allocated bytes."""
+    groups: dict[tuple[Any, ...], dict[str, dict[str, float]]] = {}
+    for r in by_kind.get("campaign.memory", []):           # newest first: the first of each source is kept
         d = r.result or {}
         key = _workload_key(d.get("model"), d.get("workload"))
         how = "traced" if d.get("method") == "traced" else "estimated"
-        values = {str(p.get("name")): float(p.get("bytes", 0)) for p in d.get("phases") or [] if isinstance(p, dict)}
+        values = {str(p.get("name")): number(p.get("bytes")) for p in _dicts(d.get("phases"))}
         if key is not None and values:
-            groups.setdefault(key, []).append((how, values))
+            groups.setdefault(key, {}).setdefault(how, values)
     for r in by_kind.get("campaign.measurement", []):
         d = r.result or {}
         key = _workload_key(d.get("label"), d.get("workload"))
-        values = {str(p.get("name")): float(p.get("peak_allocated_bytes", 0)) for p in d.get("phases") or []
-                  if isinstance(p, dict)}
+        values = {str(p.get("name")): number(p.get("peak_allocated_bytes")) for p in _dicts(d.get("phases"))}
         if key in groups and values:
-            groups[key].append((f"measured on {(d.get('environment') or {}).get('device_name', '?')}", values))
-    return {key: series for key, series in groups.items() if len(series) >= 2}
+            groups[key].setdefault(f"measured on {_dict(d.get('environment')).get('device_name', '?')}", values)
+    return {key: sorted(series.items(), key=lambda kv: SOURCE_ORDER.index(kv[0].split(" ")[0]))
+            for key, series in groups.items() if len(series) >= 2}
 
 
 def _compared(by_kind: dict[str, list[SavedRecord]]) -> list[tuple[tuple[str, ...], str]]:
@@ -464,77 +736,155 @@ def _schema_kind(schema: str | None) -> str:
     return (schema or "").split("/")[0]
 
 
+RUN_CURVES = 100     # more runs than ONE_EACH: the loss curves of the newest this many in one picture
+
+
+def _flat(params: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested parameters as dotted keys: {'lora': {'r': 8}} -> {'lora.r': 8}."""
+    out: dict[str, Any] = {}
+    for k, v in _dict(params).items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _losses(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Each loss logged (a metric whose name holds 'loss'), as (step, value); a record without a step counts as
+    the next one."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for i, rec in enumerate(rows):
+        step = rec.get("step") if _real(rec.get("step")) else i
+        for k, v in rec.items():
+            if "loss" in str(k).lower() and _real(v):
+                out.setdefault(str(k), []).append((float(step), float(v)))
+    return out
+
+
+def _runs(root: str | Path | None, runs: list[Any], say: Callable[[str], None]) -> tuple[str, int]:
+    """The runs, newest first: up to ONE_EACH each with its hypothesis, baseline, parameters, last metrics and loss
+    curves; more in one table and one picture of their losses. Then all of them over time. (html, figures)"""
+    from ..plots import curves, runs_over_time, svg as draw
+    from ..track.store import Store
+
+    store = Store(root)
+    details = []
+    for i, x in enumerate(runs, 1):
+        if i % 250 == 0:
+            say(f"runs {i:,}/{len(runs):,}")
+        try:
+            m = store.read(x.id)
+            params, change, ended = m.params, m.change, m.ended
+        except Exception as e:  # noqa: BLE001 - a run whose manifest cannot be read is listed, never fatal
+            params, change, ended = {"(manifest)": f"could not be read: {e}"}, {}, None
+        try:
+            logged = store.metrics(x.id)
+        except Exception:  # noqa: BLE001
+            logged = []
+        details.append((x, _flat(params), change, ended, logged))
+    figures, parts = 0, []
+    if len(runs) <= ONE_EACH:
+        for x, params, change, ended, logged in details:
+            body = (f"<p class='meta'>{_e(x.status)}{' (' + _e(x.reason) + ')' if x.reason else ''} — started "
+                    f"{_e(x.created)}{', ended ' + _e(ended) if ended else ''} — baseline {_e(x.baseline or 'none')}"
+                    f" — decision {_e(x.decision or 'none')}</p>")
+            body += (f"<p>hypothesis: {_e(x.hypothesis)}</p>" if x.hypothesis
+                     else "<p class='missing'>hypothesis: none recorded (run start --hypothesis)</p>")
+            body += (_table(["parameter", "value", "baseline's, where it differs"], [[k, v, _dict(change.get(k.split('.')[0])).get(
+                "baseline", "") if k.split(".")[0] in change else ""] for k, v in params.items()]) if params
+                     else "<p class='missing'>parameters: none recorded</p>")
+            body += (_table(["metric", "last value"], [[k, _number(v)] for k, v in x.metrics.items()])
+                     if x.metrics else "<p class='missing'>metrics: none logged</p>")
+            svg = draw(curves(_losses(logged), "loss", f"{x.name}: loss per step (logged)"))
+            figures += bool(svg)
+            body += _figure(svg, f"logged by campaign run log, {len(logged):,} records") if svg else \
+                "<p class='missing'>loss curve: no loss logged</p>"
+            parts.append(f"<article class='record'><h3>run {_e(x.name)} ({_e(x.id)})</h3>{body}</article>")
+    else:
+        rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.hypothesis or "(none)",
+                 ", ".join(f"{k}={v}" for k, v in params.items()),
+                 ", ".join(f"{k}={_number(v)}" for k, v in x.metrics.items()), x.reason]
+                for x, params, _, _, _ in details]
+        newest = details[:RUN_CURVES]
+        series = {f"{x.name}: {k}": v for x, _, _, _, logged in newest for k, v in _losses(logged).items()}
+        svg = draw(curves(series, "loss", f"loss per step of the newest {len(newest):,} of {len(runs):,} runs"))
+        figures += bool(svg)
+        parts.append(f"<h3>{len(runs):,} runs</h3><p class='meta'>every run, newest first</p>"
+                     + _figure(svg, f"logged by campaign run log (the newest {len(newest):,} runs)")
+                     + _table(["id", "status", "decision", "baseline", "hypothesis", "parameters", "last metrics",
+                               "reason"], rows))
+    svg = draw(runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision, "name": x.name}
+                               for x in runs]))
+    figures += bool(svg)
+    parts.append(_figure(svg, "every run at its start time, recorded by campaign run"))
+    return "<h3>runs</h3>" + "".join(parts), figures
+
+
+def _kind_blocks(kind: str, shown: list[SavedRecord], say: Callable[[str], None]) -> list[str]:
+    if len(shown) > ONE_EACH:
+        say(f"{kind.split('.')[-1]}: {len(shown):,} records in one table")
+        return [_summary(kind, shown)]
+    blocks = []
+    for i, r in enumerate(shown, 1):
+        say(f"{kind.split('.')[-1]} {i:,}/{len(shown):,}")
+        blocks.append(_block(r))
+    return blocks
+
+
 def build_report(out: str | Path = "report.html", *, root: str | Path | None = None,
                  title: str = "Campaign report", progress: Callable[[str], None] | None = None) -> ReportResult:
-    """Write the report of the record folder and runs under `root` to `out` (atomically). Up to ONE_EACH records of a
-    kind are drawn one by one; more become one table and one picture. progress: called with what is being done
+    """Write the report of the record folder and runs under `root` to `out` (atomically). Every record is shown,
+    grouped by kind, newest first, each with its command line and inputs: up to ONE_EACH records of a kind are
+    drawn one by one; more become one table (a row each) and one picture. progress: called with what is being done
     ('records 3,000/10,000', 'runs', 'memory 2/5', 'writing')."""
     import datetime as dt
 
     from ..track.store import list_runs
-    from ..plots import runs_over_time, svg as draw
 
     say = progress or (lambda _phase: None)
     records = load_records(root, progress=say)
     say("runs")
-    runs = list_runs(root=root).runs
-    latest: dict[tuple[str, str, str], SavedRecord] = {}
-    for r in records:                           # oldest first: the latest of each kind, command and subject wins
-        if r.result is not None:
-            d = r.result
-            subject = str(d.get("model") or d.get("source") or d.get("candidate") or d.get("label") or "")
-            latest[(_schema_kind(r.schema), r.command, subject)] = r
+    runs = sorted(list_runs(root=root).runs, key=lambda x: str(x.created), reverse=True)
     by_kind: dict[str, list[SavedRecord]] = {}
-    for (kind, _, _), r in sorted(latest.items(), key=lambda kv: kv[1].created):
-        by_kind.setdefault(kind, []).append(r)
+    for r in sorted((r for r in records if r.result is not None), key=lambda r: (r.created, r.path), reverse=True):
+        by_kind.setdefault(_schema_kind(r.schema) or f"campaign.{r.command or 'record'}", []).append(r)
+    listed = {k for _, _, kinds in QUESTIONS for k in kinds}
+    others = tuple(k for k in sorted(by_kind) if k not in listed)
     parts, sections, figures, missing = [], [], 0, []
-    for number, question, kinds in QUESTIONS:
+    for number_, question, kinds in (*QUESTIONS, (6, "Other records", others)):
+        if number_ == 6 and not others:
+            continue
         blocks = []
         for kind in kinds:
-            if kind == "campaign.runs":
-                continue
-            shown = by_kind.get(kind, [])
-            if len(shown) > ONE_EACH:
-                say(f"{kind.split('.')[-1]}: {len(shown):,} records in one table")
-                body = _summary(kind, shown)
-                figures += body.count("<svg")
-                blocks.append(body)
-                continue
-            for i, r in enumerate(shown, 1):
-                say(f"{kind.split('.')[-1]} {i:,}/{len(shown):,}")
-                try:
-                    name, body = HANDLERS.get(kind, _generic)(r, r.result or {})
-                except Exception as e:  # noqa: BLE001 - a record of an unexpected shape is listed, never fatal
-                    name, body = _generic(r, r.result or {})
-                    body = f"<p class='missing'>could not be drawn ({_e(type(e).__name__)}: {_e(e)})</p>" + body
-                figures += body.count("<svg")
-                blocks.append(f"<h3>{_e(name)}</h3><p class='meta'>{_e(r.command)} — recorded {_e(r.created)} — "
-                              f"{_e(Path(r.path).name)}</p>{body}")
-        if number == 1:
+            if kind != "campaign.runs":
+                blocks += _kind_blocks(kind, by_kind.get(kind, []), say)
+        if number_ == 1:
             say("side by side")
-            groups = _sources(by_kind)
-            if len(groups) > ONE_EACH:
-                block = _compared_summary(groups)
-                figures += block.count("<svg")
-                blocks.append(block)
-            else:
-                compared = [block for _, block in _compared(by_kind)]
-                figures += len(compared)
-                blocks += compared
-        if number == 3 and runs:
+            try:
+                groups = _sources(by_kind)
+                if len(groups) > ONE_EACH:
+                    blocks.append(_compared_summary(groups))
+                else:
+                    blocks += [block for _, block in _compared(by_kind)]
+            except Exception as e:  # noqa: BLE001 - records of an unexpected shape are listed, never fatal
+                blocks.append(f"<h3>side by side</h3>{_drawn_failed(e)}")
+        if number_ == 3 and runs:
             say(f"runs: {len(runs):,}")
-            rows = [[x.id, x.status, x.decision or "-", x.baseline or "-", x.reason] for x in runs]
-            svg = draw(runs_over_time([{"created": x.created, "status": x.status, "decision": x.decision,
-                                        "name": x.name} for x in runs]))
-            figures += bool(svg)
-            blocks.append("<h3>runs</h3>" + _table(["id", "status", "decision", "baseline", "reason"], rows)
-                          + _figure(svg, "recorded by campaign run"))
+            try:
+                block, _ = _runs(root, runs, say)
+            except Exception as e:  # noqa: BLE001
+                block = f"<h3>runs</h3>{_drawn_failed(e)}"
+            blocks.append(block)
         absent = [EXPECTED[k] for k in kinds if k in EXPECTED and not by_kind.get(k)]
         missing += absent
         miss = "".join(f"<li class='missing'>{_e(m)}</li>" for m in absent)
-        sections.append(f"{number}. {question}")
-        parts.append(f"<section id='q{number}'><h2>{number}. {_e(question)}</h2>"
-                     + ("".join(blocks) or "<p class='missing'>nothing recorded for this question yet</p>")
+        body = "".join(blocks)
+        figures += body.count("<svg")
+        sections.append(f"{number_}. {question}" if number_ <= len(QUESTIONS) else question)
+        heading = f"{number_}. {_e(question)}" if number_ <= len(QUESTIONS) else _e(question)
+        parts.append(f"<section id='q{number_}'><h2>{heading}</h2>"
+                     + (body or "<p class='missing'>nothing recorded for this question yet</p>")
                      + (f"<ul>{miss}</ul>" if miss else "") + "</section>")
     bad = [r for r in records if r.result is None]
     if bad:
@@ -542,10 +892,12 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
                      + _table(["file", "error"], [[r.path, r.error] for r in bad]) + "</section>")
     say("writing")
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    counted = ", ".join(f"{len(v):,} {k.split('.')[-1]}" for k, v in sorted(by_kind.items()))
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>"
-            f"<h1>{_e(title)}</h1><p class='meta'>written {when} from {len(records)} records and {len(runs)} runs"
-            "</p>" + "".join(parts) + "</body></html>\n")
+            f"<h1>{_e(title)}</h1><p class='meta'>written {when} from {len(records)} records ({_e(counted or 'none')}"
+            f"{f', {len(bad)} unreadable' if bad else ''}) and {len(runs)} runs; every record is shown, grouped "
+            "by kind, newest first</p>" + "".join(parts) + "</body></html>\n")
     path = atomic_write_text(out, page)
     return ReportResult(str(path), tuple(sections), len(records), len(bad), len(runs), figures, tuple(missing))
 

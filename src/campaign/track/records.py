@@ -32,6 +32,7 @@ class SavedRecord:
     schema: str | None            # the result's own schema ('campaign.memory/1'), None when unreadable
     result: dict[str, Any] | None
     error: str | None = None
+    argv: tuple[str, ...] = ()    # the command line after `campaign` (as `--record` saved it)
 
 
 def save_record(result: Any, *, command: str, argv: list[str] | tuple[str, ...] = (),
@@ -65,8 +66,10 @@ def load_records(root: str | Path | None = None, *,
             if not isinstance(doc, dict) or doc.get("record") != SCHEMA or not isinstance(doc.get("result"), dict):
                 raise ValueError("not a campaign record")
             result = doc["result"]
+            argv = doc.get("argv")
             out.append(SavedRecord(str(path), str(doc.get("command", "")), str(doc.get("created", "")),
-                                   result.get("schema") if isinstance(result.get("schema"), str) else None, result))
+                                   result.get("schema") if isinstance(result.get("schema"), str) else None, result,
+                                   argv=tuple(str(a) for a in argv) if isinstance(argv, list) else ()))
         except Exception as e:  # noqa: BLE001 - a report lists what it could not read
             out.append(SavedRecord(str(path), path.parent.name, "", None, None, f"{type(e).__name__}: {e}"))
     return out

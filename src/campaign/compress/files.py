@@ -13,7 +13,7 @@ from .result import QuantReport
 CSV_COLUMNS = ("variant", "library", "memory_format", "weight_bytes_estimated", "weight_bytes_stored",
                "weight_bytes_measured", "peak_bytes_measured", "kv_bytes_estimated", "required_bytes_estimated",
                "smallest_card", "cheapest_card", "hourly_cents", "metric", "quality", "delta",
-               "p_value", "ms_per_token", "status", "guards_failed")
+               "p_value", "ms_per_token", "status", "guards_failed", "equivalence_margin", "equivalence_p_value")
 
 
 def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
@@ -27,7 +27,9 @@ def write_csv(report: QuantReport, path: str | os.PathLike[str]) -> Path:
                     _cell(v.required_bytes_estimated), v.smallest_card or "", v.cheapest_card or "",
                     _cell(v.hourly_cents), report.metric,
                     f"{v.quality:.6g}", _cell(v.delta, ".6g"), _cell(v.p_value, ".4g"),
-                    _cell(v.ms_per_token, ".4g"), v.status, ";".join(g.expression for g in v.guards if not g.passed)])
+                    _cell(v.ms_per_token, ".4g"), v.status, ";".join(g.expression for g in v.guards if not g.passed),
+                    _cell(v.equivalence.margin if v.equivalence else None, "g"),
+                    _cell(v.equivalence.p_value if v.equivalence else None, ".4g")])
     return atomic_write_text(path, buf.getvalue())
 
 

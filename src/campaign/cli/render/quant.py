@@ -2,6 +2,7 @@
 and its paired test against the reference; latency), the KV cache by precision, the broken guards, the notes."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...plan.money import usd
@@ -110,4 +111,6 @@ def _q(x: float, metric: str) -> str:
 
 
 def _d(x: float, metric: str) -> str:
+    if not math.isfinite(x):
+        return str(x)             # nan or inf: no sign, no unit (quant.finite says why)
     return f"{x:+,.3f}" if metric == "perplexity" else f"{x * 100:+.2f} pts"

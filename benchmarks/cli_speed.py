@@ -174,6 +174,8 @@ def workloads(tmp: Path) -> dict[str, list[tuple[list[str], float | None]]]:
               "--grad-checkpointing", "--all-cards"], START_UP_GOAL),
             (["kv", "qwen2.5-7b", "--context", "32768", "--sequences", "8", "--kv-dtype", "fp8", "--card", "l40s"],
              START_UP_GOAL),
+            (["memory", "tiny"], START_UP_GOAL),  # a 2-layer model: thousands of sequences fit each card
+            (["memory", "tiny", "--card", "h200"], START_UP_GOAL),
         ],
     }
 
@@ -220,6 +222,8 @@ def main() -> None:
             print(solve_figure())
         except Exception as e:  # the solver is being rewritten: its figure must not stop the rest
             print(f"card solve figure unavailable: {type(e).__name__}: {e}")
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+          + f" on {os.cpu_count()} CPUs: CPU seconds are the child's own, but a loaded machine inflates them too")
     baseline = [run_python_pass() for _ in range(5)]
     print(f"python -c pass (interpreter start): median {statistics.median(r.cpu_s for r in baseline):.3f} CPU-s, "
           f"{statistics.median(r.wall_s for r in baseline):.3f} s wall")
@@ -240,6 +244,7 @@ def main() -> None:
                 print(fig.line(), flush=True)
             print()
     print(f"{slow} command line(s) over their goal or cut at the timeout" if slow else "every goal met")
+    print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 def run_python_pass() -> Run:

@@ -111,13 +111,13 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     first_on_card = cache is None if card_first is None else card_first
 
-    def ok(n: int) -> bool:
+    def ok(n: int, below_top: bool = False) -> bool:
         """n fits on a card with room to spare, or replayed against this card (the allocator releasing its
         cached segments). For one card the replay against it comes first: where it releases nothing, it is the
         replay with room to spare as well (reserved.training_overhead keeps it as both), so a probe costs one
         replay. Cards that share their probes (`cache`) replay with room to spare first: that replay serves
-        every card it fits."""
-        if low(n) > memory_bytes:
+        every card it fits. `below_top`: n is at most the largest value whose lower bound fits (not computed)."""
+        if not below_top and low(n) > memory_bytes:
             return False
         if options.get("fragmentation") is not None or not first_on_card or n in probes.required:
             if required(n) <= memory_bytes:
@@ -144,8 +144,8 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
-    for n in range(1 + largest_satisfying(sure, top), top + 1):
-        if not ok(n):
+    for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
+        if not ok(n, below_top=True):
             return n - 1
     return top
 

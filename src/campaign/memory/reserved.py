@@ -89,25 +89,34 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
     terms, so a card solve's probes that coincide (batch 2 x 2048 and batch 1 x 4096 with the same phases) are
     replayed once: the key holds every other input as it is.
     """
+    layer = layer_saved(spec, w)
+    base = _step_key(spec, w, phases, layer, expandable)
     if limit is None or expandable:
-        return _training_cached(spec, w, phases, expandable, None)
-    free = _training_cached(spec, w, phases, expandable, None, replay=False)
+        return _training_cached(spec, w, phases, layer, base, expandable, None)
+    free = _training_cached(spec, w, phases, layer, base, expandable, None, replay=False)
     if free is not None and (free.peak_reserved <= limit or free.release_above <= limit):
         return free  # the limit would release nothing: the same replay
-    found = _training_cached(spec, w, phases, expandable, limit)
+    found = _training_cached(spec, w, phases, layer, base, expandable, limit)
     if free is None and not found.released:  # nothing released: the replay without a limit is this one
-        _training_cached(spec, w, phases, expandable, None, known=found)
+        _training_cached(spec, w, phases, layer, base, expandable, None, known=found)
     return found
 
 
-def _training_cached(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None, *,
-                     replay: bool = True, known: Overhead | None = None) -> Overhead | None:
-    """The replay of this step under `limit`, from _SAME_STEP or replayed (`replay` False: None when not kept;
-    `known`: keep this replay's result as that of `limit`)."""
-    layer = layer_saved(spec, w)
+def _step_key(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> tuple:
+    """Everything a training replay reads: the spec by identity (it holds its config, a dict; kept in the value),
+    the workload but its batch and length, the tokens, the per-layer terms, and of the phases each item's name,
+    category and bytes (not its formula and source texts, long strings hashed anew for each probe)."""
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
-    key = (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms,
-           tuple(phases), expandable, limit)  # the spec by identity (it holds its config, a dict), kept in the value
+    items = tuple((p.name, tuple((i.name, i.category, i.bytes) for i in p.items)) for p in phases)
+    return (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms, items,
+            expandable)
+
+
+def _training_cached(spec: ModelSpec, w: Workload, phases, layer, base: tuple, expandable: bool,
+                     limit: int | None, *, replay: bool = True, known: Overhead | None = None) -> Overhead | None:
+    """The replay of this step under `limit`, from _SAME_STEP (by `base`, _step_key's, and the limit) or replayed
+    (`replay` False: None when not kept; `known`: keep this replay's result as that of `limit`)."""
+    key = (*base, limit)
     try:
         spec_found, found = _SAME_STEP.get(key, (None, None))
     except TypeError:  # an input that cannot be a key: replay

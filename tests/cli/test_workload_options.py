@@ -51,8 +51,8 @@ def test_each_command_takes_the_options_of_its_groups(command, groups):
 
 
 def test_the_gaps_are_the_documented_ones():
-    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 15  # 5, --hf-loss, the 9 DeepSpeed options
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 22
+    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 16  # 5, --hf-loss, --peft-autocast, 9 DeepSpeed
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 23
     assert options.MEASURE == options.EXPLAIN
 
 
@@ -65,7 +65,7 @@ def test_each_memory_option_reaches_the_workload(cli):
             "--zero-reduce-bucket", "2e8", "--no-zero-overlap-comm", "--no-zero-contiguous-gradients",
             "--zero-sub-group-size", "1e8", "--zero-prefetch-bucket", "auto", "--zero-max-live-params", "3e8",
             "--zero-reuse-distance", "4e8", "--zero-persistence-threshold", "1000", "--no-zero-init",
-            "--hf-loss", "shift-copy")
+            "--hf-loss", "shift-copy", "--no-peft-autocast")
     assert r.code in (0, 1), r.err
     w = r.json()["workload"]
     assert (w["method"], w["lora_rank"], w["lora_targets"], w["optimizer"], w["optimizer_impl"]) == \
@@ -79,7 +79,7 @@ def test_each_memory_option_reaches_the_workload(cli):
             w["zero_prefetch_bucket"], w["zero_max_live_params"], w["zero_reuse_distance"],
             w["zero_persistence_threshold"]) == (200_000_000, False, False, 100_000_000, "auto", 300_000_000,
                                                  400_000_000, 1000)
-    assert w["zero_init"] is False and w["hf_loss"] == "shift-copy"
+    assert w["zero_init"] is False and w["hf_loss"] == "shift-copy" and w["peft_autocast"] is False
     inf = cli("memory", "llama-3.2-1b", "--json", "--no-solve", "--infer", "--context", "4096", "--sequences", "2",
               "--kv-cache", "dynamic", "--new-tokens", "64").json()["workload"]
     assert (inf["mode"], inf["seq_len"], inf["batch"], inf["kv_cache"], inf["new_tokens"]) == ("infer", 4096, 2,

@@ -54,8 +54,8 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
     """The validated Workload from a command's workload options, each passed by name (the defaults are those of
     the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
     the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
-    ModelSpec, or None when nothing is known of its checkpoint). `deepspeed`: the zero_* options (memory/deepspeed.py),
-    passed as they are."""
+    ModelSpec, or None when nothing is known of its checkpoint). `deepspeed`: the Workload fields named by no
+    parameter here (the zero_* options of memory/deepspeed.py, --hf-loss, --peft-autocast), passed as they are."""
     from ..memory import make_workload
     from ..memory.workload import weights_format
 

@@ -92,7 +92,11 @@ DECODE_REPLAY_STEPS = 256
 
 # --- Element sizes the frameworks choose -----------------------------------------------------------------------------
 FP32_BYTES = 4
-ADAPTER_BYTES = FP32_BYTES   # peft creates LoRA weights in fp32 on a 16-bit base (autocast_adapter_dtype=True)
+# peft >= 0.12.0: get_peft_model(autocast_adapter_dtype=True) casts bf16/fp16 adapter weights to fp32 (peft#1706,
+# huggingface/peft ae1ae20, tuners_utils.py _cast_adapter_dtype). Before 0.12.0 (and with autocast_adapter_dtype=False:
+# --no-peft-autocast) they took the base weights' dtype when it is floating (lora/layer.py update_layer:
+# self.to(weight.device, dtype=weight.dtype)); a quantized base's storage is not floating: fp32.
+ADAPTER_BYTES = FP32_BYTES
 BNB_8BIT_BLOCK = 256         # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per 256
 NF4_BLOCK = 64               # bitsandbytes 4-bit: one absmax per 64 weights (QLoRA paper, Dettmers et al. 2023,
 NF4_DOUBLE_QUANT_BLOCK = 256  # sec. 3); double quantization: the absmax in 8 bits, one fp32 scale per 256 of them

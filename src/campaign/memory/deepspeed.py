@@ -147,12 +147,20 @@ def _persistent_params(spec: ModelSpec, threshold: int) -> int:
 
 def _units(spec: ModelSpec, threshold: int) -> tuple[int, int, int, bool]:
     """(embedding, one block, head) parameters that ZeRO-3 partitions (persistent ones apart), and whether the head
-    is the embedding (tied): the modules in the order a step uses them, at the granularity of a block."""
+    is the token embedding (tied): the modules in the order a step uses them, at the granularity of a block. The
+    groups before the blocks are the embedding, those after them the head (the final norm, lm_head); a head without
+    an embedding of its own uses the first embedding's weight."""
+    inside = [k for k, g in enumerate(spec.groups) if g.in_blocks]
+    first, last = (inside[0], inside[-1]) if inside else (len(spec.groups), len(spec.groups))
+    before, after = spec.groups[:first], spec.groups[last + 1:]
     big = [g for g in spec.groups if g.numel > threshold]
     block = sum(g.params for g in big if g.in_blocks) // max(1, spec.num_layers)
-    head = sum(g.params for g in big if not g.in_blocks and g.name == "lm_head")
-    embed = sum(g.params for g in big if not g.in_blocks and g.name != "lm_head")
-    return embed, block, head, head == 0
+    tied = not any(g.role == "embedding" for g in after)
+    token = next((g for g in before if g.role == "embedding"), None) if tied else None
+    head = sum(g.params for g in after if g.numel > threshold) + (token.params if token and token.numel > threshold
+                                                                   else 0)
+    embed = sum(g.params for g in before if g.numel > threshold and g is not token)
+    return embed, block, head, tied
 
 
 def _gathered(spec: ModelSpec, z: ZeroSettings, c: float) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
@@ -167,15 +175,14 @@ def _gathered(spec: ModelSpec, z: ZeroSettings, c: float) -> tuple[tuple[Item, .
     """
     E, B, H, tied = _units(spec, z.persistence_threshold)
     L, R = spec.num_layers, z.reuse_distance
-    head = E if tied else H
-    kept_blocks = 0 if 2 * head >= R or not B else min(L, -(-(R - 2 * head) // (2 * B)))
-    embed_kept = not tied and 2 * L * B + 2 * H < R
-    gathered = head + kept_blocks * B + (E if embed_kept else 0)
-    left = L * B + (0 if tied or embed_kept else E) - kept_blocks * B
+    kept_blocks = 0 if 2 * H >= R or not B else min(L, -(-(R - 2 * H) // (2 * B)))
+    embed_kept = bool(E) and 2 * L * B + 2 * H < R
+    gathered = H + kept_blocks * B + (E if embed_kept else 0)
+    left = L * B + (0 if embed_kept else E) - kept_blocks * B
     prefetch = max(0, min(z.prefetch_bucket, z.max_live - gathered, left))
     said = z.said
     turn = [Item("all-gathered parameters", int(gathered * c),
-                 f"({'tied embedding/head' if tied else 'head'} {head:,} + {kept_blocks} of {L} blocks x {B:,}"
+                 f"({'tied embedding/head' if tied else 'head'} {H:,} + {kept_blocks} of {L} blocks x {B:,}"
                  + (f" + embedding {E:,}" if embed_kept else "") + f") x {c:g} B: used again within "
                  f"stage3_max_reuse_distance {R:,} ({said['stage3_max_reuse_distance']}), not released",
                  "temporaries", f"{COORDINATOR} __params_to_release")]
@@ -185,7 +192,7 @@ def _gathered(spec: ModelSpec, z: ZeroSettings, c: float) -> tuple[tuple[Item, .
                          f"({said['stage3_prefetch_bucket_size']}), stage3_max_live_parameters {z.max_live:,} "
                          f"({said['stage3_max_live_parameters']}) - gathered, not yet gathered) x {c:g} B",
                          "temporaries", f"{COORDINATOR} fetch_sub_module: prefetch"))
-    last = max(B, 0 if tied else E)
+    last = max(B, E)
     end = (Item("all-gathered parameters", int(last * c),
                 f"the module whose backward runs last (one block or the embedding, {last:,}) x {c:g} B",
                 "temporaries", f"{COORDINATOR} fetch_sub_module"),)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from ..models.spec import ModelSpec
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
-from .constants import (ADAFACTOR_STEP_COPIES, ADAPTER_BYTES, DDP_BUCKET_COPIES, FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES,
+from .constants import (ADAFACTOR_STEP_COPIES, DDP_BUCKET_COPIES, FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES,
                         LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
 from .deepspeed import setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
-from .states import optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
+from .states import adapter_dtype, is_router, optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
 from .terms import Term
 from .workload import Workload
 
@@ -76,9 +76,16 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     extra: list[Item] = []  # persistent items beside the weights
     fwd_only: list[Item] = []  # alive in forward and backward
     if w.adapters:
-        extra.append(Item("LoRA adapter weights (fp32)", ADAPTER_BYTES * Pt,
-                          f"r x (in + out) per target x {ADAPTER_BYTES} B = {Pt:,} x {ADAPTER_BYTES} (rank {w.lora_rank}, "
-                          f"targets {','.join(w.lora_targets)})", "weights", "peft"))
+        ad = adapter_dtype(w)
+        a = ELEMENT_BYTES[ad]
+        n = N if w.shard in ("fsdp", "zero3") else 1  # sharded with the module they sit in
+        extra.append(Item(f"LoRA adapter weights ({ad})", _div(a * Pt, n),
+                          f"r x (in + out) per target x {a:g} B = {Pt:,} x {a:g} (rank {w.lora_rank}, targets "
+                          f"{','.join(w.lora_targets)})" + (f" / {n} cards ({w.shard})" if n > 1 else ""), "weights",
+                          "peft >= 0.12 autocast_adapter_dtype: bf16/fp16 adapters upcast to fp32 (peft#1706)"
+                          if ad == "fp32" and w.peft_autocast and w.dtype in ("bf16", "fp16") else
+                          "peft: adapters in the base weights' dtype (before 0.12, or autocast_adapter_dtype=False)"
+                          if ad != "fp32" else "peft"))
     if w.mixed_precision and w.base_trainable:
         if zero:
             div = N if w.gpus > 1 else 1
@@ -92,7 +99,19 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                                  "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
                                  else "2 B x params of the gathered unit and the prefetched one", "weights",
                                  "torch.autocast weight cache"))
-    if w.shard == "fsdp" and N > 1:
+    if w.shard == "fsdp" and N > 1 and w.dtype in QUANTIZED:
+        # a quantized base all-gathers its storage as it is (bitsandbytes' quant_storage: the packed 4-bit data in a
+        # 16-bit-typed tensor, so that FSDP can flatten it), not a 16-bit copy
+        wb = weight_bytes(spec, w)
+        block_dense = 2 * sum(g.params for g in spec.groups if g.in_blocks and (g.role != "linear" or is_router(g)))
+        per_block = (wb.quantized + wb.quant_overhead + block_dense) // max(1, spec.num_layers)
+        root = sum(g.params for g in spec.groups if not g.in_blocks) * 2
+        fwd_only.append(Item("all-gathered parameters", 2 * per_block + root,
+                             f"(2 x one block as stored, current + prefetched: {per_block:,} B of "
+                             f"{format_note(w.dtype, w.group_size, w.double_quant)} data, scales and 16-bit norms, "
+                             f"+ the root unit in 16-bit: {root:,} B)", "temporaries",
+                             "FSDP2 fully_shard per block + root; bitsandbytes bnb_4bit_quant_storage"))
+    elif w.shard == "fsdp" and N > 1:
         block_params = _largest_layer_params(spec)
         root = sum(g.params for g in spec.groups if not g.in_blocks)
         fwd_only.append(Item("all-gathered parameters", (2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype],

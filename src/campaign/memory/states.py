@@ -91,9 +91,22 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
     return sum(w.lora_rank * (g.shape[0] + g.shape[1]) * g.count for g in lora_groups(spec, w))
 
 
+def adapter_dtype(w: Workload) -> str:
+    """The dtype peft gives LoRA weights: fp32 on a 16-bit base since peft 0.12 (autocast_adapter_dtype=True,
+    peft#1706); the base weights' dtype before it or with autocast_adapter_dtype=False (--no-peft-autocast: lora
+    update_layer's self.to(weight.device, dtype=weight.dtype)); fp32 on a quantized base, whose storage is not a
+    floating dtype (memory/constants.py, ADAPTER_BYTES)."""
+    if w.peft_autocast or w.dtype not in ("bf16", "fp16"):
+        return "fp32"
+    return w.dtype
+
+
 def state_bytes_per_element(w: Workload) -> float:
-    """dtype of gradients and optimizer states: fp32 for adapters and mixed precision, else the weight dtype."""
-    if w.adapters or w.mixed_precision:
+    """dtype of gradients and optimizer states: the adapters' own dtype (they follow the parameters: torch.optim
+    makes its states like each parameter), fp32 for mixed precision, else the weight dtype."""
+    if w.adapters:
+        return ELEMENT_BYTES[adapter_dtype(w)]
+    if w.mixed_precision:
         return 4
     return ELEMENT_BYTES[w.dtype]
 

@@ -112,6 +112,10 @@ class Workload:
     bnb_saves_input: bool = field(default=False, metadata={
         "flag": "--bnb-saves-input", "group": "legacy",
         "help": "bitsandbytes before 0.43.2: each 4-bit linear keeps its input for backward (QLoRA activations)."})
+    peft_autocast: bool = field(default=True, metadata={
+        "flag": "--peft-autocast/--no-peft-autocast", "group": "legacy",
+        "help": "peft's autocast_adapter_dtype (default on since peft 0.12: LoRA weights in fp32 on a bf16/fp16 "
+                "base); --no-peft-autocast: in the base's dtype, as peft before 0.12 or autocast_adapter_dtype=False."})
     hf_loss: str = field(default="current", metadata={
         "flag": "--hf-loss", "group": "legacy",
         "help": "transformers' causal-LM loss path: current (4.49 on: the labels shifted, the fp32 upcast inside "

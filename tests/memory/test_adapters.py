@@ -1,0 +1,52 @@
+"""LoRA adapters follow the run: their dtype by peft's rule per version, sharded under FSDP and ZeRO-3, and a QLoRA
+base under FSDP all-gathered as its 4-bit storage; each against a hand count from the shapes."""
+from __future__ import annotations
+
+from campaign.memory import estimate_memory, make_workload
+from campaign.models import load_spec
+
+# Llama 3.2 1B: 16 layers, hidden 2048, 8 KV heads x 64: LoRA rank 16 on q_proj (2048 -> 2048) and v_proj (2048 -> 512)
+PT_1B = 16 * 16 * ((2048 + 2048) + (2048 + 512))
+
+
+def _step(**kw):
+    est = estimate_memory(load_spec("llama-3.2-1b"), make_workload(method="lora", lora_rank=16, batch=1, seq_len=256,
+                                                                   lora_targets=("q_proj", "v_proj"), **kw))
+    return {i.name: i.bytes for i in next(p for p in est.phases if p.name == "optimizer step").items}
+
+
+def test_peft_upcasts_adapters_on_a_16_bit_base_since_0_12():
+    step = _step()
+    assert step["LoRA adapter weights (fp32)"] == 4 * PT_1B
+    assert step["gradients"] == 4 * PT_1B and step["optimizer states"] == 2 * 4 * PT_1B
+
+
+def test_without_peft_autocast_adapters_grads_and_states_are_in_the_base_dtype():
+    step = _step(peft_autocast=False)  # peft < 0.12 or autocast_adapter_dtype=False: lora update_layer's self.to(dtype)
+    assert "LoRA adapter weights (fp32)" not in step
+    assert step["LoRA adapter weights (bf16)"] == 2 * PT_1B
+    assert step["gradients"] == 2 * PT_1B and step["optimizer states"] == 2 * 2 * PT_1B  # AdamW: zeros_like(param)
+    # a quantized base's storage is not floating: peft leaves the adapters in fp32
+    qlora = estimate_memory(load_spec("llama-3.2-1b"), make_workload(method="qlora", lora_rank=16, batch=1, seq_len=256,
+                                                                     lora_targets=("q_proj", "v_proj"),
+                                                                     peft_autocast=False))
+    load = {i.name: i.bytes for i in next(p for p in qlora.phases if p.name == "load").items}
+    assert load["LoRA adapter weights (fp32)"] == 4 * PT_1B
+
+
+def test_fsdp_shards_the_adapters_with_their_block():
+    step = _step(gpus=4, shard="fsdp")
+    assert step["LoRA adapter weights (fp32)"] == 4 * PT_1B // 4
+    assert _step(gpus=4, shard="none")["LoRA adapter weights (fp32)"] == 4 * PT_1B  # DDP: a full replica
+
+
+def test_qlora_under_fsdp_gathers_its_4_bit_storage():
+    # Llama 3.1 8B, nf4 without double quantization: 0.5 B per weight + a 4 B absmax per 64 weights = 9/16 B
+    block = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096
+    per_block = block * 9 // 16 + 2 * 4096 * 2                    # + the block's two norms in bf16
+    root = (2 * 128_256 * 4096 + 4096) * 2                          # embeddings, head, final norm in bf16
+    est = estimate_memory(load_spec("llama-3.1-8b"), make_workload(method="qlora", double_quant=False, gpus=8,
+                                                                   shard="fsdp", batch=1, seq_len=512))
+    forward = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "forward").items}
+    assert forward["all-gathered parameters"] == 2 * per_block + root
+    assert forward["all-gathered parameters"] < 2 * block * 2 + root  # not a bf16 copy of the blocks

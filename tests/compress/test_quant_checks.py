@@ -220,12 +220,18 @@ def test_an_exception_or_exit_in_a_setup_files_model_is_exit_2(tmp_path, cli):
 
         def make_exiting():
             return {"model": exiting, "batches": [{"input_ids": torch.zeros(2, 8, dtype=torch.long)}]}
+
+
+        def setup_exits():
+            sys.exit(5)
     '''))
     r = cli("quant", f"{setup}:make", "--formats", "int8")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert f"in {setup}:forward (line 13): " in r.err and "variant" in r.err
     r = cli("quant", f"{setup}:make_exiting", "--formats", "int8")
     assert r.code == 2 and f"exited (0) in {setup}:exiting (line 17)" in r.err, r.err
+    r = cli("quant", f"{setup}:setup_exits")
+    assert r.code == 2 and f"{setup}:setup_exits" in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
 class SignEmbedding(torch.nn.Module):

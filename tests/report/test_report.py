@@ -69,12 +69,18 @@ def test_the_report_fetches_nothing(cli, campaign_records, tmp_path):
                                                              "http://www.w3.org/1999/xlink"}
 
 
-def test_headless_chromium_renders_the_report(cli, campaign_records, tmp_path):
+def chromium() -> str:
+    """The headless browser the report is opened in: skipped without one, except on CI where it must exist."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    return browser
+
+
+def test_headless_chromium_renders_the_report(cli, campaign_records, tmp_path):
+    browser = chromium()
     plt = pytest.importorskip("matplotlib.pyplot")
     out = tmp_path / "report.html"
     assert cli("report", "--out", str(out)).code == 0

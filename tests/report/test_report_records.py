@@ -236,15 +236,11 @@ def test_wrong_typed_fields_in_every_record_kind_are_listed_not_fatal(cli, tmp_p
 def test_headless_chromium_shows_every_record_with_its_command_line(recorded, tmp_path):
     """One page in headless Chromium: the screenshot is drawn (ink on a white page, not blank, not solid), and the
     DOM Chromium laid out holds every record's file and command line, and each record's figures."""
-    import os
-    import shutil
     import subprocess
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: .ci/run installs Debian's chromium package")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from tests.report.test_report import chromium
+
+    browser = chromium()
     plt = pytest.importorskip("matplotlib.pyplot")
     page = tmp_path / "page.html"
     page.write_text(recorded["page"], encoding="utf-8")

@@ -165,3 +165,34 @@ def test_a_model_built_without_zero_init_is_whole_on_each_card_at_setup():
     # a quantized base skips zero.Init (transformers: is_deepspeed_zero3_enabled() and not _is_quantized)
     qlora = estimate_memory(spec, make_workload(gpus=8, shard="zero3", method="qlora", batch=1, seq_len=512))
     assert "setup" in [p.name for p in qlora.phases]
+
+
+def test_the_hf_documented_zero3_config_is_read_and_unknown_top_level_keys_refused(tmp_path):
+    # transformers' DeepSpeed guide's ZeRO-3 example, offload set to none
+    hf = {"fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                   "hysteresis": 2, "min_loss_scale": 1},
+          "bf16": {"enabled": "auto"},
+          "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                    "weight_decay": "auto"}},
+          "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                       "warmup_num_steps": "auto"}},
+          "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none"},
+                                "offload_param": {"device": "none"}, "overlap_comm": True,
+                                "contiguous_gradients": True, "sub_group_size": 1e9, "reduce_bucket_size": "auto",
+                                "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                                "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+                                "stage3_gather_16bit_weights_on_model_save": True},
+          "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "steps_per_print": 2000,
+          "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False,
+          "amp": {"enabled": False}}
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps(hf))
+    options = workload_from_configs([ds]).options
+    assert options["shard"] == "zero3" and options["zero_reduce_bucket"] == "auto"
+    for extra, said in [({"trian_batch_size": 8}, "trian_batch_size: not a DeepSpeed config key"),
+                        ({"tensor_parallel": {"autotp_size": 2}}, "tensor_parallel: tensor parallelism"),
+                        ({"sequence_parallel_size": 4}, "sequence_parallel_size: sequence parallelism"),
+                        ({"communication_data_type": "fp32"}, "communication_data_type: gradients reduced in fp32")]:
+        ds.write_text(json.dumps(hf | extra))
+        with pytest.raises(InputError, match=said):
+            workload_from_configs([ds])

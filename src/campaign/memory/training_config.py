@@ -225,6 +225,38 @@ ZERO_REFUSED = {
     "save_muon_momentum_buffer_in_memory": (False, "Muon's momentum buffer"),
 }
 DEEPSPEED_OPTIMIZERS = ("adam", "adamw")
+# top-level ds_config keys (DeepSpeed's docs, config-json) read above, or that change no buffer on the card: batch
+# arithmetic, clipping, schedules, logging and monitors, checkpoint files, tuning, data sampling
+DEEPSPEED_READ = frozenset(("zero_optimization", "train_micro_batch_size_per_gpu", "bf16", "bfloat16", "fp16",
+                            "optimizer", "data_types", "activation_checkpointing", "communication_data_type"))
+DEEPSPEED_NO_MEMORY = frozenset((
+    "train_batch_size", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+    "dump_state", "memory_breakdown", "scheduler", "prescale_gradients", "gradient_predivide_factor",
+    "gradient_allreduce_op", "seq_parallel_communication_data_type", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
+    "elasticity", "autotuning", "checkpoint", "aio", "dataloader_drop_last", "curriculum_learning", "data_efficiency",
+    "timers", "graph_harvesting", "disable_allgather", "sparse_gradients", "managed_gradient_accumulation", "log_level",
+    "eigenvalue", "load_universal_checkpoint", "use_node_local_storage", "use_data_before_expert_parallel_"))
+# top-level keys that change memory in ways the estimate does not model: refused when they are on
+DEEPSPEED_REFUSED = {
+    "amp": "apex AMP", "torch_autocast": "DeepSpeed's torch autocast (fp32 parameters)", "compile": "DeepCompile",
+    "sparse_attention": "sparse attention", "compression_training": "compression training",
+    "hybrid_engine": "the hybrid (RLHF) engine", "weight_quantization": "weight quantization",
+    "quantize_training": "quantized training", "progressive_layer_drop": "progressive layer drop",
+    "tensor_parallel": "tensor parallelism (AutoTP)", "sequence_parallel_size": "sequence parallelism (Ulysses)",
+    "pipeline": "pipeline parallelism", "expert_parallel": "expert parallelism",
+}
+
+
+def _deepspeed_on(key: str, value: Any) -> bool:
+    """Whether a refused top-level section is on: an `enabled` flag, a size above 1, or any other setting."""
+    if key == "sequence_parallel_size":
+        return value not in (None, 1)
+    if key == "tensor_parallel":
+        return isinstance(value, dict) and value.get("autotp_size", value.get("tp_size", 1)) not in (None, 0, 1)
+    if isinstance(value, dict):
+        return value.get("enabled", bool(value)) not in (False, None, "false")
+    return value not in (None, False)
 
 
 def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
@@ -259,11 +291,22 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
             r.set(option, value, where)
         else:
             r.set(option, zero_elements(value, key), where)
+    for key, value in d.items():
+        if key in DEEPSPEED_REFUSED:
+            if _deepspeed_on(key, value):
+                r.refuse(f"{name}: {key}", DEEPSPEED_REFUSED[key], "estimate without it (remove it from a copy of the "
+                         "file)")
+        elif key not in DEEPSPEED_READ and key not in DEEPSPEED_NO_MEMORY:
+            raise InputError(f"{name}: {key}: not a DeepSpeed config key campaign knows; fix the name, or remove it "
+                             "from a copy of the file")
+    if d.get("communication_data_type") not in (None, "bf16", "fp16", "bfp16"):
+        r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
+                 "estimate without it (the ZeRO-3 reduce bucket then holds fp32: twice the bytes)")
     micro = d.get("train_micro_batch_size_per_gpu")
     if micro not in (None, "auto"):
         r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
               f"{name}: train_micro_batch_size_per_gpu")
-    for key in ("bf16", "fp16"):
+    for key in ("bf16", "bfloat16", "fp16"):
         section = d.get(key)
         if isinstance(section, dict) and section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")

@@ -2,6 +2,7 @@
 
     campaign quant examples/quant_setup.py:make_setup                      # perplexity: bf16, int8, int4
     campaign quant examples/quant_setup.py:classifier_setup --guard "f1[refund]>=-0.05"
+    campaign quant examples/quant_setup.py:calibrated_setup --formats int8,awq-int8 --margin 0.01
 
 A real setup loads its model (or returns its directory) and tokenizes held-out text instead; every variant is
 evaluated on exactly the batches returned here.
@@ -48,3 +49,12 @@ def classifier_setup():
         gold += [LABELS[(LABELS.index(a) + 1) % 3] if (len(gold) + i) % 5 == 0 else a for i, a in enumerate(answers)]
     return {"model": model, "batches": batches, "metric": "classification", "predict": predict, "gold": gold,
             "name": "tiny-llama classifier (examples)"}
+
+
+def calibrated_setup():
+    """make_setup with two named calibration sets: awq-int8 is fitted to each and the two fits are compared (on
+    real data: a sample of the training text against a sample of the domain's text)."""
+    made = make_setup()
+    generator = torch.Generator().manual_seed(3)
+    sets = {name: [{"input_ids": torch.randint(0, 512, (8, 64), generator=generator)}] for name in ("set A", "set B")}
+    return {**made, "calibration": sets}

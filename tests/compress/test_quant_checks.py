@@ -327,3 +327,14 @@ def test_two_calibration_sets_are_each_fitted_and_compared():
     with pytest.raises(InputError, match="calibration set 'empty' must be a non-empty list"):
         compare_quant({"model": tiny_llama(), "batches": batches(), "calibration": {"a": batches(), "empty": []}},
                       formats=["awq-int8"])
+
+
+def test_the_example_names_two_calibration_sets():
+    from pathlib import Path
+
+    from campaign.compress import load_quant_setup
+
+    s = load_quant_setup(str(Path(__file__).resolve().parents[2] / "examples" / "quant_setup.py") +
+                         ":calibrated_setup")
+    assert list(s.calibration_sets()) == ["set A", "set B"] and s.calibration_name == "set A"
+    assert [len(b) for b in s.calibration_sets().values()] == [1, 1]

@@ -33,7 +33,7 @@ def _record(cli, tmp_path, *, training: bool = False) -> dict:
              ["regress", str(DATA / "baseline.jsonl"), str(DATA / "candidate.jsonl")],
              ["seeds", str(DATA / "seeds.csv"), "--min-effect", "0.5"],
              ["budget", str(EXAMPLES / "plan" / "plan.yaml")],
-             ["leaks", str(DATA / "tickets.jsonl"), str(DATA / "heldout.jsonl")]]
+             ["leaks", str(DATA / "tickets.jsonl"), str(DATA / "heldout.jsonl")], ["cards"]]
     if training:
         argvs += [["check", str(EXAMPLES / "check_setup.py") + ":make_setup"],
                   ["quant", str(EXAMPLES / "quant_setup.py") + ":make_setup"]]
@@ -66,7 +66,7 @@ def recorded(cli, tmp_path, monkeypatch):
 def test_every_record_is_shown_grouped_newest_first_with_its_command_line(recorded):
     page, root = recorded["page"], recorded["root"]
     files = sorted((root / "records").glob("*/*.json"))
-    assert recorded["summary"]["records"] == len(files) == 11
+    assert recorded["summary"]["records"] == len(files) == 12
     for f in files:                                          # each record, by its file, with its command line
         doc = json.loads(f.read_text())
         assert f.name in page
@@ -76,6 +76,8 @@ def test_every_record_is_shown_grouped_newest_first_with_its_command_line(record
     at = [text.index(f"campaign memory gpt2 {rest}") for rest in ("--batch 8", "--batch 4 --card", "--card rtx")]
     assert at == sorted(at)
     assert text.count("memory of openai-community/gpt2") == 3
+    # a kind no question of the guide asks about is shown all the same
+    assert "campaign cards" in text.split("Other records")[1]
     # inputs: the prediction files with their sha256, as hashed here
     import hashlib
 
@@ -263,4 +265,4 @@ def test_headless_chromium_shows_every_record_with_its_command_line(recorded, tm
         assert f.name in dom
         assert html.escape("campaign " + " ".join(doc["argv"]), quote=True) in dom.replace("'", "") or \
             ("campaign " + " ".join(doc["argv"])) in _text(dom).replace("'", "")
-    assert dom.count("<article class=\"record\">") + dom.count("<article class='record'>") >= 11
+    assert dom.count("<article class=\"record\">") + dom.count("<article class='record'>") >= 12

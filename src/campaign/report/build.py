@@ -856,9 +856,8 @@ def build_report(out: str | Path = "report.html", *, root: str | Path | None = N
         if number_ == 6 and not others:
             continue
         blocks = []
-        for kind in kinds:
-            if kind != "campaign.runs":
-                blocks += _kind_blocks(kind, by_kind.get(kind, []), say)
+        for kind in kinds:                  # campaign.runs: the records of `runs list`; the runs themselves follow
+            blocks += _kind_blocks(kind, by_kind.get(kind, []), say)
         if number_ == 1:
             say("side by side")
             try:

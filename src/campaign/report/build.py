@@ -740,13 +740,14 @@ RUN_CURVES = 100     # more runs than ONE_EACH: the loss curves of the newest th
 
 
 def _flat(params: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested parameters as dotted keys: {'lora': {'r': 8}} -> {'lora.r': 8}."""
+    """Nested parameters as dotted keys, floats to 6 significant digits: {'lora': {'r': 8}, 'lr': 0.1 * 3} ->
+    {'lora.r': 8, 'lr': '0.3'}."""
     out: dict[str, Any] = {}
     for k, v in _dict(params).items():
         if isinstance(v, dict) and v:
             out.update(_flat(v, f"{prefix}{k}."))
         else:
-            out[f"{prefix}{k}"] = v
+            out[f"{prefix}{k}"] = f"{v:.6g}" if isinstance(v, float) else v
     return out
 
 

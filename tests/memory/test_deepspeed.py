@@ -196,3 +196,13 @@ def test_the_hf_documented_zero3_config_is_read_and_unknown_top_level_keys_refus
         ds.write_text(json.dumps(hf | extra))
         with pytest.raises(InputError, match=said):
             workload_from_configs([ds])
+
+
+def test_fsdp_shard_grad_op_read_as_zero2_says_deepspeeds_buffers_are_counted(tmp_path):
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"output_dir": "out", "fsdp": "shard_grad_op auto_wrap"}))
+    cfg = workload_from_configs([args])
+    assert cfg.options["shard"] == "zero2" and any("an upper bound for FSDP" in n for n in cfg.notes)
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps({"output_dir": "out", "fsdp": "full_shard auto_wrap"}))
+    assert not any("upper bound" in n for n in workload_from_configs([full]).notes)

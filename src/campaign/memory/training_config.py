@@ -159,6 +159,8 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         if "offload" in str(fsdp):
             r.refuse(f"{name}: fsdp", "CPU offload", "estimate without offload (an upper bound) or drop it")
         r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
+        if "shard_grad_op" in str(fsdp):
+            r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
     if isinstance(d.get("deepspeed"), str) and d["deepspeed"]:
         ds = (path.parent / d["deepspeed"]) if not Path(d["deepspeed"]).is_absolute() else Path(d["deepspeed"])
         _deepspeed(r, ds.name, load_config_file(ds))
@@ -225,6 +227,8 @@ ZERO_REFUSED = {
     "save_muon_momentum_buffer_in_memory": (False, "Muon's momentum buffer"),
 }
 DEEPSPEED_OPTIMIZERS = ("adam", "adamw")
+SHARD_GRAD_OP_NOTE = ("{where}: FSDP SHARD_GRAD_OP is estimated as --shard zero2, DeepSpeed's reduce bucket and fp32 "
+                      "gradient copy included: an upper bound for FSDP, which has neither")
 # top-level ds_config keys (DeepSpeed's docs, config-json) read above, or that change no buffer on the card: batch
 # arithmetic, clipping, schedules, logging and monitors, checkpoint files, tuning, data sampling
 DEEPSPEED_READ = frozenset(("zero_optimization", "train_micro_batch_size_per_gpu", "bf16", "bfloat16", "fp16",
@@ -365,6 +369,8 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.refuse(f"{name}: fsdp_config.fsdp_sharding_strategy", f"{strategy} (sharding within a node)",
                      "estimate with FULL_SHARD over the node's cards")
         r.set("shard", shard, f"{name}: fsdp_config.fsdp_sharding_strategy")
+        if strategy in ("SHARD_GRAD_OP", "2"):
+            r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp_config.fsdp_sharding_strategy"))
         if fsdp.get("fsdp_activation_checkpointing"):
             r.set("grad_checkpointing", True, f"{name}: fsdp_config.fsdp_activation_checkpointing")
     elif kind == "DEEPSPEED":

@@ -336,7 +336,7 @@ def _caveats(d: dict[str, Any]) -> list[str]:
         out.append("where the prices came from: not in this record")
     estimated = sorted({str(e.get("phase")) for e in _rows(d, "estimates") if e.get("how") == "estimated"})
     if estimated:
-        mfu = sorted({e.get("mfu") for e in _rows(d, "estimates") if isinstance(e.get("mfu"), (int, float))})
+        mfu = sorted({number(e.get("mfu")) for e in _rows(d, "estimates") if _real(e.get("mfu"))})
         out.append(f"hours of {', '.join(estimated)} estimated from FLOPs"
                    + (f" at MFU {', '.join(f'{m:.0%}' for m in mfu)}" if mfu else "") + ", not measured")
     elif "estimates" not in d:
@@ -547,7 +547,7 @@ def _regress_figure(rs: list[SavedRecord]) -> str:
         d = r.result or {}
         before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
         if _real(before) and _real(after):
-            by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(after - before)
+            by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(number(after) - number(before))
     return draw(histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed"))
 
 
@@ -756,10 +756,10 @@ def _losses(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     the next one."""
     out: dict[str, list[tuple[float, float]]] = {}
     for i, rec in enumerate(rows):
-        step = rec.get("step") if _real(rec.get("step")) else i
+        step = number(rec.get("step"), float(i))
         for k, v in rec.items():
             if "loss" in str(k).lower() and _real(v):
-                out.setdefault(str(k), []).append((float(step), float(v)))
+                out.setdefault(str(k), []).append((step, number(v)))
     return out
 
 

@@ -9,6 +9,8 @@ model, optimizer and batches (question 3 of the guide).
   learning rate 0 for the checked update: not verified); every other one is untouched; what trains is what the
   setup declares (peft's wrapped names match the model's own; a pattern that matches nothing is bad input).
 - batch.independent: one row's output does not depend on another row's input, on any model (train/step.py).
+- step.train_mode, batch.padding_ignored: dropout ran in training mode during the step; the loss does not depend
+  on the padded positions (train/probes.py).
 - step.overfit: a few updates on one batch bring its loss down to the target; a steady fall short of it warns.
 - resume.*: a checkpoint written after one update, reloaded in a fresh process, gives the uninterrupted run's next
   step (train/resume.py).
@@ -218,7 +220,7 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
         threads.enter_context(_threads_for(s.model, batches[0]))
         next_phase()
         try:
-            meter, fig = _first_step(s, batches[0])
+            meter, fig, dropouts = _first_step(s, batches[0])
         except InputError:
             raise
         except Exception as e:          # the user's forward or loss: one line naming it, not a traceback (exit 3)
@@ -232,6 +234,9 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
             checks, losses, resumed, compared, notes = _not_finite(fig), (), None, (), []
             return _report(s, checks, fig, measured, compared, losses, resumed, device, batches, notes)
         checks = _step_checks(fig, s, batches[0])
+        from .probes import train_mode_check
+
+        checks.append(train_mode_check(s.model, dropouts))
         next_phase()
         compared, notes = _beside_estimate(s, batches[0], measured)
         checks.append(estimate_check(compared))
@@ -259,6 +264,10 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
                                          adapter_fresh))
         next_phase()
         checks.append(_independence(s, batches[0], cross_row_gradient))
+        from .probes import padding_check
+        from .step import loss_of
+
+        checks.append(padding_check(s.model, batches[0], loss_of, s.loss))
         next_phase()
         losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
         checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
@@ -307,17 +316,19 @@ def _threads_for(model: Any, batch: Any) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
-def _first_step(s: Setup, batch: Any) -> tuple[Any, StepFigures]:
-    """The first update, checked; then a second one measured phase by phase (the optimizer's state exists from the
-    first update on, as in every later step)."""
+def _first_step(s: Setup, batch: Any) -> tuple[Any, StepFigures, dict[str, bool]]:
+    """The first update, checked (with the mode each dropout ran in); then a second one measured phase by phase
+    (the optimizer's state exists from the first update on, as in every later step)."""
     from ..memory.measure import MemoryMeter
+    from .probes import dropout_modes
     from .step import checked_step, measured_step
 
-    fig = checked_step(s.model, s.optimizer, s.scheduler, batch, loss_fn=s.loss, trainable=s.trainable)
+    with dropout_modes(s.model) as seen:
+        fig = checked_step(s.model, s.optimizer, s.scheduler, batch, loss_fn=s.loss, trainable=s.trainable)
     device = next(s.model.parameters()).device
     meter = MemoryMeter("cuda" if device.type == "cuda" else "cpu")
     measured_step(s.model, s.optimizer, s.scheduler, batch, meter, loss_fn=s.loss)
-    return meter, fig
+    return meter, fig, dict(seen)
 
 
 def _beside_estimate(s: Setup, batch: Any, measured: Any) -> tuple[tuple[PhaseMemory, ...], list[str]]:
@@ -343,7 +354,7 @@ def estimate_check(rows: tuple[PhaseMemory, ...], check_id: str = "step.memory_a
 
 
 NOT_FINITE_SKIPS = ("step.finite_grads", "params.received_grad", "params.trainable_changed", "params.frozen_unchanged",
-                    "batch.independent", "step.overfit", "resume.next_step_equal")
+                    "batch.independent", "batch.padding_ignored", "step.overfit", "resume.next_step_equal")
 
 
 def _not_finite(f: StepFigures) -> list[Check]:

@@ -50,3 +50,14 @@ def test_qlora_under_fsdp_gathers_its_4_bit_storage():
     forward = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "forward").items}
     assert forward["all-gathered parameters"] == 2 * per_block + root
     assert forward["all-gathered parameters"] < 2 * block * 2 + root  # not a bf16 copy of the blocks
+
+
+def test_deepspeed_casts_the_adapters_and_keeps_their_fp32_master():
+    # bf16 enabled: the engine casts every floating parameter (adapters too) to bf16; ZeRO keeps fp32 master
+    # weights and Adam states of the trainable partition, gradients in bf16
+    step = _step(gpus=4, shard="zero2", mixed_precision=True)
+    assert step["LoRA adapter weights (bf16)"] == 2 * PT_1B
+    assert step["fp32 master weights"] == 4 * PT_1B // 4
+    assert step["optimizer states"] == 2 * 4 * PT_1B // 4 and step["gradients"] == 2 * PT_1B // 4
+    # without DeepSpeed's bf16 section nothing casts them: peft's fp32
+    assert "LoRA adapter weights (fp32)" in _step(gpus=4, shard="zero2")

@@ -14,7 +14,7 @@ from .constants import (ADAFACTOR_STEP_COPIES, DDP_BUCKET_COPIES, FP32_BYTES, LO
 from .deepspeed import setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
-from .states import adapter_dtype, is_router, optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
+from .states import adapter_dtype, deepspeed_casts, is_router, optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
 from .terms import Term
 from .workload import Workload
 
@@ -82,11 +82,13 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         extra.append(Item(f"LoRA adapter weights ({ad})", _div(a * Pt, n),
                           f"r x (in + out) per target x {a:g} B = {Pt:,} x {a:g} (rank {w.lora_rank}, targets "
                           f"{','.join(w.lora_targets)})" + (f" / {n} cards ({w.shard})" if n > 1 else ""), "weights",
+                          "DeepSpeed engine _cast_module_mixed_precision: every floating parameter in the 16-bit dtype"
+                          if deepspeed_casts(w) else
                           "peft >= 0.12 autocast_adapter_dtype: bf16/fp16 adapters upcast to fp32 (peft#1706)"
                           if ad == "fp32" and w.peft_autocast and w.dtype in ("bf16", "fp16") else
                           "peft: adapters in the base weights' dtype (before 0.12, or autocast_adapter_dtype=False)"
                           if ad != "fp32" else "peft"))
-    if w.mixed_precision and w.base_trainable:
+    if w.mixed_precision and (w.base_trainable or (zero and Pt)):
         if zero:
             div = N if w.gpus > 1 else 1
             extra.append(Item("fp32 master weights", _div(4 * Pt, div),

@@ -96,14 +96,26 @@ def adapter_dtype(w: Workload) -> str:
     peft#1706); the base weights' dtype before it or with autocast_adapter_dtype=False (--no-peft-autocast: lora
     update_layer's self.to(weight.device, dtype=weight.dtype)); fp32 on a quantized base, whose storage is not a
     floating dtype (memory/constants.py, ADAPTER_BYTES)."""
+    if deepspeed_casts(w):  # DeepSpeed casts every floating parameter to the 16-bit dtype, adapters included
+        return "fp16" if w.dtype == "fp16" else "bf16"
     if w.peft_autocast or w.dtype not in ("bf16", "fp16"):
         return "fp32"
     return w.dtype
 
 
+def deepspeed_casts(w: Workload) -> bool:
+    """DeepSpeed ZeRO with bf16/fp16 enabled (--mixed-precision): deepspeed.initialize casts the module's floating
+    parameters to the 16-bit dtype (engine.py _cast_module_mixed_precision: p.data = p.data.to(param_dtype); older
+    releases module.bfloat16() / .half()), and the ZeRO optimizer keeps fp32 master weights and states for what
+    trains."""
+    return w.mixed_precision and w.shard in ("zero1", "zero2", "zero3")
+
+
 def state_bytes_per_element(w: Workload) -> float:
     """dtype of gradients and optimizer states: the adapters' own dtype (they follow the parameters: torch.optim
     makes its states like each parameter), fp32 for mixed precision, else the weight dtype."""
+    if deepspeed_casts(w):
+        return 4  # the ZeRO optimizer steps fp32 master partitions
     if w.adapters:
         return ELEMENT_BYTES[adapter_dtype(w)]
     if w.mixed_precision:

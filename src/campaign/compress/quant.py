@@ -98,7 +98,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     tell("the reference model")
     model = reference_model(s, inputs.reference)
     ref_fmt = inputs.reference or parse_format(precision_of(model))
-    formats = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
+    fmts = [ref_fmt] + [f for f in dict.fromkeys(chosen) if f != ref_fmt]
     model = model.to(torch_dtype(ref_fmt.name)).eval()
     evaluation = digest(s.batches, "evaluation")
     sets = s.calibration_sets()
@@ -107,7 +107,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     # each variant: its format, its label and the calibration set it is fitted to (a calibrated format once per set
     # when the setup names several, to compare them)
     variants: list[tuple[Format, str, str | None]] = []
-    for f in formats:
+    for f in fmts:
         if f.calibrated and len(sets) > 1:
             variants += [(f, f"{f.name} ({name})", name) for name in sets]
         else:
@@ -162,6 +162,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
         cheapest, hourly = cheapest_card(price_file, fitting)
         quality, metrics = quality_of(s, outcomes[label])
         finite = math.isfinite(quality) and finite_outcomes(s, outcomes[label])
+        test: dict[str, Any]
         if f is ref_fmt:
             test = {"delta": None, "p": None, "test": "reference", "interval": None, "flips": None, "guards": (),
                     "equivalence": None}

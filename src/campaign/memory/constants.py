@@ -52,8 +52,9 @@ NCCL_COMM_EXTRA = 64 * MiB
 ZERO_REDUCE_BUCKET = 500_000_000        # reduce_bucket_size: int = Field(pp_int(5e8)): "Number of elements reduced/
 #                                         allreduced at a time"; stage_1_and_2.py setup_buckets allocates it whole,
 #                                         torch.empty(int(self.reduce_bucket_size), dtype=self.dtype), at the first
-#                                         gradient of each backward (a second one with overlap_comm); stage3.py allocates
-#                                         torch.empty(self.reduce_bucket_size, dtype) once, at the optimizer's init.
+#                                         gradient of each backward (a second one with overlap_comm); stage3.py
+#                                         allocates torch.empty(self.reduce_bucket_size, dtype) once, at the
+#                                         optimizer's init.
 ZERO_ALLGATHER_BUCKET = 500_000_000     # allgather_bucket_size: Field(pp_int(5e8)): only how many shards the stage 1-2
 #                                         all-gather is cut into (runtime/utils.py all_gather_dp_groups narrows the flat
 #                                         partitions: no buffer of its own)

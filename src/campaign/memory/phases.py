@@ -14,7 +14,8 @@ from .constants import (ADAFACTOR_STEP_COPIES, DDP_BUCKET_COPIES, FP32_BYTES, LO
 from .deepspeed import setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
-from .states import adapter_dtype, deepspeed_casts, is_router, optimizer_bytes, state_bytes_per_element, trainable_params, weight_bytes
+from .states import (adapter_dtype, deepspeed_casts, is_router, optimizer_bytes, state_bytes_per_element,
+                     trainable_params, weight_bytes)
 from .terms import Term
 from .workload import Workload
 
@@ -167,7 +168,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")]
     else:
         kept = []
-    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn) + [activations, logits]),
+    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
+                                     + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
     bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
     if lg:

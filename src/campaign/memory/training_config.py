@@ -206,7 +206,8 @@ ZERO_OPTIONS = {
 # number of shards of the stage 1-2 all-gather, runtime/utils.py all_gather_dp_groups: views, no buffer), checkpoint
 # files, checks, logging
 ZERO_NO_MEMORY = frozenset((
-    "allgather_bucket_size", "allgather_partitions", "reduce_scatter", "round_robin_gradients", "load_from_fp32_weights",
+    "allgather_bucket_size", "allgather_partitions", "reduce_scatter", "round_robin_gradients",
+    "load_from_fp32_weights",
     "elastic_checkpoint", "ignore_unused_parameters", "use_multi_rank_bucket_allreduce",
     "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
     "stage3_gather_fp16_weights_on_model_save", "stage3_model_persistence_threshold", "model_persistence_threshold",

@@ -2,8 +2,13 @@
 base under FSDP all-gathered as its 4-bit storage; each against a hand count from the shapes."""
 from __future__ import annotations
 
+import pytest
+
 from campaign.memory import estimate_memory, make_workload
+from campaign.memory.states import adapter_dtype
 from campaign.models import load_spec
+from campaign.models.architectures import spec_from_config
+from tests.conftest import tiny_llama
 
 # Llama 3.2 1B: 16 layers, hidden 2048, 8 KV heads x 64: LoRA rank 16 on q_proj (2048 -> 2048) and v_proj (2048 -> 512)
 PT_1B = 16 * 16 * ((2048 + 2048) + (2048 + 512))
@@ -61,3 +66,23 @@ def test_deepspeed_casts_the_adapters_and_keeps_their_fp32_master():
     assert step["optimizer states"] == 2 * 4 * PT_1B // 4 and step["gradients"] == 2 * PT_1B // 4
     # without DeepSpeed's bf16 section nothing casts them: peft's fp32
     assert "LoRA adapter weights (fp32)" in _step(gpus=4, shard="zero2")
+
+
+@pytest.mark.parametrize("autocast", [True, False])
+def test_the_installed_peft_gives_the_adapters_the_dtype_the_estimate_counts(autocast):
+    # the rule read against the library itself: a bf16 base, get_peft_model with and without autocast_adapter_dtype
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = tiny_llama()
+    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
+    base = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+                                autocast_adapter_dtype=autocast)
+    dtypes = {p.dtype for n, p in model.named_parameters() if "lora_" in n}
+    spec = spec_from_config(cfg, name="tiny", source="test")
+    w = make_workload(method="lora", lora_rank=4, lora_targets=("q_proj", "v_proj"), peft_autocast=autocast)
+    assert dtypes == {getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[adapter_dtype(w)])}
+    est = estimate_memory(spec, w)
+    lora = next(i for i in next(p for p in est.phases if p.name == "load").items if i.name.startswith("LoRA"))
+    assert lora.bytes == sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" in n)

@@ -228,3 +228,26 @@ def test_the_example_trainer_script_records_and_checks_its_run(tmp_path):
     assert m.status == "completed" and m.params["trainer"]["gradient_accumulation_steps"] == 2
     assert sorted(a.kind for a in m.artifacts if a.kind.startswith("checkpoint")) == ["checkpoint:step-2",
                                                                                        "checkpoint:step-4"]
+
+
+def test_a_compute_loss_that_switches_to_eval_fails_the_train_mode(tmp_path, store):
+    class Evaluating(transformers.Trainer):   # planted: a loss helper shared with evaluation calls model.eval()
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            model.eval()
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def with_dropout():
+        torch.manual_seed(0)
+        cfg = {k: v for k, v in tiny_llama(attention_dropout=0.1).items() if k != "architectures"}
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).float()
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4,
+                                          learning_rate=1e-3, report_to=[], use_cpu=True, save_steps=100,
+                                          disable_tqdm=True)
+    cb = CampaignCallback(root=store.root, memory_update=0)
+    Evaluating(model=with_dropout(), args=args, train_dataset=Tokens(), callbacks=[cb]).train()
+    assert _checks(cb)["trainer.train_mode"] == "fail" and "model.layers.0.self_attn" in _seen(cb, "trainer.train_mode")
+    assert cb.result.status == "fail"
+    cb = CampaignCallback(root=store.root, memory_update=0)    # the same Trainer without the planted line
+    transformers.Trainer(model=with_dropout(), args=args, train_dataset=Tokens(), callbacks=[cb]).train()
+    assert _checks(cb)["trainer.train_mode"] == "pass" and cb.result.status == "pass", cb.result.checks

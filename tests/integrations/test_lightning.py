@@ -135,3 +135,25 @@ def test_an_hf_model_inside_a_lightning_module_passes(tmp_path, store):
     trainer.fit(Causal(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4))
     assert cb.result.status == "pass", cb.result.checks
     assert "model.lm_head.weight" in cb.result.changed
+
+
+def test_a_training_step_that_switches_to_eval_fails_the_train_mode(tmp_path, store):
+    class Dropping(Module):
+        def __init__(self, evaluates):
+            super().__init__()
+            self.evaluates = evaluates
+            self.drop = torch.nn.Dropout(0.3)
+
+        def forward(self, x):
+            return self.head(self.drop(torch.relu(self.frozen(self.body(x)))))
+
+        def training_step(self, batch, batch_idx):
+            if self.evaluates:                 # planted: the step's helper leaves the module in eval mode
+                self.eval()
+            return super().training_step(batch, batch_idx)
+
+    for evaluates, expected in ((True, "fail"), (False, "pass")):
+        cb = CampaignCallback(root=store.root, memory_update=0)
+        fit(Dropping(evaluates), tmp_path, cb, steps=3)
+        checks = {c.id: c.status for c in cb.result.checks}
+        assert checks["trainer.train_mode"] == expected, cb.result.checks

@@ -137,6 +137,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         (self._previous_hook or sys.__excepthook__)(kind, error, tb)
 
     def _end(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.watch.close()
         if self.memory is not None:
             self.memory.close()
         if self.run is not None and self.run.manifest.status == "running":

@@ -109,6 +109,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self._end(type(exception), exception, exception.__traceback__)
 
     def _end(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.watch.close()
         if self.memory is not None:
             self.memory.close()
         if self.run is not None and self.run.manifest.status == "running":

@@ -10,6 +10,8 @@ is taken; `verdict()` is the result.
   - trainer.grads_finite: every gradient at the checked steps was finite;
   - trainer.lr_applied: some checked step ran at a non-zero learning rate (a warm-up at 0 for every checked step
     leaves the update checks skipped: the verdict is "not verified", never a go);
+  - trainer.train_mode: every dropout that ran in the checked steps ran in training mode (a compute_loss or a
+    callback that calls model.eval() turns dropout off for the whole run; train/probes.py);
   - trainer.memory_as_estimated (informs, never gates): the memory per phase of one update of the loop's own step
     (integrations/memory.py) beside `campaign memory`'s estimate of the same workload; a phase off by more than
     ESTIMATE_BAND warns.
@@ -71,6 +73,9 @@ class StepWatch:
         self.zero: set[str] = set()
         self._before: dict[str, Any] = {}
         self._rate = 0.0
+        self.dropouts: dict[str, bool] = {}   # each dropout that ran in a checked step: its training flag
+        self._modes: Any = None               # the dropout_modes context while a checked update runs
+        self._model: Any = None
 
     @property
     def watching(self) -> bool:
@@ -97,6 +102,13 @@ class StepWatch:
         weight changed inside the forward counts too)."""
         if self.watching and not self._before:
             self._before = {n: _sample(p) for n, p in model.named_parameters()}
+            if self._modes is None:
+                from contextlib import ExitStack
+
+                from ..train.probes import dropout_modes
+
+                self._model, self._modes = model, ExitStack()
+                self._seen = self._modes.enter_context(dropout_modes(model))
 
     def before_step(self, model: Any, optimizer: Any) -> None:
         """Right before an optimizer step: the gradients (finite, zero or not) and the rate it applies (the weights
@@ -122,6 +134,7 @@ class StepWatch:
             return False
         import torch
 
+        self.close()
         self.rates.append(self._rate)
         for n, p in model.named_parameters():
             before = self._before.get(n)
@@ -129,6 +142,14 @@ class StepWatch:
                 self.changed.add(n)
         self._before = {}
         return not self.watching or bool(self.nonfinite) or bool(self.changed - self.expected)
+
+    def close(self) -> None:
+        """Stop watching the dropouts' modes (the end of a checked update, or of training)."""
+        if self._modes is not None:
+            modes, self._modes = self._modes, None
+            modes.close()
+            for name, training in self._seen.items():
+                self.dropouts[name] = self.dropouts.get(name, True) and training
 
     def verdict(self, run: str | None, memory: Any = None, extra: Sequence[Check] = ()) -> TrainerCheck:
         """The checks so far; memory: the loop's StepMemory (integrations/memory.py), whose measured update is
@@ -181,6 +202,11 @@ class StepWatch:
                                 "no parameter outside those that train changed",
                                 "a parameter meant to stay frozen moved" if stray else "",
                                 "freeze it (requires_grad False) or declare it in trainable" if stray else ""))
+        self.close()
+        if self.rates and self._model is not None:
+            from ..train.probes import train_mode_check
+
+            checks.append(train_mode_check(self._model, self.dropouts, "trainer.train_mode"))
         checks.extend(extra)
         rows: tuple[Any, ...] = ()
         notes: list[str] = []

@@ -63,8 +63,7 @@ def _trains_near(model: Any, name: str) -> bool:
     return False
 
 
-def train_mode_check(model: Any, seen: dict[str, bool]) -> Check:
-    cid = "step.train_mode"
+def train_mode_check(model: Any, seen: dict[str, bool], cid: str = "step.train_mode") -> Check:
     if not seen:
         return Check(cid, "skipped", "no dropout in the model (nothing whose mode changes the step)", gates=False)
     off = sorted(n or "(the model)" for n, training in seen.items() if not training and _trains_near(model, n))

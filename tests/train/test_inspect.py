@@ -425,3 +425,46 @@ def test_one_class_normalized_differently_fails(planted):
     assert c.status == "fail" and "not normalized alike" in c.seen and r.status == "fail"
     ok = inspect(images())
     assert by_id(ok)["inspect.image_normalization"] == "pass" and ok.passed
+
+
+# ------------------------------------------------------------------------------------------ padding attended
+# inspect.padding_masked (issue 26's held-out family "masks and padding"): the positions a batch adds to an example
+# (its length collated alone against its row in a shown batch) must be at attention mask 0. A collate that builds the
+# mask as all ones went through CLEAN on 1201f22.
+
+def checks_of(report):
+    return {c.id: c for c in report.checks}
+
+
+def changed(setup, change):
+    base = setup()
+    collate = base["collate"]
+
+    def planted(examples):
+        batch = collate(examples)
+        change(batch)
+        return batch
+
+    return lambda: {**base, "collate": planted}
+
+
+def test_the_clean_collate_masks_the_padding_of_every_padded_example(data):
+    r = inspect(sft(data))
+    c = checks_of(r)["inspect.padding_masked"]
+    # two batches are shown: 2 examples per class, #0, #1, #2, #3 (8, 10, 6, 15 tokens: #0, #1 and #2 padded), and
+    # the longest with the shortest, #6 and #8 (19 and 5 tokens: #8 padded)
+    assert c.status == "pass" and "of the 4 examples padded" in c.seen and r.passed
+
+
+def test_a_mask_of_all_ones_over_the_padding_fails(data):
+    def ones(batch):
+        batch["attention_mask"] = torch.ones_like(batch["attention_mask"])
+
+    r = inspect(changed(sft(data), ones))
+    c = checks_of(r)["inspect.padding_masked"]
+    assert c.status == "fail" and "4 of the 4 examples" in c.seen and r.status == "fail"
+
+
+def test_a_batch_without_attention_mask_warns(data):
+    r = inspect(changed(sft(data), lambda batch: batch.pop("attention_mask")))
+    assert checks_of(r)["inspect.padding_masked"].status == "warn"

@@ -115,6 +115,25 @@ def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | N
                          "raise max_length, shorten the template or system prompt, or drop the examples that do not "
                          "fit (left truncation keeps the answer but loses the question)" if k else ""))
 
+    # ---- padding must not be attended: the positions the batch added, masked out
+    k, m = len(ctx.pad_attended), len(ctx.widened)
+    first = f" (e.g. example #{min(ctx.pad_attended)})" if k else ""
+    if m and not k and ctx.no_mask:
+        out.append(Check("inspect.padding_masked", "warn", f"the collate returns no attention_mask, and {m:,} "
+                         "examples were padded in the shown batches", "a model given no mask attends to the padding "
+                         "(a bidirectional encoder, a pooling, left padding): its outputs then depend on the others' "
+                         "lengths", "return the tokenizer's attention_mask with the batch"))
+    else:
+        out.append(Check("inspect.padding_masked", "fail" if k else "pass" if m else "skipped",
+                         f"{k:,} of the {m:,} examples padded in the shown batches have their padding at attention "
+                         f"mask 1{first}: the mask covers the padding" if k else
+                         f"the attention mask leaves out the padding of the {m:,} examples padded in the shown batches"
+                         if m else "no shown example was padded (one class, or equal lengths)",
+                         "the model attends to the padding, so an example's output depends on how long the others "
+                         "in its batch are (and a pooling or a loss on the padding is learned)" if k else "",
+                         "build attention_mask from the padding (the tokenizer's pad() returns it), 0 on every "
+                         "padded position" if k else "", gates=bool(m)))
+
     # ---- padding must not be learned
     if token:
         pads = [i in ctx.pad_loss for i in range(n)]

@@ -30,6 +30,9 @@ class InspectRun:
         self.position_ids = False
         self.pad_loss: set[int] = set()   # examples with a loss position on padding, in any batch collated
         self.padded: set[int] = set()     # examples seen padded in some batch
+        self.widened: set[int] = set()    # examples longer in the shown batch than collated alone (padded there)
+        self.pad_attended: set[int] = set()   # ... whose added positions the attention mask left at 1
+        self.no_mask = False              # a batch came without attention_mask (the padding read off the pad id)
 
     # ------------------------------------------------------------------ one example through the collate
     def one(self, data: Sequence[Any], i: int) -> ExampleStats:
@@ -74,6 +77,7 @@ class InspectRun:
             raise InputError(f"{self.where}: input_ids of example {i} has shape {tuple(ids.shape)}; a batch of "
                              "token ids is (batch, length)")
         attn = batch.get("attention_mask")
+        self.no_mask = self.no_mask or attn is None
         attn = torch.as_tensor(attn).reshape(ids.shape) if attn is not None else \
             (ids != self.pad if self.pad is not None else torch.ones_like(ids))
         if "position_ids" in batch:
@@ -209,6 +213,10 @@ class InspectRun:
         for i, (ids, attn, labels) in zip(indices, rows):
             st = stats[i]
             self._padding(i, attn, labels)
+            if len(ids) > st.length:          # the batch padded this example: the mask must leave it out
+                self.widened.add(i)
+                if sum(attn) > st.length:
+                    self.pad_attended.add(i)
             loss = [False] * len(ids)
             if isinstance(labels, list) and len(labels) == len(ids):
                 loss = [y != IGNORE_INDEX for y in labels]

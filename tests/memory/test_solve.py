@@ -45,3 +45,44 @@ def test_cards_of_one_workload_share_their_probes():
     replayed = dict(probes.required)
     assert max_value(spec, w, 32 * 2**30, "batch", limit=64, cache=probes) == first == 9
     assert probes.required == replayed  # the second card of the same size replays nothing
+
+
+def test_a_probe_that_fails_on_the_card_skips_its_replay_with_room_to_spare_only_where_it_cannot_fit(monkeypatch):
+    # Llama-3.1-8B QLoRA, batch 4 with checkpointing, on an RTX 4090: the longest context. A probe that does not fit
+    # against the card is checked with room to spare too (a step fits either way); that replay is skipped where the
+    # replay against the card bounds it from below past the card. The answer is the plain search's over both.
+    from campaign.memory.search import largest_satisfying
+
+    spec = load_spec("llama-3.1-8b")
+    w = make_workload(method="qlora", batch=4, seq_len=2048, grad_checkpointing=True, mixed_precision=True)
+    card = find_card("rtx-4090").memory_bytes
+
+    def fits(n):
+        wn = replace(w, seq_len=n)
+        return (estimate_memory(spec, wn, card_bytes=card).required_bytes <= card
+                or estimate_memory(spec, wn).required_bytes <= card)
+
+    plain = largest_satisfying(fits, spec.max_position)
+    reserved._SAME_STEP.clear()
+    calls = []
+    real = reserved._training_replay
+    monkeypatch.setattr(reserved, "_training_replay", lambda *a: calls.append(a[5]) or real(*a))
+    assert max_value(spec, w, card, "seq_len", limit=spec.max_position) == plain
+    assert calls and None not in calls  # every probe replayed once, against the card
+
+
+def test_the_replay_with_room_to_spare_is_kept_where_it_fits_and_the_card_replay_does_not():
+    # Qwen2.5-7B QLoRA at 6,400 tokens on an RTX 4090: against the card the allocator releases its cached segments
+    # and the step does not fit; with room to spare it fits (the replay's own allocated passes the estimate's). So
+    # a failing replay against the card does not mean the other fails: the bound must not claim it.
+    from campaign.memory.estimate import allocator_limit
+    from campaign.memory.fit import unlimited_fails
+
+    spec = load_spec("qwen2.5-7b")
+    w = make_workload(method="qlora", seq_len=6400, grad_checkpointing=True, mixed_precision=True)
+    card = find_card("rtx-4090").memory_bytes
+    on_card = estimate_memory(spec, w, card_bytes=card)
+    assert on_card.required_bytes > card >= estimate_memory(spec, w).required_bytes
+    limit = allocator_limit(card, reserve="10%", context_bytes=on_card.device_bytes - on_card.peak_reserved_bytes)
+    assert reserved.unlimited_floor(spec, w, on_card.phases, limit) is not None  # the card replay released
+    assert not unlimited_fails(spec, on_card, card, "10%")

@@ -59,6 +59,14 @@ class CachingAllocator:
         # the most reserved + a new segment at a moment some cached segment was wholly free: any limit at or above it
         # never releases anything, so the replay under it is this one
         self.release_above = 0
+        # the replay under a limit, from its first release on (before it, the replay without a limit is the same):
+        # the reserved that replay would reach there (it keeps the segment), and the most that replay's allocated
+        # can be (this replay's, plus what best fit can leave unsplit in each block taken since: < 1 MiB large, <
+        # 512 B small), so that its reserved - allocated is at least diverged_at - allocated_bound
+        self.diverged_at = 0
+        self.allocated_bound = 0
+        self._since = False  # blocks taken since the first release carry an eighth field while they live
+        self._since_large = self._since_small = 0
         self._whole_free = 0  # cached segments that are wholly free
         self.expandable = expandable
         self.limit = limit
@@ -98,6 +106,10 @@ class CachingAllocator:
             if self._whole_free and self.reserved + seg_bytes > self.release_above:
                 self.release_above = self.reserved + seg_bytes
             if self.limit is not None and self.reserved + seg_bytes > self.limit:
+                if self._whole_free and not self._since:  # the first release: the replays part here
+                    self.diverged_at = self.reserved + seg_bytes
+                    self.allocated_bound = self.peak_allocated
+                    self._since = True
                 self.release_cached()  # cudaMalloc failed: release_cached_blocks, then retry
             self.segments += 1
             block = [seg_bytes, self.segments, 0, True, None, None, small]
@@ -119,12 +131,27 @@ class CachingAllocator:
         allocated = self.allocated = self.allocated + block[0]
         if allocated > self.peak_allocated:
             self.peak_allocated = allocated
+        if self._since:
+            block.append(True)
+            if small:
+                self._since_small += 1
+            else:
+                self._since_large += 1
+            bound = allocated + (self._since_large << 20) + (MIN_BLOCK - 1) * self._since_small
+            if bound > self.allocated_bound:
+                self.allocated_bound = bound
         return block
 
     def give(self, block: list) -> None:
         """Free a block from take(): it merges with its free neighbours and returns to its pool."""
         self.allocated -= block[0]
         small = block[6]
+        if len(block) > 7:  # taken since the first release
+            del block[7]
+            if small:
+                self._since_small -= 1
+            else:
+                self._since_large -= 1
         pool = self._small if small else self._large
         block[3] = True
         before, after = block[4], block[5]

@@ -10,7 +10,8 @@ from ..models.spec import ModelSpec
 from ..results import Record
 from .breakdown import MemoryEstimate
 from .constants import LARGE_BUFFER, ROUND_LARGE
-from .estimate import estimate_memory
+from . import reserved
+from .estimate import allocator_limit, estimate_memory
 from .parsing import parse_reserve
 from .search import largest_satisfying
 from .workload import Workload
@@ -64,6 +65,24 @@ def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | floa
     rounding = 0 if w.training or w.kv_cache == "dynamic" else 2 * max(1, spec.num_layers) * ROUND_LARGE
     fraction, _ = parse_reserve(reserve)
     return int(OVERHEAD_FACTOR * (transient + rounding) * (1 + fraction)) + OVERHEAD_FLOOR
+
+
+def unlimited_fails(spec: ModelSpec, on_card: MemoryEstimate, memory_bytes: int, reserve: str | float) -> bool:
+    """Whether the step replayed without a limit surely does not fit a card of `memory_bytes`, from `on_card` (its
+    estimate replayed against that card, which released cached segments), without that replay.
+
+    Until its first release the replay against the card is the replay without a limit; there that replay keeps
+    the segment, reaching at least `diverged_at` reserved, and its allocated never passes this replay's plus what
+    best fit leaves unsplit in each block taken since (reserved.unlimited_floor). It fits the card only when the
+    estimate's peak allocated plus its reserved - allocated stays within what the card leaves the allocator (the
+    limit): so it does not where even the floor passes it. Not the converse of the replay against the card failing:
+    the replay's own allocated can pass the estimate's, and the sweep has such steps (Qwen2.5-7B QLoRA at 6,430
+    tokens on an RTX 4090 fits with room to spare, not against the card).
+    """
+    outside = on_card.device_bytes - on_card.peak_reserved_bytes  # context and NCCL buffers
+    limit = allocator_limit(memory_bytes, reserve=reserve, context_bytes=outside)
+    floor = reserved.unlimited_floor(spec, on_card.workload, on_card.phases, limit)
+    return floor is not None and on_card.peak_allocated_bytes + floor > limit
 
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
@@ -125,8 +144,11 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             if options.get("fragmentation") is not None:
                 return False
         w = replace(workload, **{field: n})
-        if estimate_memory(spec, w, card_bytes=memory_bytes, **options).required_bytes <= memory_bytes:
+        on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
+        if on_card.required_bytes <= memory_bytes:
             return True
+        if n not in probes.required and unlimited_fails(spec, on_card, memory_bytes, options.get("reserve", "10%")):
+            return False
         return required(n) <= memory_bytes
 
     if exhaustive:

@@ -23,6 +23,9 @@ class Overhead:
     segments: int
     released: int = 0  # bytes of cached segments released to stay within the limit (0: none, or no limit)
     release_above: int = 0  # a limit at or above it releases nothing: the replay under it is this one
+    # under a limit that released: the least the replay without one reaches as peak reserved - peak allocated
+    # (CachingAllocator.diverged_at and allocated_bound); None where this replay is that one, or not bounded
+    unlimited_at_least: int | None = None
 
 
 class Replay:
@@ -115,5 +118,6 @@ def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases) -> None:
 
 def overhead_of(r: Replay) -> Overhead:
     a = r.a
+    floor = None if not a.diverged_at or a.expandable else a.diverged_at - a.allocated_bound
     return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments,
-                    a.released, a.release_above)
+                    a.released, a.release_above, floor)

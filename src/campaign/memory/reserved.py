@@ -102,6 +102,20 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
     return found
 
 
+def unlimited_floor(spec: ModelSpec, w: Workload, phases, limit: int) -> int | None:
+    """The least peak reserved - peak allocated of this training step replayed without a limit, from its replay
+    under `limit` kept in _SAME_STEP (Overhead.unlimited_at_least), without replaying it: None when none is kept,
+    or that replay released nothing (it is then the replay without a limit itself)."""
+    if not w.training or w.expandable_segments:
+        return None
+    key = (*_step_key(spec, w, phases, layer_saved(spec, w), False), limit)
+    try:
+        spec_found, found = _SAME_STEP.get(key, (None, None))
+    except TypeError:
+        return None
+    return found.unlimited_at_least if spec_found is spec and found is not None else None
+
+
 def _step_key(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> tuple:
     """Everything a training replay reads: the spec by identity (it holds its config, a dict; kept in the value),
     the workload but its batch and length, the tokens, the per-layer terms, and of the phases each item's name,

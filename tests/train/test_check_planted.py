@@ -50,7 +50,8 @@ def plain_batches(rows: int = 3, length: int = 8, vocab: int = 64):
     out = []
     for _ in range(2):
         ids = torch.randint(0, vocab, (rows, length), generator=g)
-        out.append({"input_ids": ids, "labels": ids.clone()})
+        # the model does not shift: each position's label is the next token (none for the last)
+        out.append({"input_ids": ids, "labels": torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)})
     return out
 
 

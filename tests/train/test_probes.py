@@ -225,3 +225,55 @@ def test_a_peft_classifier_that_finds_its_padding_by_the_pad_id_passes():
     batches = [dict(b, labels=torch.tensor([0, 1, 2])) for b in lm_batches()]
     r = check(setup(model, batches, trainable=["*lora_*", "*score*"]), **FAST)
     assert status(r, "batch.padding_ignored") == "pass", seen(r, "batch.padding_ignored")
+
+
+# ------------------------------------------------------------------------------------------------ labels carried
+
+def test_labels_equal_to_the_ids_fit_a_model_that_shifts():
+    r = check(setup(llama(dropout=0.0), lm_batches()), **FAST)
+    c = next(c for c in r.checks if c.id == "batch.labels_aligned")
+    # 3 rows of 12 with 0, 3 and 5 positions padded: 28 loss positions, each label its own token
+    assert c.status == "pass" and "the model shifts the labels itself" in c.seen
+    assert "own token at 28 and the next token at" in c.seen and "of 28 loss positions" in c.seen
+
+
+def test_labels_shifted_in_the_collate_and_again_in_the_model_fail():
+    batches = lm_batches(pad=(0, 0, 0))
+    for b in batches:                     # planted: the collate shifts, the model shifts again
+        b["labels"] = torch.cat([b["input_ids"][:, 1:], torch.full_like(b["input_ids"][:, :1], -100)], dim=1)
+    r = check(setup(llama(dropout=0.0), batches), **FAST)
+    assert status(r, "batch.labels_aligned") == "fail" and "shifted twice" in seen(r, "batch.labels_aligned")
+    assert "next token at 33 of 33 loss positions" in seen(r, "batch.labels_aligned")     # 3 rows x 11
+
+
+def test_a_peft_model_shifts_as_its_base():
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(llama(dropout=0.0), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    r = check(setup(model, lm_batches(), trainable=["*lora_*"]), **FAST)
+    assert status(r, "batch.labels_aligned") == "pass"
+
+
+class NoShift(torch.nn.Module):
+    """A plain language model whose loss does not shift: its labels must already be the next tokens."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.head = torch.nn.Embedding(256, 16), torch.nn.Linear(16, 256)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        logits = self.head(self.embed(input_ids))
+        if labels is None:
+            return {"logits": logits}
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), labels.reshape(-1), ignore_index=-100)
+        return {"loss": loss, "logits": logits}
+
+
+def test_a_model_that_does_not_shift_given_its_own_tokens_as_labels_fails_and_shifted_ones_pass():
+    bad = check(setup(NoShift(), lm_batches(pad=(0, 0, 0))), **FAST)
+    assert status(bad, "batch.labels_aligned") == "fail" and "copy its own token" in seen(bad, "batch.labels_aligned")
+    batches = lm_batches(pad=(0, 0, 0))
+    for b in batches:
+        b["labels"] = torch.cat([b["input_ids"][:, 1:], torch.full_like(b["input_ids"][:, :1], -100)], dim=1)
+    ok = check(setup(NoShift(), batches), **FAST)
+    assert status(ok, "batch.labels_aligned") == "pass" and "does not shift" in seen(ok, "batch.labels_aligned")

@@ -9,8 +9,8 @@ model, optimizer and batches (question 3 of the guide).
   learning rate 0 for the checked update: not verified); every other one is untouched; what trains is what the
   setup declares (peft's wrapped names match the model's own; a pattern that matches nothing is bad input).
 - batch.independent: one row's output does not depend on another row's input, on any model (train/step.py).
-- step.train_mode, batch.padding_ignored: dropout ran in training mode during the step; the loss does not depend
-  on the padded positions (train/probes.py).
+- step.train_mode, batch.padding_ignored, batch.labels_aligned: dropout ran in training mode during the step; the
+  loss does not depend on the padded positions; token labels fit whether the model shifts them (train/probes.py).
 - step.overfit: a few updates on one batch bring its loss down to the target; a steady fall short of it warns.
 - resume.*: a checkpoint written after one update, reloaded in a fresh process, gives the uninterrupted run's next
   step (train/resume.py).
@@ -268,6 +268,9 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
         from .step import loss_of
 
         checks.append(padding_check(s.model, batches[0], loss_of, s.loss))
+        from .probes import labels_check
+
+        checks.append(labels_check(s.model, batches[0], s.loss))
         next_phase()
         losses = overfit(s.model, s.optimizer, batches[0], steps=overfit_steps, loss_fn=s.loss, lr=overfit_lr)
         checks.append(_overfit_check(losses, overfit_drop, overfit_lr, s.optimizer))
@@ -354,7 +357,8 @@ def estimate_check(rows: tuple[PhaseMemory, ...], check_id: str = "step.memory_a
 
 
 NOT_FINITE_SKIPS = ("step.finite_grads", "params.received_grad", "params.trainable_changed", "params.frozen_unchanged",
-                    "batch.independent", "batch.padding_ignored", "step.overfit", "resume.next_step_equal")
+                    "batch.independent", "batch.padding_ignored", "batch.labels_aligned", "step.overfit",
+                    "resume.next_step_equal")
 
 
 def _not_finite(f: StepFigures) -> list[Check]:

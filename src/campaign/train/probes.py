@@ -1,4 +1,5 @@
-"""Two checks of `campaign check` on what the step sees, each designed for a family of bugs:
+"""Checks of `campaign check` on what the step sees, each designed for a family of bugs (and batch.labels_aligned,
+labels_check below: the labels as the collate carried them against whether the model shifts them):
 
 - step.train_mode: the modules that draw random numbers in training (dropout: torch's Dropout modules, and the
   attention and hidden dropouts transformers' models apply as a rate attribute) ran in training mode during the
@@ -195,4 +196,55 @@ def _noise_hook(model: Any, shape: Any, padded: Any) -> Any:
     return active
 
 
-__all__ = ["dropout_modes", "padding_check", "train_mode_check"]
+ALIGNED = 0.9        # the share of loss positions whose label is the token at (or after) the position
+
+
+def labels_check(model: Any, batch: Mapping[str, Any], loss_fn: Any) -> Check:
+    """batch.labels_aligned: for a model that computes its own loss from token labels, whether it shifts them
+    (measured: its loss against cross-entropy of its logits with and without the shift), and whether the labels
+    as the collate carried them fit that: a model that shifts, given labels already shifted (the collate and the
+    model both shift: each position learns the token two ahead), or a model that does not shift, given labels equal
+    to the input ids (each position learns to copy itself)."""
+    import torch
+
+    cid = "batch.labels_aligned"
+    ids, labels = batch.get("input_ids"), batch.get("labels")
+    if loss_fn is not None or ids is None or not hasattr(labels, "shape") or tuple(labels.shape) != tuple(ids.shape) \
+            or ids.dim() != 2 or ids.shape[1] < 3:
+        return Check(cid, "skipped", "not a model computing its own loss from per-token labels", gates=False)
+    keep = labels != -100
+    n = int(keep.sum())
+    same = int(((labels == ids) & keep).sum())
+    ahead = int(((labels[:, :-1] == ids[:, 1:]) & keep[:, :-1]).sum())
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(**batch)
+    finally:
+        model.train(was)
+    logits = out.get("logits") if isinstance(out, Mapping) else getattr(out, "logits", None)
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if logits is None or loss is None or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(ids.shape):
+        return Check(cid, "skipped", "the model's output has no per-token logits beside its loss", gates=False)
+    ce = torch.nn.functional.cross_entropy
+    flat = logits.float()
+    shifted = float(ce(flat[:, :-1].reshape(-1, flat.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100))
+    plain = float(ce(flat.reshape(-1, flat.shape[-1]), labels.reshape(-1), ignore_index=-100))
+    own = float(loss.float())
+    shifts = abs(own - shifted) < abs(own - plain)
+    how = "the model shifts the labels itself" if shifts else "the model does not shift the labels"
+    figures = (f"{how} (its loss {own:.5g}; cross-entropy shifted {shifted:.5g}, unshifted {plain:.5g}); the "
+               f"label is the position's own token at {same} and the next token at {ahead} of {n} loss positions")
+    if shifts and ahead >= ALIGNED * n > same:
+        return Check(cid, "fail", f"{figures}: the labels are shifted twice",
+                     "the collate shifted the labels and the model shifts them again: each position learns the token "
+                     "two ahead", "give labels equal to input_ids (-100 where no loss): the model shifts them")
+    if not shifts and same >= ALIGNED * n > ahead:
+        return Check(cid, "fail", f"{figures}: each position is trained to copy its own token",
+                     "a model that does not shift needs the next token as each position's label",
+                     "shift the labels in the collate (labels[:, :-1] = input_ids[:, 1:]), or use a model that shifts")
+    return Check(cid, "pass", figures)
+
+
+__all__ = ["dropout_modes", "labels_check", "padding_check", "train_mode_check"]

@@ -139,11 +139,14 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
     causal = not spec.encoder and spec.encdec is None
     softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
-    # the model output holds the logits through backward: fp32 under transformers <= 4.45 (logits.float() in forward)
-    held = FP32_BYTES if w.hf_loss == "float-logits" else c
+    # the model output holds the logits through backward (fp32 under transformers <= 4.45: logits.float() in forward)
+    # when the loop keeps it in scope; the HF Trainer's compute_loss returns the loss only, and no backward saves the
+    # logits (log_softmax keeps its output, the upcast and lm_head's matmul nothing of them): freed before backward
+    held = (FP32_BYTES if w.hf_loss == "float-logits" else c) if w.logits_held else 0
     saved_per = held + c * softcap + LOG_SOFTMAX_OUTPUT_BYTES
     logits_saved = int(tokens * V * saved_per) if causal else lg
-    saved_formula = (f"b x s x V x ({held:g} logits{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
+    kept_logits = f"{held:g} logits held by the model output" if held else "logits freed (--no-logits-held)"
+    saved_formula = (f"b x s x V x ({kept_logits}{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
                      f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
                      if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
@@ -185,10 +188,14 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
                         "activation gradients of one layer" + (" + its recomputed activations" if bwd_transient else ""),
                         "temporaries", "autograd"))
-    start_b, end_b = sum(i.bytes for i in bwd_start), sum(i.bytes for i in bwd_end)
-    backward = (Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients")
-                if start_b >= end_b else
-                Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed"))
+    moments = [Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients"),
+               Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed")]
+    if w.grad_checkpointing and spec.encdec is None:
+        moments.append(Phase("backward", tuple(
+            states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
+            + _recompute_items(spec, w, saved.one_layer, layer_grads)), "the last layer recomputed: every "
+            "layer's checkpointed input, that layer's activations and activation gradients"))
+    backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     step_tmp = _step_temporaries(spec, w, Pt)
     tmp = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
                 "torch.optim")] if step_tmp.bytes else []
@@ -259,6 +266,27 @@ def _largest_layer_params(spec: ModelSpec) -> int:
     """Parameters in one transformer block (the FSDP wrapping unit)."""
     block = sum(g.params for g in spec.groups if g.in_blocks)
     return block // max(1, spec.num_layers)
+
+
+def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: int) -> list[Item]:
+    """What a checkpointed backward adds as it recomputes the last layer, its first: the input each layer's
+    checkpoint kept (the last one's is the recompute's input, the others wait their turn), that layer's activations
+    saved again by the recompute, and the activation gradients of its backward. The logits path and the final norm
+    are freed by then (their backward ran); the gradients of the head are counted by none of the moments (a ZeRO-3
+    partition holds them in its flat buffer, counted as kept).
+
+    Sources: torch.utils.checkpoint (use_reentrant=False): the forward keeps only the inputs of the checkpointed
+    function, and the first unpack of a saved tensor in backward reruns the whole function, saving everything again
+    (_checkpoint_hook / _recomputation_hook); transformers' GradientCheckpointingLayer checkpoints each decoder
+    layer's __call__ with the hidden states as its input."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
+    return [Item("checkpointed layer inputs", int(L * tokens * h * c),
+                 f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",
+                 "torch.utils.checkpoint (non-reentrant): each layer's input, kept for its recompute"),
+            Item("backward temporaries", layer_grads + one_layer,
+                 "the last layer's recomputed activations + its activation gradients", "temporaries",
+                 "torch.utils.checkpoint recompute; autograd")]
 
 
 def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:

@@ -122,6 +122,11 @@ class Workload:
                 "the loss only) | shift-copy (4.46-4.48: ForCausalLMLoss also copies the shifted fp32 logits, "
                 "shift_logits.contiguous(), removed by transformers#35646) | float-logits (4.45 and before: the model "
                 "returns its logits upcast, logits.float() in forward, and the loss copies them shifted)."})
+    logits_held: bool = field(default=True, metadata={
+        "flag": "--logits-held/--no-logits-held", "group": "step",
+        "help": "The training loop keeps the model output (its logits) through backward, as a loop that calls "
+                "loss.backward() with `outputs` in scope; --no-logits-held: the HF Trainer, whose compute_loss returns "
+                "the loss only, so the logits are freed before backward."})
     # DeepSpeed ZeRO's own buffers (--shard zero1/zero2/zero3; memory/deepspeed.py): None = DeepSpeed's default
     # (memory/constants.py), "auto" = the HF Trainer's hidden-size rule; element counts, as in a ds_config.
     zero_reduce_bucket: int | str | None = field(default=None, metadata={

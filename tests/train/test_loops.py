@@ -29,10 +29,16 @@ TRAINER = textwrap.dedent('''
             return model(**inputs).loss       # micro-batch's mean, summed over the update, never divided
 
 
-    def build(kind=Trainer, lengths=(12,)):
+    class NoRng(Trainer):                     # planted: its checkpoints keep no random generators
+        def _save_rng_state(self, output_dir):
+            pass
+
+
+    def build(kind=Trainer, lengths=(12,), dropout=0.0):
         torch.manual_seed(0)
         config = LlamaConfig(hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2,
-                             num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256)
+                             num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256,
+                             attention_dropout=dropout)
         g = torch.Generator().manual_seed(1)
         rows = [torch.randint(0, 1000, (lengths[i % len(lengths)],), generator=g) for i in range(16)]
         args = TrainingArguments(output_dir="out", max_steps=4, per_device_train_batch_size=4, learning_rate=1e-3,
@@ -51,6 +57,14 @@ TRAINER = textwrap.dedent('''
 
     def mean_per_micro_batch():
         return build(MeanPerMicroBatch)
+
+
+    def with_dropout():
+        return build(dropout=0.1)
+
+
+    def no_rng():
+        return build(NoRng, dropout=0.1)
 ''')
 
 
@@ -88,6 +102,20 @@ def test_check_on_a_trainer_whose_optimizer_forgets_the_head_fails(cli, setup_fi
     r = cli("check", f"{setup_file}:no_head", "--json", "--no-resume", "--overfit-steps", "2")
     failed = {c["id"]: c["seen"] for c in json.loads(r.out)["checks"] if c["status"] == "fail"}
     assert r.code == 1 and "lm_head.weight" in failed["params.in_optimizer"]
+
+
+def test_the_resume_test_uses_the_trainers_own_checkpoint(cli, setup_file):
+    # the Trainer's save_model, _save_optimizer_and_scheduler and _save_rng_state write it; the fresh process builds
+    # the Trainer again and reads it with the methods train(resume_from_checkpoint=...) calls
+    quick = ("--json", "--overfit-steps", "2", "--overfit-drop", "0.01")
+    ok = json.loads(cli("check", f"{setup_file}:with_dropout", *quick).out)
+    checks = {c["id"]: c for c in ok["checks"]}
+    assert checks["resume.next_step_equal"]["status"] == "pass" and ok["status"] == "pass", checks
+    assert "rng_state.pth" in checks["resume.files_written"]["seen"]
+    assert "scheduler.pt" in checks["resume.files_written"]["seen"]
+    bad = json.loads(cli("check", f"{setup_file}:no_rng", *quick).out)
+    failed = [c["id"] for c in bad["checks"] if c["status"] == "fail"]
+    assert failed == ["resume.next_step_equal"]      # with dropout on, the resumed step draws other masks
 
 
 def test_batch_runs_the_trainers_own_accumulation(cli, setup_file):

@@ -2,7 +2,9 @@
 Lightning `LightningModule` (with its dataloader: its own `train_dataloader()`, or returned beside it as
 `(module, dataloader)`). `check`, `batch` and `inspect` then use the loop's objects as they are:
 
-  - Trainer: its model; its optimizer and scheduler as the Trainer builds them (`create_optimizer_and_scheduler`
+  - Trainer: its model; its own checkpoint for the resume test (its save_model, _save_optimizer_and_scheduler and
+    _save_rng_state, read back by the methods train(resume_from_checkpoint=...) calls); its optimizer and
+    scheduler as the Trainer builds them (`create_optimizer_and_scheduler`
     over the run's number of updates, or the ones given to it); its loss (`compute_loss`, a subclass's own
     included); its accumulation step (`training_step` over an update's micro-batches with the `num_items_in_batch`
     the Trainer counts); the first micro-batches its own dataloader gives (its sampler, its data collator);
@@ -88,8 +90,39 @@ def _from_trainer(trainer: Any, where: str) -> dict[str, Any]:
             del model.train
 
     fields.update(batches=batches, optimizer=_unwrapped(trainer.optimizer), scheduler=trainer.lr_scheduler,
-                  loss=loss, accumulate=accumulate)
+                  loss=loss, accumulate=accumulate, **_trainer_checkpointing(trainer))
     return fields
+
+
+CHECKPOINT_METHODS = ("save_model", "_save_optimizer_and_scheduler", "_save_rng_state", "_load_from_checkpoint",
+                      "_load_optimizer_and_scheduler", "_load_rng_state")
+
+
+def _trainer_checkpointing(trainer: Any) -> dict[str, Any]:
+    """The Trainer's own checkpoint, written and read by its own methods (what its _save_checkpoint and
+    train(resume_from_checkpoint=...) call: a subclass that saves no generators or no scheduler is what is
+    tested), with the data position beside it; none when this transformers lacks one of them (campaign's own
+    checkpoint then)."""
+    if not all(callable(getattr(trainer, m, None)) for m in CHECKPOINT_METHODS):
+        return {}
+    import json
+    from pathlib import Path
+
+    def save_checkpoint(directory: Any, model: Any, optimizer: Any, scheduler: Any, position: int) -> None:
+        folder = str(directory)
+        trainer.save_model(folder)
+        trainer._save_optimizer_and_scheduler(folder)
+        trainer._save_rng_state(folder)
+        (Path(folder) / "campaign_position.json").write_text(json.dumps({"position": position}), encoding="utf-8")
+
+    def load_checkpoint(directory: Any, model: Any, optimizer: Any, scheduler: Any) -> int:
+        folder = str(directory)
+        trainer._load_from_checkpoint(folder)
+        trainer._load_optimizer_and_scheduler(folder)
+        trainer._load_rng_state(folder)
+        return int(json.loads((Path(folder) / "campaign_position.json").read_text(encoding="utf-8"))["position"])
+
+    return {"save_checkpoint": save_checkpoint, "load_checkpoint": load_checkpoint}
 
 
 def _from_lightning(made: Any, where: str) -> dict[str, Any]:

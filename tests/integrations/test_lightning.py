@@ -135,6 +135,12 @@ def test_an_hf_model_inside_a_lightning_module_passes(tmp_path, store):
     trainer.fit(Causal(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4))
     assert cb.result.status == "pass", cb.result.checks
     assert "model.lm_head.weight" in cb.result.changed
+    # the second update measured through the HF model's forward, beside the estimate read off its config: fp32
+    # weights, gradients and AdamW's two moments are 16 bytes a parameter at the optimizer step
+    phases = {p.name: p.peak_allocated_bytes for p in cb.result.memory.phases}
+    assert list(phases) == ["forward", "backward", "optimizer step"]
+    assert phases["optimizer step"] >= 16 * 214_336          # tests/integrations/test_memory.py: LLAMA
+    assert all(0.8 <= r.ratio <= 1.25 for r in cb.result.memory_vs_estimate), cb.result.memory_vs_estimate
 
 
 def test_a_training_step_that_switches_to_eval_fails_the_train_mode(tmp_path, store):

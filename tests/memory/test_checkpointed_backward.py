@@ -90,3 +90,46 @@ def test_per_sequence_backward_matches_the_tracked_step(vocab, tolerance):
     # V 4000: the loss's backward is the peak; V 256: the last layer's recompute (its activation gradients are
     # counted as the MLP's widest, a few percent above the step's)
     assert _slope(vocab, logits_held=False) == pytest.approx(_measured_slope(vocab), rel=tolerance)
+
+
+def _one_card_backward(batch: int, **kw) -> object:
+    spec = spec_from_config(_cfg(256), name="tiny", source="test")
+    w = make_workload(batch=batch, seq_len=S, grad_checkpointing=True, optimizer="sgd", logits_held=False, **kw)
+    return next(p for p in estimate_memory(spec, w).phases if p.name == "backward")
+
+
+def test_head_gradients_at_the_recompute_by_hand():
+    back = _one_card_backward(16)
+    assert back.moment.startswith("the last layer recomputed")
+    items = {i.name: i.bytes for i in back.items}
+    assert items["gradients of the head"] == (H + 256 * H) * 2  # final norm and untied lm_head, bf16
+    # zero_grad without set_to_none keeps every gradient: counted whole once, not the head's again
+    kept = {i.name: i.bytes for i in _one_card_backward(16, grads_kept=True).items}
+    assert "gradients of the head" not in kept and "gradients (kept by zero_grad)" in kept
+    # ZeRO-3's flat partition holds them (counted as kept)
+    assert all(i.name != "gradients of the head" for i in _backward(256, 1, logits_held=False).items)
+
+
+def test_one_card_checkpointed_backward_matches_the_tracked_step():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from campaign.memory.build import enable_checkpointing
+    from campaign.memory.tracker import StorageTracker
+
+    cfg = _cfg(256)
+    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    enable_checkpointing(model)
+    model.train()
+    ids = torch.randint(0, 256, (16, S))
+    tracker = StorageTracker()
+    for t in [*model.parameters(), *model.buffers(), ids]:
+        tracker.register(t, "weights")
+    with tracker:
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        tracker.phase("temporaries")
+        loss.backward()  # the first step: gradients made as the backward runs, no optimizer states yet
+    estimate = sum(i.bytes for i in _one_card_backward(16).items if i.name != "optimizer states")
+    assert estimate == pytest.approx(tracker.snapshot()[0], rel=0.03)

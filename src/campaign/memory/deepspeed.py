@@ -145,6 +145,12 @@ def _persistent_params(spec: ModelSpec, threshold: int) -> int:
     return sum(g.params for g in spec.groups if g.numel <= threshold)
 
 
+def head_params(spec: ModelSpec) -> int:
+    """Parameters of the modules after the blocks (final norm, LM head; the token embedding when the head is tied
+    to it): those whose backward runs before the blocks'."""
+    return _units(spec, -1)[2]
+
+
 def _units(spec: ModelSpec, threshold: int) -> tuple[int, int, int, bool]:
     """(embedding, one block, head) parameters that ZeRO-3 partitions (persistent ones apart), and whether the head
     is the token embedding (tied): the modules in the order a step uses them, at the granularity of a block. The

@@ -11,7 +11,7 @@ from .activations import inference_temporaries, logits_bytes, training_activatio
 from .breakdown import Item, Phase
 from .constants import (ADAFACTOR_STEP_COPIES, DDP_BUCKET_COPIES, FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES,
                         LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
-from .deepspeed import setup_phase, zero_buffers
+from .deepspeed import head_params, setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import validate_tensor_parallel, estimate_kv
 from .states import (adapter_dtype, deepspeed_casts, is_router, optimizer_bytes, state_bytes_per_element,
@@ -193,8 +193,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     if w.grad_checkpointing and spec.encdec is None:
         moments.append(Phase("backward", tuple(
             states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
-            + _recompute_items(spec, w, saved.one_layer, layer_grads)), "the last layer recomputed: every "
-            "layer's checkpointed input, that layer's activations and activation gradients"))
+            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div)), "the last layer "
+            "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     step_tmp = _step_temporaries(spec, w, Pt)
     tmp = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
@@ -268,25 +268,34 @@ def _largest_layer_params(spec: ModelSpec) -> int:
     return block // max(1, spec.num_layers)
 
 
-def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: int) -> list[Item]:
+def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: int,
+                     grad_bytes: float) -> list[Item]:
     """What a checkpointed backward adds as it recomputes the last layer, its first: the input each layer's
     checkpoint kept (the last one's is the recompute's input, the others wait their turn), that layer's activations
     saved again by the recompute, and the activation gradients of its backward. The logits path and the final norm
-    are freed by then (their backward ran); the gradients of the head are counted by none of the moments (a ZeRO-3
-    partition holds them in its flat buffer, counted as kept).
+    are freed by then (their backward ran); the head's gradients exist (full fine-tuning; `grad_bytes` per
+    parameter on this card), except under ZeRO, whose flat partition (stage 3, kept) or buckets hold them, and with
+    --grads-kept, where every gradient is counted as kept.
 
     Sources: torch.utils.checkpoint (use_reentrant=False): the forward keeps only the inputs of the checkpointed
     function, and the first unpack of a saved tensor in backward reruns the whole function, saving everything again
-    (_checkpoint_hook / _recomputation_hook); transformers' GradientCheckpointingLayer checkpoints each decoder
-    layer's __call__ with the hidden states as its input."""
+    (_checkpoint_hook / _recomputation_hook); transformers' GradientCheckpointingLayer (modeling_layers.py) checkpoints
+    each decoder layer's forward, the hidden states its input."""
     c = ELEMENT_BYTES[w.compute_dtype]
     L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
-    return [Item("checkpointed layer inputs", int(L * tokens * h * c),
-                 f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",
-                 "torch.utils.checkpoint (non-reentrant): each layer's input, kept for its recompute"),
-            Item("backward temporaries", layer_grads + one_layer,
-                 "the last layer's recomputed activations + its activation gradients", "temporaries",
-                 "torch.utils.checkpoint recompute; autograd")]
+    items = [Item("checkpointed layer inputs", int(L * tokens * h * c),
+                  f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",
+                  "torch.utils.checkpoint (non-reentrant): each layer's input, kept for its recompute"),
+             Item("backward temporaries", layer_grads + one_layer,
+                  "the last layer's recomputed activations + its activation gradients", "temporaries",
+                  "torch.utils.checkpoint recompute; autograd")]
+    zero = w.shard in ("zero1", "zero2", "zero3")
+    head = head_params(spec) if w.method == "full" and not zero and not w.grads_kept else 0  # kept: counted whole
+    if head:
+        items.append(Item("gradients of the head", int(head * grad_bytes),
+                          f"final norm and LM head (the tied embedding's when tied): {head:,} x {grad_bytes:g} B",
+                          "gradients", "autograd: accumulated as their backward runs, before the layers'"))
+    return items
 
 
 def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:

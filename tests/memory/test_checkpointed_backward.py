@@ -1,7 +1,8 @@
 """The per-sequence part of a checkpointed backward (issue 32 item 6): the logits path at its start, the recompute of
 the last layer after it; counted by hand from shapes, and measured on a real tiny Llama's step with the storage
 tracker (Trainer semantics: the model output dropped before backward; each gradient dropped as it lands, as ZeRO-3
-moves it into its partition, so that what grows with the batch is the activation path alone)."""
+moves it into its partition, so that what grows with the batch is the activation path alone: DeepSpeed's stage3.py
+partition_grads copies the gradient into the flat partition, then `param.grad = None`)."""
 from __future__ import annotations
 
 import pytest

@@ -145,7 +145,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     held = (FP32_BYTES if w.hf_loss == "float-logits" else c) if w.logits_held else 0
     saved_per = held + c * softcap + LOG_SOFTMAX_OUTPUT_BYTES
     logits_saved = int(tokens * V * saved_per) if causal else lg
-    kept_logits = f"{held:g} logits held by the model output" if held else "logits freed (--no-logits-held)"
+    kept_logits = f"{held:g} logits" if held else "logits freed (--no-logits-held)"
     saved_formula = (f"b x s x V x ({kept_logits}{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
                      f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
                      if causal else lg_formula)

@@ -6,8 +6,10 @@ world size, rank and backend as parameters. On log: the metrics at their step. O
 as an artifact with its hash. On train end: the run completed; an exception that ends training marks it failed
 with its reason, SIGTERM (a preempted instance) stopped (campaign.run's rules).
 
-The step checks (integrations/steps.py: trainer.updates, frozen_unchanged, grads_finite, lr_applied) run on the
-Trainer's own first optimizer steps, not on a re-creation of its loop. Their verdict (`callback.result`) is saved
+The step checks (integrations/steps.py: trainer.updates, frozen_unchanged, grads_finite, lr_applied, train_mode) run
+on the Trainer's own first optimizer steps, not on a re-creation of its loop; its second update is measured phase by
+phase beside `campaign memory`'s estimate (integrations/memory.py); with resume_check=True its own checkpoint is
+resumed in a fresh process running the same script (integrations/resume.py). Their verdict (`callback.result`) is saved
 as a record (`campaign report` shows it) and as an artifact of the run; with `stop_on_fail=True` a failed check
 stops training at once.
 """

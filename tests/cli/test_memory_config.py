@@ -15,7 +15,7 @@ def test_config_files_give_the_workload_and_the_command_line_wins(cli, tmp_path)
     assert r.code == 0, r.err
     by_hand = cli("memory", "llama-3.1-8b", "--batch", "2", "--seq-len", "1024", "--grad-checkpointing",
                   "--optimizer", "adamw-8bit", "--method", "lora", "--lora-rank", "16", "--lora-targets",
-                  "q_proj,v_proj", "--json")
+                  "q_proj,v_proj", "--no-logits-held", "--json")
     assert r.json()["required_bytes"] == by_hand.json()["required_bytes"]
     shown = cli("memory", "llama-3.1-8b", "--config", str(args), "--config", str(adapter), "--batch", "2")
     assert "batch = 2 (the command line; args.json: per_device_train_batch_size says 4)" in shown.err
@@ -28,3 +28,26 @@ def test_a_key_the_estimate_cannot_honour_is_refused(cli, tmp_path):
     r = cli("memory", "llama-3.1-8b", "--config", str(ds))
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
     assert "ds_config.json: zero_optimization.offload_param: offload to nvme" in r.err
+
+
+def test_a_trainer_or_torchtune_config_frees_the_logits_before_backward(cli, tmp_path):
+    """The HF Trainer (compute_loss returns the loss only) and torchtune's recipes (`del logits` before backward) do
+    not hold the logits through backward: a config of either drops them from the backward peak, by the same bytes
+    --no-logits-held drops; --logits-held on the command line wins."""
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"output_dir": "out", "per_device_train_batch_size": 2, "max_length": 1024}))
+    tune = tmp_path / "recipe.yaml"
+    tune.write_text("model:\n  _component_: torchtune.models.llama3_2.llama3_2_1b\nbatch_size: 2\n"
+                    "tokenizer:\n  max_seq_len: 1024\n")
+    base = ("memory", "llama-3.2-1b", "--batch", "2", "--seq-len", "1024", "--json")
+    held_run, freed_run = cli(*base).json(), cli(*base, "--no-logits-held").json()
+    held, freed = held_run["required_bytes"], freed_run["required_bytes"]
+    # bf16 logits of 2 x 1024 tokens over Llama-3.2's 128,256-entry vocabulary: 2 B each, freed before backward
+    assert held_run["peak_phase"] == freed_run["peak_phase"] == "backward"
+    assert held_run["peak_allocated_bytes"] - freed_run["peak_allocated_bytes"] == 2 * 1024 * 128_256 * 2
+    for config in (args, tune):
+        r = cli("memory", "llama-3.2-1b", "--config", str(config), "--json")
+        assert r.code == 0, r.err
+        assert r.json()["required_bytes"] == freed, config.name
+    kept = cli("memory", "llama-3.2-1b", "--config", str(args), "--logits-held", "--json")
+    assert kept.json()["required_bytes"] == held

@@ -133,8 +133,16 @@ def _optim(r: _Reader, value: Any, where: str, table: dict[str, tuple[str, str]]
     r.set("optimizer_impl", impl, where)
 
 
+# The loops these configs drive free the logits before backward (memory/workload.py, logits_held): the HF Trainer's
+# compute_loss returns the loss only (axolotl and TRL train through it); torchtune's recipes `del logits` before
+# loss.backward() ("free logits otherwise it peaks backward memory", recipes/full_finetune_single_device.py)
+TRAINER_FREES_LOGITS = "the HF Trainer's compute_loss returns the loss only: logits freed before backward"
+TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.backward()"
+
+
 def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     name = path.name
+    r.set("logits_held", False, f"{name} ({TRAINER_FREES_LOGITS})")
     if "per_device_train_batch_size" in d:
         r.set("batch", _int(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size"),
               f"{name}: per_device_train_batch_size")
@@ -388,6 +396,7 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
 
 def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     name = path.name
+    r.set("logits_held", False, f"{name} (axolotl trains through the HF Trainer: {TRAINER_FREES_LOGITS})")
     r.model = str(d["base_model"])
     adapter = str(d.get("adapter") or "").lower()
     if adapter not in ("", "lora", "qlora"):
@@ -432,6 +441,7 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     leaf = component.rsplit(".", 1)[-1]
     method = "qlora" if leaf.startswith("qlora_") else "lora" if leaf.startswith("lora_") else "full"
     r.set("method", method, f"{name}: model._component_")
+    r.set("logits_held", False, f"{name} ({TORCHTUNE_FREES_LOGITS})")
     model = d["model"]
     if method != "full":
         if model.get("lora_rank") is not None:

@@ -119,6 +119,8 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         if model is not None:
             self.watch.expect(model)
         if self.memory is not None and model is not None:
+            # Trainer.compute_loss returns the loss only: the logits are freed before backward (memory/workload.py)
+            self.memory.workload["logits_held"] = False
             params = next(model.parameters(), None)
             mixed = bool(getattr(args, "bf16", False) or getattr(args, "fp16", False))
             if mixed and params is not None and params.dtype.is_floating_point and params.element_size() == 4:

@@ -215,6 +215,13 @@ class CachingAllocator:
                     keep.append(entry)
             pool[:] = keep  # in place: malloc holds this list
 
+    def empty_cache(self) -> None:
+        """torch.cuda.empty_cache(), called by the program: the wholly free cached segments go back to the driver.
+        Not a release forced by the limit: `released` (what a limit made the allocator give back) is unchanged."""
+        released = self.released
+        self.release_cached()
+        self.released = released
+
     def fork(self, *, limit: int | None) -> CachingAllocator:
         """A copy that replays on from here under `limit`, for a caller that keeps no handle to a block taken so
         far (so none will be given back): the counters, the free blocks and the blocks of their segments (a

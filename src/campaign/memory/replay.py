@@ -87,13 +87,16 @@ def item_bytes(phases, name: str, category: str | None = None) -> int:
     return 0
 
 
-def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases) -> None:
-    """Weights as the load phase counts them, tensor by tensor; quantized ones pass through 16-bit."""
+def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases, *, buffers: bool = True) -> list:
+    """Weights as the load phase counts them, tensor by tensor; quantized ones pass through 16-bit. Returns the
+    handles of the dense weights (every parameter tensor; none for a quantized model). `buffers`: the model's
+    buffers too."""
     load = next(p for p in phases if p.name == "load")
     quantized = [g for g in spec.groups if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks
                  and not is_router(g)]
     dense = [g for g in spec.groups if g not in quantized]
     shards = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
+    handles: list = []
     for item in load.items:
         if item.category != "weights":
             continue
@@ -108,12 +111,43 @@ def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases) -> None:
         elif item.name == "quantization scales/zeros":
             continue
         elif item.name == "buffers":
-            r.alloc(item.bytes)
-        else:
-            groups = dense if item.name == "weights kept 16-bit" else list(spec.groups)
-            numels = tensor_numels(spec, groups)
-            for size in split_bytes(item.bytes, numels):
+            if buffers:
+                r.alloc(item.bytes)
+        elif item.name == "weights kept 16-bit":
+            for size in split_bytes(item.bytes, tensor_numels(spec, dense)):
                 r.alloc(size)
+        elif item.name.startswith("weights"):
+            handles = [r.alloc(size) for size in split_bytes(item.bytes, tensor_numels(spec, list(spec.groups)))]
+    return handles
+
+
+def replay_load(r: Replay, spec: ModelSpec, w: Workload, phases) -> list:
+    """The weights as the process comes to hold them, from the start: the load (replay_weights), or with a setup
+    phase (ZeRO-3 over a model built without zero.Init: memory/deepspeed.py setup_phase) the model whole on the card
+    first, every tensor as deepspeed.initialize's module.to(device) makes it (engine.py _configure_distributed_model),
+    then partitioned tensor by tensor: the partition made, the whole tensor freed (partition_parameters.py
+    _partition_param: torch.empty(partition_size), copy, free_param). The freed whole tensors stay cached: the
+    allocator gives them back to the driver only when a segment would pass the card (release_cached_blocks).
+    Returns replay_weights' handles: the dense partitions (the weights the load phase counts)."""
+    setup = next((p for p in phases if p.name == "setup"), None)
+    if setup is None:
+        return replay_weights(r, spec, w, phases)
+    numels = tensor_numels(spec, list(spec.groups))
+    whole = [r.alloc(size) for size in split_bytes(item_bytes([setup], "weights, whole before partitioning"),
+                                                   numels)]
+    for size in (i.bytes for i in setup.items if i.name == "buffers"):
+        r.alloc(size)
+    load = next(p for p in phases if p.name == "load")
+    dense = next((i.bytes for i in load.items if i.name == "weights"), None)
+    if dense is None:  # quantized: partitioned as the load counts it, then the whole tensors freed
+        handles = replay_weights(r, spec, w, phases, buffers=False)
+        r.free(*whole)
+        return handles
+    handles = []
+    for size, tensor in zip(split_bytes(dense, numels), whole):
+        handles.append(r.alloc(size))
+        r.free(tensor)
+    return handles
 
 
 def overhead_of(r: Replay) -> Overhead:

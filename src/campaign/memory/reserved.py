@@ -4,15 +4,18 @@ the order a step makes them, replayed through the caching-allocator model (memor
 No share is fitted: the overhead is what the allocator's rules (512 B blocks, 2 MiB small / 20 MiB large segments,
 2 MiB rounding above 10 MiB, best fit, splitting, merging; cached segments returned to the driver only when a new
 one would pass the card's memory: release_cached_blocks, which frees the wholly free ones) make of these sizes.
-The pattern, per training step (two steps, so that the optimizer states and the cached blocks of step 1 are there):
-weights (quantized ones pass through 16-bit), then per layer the saved activations (checkpointing: the layer's input
+The pattern covers the process from its start, as published max_memory_reserved figures do: the load (quantized
+weights pass through 16-bit; a ZeRO-3 model built without zero.Init whole first, then partitioned: the setup phase,
+replay.replay_load), DeepSpeed's init (memory/zero_replay.py), then two training steps (so that the optimizer states
+and the cached blocks of step 1 are there). Per step: per layer the saved activations (checkpointing: the layer's input
 kept, its activations made and freed), the logits chain (logits, fp32 upcast, log_softmax output; in backward the fp32
 gradients, the cast back; the logits themselves stay until the backward ends, held by the model output as in
 `out = model(...); out.loss.backward(); del out`, the step `trace` runs), per layer in reverse the recomputed
 activations, the activation gradients and the parameter gradients, the optimizer states (step 1) and its
 temporaries, and zero_grad(set_to_none=True); with `grads_kept` (set_to_none=False, PyTorch < 2.0's default) the
 gradients stay, and step 2's backward adds each new gradient into them in place (AccumulateGrad: a gradient-sized
-temporary, then freed).
+temporary, then freed). Under DeepSpeed ZeRO its buffers come and go where DeepSpeed makes them (zero_replay.py:
+the reduce bucket, ZeRO-3's gathered parameters module by module, the flat and fp32 gradient copies of the step).
 Inference: weights, the KV cache (preallocated, or grown by torch.cat per token for HF's DynamicCache), per chunk and
 per layer the MLP temporaries, and the logits.
 """
@@ -25,9 +28,11 @@ from .activations import FP32, layer_saved
 from .allocator import CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
-from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_weights, split_bytes
+from . import zero_replay
+from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_load, replay_weights, split_bytes
 from .states import lora_groups, state_bytes_per_element
 from .workload import Workload
+from .zero_replay import zero_plan
 
 
 def _leading(spec: ModelSpec) -> int:
@@ -149,23 +154,29 @@ _PREFIXES: dict[tuple, tuple[ModelSpec, CachingAllocator]] = {}  # the allocator
 _PREFIXES_MAX = 16
 
 
+ADAPTERS = "LoRA adapter weights"  # f"LoRA adapter weights ({dtype})": the adapters in the run's dtype (phases.py)
+
+
 def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int]) -> None:
-    """What the step holds before its first forward, whatever the batch and length: the weights, the LoRA
-    adapters, DDP's and ZeRO's buckets, the fp32 master weights. No handle is kept: none is freed."""
-    replay_weights(r, spec, w, phases)
-    for size in split_bytes(item_bytes(phases, "LoRA adapter weights (fp32)"), trainable):
-        r.alloc(size)
+    """What the process holds before the first forward, whatever the batch and length: the weights as it came to
+    hold them (with a setup phase, the whole model first: replay.replay_load), the LoRA adapters, DDP's buckets, the
+    fp32 master weights, and DeepSpeed's init (memory/zero_replay.py). No handle is kept: none is freed later."""
+    weights = replay_load(r, spec, w, phases)
+    adapter_bytes = item_bytes(phases, ADAPTERS, "weights")
+    adapters = [r.alloc(size) for size in split_bytes(adapter_bytes, trainable)]
     buckets = item_bytes(phases, "DDP gradient buckets")
     while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
         r.alloc(min(buckets, DDP_BUCKET_CAP))
         buckets -= DDP_BUCKET_CAP
-    for name in _BUCKETS:
-        r.alloc(item_bytes(phases, name))
-    for size in split_bytes(item_bytes(phases, "fp32 master weights"), trainable):
+    master = item_bytes(phases, "fp32 master weights")
+    zero = zero_plan(spec, w)
+    if zero is not None:
+        full = w.method == "full"  # the optimizer's groups: every parameter, or the adapters
+        zero_replay.init(r, zero, weights if full else adapters, item_bytes(phases, "weights") if full else
+                         adapter_bytes, master)
+        return
+    for size in split_bytes(master, trainable):
         r.alloc(size)
-
-
-_BUCKETS = ("ZeRO reduce bucket", "ZeRO all-gather bucket", "ZeRO-3 prefetch bucket")
 
 
 def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
@@ -177,10 +188,10 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
         r = Replay(expandable, limit)
         _prefix(r, spec, w, phases, trainable)
         return r
-    load = next(p for p in phases if p.name == "load")
+    before = tuple(p for p in phases if p.name in ("load", "setup"))
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
-    key = (id(spec), others, load, tuple(item_bytes(phases, name) for name in (
-        "LoRA adapter weights (fp32)", "DDP gradient buckets", *_BUCKETS, "fp32 master weights")))
+    key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
+        item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
     try:
         spec_found, kept = _PREFIXES.get(key, (None, None))
     except TypeError:  # an input that cannot be a key
@@ -235,8 +246,10 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     acts = item_bytes(phases, "activations", "activations")
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
+    zero = zero_plan(spec, w)
+    z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     fwd_extra = [i for p in phases if p.name == "forward" for i in p.items
-                 if i.name in ("16-bit working copies (autocast)", "all-gathered parameters")]
+                 if i.name == "16-bit working copies (autocast)" or (i.name == "all-gathered parameters" and not z3)]
     w_layers, w_rest = per_layer(spec, list(spec.groups))
     extra_bytes = sum(i.bytes for i in fwd_extra)
     extra_sizes = list(split_bytes(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
@@ -254,6 +267,13 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     lead = _leading(spec) if w.method == "full" else 0
     in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
     state_sizes = [s for s in split_bytes(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
+    if z3:  # each gradient made whole by autograd, copied into the reduce bucket and dropped: the partition is the
+        # flat buffer from init (zero_replay.init)
+        grad_sizes = [int(n * zero.g) for n in trainable]
+    zero_states = None
+    if zero is not None:  # the optimizer steps one flat fp32 partition per sub-group: its states are flat too
+        flat = list(split_bytes(states_total, [n for n in zero.subgroups for _ in range(k)]))
+        zero_states = [flat[i * k:(i + 1) * k] for i in range(len(zero.subgroups))]
     grads_by_layer: list[list[int]] = []
     pos = 0
     for tl in t_layers:
@@ -266,10 +286,16 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     checkpoint = int(tokens * c * h)
     layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     for step in range(2):
-        accumulate = w.grads_kept and step > 0  # the gradients of step 1 are still there (zeroed)
+        accumulate = w.grads_kept and step > 0 and zero is None  # step 1's gradients are still there (zeroed)
+        co = zero_replay.Coordinator(r, zero, L) if z3 else None
+        if co:
+            co.fetch("embed")
+            co.release("embed")
         extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
         saved: list[list[int | None]] = []
         for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
+            if co:
+                co.fetch(index)
             keep = [r.alloc(size) for size in extra_layers[index]]  # this block's 16-bit copies, kept for backward
             if w.grad_checkpointing:
                 keep.append(take(checkpoint) if checkpoint else None)
@@ -278,46 +304,76 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             else:
                 keep += [take(t) for t in sizes]
             saved.append(keep)
+            if co:
+                co.release(index)
         fin = r.alloc(final)
         logits = up = ls = None
+        if co:
+            co.fetch("head")
         if lg:
             logits = r.alloc(tokens * V * c)
             up = r.alloc(tokens * V * FP32) if causal else None
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up)
+            if co:  # the turn to backward: the head is used again at once (kept), then runs its backward
+                co.release("head")
+                co.fetch("head")
             g1 = r.alloc(tokens * V * (FP32 if causal else c))  # nll_loss backward
             g2 = r.alloc(tokens * V * (FP32 if causal else c))  # log_softmax backward
             r.free(g1, ls)
             g3 = r.alloc(tokens * V * c) if causal else None  # .float()'s backward: back to the logits' dtype
             r.free(g2)
+            bucket = [r.alloc(size) for size in zero.reduce] if zero and zero.stage < 3 else []  # first gradient
             gh = r.alloc(tokens * h * c)  # LM head backward: the hidden states' gradient
             r.free(g3)  # the logits stay: the model output holds them until the step drops it, after backward
         else:
+            if co:
+                co.release("head")
+                co.fetch("head")
+            bucket = [r.alloc(size) for size in zero.reduce] if zero and zero.stage < 3 else []
             gh = r.alloc(tokens * h * c)
+        if co:
+            co.release("head")
         r.free(fin)
         grads: list[int | None] = []
         for index in reversed(range(L)):
+            if co:
+                co.fetch(index)
             recomputed = [take(t) for t in sizes] if w.grad_checkpointing else []
             tmp = [take(t) for t in layer_tmp]
             if index < len(grads_by_layer):
-                if accumulate:  # AccumulateGrad: the new gradient is added in place to the kept one, then freed
+                if accumulate or z3:  # AccumulateGrad adds the new gradient in place to the kept one, then frees it
                     for size in grads_by_layer[index]:
                         r.free(r.alloc(size))
                 else:
                     grads += [take(s) for s in grads_by_layer[index]]
             r.free(*tmp, *recomputed, *saved[index])
+            if co:
+                co.release(index)
         r.free(gh)
-        if accumulate:
+        if co:
+            co.fetch("embed")
+        if accumulate or z3:
             for size in grads_rest:
                 r.free(r.alloc(size))
         else:
             grads += [r.alloc(s) for s in grads_rest]
+        if co:
+            co.release("embed")
+            co.release_all()  # the step's _partition_all_parameters
+        if zero is not None and zero.stage < 3:
+            r.free(*bucket)  # independent_gradient_partition_epilogue: _release_ipg_buffers
         r.free(logits)  # `del out` after loss.backward()
         r.free(*extra)
+        last = step == 1  # frees after the last allocation change no peak: not replayed
+        if zero is not None:
+            total = sum(zero.subgroups)
+            zero_replay.step(r, zero, grads, zero_states if step == 0 else None,
+                             lambda size: [r.alloc(step_tmp * size // total)] if step_tmp else [])
+            continue
         if step == 0:
             for size in state_sizes:
                 take(size)
-        last = step == 1  # frees after the last allocation change no peak: not replayed
         if step_tmp and w.optimizer_impl == "foreach":
             temporaries = [take(s) for s in split_bytes(step_tmp, in_order) if s >= 1]
             if not last:

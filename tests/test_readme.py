@@ -153,6 +153,11 @@ def test_the_readme_python_block_runs():
 QUANT = [e for _, e in EXAMPLES if e.command.startswith("quant ") and e.shown is not None]
 
 
+# the attention the examples' bf16 reference runs (batch 16, 4 heads, 64 tokens, head size 32)
+_BF16_SDPA = ("import torch; q = torch.randn(16, 4, 64, 32, dtype=torch.bfloat16); "
+              "torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)")
+
+
 @pytest.mark.parametrize("capability", ["default", "avx2"])
 def test_readme_quant_examples_print_the_same_on_every_kernel_path(capability):
     """PyTorch picks its CPU kernels by the processor's features; a README figure must not depend on them.
@@ -162,14 +167,27 @@ def test_readme_quant_examples_print_the_same_on_every_kernel_path(capability):
     import sys
 
     assert QUANT
+    env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": capability}
+    probe = subprocess.run([sys.executable, "-c", _BF16_SDPA], capture_output=True, text=True, env=env)
+    # PyTorch picks its bf16 attention kernel by the hardware (AMX, for one) and packs its input with the forced
+    # path's code, which refuses ("pack_vnni2 is only supported when avx512..."): an example with a bf16 model
+    # cannot run on that path on such a processor, whatever campaign does; the others are still compared
+    bf16_refused = probe.returncode != 0 and "pack_vnni2" in probe.stderr
     code = ("import json, sys; from tests.readme_examples import run, scratch\n"
             "out = []\n"
             "for command in json.loads(sys.argv[1]):\n"
             "    with scratch():\n"
-            "        out.append(run(command)[1])\n"
+            "        out.append(run(command)[1:])\n"
             "print(json.dumps(out))")
-    env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": capability}
     done = subprocess.run([sys.executable, "-c", code, json.dumps([e.command for e in QUANT])], capture_output=True,
                           text=True, env=env, cwd=README.parent, check=True)
-    for ex, printed in zip(QUANT, json.loads(done.stdout.splitlines()[-1]), strict=True):
+    compared = 0
+    for ex, (printed, err) in zip(QUANT, json.loads(done.stdout.splitlines()[-1]), strict=True):
+        if bf16_refused and "pack_vnni2" in err:
+            continue
         assert list(ex.shown) == expected(ex, printed), (capability, ex.line)
+        compared += 1
+    if compared < len(QUANT):
+        assert bf16_refused
+        if not compared:
+            pytest.skip(f"PyTorch's bf16 attention cannot run under ATEN_CPU_CAPABILITY={capability} here")

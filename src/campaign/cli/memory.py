@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,8 @@ def memory(
     deepspeed: Path = typer.Option(None, "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, "
                                    "precision, micro-batch and the sizes of DeepSpeed's own buffers (reduce bucket, "
                                    "ZeRO-3 prefetch, live and persistent parameters) read from it, as --config does."),
+    sources: bool = typer.Option(False, "--sources", help="Show where each breakdown item's formula comes from "
+                                 "(DeepSpeed's, PyTorch's, peft's source; the --json always has it)."),
     as_json: o.Json = False,
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.
@@ -86,4 +89,4 @@ def memory(
     w = o.workload_from(spec, **workload)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          **o.overheads(fragmentation, cuda_context))
-    o.emit(result, render_plan, as_json)
+    o.emit(result, partial(render_plan, sources=sources), as_json)

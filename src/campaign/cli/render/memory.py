@@ -30,14 +30,14 @@ def describe(est: MemoryEstimate) -> str:
     return f"{est.model} · {what} · {shape} · {cards} · {w.attention}"
 
 
-def plan(p: MemoryPlan) -> None:
-    """An estimate (memory or trace) with its card fits."""
-    memory(p.estimate, p.fits, p.card)
+def plan(p: MemoryPlan, *, sources: bool = False) -> None:
+    """An estimate (memory or trace) with its card fits; `sources`: each item's source in the breakdown."""
+    memory(p.estimate, p.fits, p.card, sources=sources)
 
 
-def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> None:
+def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, sources: bool = False) -> None:
     """Verdict, breakdown at the peak, phases, card fit, notes; for a traced estimate, the modules whose activations
-    are alive at the peak."""
+    are alive at the peak. `sources`: a column with where each item's formula comes from (the --json's `source`)."""
     console.print(f"[bold]{describe(est)}[/bold]" + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
     params = f"{fmt_count(est.params)} params"
     if est.workload.training:
@@ -69,16 +69,22 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None) -> N
     table.add_column("item")
     table.add_column("GiB", justify="right")
     table.add_column("formula", overflow="fold", max_width=90)
-    # the last three items are the allocator overhead, the context and the reserve; a subtotal follows each level
-    *tensors, allocator, context, reserve = est.items
+    if sources:
+        table.add_column("source", overflow="fold", max_width=60)
+    source = (lambda item: (item.source,)) if sources else (lambda item: ())  # noqa: E731
+    blank = ("",) if sources else ()
+    # the tensors, then the allocator overhead, what lies outside the allocator (the context, NCCL's buffers on
+    # several cards) and the reserve (estimate.py finish_estimate); a subtotal follows each level
+    first = next(k for k, item in enumerate(est.items) if item.category == "overhead")
+    tensors, allocator, outside, reserve = est.items[:first], est.items[first], est.items[first + 1:-1], est.items[-1]
     levels = ((tensors, "peak allocated", est.peak_allocated_bytes), ([allocator], "peak reserved",
-              est.peak_reserved_bytes), ([context], "device (nvidia-smi)", est.device_bytes))
+              est.peak_reserved_bytes), (outside, "device (nvidia-smi)", est.device_bytes))
     for items, label, subtotal in levels:
         for item in items:
-            table.add_row(item.name, gib(item.bytes), item.formula)
-        table.add_row(f"[dim]= {label}[/dim]", f"[dim]{gib(subtotal)}[/dim]", "", end_section=True)
-    table.add_row(reserve.name, gib(reserve.bytes), reserve.formula)
-    table.add_row("[bold]required[/bold]", f"[bold]{gib(est.required_bytes)}[/bold]", "")
+            table.add_row(item.name, gib(item.bytes), item.formula, *source(item))
+        table.add_row(f"[dim]= {label}[/dim]", f"[dim]{gib(subtotal)}[/dim]", "", *blank, end_section=True)
+    table.add_row(reserve.name, gib(reserve.bytes), reserve.formula, *source(reserve))
+    table.add_row("[bold]required[/bold]", f"[bold]{gib(est.required_bytes)}[/bold]", "", *blank)
     console.print(table)
     phases = "  ".join(f"{p.name} {gib(p.bytes)}" + (" [bold]<- peak[/bold]" if p.name == est.peak_phase else "")
                        for p in est.phases)

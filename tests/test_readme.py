@@ -134,8 +134,17 @@ def test_the_readme_python_block_runs():
 
     blocks = [(doc, block) for doc in documents()
               for block in re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)]
-    assert len(blocks) == 1 and "campaign.trace_memory" in blocks[0][1]
-    doc, block = blocks[0]
+    notebook = [(doc, block) for doc, block in blocks if "campaign.trace_memory" in block]
+    assert len(notebook) == 1
+    # every other block is an excerpt of a script the tests run (tests/test_examples.py): each of its lines is there
+    for doc, block in blocks:
+        if (doc, block) in notebook:
+            continue
+        script = re.search(r"`(examples/[\w/]+\.py)`", doc.read_text(encoding="utf-8")).group(1)
+        lines = (ROOT / script).read_text(encoding="utf-8").splitlines()
+        for line in block.splitlines():
+            assert not line.strip() or line in lines, f"{doc.name}: {line!r} is not in {script}"
+    doc, block = notebook[0]
     pytest.importorskip("torch")
     out = io.StringIO()
     with scratch(), contextlib.redirect_stdout(out):
@@ -146,8 +155,10 @@ def test_the_readme_python_block_runs():
     assert "('leak.near_duplicate', 'fail', 5)" in printed and "\nconvincing\n" in printed
     assert "True ['step.finite_loss', 'step.initial_loss', 'step.scheduler_bound'" in printed
     assert printed.splitlines()[-2] == "[('baseline', 'completed')]"
-    # the quant example: bf16 then int8 on the same batches, the bytes as docs/variants.md shows them
-    assert printed.splitlines()[-1].startswith("True [('bf16', 853312, 525.29, None), ('int8', 568640, 525.3, 0.8")
+    # the quant example: bf16 then int8 on the same batches, the bytes as docs/variants.md shows them; perplexity
+    # moves in its third decimal with the CPU's kernel path (525.29 on one machine, 525.2954 on another), so the
+    # page prints one decimal
+    assert printed.splitlines()[-1].startswith("True [('bf16', 853312, 525.3, None), ('int8', 568640, 525.3, 0.8")
 
 
 QUANT = [e for _, e in EXAMPLES if e.command.startswith("quant ") and e.shown is not None]

@@ -253,7 +253,8 @@ def test_the_largest_batch_is_one_for_which_every_smaller_batch_fits(monkeypatch
 
     fits = {1, 2, 3, 4, 6, 7}
     monkeypatch.setattr(fit, "estimate_memory", lambda spec, w, **kw: SimpleNamespace(
-        required_bytes=100 if w.batch in fits else 200, workload=w, phases=(SimpleNamespace(name="step", items=()),),
+        required_bytes=100 if w.batch in fits else 200, workload=w,
+        phases=(SimpleNamespace(name="load", items=()), SimpleNamespace(name="step", items=())),
         peak_allocated_bytes=50, peak_reserved_bytes=50, device_bytes=60))
     spec, w = load_spec("gpt2"), make_workload(batch=1, seq_len=128)
     assert fit.max_value(spec, w, 150, "batch", limit=64) == 4

@@ -51,7 +51,8 @@ class Probes:
 
 def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | float) -> int:
     """The most the allocator's replay can add to `est` (an estimate without the overhead), its reserve included:
-    OVERHEAD_FACTOR times the largest transient working set of any phase, plus OVERHEAD_FLOOR. A preallocated KV
+    OVERHEAD_FACTOR times the largest transient working set of any phase (for training, plus what the process
+    cached before its first step and what DeepSpeed makes and drops at each step), plus OVERHEAD_FLOOR. A preallocated KV
     cache is not transient: each of its 2 x layers tensors is its own segment, rounded up to 2 MiB; nor are the
     last position's logits of an inference with it."""
     w = est.workload
@@ -62,6 +63,11 @@ def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | floa
     else:  # generate's last-position logits are made and freed at once, as its first and only block of that size
         kinds = ("activations", "temporaries")
     transient = max(sum(i.bytes for i in p.items if i.category in kinds) for p in est.phases)
+    if w.training and w.method != "frozen":  # the process's replay: what the load, the setup and DeepSpeed's init
+        # left cached, and DeepSpeed's own copies made and dropped at each step (memory/zero_replay.py)
+        from .zero_replay import step_transient
+
+        transient += reserved.prefix_slack(spec, w, est.phases) + step_transient(spec, w)
     rounding = 0 if w.training or w.kv_cache == "dynamic" else 2 * max(1, spec.num_layers) * ROUND_LARGE
     fraction, _ = parse_reserve(reserve)
     return int(OVERHEAD_FACTOR * (transient + rounding) * (1 + fraction)) + OVERHEAD_FLOOR

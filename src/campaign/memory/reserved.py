@@ -215,6 +215,16 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
     return r
 
 
+def prefix_slack(spec: ModelSpec, w: Workload, phases) -> int:
+    """What the process has cached before its first step (reserved - allocated after _prefix, or at the prefix's own
+    peak, the larger): the blocks the load, the setup and DeepSpeed's init freed. The batch and the length do not
+    change it; the allocator after the prefix is kept (_PREFIXES), so a solve's probes replay it once."""
+    t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
+    trainable = [n for layer in t_layers for n in layer] + t_rest
+    a = _after_prefix(spec, w, phases, trainable, w.expandable_segments, None).a
+    return max(a.reserved - a.allocated, a.peak_reserved - a.peak_allocated)
+
+
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
                      limit: int | None = None) -> Overhead:
     L = max(1, spec.num_layers)

@@ -29,7 +29,9 @@ _LAZY = {
     "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",
     "use_split": "track.usage", "record_usage": "track.usage", "usage_report": "track.usage",
     "analyze_errors": "evaluate.analysis", "regress": "evaluate.regress", "compare_seeds": "evaluate.seeds",
-    "compare_paired": "evaluate.seeds",
+    "compare_paired": "evaluate.seeds", "LeakFreeKFold": "data.kfold", "paired_tost": "evaluate.equivalence",
+    "compare_harness_runs": "evaluate.harness", "compare_run_folders": "evaluate.harness_runs",
+    "harness_errors": "evaluate.harness_runs", "compare_harness_seeds": "evaluate.harness_runs",
     # 3. about to train: check, inspect, batch, run, runs
     "check": "train.check", "save_checkpoint": "train.checkpoint", "load_checkpoint": "train.checkpoint",
     "check_accumulation": "train.accumulation", "load_setup": "train.setup",

@@ -131,7 +131,31 @@ def _reader_cases(tmp_path, measurement):
         (tmp_path / "cost.yaml").write_bytes(payload)
         return ["bench", str(tmp_path / "cost.yaml")]
 
-    return {"config.json": config, "safetensors index": index, "safetensors header": header,
+    def ds_config(payload):
+        (tmp_path / "ds_config.json").write_bytes(payload)
+        return ["memory", "llama-3.1-8b", "--shard", "zero3", "--gpus", "8", "--deepspeed",
+                str(tmp_path / "ds_config.json")]
+
+    def training_config(payload):
+        (tmp_path / "args.json").write_bytes(payload)
+        return ["memory", "llama-3.1-8b", "--config", str(tmp_path / "args.json")]
+
+    def harness_line(payload):
+        # an lm_eval --log_samples file: one good sample, then the broken line; errors reads one run, regress two
+        good = json.dumps({"doc_id": 0, "doc": {"q": "a"}, "target": "1", "filtered_resps": ["1"],
+                           "filter": "none", "metrics": ["acc"], "doc_hash": "h0", "acc": 1.0})
+        for name in ("samples_task_2026-01-01T00-00-00.jsonl", "samples_task_2026-01-02T00-00-00.jsonl"):
+            (tmp_path / name).write_bytes(good.encode() + b"\n" + payload.replace(b"\n", b" ") + b"\n")
+        return ["errors", str(tmp_path / "samples_task_2026-01-01T00-00-00.jsonl")]
+
+    def harness_pair(payload):
+        harness_line(payload)
+        return ["regress", str(tmp_path / "samples_task_2026-01-01T00-00-00.jsonl"),
+                str(tmp_path / "samples_task_2026-01-02T00-00-00.jsonl")]
+
+    return {"DeepSpeed config": ds_config, "training config": training_config, "lm-eval samples": harness_line,
+            "lm-eval samples pair": harness_pair,
+            "config.json": config, "safetensors index": index, "safetensors header": header,
             "measurement": measured, "estimate": estimate, "split manifest": manifest, "JSON schema": schema,
             "data record": data_line, "prediction record": predictions_line, "seeds record": seeds_line,
             "plan file": plan, "price file": prices, "factors file": factors, "cost file": cost}
@@ -141,7 +165,7 @@ def _reader_cases(tmp_path, measurement):
 def test_every_json_reader_refuses_every_broken_file_in_one_line(cli, tmp_path, measurement, broken):
     for reader, write in _reader_cases(tmp_path, measurement).items():
         payload = BROKEN_JSON[broken]
-        if reader.endswith("record") and broken in ("empty",):
+        if (reader.endswith("record") or reader.startswith("lm-eval")) and broken in ("empty",):
             continue                     # a blank line in JSONL is skipped, by design
         r = cli(*write(payload))
         if reader == "JSON schema" and broken in ("null",):
@@ -176,6 +200,18 @@ WRONG_FIELDS = [
     ("measurement", {"environment": []}, "field 'environment' must be an object"),
     ("estimate", {"phases": [{"name": "forward", "bytes": -1}]}, "between 0 and"),
     ("estimate", {"peak_allocated_bytes": float("nan")}, "must be a whole number"),
+    ("DeepSpeed config", {"zero_optimization": {"stage": 3, "reduce_bucket_size": "big"}},
+     "ds_config.json: zero_optimization.reduce_bucket_size: 'big' is not a whole number"),
+    ("DeepSpeed config", {"zero_optimization": {"stage": 3, "stage3_max_live_parameters": -1}},
+     "ds_config.json: zero_optimization.stage3_max_live_parameters: -1 is not a whole number"),
+    ("DeepSpeed config", {"zero_optimization": {"stage": 3, "overlap_comm": "yes"}}, "'yes' is not true or false"),
+    ("DeepSpeed config", {"zero_optimization": {"stage": 3, "reduce_buket_size": 5e8}}, "reduce_buket_size"),
+    ("training config", {"output_dir": "o", "per_device_train_batch_size": [4]},
+     "args.json: per_device_train_batch_size: [4] is not a positive whole number"),
+    ("training config", {"output_dir": "o", "gradient_checkpointing": True, "fsdp": "full_shard offload"},
+     "CPU offload"),
+    ("lm-eval samples", {"doc_id": 1, "doc": {"q": "b"}, "filter": "none", "metrics": ["acc"], "acc": "high"},
+     "samples_task_2026-01-01T00-00-00.jsonl:2"),
 ]
 
 

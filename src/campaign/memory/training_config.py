@@ -303,7 +303,12 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
                 raise InputError(f"{where}: {value!r} is not true or false; fix the file")
             r.set(option, value, where)
         else:
-            r.set(option, zero_elements(value, key), where)
+            try:
+                elements = zero_elements(value, key)
+            except InputError:
+                raise InputError(f"{where}: {value!r} is not a whole number of elements (5e8, 500000000) or auto; fix "
+                                 "the file") from None
+            r.set(option, elements, where)
     for key, value in d.items():
         if key in DEEPSPEED_REFUSED:
             if _deepspeed_on(key, value):

@@ -33,7 +33,7 @@ def test_training_arguments_with_a_deepspeed_file_and_a_peft_config(tmp_path):
     cfg = workload_from_configs([args, adapter])
     assert cfg.options == {"batch": 4, "seq_len": 1024, "grad_checkpointing": True, "optimizer": "adamw",
                            "optimizer_impl": "fused", "shard": "zero2", "method": "lora", "lora_rank": 32,
-                           "lora_targets": ("q_proj", "v_proj")}
+                           "lora_targets": ("q_proj", "v_proj"), "logits_held": False}
     assert cfg.model == "meta-llama/Llama-3.1-8B"
     where = {option: source for option, _, source in cfg.sources}
     assert where["batch"] == "training_args.json: per_device_train_batch_size"
@@ -42,7 +42,8 @@ def test_training_arguments_with_a_deepspeed_file_and_a_peft_config(tmp_path):
     # the same estimate as the options given by hand
     spec = load_spec("llama-3.1-8b")
     by_hand = make_workload(batch=4, seq_len=1024, grad_checkpointing=True, optimizer="adamw", optimizer_impl="fused",
-                            shard="zero2", method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"))
+                            shard="zero2", method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"),
+                            logits_held=False)
     assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
         estimate_memory(spec, by_hand).required_bytes
 
@@ -55,7 +56,7 @@ def test_axolotl_qlora(tmp_path):
     cfg = workload_from_configs([path])
     assert cfg.options == {"method": "qlora", "lora_rank": 16, "lora_targets": ("all-linear",), "seq_len": 4096,
                            "batch": 2, "grad_checkpointing": True, "optimizer": "adamw-8bit",
-                           "optimizer_impl": "foreach"}
+                           "optimizer_impl": "foreach", "logits_held": False}
     assert cfg.model == "mistralai/Mistral-7B-v0.1"
 
 
@@ -71,6 +72,7 @@ def test_torchtune_lora_recipe(tmp_path):
     assert cfg.options["lora_targets"] == ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     assert (cfg.options["seq_len"], cfg.options["batch"], cfg.options["dtype"]) == (2048, 2, "bf16")
     assert cfg.options["grad_checkpointing"] is True and cfg.options["optimizer"] == "adamw"
+    assert cfg.options["logits_held"] is False  # the recipe deletes the logits before loss.backward()
 
 
 def test_accelerate_fsdp_config(tmp_path):

@@ -102,6 +102,9 @@ def ablate_analyze(
                                               "units.")] = 0.0,
     lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error "
                                                   "rate.")] = False,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write the half-normal plot of an unreplicated "
+                                             "two-level design's effects, with Lenth's ME and SME: .png, .svg "
+                                             "or .pdf.")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Main effects and two-factor interactions with intervals from the seeds (aliases stated for a fraction), and
@@ -109,15 +112,23 @@ def ablate_analyze(
 
     Exit 0 when analyzed, 2 on bad input.
     """
+    from ..errors import InputError
     from ..plan.effects import analyze_ablation
     from .render.plan import ablate_analysis as render
 
     if not factors:
-        from ..errors import InputError
-
         raise InputError("--factors FILE is required: the factors file the ablation was planned with")
+    o.plot_file(plot)                          # a bad suffix refused before the results are read
     rep = analyze_ablation(results, factors, runs_tag=runs, metric=metric, seed_field=seed_field, confidence=confidence,
                            higher_is_better=not lower_is_better, min_effect=min_effect)
+    if plot is not None:
+        from .. import plots
+
+        if not rep.half_normal:
+            raise InputError(f"--plot {plot}: the half-normal plot is for an unreplicated two-level design "
+                             f"(one seed per cell, 3 effects or more); this one's error is {rep.error_method}; "
+                             "drop --plot")
+        plots.write(plots.half_normal(rep.to_dict()), plot)
     o.emit(rep, render, as_json)
 
 

@@ -1,6 +1,6 @@
-"""Figures of plans and variants, each a function of a result's to_dict(): a budget's schedule as a Gantt chart, a
-quantization comparison's memory against quality. Each returns a matplotlib Figure, or None when the dict lacks
-what the figure needs."""
+"""Figures of plans and variants, each a function of a result's to_dict(): a budget's schedule as a Gantt chart, an
+unreplicated ablation's half-normal plot of its effects, a quantization comparison's memory against quality. Each
+returns a matplotlib Figure, or None when the dict lacks what the figure needs."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,7 +12,8 @@ MiB = 2**20
 
 def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = None) -> Any:
     """A schedule's (a budget's `schedule`) every run as a bar on the card slots it holds, coloured by phase; the
-    rental's window (hours), when given, as a dashed line."""
+    rental's window (hours: 168 for a 7-day package), when given, as a dashed line named with its hours in the legend
+    and the time past it shaded, so a schedule that outruns the package shows."""
     runs = [r for r in schedule.get("runs") or [] if isinstance(r, dict)]
     if not runs:
         return None
@@ -29,17 +30,70 @@ def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = N
         start, end = float(r.get("start_hours", 0)), float(r.get("end_hours", 0))   # a bad record raises
         for c in r.get("cards") or [0]:
             ax.barh(c, end - start, left=start, color=colors[str(r.get("phase"))], edgecolor="white")
+    handles: list[Any] = [Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
+    names = list(phases)
     if window is not None:
-        ax.axvline(window, color="black", linestyle="--", linewidth=1)
+        right = max([window] + [float(r.get("end_hours", 0)) for r in runs])
+        ax.axvspan(window, max(right, window * 1.05), color="tab:red", alpha=0.12, linewidth=0, zorder=0)
+        handles.append(ax.axvline(window, color="black", linestyle="--", linewidth=1))
+        names.append(f"rental window: {window:,.4g} h")
     ax.set_yticks(range(cards), [f"card {i}" for i in range(cards)])
     ax.invert_yaxis()
     ax.set_xlabel("hours from the start of the rental")
     ax.set_ylabel("card slot")
     ax.set_title(title)
-    handles = [Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
-    ax.legend(handles, phases, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(len(phases), 5),
-              fontsize="small", frameon=False)
+    ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", frameon=False)
     return fig
+
+
+def half_normal(result: dict[str, Any], title: str | None = None) -> Any:
+    """An unreplicated two-level ablation (an analysis's `half_normal` points, Daniel 1959): each effect's |estimate|
+    against the half-normal quantile of its rank, labelled with its name; the line through the origin of slope
+    Lenth's PSE (where null effects lie); Lenth's margin of error ME = t(1 - alpha/2; d) PSE and simultaneous
+    margin SME = t(gamma; d) PSE, gamma = (1 + (1 - alpha)^(1/m)) / 2, d = m / 3 (Lenth 1989), as labelled
+    horizontal lines: an effect above SME is active even counting the m effects looked at."""
+    points = [p for p in result.get("half_normal") or [] if isinstance(p, dict)]
+    if not points:
+        return None
+    from scipy import stats
+
+    qs = [number(p.get("quantile")) for p in points]
+    ys = [number(p.get("abs_estimate")) for p in points]
+    pse = number(result.get("pse"))
+    m = len(points)
+    alpha = 1 - number(result.get("confidence", 0.95))
+    me, sme = lenth_margins(pse, m, alpha, stats)
+    fig = figure(6.4, 4.6)
+    ax = fig.add_subplot()
+    colours = ["tab:red" if y > sme else "tab:orange" if y > me else "tab:blue" for y in ys]
+    ax.scatter(qs, ys, c=colours, zorder=3)
+    xmid = (min(qs) + max(qs)) / 2
+    for p, x, y in zip(points, qs, ys, strict=True):
+        label_inside(ax, str(p.get("effect")), (x, y), xmid, fontsize=8)
+    top = max(qs) * 1.1
+    ax.plot([0, top], [0, pse * top], color="tab:gray", linewidth=1, label=f"null effects: slope PSE {pse:,.4g}")
+    for value, name, style in ((me, "ME", ":"), (sme, "SME", "--")):
+        ax.axhline(value, color="black", linestyle=style, linewidth=1, label=f"{name} {value:,.4g}")
+        ax.annotate(f"{name} = {value:,.4g}", (0, value), xycoords=("axes fraction", "data"), xytext=(3, 2),
+                    textcoords="offset points", ha="left", va="bottom", fontsize="small")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0, top=max(ys + [sme]) * 1.12)
+    ax.set_xlabel("half-normal quantile of the rank")
+    ax.set_ylabel(f"|effect| on {result.get('metric', 'the metric')}")
+    if title is None:
+        title = (f"half-normal plot of {m} effects (Lenth: PSE {pse:,.4g}, {1 - alpha:.0%} ME and SME)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower right", fontsize="small")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def lenth_margins(pse: float, m: int, alpha: float, stats: Any) -> tuple[float, float]:
+    """Lenth's (1989) margin of error and simultaneous margin of error of m effects: t quantiles on d = m / 3
+    degrees of freedom times the PSE (15 effects, alpha 0.05: 2.57 and 5.22 PSE)."""
+    d = m / 3
+    gamma = (1 + (1 - alpha) ** (1 / m)) / 2
+    return float(stats.t.ppf(1 - alpha / 2, d) * pse), float(stats.t.ppf(gamma, d) * pse)
 
 
 def quant(result: dict[str, Any], title: str | None = None) -> Any:
@@ -74,4 +128,4 @@ def quant(result: dict[str, Any], title: str | None = None) -> Any:
     return fig
 
 
-__all__ = ["gantt", "quant"]
+__all__ = ["gantt", "half_normal", "lenth_margins", "quant"]

@@ -48,7 +48,7 @@ def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, time
         return out
     with (fresh or FreshProcess(ref, "adapter")) as process, \
             tempfile.TemporaryDirectory(prefix="campaign-adapter-") as tmp:
-        folder = save_adapter(s.model, Path(tmp) / "adapter")
+        folder = save_adapter(s.model, Path(tmp) / "adapter", warn=False)  # bound_to_base names the base
         was = s.model.training
         s.model.eval()
         with torch.no_grad():

@@ -2,8 +2,11 @@
 
 An adapter means nothing on another base: LoRA's low-rank updates were learned against those weights, and loaded on
 a base of another revision they load without a word and give other outputs. So the adapter is saved with a binding:
-the base model's name, its revision when it comes from the HF cache, and a hash of its weights (every base tensor's
-name, dtype, shape and bytes, in name order: the same figure from the live model or from its safetensors files).
+the base model's name (its repo id, or the folder it was loaded from), its revision when it comes from the HF cache
+(the snapshot folder `models--org--name/snapshots/<commit>/` it was loaded from, or the config's `_commit_hash` where
+transformers still sets it), and a hash of its weights (every base tensor's name, dtype, shape and bytes, in name
+order: the same figure from the live model or from its safetensors files). What cannot be named (a base built in
+memory has no name; a repo id loaded by name no recorded revision) is said in one warning when the adapter is saved.
 `load_adapter` refuses a base whose hash differs, in one line. The same base loaded in another dtype (bf16 instead
 of fp32) is the same base: the binding also holds a fingerprint of the values (per floating-point tensor, its norm and
 two projections on fixed random signs) compared within what a cast to 16 bits changes, and a base that matches only
@@ -28,7 +31,8 @@ from ..validate import JsonObject
 
 BINDING = "campaign_binding.json"
 SCHEMA = "campaign.adapter_binding/1"
-_REVISION = re.compile(r"/snapshots/([0-9a-f]{40})(/|$)")
+# an HF cache snapshot: <cache>/models--<org>--<name>/snapshots/<commit>/ (a repo name holds no '--')
+_SNAPSHOT = re.compile(r"(?:^|/)models--([^/]+)/snapshots/([^/]+)(?:/|$)")
 
 
 def is_adapter_model(model: Any) -> bool:
@@ -145,8 +149,8 @@ def files_sha256(directory: str | Path) -> str:
 class Binding:
     """What an adapter was trained on."""
 
-    base: str                    # the base's name or path (config._name_or_path), '' when unknown
-    revision: str | None         # the HF cache snapshot's commit, when the base was loaded from the cache
+    base: str                    # the base's repo id or folder (base_identity), '' when built in memory
+    revision: str | None         # the HF cache snapshot's commit (or config._commit_hash), when known
     weights_sha256: str
     tensors: int
     dtypes: tuple[str, ...] = ()         # the base's floating-point dtypes when bound
@@ -162,13 +166,32 @@ def _dtypes(state: dict[str, Any]) -> tuple[str, ...]:
     return tuple(sorted({str(t.dtype).removeprefix("torch.") for t in state.values() if t.is_floating_point()}))
 
 
+def base_identity(model: Any) -> tuple[str, str | None, list[str]]:
+    """(name, revision, what cannot be named) of a plain transformers model, from its config: the name is the repo id
+    (`org/name`, also when loaded from its HF cache snapshot folder) or the absolute path of the folder it was loaded
+    from, '' when built in memory; the revision is the snapshot folder's commit, else config._commit_hash."""
+    import os
+
+    config = getattr(model, "config", None)
+    raw = str(getattr(config, "_name_or_path", "") or "").strip()
+    commit = getattr(config, "_commit_hash", None)
+    revision = commit if isinstance(commit, str) and commit else None
+    snapshot = _SNAPSHOT.search(raw.replace("\\", "/"))
+    if not raw:
+        return "", revision, ["the base has no name (built in memory: config._name_or_path is empty)"]
+    if snapshot:
+        return snapshot.group(1).replace("--", "/"), snapshot.group(2), []
+    if os.path.isabs(raw) or Path(raw).is_dir():
+        return str(Path(raw).resolve()), revision, []     # a folder names its own weights; it has no revision
+    if revision is None:
+        return raw, None, [f"the revision of {raw} is not recorded (transformers keeps none when loading by repo id)"]
+    return raw, revision, []
+
+
 def binding_of(model: Any) -> Binding:
-    base = model.get_base_model()
-    name = str(getattr(getattr(base, "config", None), "_name_or_path", "") or "")
-    match = _REVISION.search(name.replace("\\", "/"))
+    name, revision, _ = base_identity(model.get_base_model())
     state = base_state(model)
-    return Binding(name, match.group(1) if match else None, weights_sha256(state), len(state), _dtypes(state),
-                   fingerprint(state))
+    return Binding(name, revision, weights_sha256(state), len(state), _dtypes(state), fingerprint(state))
 
 
 def planned_trainable(model: Any) -> int:
@@ -193,10 +216,18 @@ def planned_trainable(model: Any) -> int:
     return total
 
 
-def save_adapter(model: Any, directory: str | Path) -> Path:
+def save_adapter(model: Any, directory: str | Path, *, warn: bool = True) -> Path:
     """model.save_pretrained(directory) (adapter_model.safetensors, adapter_config.json) and the binding beside it,
-    with the adapter files' hashes."""
+    with the adapter files' hashes. What of the base cannot be named (no name, no revision) is warned in one line
+    (`warn=False`: not, for a save whose caller reports it itself); the weights' hash and fingerprint bind it anyway."""
     out = Path(directory)
+    missing = base_identity(model.get_base_model())[2]
+    if warn and missing:
+        import warnings
+
+        warnings.warn(f"{out}: {'; '.join(missing)}; the adapter's binding holds the base's weights hash and "
+                      "fingerprint only: load the base with from_pretrained from a named repo or folder (an HF cache "
+                      "snapshot folder also names its commit)", stacklevel=2)
     model.save_pretrained(str(out), safe_serialization=True)
     files = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file() and p.name != BINDING}
     atomic_write_json(out / BINDING, binding_of(model).to_dict() | {"files": files})
@@ -235,12 +266,10 @@ def load_adapter(base_model: Any, directory: str | Path) -> Any:
     from peft import PeftModel
 
     binding = read_binding(directory)
-    here = _REVISION.search(str(getattr(getattr(base_model, "config", None), "_name_or_path", "") or "")
-                            .replace("\\", "/"))
-    if binding.revision and here and here.group(1) != binding.revision:
+    here = base_identity(base_model)[1]
+    if binding.revision and here and here != binding.revision:
         raise InputError(f"{directory}: the adapter was trained on revision {binding.revision[:12]} of "
-                         f"{binding.base or 'its base'}; this base is revision {here.group(1)[:12]}; load that "
-                         "revision")
+                         f"{binding.base or 'its base'}; this base is revision {here[:12]}; load that revision")
     state = {k: v for k, v in base_model.state_dict().items()}
     digest = weights_sha256(state)
     if digest != binding.weights_sha256 and binding.values is not None \
@@ -254,5 +283,5 @@ def load_adapter(base_model: Any, directory: str | Path) -> Any:
     return PeftModel.from_pretrained(base_model, str(require_safetensors(directory, "adapter")))
 
 
-__all__ = ["Binding", "binding_of", "files_sha256", "fingerprint", "is_adapter_model", "load_adapter",
+__all__ = ["Binding", "base_identity", "binding_of", "files_sha256", "fingerprint", "is_adapter_model", "load_adapter",
            "planned_trainable", "read_binding", "same_values", "save_adapter", "weights_sha256"]

@@ -169,3 +169,44 @@ def test_the_protocol_says_the_same_data_only_when_the_hashes_say_so(write_yaml,
     rep, line = protocol(differ, "differ")
     assert "hashes differ: ab12, cd34" in line
     assert next(c for c in rep.checks if c.id == "bench.same_data").status == "fail"
+
+
+def test_quality_margin_tests_the_final_quality_of_the_cheapest_configuration(write_yaml, prices):
+    """Every run crossing the target prices a configuration; with quality_margin the runs' final quality must also be
+    shown past target - margin beyond seed noise: a one-sided t-test, checked against statsmodels."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    steady = [72.4, 72.9, 72.6]       # every run ends well past 72 - 0.5
+    shaky = [72.1, 74.0, 70.2]        # crosses 72 in each run's curve timing, but its finals spread around 71.5
+    cost = {"name": "q", "metric": "f1", "target": 72, "margin": "0%", "quality_margin": 0.5, "configurations": [
+        {"name": "steady", "card": "h100", "runs": [{"seed": i, "hours_to_target": 6.0, "final": f}
+                                                    for i, f in enumerate(steady)]},
+        {"name": "shaky", "card": "h100", "runs": [{"seed": i, "hours_to_target": 5.0 + i / 10, "final": f}
+                                                   for i, f in enumerate(shaky)]}]}
+    cost["configurations"][1]["runs"][2] = {"seed": 2, "curve": [[1, 70], [5.2, 72], [6, 70.2]]}
+    rep = bench(write_yaml(cost, "cost.yaml"), prices=prices)
+    by = {c.name: c for c in rep.configurations}
+    want_steady = DescrStatsW(steady).ttest_mean(71.5, alternative="larger")[1]
+    want_shaky = DescrStatsW(shaky).ttest_mean(71.5, alternative="larger")[1]
+    assert by["steady"].quality_p == pytest.approx(want_steady, rel=1e-9) and want_steady < 0.05
+    assert by["shaky"].quality_p == pytest.approx(want_shaky, rel=1e-9) and want_shaky > 0.05
+    # shaky is the cheaper (slowest run 5.2 h against 6 h): it is recommended, and its quality is flagged
+    assert rep.cheapest == "shaky"
+    quality = {c.id: c for c in rep.checks}["bench.quality"]
+    assert quality.status == "warn" and "not shown" in quality.seen
+    # without the key no such check: the verdict is what it was
+    del cost["quality_margin"]
+    assert "bench.quality" not in {c.id for c in bench(write_yaml(cost, "cost2.yaml"), prices=prices).checks}
+    # lower is better (a loss): the bound is target + margin
+    loss = {"name": "l", "metric": "loss", "target": 1.0, "higher_is_better": False, "quality_margin": 0.1,
+            "margin": "0%", "configurations": [{"name": "a", "card": "h100", "runs": [
+                {"seed": i, "hours_to_target": 2.0, "final": f} for i, f in enumerate([0.95, 0.97, 0.99])]}]}
+    a = bench(write_yaml(loss, "loss.yaml"), prices=prices).configurations[0]
+    assert a.quality_p == pytest.approx(DescrStatsW([0.95, 0.97, 0.99]).ttest_mean(1.1, alternative="smaller")[1])
+
+
+@pytest.mark.parametrize("value", ["1", -0.5, True, float("inf")])
+def test_a_bad_quality_margin_is_refused(write_yaml, prices, value):
+    cost = {**COST, "quality_margin": value}
+    with pytest.raises(InputError, match="quality_margin"):
+        bench(write_yaml(cost, "cost.yaml"), prices=prices)

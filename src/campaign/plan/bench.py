@@ -22,7 +22,8 @@ from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml
 
 SCHEMA = "campaign.bench/1"
 FIX = "see examples/plan/cost.yaml for the format"
-COST_KEYS = ("name", "metric", "target", "higher_is_better", "repeats", "margin", "protocol", "configurations")
+COST_KEYS = ("name", "metric", "target", "higher_is_better", "repeats", "margin", "quality_margin", "protocol",
+             "configurations")
 PROTOCOL_KEYS = ("data", "evaluation", "timing", "data_sha256")
 CONFIG_KEYS = ("name", "card", "cards", "method", "precision", "runs", "runs_tag", "data_sha256")
 RUN_KEYS = ("seed", "hours_to_target", "curve", "final")
@@ -73,6 +74,7 @@ class Configuration(Record):
     rentals: tuple[RentalCost, ...]
     cheapest: str | None
     cheapest_cents: int | None
+    quality_p: float | None = None  # one-sided t-test that the runs' mean final quality is past target - margin
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class BenchReport(Result):
     files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     margin: float = MARGIN
+    quality_margin: float | None = None
     schema: str = SCHEMA
 
     @property
@@ -117,6 +120,8 @@ class BenchReport(Result):
                          else "no run falls back past the target after reaching it",
                          "a run that falls back was priced at its first crossing: a checkpoint taken later misses "
                          "the target", "keep the checkpoint at the crossing, or time runs to a stable crossing"))
+        if self.quality_margin is not None and self.cheapest is not None:
+            out.append(self._quality_check(next(c for c in self.configurations if c.name == self.cheapest)))
         data = self.protocol.get("data_sha256", {})
         if data.get("same") is True:
             out.append(Check("bench.same_data", "pass", f"every configuration on data sha256 {data['sha256']}"))
@@ -129,6 +134,41 @@ class BenchReport(Result):
                              "same data", "a configuration evaluated on easier data looks cheaper",
                              "give protocol data_sha256 (or each configuration's data_sha256)", gates=False))
         return tuple(out)
+
+
+    def _quality_check(self, c: Configuration) -> Check:
+        """bench.quality: the cheapest configuration's final quality, over its runs, shown past the target less the
+        stated margin (a one-sided t-test at 0.05; informative: every run crossing the target is what prices it)."""
+        qm = self.quality_margin or 0.0
+        bound = self.target - qm if self.higher_is_better else self.target + qm
+        finals = [r.final for r in c.runs if r.final is not None]
+        side = ">=" if self.higher_is_better else "<="
+        why = (f"crossing the target once per run does not show the quality holds: the runs' final {self.metric} must "
+               f"be {side} {bound:g} (target {self.target:g}, margin {qm:g}) beyond seed noise")
+        if c.quality_p is None:
+            return Check("bench.quality", "skipped", f"{c.name}: {len(finals)} of {len(c.runs)} runs give a final "
+                         f"{self.metric}; the test needs it for every run, and 2 runs or more", why,
+                         "give each run's final (or its curve)", gates=False)
+        mean = math.fsum(finals) / len(finals)
+        seen = (f"{c.name}: mean final {self.metric} {mean:.4g} over {len(finals)} runs, {side} {bound:g} "
+                f"(one-sided t-test p = {c.quality_p:.3g})")
+        if c.quality_p < 0.05:
+            return Check("bench.quality", "pass", seen, gates=False)
+        return Check("bench.quality", "warn", seen + ": not shown", why,
+                     "run more seeds, or weigh the next configuration", gates=False)
+
+
+def quality_p(finals: list[float], bound: float, higher: bool) -> float | None:
+    """p of a one-sided one-sample t-test that the mean of `finals` lies past `bound` (above it when higher is
+    better); None with fewer than 2 values. Equal values: 0 when past the bound, else 1 (no spread to test)."""
+    from scipy import stats
+
+    if len(finals) < 2:
+        return None
+    diffs = [(f - bound) if higher else (bound - f) for f in finals]
+    if max(diffs) == min(diffs):
+        return 0.0 if diffs[0] > 0 else 1.0
+    return float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue)
 
 
 def crossing(curve: list[tuple[float, float]], target: float, higher: bool) -> float | None:
@@ -275,6 +315,12 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
     if not isinstance(higher, bool):
         doc.fail("field 'higher_is_better' must be true or false")
     repeats = doc.count("repeats", 1, minimum=1, maximum=100_000)
+    qm = doc.raw("quality_margin", None)
+    if qm is not None and (isinstance(qm, bool) or not isinstance(qm, (int, float)) or not math.isfinite(qm)
+                           or qm < 0):
+        doc.fail(f"field 'quality_margin' is {qm!r}; give how far below the target (in {metric}'s units, 0 or more) "
+                 "the runs' final quality may lie")
+    quality_margin = None if qm is None else float(qm)
     proto = doc.obj("protocol", None)
     if proto is not None:
         known_keys(proto, PROTOCOL_KEYS)
@@ -312,9 +358,13 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
             if status == "reaches" and worst is not None else []
         best = min((r for r in rentals if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
                    default=None)
+        finals = [r.final for r in runs if r.final is not None]
+        p = None
+        if quality_margin is not None and len(finals) == len(runs):
+            p = quality_p(finals, target - quality_margin if higher else target + quality_margin, higher)
         configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),
                                      status, mean, worst, tuple(rentals), best.name if best else None,
-                                     best.cost_cents if best else None))
+                                     best.cost_cents if best else None, p))
     if not configs:
         doc.fail("field 'configurations' is empty")
     ok = [c for c in configs if c.cheapest_cents is not None]
@@ -342,7 +392,7 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
                          tuple(configs), win.name if win else None, win.cheapest if win else None,
                          win.cheapest_cents if win else None, why, protocol | {"source": source},
                          {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                         (), tuple(notes), margin)
+                         (), tuple(notes), margin, quality_margin)
     if out is not None:
         from dataclasses import replace
 

@@ -213,6 +213,7 @@ def bench(r: Any) -> None:
                 by = {x.name: x for x in c.rentals}
                 p.add_row(escape(c.name), *(usd(by[n].cost_cents) if n in by and by[n].fits else "-" for n in names))
         console.print(p)
+    checks(c for c in r.checks if c.id == "bench.quality")
     for f in r.files:
         console.print(f"Wrote {escape(f)}")
     notes(r.notes, escaped=True)

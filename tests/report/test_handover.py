@@ -74,3 +74,22 @@ def test_the_readme_is_a_model_card(handover):
     card = hub.ModelCard(text)  # the Hub's own parser: front matter, model-index into eval results
     assert card.data.base_model == "Qwen/Qwen2.5-0.5B"
     assert [r.metric_value for r in card.data.eval_results] == [0.8733]
+
+
+def test_the_card_names_the_base_by_its_binding_before_peft_s_snapshot_path(cli, tmp_path, monkeypatch):
+    """A base loaded from an HF cache snapshot: peft writes the snapshot's path into adapter_config.json, campaign's
+    binding names it by its repo id and commit (train/adapters.py); the card's base_model is the repo id."""
+    monkeypatch.chdir(tmp_path)
+    snapshot = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    run = start_run("lora", with_torch=False)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x00" * 64)
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "base_model_name_or_path": str(snapshot)}))
+    (adapter / "campaign_binding.json").write_text(json.dumps({"base": "org/tiny", "revision": "abc123"}))
+    record_artifact(run.id, adapter, "adapter")
+    end_run(run.id, "completed", metrics={"accuracy": 0.5})
+    decide_run(run.id, "accepted", "the only run")
+    assert cli("export", "bundle").code == 0
+    meta = yaml.safe_load((tmp_path / "bundle" / "README.md").read_text().split("---\n")[1])
+    assert meta["base_model"] == "org/tiny"

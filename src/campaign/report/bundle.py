@@ -277,11 +277,12 @@ def _umask_modes(path: Path) -> None:
 
 
 def _base_model(m: Manifest) -> str:
-    """The base model the run's adapter or model names (adapter_config.json's base_model_name_or_path, the
-    binding's base), else a parameter naming it; '' when nothing names it."""
+    """The base model the run's adapter or model names (the binding's base first: it names a base loaded from an HF
+    cache snapshot by its repo id, where peft's adapter_config.json holds the snapshot's path; then
+    adapter_config.json's base_model_name_or_path), else a parameter naming it; '' when nothing names it."""
     for a in m.artifacts:
         folder = Path(a.path)
-        for name, key in (("adapter_config.json", "base_model_name_or_path"), ("campaign_binding.json", "base")):
+        for name, key in (("campaign_binding.json", "base"), ("adapter_config.json", "base_model_name_or_path")):
             try:
                 from ..io import load_json
 

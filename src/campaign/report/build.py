@@ -361,7 +361,12 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
               for p in _rows(d, "phases")]
     body += (_table(["phase", "kind", "runs", "cards", "hours per run", "hours from", "after"], phases) if phases
              else _absent("the phases")) + _checks(_rows(d, "checks"))
-    svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})"))
+    chosen = next((p for p in _rows(d, "packages") if p.get("name") == d.get("recommended")
+                   and p.get("card") == d.get("recommended_card")), {})
+    window = chosen.get("window_hours")
+    svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})",
+                     window=float(window) if isinstance(window, (int, float)) and not isinstance(window, bool)
+                     else None))
     return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, recorded {r.created}")
 
 

@@ -4,8 +4,11 @@
     campaign runs list                            # the run, its hyperparameters and metrics
 
 The callback checks Lightning's own first optimizer steps (what trains, what stays frozen, finite gradients, the
-learning rate applied, dropout in training mode) and measures the second update's forward, backward and optimizer
-step beside `campaign memory`'s estimate, read through the Hugging Face model inside the module.
+learning rate applied, dropout in training mode), measures the second update's forward, backward and optimizer
+step beside `campaign memory`'s estimate, read through the Hugging Face model inside the module, and
+(resume_check=True) resumes Lightning's own checkpoint of update 2 in a fresh process, which must give this run's
+losses of updates 3 and 4. Lightning's checkpoint holds no random generator state (the attention's dropout draws
+from it), so the module saves it and sets it back; update 2 ends an epoch, where a plain DataLoader resumes.
 """
 import lightning.pytorch as pl
 import torch
@@ -31,11 +34,18 @@ class CausalLM(pl.LightningModule):
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
 
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["torch_rng_state"] = torch.get_rng_state()
+
+    def on_load_checkpoint(self, checkpoint):
+        torch.set_rng_state(checkpoint["torch_rng_state"])
+
 
 torch.manual_seed(0)
-ids = torch.randint(0, 1000, (16, 12))
-data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4)
-callback = CampaignCallback("tiny-llama-lightning", hypothesis="Lightning's own loop updates what it should")
+ids = torch.randint(0, 1000, (8, 12))
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=4)   # 2 updates an epoch
+callback = CampaignCallback("tiny-llama-lightning", hypothesis="Lightning's own loop updates what it should",
+                            resume_check=True)
 trainer = pl.Trainer(accelerator="cpu", max_steps=4, logger=False, enable_progress_bar=False,
                      enable_model_summary=False, enable_checkpointing=False, callbacks=[callback])
 trainer.fit(CausalLM(), data)

@@ -63,6 +63,8 @@ def test_a_correct_lightning_run_is_recorded_and_passes(tmp_path, store):
     cb = CampaignCallback("classifier", root=store.root)
     fit(Module(), tmp_path, cb, accumulate=2)
     assert cb.result.status == "pass", cb.result.checks
+    # the three checked steps are optimizer steps, not micro-batches: each at AdamW's lr, none at a stale 0
+    assert cb.result.steps_checked == 3 and cb.result.learning_rates == (0.01, 0.01, 0.01)
     assert set(cb.result.trained) == {"body.weight", "body.bias", "head.weight", "head.bias"} == set(cb.result.changed)
     m = store.read(cb.run.id)
     assert m.status == "completed" and m.params["hparams"]["lr"] == 0.01
@@ -182,6 +184,8 @@ def test_the_example_lightning_script_records_and_checks_its_run(tmp_path):
     last = done.stdout.splitlines()[-1]
     assert last.startswith("pass [('trainer.lr_applied', 'pass')")
     assert "('trainer.train_mode', 'pass')" in last and "('trainer.memory_as_estimated', 'pass')" in last
+    # Lightning's checkpoint of update 2, resumed in a fresh process with the generators the module saved
+    assert "('trainer.resume_next_loss', 'pass')" in last
     store = Store(tmp_path / ".campaign")
     [row] = store.list()
     m = store.read(row.id)

@@ -1,4 +1,6 @@
-"""The resume check on the HF Trainer's own checkpoint (`CampaignCallback(resume_check=True)`).
+"""The resume check on a training loop's own checkpoint (`CampaignCallback(resume_check=True)`, for the HF Trainer
+in integrations/hf.py, for Lightning in integrations/lightning.py, the same design on `trainer.save_checkpoint` and
+`trainer.fit(..., ckpt_path=...)`).
 
 The run being checked (the parent) has the Trainer save its own checkpoint after update K (`resume_step`, default 2;
 control.should_save, so the Trainer's `_save_checkpoint` writes it as it writes every checkpoint: weights,
@@ -33,7 +35,7 @@ STATE_FILES = {"rng_state": "random generators (dropout, sampling)", "optimizer"
 
 
 def loss_of_output(out: Any) -> float | None:
-    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    loss = out if hasattr(out, "numel") else out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
     if loss is None and hasattr(out, "get"):
         loss = out.get("loss")
     if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
@@ -59,7 +61,12 @@ class LossProbe:
             self._hook = None
 
     def _record(self, module: Any, args: Any, out: Any) -> None:
-        if self.update in self.wanted and module.training:
+        if module.training:
+            self.record(out)
+
+    def record(self, out: Any) -> None:
+        """A micro-batch's output (a loss, or what holds one) in the current update; for loops that hand it over."""
+        if self.update in self.wanted:
             self.losses.setdefault(self.update, []).append(loss_of_output(out))
 
     def done(self) -> bool:
@@ -96,9 +103,31 @@ def run_child(checkpoint: Path, step: int, timeout: float) -> tuple[dict[str, An
         return json.loads(out.read_text(encoding="utf-8")), ""
 
 
+def finish_child(out: str | Path, probe: LossProbe | None) -> None:
+    """End the fresh process once its loop returned: the losses it recorded written to `out`, the process ended
+    at once, so nothing after the training call in the script runs (no save, no upload)."""
+    from ..io import atomic_write_json
+
+    losses = probe.losses if probe is not None else {}
+    atomic_write_json(out, {"losses": {str(k): v for k, v in losses.items()}})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+TRAINER_FIX = ("let the Trainer save its whole state (do not override _save_checkpoint, _save_rng_state or "
+               "_save_optimizer_and_scheduler), keep the same seed and data order, and resume with "
+               "trainer.train(resume_from_checkpoint=...)")
+
+
 def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] | None, why: str, checkpoint: Path,
-                 step: int, exact: bool) -> Check:
-    """Compare the uninterrupted run's losses of updates step+1 and step+2 with the resumed run's."""
+                 step: int, exact: bool, *, missing_state: list[str] | None = None, hint: str = "",
+                 fix: str = TRAINER_FIX) -> Check:
+    """Compare the uninterrupted run's losses of updates step+1 and step+2 with the resumed run's.
+
+    missing_state: what the checkpoint lacks (default: the HF Trainer's state files absent from its folder);
+    hint: what the loop knows of why update step+1 could differ (Lightning: a mid-epoch checkpoint); fix: the
+    loop's way to save and resume its whole state."""
     cid = "trainer.resume_next_loss"
     if resumed is None:
         return Check(cid, "skipped", f"the resume test did not run: {why}",
@@ -106,8 +135,10 @@ def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] 
                      "run the training script with `python script.py` from its folder, or check a factory with "
                      "`campaign check setup.py:make_trainer`")
     theirs = {int(k): v for k, v in resumed.get("losses", {}).items()}
-    missing_state = [what for stem, what in STATE_FILES.items()
-                     if not any(p.name.startswith(stem) for p in checkpoint.iterdir())] if checkpoint.is_dir() else []
+    if missing_state is None:
+        files = [p.name for p in checkpoint.iterdir()] if checkpoint.is_dir() else None
+        missing_state = [what for stem, what in STATE_FILES.items()
+                         if files is not None and not any(name.startswith(stem) for name in files)]
     rows = []
     worst = 0.0
     for update in sorted(parent):
@@ -125,14 +156,11 @@ def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] 
         return Check(cid, "pass", seen + (" (bitwise)" if exact else f" (within {allowed:.1g})"))
     first = min(u for u in parent if max(abs(a - b) for a, b in zip(parent[u], theirs[u])) > allowed)
     cause = (f"update {first} differs: " + ("the weights, the data position or the random generators were not "
-             "restored" if first == step + 1 else "the optimizer's state or the scheduler was not restored"))
+             "restored" + hint if first == step + 1 else "the optimizer's state or the scheduler was not restored"))
     lacking = f"; the checkpoint has no {', no '.join(missing_state)} file" if missing_state else ""
     return Check(cid, "fail", f"{seen}: {cause}{lacking}",
                  "a run resumed from this checkpoint (after a preemption or a crash) is not the run that was planned: "
-                 "its losses and weights drift from the uninterrupted run's",
-                 "let the Trainer save its whole state (do not override _save_checkpoint, _save_rng_state or "
-                 "_save_optimizer_and_scheduler), keep the same seed and data order, and resume with "
-                 "trainer.train(resume_from_checkpoint=...)")
+                 "its losses and weights drift from the uninterrupted run's", fix)
 
 
-__all__ = ["ENV", "RESUME_STEP", "LossProbe", "child_spec", "resume_check", "run_child"]
+__all__ = ["ENV", "RESUME_STEP", "TRAINER_FIX", "LossProbe", "child_spec", "finish_child", "resume_check", "run_child"]

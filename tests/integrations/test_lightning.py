@@ -190,3 +190,13 @@ def test_the_example_lightning_script_records_and_checks_its_run(tmp_path):
     [row] = store.list()
     m = store.read(row.id)
     assert m.status == "completed" and m.params["hparams"]["lr"] == 1e-3
+
+
+def test_a_resume_check_on_too_short_a_training_is_skipped_not_passed(tmp_path, store):
+    # 3 updates: the checkpoint of update 2 leaves one to compare, the test needs 2 after it (updates 3 and 4)
+    cb = CampaignCallback(root=store.root, resume_check=True, memory_update=0)
+    fit(Module(), tmp_path, cb, steps=3)
+    checks = {c.id: c for c in cb.result.checks}
+    assert checks["trainer.resume_next_loss"].status == "skipped"
+    assert "the training has 3 updates; the test needs 4" in checks["trainer.resume_next_loss"].seen
+    assert cb.result.status == "not verified" and not (tmp_path / "campaign-resume").exists()

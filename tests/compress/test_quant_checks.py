@@ -131,7 +131,7 @@ def test_equivalence_at_a_margin_matches_statsmodels():
 
     ref = per_example_nll(peaked(), batches())
     var = per_example_nll(peaked().to(torch.bfloat16), batches())
-    d = [v - b for v, b in zip(var, ref)]
+    d = [v - b for v, b in zip(var, ref, strict=True)]
     mean = sum(d) / len(d)
     se = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1) / len(d))
     assert abs(mean) > 100 * 1e-6 and se > 100 * 1e-6                # far above the rounding of either side

@@ -30,8 +30,8 @@ def spec_of(model: Any, s: QuantSetup) -> Any:
 def estimate_weights(spec: Any, f: Format, ref: Format, group_size: int, ctx: int,
                       sequences: int) -> tuple[int | None, int | None, str | None, set[str]]:
     """(weight bytes, required bytes, smallest card that fits, every card that fits) by `campaign memory`'s
-    inference estimate with the variant's format. What a quantizer leaves unconverted is counted in the reference precision (the estimate keeps
-    it in bf16)."""
+    inference estimate with the variant's format. What a quantizer leaves unconverted is counted in the reference
+    precision (the estimate keeps it in bf16)."""
     if spec is None:
         return None, None, None, set()
     w = make_workload(mode="infer", dtype=f.memory_dtype, group_size=group_size, seq_len=ctx, batch=sequences)

@@ -118,7 +118,7 @@ def quiet_torchao() -> Iterator[None]:
     try:
         yield
     finally:
-        for n, level in zip(names, before):
+        for n, level in zip(names, before, strict=True):
             logging.getLogger(n).setLevel(level)
 
 
@@ -164,7 +164,8 @@ def apply(fmt: Format, model: Any, *, keep: tuple[str, ...], group_size: int, de
         raise InputError("the model has no Linear layer to quantize (outside the output embeddings and heads)")
     if fmt.name == "int4":
         if device == "cuda" and next(model.parameters()).dtype != torch_dtype("bf16"):
-            raise InputError("int4 on the GPU (torchao's tinygemm layout) quantizes bf16 weights; pass --reference bf16")
+            raise InputError("int4 on the GPU (torchao's tinygemm layout) quantizes bf16 weights; "
+                             "pass --reference bf16")
         for name, module in model.named_modules():
             if name in targets and module.in_features % group_size:
                 raise InputError(f"group size {group_size} does not divide the {module.in_features} input features "

@@ -40,7 +40,7 @@ def _prediction_set(s: QuantSetup, out: list[Any], examples: list[str], label: s
     gold = _gold(s)
     if len(gold) != len(examples):
         raise InputError(f"{s.source}: {len(gold)} gold values for {len(examples)} examples; give one per example")
-    preds = tuple(Prediction(i, g, p, n + 1) for n, (i, g, p) in enumerate(zip(examples, gold, out)))
+    preds = tuple(Prediction(i, g, p, n + 1) for n, (i, g, p) in enumerate(zip(examples, gold, out, strict=False)))
     return PredictionSet(f"<{label}>", "", preds)
 
 
@@ -74,7 +74,7 @@ def paired_test(s: QuantSetup, ref: list[Any], var: list[Any], examples: list[st
             return {"delta": delta, "p": None, "interval": None, "flips": None, "guards": checked,
                     "test": "not tested: a per-example NLL is NaN or inf", "equivalence": None}
         per_ref, per_var = [y / k for y, k in ref], [x / c for x, c in var]   # per-example mean NLL
-        t = paired_t([a - b for a, b in zip(per_var, per_ref)], confidence=confidence)
+        t = paired_t([a - b for a, b in zip(per_var, per_ref, strict=False)], confidence=confidence)
         interval = (t.ci_low, t.ci_high) if t.ci_low is not None and t.ci_high is not None else None
         return {"delta": delta, "p": t.p_value, "test": f"paired t on per-example NLL ({len(per_ref)} examples)",
                 "interval": interval, "flips": None, "guards": checked,

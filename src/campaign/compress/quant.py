@@ -157,7 +157,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
     tell("paired tests against the reference, memory estimates")
     price_file = inputs.prices
     built = []
-    for (f, label, cal), row in zip(variants, rows):
+    for (f, label, cal), row in zip(variants, rows, strict=False):
         est, required, card, fitting = estimate_weights(spec, f, ref_fmt, group_size, ctx, sequences)
         cheapest, hourly = cheapest_card(price_file, fitting)
         quality, metrics = quality_of(s, outcomes[label])
@@ -182,7 +182,7 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
             calibration=digests[cal].sha256 if cal is not None else None, guards=test["guards"],
             status=status, equivalence=test["equivalence"], finite=finite))
     notes = _notes(built, guards, device, spec, ref_fmt, tuple(digests.values()), evaluation.sha256, kv)
-    for (f, label, _cal), row in zip(variants, rows):
+    for (_f, label, _cal), row in zip(variants, rows, strict=False):
         ones, total = row.get("awq_scales") or (0, 0)
         if total and ones == total:
             same = " and its outcomes are int8's, example for example" if outcomes.get("int8") == outcomes[label] \
@@ -191,8 +191,8 @@ def _compare(setup: Any, *, formats: Sequence[str] | None, reference: str | None
                          "changed nothing, so this is int8 bit for bit; calibrate on data like the model's inputs "
                          "(AWQ finds no channel worth protecting in these)")
     if any(v.cheapest_card for v in built):
-        notes.append(f"prices per card-hour from {'the bundled EXAMPLE price file (' + price_file.date + ')' if price_file.example else price_file.path}"
-                     "; --prices FILE gives yours (campaign budget's format)")
+        source = f"the bundled EXAMPLE price file ({price_file.date})" if price_file.example else price_file.path
+        notes.append(f"prices per card-hour from {source}; --prices FILE gives yours (campaign budget's format)")
     return QuantReport(
         model=s.name or (spec.name if spec else type(model).__name__), setup=s.source, device=device,
         device_name=here["name"], metric=s.metric, reference=ref_fmt.name, evaluation=evaluation,
@@ -254,8 +254,8 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     names = {v.name.split(" (", 1)[0] for v in variants}          # the formats ('awq-int8 (c4)': awq-int8)
     if device == "cpu" and "int4" in names:
         notes.append("int4 on the CPU: torchao stores the 4-bit values one per int8 byte (its CPU layout without "
-                     "C++ kernels), so int4 stores about as much as int8 here; the packed GPU layout (and the estimate) "
-                     "holds two per byte")
+                     "C++ kernels), so int4 stores about as much as int8 here; the packed GPU layout (and the "
+                     "estimate) holds two per byte")
     if names & {"int8", "awq-int8"}:
         notes.append("int8 estimate: campaign memory's int8 layout (1 B per element + an fp32 scale per row); "
                      "torchao adds an int8 zero point per row")
@@ -265,7 +265,8 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     ref_row = variants[0]
     if ref_row.weight_bytes_estimated and abs(ref_row.weight_bytes_estimated - ref_row.weight_bytes_stored) > \
             0.05 * ref_row.weight_bytes_stored:
-        notes.append(f"the reference's weight estimate is {ref_row.weight_bytes_estimated / ref_row.weight_bytes_stored - 1:+.0%} "
+        off = ref_row.weight_bytes_estimated / ref_row.weight_bytes_stored - 1
+        notes.append(f"the reference's weight estimate is {off:+.0%} "
                      "off what it stores: campaign memory counts the architecture's causal-LM inventory (its LM head); "
                      "a model with another head (a classifier) stores a different one")
     if spec is None:
@@ -284,8 +285,8 @@ def _notes(variants: list[QuantVariant], guards: Sequence[str], device: str, spe
     same = [c.name for c in calibrations if c.sha256 == evaluation_sha and c.sha256 in used]
     if same:
         named = f" ({', '.join(repr(n) for n in same)})" if len(calibrations) > 1 else ""
-        notes.append(f"the calibration batches{named} are the evaluation batches: a calibrated format is judged on the data "
-                     "it was fitted to, so its quality here is optimistic; calibrate on separate data")
+        notes.append(f"the calibration batches{named} are the evaluation batches: a calibrated format is judged on "
+                     "the data it was fitted to, so its quality here is optimistic; calibrate on separate data")
     if calibrations and not used:
         notes.append(f"calibration data {', '.join(repr(c.name) for c in calibrations)} given; no compared format "
                      "calibrates on it")

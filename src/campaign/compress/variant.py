@@ -13,11 +13,11 @@ from typing import Any
 
 from ..errors import InputError
 from ..memory.measure import MemoryMeter
+from ..models.resolve import require_safetensors
 from .formats import Format, apply, awq_scales, stored_bytes, torch_dtype
 from .result import DataDigest
 from .setup import QuantSetup
 from .usercode import user_code_error
-from ..models.resolve import require_safetensors
 
 LATENCY_REPEATS = 5
 
@@ -77,7 +77,8 @@ def run_variant(f: Format, reference: Any, s: QuantSetup, examples: list[str], *
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"outcomes": outcomes, "stored": counted["quantized"] + counted["dense"], "quantized": counted["quantized"],
-            "measured": load.allocated_bytes - before, "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
+            "measured": load.allocated_bytes - before,
+            "peak": max(load.peak_allocated_bytes, evaluate.peak_allocated_bytes),
             "ms_per_token": ms, "awq_scales": scales}
 
 
@@ -85,7 +86,8 @@ KV_PROJECTIONS = ("k_proj", "v_proj")
 FP8_MAX = 448.0          # float8 e4m3's largest finite value
 
 
-def kv_outcomes(reference: Any, s: QuantSetup, examples: list[str], dtype: str, *, device: str) -> tuple[list[Any], str] | None:
+def kv_outcomes(reference: Any, s: QuantSetup, examples: list[str], dtype: str, *,
+                device: str) -> tuple[list[Any], str] | None:
     """The reference model's outcomes on the evaluation batches with its keys and values rounded to `dtype` where
     they are made (the outputs of every k_proj and v_proj), as a cache in that precision holds them; and how. None
     when the model has no such projections (the effect is then only estimated).
@@ -216,7 +218,7 @@ def _nll(model: Any, batch: Mapping[str, Any], device: str) -> list[tuple[float,
     if min(counts) == 0:
         raise InputError("an evaluation row has no scored token (labels all -100 after the shift); drop it or "
                          "unmask its text")
-    return [(float(x), int(c)) for x, c in zip(sums, counts)]
+    return [(float(x), int(c)) for x, c in zip(sums, counts, strict=True)]
 
 
 def _latency(model: Any, s: QuantSetup, device: str) -> float | None:

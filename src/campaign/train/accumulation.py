@@ -34,6 +34,7 @@ from .setup import Setup, first_line, load_setup
 from .step import first_rows
 
 SCHEMA = "campaign.batch/1"
+ERROR_FILE = "error.txt"                # beside the worker's OUT: the first failing rank's one line
 NORMALIZATIONS = {"accumulate": "your accumulation step (the setup's accumulate), run on the micro-batches",
                   "token": "every token weighs the same: summed token losses / tokens of the whole update",
                   "micro_batch_mean": "each micro-batch's mean loss / accumulation steps",
@@ -216,21 +217,23 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     declared = normalization or s.normalization
     if declared is not None and declared not in ("token", "micro_batch_mean"):
         raise InputError(f"normalization {declared!r} must be 'token' or 'micro_batch_mean'")
-    loop = s.accumulate if processes == 1 else None
+    loop = s.accumulate
     batches = s.batches[:accumulation * processes]
     model = s.model
     if processes > 1:
         if not isinstance(setup, str):
             raise InputError("a check over several processes runs the setup file in each: give 'setup.py:make_setup'")
-        tell(f"gradients under torchrun: {processes} processes x {accumulation} micro-batches (DDP, each "
-             "normalization against the whole update)")
+        tell(f"gradients under torchrun: {processes} processes x {accumulation} micro-batches (DDP, "
+             f"{'your accumulate on each rank and ' if loop is not None else ''}each normalization against the whole "
+             "update)")
         measured = _run_torchrun(setup, accumulation, processes, timeout)
         per_process = tuple(measured["tokens_per_process"])
         variants_raw = measured["variants"]
     else:
         measured, per_process = None, ()
         variants_raw = _one_process(model, batches, tell, loop=loop, where=s.source or "the setup")
-    counts = tuple(tokens(model, b) for b in batches)
+    counts = tuple(measured["tokens_per_micro_batch"]) if measured is not None else \
+        tuple(tokens(model, b) for b in batches)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     tol = TOLERANCE.get(dtype, 1e-4)
     variants = tuple(Variant(k, v["relative_error"], v["cosine"], NORMALIZATIONS[k]) for k, v in variants_raw.items())
@@ -279,8 +282,6 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
                 "sum the token losses and divide by the tokens of the whole update (transformers: pass "
                 "num_items_in_batch, as Trainer does since 4.46, huggingface/transformers#34191); across processes, "
                 "by the all-reduced count x world size"))
-    if s.accumulate is not None and processes > 1:
-        notes.append("your accumulate runs in one process; across processes the declared normalization is checked")
     if not differ:
         checks.append(Check("batch.token_counts_vary", "warn",
                             f"every micro-batch has {counts[0]} tokens: the normalizations coincide, so this check "
@@ -293,7 +294,9 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
                      "share weights across cards (that is FSDP/ZeRO), and each process needs its own shard of the "
                      "data (a DistributedSampler), or the processes train on the same rows")
     notes.append("the whole update's gradient from the model's logits and labels (-100 ignored), dropout off"
-                 + ("; your accumulate ran on the micro-batches in eval mode" if loop is not None else
+                 + ("; your accumulate ran on the micro-batches in eval mode" + (
+                     " on each rank, given the model wrapped in DDP and that rank's share of them"
+                     if processes > 1 else "") if loop is not None else
                     "; your loss function only decides the normalization"))
     return BatchReport(micro_batch=micro, accumulation=accumulation, processes=processes,
                        effective_batch=micro * accumulation * processes, tokens_per_micro_batch=counts,
@@ -350,6 +353,7 @@ def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float)
     """Run the worker under torchrun (gloo) and read what rank 0 wrote."""
     with tempfile.TemporaryDirectory(prefix="campaign-batch-") as tmp:
         out = Path(tmp) / "result.json"
+        failed = Path(tmp) / ERROR_FILE                 # the first rank to fail writes why (ddp_worker)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
                "-m", "campaign.train.ddp_worker", setup, str(accumulation), str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -357,6 +361,8 @@ def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float)
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             raise InputError(f"the {processes}-process check did not finish in {timeout:.0f} s") from None
+        if failed.is_file():                            # the root cause, not the ranks torchrun stopped after it
+            raise InputError(failed.read_text(encoding="utf-8").strip() or f"the {processes}-process check failed")
         if done.returncode != 0 or not out.is_file():
             raise InputError(f"the {processes}-process check failed under torchrun (exit {done.returncode}): "
                              f"{_cause(done.stderr or '')[:300]}")
@@ -374,6 +380,24 @@ def _cause(stderr: str) -> str:
               and not any(w in line for w in wrapper)]
     errors = [line for line in lines if "Error" in line or "error:" in line or "Exception" in line]
     return (raised or errors or lines or ["no output"])[-1]
+
+
+def _raised_in(e: BaseException, fn: Callable[..., Any]) -> str:
+    """'FILE:FUNCTION (line N)' of the innermost frame of the user's code in e's traceback: the last frame outside
+    torch, transformers, peft and campaign; else fn's own."""
+    import traceback
+
+    skip = tuple(str(Path(m.__file__).resolve().parent) for m in _loaded("torch", "transformers", "peft", "campaign"))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not str(Path(f.filename).resolve()).startswith(skip) and not f.filename.startswith("<")]
+    if frames:
+        return f"{frames[-1].filename}:{frames[-1].name} (line {frames[-1].lineno})"
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{fn.__qualname__}" if code is not None else repr(fn)
+
+
+def _loaded(*names: str) -> list[Any]:
+    return [m for m in (sys.modules.get(n) for n in names) if m is not None and getattr(m, "__file__", None)]
 
 
 def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
@@ -395,6 +419,11 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
     n_global = int(total.item())
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(counts, torch.tensor([local], dtype=torch.int64))
+    # the whole update is what the ranks hold: a setup whose loader shards under torchrun (an HF Trainer's
+    # DistributedSampler) gives each rank its own batches, so rank 0 gathers every rank's share
+    shares: list[Any] = [None] * world
+    dist.all_gather_object(shares, [{k: v.cpu() for k, v in b.items()} for b in mine])
+    batches = [b for share in shares for b in share]
     ref = None
     if rank == 0:
         _zero(model)
@@ -402,6 +431,21 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
         (loss / n).backward()
         ref = _grads(model)
     out = {}
+    if setup.accumulate is not None:               # the loop's own step on this rank's share, the model under DDP
+        _zero(model)
+        where = setup.source or "the setup"
+        try:
+            setup.accumulate(ddp, [dict(b) for b in mine])
+        except Exception as e:
+            raise InputError(f"{where}: accumulate raised {type(e).__name__}: {first_line(e)} in "
+                             f"{_raised_in(e, setup.accumulate)} on rank {rank} of {world} (torchrun, "
+                             f"{dist.get_backend()})") from None
+        if not any(p.grad is not None for p in model.parameters()):
+            raise InputError(f"{where}: accumulate left no gradient on rank {rank} of {world}; it runs the forwards "
+                             "and backwards of one update (loss.backward()) and does not zero them after")
+        if rank == 0:
+            rel, cos = _compare(_grads(model), ref)
+            out["accumulate"] = {"relative_error": rel, "cosine": cos}
     for norm in ("token", "token_local", "micro_batch_mean"):
         _zero(model)
         for i, b in enumerate(mine):
@@ -419,8 +463,9 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
         if rank == 0:
             rel, cos = _compare(_grads(model), ref)
             out[norm] = {"relative_error": rel, "cosine": cos}
-    return {"variants": out, "tokens_per_process": [int(c.item()) for c in counts]} if rank == 0 else {}
+    return {"variants": out, "tokens_per_process": [int(c.item()) for c in counts],
+            "tokens_per_micro_batch": [tokens(model, b) for b in batches]} if rank == 0 else {}
 
 
-__all__ = ["BatchReport", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate", "ddp_variants",
-           "tokens"]
+__all__ = ["BatchReport", "ERROR_FILE", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate",
+           "ddp_variants", "tokens"]

@@ -26,7 +26,7 @@ def test_status_of_new_and_old_records(record, expected):
 
 def test_a_new_result_round_trips_through_the_report_reader():
     from campaign.checks import Check
-    from campaign.evaluate.regress import guard_checks, Guard
+    from campaign.evaluate.regress import Guard, guard_checks
 
     guards = (Guard("f1>=0", "f1", ">=", 0.0, 0.5, 0.4, -0.1, False),)
     assert guard_checks(guards)[0] == Check("guard.f1>=0", "fail", guards[0].describe(), guard_checks(guards)[0].why,

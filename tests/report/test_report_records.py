@@ -215,7 +215,7 @@ def test_wrong_typed_fields_in_every_record_kind_are_listed_not_fatal(cli, tmp_p
     assert all(n in page for n in names)
     # 2. each field with one wrong type (the types in turn), a few records of a kind per store: each drawn alone
     by_kind: dict[str, list] = {}
-    for i, (kind, doc, field, value) in enumerate(mutants[::len(WRONG)]):
+    for i, (kind, doc, field, _value) in enumerate(mutants[::len(WRONG)]):
         by_kind.setdefault(kind, []).append((doc, field, WRONG[i % len(WRONG)]))
     stores = max(len(v) for v in by_kind.values()) // ONE_EACH + 1
     for s in range(stores):

@@ -552,8 +552,10 @@ def _regress_figure(rs: list[SavedRecord]) -> str:
         d = r.result or {}
         before, after = d.get("accuracy_baseline"), d.get("accuracy_candidate")
         if _real(before) and _real(after):
-            by_passed.setdefault("passed" if record_status(d) in ("pass", "warn") else "failed", []).append(number(after) - number(before))
-    return draw(histogram(by_passed, "accuracy, candidate - baseline", f"{len(rs):,} regressions, by whether they passed"))
+            passed = "passed" if record_status(d) in ("pass", "warn") else "failed"
+            by_passed.setdefault(passed, []).append(number(after) - number(before))
+    return draw(histogram(by_passed, "accuracy, candidate - baseline",
+                          f"{len(rs):,} regressions, by whether they passed"))
 
 
 def _budget_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
@@ -797,8 +799,9 @@ def _runs(root: str | Path | None, runs: list[Any], say: Callable[[str], None]) 
                     f" — decision {_e(x.decision or 'none')}</p>")
             body += (f"<p>hypothesis: {_e(x.hypothesis)}</p>" if x.hypothesis
                      else "<p class='missing'>hypothesis: none recorded (run start --hypothesis)</p>")
-            body += (_table(["parameter", "value", "baseline's, where it differs"], [[k, v, _dict(change.get(k.split('.')[0])).get(
-                "baseline", "") if k.split(".")[0] in change else ""] for k, v in params.items()]) if params
+            body += (_table(["parameter", "value", "baseline's, where it differs"],
+                            [[k, v, _dict(change.get(k.split('.')[0])).get("baseline", "")
+                              if k.split(".")[0] in change else ""] for k, v in params.items()]) if params
                      else "<p class='missing'>parameters: none recorded</p>")
             body += (_table(["metric", "last value"], [[k, _number(v)] for k, v in x.metrics.items()])
                      if x.metrics else "<p class='missing'>metrics: none logged</p>")

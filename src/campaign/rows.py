@@ -251,7 +251,7 @@ class RecordScan:
                     yield start, row, BadRecord(start, f"has {len(row)} fields, the header has {len(header)} "
                                                        f"(quote values that contain {delimiter!r})")
                 else:
-                    yield start, row, dict(zip(header, row))
+                    yield start, row, dict(zip(header, row, strict=True))
         self.sha256 = h.hexdigest()
 
     def _parquet(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:

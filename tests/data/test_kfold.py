@@ -67,7 +67,7 @@ def test_folds_keep_groups_and_near_duplicates_whole(tmp_path):
     assert set(planted) <= set(near) and len(planted) == 30
     assert all(fold[i] == fold[j] for i, j in near)
     by_group: dict[str, set[int]] = {}
-    for g, f in zip(groups, fold):
+    for g, f in zip(groups, fold, strict=True):
         if g is not None:
             by_group.setdefault(g, set()).add(int(f))
     assert all(len(fs) == 1 for fs in by_group.values())

@@ -19,7 +19,7 @@ LANG = "en en en fr en fr fr en fr fr".split()
 def preds(tmp_path):
     p = tmp_path / "preds.jsonl"
     p.write_text("".join(json.dumps({"id": str(i + 1), "gold": g, "pred": q, "lang": lang}) + "\n"
-                         for i, (g, q, lang) in enumerate(zip(GOLD, PRED, LANG))), encoding="utf-8")
+                         for i, (g, q, lang) in enumerate(zip(GOLD, PRED, LANG, strict=True))), encoding="utf-8")
     return p
 
 
@@ -28,7 +28,7 @@ def test_confusion_matrix_counts_and_row_shares(preds):
     assert r.labels == ("a", "b", "c") and r.examples == 10 and r.errors == 4 and r.accuracy == 0.6
     assert r.matrix == ((2, 1, 1), (1, 2, 0), (0, 1, 2))
     expected = ((0.5, 0.25, 0.25), (1 / 3, 2 / 3, 0.0), (0.0, 1 / 3, 2 / 3))
-    for row, exp in zip(r.matrix_normalized, expected):
+    for row, exp in zip(r.matrix_normalized, expected, strict=True):
         assert row == pytest.approx(exp)
 
 
@@ -105,7 +105,8 @@ def test_taxonomy_counts_errors_per_tag(preds, tmp_path):
     t = r.taxonomy
     assert (t.errors, t.tagged_errors, t.untagged_errors, t.examples) == (4, 3, 1, 10)
     by = {c.tag: c for c in t.tags}
-    assert (by["ambiguous"].errors, by["ambiguous"].share_of_tagged, by["ambiguous"].rate) == (2, pytest.approx(2 / 3), 0.2)
+    amb = by["ambiguous"]
+    assert (amb.errors, amb.share_of_tagged, amb.rate) == (2, pytest.approx(2 / 3), 0.2)
     assert (by["typo"].errors, by["typo"].correct) == (1, 1)
     assert (by["label noise"].errors, by["label noise"].rate) == (1, 0.1)
     assert [c.tag for c in t.tags][0] == "ambiguous"

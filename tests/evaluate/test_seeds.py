@@ -15,7 +15,7 @@ SLEEP = [1.2, 2.4, 1.3, 1.3, 0.0, 1.0, 1.8, 0.8, 4.6, 1.4]     # R `sleep`: t CI
 
 def results_csv(path, base, cand, *, names=("base", "cand"), metric="metric"):
     lines = [f"variant,seed,{metric}"]
-    for s, (a, b) in enumerate(zip(base, cand)):
+    for s, (a, b) in enumerate(zip(base, cand, strict=True)):
         lines += [f"{names[0]},{s},{a}", f"{names[1]},{s},{b}"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -24,7 +24,7 @@ def results_csv(path, base, cand, *, names=("base", "cand"), metric="metric"):
 @pytest.fixture
 def sleep_file(tmp_path):
     base = [70.0 + i for i in range(10)]
-    return results_csv(tmp_path / "r.csv", base, [b + d for b, d in zip(base, SLEEP)])
+    return results_csv(tmp_path / "r.csv", base, [b + d for b, d in zip(base, SLEEP, strict=True)])
 
 
 @pytest.mark.parametrize("min_effect,verdict", [(0.5, "convincing"), (1.0, "inconclusive"), (3.0, "no useful effect")])
@@ -90,7 +90,8 @@ def test_fewer_than_five_seeds_warns_with_the_power_available(tmp_path):
     # every resample of {1, 2, 3} has a mean >= 1 > 0.5: the bootstrap alone would call it convincing
     assert "would say 'convincing' where the t interval says 'inconclusive'" in r.warnings[1]
     assert f"{power:.0%} power to detect 0.5" in r.warnings[0]
-    assert f"{math.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))} seeds give 80%" in r.warnings[0]
+    needed = math.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))
+    assert f"{needed} seeds give 80%" in r.warnings[0]
     # t interval 2 +/- 4.302653 / sqrt(3): [-0.4841, 4.4841] -> inconclusive.
     assert r.ci_low == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-6) and r.verdict == "inconclusive"
 
@@ -144,7 +145,8 @@ def test_no_difference_at_all(tmp_path):
 
 def test_jsonl_input_and_named_variants(tmp_path):
     p = tmp_path / "r.jsonl"
-    rows = [{"variant": v, "seed": s, "acc": x} for s in range(3) for v, x in (("a", 0.5), ("b", 0.6 + s / 100), ("c", 0.1))]
+    rows = [{"variant": v, "seed": s, "acc": x}
+            for s in range(3) for v, x in (("a", 0.5), ("b", 0.6 + s / 100), ("c", 0.1))]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     r = compare_seeds(p, metric="acc", baseline="a", candidate="b", n_resamples=200)
     assert r.differences == pytest.approx((0.1, 0.11, 0.12)) and r.metric == "acc"
@@ -159,7 +161,8 @@ def test_jsonl_input_and_named_variants(tmp_path):
 def test_bad_input(tmp_path):
     unpaired = tmp_path / "u.csv"
     unpaired.write_text("variant,seed,metric\na,1,0.5\nb,1,0.6\na,2,0.5\nb,3,0.7\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"unpaired seeds .*1 seed\(s\) only in 'a' \(e.g. '2'\); 1 seed\(s\) only in 'b'"):
+    with pytest.raises(InputError,
+                       match=r"unpaired seeds .*1 seed\(s\) only in 'a' \(e.g. '2'\); 1 seed\(s\) only in 'b'"):
         compare_seeds(unpaired)
     text = tmp_path / "t.csv"
     text.write_text("variant,seed,metric\na,1,0.5\nb,1,high\n", encoding="utf-8")
@@ -186,7 +189,7 @@ def test_bad_input(tmp_path):
 def per_example_file(path, seeds, ids, scores):
     """scores[(variant, seed)] -> list of per-example scores in ids order."""
     path.write_text("variant,seed,id,score\n" + "".join(
-        f"{v},{s},{i},{x}\n" for (v, s), xs in scores.items() for i, x in zip(ids, xs)), encoding="utf-8")
+        f"{v},{s},{i},{x}\n" for (v, s), xs in scores.items() for i, x in zip(ids, xs, strict=False)), encoding="utf-8")
     return path
 
 

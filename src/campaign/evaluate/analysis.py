@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
-from ..results import Information
 from ..errors import InputError, MissingDependencyError
+from ..results import Information
 from ..validate import check_seed
 from .extraction import ExtractionReport, analyze_extraction
 from .predictions import NO_PREDICTION, PredictionSet, label_of, read_predictions
@@ -143,7 +143,8 @@ def analyze_classification(preds: PredictionSet, *, slice_by: str | None = None,
     k = list(range(len(labels)))
     cm = m.confusion_matrix(yt, yp, labels=k)
     rows = cm.sum(axis=1)
-    norm = tuple(tuple(float(x / r) if r else 0.0 for x in row) for row, r in zip(cm.tolist(), rows.tolist()))
+    norm = tuple(tuple(float(x / r) if r else 0.0 for x in row)
+                 for row, r in zip(cm.tolist(), rows.tolist(), strict=True))
     p, r, f, s = m.precision_recall_fscore_support(yt, yp, labels=k, zero_division=0)
     per_class = tuple(ClassMetrics(lab, float(p[i]), float(r[i]), float(f[i]), int(s[i]), int(cm[:, i].sum()))
                       for i, lab in enumerate(labels))
@@ -230,4 +231,4 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
 
 
 
-ErrorsReport = Union[ClassificationReport, ExtractionReport]
+ErrorsReport = ClassificationReport | ExtractionReport

@@ -240,5 +240,5 @@ def compare_paired_scores(base: HarnessScores, cand: HarnessScores, keys: Sequen
                              n, mean_b, mean_c, counts[0], counts[1], lost, won, test, t, equivalence, checked)
 
 
-__all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "compare_paired_scores", "flips", "is_harness_samples",
-           "paired_harness_scores", "read_harness_pairs", "read_harness_scores"]
+__all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "compare_paired_scores", "flips",
+           "is_harness_samples", "paired_harness_scores", "read_harness_pairs", "read_harness_scores"]

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..results import Information, Record
-from .harness import (HarnessComparison, HarnessScores, compare_paired_scores, paired_harness_scores,
-                      read_harness_scores)
+from .harness import HarnessComparison, HarnessScores, compare_paired_scores, paired_harness_scores, read_harness_scores
 
 if TYPE_CHECKING:
     from .seeds import SeedsReport

@@ -2,9 +2,6 @@
 three canvas helpers compress/ still imports from here are the shared ones, under their old names."""
 from __future__ import annotations
 
-from ..plots.canvas import FORMATS
-from ..plots.canvas import check_path as _check_path
-from ..plots.canvas import figure as _figure
-from ..plots.canvas import write as _save
+from ..plots.canvas import FORMATS, check_path as _check_path, figure as _figure, write as _save
 
 __all__ = ["FORMATS", "_check_path", "_figure", "_save"]

@@ -19,13 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checks import Check
-from ..results import Result
 from ..errors import InputError
+from ..results import Result
 from ..validate import check_seed
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .predictions import label_of, number_of, read_rows, require_columns
-from .stats import (RankTest, SignTest, TTest, check_alternative, numpy, paired_t, power_paired_t,
-                    seeds_for_power, sign_test, snap, wilcoxon)
+from .stats import (
+    RankTest,
+    SignTest,
+    TTest,
+    check_alternative,
+    numpy,
+    paired_t,
+    power_paired_t,
+    seeds_for_power,
+    sign_test,
+    snap,
+    wilcoxon,
+)
 
 SCHEMA = "campaign.seeds/1"
 FEW_SEEDS = 5
@@ -104,7 +115,8 @@ def pair_seeds(results: SeedResults, baseline: str, candidate: str) -> tuple[lis
     a, b = results.values[baseline], results.values[candidate]
     only_a, only_b = [s for s in a if s not in b], [s for s in b if s not in a]
     if only_a or only_b:
-        parts = [f"{len(x)} seed(s) only in {v!r} (e.g. {x[0]!r})" for x, v in ((only_a, baseline), (only_b, candidate)) if x]
+        parts = [f"{len(x)} seed(s) only in {v!r} (e.g. {x[0]!r})"
+                 for x, v in ((only_a, baseline), (only_b, candidate)) if x]
         raise InputError(f"unpaired seeds in {results.path}: {'; '.join(parts)}; run both variants on the same seeds "
                          f"or drop the unpaired rows")
     seeds = list(a)

@@ -38,8 +38,11 @@ def all_cards() -> tuple[Card, ...]:
     """Every card in the catalog, in file order."""
     data = json.loads((resources.files("campaign.hardware") / "cards.json").read_text(encoding="utf-8"))
     fields = Card.__dataclass_fields__
-    return tuple(Card(**{k: (tuple(v) if k == "aliases" else v) for k, v in c.items() if k in fields})
-                 for c in data["cards"])
+    cards = []
+    for c in data["cards"]:
+        given: dict[str, Any] = {k: (tuple(v) if k == "aliases" else v) for k, v in c.items() if k in fields}
+        cards.append(Card(**given))
+    return tuple(cards)
 
 
 def find_card(name: str) -> Card:

@@ -11,7 +11,8 @@ rcParams change, so a notebook is left as it was. matplotlib (the `report` extra
 
 canvas.py: the figure, writing it (.png, .svg, .pdf) and inline SVG. memory.py: an estimate's phases, card fit,
 measured phases, sources side by side. evaluate.py: confusion, per-field match, seeds. plan.py: the budget's Gantt
-chart, an ablation's half-normal plot, quantization's memory against quality. records.py: many records at once (runs over time, the runs' loss curves, histogram, y = x).
+chart, an ablation's half-normal plot, quantization's memory against quality. records.py: many records at once
+(runs over time, the runs' loss curves, histogram, y = x).
 """
 from __future__ import annotations
 
@@ -21,6 +22,6 @@ from .memory import card_fit, measured_phases, memory_phases, side_by_side
 from .plan import gantt, half_normal, quant
 from .records import RUNS_DOTTED, RUNS_NAMED, against, curves, histogram, runs_over_time
 
-__all__ = ["FORMATS", "RUNS_DOTTED", "RUNS_NAMED", "against", "card_fit", "check_path", "confusion", "curves", "fields",
-           "figure", "gantt", "half_normal", "histogram", "measured_phases", "memory_phases", "quant", "runs_over_time", "seeds",
-           "side_by_side", "svg", "write"]
+__all__ = ["FORMATS", "RUNS_DOTTED", "RUNS_NAMED", "against", "card_fit", "check_path", "confusion", "curves",
+           "fields", "figure", "gantt", "half_normal", "histogram", "measured_phases", "memory_phases", "quant",
+           "runs_over_time", "seeds", "side_by_side", "svg", "write"]

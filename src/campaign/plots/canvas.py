@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import InputError, MissingDependencyError
 
@@ -39,7 +39,8 @@ def check_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def figure(width: float, height: float, *, layout: str | None = "constrained") -> Any:
+def figure(width: float, height: float, *,
+           layout: Literal["constrained", "compressed", "tight"] | None = "constrained") -> Any:
     """A matplotlib Figure of width x height inches on its own Agg canvas (pyplot is never involved).
 
     Raises:

@@ -94,7 +94,9 @@ def seeds(result: dict[str, Any], title: str | None = None) -> Any:
         right.axhline(effect, color="tab:green", ls="--", lw=1, label=f"min effect {effect:g}")
     mean = number(result.get("mean_diff"), sum(d) / len(d))
     right.plot([0.5], [mean], "o", color="tab:blue", zorder=4)
-    boot = result.get("bootstrap") if isinstance(result.get("bootstrap"), dict) else {}
+    boot = result.get("bootstrap")
+    if not isinstance(boot, dict):
+        boot = {}
     for x, lo, hi, label, color in ((0.5, result.get("ci_low"), result.get("ci_high"), "t interval", "tab:blue"),
                                     (0.7, boot.get("low"), boot.get("high"),
                                      f"bootstrap ({boot.get('method')})", "tab:orange")):

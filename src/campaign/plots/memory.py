@@ -51,7 +51,7 @@ def card_fit(result: dict[str, Any], title: str) -> Any:
     ax = fig.add_subplot()
     names = [str(f.get("card")) for f in fits]
     sizes = [f["memory_bytes"] / GiB for f in fits]
-    ax.barh(range(len(names)), sizes, color=[VERDICT_COLORS.get(f.get("verdict"), "grey") for f in fits])
+    ax.barh(range(len(names)), sizes, color=[VERDICT_COLORS.get(str(f.get("verdict")), "grey") for f in fits])
     ax.set_yticks(range(len(names)), names)
     bar_totals(ax, list(range(len(names))), sizes, horizontal=True, unit=" GiB")
     ax.set_xlim(0, max(sizes + [need / GiB]) * HEADROOM)

@@ -120,7 +120,9 @@ def quant(result: dict[str, Any], title: str | None = None) -> Any:
     ax.set_xlabel(f"weights stored ({unit})")
     ax.set_ylabel("perplexity (lower is better)" if metric == "perplexity" else f"{metric} accuracy")
     if title is None:
-        evaluation = result.get("evaluation") if isinstance(result.get("evaluation"), dict) else {}
+        evaluation = result.get("evaluation")
+        if not isinstance(evaluation, dict):
+            evaluation = {}
         title = (f"{result.get('model')}: memory against quality\n{evaluation.get('examples')} examples, reference "
                  f"{result.get('reference')}, on {result.get('device')}")
     ax.set_title(title, fontsize=10)

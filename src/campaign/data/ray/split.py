@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ...checks import status_of
 from ..dedup import connected_components, pairs_in_sorted_runs
 from ..leak_report import LeakReport
-from ..payload import dumps as dump_payload
-from ..payload import loads as load_payload
+from ..payload import dumps as dump_payload, loads as load_payload
 from ..read import Fields
 from ..shards import finish_shard_set, list_shards, start_shard_set
 from ..split_manifest import SHARDS_MANIFEST_NAME, SHARDS_SCHEMA

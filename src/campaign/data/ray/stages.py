@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import InputError
 from ..dedup import capped_matches, exact_jaccard, prefilter
 from ..leak_report import LeakRow
-from ..payload import dumps as dump_payload
-from ..payload import loads as load_payload
+from ..payload import dumps as dump_payload, loads as load_payload
 from ..read import Fields, read_dataset
 from ..shards import local_copy
 from ..sketch import DedupConfig, Sketches

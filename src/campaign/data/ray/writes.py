@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...io import sha256_file
-from ..payload import dumps as dump_payload
-from ..payload import loads as load_payload
+from ..payload import dumps as dump_payload, loads as load_payload
 from ..shards import local_copy
 from ..write import write_rows
 from .records import WrittenClean, WrittenSplit

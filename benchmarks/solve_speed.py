@@ -44,8 +44,7 @@ def model_spec(model: str):
 
 def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple[float, int]:
     """(CPU seconds of fit_cards, cards solved), a cold solve: no replay kept from before."""
-    from campaign.hardware.cards import all_cards as catalog
-    from campaign.hardware.cards import find_card
+    from campaign.hardware.cards import all_cards as catalog, find_card
     from campaign.memory import estimate_memory, make_workload, reserved
     from campaign.memory.fit import fit_cards
     from campaign.memory.plan import FEATURED_CARDS

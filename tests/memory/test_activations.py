@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from campaign.memory import make_workload
-from campaign.memory.build import enable_checkpointing
 from campaign.memory.activations import training_activations
+from campaign.memory.build import enable_checkpointing
 from campaign.models.architectures import spec_from_config
 from tests.conftest import tiny_llama
 

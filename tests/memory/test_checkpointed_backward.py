@@ -12,11 +12,11 @@ from campaign.memory import make_workload
 from campaign.models.architectures import spec_from_config
 from tests.conftest import tiny_llama
 
-H, I, L, S = 128, 448, 4, 256
+H, INTER, L, S = 128, 448, 4, 256
 
 
 def _cfg(vocab: int) -> dict:
-    return tiny_llama(hidden_size=H, intermediate_size=I, num_attention_heads=4, num_key_value_heads=2,
+    return tiny_llama(hidden_size=H, intermediate_size=INTER, num_attention_heads=4, num_key_value_heads=2,
                       num_hidden_layers=L, vocab_size=vocab, max_position_embeddings=1024)
 
 
@@ -52,8 +52,8 @@ def test_recompute_moment_by_hand():
     per_token = (2 * (4 * H + 4 + 2 * 2 * H)  # two RMSNorms: fp32 input, rsqrt, normalized tensor, Linear input
                  + 2 * (4 * 32 + 2 * 2 * 32)  # SDPA's q (4 heads x 32) and k, v (2 heads)
                  + 2 * 4 * 32 + 4 * 4  # its output (o_proj's input) and fp32 logsumexp per head
-                 + 2 * I * 4)  # gate output, SiLU output, up output, their product
-    grads = S * 2 * (2 * I + 2 * H)  # the MLP's widest activation gradients
+                 + 2 * INTER * 4)  # gate output, SiLU output, up output, their product
+    grads = S * 2 * (2 * INTER + 2 * H)  # the MLP's widest activation gradients
     assert items["backward temporaries"] == S * per_token + grads
 
 

@@ -127,7 +127,10 @@ def test_qlora_keeps_embeddings_and_head_16bit():
 def test_inference_tensor_parallel_splits_weights_and_kv():
     one = estimate_memory("llama-3.1-8b", make_workload(mode="infer", seq_len=4096, batch=8))
     four = estimate_memory("llama-3.1-8b", make_workload(mode="infer", seq_len=4096, batch=8, gpus=4))
-    item = lambda e, n: next(i.bytes for i in next(p for p in e.phases if p.name == "decode").items if i.name == n)
+
+    def item(e, n):
+        return next(i.bytes for i in next(p for p in e.phases if p.name == "decode").items if i.name == n)
+
     assert item(four, "weights") == -(-item(one, "weights") // 4)
     assert item(four, "KV cache") * 4 == item(one, "KV cache") == 131_072 * 4096 * 8
 
@@ -154,7 +157,8 @@ def test_fit_verdicts_and_solvers_agree_with_direct_estimates():
     b = fit.max_batch
     m = card.memory_bytes
     assert estimate_memory(spec, make_workload(method="qlora", batch=b, seq_len=1024), card_bytes=m).required_bytes <= m
-    assert estimate_memory(spec, make_workload(method="qlora", batch=b + 1, seq_len=1024), card_bytes=m).required_bytes > m
+    over = estimate_memory(spec, make_workload(method="qlora", batch=b + 1, seq_len=1024), card_bytes=m)
+    assert over.required_bytes > m
     s = max_value(spec, w, m, "seq_len", limit=1 << 20)
     assert estimate_memory(spec, make_workload(method="qlora", seq_len=s), card_bytes=m).required_bytes <= m
     assert estimate_memory(spec, make_workload(method="qlora", seq_len=s + 1), card_bytes=m).required_bytes > m

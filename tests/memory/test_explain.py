@@ -24,7 +24,8 @@ def test_a_measurement_far_from_the_estimate_is_refused_unless_forced():
     forced = explain(analytic, other, force=True)
     assert forced.margin == pytest.approx(47.05)           # 96,000 / 2,000 - 1 = 4,700%, + 5 points
     # 3x exactly is still an estimation error, not another workload
-    assert explain(analytic, made_measurement({**ESTIMATED, "backward": 9000}, reserved=9300, device=9800)).margin == 2.05
+    measured = made_measurement({**ESTIMATED, "backward": 9000}, reserved=9300, device=9800)
+    assert explain(analytic, measured).margin == 2.05
 
 
 def test_the_margin_names_its_phase_and_says_when_it_is_not_the_peak():

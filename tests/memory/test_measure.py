@@ -95,7 +95,7 @@ def test_measure_loads_a_model_dirs_safetensors(tmp_path):
     assert weights_to_load(on_disk, d, "auto") == d and weights_to_load(on_disk, d, "random") is None
     cls, conf = workload_class_and_config(transformers, on_disk, w)
     net = instantiate(cls, conf, torch.bfloat16, w, weights_dir=d, device="cpu")
-    for (name, a), (_, b) in zip(saved.state_dict().items(), net.state_dict().items()):
+    for (name, a), (_, b) in zip(saved.state_dict().items(), net.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     m = measure_workload(str(d), w, device="cpu", weights="load")
     r512 = lambda n: -(-n // 512) * 512  # noqa: E731
@@ -271,7 +271,8 @@ def test_explain_attributes_the_gap_and_sizes_the_margin_by_hand():
     # backward 10% over the estimate; reserved - allocated 400 (estimated 300); context 670 (estimated 500)
     measured = made_measurement({**ESTIMATED, "backward": 3300}, reserved=3700, device=4370)
     card = find_card("l4")
-    cards = [replace(card, name="exact", memory_bytes=4560 * MiB), replace(card, name="between", memory_bytes=4400 * MiB),
+    cards = [replace(card, name="exact", memory_bytes=4560 * MiB),
+             replace(card, name="between", memory_bytes=4400 * MiB),
              replace(card, name="small", memory_bytes=4000 * MiB)]
     e = explain(analytic, measured, cards=cards)
     gaps = {g.name.split(" (")[0]: g.bytes // MiB for g in e.gaps}

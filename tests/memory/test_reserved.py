@@ -122,7 +122,8 @@ def test_probes_with_the_same_tokens_and_phases_are_replayed_once(monkeypatch):
     wide, long = make_workload(batch=2, seq_len=2048), make_workload(batch=1, seq_len=4096)
     # 4,096 tokens either way, and the formula's phases are the same bytes (by hand: every per-layer term and the
     # logits scale with batch x length under SDPA)
-    assert [p.bytes for p in estimate_memory(spec, wide).phases] == [p.bytes for p in estimate_memory(spec, long).phases]
+    assert ([p.bytes for p in estimate_memory(spec, wide).phases]
+            == [p.bytes for p in estimate_memory(spec, long).phases])
     monkeypatch.setattr(reserved, "_SAME_STEP", {})
     replays = []
     real = reserved._training_replay

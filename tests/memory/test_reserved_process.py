@@ -8,8 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from campaign.memory import make_workload
-from campaign.memory import reserved
+from campaign.memory import make_workload, reserved
 from campaign.memory.activations import layer_saved
 from campaign.memory.breakdown import Item, Phase
 from campaign.memory.phases import training_phases

@@ -135,7 +135,7 @@ def test_trace_and_formula_agree_per_phase(model, kw):
     largest gap here is 2.6%, BERT's inference forward)."""
     traced = trace_memory(model, make_workload(**kw))
     analytic = estimate_memory(model, make_workload(**kw))
-    for t, a in zip(traced.phases, analytic.phases):
+    for t, a in zip(traced.phases, analytic.phases, strict=True):
         assert t.name == a.name
         assert a.bytes == pytest.approx(t.bytes, rel=0.03), t.name
 
@@ -281,7 +281,7 @@ def test_trace_and_formula_agree_per_phase_for_each_family(write_config, family,
     traced = trace_memory(str(d), make_workload(**kw))
     analytic = estimate_memory(str(d), make_workload(**kw))
     tolerance = FAMILY_TOLERANCE.get((family, kw.get("mode", "train")), 0.03)
-    for t, a in zip(traced.phases, analytic.phases):
+    for t, a in zip(traced.phases, analytic.phases, strict=True):
         assert t.name == a.name
         assert a.bytes == pytest.approx(t.bytes, rel=tolerance), t.name
     if kw.get("mode") != "infer":  # the activations themselves, not only phases that weights could dominate

@@ -36,7 +36,7 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     for the LayerNorm/GELU/dropout terms of GPT-2 and BERT.
     """
     c = ELEMENT_BYTES[w.compute_dtype]
-    h, nh, hd, I = spec.hidden_size, spec.num_heads, spec.head_dim, spec.intermediate_size
+    h, nh, hd, inter_size = spec.hidden_size, spec.num_heads, spec.head_dim, spec.intermediate_size
     full = w.base_trainable
     tg = lora_in_features(spec, w)
     r = w.lora_rank
@@ -148,14 +148,14 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         shared = dense_mlp(moe.shared_intermediate_size) if moe.shared_intermediate_size else 0.0
         router = (c + FP32) * E
         moe_bytes = routed + shared + router
-        dense_bytes = dense_mlp(I)
+        dense_bytes = dense_mlp(inter_size)
         frac = moe.moe_layers / spec.num_layers
         terms.append((f"MoE MLP: router, {k} of {E} experts per token (token copies, gate/up/act/product)",
                       frac * moe_bytes))
         if frac < 1:
             terms.append(("dense MLP layers", (1 - frac) * dense_bytes))
     else:
-        terms.append(("MLP gate/up/activation/product" if decoder else "MLP fc output and GELU", dense_mlp(I)))
+        terms.append(("MLP gate/up/activation/product" if decoder else "MLP fc output and GELU", dense_mlp(inter_size)))
     if mlp_lora:
         terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
 
@@ -166,7 +166,7 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         # unless SDPA already keeps it (its output is o_proj's input)
         kept_o = w.attention == "sdpa" and not math_sdpa
         terms.append(("4-bit linears' inputs (bitsandbytes < 0.43.2 keeps them)",
-                      c * (2 * h + I) + (0.0 if kept_o else c * h)))
+                      c * (2 * h + inter_size) + (0.0 if kept_o else c * h)))
 
     attention_scores = 0.0
     if math_sdpa:
@@ -224,8 +224,9 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     generic = f"{spec.generic}; " if spec.generic else ""
     if w.grad_checkpointing:
         saved = spec.num_layers * tokens * c * spec.hidden_size + final
-        formula = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
-                   f"{spec.hidden_size} x {c:g}, + final norm; one layer is recomputed in backward")
+        formula = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = "
+                             f"{spec.num_layers} x {tokens} x {spec.hidden_size} x {c:g}, + final norm; "
+                             "one layer is recomputed in backward")
         return SavedActivations(int(saved), int(one_layer), formula)
     formula = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
                + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
@@ -289,16 +290,17 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     if spec.encdec is not None and not w.training:
         return encdec.inference_temporaries(spec, w, tokens, decode=decode)
     c = ELEMENT_BYTES[w.compute_dtype]
-    h, I = spec.hidden_size, spec.intermediate_size
+    h, inter_size = spec.hidden_size, spec.intermediate_size
     if spec.moe is not None:
-        I = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token, spec.moe.shared_intermediate_size)
+        inter_size = max(spec.moe.expert_intermediate_size * spec.moe.experts_per_token,
+                         spec.moe.shared_intermediate_size)
     # gated: gate, up and their product alive together; plain: the fc output, the activation's output and one
     # intermediate of the fused activation kernel; gelu_new's elementwise chain (x^3, 0.044715 x^3 + x, tanh,
     # 1 + tanh, 0.5 x) keeps two more I-sized temporaries alive at its peak
     k = 5 if spec.mlp == "plain" and spec.activation in ("gelu_new", "gelu_fast") else 3
-    mlp = tokens * c * (k * I + 2 * h)
+    mlp = tokens * c * (k * inter_size + 2 * h)
     formula = (f"{spec.generic}; " if spec.generic else "") + (
-        f"MLP of one layer: tokens x ({k} x I + 2 x h) x {c:g} B = {tokens} x ({k} x {I} + 2 x {h})")
+        f"MLP of one layer: tokens x ({k} x I + 2 x h) x {c:g} B = {tokens} x ({k} x {inter_size} + 2 x {h})")
     if w.attention == "eager" or uses_math_sdpa(spec, w):
         # a chunk of `tokens` query rows attends to up to the whole context; the math SDPA kernel works in fp32
         per = 2 * FP32 if w.attention == "sdpa" else FP32 + c

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
 
 SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block (as literal indices below)
-_EXPANDABLE = {True: -1, False: -2}
-_UP, _DOWN = MIN_BLOCK - 1, ~(MIN_BLOCK - 1)  # MIN_BLOCK is a power of two: rounding up by masking  # segment ids of the two expandable segments (small, large pool)
+_EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
+_UP, _DOWN = MIN_BLOCK - 1, ~(MIN_BLOCK - 1)  # MIN_BLOCK is a power of two: rounding up by masking
 
 
 def round_size(size: int) -> int:

@@ -7,8 +7,7 @@ so sum(items) == required_bytes.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from dataclasses import fields as dataclass_fields
+from dataclasses import asdict, dataclass, field, fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +110,8 @@ class MemoryEstimate:
         known = {f.name for f in dataclass_fields(Workload)}
         raw_workload = {k: v for k, v in d.obj("workload").data.items() if k in known}
         try:
-            workload = Workload(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw_workload.items()})
+            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw_workload.items()}
+            workload = Workload(**given)
         except TypeError as e:
             d.fail(f"field 'workload' is not a workload ({e})")
         return cls(model=d.str("model"), workload=workload, params=d.count("params"),

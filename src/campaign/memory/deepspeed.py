@@ -12,9 +12,17 @@ from dataclasses import dataclass, field
 
 from ..models.spec import ModelSpec
 from .breakdown import Item, Phase
-from .constants import (FP32_BYTES, ZERO3_MAX_LIVE_PARAMETERS, ZERO3_MAX_REUSE_DISTANCE, ZERO3_PERSISTENCE_THRESHOLD,
-                        ZERO3_PREFETCH_BUCKET, ZERO_AUTO_PERSISTENCE_HIDDEN, ZERO_AUTO_PREFETCH_SHARE,
-                        ZERO_REDUCE_BUCKET, ZERO_SUB_GROUP_SIZE)
+from .constants import (
+    FP32_BYTES,
+    ZERO3_MAX_LIVE_PARAMETERS,
+    ZERO3_MAX_REUSE_DISTANCE,
+    ZERO3_PERSISTENCE_THRESHOLD,
+    ZERO3_PREFETCH_BUCKET,
+    ZERO_AUTO_PERSISTENCE_HIDDEN,
+    ZERO_AUTO_PREFETCH_SHARE,
+    ZERO_REDUCE_BUCKET,
+    ZERO_SUB_GROUP_SIZE,
+)
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .states import weight_bytes
 from .workload import Workload
@@ -57,7 +65,8 @@ def zero_settings(spec: ModelSpec, w: Workload) -> ZeroSettings | None:
     """The run's ZeRO settings, or None when the step is not a DeepSpeed ZeRO training step."""
     if not w.training or w.shard not in ("zero1", "zero2", "zero3"):
         return None
-    h, said = spec.hidden_size, {}
+    h = spec.hidden_size
+    said: dict[str, str] = {}
     stage = int(w.shard[-1])
     return ZeroSettings(
         stage=stage,

@@ -36,7 +36,7 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     (dropout_rate) keeps a 1-byte mask after every sublayer, inside the FFN and on the embeddings and final norms.
     """
     c = ELEMENT_BYTES[w.compute_dtype]
-    h, I, nh, inner = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_heads * spec.head_dim
+    h, inter_size, nh, inner = spec.hidden_size, spec.intermediate_size, spec.num_heads, spec.num_heads * spec.head_dim
     Le, Ld = spec.encdec.encoder_layers, spec.encdec.decoder_layers  # type: ignore[union-attr]
     b, s = w.batch, w.seq_len
     se = sd = s  # the decoder as long as the encoder's input
@@ -55,11 +55,11 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     mask = 1 if drop else 0
     gated = spec.mlp == "gated"
     acts = 4 if spec.activation in ("gelu_new", "gelu_fast") else 1  # gelu_new keeps x, tanh, 0.5x, 1 + tanh
-    ffn = c * I * (acts + (2 if gated else 0))          # activation saves (+ gelu output and wi_1 output, gated)
+    ffn = c * inter_size * (acts + (2 if gated else 0))  # activation saves (+ gelu output and wi_1 output, gated)
     if drop:
-        ffn += I + (c * I if full else 0)               # dropout mask, and its output (wo's input)
+        ffn += inter_size + (c * inter_size if full else 0)  # dropout mask, and its output (wo's input)
     elif gated and full:
-        ffn += c * I                                    # the product is wo's input
+        ffn += c * inter_size                                # the product is wo's input
     ffn += lora("wi", "wi_0", "wi_1", "wo")
     attn_tok = 4 * c * inner + lora("q", "k", "v", "o")  # q, k, v, output (o's input)
     lse = FP32 * nh * _rows(s) * b                      # per attention call, per stack's own length
@@ -101,7 +101,8 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     c = ELEMENT_BYTES[w.compute_dtype]
     V = spec.vocab_size
     if not w.training:
-        return Term(int(w.batch * V * c), f"one decoder position per sequence (generate): b x V x {c:g} B = {w.batch} x {V}")
+        return Term(int(w.batch * V * c),
+                    f"one decoder position per sequence (generate): b x V x {c:g} B = {w.batch} x {V}")
     positions = w.batch * w.seq_len
     return Term(int(positions * V * 2 * c), f"b x s_dec x V x 2 x {c:g} B (logits + log_softmax, CrossEntropyLoss in "
                                             f"the compute dtype) = {positions} x {V}")
@@ -114,12 +115,13 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     the encoder pass over the whole prompt (bidirectional: one forward, before any cache exists, so the cache the
     phase counts is subtracted) and a decoder chunk of `tokens` positions with the caches filled: at its FFN the
     d_ff-wide tensors (relu: wi's output and the activation's; gated: the activation's output, wi_1's output and
-    their product; gelu_new: x, 0.5 x, 1 + tanh(.) and their product), four hidden-wide tensors (the stack's embedded input, the block's input, the cross-attention
-    sublayer's output, the norm's output), and the self-attention position bias (chunk x s x heads, computed in
-    the first layer and kept by the stack) and cross-attention's zero bias of the same size. Decode: one token.
+    their product; gelu_new: x, 0.5 x, 1 + tanh(.) and their product), four hidden-wide tensors (the stack's embedded
+    input, the block's input, the cross-attention sublayer's output, the norm's output), and the self-attention position
+    bias (chunk x s x heads, computed in the first layer and kept by the stack) and cross-attention's zero bias of the
+    same size. Decode: one token.
     """
     c = ELEMENT_BYTES[w.compute_dtype]
-    h, I, nh = spec.hidden_size, spec.intermediate_size, spec.num_heads
+    h, inter_size, nh = spec.hidden_size, spec.intermediate_size, spec.num_heads
     b, s = w.batch, w.seq_len
     kept = b * s * h * c
     # gelu_new's elementwise chain holds x, 0.5 x, 1 + tanh(.) and their product at once
@@ -128,10 +130,10 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
         return Term(int(kept), f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}")
     cache = estimate_kv(spec, seq_len=s, batch=b, dtype=w.cache_dtype).bytes
     rows = max(1, tokens // max(1, b))
-    chunk = tokens * c * (k * I + 4 * h) + 2 * nh * rows * s * c
+    chunk = tokens * c * (k * inter_size + 4 * h) + 2 * nh * rows * s * c
     # the encoder pass: its FFN (3 hidden-wide tensors, no cross-attention), the (s, s, heads) bias values kept by
     # the stack and one layer's contiguous copy of them
-    encoder = b * s * c * (k * I + 3 * h) + 2 * nh * s * s * c - cache
+    encoder = b * s * c * (k * inter_size + 3 * h) + 2 * nh * s * s * c - cache
     where = "the encoder over the prompt (before the cache exists)" if encoder > chunk else \
         f"a decoder chunk of {tokens} tokens"
     formula = (f"encoder output kept by generate: b x s_enc x h x {c:g} B = {b} x {s} x {h} x {c:g}; + {where}: "

@@ -109,8 +109,9 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     reserve_bytes = absolute or int(round(device * fraction))
     items = peak.items + (
         Item("allocator overhead (reserved - allocated)", frag, frag_formula, "overhead", frag_source),
-        Item("CUDA context and libraries", context_bytes, "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)",
-             "overhead", "assumed 500 MiB (bare lazy context: 274 MiB, pytorch/pytorch#86509)"
+        Item("CUDA context and libraries", context_bytes,
+             "fixed: context, cuBLAS/cuDNN handles, kernels (lazy loading)", "overhead",
+             "assumed 500 MiB (bare lazy context: 274 MiB, pytorch/pytorch#86509)"
              if context_bytes == CUDA_CONTEXT_BYTES else "given"),
         *comm,
         Item("reserve", reserve_bytes, f"{fraction:.0%} of device bytes" if not absolute else "explicit size",

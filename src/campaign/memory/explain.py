@@ -172,7 +172,7 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
         Level("CUDA context and libraries (device - reserved)", a.device_bytes - a.peak_reserved_bytes,
               t.device_bytes - t.peak_reserved_bytes if t else None,
               measured.device_bytes - m_res if measured.device_bytes is not None else None),
-        Level("device (nvidia-smi)", a.device_bytes, t and t.device_bytes, measured.device_bytes),
+        Level("device (nvidia-smi)", a.device_bytes, t.device_bytes if t else None, measured.device_bytes),
     )
     gaps = _attribute(levels, t is not None, gpu)
     if not gpu:

@@ -8,9 +8,9 @@ from typing import Any
 from ..hardware.cards import Card
 from ..models.spec import ModelSpec
 from ..results import Record
+from . import reserved
 from .breakdown import MemoryEstimate
 from .constants import LARGE_BUFFER, ROUND_LARGE
-from . import reserved
 from .estimate import allocator_limit, estimate_memory
 from .parsing import parse_reserve
 from .search import largest_satisfying
@@ -19,9 +19,10 @@ from .workload import Workload
 # The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
 # 1024 tokens with checkpointing: 20.4 GiB at batch 39, 0.2 at 40; llama-3.1-8b: 21.7 GiB at batch 3, 0.9 at 4):
 # what it caches is what the step freed, so it is bounded by the step's transient tensors (overhead_margin), at most
-# 1.15 times them over the catalog's models and workloads. OVERHEAD_FACTOR times them plus two of the allocator's 20 MiB segments (kLargeBuffer) is the margin: a
-# probe whose lower bound leaves more room than that fits without a replay. tests/memory/test_solve.py checks that the
-# answers equal the exhaustive check's on every catalog model, training and inference, on five cards.
+# 1.15 times them over the catalog's models and workloads. OVERHEAD_FACTOR times them plus two of the allocator's 20 MiB
+# segments (kLargeBuffer) is the margin: a probe whose lower bound leaves more room than that fits without a replay.
+# tests/memory/test_solve.py checks that the answers equal the exhaustive check's on every catalog model, training and
+# inference, on five cards.
 OVERHEAD_FACTOR = 1.25
 OVERHEAD_FLOOR = 2 * LARGE_BUFFER
 
@@ -52,9 +53,9 @@ class Probes:
 def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | float) -> int:
     """The most the allocator's replay can add to `est` (an estimate without the overhead), its reserve included:
     OVERHEAD_FACTOR times the largest transient working set of any phase (for training, plus what the process
-    cached before its first step and what DeepSpeed makes and drops at each step), plus OVERHEAD_FLOOR. A preallocated KV
-    cache is not transient: each of its 2 x layers tensors is its own segment, rounded up to 2 MiB; nor are the
-    last position's logits of an inference with it."""
+    cached before its first step and what DeepSpeed makes and drops at each step), plus OVERHEAD_FLOOR. A preallocated
+    KV cache is not transient: each of its 2 x layers tensors is its own segment, rounded up to 2 MiB; nor are the last
+    position's logits of an inference with it."""
     w = est.workload
     if w.training:
         kinds: tuple[str, ...] = ("activations", "logits", "temporaries")
@@ -91,6 +92,12 @@ def unlimited_fails(spec: ModelSpec, on_card: MemoryEstimate, memory_bytes: int,
     return floor is not None and on_card.peak_allocated_bytes + floor > limit
 
 
+def _with(workload: Workload, field: str, n: int) -> Workload:
+    """`workload` with its `field` (batch, seq_len...) set to `n`."""
+    change: dict[str, Any] = {field: n}
+    return replace(workload, **change)
+
+
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
               cache: Probes | None = None, exhaustive: bool = False, card_first: bool | None = None,
               **options: Any) -> int:
@@ -115,7 +122,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     def low(n: int) -> int:
         if n not in probes.low:
-            est = estimate_memory(spec, replace(workload, **{field: n}), **bound)
+            est = estimate_memory(spec, _with(workload, field, n), **bound)
             probes.low[n] = est.required_bytes
             if options.get("fragmentation") is None:
                 probes.margin[n] = overhead_margin(spec, est, reserve=options.get("reserve", "10%"))
@@ -131,7 +138,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     def required(n: int) -> int:
         if n not in probes.required:
-            probes.required[n] = estimate_memory(spec, replace(workload, **{field: n}), **options).required_bytes
+            probes.required[n] = estimate_memory(spec, _with(workload, field, n), **options).required_bytes
         return probes.required[n]
 
     first_on_card = cache is None if card_first is None else card_first
@@ -149,7 +156,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 return True
             if options.get("fragmentation") is not None:
                 return False
-        w = replace(workload, **{field: n})
+        w = _with(workload, field, n)
         on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
         if on_card.required_bytes <= memory_bytes:
             return True

@@ -153,7 +153,7 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
         notes.append(f"static cache: preallocated for {tokens} tokens x {seqs} sequences, whatever is used")
     per_layer = layer_bytes_per_token(spec, dtype, tp=tp)
     total = 0.0
-    for rate, layer in zip(per_layer, spec.attention):
+    for rate, layer in zip(per_layer, spec.attention, strict=False):
         cached = min(tokens, layer.window) if layer.kind == "sliding" and layer.window else tokens
         if block_size > 1:
             cached = -(-cached // block_size) * block_size
@@ -187,7 +187,8 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
         kind = "mha"
     if tp > 1 and spec.mla is None and spec.num_kv_heads < tp:
         notes.append(f"{spec.num_kv_heads} KV heads over {tp} cards: heads are replicated, not split further")
-    cached_tokens = min(tokens, window) if sliding and len(sliding) == spec.num_layers else tokens
+    cached_tokens = (min(tokens, window) if sliding and window is not None and len(sliding) == spec.num_layers
+                     else tokens)
     return KVEstimate(
         model=spec.name, dtype=dtype, context=context, sequences=sequences, static=static, block_size=block_size,
         bytes_per_token=sum(per_layer), bytes=int(round(total)), cached_tokens_per_sequence=cached_tokens,

@@ -22,6 +22,7 @@ from ..errors import InputError, MissingDependencyError
 from .constants import MIN_BLOCK
 from .measurement import Environment, Measurement, PhaseMeasurement
 
+
 def environment(device: str) -> Environment:
     """The versions and device actually used (torch, CUDA or HIP, driver, GPU name and memory)."""
     import torch
@@ -150,15 +151,15 @@ class MemoryMeter:
         and its phases are read off them when it ends. Frees between two lone phases are not seen: measure a
         sequence of phases inside around() (measure_workload and measure_script do)."""
         self._depth += 1
-        cpu = self._depth == 1 and isinstance(self._backend, _CpuCounters)
+        cpu = self._backend if self._depth == 1 and isinstance(self._backend, _CpuCounters) else None
         try:
-            if cpu:
-                self._backend.open()
+            if cpu is not None:
+                cpu.open()
             yield
         finally:
             self._depth -= 1
-            if cpu:
-                done = self._backend.close()
+            if cpu is not None:
+                done = cpu.close()
                 self.phases = [done.get(id(p), p) for p in self.phases]
 
     def result(self, *, label: str = "", workload: dict[str, Any] | None = None, outcome: str = "ok",

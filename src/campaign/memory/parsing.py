@@ -9,7 +9,8 @@ def parse_reserve(reserve: str | float | int) -> tuple[float, int]:
     """'10%' or 0.1 -> (fraction of device bytes, 0); '4GiB' -> (0, bytes)."""
     if isinstance(reserve, (int, float)) and not isinstance(reserve, bool):
         if not 0 <= reserve < 1:
-            raise InputError(f"reserve {reserve!r} as a number is a fraction in [0, 1); write e.g. 0.1, '10%' or '4GiB'")
+            raise InputError(f"reserve {reserve!r} as a number is a fraction in [0, 1); "
+                             "write e.g. 0.1, '10%' or '4GiB'")
         return float(reserve), 0
     text = str(reserve).strip()
     if text.endswith("%"):

@@ -9,13 +9,26 @@ from __future__ import annotations
 from ..models.spec import ModelSpec
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
-from .constants import (ADAFACTOR_STEP_COPIES, DDP_BUCKET_COPIES, FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES,
-                        LOGITS_GRAD_BYTES, SOFTCAP_SAVED_COPIES)
+from .constants import (
+    ADAFACTOR_STEP_COPIES,
+    DDP_BUCKET_COPIES,
+    FP32_BYTES,
+    LOG_SOFTMAX_OUTPUT_BYTES,
+    LOGITS_GRAD_BYTES,
+    SOFTCAP_SAVED_COPIES,
+)
 from .deepspeed import head_params, setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
-from .kv import validate_tensor_parallel, estimate_kv
-from .states import (adapter_dtype, deepspeed_casts, is_router, optimizer_bytes, state_bytes_per_element,
-                     trainable_params, weight_bytes)
+from .kv import estimate_kv, validate_tensor_parallel
+from .states import (
+    adapter_dtype,
+    deepspeed_casts,
+    is_router,
+    optimizer_bytes,
+    state_bytes_per_element,
+    trainable_params,
+    weight_bytes,
+)
 from .terms import Term
 from .workload import Workload
 
@@ -46,9 +59,11 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
     items = []
     if w.dtype in QUANTIZED:
         items.append(Item(f"weights, {w.dtype} linear layers", _div(wb.quantized, n),
-                          f"{format_note(w.dtype, w.group_size, w.double_quant)}: data{split}", "weights", "format layout"))
+                          f"{format_note(w.dtype, w.group_size, w.double_quant)}: data{split}", "weights",
+                          "format layout"))
         items.append(Item("quantization scales/zeros", _div(wb.quant_overhead, n),
-                          f"metadata of {format_note(w.dtype, w.group_size, w.double_quant)}{split}", "weights", "format layout"))
+                          f"metadata of {format_note(w.dtype, w.group_size, w.double_quant)}{split}", "weights",
+                          "format layout"))
         kept = ", ".join(wb.dense_names[:6]) + ("..." if len(wb.dense_names) > 6 else "")
         items.append(Item("weights kept 16-bit", _div(wb.dense, n),
                           f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",
@@ -117,10 +132,10 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     elif w.shard == "fsdp" and N > 1:
         block_params = _largest_layer_params(spec)
         root = sum(g.params for g in spec.groups if not g.in_blocks)
-        fwd_only.append(Item("all-gathered parameters", (2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype],
+        fwd_only.append(Item("all-gathered parameters", int((2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype]),
                              "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
-                             "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with 16-bit "
-                             "params under --mixed-precision)", "temporaries",
+                             "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with "
+                             "16-bit params under --mixed-precision)", "temporaries",
                              "FSDP2 fully_shard per block + root"))
     grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
     grad_s = 2 if zero and w.mixed_precision else s
@@ -157,7 +172,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
         tmp = inference_temporaries(spec, w, tokens)
         transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
-                     if lg > tmp.bytes else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
+                     if lg > tmp.bytes
+                     else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
     # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward;
@@ -186,7 +202,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + [grads])
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
-                        "activation gradients of one layer" + (" + its recomputed activations" if bwd_transient else ""),
+                        "activation gradients of one layer"
+                        + (" + its recomputed activations" if bwd_transient else ""),
                         "temporaries", "autograd"))
     moments = [Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients"),
                Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed")]
@@ -197,16 +214,17 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
             "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     step_tmp = _step_temporaries(spec, w, Pt)
-    tmp = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
+    step_items = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
                 "torch.optim")] if step_tmp.bytes else []
-    step = Phase("optimizer step", tuple(states + [grads] + persist + tmp),
+    step = Phase("optimizer step", tuple(states + [grads] + persist + step_items),
                  "inside optimizer.step(), gradients still alive")
     if ds.step:  # DeepSpeed: the fp32 copy is made from a flattened 16-bit copy, then (stages 1-2) the 16-bit
         # gradients and the flat copy are freed before the optimizer runs: the larger of the two moments
         fp32 = [i for i in ds.step if i.category != "temporaries"]
         copy = Phase("optimizer step", tuple(states + [grads] + persist + list(ds.step)),
                      "ZeRO's optimizer step, as it copies the gradient partition to fp32")
-        run = Phase("optimizer step", tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + tmp),
+        run = Phase("optimizer step",
+                    tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + step_items),
                     "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
         step = max(copy, run, key=lambda p: p.bytes)
     setup = setup_phase(spec, w)
@@ -222,13 +240,15 @@ def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         tmp = inference_temporaries(spec, w, w.batch * w.seq_len)
         lg, lg_formula = logits_bytes(spec, w)
         transient = (Item("scores over the vocabulary", lg, lg_formula, "logits", "transformers MLM head")
-                     if lg > tmp.bytes else Item("forward temporaries", _div(tmp.bytes, tp), tmp.formula, "temporaries"))
+                     if lg > tmp.bytes
+                     else Item("forward temporaries", _div(tmp.bytes, tp), tmp.formula, "temporaries"))
         return (Phase("load", tuple(_load_items(spec, w) + weights), "weights on the card"),
                 Phase("forward", tuple(weights + [transient]), "an encoder's forward over the batch (no KV cache)"))
     kv = estimate_kv(spec, seq_len=w.seq_len, batch=w.batch, dtype=w.cache_dtype, tp=tp)
     kv_item = Item("KV cache", kv.bytes, f"{kv.bytes_per_token:,.0f} B/token x {w.seq_len} tokens x {w.batch} "
                    f"sequences ({kv.kind}, {kv.dtype})" + (" with window caps" if kv.layers_sliding else "")
-                   + (f": decoder self-attention, + cross-attention K/V of the encoder output {kv.cross_attention_bytes:,}"
+                   + (": decoder self-attention, + cross-attention K/V of the encoder output "
+                      f"{kv.cross_attention_bytes:,}"
                       f" B (the same rate x {w.seq_len} encoder tokens x {w.batch}, computed once per sequence)"
                       if kv.cross_attention_bytes else ""), "kv", "campaign kv")
     lg, lg_formula = logits_bytes(spec, w)

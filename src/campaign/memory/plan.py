@@ -3,13 +3,12 @@ its fit on the cards; the KV cache with what fits a card beside the weights."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..checks import Check
-from ..hardware.cards import all_cards as catalog_cards
-from ..hardware.cards import find_card
+from ..hardware.cards import all_cards as catalog_cards, find_card
 from ..models.resolve import model_spec
 from ..models.spec import ModelSpec
 from ..results import Result
@@ -35,11 +34,11 @@ class MemoryPlan(Result):
     estimate: MemoryEstimate
     fits: tuple[Fit, ...]
     card: str | None = None
+    # the estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write
+    schema: str = field(init=False)
 
-    @property
-    def schema(self) -> str:
-        """The estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write."""
-        return self.estimate.schema
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", self.estimate.schema)
 
     @property
     def checks(self) -> tuple[Check, ...]:

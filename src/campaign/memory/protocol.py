@@ -10,9 +10,23 @@ from typing import Any
 from ..errors import CampaignError, InputError, MissingDependencyError
 from ..models.meta import building
 from ..models.spec import ModelSpec
-from .build import (encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish, instantiate,
-                    model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers, step_inputs, torch_dtype,
-                    weights_to_load, workload_class_and_config)
+from .build import (
+    encode_and_fill,
+    encoder_decoder_cache,
+    extend,
+    extend_encoder_decoder,
+    finish,
+    instantiate,
+    model_config,
+    optimizer_for,
+    prefill,
+    prefill_chunk,
+    quiet_transformers,
+    step_inputs,
+    torch_dtype,
+    weights_to_load,
+    workload_class_and_config,
+)
 from .measure import MemoryMeter
 from .measurement import Measurement
 from .workload import Workload
@@ -107,8 +121,9 @@ def measure_workload(model: str | Path | ModelSpec, workload: Workload, *, devic
     cls, config = workload_class_and_config(transformers, cfg, w)
     arch = cls.__name__
     dev = torch.device(meter.device)
-    described = dict(label=name, workload=w.to_dict(),
-                  weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
+    described: dict[str, Any] = dict(
+        label=name, workload=w.to_dict(),
+        weights=f"loaded from {weights_dir}" if weights_dir else "random (from the config)")
     try:
         # one measured run around the phases: on the CPU the allocator's records cover the gaps between them
         with meter.around("run"):

@@ -103,7 +103,7 @@ def replay_weights(r: Replay, spec: ModelSpec, w: Workload, phases, *, buffers: 
         if item.name.startswith("weights, ") and quantized:
             numels = tensor_numels(spec, quantized)
             meta = split_bytes(item_bytes(phases, "quantization scales/zeros"), numels)
-            for numel, size, extra in zip(numels, split_bytes(item.bytes, numels), meta):
+            for numel, size, extra in zip(numels, split_bytes(item.bytes, numels), meta, strict=False):
                 tmp = r.alloc(2 * numel // shards)  # loaded in 16-bit, then quantized
                 r.alloc(size)
                 r.alloc(extra)
@@ -144,7 +144,7 @@ def replay_load(r: Replay, spec: ModelSpec, w: Workload, phases) -> list:
         r.free(*whole)
         return handles
     handles = []
-    for size, tensor in zip(split_bytes(dense, numels), whole):
+    for size, tensor in zip(split_bytes(dense, numels), whole, strict=False):
         handles.append(r.alloc(size))
         r.free(tensor)
     return handles

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ..models.spec import ModelSpec
+from . import zero_replay
 from .activations import FP32, layer_saved
 from .allocator import CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
-from . import zero_replay
 from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_load, replay_weights, split_bytes
 from .states import lora_groups, state_bytes_per_element
 from .workload import Workload
@@ -97,11 +97,14 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
     layer = layer_saved(spec, w)
     base = _step_key(spec, w, phases, layer, expandable)
     if limit is None or expandable:
-        return _training_cached(spec, w, phases, layer, base, expandable, None)
+        unlimited = _training_cached(spec, w, phases, layer, base, expandable, None)
+        assert unlimited is not None  # replay=True: always a replay
+        return unlimited
     free = _training_cached(spec, w, phases, layer, base, expandable, None, replay=False)
     if free is not None and (free.peak_reserved <= limit or free.release_above <= limit):
         return free  # the limit would release nothing: the same replay
     found = _training_cached(spec, w, phases, layer, base, expandable, limit)
+    assert found is not None  # replay=True: always a replay
     if free is None and not found.released:  # nothing released: the replay without a limit is this one
         _training_cached(spec, w, phases, layer, base, expandable, None, known=found)
     return found
@@ -192,16 +195,18 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
     others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
     key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
         item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
+    spec_found: ModelSpec | None = None
+    kept: CachingAllocator | None = None
+    hashable = True
     try:
         spec_found, kept = _PREFIXES.get(key, (None, None))
     except TypeError:  # an input that cannot be a key
-        spec_found = kept = None
-        key = None
+        hashable = False
     if spec_found is not spec or kept is None:
         r = Replay(expandable, None)
         _prefix(r, spec, w, phases, trainable)
         kept = r.a
-        if key is not None:
+        if hashable:
             if len(_PREFIXES) >= _PREFIXES_MAX:
                 _PREFIXES.clear()
             _PREFIXES[key] = (spec, kept)
@@ -277,8 +282,8 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     lead = _leading(spec) if w.method == "full" else 0
     in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
     state_sizes = [s for s in split_bytes(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
-    if z3:  # each gradient made whole by autograd, copied into the reduce bucket and dropped: the partition is the
-        # flat buffer from init (zero_replay.init)
+    if z3 and zero is not None:  # each gradient made whole by autograd, copied into the reduce bucket and dropped:
+        # the partition is the flat buffer from init (zero_replay.init)
         grad_sizes = [int(n * zero.g) for n in trainable]
     zero_states = None
     if zero is not None:  # the optimizer steps one flat fp32 partition per sub-group: its states are flat too
@@ -297,12 +302,12 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     for step in range(2):
         accumulate = w.grads_kept and step > 0 and zero is None  # step 1's gradients are still there (zeroed)
-        co = zero_replay.Coordinator(r, zero, L) if z3 else None
+        co = zero_replay.Coordinator(r, zero, L) if z3 and zero is not None else None
         if co:
             co.fetch("embed")
             co.release("embed")
         extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
-        saved: list[list[int | None]] = []
+        saved: list[list[list | None]] = []  # allocator handles (Replay.alloc)
         for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
             if co:
                 co.fetch(index)
@@ -345,7 +350,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         if co:
             co.release("head")
         r.free(fin)
-        grads: list[int | None] = []
+        grads: list[list | None] = []
         for index in reversed(range(L)):
             if co:
                 co.fetch(index)
@@ -379,7 +384,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         if zero is not None:
             total = sum(zero.subgroups)
             zero_replay.step(r, zero, grads, zero_states if step == 0 else None,
-                             lambda size: [r.alloc(step_tmp * size // total)] if step_tmp else [])
+                             lambda size, total=total: [r.alloc(step_tmp * size // total)] if step_tmp else [])
             continue
         if step == 0:
             for size in state_sizes:
@@ -421,7 +426,7 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     generated = (w.new_tokens or 1) if dynamic else 1
     prompt = max(1, w.seq_len - generated) if dynamic else w.seq_len
     per_token = kv / (2 * L * w.seq_len) if w.seq_len else 0  # one of K or V, one layer, one token (all sequences)
-    cache: list[int | None] = []
+    cache: list[list | None] = []
     if kv and not dynamic:  # preallocated for the whole context: a static cache, vLLM's pool
         cache = [r.alloc(kv // (2 * L)) for _ in range(2 * L)]
     lengths = [0] * (2 * L)

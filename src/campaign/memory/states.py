@@ -64,7 +64,8 @@ def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
     else:
         chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
     known = {g.module for g in linears}
-    unknown = [t for t in w.lora_targets if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
+    unknown = [t for t in w.lora_targets
+               if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
     if unknown:
         raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
                          f"choose from {', '.join(sorted(known))} or all-linear")

@@ -18,9 +18,23 @@ from ..errors import InputError, MissingDependencyError
 from ..models.meta import building
 from ..models.spec import ModelSpec
 from .breakdown import Item, MemoryEstimate, Phase
-from .build import (ATTENTION_DROPOUT, encode_and_fill, encoder_decoder_cache, extend, extend_encoder_decoder, finish,
-                    instantiate, model_config, optimizer_for, prefill, prefill_chunk, quiet_transformers, step_inputs,
-                    torch_dtype, workload_class_and_config)
+from .build import (
+    ATTENTION_DROPOUT,
+    encode_and_fill,
+    encoder_decoder_cache,
+    extend,
+    extend_encoder_decoder,
+    finish,
+    instantiate,
+    model_config,
+    optimizer_for,
+    prefill,
+    prefill_chunk,
+    quiet_transformers,
+    step_inputs,
+    torch_dtype,
+    workload_class_and_config,
+)
 from .constants import CUDA_CONTEXT_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import finish_estimate
@@ -183,7 +197,7 @@ def _shard(torch: Any, net: Any, mesh: Any, w: Workload) -> None:
     """FSDP2: each transformer block is a unit (transformers' _no_split_modules), then the root."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    blocks = set()
+    blocks: set[str] = set()
     for module in net.modules():
         blocks.update(getattr(module, "_no_split_modules", None) or [])
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if w.mixed_precision \

@@ -98,7 +98,8 @@ class StorageTracker(TorchDispatchMode):
         self.peak_categories: dict[str, int] = {}
         self.peak_modules: dict[str, int] = {}
         self.mods = ModuleStack()
-        self.allocator = CachingAllocator(expandable=expandable)  # the same allocations replayed through the caching-allocator model
+        # the same allocations replayed through the caching-allocator model
+        self.allocator = CachingAllocator(expandable=expandable)
 
     # -- registration -------------------------------------------------------------------------------------
     def register(self, tensor: torch.Tensor, category: str) -> None:

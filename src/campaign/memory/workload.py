@@ -33,8 +33,9 @@ class Workload:
     from one step to the next, through the forward and the backward. `softmax_saves_input`: PyTorch before 1.11, whose
     softmax kept its input for backward besides its output (pytorch/pytorch#64000, fixed by #65242).
     `bnb_saves_input`: bitsandbytes before 0.43.2, whose 4-bit matmul (MatMul4Bit) kept each quantized linear's input
-    for backward (`ctx.tensors = (A, B)`, removed by bitsandbytes#1270). `dtype` is how base weights are stored; `mixed_precision` keeps fp32 master weights, gradients
-    and optimizer states with 16-bit compute (PyTorch AMP, or ZeRO's bf16 params + fp32 master).
+    for backward (`ctx.tensors = (A, B)`, removed by bitsandbytes#1270). `dtype` is how base weights are stored;
+    `mixed_precision` keeps fp32 master weights, gradients and optimizer states with 16-bit compute (PyTorch AMP, or
+    ZeRO's bf16 params + fp32 master).
     """
 
     # Each field's metadata is its command-line option (cli/workload.py generates the options from it): `flag`,
@@ -241,7 +242,8 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.shard not in SHARDS:
         raise InputError(f"shard {w.shard!r} is unknown; choose one of {', '.join(SHARDS)}")
     if w.attention not in ATTENTION:
-        raise InputError(f"attention {w.attention!r} is unknown; choose sdpa (flash-style) or eager (materialized scores)")
+        raise InputError(f"attention {w.attention!r} is unknown; "
+                         "choose sdpa (flash-style) or eager (materialized scores)")
     if w.kv_cache not in KV_CACHES:
         raise InputError(f"kv cache {w.kv_cache!r} is unknown; choose static (preallocated) or dynamic (HF generate's "
                          "DynamicCache)")
@@ -300,12 +302,12 @@ def make_workload(**kwargs: Any) -> Workload:
         shard = "tp"
         notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
     targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)
-    zero = {name: zero_elements(getattr(w, name), name) for name in ZERO_ELEMENTS}
+    zero: dict[str, Any] = {name: zero_elements(getattr(w, name), name) for name in ZERO_ELEMENTS}
     which = next((n for n in ZERO_ELEMENTS[3:] if zero[n] == "auto"), None)
     if which:  # transformers fills only the first three from the hidden size (memory/constants.py)
         raise InputError(f"{which.replace('_', '-')} 'auto': the HF Trainer fills only reduce_bucket_size, "
-                         "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; give "
-                         "a number of elements")
+                         "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; "
+                         "give a number of elements")
     return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
                    lora_targets=targets, grads_kept=grads_kept, bnb_saves_input=bnb_saves_input,
                    notes=tuple(notes))

@@ -103,9 +103,9 @@ def step_transient(spec: ModelSpec, w: Workload) -> int:
 
 def flatten(r: Replay, handles: list, total: int, stage: int) -> None:
     """The trainable 16-bit tensors moved into one flat buffer: stages 1-2 empty the cache, make the buffer and free
-    the originals (stage_1_and_2.py __init__: empty_cache(), flatten_dense_tensors_aligned, _update_model_bit16_weights);
-    stage 3 frees its partitions first (copied to the host), empties the cache, then makes the buffer (zero/utils.py
-    defragment). `total`: the bytes of the tensors."""
+    the originals (stage_1_and_2.py __init__: empty_cache(), flatten_dense_tensors_aligned,
+    _update_model_bit16_weights); stage 3 frees its partitions first (copied to the host), empties the cache, then makes
+    the buffer (zero/utils.py defragment). `total`: the bytes of the tensors."""
     if stage == 3:
         r.free(*handles)
         r.a.empty_cache()

@@ -42,13 +42,13 @@ def run(monkeypatch, capsys):
 def preds(path, pred, gold=GOLD, ids=None):
     ids = ids or [str(i + 1) for i in range(len(pred))]
     path.write_text("".join(json.dumps({"id": i, "gold": g, "pred": p, "lang": "en" if n % 2 else "fr"}) + "\n"
-                            for n, (i, g, p) in enumerate(zip(ids, gold, pred))), encoding="utf-8")
+                            for n, (i, g, p) in enumerate(zip(ids, gold, pred, strict=False))), encoding="utf-8")
     return str(path)
 
 
 def seeds_file(path, base, cand):
-    path.write_text("variant,seed,metric\n" + "".join(f"base,{s},{a}\ncand,{s},{b}\n"
-                                                      for s, (a, b) in enumerate(zip(base, cand))), encoding="utf-8")
+    rows = "".join(f"base,{s},{a}\ncand,{s},{b}\n" for s, (a, b) in enumerate(zip(base, cand, strict=False)))
+    path.write_text("variant,seed,metric\n" + rows, encoding="utf-8")
     return str(path)
 
 
@@ -74,7 +74,8 @@ def test_errors_human_output_json_and_files(run, tmp_path):
     first = r.out.splitlines()[1]
     assert first.startswith("Accuracy 0.6000 (4 errors)") and "macro F1 0.6032" in first      # 38/63
     assert "Top confusions" in r.out and "By lang" in r.out and "Review sheet" in r.out
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and sheet.read_text(encoding="utf-8").startswith("id,gold,pred,cell")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sheet.read_text(encoding="utf-8").startswith("id,gold,pred,cell")
     d = run("errors", p, "--json").json()
     assert d["matrix"] == [[2, 1, 1], [1, 2, 0], [0, 1, 2]] and d["accuracy"] == 0.6 and d["plot"] is None
 

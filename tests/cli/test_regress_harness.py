@@ -47,7 +47,7 @@ def test_lm_eval_runs_paired_with_mcnemar_and_a_margin(cli, tmp_path):
 
 def test_runs_on_other_documents_are_refused(cli, tmp_path):
     a = samples(tmp_path / "a.jsonl", [1] * 10)
-    (tmp_path / "b.jsonl").write_text("".join(l for l in Path(a).read_text().splitlines(keepends=True)[:8]))
+    (tmp_path / "b.jsonl").write_text("".join(line for line in Path(a).read_text().splitlines(keepends=True)[:8]))
     r = cli("regress", a, str(tmp_path / "b.jsonl"))
     assert r.code == 2 and "did not see the same documents" in r.err
 
@@ -81,9 +81,9 @@ def test_errors_and_seeds_read_lm_eval_runs(cli, tmp_path):
     base = [[1] * 5 + [0] * 5, [1] * 6 + [0] * 4, [1] * 4 + [0] * 6]
     gain = [1, 2, 1]
     args = []
-    for s, (b, g) in enumerate(zip(base, gain)):
+    for s, b in enumerate(base):
         args += ["--baseline-samples", samples(tmp_path / f"samples_gsm8k_2026-12-0{s + 1}T00-00-00.jsonl", b)]
-    for s, (b, g) in enumerate(zip(base, gain)):
+    for s, (b, g) in enumerate(zip(base, gain, strict=True)):
         (tmp_path / f"c{s}").mkdir()     # a run's folder, as lm_eval --output_path writes one
         cand = [1] * (sum(b) + g) + [0] * (10 - sum(b) - g)
         args += ["--candidate-samples", samples(tmp_path / f"c{s}" / "samples_gsm8k_2026-12-01T00-00-00.jsonl",

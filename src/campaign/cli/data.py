@@ -3,27 +3,36 @@ often the final test split has been used to decide."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from . import common as o
 
 if TYPE_CHECKING:
-    from ..data.sketch import DedupConfig
     from ..data.read import Fields
+    from ..data.sketch import DedupConfig
 
-Text = Annotated[Optional[list[str]], typer.Option("--text", help="Text field (repeat to join several with a newline). Default: text.")]
-Label = Annotated[Optional[str], typer.Option("--label", help="Label field (stratification, label conflicts).")]
-Group = Annotated[Optional[list[str]], typer.Option("--group", help="Group field: user, document, source... (repeatable); a group never straddles splits.")]
-IdField = Annotated[Optional[str], typer.Option("--id", help="Id field (kept in the files).")]
-SkipBad = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed or non-UTF-8 records instead of stopping.")]
-NearThreshold = Annotated[float, typer.Option("--near-threshold", help="Jaccard similarity of shingles from which two texts are near duplicates.")]
+Text = Annotated[list[str] | None, typer.Option("--text", help="Text field (repeat to join several with a newline). "
+        "Default: text.")]
+Label = Annotated[str | None, typer.Option("--label", help="Label field (stratification, label conflicts).")]
+Group = Annotated[list[str] | None, typer.Option("--group", help="Group field: user, document, source... (repeatable); "
+        "a group never straddles splits.")]
+IdField = Annotated[str | None, typer.Option("--id", help="Id field (kept in the files).")]
+SkipBad = Annotated[bool, typer.Option("--skip-bad", help="Skip and count malformed or non-UTF-8 records instead of "
+        "stopping.")]
+NearThreshold = Annotated[float, typer.Option("--near-threshold", help="Jaccard similarity of shingles from which two "
+        "texts are near duplicates.")]
 Shingle = Annotated[str, typer.Option("--shingle", help="char (character n-grams) | word (word n-grams).")]
 Ngram = Annotated[int, typer.Option("--ngram", help="n of the shingles.")]
 StripPunct = Annotated[bool, typer.Option("--strip-punctuation", help="Ignore punctuation when comparing texts.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the hashes and of the tie-breaks.")]
-MaxBucket = Annotated[int, typer.Option("--max-bucket", help="LSH bucket size beyond which texts are compared with their next neighbours only (a partial near-duplicate search is reported, never passed).")]
+RayAddress = Annotated[str | None, typer.Option("--address", help="--engine ray: the Ray cluster (default: "
+                                               "RAY_ADDRESS, else a local Ray on this machine).")]
+RayWorkers = Annotated[int | None, typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local "
+                                                "Ray (default: all).")]
+MaxBucket = Annotated[int, typer.Option("--max-bucket", help="LSH bucket size beyond which texts are compared with "
+        "their next neighbours only (a partial near-duplicate search is reported, never passed).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fields(text: list[str] | None, label: str | None, group: list[str] | None, id_: str | None,
-            date: str | None = None) -> "Fields":
+            date: str | None = None) -> Fields:
     from ..data.read import Fields
 
     return Fields(text=tuple(text or ("text",)), label=label, group=tuple(group or ()), id=id_, date=date)
@@ -46,7 +55,7 @@ def _bars(as_json: bool) -> bool | None:
 
 
 def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: bool, seed: int,
-            max_bucket: int = 256) -> "DedupConfig":
+            max_bucket: int = 256) -> DedupConfig:
     from ..data.sketch import DedupConfig
 
     return DedupConfig(threshold=near_threshold, shingle=shingle, ngram=ngram, strip_punctuation=strip_punctuation,
@@ -54,23 +63,34 @@ def _config(near_threshold: float, shingle: str, ngram: int, strip_punctuation: 
 
 
 def split(
-    data: Annotated[str, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet, or a Hugging Face dataset (a Dataset.save_to_disk folder, an .arrow file) (never modified); with --engine ray, also a directory, a glob or an s3:// gs:// path of shards.")],
+    data: Annotated[str, typer.Argument(help="Input file: .jsonl, .csv, .tsv or .parquet, or a Hugging Face dataset (a "
+            "Dataset.save_to_disk folder, an .arrow file) (never modified); with --engine ray, also a directory, a "
+            "glob or an s3:// gs:// path of shards.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for the split files and split_manifest.json.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
-    date: Annotated[Optional[str], typer.Option("--date", help="Date field: a temporal split, oldest data first.")] = None,
-    ratios: Annotated[str, typer.Option("--ratios", help="Fractions of rows per split, e.g. 80/10/10 or 0.9,0.1.")] = "80/10/10",
-    names: Annotated[Optional[str], typer.Option("--names", help="Split names, e.g. train,val,test (default from the number of ratios).")] = None,
-    stratify: Annotated[Optional[bool], typer.Option("--stratify/--no-stratify", help="Keep each label's ratios (default: on with --label, off with --date).")] = None,
+    date: Annotated[str | None, typer.Option("--date", help="Date field: a temporal split, oldest data first.")] = None,
+    ratios: Annotated[str, typer.Option(
+        "--ratios", help="Fractions of rows per split, e.g. 80/10/10 or 0.9,0.1.")] = "80/10/10",
+    names: Annotated[str | None, typer.Option("--names", help="Split names, e.g. train,val,test (default from the "
+            "number of ratios).")] = None,
+    stratify: Annotated[bool | None, typer.Option("--stratify/--no-stratify", help="Keep each label's ratios (default: "
+            "on with --label, off with --date).")] = None,
     seed: Seed = 0,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="Largest gap between target and achieved row fraction (0.01 = 1 point).")] = 0.01,
-    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Largest gap between target and achieved row fraction "
+            "(0.01 = 1 point).")] = 0.01,
+    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5,
+    strip_punctuation: StripPunct = False,
     max_bucket: MaxBucket = 256,
     skip_bad: SkipBad = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out: overwrite its files and remove the split files its manifest lists.")] = False,
-    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data; each split written as a folder of shards with manifest.json; pip install 'campaign[ray]').")] = "local",
-    address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
-    output: Annotated[Optional[str], typer.Option("--format", help="hf: write the splits as a Hugging Face DatasetDict (save_to_disk) in --out, whatever the input (default: the input's format; a saved Dataset in gives a DatasetDict out).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier split in --out: overwrite its files and "
+            "remove the split files its manifest lists.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data; each split written as "
+            "a folder of shards with manifest.json; pip install 'campaign[ray]').")] = "local",
+    address: RayAddress = None,
+    workers: RayWorkers = None,
+    output: Annotated[str | None, typer.Option("--format", help="hf: write the splits as a Hugging Face DatasetDict "
+            "(save_to_disk) in --out, whatever the input (default: the input's format; a saved Dataset in gives a "
+            "DatasetDict out).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Split a dataset so that no group and no exact or near duplicate crosses splits; write the files and a manifest.
@@ -90,21 +110,31 @@ def split(
 
 
 def leaks(
-    files: Annotated[list[str], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...] (.jsonl, .csv, .tsv, .parquet, a Hugging Face dataset's folder or .arrow file), or a DatasetDict folder for its splits; with --engine ray each may be a directory, a glob or an s3:// gs:// path of shards.")],
+    files: Annotated[list[str], typer.Argument(help="Split files, the training split first: TRAIN EVAL [TEST ...] "
+            "(.jsonl, .csv, .tsv, .parquet, a Hugging Face dataset's folder or .arrow file), or a DatasetDict folder "
+            "for its splits; with --engine ray each may be a directory, a glob or an s3:// gs:// path of shards.")],
     text: Text = None, label: Label = None, group: Group = None, id_: IdField = None,
-    threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later split (0 = any leak fails).")] = 0.0,
-    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5, strip_punctuation: StripPunct = False,
+    threshold: Annotated[float, typer.Option("--threshold", help="Largest tolerated rate of leaking rows in a later "
+            "split (0 = any leak fails).")] = 0.0,
+    near_threshold: NearThreshold = 0.8, shingle: Shingle = "char", ngram: Ngram = 5,
+    strip_punctuation: StripPunct = False,
     max_bucket: MaxBucket = 256,
     seed: Seed = 0,
     examples: Annotated[int, typer.Option("--examples", help="Example pairs shown per check and split pair.")] = 3,
     skip_bad: SkipBad = False,
-    pairs: Annotated[Optional[Path], typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl (check, file:line and id of both rows, detail); with --engine ray, a folder of JSONL shards and manifest.json.")] = None,
-    drop_to: Annotated[Optional[Path], typer.Option("--drop-to", help="Write the splits into this folder without the later splits' leaking rows, with a manifest and a re-check.")] = None,
+    pairs: Annotated[Path | None, typer.Option("--pairs", help="Write every leaking pair to this .csv, .tsv or .jsonl "
+            "(check, file:line and id of both rows, detail); with --engine ray, a folder of JSONL shards and "
+            "manifest.json.")] = None,
+    drop_to: Annotated[Path | None, typer.Option("--drop-to", help="Write the splits into this folder without the "
+            "later splits' leaking rows, with a manifest and a re-check.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier --drop-to set.")] = False,
-    drop_clusters: Annotated[bool, typer.Option("--drop-clusters", help="With --drop-to: drop every row of each exact or near-duplicate cluster that crosses splits, from every split (the training copies too), not only the later splits' leaking rows.")] = False,
-    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data, for splits in many shards; pip install 'campaign[ray]').")] = "local",
-    address: Annotated[Optional[str], typer.Option("--address", help="--engine ray: the Ray cluster (default: RAY_ADDRESS, else a local Ray on this machine).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="--engine ray without a cluster: CPUs of the local Ray (default: all).")] = None,
+    drop_clusters: Annotated[bool, typer.Option("--drop-clusters", help="With --drop-to: drop every row of each exact "
+            "or near-duplicate cluster that crosses splits, from every split (the training copies too), not only the "
+            "later splits' leaking rows.")] = False,
+    engine: Annotated[str, typer.Option("--engine", help="local (this process) | ray (Ray Data, for splits in many "
+            "shards; pip install 'campaign[ray]').")] = "local",
+    address: RayAddress = None,
+    workers: RayWorkers = None,
     as_json: o.Json = False,
 ) -> None:
     """Leaks between existing splits: exact and near duplicates, shared groups, the same text with different labels.
@@ -114,13 +144,13 @@ def leaks(
     Ray cluster and give the same rows (each split's shards in path order); refs name the shard's file:line.
     """
     from ..data.leaks import check_files
-    from .render.data import leaks as render_leaks
     from ..errors import InputError
-
     from ..rows import hf_kind
+    from .render.data import leaks as render_leaks
 
     if len(files) < 2 and not (files and hf_kind(files[0]) == "dict"):
-        raise InputError(f"leaks needs two or more split files, got {len(files)}; e.g. campaign leaks train.jsonl test.jsonl")
+        raise InputError(f"leaks needs two or more split files, got {len(files)}; "
+                         "e.g. campaign leaks train.jsonl test.jsonl")
     report = check_files(files, _fields(text, label, group, id_), skip_bad=skip_bad, threshold=threshold,
                          config=_config(near_threshold, shingle, ngram, strip_punctuation, seed, max_bucket),
                          examples=examples, pairs=pairs, drop_to=drop_to, force=force, drop_clusters=drop_clusters,
@@ -130,13 +160,17 @@ def leaks(
 
 
 def usage(
-    manifest: Annotated[Path, typer.Argument(help="The split_manifest.json written by `campaign split`, or the manifest.json of `campaign split --engine ray` (or their folder).")],
-    record: Annotated[Optional[str], typer.Option("--record", help="Record one use of this split (with --purpose).")] = None,
-    purpose: Annotated[Optional[str], typer.Option("--purpose", help="training | model-selection | final-test.")] = None,
+    manifest: Annotated[Path, typer.Argument(help="The split_manifest.json written by `campaign split`, or the "
+            "manifest.json of `campaign split --engine ray` (or their folder).")],
+    record: Annotated[str | None, typer.Option(
+        "--record", help="Record one use of this split (with --purpose).")] = None,
+    purpose: Annotated[str | None, typer.Option("--purpose", help="training | model-selection | final-test.")] = None,
     note: Annotated[str, typer.Option("--note", help="What the use decided (kept in the ledger).")] = "",
-    run: Annotated[Optional[str], typer.Option("--run", help="Run id the use belongs to.")] = None,
-    max_final_uses: Annotated[int, typer.Option("--max-final-uses", help="Decisions the final split may inform before the check fails.")] = 1,
-    final_split: Annotated[Optional[str], typer.Option("--final-split", help="The held-out split (default: the manifest's last).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Run id the use belongs to.")] = None,
+    max_final_uses: Annotated[int, typer.Option("--max-final-uses", help="Decisions the final split may inform before "
+            "the check fails.")] = 1,
+    final_split: Annotated[str | None, typer.Option("--final-split", help="The held-out split (default: the manifest's "
+            "last).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """The usage ledger of a split: which split each evaluation used and for what; warns when the final test split

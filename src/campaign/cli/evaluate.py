@@ -1,7 +1,7 @@
 """`campaign errors`, `campaign regress`, `campaign seeds`: can I trust the score?"""
 from __future__ import annotations
 
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,14 +11,18 @@ Task = Annotated[str, typer.Option(help="classification | extraction (JSON objec
 IdField = Annotated[str, typer.Option("--id-field", help="Column holding the example id.")]
 GoldField = Annotated[str, typer.Option("--gold-field", help="Column holding the gold label or object.")]
 PredField = Annotated[str, typer.Option("--pred-field", help="Column holding the prediction.")]
-SchemaOpt = Annotated[Optional[str], typer.Option("--schema", help="JSON Schema file the predictions must satisfy (extraction).")]
-RequiredOpt = Annotated[Optional[str], typer.Option("--required", help="Comma-separated fields that must be present (extraction; default: the schema's required).")]
+SchemaOpt = Annotated[str | None, typer.Option("--schema", help="JSON Schema file the predictions must satisfy "
+        "(extraction).")]
+RequiredOpt = Annotated[str | None, typer.Option("--required", help="Comma-separated fields that must be present "
+        "(extraction; default: the schema's required).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the random generator (sampling, bootstrap).")]
 
 
 def register(app: typer.Typer) -> None:
-    app.command("errors", epilog="Example: campaign errors preds.jsonl --slice lang --review-sheet review.csv --plot confusion.png")(errors)
-    app.command("regress", epilog="Example: campaign regress baseline.jsonl candidate.jsonl --guard \"f1\\[refund]>=-0.01\"")(regress)
+    app.command("errors", epilog="Example: campaign errors preds.jsonl --slice lang --review-sheet review.csv --plot "
+                                 "confusion.png")(errors)
+    app.command("regress", epilog="Example: campaign regress baseline.jsonl candidate.jsonl --guard "
+                                  "\"f1\\[refund]>=-0.01\"")(regress)
     app.command("seeds", epilog="Example: campaign seeds results.csv --min-effect 0.5 --plot seeds.png")(seeds)
 
 
@@ -26,8 +30,10 @@ def _split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
-MetricName = Annotated[Optional[str], typer.Option("--metric", help="lm-eval samples files: the metric to compare (exact_match, acc...; default: the one the file scores).")]
-HarnessFilter = Annotated[Optional[str], typer.Option("--filter", help="lm-eval samples files: the filter to compare (strict-match...) when the file holds several.")]
+MetricName = Annotated[str | None, typer.Option("--metric", help="lm-eval samples files: the metric to compare "
+        "(exact_match, acc...; default: the one the file scores).")]
+HarnessFilter = Annotated[str | None, typer.Option("--filter", help="lm-eval samples files: the filter to compare "
+        "(strict-match...) when the file holds several.")]
 
 
 def _not_harness(what: str, **given: object) -> None:
@@ -49,15 +55,21 @@ def _is_harness(path: str | None) -> bool:
 
 
 def errors(
-    predictions: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with an id, the gold value, the prediction and optional metadata; or an lm-eval run: a samples_<task>_<date>.jsonl file or the folder of them (one per task).")],
+    predictions: Annotated[str, typer.Argument(help="JSONL, CSV/TSV or Parquet with an id, the gold value, the "
+            "prediction and optional metadata; or an lm-eval run: a samples_<task>_<date>.jsonl file or the folder of "
+            "them (one per task).")],
     task: Task = "classification",
-    slice_by: Annotated[Optional[str], typer.Option("--slice", help="Metadata field to break the metrics down by.")] = None,
+    slice_by: Annotated[str | None, typer.Option(
+        "--slice", help="Metadata field to break the metrics down by.")] = None,
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
-    review_sheet: Annotated[Optional[str], typer.Option("--review-sheet", help="Write a CSV sample of errors, stratified by confusion cell, to tag by hand.")] = None,
+    review_sheet: Annotated[str | None, typer.Option("--review-sheet", help="Write a CSV sample of errors, stratified "
+            "by confusion cell, to tag by hand.")] = None,
     per_cell: Annotated[int, typer.Option("--per-cell", help="Errors sampled per cell for the review sheet.")] = 5,
-    taxonomy: Annotated[Optional[str], typer.Option("--taxonomy", help="CSV of id,tag filled by a person (e.g. the review sheet): errors per tag.")] = None,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a confusion heatmap (per-field bars for extraction): .png, .svg or .pdf.")] = None,
+    taxonomy: Annotated[str | None, typer.Option("--taxonomy", help="CSV of id,tag filled by a person (e.g. the review "
+            "sheet): errors per tag.")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a confusion heatmap (per-field bars for "
+            "extraction): .png, .svg or .pdf.")] = None,
     top: Annotated[int, typer.Option(help="Top confusions to list.")] = 10,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     seed: Seed = 0,
@@ -96,12 +108,15 @@ def errors(
 def regress(
     baseline: Annotated[str, typer.Argument(help="Predictions of the baseline (JSONL, CSV/TSV or Parquet).")],
     candidate: Annotated[str, typer.Argument(help="Predictions of the candidate, on the same ids.")],
-    guard: Annotated[Optional[List[str]], typer.Option("--guard", help="What must not get worse, as a bound on candidate - baseline: \"f1\\[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
+    guard: Annotated[list[str] | None, typer.Option("--guard", help="What must not get worse, as a bound on candidate "
+            "- baseline: \"f1\\[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
     task: Task = "classification",
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
-    margin: Annotated[Optional[float], typer.Option("--equivalence-margin", "--margin", help="Also test equivalence: that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 = one point).")] = None,
+    margin: Annotated[float | None, typer.Option("--equivalence-margin", "--margin", help="Also test equivalence: that "
+            "the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 "
+            "= one point).")] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
@@ -140,24 +155,32 @@ def regress(
 
 
 def seeds(
-    results: Annotated[Optional[str], typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric (or give lm-eval runs with --baseline-samples and --candidate-samples).")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric-field", "--metric", help="Column holding the metric (default 'metric'); with lm-eval runs, the metric's name (default: the one the files score).")] = None,
+    results: Annotated[str | None, typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric "
+            "(or give lm-eval runs with --baseline-samples and --candidate-samples).")] = None,
+    metric: Annotated[str | None, typer.Option("--metric-field", "--metric", help="Column holding the metric (default "
+            "'metric'); with lm-eval runs, the metric's name (default: the one the files score).")] = None,
     variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.")] = "variant",
     seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.")] = "seed",
-    baseline: Annotated[Optional[str], typer.Option(help="Baseline variant (default: the first in the file).")] = None,
-    candidate: Annotated[Optional[str], typer.Option(help="Candidate variant (default: the other one).")] = None,
-    min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest improvement worth having, in metric units.")] = 0.0,
-    examples: Annotated[Optional[str], typer.Option("--examples", help="Per-example scores (variant, seed, id, score) for a seeds x examples bootstrap.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Baseline variant (default: the first in the file).")] = None,
+    candidate: Annotated[str | None, typer.Option(help="Candidate variant (default: the other one).")] = None,
+    min_effect: Annotated[float, typer.Option(
+        "--min-effect", help="Smallest improvement worth having, in metric units.")] = 0.0,
+    examples: Annotated[str | None, typer.Option("--examples", help="Per-example scores (variant, seed, id, score) for "
+            "a seeds x examples bootstrap.")] = None,
     score_field: Annotated[str, typer.Option("--score-field", help="Column of the per-example score.")] = "score",
-    id_field: Annotated[str, typer.Option("--id-field", help="Column of the example id in the per-example scores.")] = "id",
-    lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error rate: improvement = baseline - candidate.")] = False,
+    id_field: Annotated[str, typer.Option(
+        "--id-field", help="Column of the example id in the per-example scores.")] = "id",
+    lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error rate: "
+            "improvement = baseline - candidate.")] = False,
     confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
     alternative: Annotated[str, typer.Option(help="two-sided | greater (candidate better) | less.")] = "two-sided",
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
     seed: Seed = 0,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a dispersion plot: .png, .svg or .pdf.")] = None,
-    baseline_samples: Annotated[Optional[List[str]], typer.Option("--baseline-samples", help="An lm-eval run of the baseline (a samples_<task>_<date>.jsonl file or the folder of them), one per seed. Repeatable.")] = None,
-    candidate_samples: Annotated[Optional[List[str]], typer.Option("--candidate-samples", help="An lm-eval run of the candidate per seed, in the order of --baseline-samples. Repeatable.")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a dispersion plot: .png, .svg or .pdf.")] = None,
+    baseline_samples: Annotated[list[str] | None, typer.Option("--baseline-samples", help="An lm-eval run of the "
+            "baseline (a samples_<task>_<date>.jsonl file or the folder of them), one per seed. Repeatable.")] = None,
+    candidate_samples: Annotated[list[str] | None, typer.Option("--candidate-samples", help="An lm-eval run of the "
+            "candidate per seed, in the order of --baseline-samples. Repeatable.")] = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
@@ -192,10 +215,11 @@ def seeds(
         raise InputError("no results: give a results file (variant, seed, metric rows), or lm-eval runs with "
                          "--baseline-samples and --candidate-samples (one each per seed)")
     _not_harness("a results file", **{"--filter": harness_filter})
-    with progress_reporter("seeds", enabled=not as_json) as tell:    # a spinner: the per-example bootstrap can take seconds
+    # a spinner: the per-example bootstrap can take seconds
+    with progress_reporter("seeds", enabled=not as_json) as tell:
         tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
-        rep = compare_seeds(results, metric=metric or "metric", baseline=baseline, candidate=candidate, examples=examples,
-                            score_field=score_field, min_effect=min_effect, confidence=confidence,
+        rep = compare_seeds(results, metric=metric or "metric", baseline=baseline, candidate=candidate,
+                            examples=examples, score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
                             seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
         rep = o.with_plot(rep, plots.seeds, plot)

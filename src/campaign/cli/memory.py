@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -59,13 +59,14 @@ def memory(
     fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
     all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
-    config: list[Path] = typer.Option(None, "--config", help="Your training config, read for the workload (repeat "
-                                      "for several): HF TrainingArguments (JSON/YAML), adapter_config.json, axolotl "
-                                      "or torchtune YAML, DeepSpeed JSON, accelerate config. An option given here "
-                                      "wins; each value read is printed with its file and key."),
-    deepspeed: Path = typer.Option(None, "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, "
-                                   "precision, micro-batch and the sizes of DeepSpeed's own buffers (reduce bucket, "
-                                   "ZeRO-3 prefetch, live and persistent parameters) read from it, as --config does."),
+    config: Annotated[list[Path] | None, typer.Option(
+        "--config", help="Your training config, read for the workload (repeat for several): HF TrainingArguments "
+        "(JSON/YAML), adapter_config.json, axolotl or torchtune YAML, DeepSpeed JSON, accelerate config. An option "
+        "given here wins; each value read is printed with its file and key.")] = None,
+    deepspeed: Annotated[Path | None, typer.Option(
+        "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, precision, micro-batch and the sizes of "
+        "DeepSpeed's own buffers (reduce bucket, ZeRO-3 prefetch, live and persistent parameters) read from it, as "
+        "--config does.")] = None,
     sources: bool = typer.Option(False, "--sources", help="Show where each breakdown item's formula comes from "
                                  "(DeepSpeed's, PyTorch's, peft's source; the --json always has it)."),
     as_json: o.Json = False,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +23,7 @@ def _progress(label: str, as_json: bool) -> Any:
     return nullcontext(lambda _phase: None) if as_json else progress_reporter(label)
 
 
-def _names(text: Optional[str]) -> Optional[list[str]]:
+def _names(text: str | None) -> list[str] | None:
     return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
 
@@ -32,34 +32,34 @@ def quant(
                                               "it, or a model dir), the evaluation batches and the metric "
                                               "(perplexity, or classification/extraction with predict and gold); "
                                               "optionally calibration batches (see examples/quant_setup.py).")],
-    formats: Annotated[Optional[str], typer.Option("--formats", help="Variants after the reference, comma-"
+    formats: Annotated[str | None, typer.Option("--formats", help="Variants after the reference, comma-"
                                                    "separated: int8, int4, awq-int8 (calibrated; torchao, CPU or "
                                                    "GPU); fp8, nf4, bnb-int8 (GPU); fp32, bf16, fp16 (default: every "
                                                    "format this machine runs).")] = None,
-    reference: Annotated[Optional[str], typer.Option("--reference", help="fp32 | bf16 | fp16 (default: the model's "
+    reference: Annotated[str | None, typer.Option("--reference", help="fp32 | bf16 | fp16 (default: the model's "
                                                      "own precision).")] = None,
-    guard: Annotated[Optional[list[str]], typer.Option("--guard", help="What must not get worse, as campaign regress "
+    guard: Annotated[list[str] | None, typer.Option("--guard", help="What must not get worse, as campaign regress "
                                                        "takes it: \"perplexity<=0.5\", \"f1\\[refund]>=-0.01\" "
                                                        "(repeatable); a variant that breaks one is flagged.")] = None,
     group_size: o.GroupSize = 128,
-    context: Annotated[Optional[int], typer.Option("--context", help="KV cache estimate: tokens per sequence "
+    context: Annotated[int | None, typer.Option("--context", help="KV cache estimate: tokens per sequence "
                                                    "(default: the longest evaluation row).")] = None,
     sequences: Annotated[int, typer.Option("--sequences", help="KV cache estimate: concurrent sequences.")] = 1,
-    kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache precisions estimated, comma-"
+    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="KV cache precisions estimated, comma-"
                                                     "separated (default: the reference's, fp8, int8).")] = None,
     confidence: Annotated[float, typer.Option("--confidence", help="Level of the paired interval.")] = 0.95,
-    margin: Annotated[Optional[float], typer.Option("--equivalence-margin", "--margin", help="Also test that each "
+    margin: Annotated[float | None, typer.Option("--equivalence-margin", "--margin", help="Also test that each "
                                                     "variant is equivalent to the reference within +/- this (TOST on "
                                                     "the paired per-example scores, at the 5% level, beside the "
                                                     "difference test): accuracy points as a fraction (0.01 = one "
                                                     "point), or for perplexity nats of per-example mean NLL (0.01 "
                                                     "is about 1% of perplexity).")] = None,
-    prices: Annotated[Optional[Path], typer.Option("--prices", help="campaign budget's price file: each variant's "
+    prices: Annotated[Path | None, typer.Option("--prices", help="campaign budget's price file: each variant's "
                                                                     "cheapest card by the hour among those it fits "
                                                                     "(default: the bundled example prices).")] = None,
-    csv: Annotated[Optional[Path], typer.Option("--csv", help="Write the table (one row per variant) to this "
+    csv: Annotated[Path | None, typer.Option("--csv", help="Write the table (one row per variant) to this "
                                                 "CSV file.")] = None,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write memory against quality: .png, .svg or "
+    plot: Annotated[str | None, typer.Option("--plot", help="Write memory against quality: .png, .svg or "
                                                 ".pdf.")] = None,
     as_json: o.Json = False,
 ) -> None:
@@ -73,9 +73,9 @@ def quant(
     missing, evaluation sets that differ between variants, the user's model or predict raising (named by its file
     and function) (needs the torch and quant extras).
     """
-    from ..compress.inputs import check_outputs
     from .. import plots
     from ..compress.files import write_csv
+    from ..compress.inputs import check_outputs
     from ..compress.quant import compare_quant
     from .render.quant import render_quant
 

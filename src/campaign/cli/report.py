@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,15 +15,15 @@ def register(app: typer.Typer) -> None:
 
 
 def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path("report.html"),
-           root: Annotated[Optional[Path], typer.Option("--root", help="The record folder (default: "
+           root: Annotated[Path | None, typer.Option("--root", help="The record folder (default: "
                                                                        "$CAMPAIGN_ROOT, else .campaign here).")] = None,
            title: Annotated[str, typer.Option(help="The report's title.")] = "Campaign report",
            as_json: o.Json = False) -> None:
     """One HTML file, readable offline and printable: a section per question of the guide with the records saved by
     `campaign --record ...` and the runs, each figure saying how it was obtained and when, and what is missing."""
     from ..report.build import build_report
-    from .render.report import report as render_report
     from .render import progress_reporter
+    from .render.report import report as render_report
 
     with progress_reporter("report", enabled=not as_json) as say:
         result = build_report(out, root=root, title=title, progress=say)
@@ -31,18 +31,18 @@ def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to wri
 
 
 def export(bundle: Annotated[Path, typer.Argument(help="A new folder for the bundle.")],
-           run: Annotated[Optional[str], typer.Option(help="The accepted run to hand over (default: the newest "
+           run: Annotated[str | None, typer.Option(help="The accepted run to hand over (default: the newest "
                                                            "accepted one).")] = None,
            force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
-           root: Annotated[Optional[Path], typer.Option("--root", help="The record folder (default: "
+           root: Annotated[Path | None, typer.Option("--root", help="The record folder (default: "
                                                                        "$CAMPAIGN_ROOT, else .campaign here).")] = None,
            as_json: o.Json = False) -> None:
     """The hand-over: the accepted run's model or adapter files (re-hashed against what the run recorded), its
     manifest and its baseline's, the report, and a README of the limits observed; every file in bundle.json with
     its sha256. Written beside and renamed into place when complete."""
     from ..report.bundle import export_bundle
-    from .render.report import bundle as render_bundle
     from .render import progress_reporter
+    from .render.report import bundle as render_bundle
 
     with progress_reporter("export", enabled=not as_json) as say:
         result = export_bundle(bundle, run=run, root=root, force=force, progress=say)

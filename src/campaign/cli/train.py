@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -44,10 +44,10 @@ def _users_code(setup: str) -> Iterator[None]:
 def batch(
     setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model and micro-batches (a dict or an "
                                               "object with .model and .batches; see examples/train_setup.py).")],
-    accumulation: Annotated[Optional[int], typer.Option(help="Micro-batches per update on each process (default: "
+    accumulation: Annotated[int | None, typer.Option(help="Micro-batches per update on each process (default: "
                                                              "all given, split over the processes).")] = None,
     processes: Annotated[int, typer.Option(help="Processes (DDP under torchrun; gloo on the CPU).")] = 1,
-    normalization: Annotated[Optional[str], typer.Option(help="What your loop does, checked when the setup does "
+    normalization: Annotated[str | None, typer.Option(help="What your loop does, checked when the setup does "
                                                               "not return its accumulate(model, micro_batches): token "
                                                               "(summed token losses / tokens of the update) | "
                                                               "micro-batch-mean (loss / steps).")] = None,
@@ -78,14 +78,14 @@ def check(
     overfit_drop: Annotated[float, typer.Option("--overfit-drop", help="Fraction the first batch's loss must fall "
                                                                        "by within those updates (a steady fall short "
                                                                        "of it warns; no fall fails).")] = 0.5,
-    overfit_lr: Annotated[Optional[float], typer.Option("--overfit-lr", help="Learning rate for the overfit test "
-                                                                             "only (default: the optimizer's).")] = None,
-    checkpoint_dir: Annotated[Optional[Path], typer.Option("--checkpoint-dir", help="Keep the resume test's "
+    overfit_lr: Annotated[float | None, typer.Option(
+        "--overfit-lr", help="Learning rate for the overfit test only (default: the optimizer's).")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option("--checkpoint-dir", help="Keep the resume test's "
                                                                                    "checkpoint here (default: a "
                                                                                    "temporary folder).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reload a checkpoint in a fresh process and "
                                                                       "compare the next step.")] = True,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Before the long run: one full step (loss, gradients, update, memory per phase), the parameters that train

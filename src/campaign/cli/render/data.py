@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ...track.usage import UsageReport
 
 
-def split(r: "SplitResult | ShardSplit") -> None:
+def split(r: SplitResult | ShardSplit) -> None:
     """Verdict, the splits (target vs achieved, labels, groups), the checks, the leak check, notes; a split in
     shards (the ray engine) from its manifest."""
     from rich.table import Table
@@ -57,7 +57,7 @@ def split(r: "SplitResult | ShardSplit") -> None:
     console.print(f"[dim]manifest: {r.manifest}[/dim]")
 
 
-def shard_split(r: "ShardSplit") -> None:
+def shard_split(r: ShardSplit) -> None:
     """A split in shards: the verdict, each split's rows against its target and folder, the checks, notes."""
     import typer
 
@@ -74,7 +74,7 @@ def shard_split(r: "ShardSplit") -> None:
         typer.echo(f"  note: {n}")
 
 
-def leaks(r: "LeakReport") -> None:
+def leaks(r: LeakReport) -> None:
     """Verdict, one row per check and split pair, example pairs, notes."""
     from rich.table import Table
 
@@ -115,7 +115,7 @@ def leaks(r: "LeakReport") -> None:
         console.print(f"[dim]- {note}[/dim]")
 
 
-def usage(r: "UsageReport") -> None:
+def usage(r: UsageReport) -> None:
     """Verdict on the final split, the counts per split and purpose, the recorded entry, warnings."""
     from rich.table import Table
 

@@ -43,7 +43,8 @@ def classification(rep: Any) -> None:
     t = table("Per class", [("label", "left"), ("precision", "right"), ("recall", "right"), ("F1", "right"),
                              ("support", "right"), ("predicted", "right")])
     for c in rep.per_class:
-        t.add_row(escape(c.label), f"{c.precision:.3f}", f"{c.recall:.3f}", f"{c.f1:.3f}", str(c.support), str(c.predicted))
+        t.add_row(escape(c.label), f"{c.precision:.3f}", f"{c.recall:.3f}", f"{c.f1:.3f}", str(c.support),
+                  str(c.predicted))
     for name in ("macro", "weighted"):
         a = avg[name]
         t.add_row(f"[dim]{name} avg[/dim]", f"{a['precision']:.3f}", f"{a['recall']:.3f}", f"{a['f1']:.3f}",
@@ -52,8 +53,9 @@ def classification(rep: Any) -> None:
     if len(rep.labels) <= 12:
         m = table("Confusion matrix (rows gold, columns predicted; counts, row share)",
                    [("gold \\ pred", "left")] + [(escape(lab), "right") for lab in rep.labels])
-        for lab, row, share in zip(rep.labels, rep.matrix, rep.matrix_normalized):
-            m.add_row(escape(lab), *(f"{c} [dim]{s:.0%}[/dim]" if c else "[dim]0[/dim]" for c, s in zip(row, share)))
+        for lab, row, share in zip(rep.labels, rep.matrix, rep.matrix_normalized, strict=True):
+            m.add_row(escape(lab), *(f"{c} [dim]{s:.0%}[/dim]" if c else "[dim]0[/dim]"
+                                     for c, s in zip(row, share, strict=True)))
         console.print(m)
     if rep.top_confusions:
         t = table("Top confusions", [("gold", "left"), ("predicted", "left"), ("count", "right"),
@@ -102,7 +104,8 @@ def extraction(rep: Any) -> None:
                                                                ("produced", "right"), ("exact", "right"),
                                                                ("normalized", "right")])
     for f in rep.fields:
-        t.add_row(escape(f.field), str(f.gold_examples), str(f.produced), f"{f.exact_rate:.1%}", f"{f.normalized_rate:.1%}")
+        t.add_row(escape(f.field), str(f.gold_examples), str(f.produced), f"{f.exact_rate:.1%}",
+                  f"{f.normalized_rate:.1%}")
     console.print(t)
     if rep.required:
         t = table("Required fields present", [("field", "left"), ("present", "right"), ("rate", "right")])
@@ -218,9 +221,11 @@ def _fmt(x: float | None) -> str:
 def seeds(rep: Any) -> None:
     style = {"convincing": "green", "no useful effect": "red", "inconclusive": "yellow"}[rep.verdict]
     sign = "candidate - baseline" if rep.higher_is_better else "baseline - candidate (lower is better)"
-    ci = "no interval" if rep.ci_low is None and rep.ci_high is None else \
-        f"{rep.confidence:.0%} t interval [{_fmt(rep.ci_low)}, {'+inf' if rep.ci_high is None else f'{rep.ci_high:+.4g}'}]"
-    console.print(f"[{style}]{rep.verdict}[/{style}] — {escape(rep.candidate)} vs {escape(rep.baseline)} on {escape(rep.metric)}: mean "
+    ci = ("no interval" if rep.ci_low is None and rep.ci_high is None else
+          f"{rep.confidence:.0%} t interval [{_fmt(rep.ci_low)}, "
+          f"{'+inf' if rep.ci_high is None else f'{rep.ci_high:+.4g}'}]")
+    console.print(f"[{style}]{rep.verdict}[/{style}] — {escape(rep.candidate)} vs {escape(rep.baseline)} on "
+                  f"{escape(rep.metric)}: mean "
                   f"difference [bold]{rep.mean_diff:+.4g}[/bold] ({sign}), {ci}, minimum useful effect "
                   f"{rep.min_effect:g}")
     need = (f"{rep.seeds_needed} seeds for 80% power to detect {rep.power_effect:g}"
@@ -231,21 +236,25 @@ def seeds(rep: Any) -> None:
     notes(rep.warnings, "yellow", escaped=True)
     t = table("Per seed", [("seed", "left"), (escape(rep.baseline), "right"), (escape(rep.candidate), "right"),
                             ("difference", "right")])
-    for s, a, b, d in zip(rep.seeds, rep.baseline_values, rep.candidate_values, rep.differences):
+    for s, a, b, d in zip(rep.seeds, rep.baseline_values, rep.candidate_values, rep.differences, strict=False):
         t.add_row(escape(s), f"{a:.4g}", f"{b:.4g}", f"{d:+.4g}")
     console.print(t)
     tests = table(f"Tests ({rep.alternative})", [("method", "left"), ("statistic", "right"), ("p-value", "right"),
                                                   ("interval", "left")])
     tt = rep.t_test
-    tests.add_row("paired t", "-" if rep.t_statistic is None else str(rep.t_statistic if isinstance(rep.t_statistic, str) else f"{rep.t_statistic:.4g}"),
+    t_statistic = ("-" if rep.t_statistic is None else rep.t_statistic if isinstance(rep.t_statistic, str)
+                   else f"{rep.t_statistic:.4g}")
+    tests.add_row("paired t", t_statistic,
                   "-" if rep.t_pvalue is None else f"{rep.t_pvalue:.4g}",
-                  "-" if tt.ci_low is None and tt.ci_high is None else f"[{_fmt(tt.ci_low)}, {'+inf' if tt.ci_high is None else f'{tt.ci_high:+.4g}'}]")
+                  "-" if tt.ci_low is None and tt.ci_high is None else f"[{_fmt(tt.ci_low)}, "
+                          f"{'+inf' if tt.ci_high is None else f'{tt.ci_high:+.4g}'}]")
     b = rep.bootstrap
     tests.add_row(f"bootstrap ({b.method}, {b.n_resamples:,})", "", "",
                   f"[{_fmt(b.low)}, {'+inf' if b.high is None else f'{b.high:+.4g}'}]")
     if b.method == "bca":
         tests.add_row("bootstrap (percentile)", "", "",
-                      f"[{_fmt(b.percentile_low)}, {'+inf' if b.percentile_high is None else f'{b.percentile_high:+.4g}'}]")
+                      f"[{_fmt(b.percentile_low)}, "
+                      f"{'+inf' if b.percentile_high is None else f'{b.percentile_high:+.4g}'}]")
     tests.add_row(f"Wilcoxon signed-rank ({rep.wilcoxon_method})", f"W+ = {rep.wilcoxon_statistic:g}",
                   f"{rep.wilcoxon_pvalue:.4g}", "")
     tests.add_row("sign test", f"{rep.sign.positive}+ / {rep.sign.negative}-", f"{rep.sign_pvalue:.4g}", "")

@@ -10,6 +10,8 @@ from ...units import fmt_count, fmt_gib
 from . import VERDICT_STYLE, Scale, console, gib
 
 if TYPE_CHECKING:  # the result types, for the annotations only: a renderer imports no library module it does not run
+    from rich.console import JustifyMethod
+
     from ...memory.breakdown import MemoryEstimate
     from ...memory.explain import Explanation
     from ...memory.fit import Fit
@@ -47,7 +49,10 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, s
                   f"[bold]{fmt_gib(est.required_bytes)}[/bold] with the reserve (per card).")
     if fits and not card_name:
         groups = {v: [f.card for f in fits if f.verdict == v] for v in VERDICT_STYLE}
-        short = lambda names: ", ".join(names) if len(names) <= 6 else ", ".join(names[:5]) + f" and {len(names) - 5} more"  # noqa: E731
+
+        def short(names: list[str]) -> str:
+            return ", ".join(names) if len(names) <= 6 else ", ".join(names[:5]) + f" and {len(names) - 5} more"
+
         parts = [f"[{VERDICT_STYLE[v]}]{label}: {short(names)}"
                  f"[/{VERDICT_STYLE[v]}]" for v, label in (("fits", "fits"), ("tight", "tight (inside the reserve)"),
                                                            ("does not fit", "does not fit")) if (names := groups[v])]
@@ -101,8 +106,10 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, s
 
 def fit_table(fits: Sequence[Fit]) -> None:
     table = Table(title="Fit per card (per-card figures, reserve included)", title_justify="left")
-    for col, just in (("card", "left"), ("usable GiB", "right"), ("verdict", "left"), ("headroom GiB", "right"),
-                      ("max batch", "right"), ("max seq", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("card", "left"), ("usable GiB", "right"), ("verdict", "left"), ("headroom GiB", "right"),
+        ("max batch", "right"), ("max seq", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)
     for f in fits:
         style = VERDICT_STYLE[f.verdict]
@@ -132,7 +139,8 @@ def kv(est: KVEstimate) -> None:
 def measurement(m: Measurement, saved: object = None) -> None:
     env = m.environment
     versions = ", ".join(x for x in (f"torch {env.torch}", f"CUDA {env.cuda}" if env.cuda else "",
-                                     f"HIP {env.hip}" if env.hip else "", f"driver {env.driver}" if env.driver else "") if x)
+                                     f"HIP {env.hip}" if env.hip else "",
+                                     f"driver {env.driver}" if env.driver else "") if x)
     weights = f", weights {m.weights}" if m.weights else ""
     sc = Scale(m.peak_reserved_bytes, m.device_bytes)
     console.print(f"[bold]{m.label}[/bold] measured on {env.device_name} ({env.device}; {versions}){weights}")

@@ -59,7 +59,8 @@ def render_quant(r: Any) -> None:
         console.print(t)
     for c in r.calibration_comparisons:
         p = "-" if c.p_value is None else f"{c.p_value:.3g}"
-        console.print(f"{c.format} calibrated on {escape(c.second)} against {escape(c.first)}: {_q(c.quality_second, r.metric)} "
+        console.print(f"{c.format} calibrated on {escape(c.second)} against {escape(c.first)}: "
+                      f"{_q(c.quality_second, r.metric)} "
                       f"vs {_q(c.quality_first, r.metric)}, change {_d(c.delta, r.metric)} ({escape(c.test)}, p {p})")
     for v in r.variants:
         if v.equivalence is not None:

@@ -112,7 +112,7 @@ def test_a_ds_config_gives_the_buffer_sizes(tmp_path):
     ({"stage": 3, "reduce_bucket_sise": 5e8}, "zero_optimization.reduce_bucket_sise: not a DeepSpeed"),
     ({"stage": 3, "zero_quantized_weights": True}, "zero_optimization.zero_quantized_weights: quantized weight"),
     ({"stage": 3, "zero_hpz_partition_size": 8}, "zero_optimization.zero_hpz_partition_size: a secondary"),
-    ({"stage": 2, "reduce_bucket_size": -1}, "must be a whole number"),
+    ({"stage": 2, "reduce_bucket_size": -1}, "zero_optimization.reduce_bucket_size: -1 is not a whole number"),
     ({"stage": 2, "overlap_comm": "yes"}, "is not true or false"),
 ])
 def test_a_zero_key_the_estimate_cannot_honour_is_refused(tmp_path, zero, said):

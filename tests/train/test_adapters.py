@@ -12,7 +12,14 @@ peft = pytest.importorskip("peft")
 
 from campaign.errors import InputError  # noqa: E402
 from campaign.train.adapters import (  # noqa: E402
-    base_state, binding_of, files_sha256, load_adapter, planned_trainable, save_adapter, weights_sha256)
+    base_state,
+    binding_of,
+    files_sha256,
+    load_adapter,
+    planned_trainable,
+    save_adapter,
+    weights_sha256,
+)
 from campaign.train.check import check  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "check_setup.py"

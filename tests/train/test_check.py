@@ -391,7 +391,7 @@ def test_the_worked_example_passes(tmp_path):
     assert r.passed and not [c for c in r.checks if c.status in ("warn", "skipped")]
 
 
-# -- the command --------------------------------------------------------------------------------------------------------
+# -- the command -------------------------------------------------------------------------------------------------
 
 def test_cli_exit_codes_json_and_the_saved_record(cli, tmp_path):
     ok = cli("check", f"{EXAMPLE}:make_setup", "--out", str(tmp_path / "check.json"))
@@ -506,9 +506,10 @@ def test_a_skipped_resume_test_is_never_a_pass_from_python():
 
 
 def test_not_verified_is_exit_1_and_says_what_was_not_run(cli, tmp_path, monkeypatch):
+    import importlib
+
     from campaign.cli import render
     from campaign.cli.render.train import render_check
-    import importlib
 
     check_module = importlib.import_module("campaign.train.check")
 

@@ -139,7 +139,7 @@ def test_a_loss_summed_over_tokens_fails_and_a_mean_passes(kind):
                 [p for p in model.parameters() if p.requires_grad], lr=1e-3), "batches": lm_batches()}
         if loss is not None:
             made["loss"] = loss
-        r = check(lambda: made, **QUICK)
+        r = check(lambda made=made: made, **QUICK)
         c = next(c for c in r.checks if c.id == "step.initial_loss")
         assert c.status == expected, (loss, c)
         if expected == "fail":

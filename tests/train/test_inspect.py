@@ -66,7 +66,7 @@ def sft(data: Path, *, max_length=32, pad="<pad>", mask="attention", side="right
 
     def collate(examples):
         prompts = [("<s> " if bos_in_text else "") + f"{e['question']} =>" for e in examples]
-        texts = [f"{p} {e['answer']} </s>" for p, e in zip(prompts, examples)]
+        texts = [f"{p} {e['answer']} </s>" for p, e in zip(prompts, examples, strict=True)]
         batch = tok(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
         ids, attn = batch["input_ids"], batch["attention_mask"]
         labels = ids.clone()
@@ -262,8 +262,8 @@ def test_one_class_per_example_counts_cut_inputs_as_a_warning(data):
 
 def images(bad_shape=False, unscaled=False, dog_norm=None):
     g = torch.Generator().manual_seed(0)
-    rows = [{"image": torch.randint(0, 256, (3, 10, 10), generator=g, dtype=torch.uint8), "label": "cat dog".split()[i % 2]}
-            for i in range(6)]
+    rows = [{"image": torch.randint(0, 256, (3, 10, 10), generator=g, dtype=torch.uint8),
+             "label": "cat dog".split()[i % 2]} for i in range(6)]
 
     def collate(examples):
         out = []

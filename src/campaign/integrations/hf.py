@@ -90,7 +90,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         self.child = child_spec()     # in the fresh process of a resume test: resume, record, stop
         if self.child is not None:
             resume_step, resume_check, memory_update = int(self.child["step"]), False, 0
-            _resume_in_child(self)
+            _resume_in_child(self, self.child)
         if resume_step < 1:
             raise InputError(f"resume_step {resume_step}: save the checkpoint after one update or more")
         self.watch = StepWatch("transformers.Trainer", trainable=trainable, steps=check_steps)
@@ -249,7 +249,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.run.artifact(save_record(self.result, command="trainer", root=self.run.store.root), "log:checks")
 
 
-def _resume_in_child(callback: CampaignCallback) -> None:
+def _resume_in_child(callback: CampaignCallback, child: dict[str, Any]) -> None:
     """The fresh process of a resume test: the Trainer this callback is given to trains from the checkpoint
     (train(resume_from_checkpoint=...)), stops after the two compared updates, writes their losses and ends the
     process, so nothing after train() in the script runs (no save, no upload). Other Trainers train as written."""
@@ -265,11 +265,11 @@ def _resume_in_child(callback: CampaignCallback) -> None:
         # the fresh process reports nowhere: only transformers' own flow callbacks and this one stay
         trainer.callback_handler.callbacks = [c for c in trainer.callback_handler.callbacks if c is callback or
                                               type(c).__module__ == "transformers.trainer_callback"]
-        original(trainer, resume_from_checkpoint=callback.child["checkpoint"])
+        original(trainer, resume_from_checkpoint=child["checkpoint"])
         from ..io import atomic_write_json
 
         losses = callback.probe.losses if callback.probe is not None else {}
-        atomic_write_json(callback.child["out"], {"losses": {str(k): v for k, v in losses.items()}})
+        atomic_write_json(child["out"], {"losses": {str(k): v for k, v in losses.items()}})
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -39,7 +39,8 @@ def adapter_checks(s: Setup, ref: str | None, batch: Any, fig: StepFigures, time
                          "norm): more memory and optimizer state than LoRA's plan, and an adapter file that carries "
                          "them", "freeze what should not train, or count it in the plan on purpose"))
     binding = binding_of(s.model)
-    where = f"{binding.base or 'an unnamed base'}" + (f" at revision {binding.revision[:12]}" if binding.revision else "")
+    where = f"{binding.base or 'an unnamed base'}" + (f" at revision {binding.revision[:12]}"
+                                                      if binding.revision else "")
     out.append(Check("adapter.bound_to_base", "pass", f"base {where}, {binding.tensors} tensors, weights sha256 "
                      f"{binding.weights_sha256[:12]}"))
     if ref is None:

@@ -64,7 +64,7 @@ def base_state(model: Any) -> dict[str, Any]:
 
 def _adapter_names(model: Any) -> list[str]:
     names = []
-    for name, module in model.get_base_model().named_modules():
+    for name, _module in model.get_base_model().named_modules():
         if name.rsplit(".", 1)[-1] in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_dropout",
                                        "lora_magnitude_vector"):
             names.append(name + ".")
@@ -113,7 +113,7 @@ def same_values(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
     for name, (n, norm, *proj) in a.items():
         m, other, *proj_b = b[name]
         band = CAST_BAND * max(norm, other) + CAST_FLOOR * n ** 0.5
-        if n != m or abs(norm - other) > band or any(abs(x - y) > band for x, y in zip(proj, proj_b)):
+        if n != m or abs(norm - other) > band or any(abs(x - y) > band for x, y in zip(proj, proj_b, strict=False)):
             return False
     return True
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..checks import Check, listed
 from ..errors import InputError
@@ -144,7 +144,7 @@ def check(setup: str | Setup | Any, *, overfit_steps: int = 30, overfit_drop: fl
                     timeout=timeout)
 
 
-def _a_file(setup: Any) -> bool:
+def _a_file(setup: Any) -> TypeGuard[str]:
     """A 'FILE.py:FUNCTION' whose file exists: what a fresh process can build again."""
     if not isinstance(setup, str):
         return False
@@ -231,8 +231,7 @@ def _run(s: Setup, setup: Any, fresh: Any, adapter_fresh: Any, adapter: bool, te
         measured = meter.result(label="campaign check: one step")
         if not math.isfinite(fig.loss):
             # one message about the loss: every later figure (gradients, the update, rows, overfitting) is NaN too
-            checks, losses, resumed, compared, notes = _not_finite(fig), (), None, (), []
-            return _report(s, checks, fig, measured, compared, losses, resumed, device, batches, notes)
+            return _report(s, _not_finite(fig), fig, measured, (), (), None, device, batches, [])
         checks = _step_checks(fig, s, batches[0])
         from .probes import train_mode_check
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import InputError
 from ..io import atomic_write_json, file_set, load_json, sha256_file
@@ -39,7 +39,8 @@ def rng_state() -> dict[str, Any]:
         import numpy as np
     except ImportError:
         return state
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    # legacy=True (the default) gives the tuple, not the dict numpy's stubs also allow
+    name, keys, pos, has_gauss, cached = cast("tuple[str, Any, int, int, float]", np.random.get_state())
     state["numpy"] = [name, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached)]
     return state
 

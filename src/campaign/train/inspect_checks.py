@@ -30,7 +30,8 @@ def _first(flags: list[bool], limit: int = 5) -> str:
     return f" (e.g. #{', #'.join(map(str, hits))})" if hits else ""
 
 
-def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | None, truncated: int | None) -> tuple[Check, ...]:
+def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | None,
+                truncated: int | None) -> tuple[Check, ...]:
     n = len(stats)
     out: list[Check] = []
     token = ctx.label_kind == "token"
@@ -85,7 +86,7 @@ def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | N
         over = [st.answer_tokens is not None and st.answer_tokens > 0 and
                 st.loss_real - st.answer_tokens - 1 > max(PROMPT_SLACK, st.answer_tokens // 2) for st in stats]
         k = sum(over)
-        worst = max(((st.loss_real, st.answer_tokens or 0, st.length) for st, o in zip(stats, over) if o),
+        worst = max(((st.loss_real, st.answer_tokens or 0, st.length) for st, o in zip(stats, over, strict=True) if o),
                     default=None, key=lambda t: t[0] - t[1])
         out.append(Check("inspect.loss_on_prompt", "fail" if k else "pass",
                          f"{_of(k, n)} compute the loss on more than their answer ({ctx.s.target_field!r}) and its "
@@ -105,7 +106,7 @@ def text_checks(ctx: InspectRun, stats: list[ExampleStats], lost: list[bool] | N
     if token and truncated is not None and left:
         cut = [bool(st.truncated_tokens) for st in stats]
         k = sum(cut)
-        tokens = sum(st.truncated_tokens or 0 for st, c in zip(stats, cut) if c)
+        tokens = sum(st.truncated_tokens or 0 for st, c in zip(stats, cut, strict=True) if c)
         out.append(Check("inspect.prompt_truncated", "fail" if 2 * k > n else "warn" if k else "pass",
                          f"truncation_side='left' cut the start of the prompt (the question) of {_of(k, n)} "
                          f"({tokens:,} tokens)" + _first(cut) if k else
@@ -253,7 +254,8 @@ def image_checks(ctx: InspectRun, stats: list[ExampleStats]) -> tuple[Check, ...
         out.append(Check("inspect.image_shapes", "pass",
                          f"every image is {'x'.join(map(str, next(iter(every))))} after the transforms"))
     else:
-        per = "; ".join(f"{k}: {', '.join('x'.join(map(str, s)) for s in sorted(v))}" for k, v in sorted(shapes.items()))
+        per = "; ".join(f"{k}: {', '.join('x'.join(map(str, s)) for s in sorted(v))}"
+                        for k, v in sorted(shapes.items()))
         out.append(Check("inspect.image_shapes", "fail", f"shapes differ after the transforms: {per}",
                          "a class with its own shape lets the model learn the class from the shape, and a batch "
                          "cannot stack them", "apply one resize/crop to every class (the same transform)"))
@@ -264,7 +266,8 @@ def image_checks(ctx: InspectRun, stats: list[ExampleStats]) -> tuple[Check, ...
                       f"{max(st.pixels[1] for st in stats if st.pixels):g}): not scaled from 0-255" + _first(big))
                      if k else "pixel values are scaled (max "
                                f"{max(st.pixels[1] for st in stats if st.pixels):.3g})",
-                     "the model was pre-trained on scaled, normalized inputs; raw 0-255 values saturate it" if k else "",
+                     "the model was pre-trained on scaled, normalized inputs; raw 0-255 values saturate it"
+                     if k else "",
                      "add ToTensor() / ConvertImageDtype(float) (x / 255) and Normalize(mean, std) to the transform "
                      "of every class" if k else ""))
     out.append(_normalization(stats))

@@ -21,6 +21,9 @@ class InspectRun:
 
     def __init__(self, s: Setup, tok: Any, where: str, label_field: str | None, kind: str) -> None:
         self.s, self.tok, self.where, self.label_field, self.kind = s, tok, where, label_field, kind
+        if s.collate is None:         # inspect() refuses a setup without one before it builds the run
+            raise ValueError("InspectRun needs a setup with a collate function")
+        self.collate: Callable[[list[Any]], Any] = s.collate
         self.bos = getattr(tok, "bos_token_id", None)
         self.eos = getattr(tok, "eos_token_id", None)
         self.pad = getattr(tok, "pad_token_id", None)
@@ -38,7 +41,7 @@ class InspectRun:
     def one(self, data: Sequence[Any], i: int) -> ExampleStats:
         cuts: list[int] = []
         with watch_truncation(self.tok, cuts) as calls:
-            batch = collate_one(self.s.collate, [data[i]], self.where, i)
+            batch = collate_one(self.collate, [data[i]], self.where, i)
         self.encoded = self.encoded or calls[0] > 0
         st = ExampleStats(label=self._label(data[i], batch))
         if self.kind == "image":
@@ -100,7 +103,7 @@ class InspectRun:
                 for r in range(ids.shape[0])]
 
     def _text(self, ids: list[int], attn: list[int], labels: Any, st: ExampleStats) -> None:
-        real = [t for t, a in zip(ids, attn) if a]
+        real = [t for t, a in zip(ids, attn, strict=False) if a]
         st.length = len(real)
         st.starts_bos = self.bos is not None and real[:1] == [self.bos]
         st.double_bos = self.bos is not None and real[:2] == [self.bos, self.bos]
@@ -125,7 +128,7 @@ class InspectRun:
             return
         self.padded.add(i)
         if isinstance(labels, list) and len(labels) == len(attn) and \
-                any(not a and y != IGNORE_INDEX for a, y in zip(attn, labels)):
+                any(not a and y != IGNORE_INDEX for a, y in zip(attn, labels, strict=True)):
             self.pad_loss.add(i)
 
     def _answer_kept(self, ids: list[int], attn: list[int], labels: list[int], answer: str) -> bool:
@@ -179,7 +182,8 @@ class InspectRun:
             answer_lost=None if lost is None else sum(lost), no_loss=sum(self._no_loss(st) for st in stats),
             padding_side=one_side(self.padding_sides), tokenizer_padding_side=getattr(self.tok, "padding_side", None),
             truncation_side=getattr(self.tok, "truncation_side", None), special=self._special(stats),
-            transform=None if isinstance(self.s.transform, Mapping) else _described(self.s.transform), checks=checks, notes=notes,
+            transform=None if isinstance(self.s.transform, Mapping) else _described(self.s.transform),
+            checks=checks, notes=notes,
             source=self.s.source)
 
     def _no_loss(self, st: ExampleStats) -> bool:
@@ -205,12 +209,12 @@ class InspectRun:
             return tuple(Example(index=i, label=stats[i].label, length=_prod(stats[i].shape),
                                  loss_positions=stats[i].loss_positions, truncated_tokens=None, answer_kept=None,
                                  shape=stats[i].shape) for i in indices)
-        batch = collate_one(self.s.collate, [data[i] for i in indices], self.where, "shown")
+        batch = collate_one(self.collate, [data[i] for i in indices], self.where, "shown")
         rows = self._rows(batch, "shown")
         if len(rows) != len(indices):
             raise InputError(f"{self.where}: collate returned {len(rows)} rows for {len(indices)} examples")
         out = []
-        for i, (ids, attn, labels) in zip(indices, rows):
+        for i, (ids, attn, labels) in zip(indices, rows, strict=True):
             st = stats[i]
             self._padding(i, attn, labels)
             if len(ids) > st.length:          # the batch padded this example: the mask must leave it out
@@ -232,7 +236,8 @@ class InspectRun:
                 padding=tuple(not a for a in attn)))
         return tuple(out)
 
-    def _summary(self, label: str, indices: list[int], stats: list[ExampleStats], lost: list[bool] | None) -> ClassSummary:
+    def _summary(self, label: str, indices: list[int], stats: list[ExampleStats],
+                 lost: list[bool] | None) -> ClassSummary:
         group = [stats[i] for i in indices]
         if self.kind == "image":
             px = [st.pixels for st in group if st.pixels is not None]
@@ -309,7 +314,8 @@ def examples_of(dataset: Any, where: str) -> Sequence[Any]:
     return dataset
 
 
-def collate_one(collate: Callable[[list[Any]], Any], examples: list[Any], where: str, i: int | str) -> Mapping[str, Any]:
+def collate_one(collate: Callable[[list[Any]], Any], examples: list[Any], where: str,
+                i: int | str) -> Mapping[str, Any]:
     try:
         batch = collate(examples)
     except Exception as e:

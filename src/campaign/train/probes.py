@@ -138,7 +138,7 @@ def _padded(model: Any, batch: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
     out = dict(batch)
     out["input_ids"] = torch.cat([ids, fill], dim=1)
     out["attention_mask"] = torch.cat([batch["attention_mask"], torch.zeros_like(fill)], dim=1)
-    labels = batch.get("labels")
+    labels: Any = batch.get("labels")
     if hasattr(labels, "shape") and tuple(labels.shape) == tuple(ids.shape):
         out["labels"] = torch.cat([labels, torch.full_like(fill, -100)], dim=1)
     return out, out["attention_mask"] == 0
@@ -148,7 +148,7 @@ def _boundary_unlabelled(batch: Mapping[str, Any], padded: Any) -> tuple[Mapping
     """Left-padded rows (padding a prefix): the label of the first real token set to -100. An HF causal model
     shifts the labels, so that token is predicted from the last padded position: a known cost of left padding in
     training, not the mask ignored."""
-    labels = batch.get("labels")
+    labels: Any = batch.get("labels")
     if not hasattr(labels, "shape") or tuple(labels.shape) != tuple(padded.shape):
         return batch, 0
     labels = labels.clone()
@@ -208,7 +208,8 @@ def labels_check(model: Any, batch: Mapping[str, Any], loss_fn: Any) -> Check:
     import torch
 
     cid = "batch.labels_aligned"
-    ids, labels = batch.get("input_ids"), batch.get("labels")
+    ids: Any = batch.get("input_ids")
+    labels: Any = batch.get("labels")
     if loss_fn is not None or ids is None or not hasattr(labels, "shape") or tuple(labels.shape) != tuple(ids.shape) \
             or ids.dim() != 2 or ids.shape[1] < 3:
         return Check(cid, "skipped", "not a model computing its own loss from per-token labels", gates=False)

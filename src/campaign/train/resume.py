@@ -1,13 +1,14 @@
-"""Checkpoint and resume (and an adapter reloaded onto its base), checked in a fresh process: the step after a reload must be the step the uninterrupted run
-takes. The parent saves after one update and goes on one more; a new Python process builds the setup again from its
-file, reloads the checkpoint and takes that same next step. Weights as reloaded, the next loss, its gradients and
-the weights after the next update are compared: bitwise on the CPU, where the same kernels run in the same order.
+"""Checkpoint and resume (and an adapter reloaded onto its base), checked in a fresh process: the step after a reload
+must be the step the uninterrupted run takes. The parent saves after one update and goes on one more; a new Python
+process builds the setup again from its file, reloads the checkpoint and takes that same next step. Weights as reloaded,
+the next loss, its gradients and the weights after the next update are compared: bitwise on the CPU, where the same
+kernels run in the same order.
 
-Run as `python -m campaign.train.resume resume|adapter SETUP` (the fresh process: it builds the setup, then reads
-the checkpoint's folder and the output file from stdin); `next_step` and `FreshProcess` are the parent's side, which
-starts it ahead of need so that its start-up overlaps the parent's own work. In `adapter` mode the fresh process builds the setup, takes the adapters off its
-model to get the bare base, loads the saved adapter onto it through `adapters.load_adapter` (which refuses another
-base) and writes the outputs on the first batch.
+Run as `python -m campaign.train.resume resume|adapter SETUP` (the fresh process: it builds the setup, then reads the
+checkpoint's folder and the output file from stdin); `next_step` and `FreshProcess` are the parent's side, which starts
+it ahead of need so that its start-up overlaps the parent's own work. In `adapter` mode the fresh process builds the
+setup, takes the adapters off its model to get the bare base, loads the saved adapter onto it through
+`adapters.load_adapter` (which refuses another base) and writes the outputs on the first batch.
 """
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ class FreshProcess:
             if f is not None and not f.closed:
                 f.close()
 
-    def __enter__(self) -> "FreshProcess":
+    def __enter__(self) -> FreshProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -171,7 +171,7 @@ def _from(made: Any, where: str, needs: tuple[str, ...] = NEEDS_TRAINING) -> Set
         if unknown:
             raise InputError(f"{where} returned unknown field(s) {', '.join(unknown)}; the fields are "
                              f"{', '.join(FIELDS)}")
-        get = made.get
+        get: Callable[[str], Any] = made.get
     else:
         get = lambda k: getattr(made, k, None)  # noqa: E731
     if "model" in needs and "batches" in needs and (get("model") is None or get("batches") is None):

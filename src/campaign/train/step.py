@@ -321,7 +321,8 @@ def cross_row_gradient(model: Any, batch: Mapping[str, Any], *, row: int = 0, se
         return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1 and int(t.shape[0]) == rows
 
     def leaf_hook(_module: Any, _args: Any, out: Any) -> Any:
-        first = out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, (tuple, list)) and out else None
+        first: Any = (out if isinstance(out, torch.Tensor) else out[0] if isinstance(out, (tuple, list)) and out
+                      else None)
         if "x" in captured or not per_row(first):
             return None
         leaf = first.detach().requires_grad_(True)

@@ -29,7 +29,7 @@ def watch_truncation(tok: Any, cuts: list[int]) -> Iterator[list[int]]:
                      "return_overflowing_tokens": False, "verbose": False}
             full = original(*args, **{**plain, "truncation_strategy": TruncationStrategy.DO_NOT_TRUNCATE})
             kept = original(*args, **plain)
-            cuts.extend(max(0, a - b) for a, b in zip(_lengths(full), _lengths(kept)))
+            cuts.extend(max(0, a - b) for a, b in zip(_lengths(full), _lengths(kept), strict=False))
         return out
 
     own = vars(tok).get("_encode_plus")          # an instance attribute of the user's own, put back after

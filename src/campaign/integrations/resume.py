@@ -146,7 +146,7 @@ def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] 
         if other is None or len(other) != len(mine) or None in mine or None in other:
             return Check(cid, "skipped", f"update {update}'s losses were not seen in both runs (the model's forward "
                          "returned no loss)", "", "compute the loss in the model's forward (labels in the batch)")
-        diff = max(abs(a - b) for a, b in zip(mine, other))
+        diff = max(abs(a - b) for a, b in zip(mine, other, strict=True))
         worst = max(worst, diff)
         rows.append(f"update {update}: {', '.join(f'{a:.6g}' for a in mine)} vs resumed "
                     f"{', '.join(f'{b:.6g}' for b in other)}")
@@ -154,7 +154,7 @@ def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] 
     seen = f"from {checkpoint.name}: " + "; ".join(rows)
     if worst <= allowed and all(math.isfinite(v) for vs in parent.values() for v in vs if v is not None):
         return Check(cid, "pass", seen + (" (bitwise)" if exact else f" (within {allowed:.1g})"))
-    first = min(u for u in parent if max(abs(a - b) for a, b in zip(parent[u], theirs[u])) > allowed)
+    first = min(u for u in parent if max(abs(a - b) for a, b in zip(parent[u], theirs[u], strict=True)) > allowed)
     cause = (f"update {first} differs: " + ("the weights, the data position or the random generators were not "
              "restored" + hint if first == step + 1 else "the optimizer's state or the scheduler was not restored"))
     lacking = f"; the checkpoint has no {', no '.join(missing_state)} file" if missing_state else ""

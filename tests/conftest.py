@@ -172,6 +172,13 @@ test_check_on_a_lightning_module_with_its_dataloader
 test_the_example_lightning_script_records_and_checks_its_run
 test_llama_phases_from_its_shapes_and_beside_the_estimate
 test_a_loop_that_keeps_a_copy_of_the_weights_each_step_is_off_the_estimate
+test_generators_saved_and_set_back_at_an_epoch_end_resume_bitwise
+test_generators_not_set_back_fail_at_the_next_update
+test_a_plain_dataloader_resumed_mid_epoch_fails_at_the_next_update
+test_torchrun_runs_the_users_accumulate_and_a_local_token_count_is_not_equivalent
+test_torchrun_a_globally_normalized_accumulate_is_equivalent
+test_torchrun_a_failing_rank_names_the_users_function_and_rank
+test_torchrun_runs_an_hf_trainers_own_step_on_its_sharded_batches
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",

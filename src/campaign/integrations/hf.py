@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from ..checks import Check
 from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory
-from .resume import RESUME_STEP, LossProbe, child_spec
+from .resume import RESUME_STEP, LossProbe, child_spec, finish_child
 from .steps import StepWatch, TrainerCheck
 
 
@@ -253,7 +253,6 @@ def _resume_in_child(callback: CampaignCallback, child: dict[str, Any]) -> None:
     """The fresh process of a resume test: the Trainer this callback is given to trains from the checkpoint
     (train(resume_from_checkpoint=...)), stops after the two compared updates, writes their losses and ends the
     process, so nothing after train() in the script runs (no save, no upload). Other Trainers train as written."""
-    import os
 
     import transformers
 
@@ -266,13 +265,7 @@ def _resume_in_child(callback: CampaignCallback, child: dict[str, Any]) -> None:
         trainer.callback_handler.callbacks = [c for c in trainer.callback_handler.callbacks if c is callback or
                                               type(c).__module__ == "transformers.trainer_callback"]
         original(trainer, resume_from_checkpoint=child["checkpoint"])
-        from ..io import atomic_write_json
-
-        losses = callback.probe.losses if callback.probe is not None else {}
-        atomic_write_json(child["out"], {"losses": {str(k): v for k, v in losses.items()}})
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        finish_child(child["out"], callback.probe)
 
     transformers.Trainer.train = train
 

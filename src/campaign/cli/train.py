@@ -85,12 +85,18 @@ def check(
                                                                                    "temporary folder).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reload a checkpoint in a fresh process and "
                                                                       "compare the next step.")] = True,
+    processes: Annotated[int, typer.Option(help="Run one update of your step under torchrun with this many "
+                                                "processes (DDP; gloo on the CPU) and check the ranks stay in sync "
+                                                "instead of the one-process checks.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
     as_json: o.Json = False,
 ) -> None:
     """Before the long run: one full step (loss, gradients, update, memory per phase), the parameters that train
     and those that must not, batch independence, overfitting one batch, and a checkpoint reloaded in a fresh
     process giving the same next step.
+
+    With --processes N (N >= 2): one update of your step on each rank's own batch, the model wrapped in DDP, and
+    whether every rank applied the average gradient and holds the same weights after it.
 
     Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
     skipped ("not verified"), 2 on bad input (needs the torch extra).
@@ -102,14 +108,30 @@ def check(
         from ..train.setup import writable_file
 
         writable_file(out, "--out")   # the record is written at the end: its path is checked before anything runs
+    report: Any
+    render: Any = render_check
     with _progress("campaign", as_json) as tell, _users_code(setup):  # "campaign: check 3/5: resume in a fresh process"
-        report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
-                            checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
+        if processes != 1:
+            from ..train.ddp_check import check_ddp
+
+            report, render = check_ddp(setup, processes, progress=tell), _render_ddp
+        else:
+            report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
+                                checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
     if out is not None:
         from ..io import atomic_write_json
 
         atomic_write_json(out, report.to_dict())
-    o.emit(report, render_check, as_json)
+    o.emit(report, render, as_json)
+
+
+def _render_ddp(r: Any) -> None:
+    from .render import checks, console
+
+    verdict = "[green]IN SYNC[/green]" if r.passed else "[red]NOT IN SYNC[/red]"
+    console.print(f"{verdict} — one update under DDP on {r.processes} processes ({r.backend}): loss per rank "
+                  + ", ".join(f"{x:.4f}" for x in r.losses))
+    checks(r.checks)
 
 
 def inspect(

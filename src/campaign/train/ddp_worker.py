@@ -1,6 +1,7 @@
 """One process of `campaign batch --processes N`, started by torchrun: load the setup, accumulate under DDP (gloo on
 the CPU, NCCL on a GPU): the setup's own accumulate on this rank's share of the micro-batches when it gives one, and
-each normalization; rank 0 writes the figures. Usage: ddp_worker SETUP ACCUMULATION OUT.json
+each normalization; rank 0 writes the figures. Usage: ddp_worker SETUP ACCUMULATION OUT.json. ACCUMULATION
+ddp_check.CHECK_STEP (0) runs `campaign check --processes`'s one update instead (train/ddp_check.py).
 
 The first rank to fail writes why, one line, to ERROR_FILE beside OUT (created exclusively: the ranks torchrun stops
 after it, or whose collectives break when it exits, do not overwrite the root cause)."""
@@ -18,6 +19,7 @@ def main(argv: list[str]) -> None:
     from ..errors import InputError
     from ..io import atomic_write_json
     from .accumulation import ERROR_FILE, ddp_variants
+    from .ddp_check import CHECK_STEP, ddp_step
     from .setup import first_line, load_setup
 
     setup_ref, accumulation, out = argv[0], int(argv[1]), argv[2]
@@ -25,7 +27,10 @@ def main(argv: list[str]) -> None:
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
         torch.manual_seed(0)                      # the same initial weights on every rank (DDP also broadcasts)
-        result = ddp_variants(load_setup(setup_ref), accumulation)
+        if accumulation == CHECK_STEP:
+            result = ddp_step(load_setup(setup_ref))
+        else:
+            result = ddp_variants(load_setup(setup_ref), accumulation)
         if dist.get_rank() == 0:
             atomic_write_json(out, result)
         dist.barrier()

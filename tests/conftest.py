@@ -179,6 +179,8 @@ test_torchrun_runs_the_users_accumulate_and_a_local_token_count_is_not_equivalen
 test_torchrun_a_globally_normalized_accumulate_is_equivalent
 test_torchrun_a_failing_rank_names_the_users_function_and_rank
 test_torchrun_runs_an_hf_trainers_own_step_on_its_sharded_batches
+test_torchrun_the_example_step_keeps_the_ranks_in_sync
+test_torchrun_a_tensor_beside_the_model_drifts_apart
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",

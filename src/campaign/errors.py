@@ -40,3 +40,23 @@ class MissingDependencyError(CampaignError):
     def __init__(self, package: str, extra: str) -> None:
         super().__init__(f"this needs {package!r}, which is not installed; install it with: "
                          f"pip install 'campaign[{extra}]'")
+
+
+def user_frame(e: BaseException) -> str | None:
+    """'FILE:FUNCTION (line N)' of the innermost traceback frame in the user's own code: not campaign's, not an
+    installed package's (torch, transformers, ...), not the standard library's; None when every frame is one of
+    those. So an error raised in a setup, a model or a loop names the user's code."""
+    import sysconfig
+    import traceback
+    from pathlib import Path
+
+    paths = sysconfig.get_paths()
+    roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(Path(__file__).resolve().parent)  # campaign itself
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
+        if any(Path(frame.filename).resolve().is_relative_to(r) for r in roots):
+            continue
+        return f"{frame.filename}:{frame.name} (line {frame.lineno})"
+    return None

@@ -19,14 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import CampaignError, InputError, MissingDependencyError
+from ..errors import CampaignError, InputError, MissingDependencyError, user_frame
 from .estimates import cheapest_card, estimate_weights, kv_rows, spec_of
 from .formats import Format, available, machine, parse_format, quiet_torchao, refusal, torch_dtype
 from .inputs import check_inputs, guard_metric
 from .quality import finite_outcomes, paired_test, quality_of
 from .result import CalibrationComparison, DataDigest, KVRow, QuantReport, QuantVariant
 from .setup import QuantSetup, load_quant_setup
-from .usercode import user_code_error, user_frame
+from .usercode import user_code_error
 from .variant import digest, example_ids, kv_outcomes, precision_of, reference_model, run_variant
 
 

@@ -3,34 +3,10 @@ the user's own code (not campaign's, not an installed package's, not the standar
 model, a model factory or predict is one line naming that code (exit 2) instead of an internal error (exit 3)."""
 from __future__ import annotations
 
-import sysconfig
 import traceback
-from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, user_frame
 from ..train.setup import first_line
-
-_CAMPAIGN = Path(__file__).resolve().parents[1]
-
-
-def _library_roots() -> tuple[Path, ...]:
-    paths = sysconfig.get_paths()
-    roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    return (*roots, _CAMPAIGN)
-
-
-def user_frame(e: BaseException) -> str | None:
-    """'FILE:FUNCTION (line N)' of the innermost traceback frame in the user's code; None when every frame is a
-    library's (torch, transformers, campaign)."""
-    roots = _library_roots()
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if frame.filename.startswith("<"):
-            continue
-        path = Path(frame.filename).resolve()
-        if any(path.is_relative_to(r) for r in roots):
-            continue
-        return f"{frame.filename}:{frame.name} (line {frame.lineno})"
-    return None
 
 
 def innermost_frame(e: BaseException) -> str:
@@ -50,4 +26,4 @@ def user_code_error(e: BaseException, what: str, fix: str) -> InputError:
     return InputError(f"{what} raised {type(e).__name__} in {where}: {first_line(e)}; {fix}")
 
 
-__all__ = ["innermost_frame", "user_code_error", "user_frame"]
+__all__ = ["innermost_frame", "user_code_error"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import Check
-from ..errors import InputError
+from ..errors import InputError, user_frame
 from ..results import Result
 from .setup import Setup, first_line, load_setup
 from .step import first_rows
@@ -383,21 +383,13 @@ def _cause(stderr: str) -> str:
 
 
 def _raised_in(e: BaseException, fn: Callable[..., Any]) -> str:
-    """'FILE:FUNCTION (line N)' of the innermost frame of the user's code in e's traceback: the last frame outside
-    torch, transformers, peft and campaign; else fn's own."""
-    import traceback
-
-    skip = tuple(str(Path(m.__file__).resolve().parent) for m in _loaded("torch", "transformers", "peft", "campaign"))
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if not str(Path(f.filename).resolve()).startswith(skip) and not f.filename.startswith("<")]
-    if frames:
-        return f"{frames[-1].filename}:{frames[-1].name} (line {frames[-1].lineno})"
+    """'FILE:FUNCTION (line N)' of the innermost frame of the user's code in e's traceback (errors.user_frame);
+    else fn's own."""
+    found = user_frame(e)
+    if found is not None:
+        return found
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename}:{fn.__qualname__}" if code is not None else repr(fn)
-
-
-def _loaded(*names: str) -> list[Any]:
-    return [m for m in (sys.modules.get(n) for n in names) if m is not None and getattr(m, "__file__", None)]
 
 
 def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:

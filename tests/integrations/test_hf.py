@@ -207,18 +207,23 @@ def test_a_lora_layer_left_out_of_the_optimizer_fails(tmp_path, store):
     assert "v_proj" in _seen(cb, "trainer.updates")
 
 
-def test_the_example_trainer_script_records_and_checks_its_run(tmp_path):
-    # examples/trainer/train.py as a user runs it, in a fresh process from its own folder
+def run_example(name: str, folder: Path) -> str:
+    """examples/trainer/NAME as a user runs it, in a fresh process from `folder` (its store there): the last line
+    it prints."""
     import os
     import subprocess
 
-    script = Path(__file__).resolve().parents[2] / "examples" / "trainer" / "train.py"
+    script = Path(__file__).resolve().parents[2] / "examples" / "trainer" / name
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("CAMPAIGN_ROOT", None)
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.splitlines()[-1]
+    return done.stdout.splitlines()[-1]
+
+
+def test_the_example_trainer_script_records_and_checks_its_run(tmp_path):
+    last = run_example("train.py", tmp_path)
     assert last.startswith("pass [('trainer.lr_applied', 'pass')")
     # the Trainer's own checkpoint of update 2, resumed in a fresh process, gave updates 3 and 4 (dropout on)
     assert "('trainer.resume_next_loss', 'pass')" in last and "('trainer.memory_as_estimated', 'pass')" in last

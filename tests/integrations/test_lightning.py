@@ -168,20 +168,10 @@ def test_a_training_step_that_switches_to_eval_fails_the_train_mode(tmp_path, st
 
 
 def test_the_example_lightning_script_records_and_checks_its_run(tmp_path):
-    # examples/trainer/lightning_train.py as a user runs it, in a fresh process from its own folder
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     pytest.importorskip("transformers")
-    script = Path(__file__).resolve().parents[2] / "examples" / "trainer" / "lightning_train.py"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    env.pop("CAMPAIGN_ROOT", None)
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    last = done.stdout.splitlines()[-1]
+    from tests.integrations.test_hf import run_example
+
+    last = run_example("lightning_train.py", tmp_path)
     assert last.startswith("pass [('trainer.lr_applied', 'pass')")
     assert "('trainer.train_mode', 'pass')" in last and "('trainer.memory_as_estimated', 'pass')" in last
     # Lightning's checkpoint of update 2, resumed in a fresh process with the generators the module saved

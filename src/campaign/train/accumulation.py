@@ -226,7 +226,7 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
         tell(f"gradients under torchrun: {processes} processes x {accumulation} micro-batches (DDP, "
              f"{'your accumulate on each rank and ' if loop is not None else ''}each normalization against the whole "
              "update)")
-        measured = _run_torchrun(setup, accumulation, processes, timeout)
+        measured = run_torchrun(setup, f"accumulate:{accumulation}", processes, timeout)
         per_process = tuple(measured["tokens_per_process"])
         variants_raw = measured["variants"]
     else:
@@ -349,13 +349,14 @@ def _one_process(model: Any, batches: Sequence[Mapping[str, Any]],
         model.train(was_training)
 
 
-def _run_torchrun(setup: str, accumulation: int, processes: int, timeout: float) -> dict[str, Any]:
-    """Run the worker under torchrun (gloo) and read what rank 0 wrote."""
+def run_torchrun(setup: str, task: str, processes: int, timeout: float) -> dict[str, Any]:
+    """Run the worker (train/ddp_worker.py) under torchrun (gloo) on `task` ('accumulate:K' for batch, 'check' for
+    check's one update) and read what rank 0 wrote."""
     with tempfile.TemporaryDirectory(prefix="campaign-batch-") as tmp:
         out = Path(tmp) / "result.json"
         failed = Path(tmp) / ERROR_FILE                 # the first rank to fail writes why (ddp_worker)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
-               "-m", "campaign.train.ddp_worker", setup, str(accumulation), str(out)]
+               "-m", "campaign.train.ddp_worker", setup, task, str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

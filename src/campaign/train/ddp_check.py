@@ -22,7 +22,6 @@ from ..results import Result
 from .setup import Setup
 
 SCHEMA = "campaign.check_ddp/1"
-CHECK_STEP = 0              # in the worker's ACCUMULATION place: this update (an accumulation is at least 1)
 TOLERANCE = 1e-5            # relative: an all-reduce in float32 sums in another order than the average taken here
 
 
@@ -44,14 +43,14 @@ class DdpCheckReport(Result):
 def check_ddp(setup: str, processes: int, *, timeout: float = 600,
               progress: Callable[[str], None] | None = None) -> DdpCheckReport:
     """Run the setup's step under torchrun with `processes` ranks (>= 2) and check the ranks agree after it."""
-    from .accumulation import _run_torchrun
+    from .accumulation import run_torchrun
 
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 2:
         raise InputError(f"--processes {processes!r} must be a whole number >= 2 (without it, check runs one process)")
     if not isinstance(setup, str):
         raise InputError("a check over several processes runs the setup file in each: give 'setup.py:make_setup'")
     (progress or (lambda _m: None))(f"one update under torchrun: {processes} processes (DDP)")
-    r = _run_torchrun(setup, CHECK_STEP, processes, timeout)
+    r = run_torchrun(setup, "check", processes, timeout)
     checks = (
         Check("ddp.params_in_sync", "pass" if not r["out_of_sync"] else "fail",
               f"{len(r['out_of_sync'])} of {r['tensors']} updated tensors differ between ranks after one update"

@@ -1,7 +1,7 @@
 """One process of `campaign batch --processes N`, started by torchrun: load the setup, accumulate under DDP (gloo on
 the CPU, NCCL on a GPU): the setup's own accumulate on this rank's share of the micro-batches when it gives one, and
-each normalization; rank 0 writes the figures. Usage: ddp_worker SETUP ACCUMULATION OUT.json. ACCUMULATION
-ddp_check.CHECK_STEP (0) runs `campaign check --processes`'s one update instead (train/ddp_check.py).
+each normalization; rank 0 writes the figures. Usage: ddp_worker SETUP TASK OUT.json, TASK 'accumulate:K' (batch,
+K micro-batches per update) or 'check' (`campaign check --processes`'s one update, train/ddp_check.py).
 
 The first rank to fail writes why, one line, to ERROR_FILE beside OUT (created exclusively: the ranks torchrun stops
 after it, or whose collectives break when it exits, do not overwrite the root cause)."""
@@ -19,18 +19,18 @@ def main(argv: list[str]) -> None:
     from ..errors import InputError
     from ..io import atomic_write_json
     from .accumulation import ERROR_FILE, ddp_variants
-    from .ddp_check import CHECK_STEP, ddp_step
+    from .ddp_check import ddp_step
     from .setup import first_line, load_setup
 
-    setup_ref, accumulation, out = argv[0], int(argv[1]), argv[2]
+    setup_ref, task, out = argv[0], argv[1], argv[2]
     rank = os.environ.get("RANK", "?")
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
         torch.manual_seed(0)                      # the same initial weights on every rank (DDP also broadcasts)
-        if accumulation == CHECK_STEP:
+        if task == "check":
             result = ddp_step(load_setup(setup_ref))
         else:
-            result = ddp_variants(load_setup(setup_ref), accumulation)
+            result = ddp_variants(load_setup(setup_ref), int(task.removeprefix("accumulate:")))
         if dist.get_rank() == 0:
             atomic_write_json(out, result)
         dist.barrier()

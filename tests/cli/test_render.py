@@ -51,3 +51,24 @@ def test_trace_with_grads_kept_holds_the_gradients_through_the_forward(cli):
 
     assert forward_gradients("--grads-kept") == 2 * 124_439_808
     assert forward_gradients() == 0
+
+
+def test_trace_with_grad_accumulation_holds_the_summed_gradients_through_the_forward(cli):
+    # gradient_accumulation_steps 2: the second micro-batch's forward starts with the first one's gradients, which
+    # zero_grad frees only after optimizer.step(): gpt2's published 124,439,808 parameters x 2 B (bf16); LoRA (peft,
+    # all-linear, r 16): per block c_attn 768->2304, attn c_proj 768->768, c_fc 768->3072, mlp c_proj 3072->768,
+    # 16 x (3072 + 1536 + 3840 + 3840) = 196,608 adapter parameters, x 12 blocks, fp32 adapters: x 4 B. The estimate
+    # counts the same gradients in its forward phase.
+    pytest.importorskip("torch")
+
+    def forward_gradients(command, *flags):
+        d = cli(command, "gpt2", "--seq-len", "64", "--batch", "1", *flags, "--json").json()
+        forward = next(p for p in d["phases"] if p["name"] == "forward")
+        return sum(i["bytes"] for i in forward["items"] if i["category"] == "gradients")
+
+    for command in ("trace", "memory"):
+        assert forward_gradients(command, "--grad-accumulation", "2") == 2 * 124_439_808, command
+        assert forward_gradients(command, "--grad-accumulation", "1") == 0, command
+    pytest.importorskip("peft")
+    assert forward_gradients("trace", "--method", "lora", "--grad-accumulation", "2") == 4 * 12 * 196_608
+    assert forward_gradients("memory", "--method", "lora", "--grad-accumulation", "2") == 4 * 12 * 196_608

@@ -52,7 +52,7 @@ def test_each_command_takes_the_options_of_its_groups(command, groups):
 
 def test_the_gaps_are_the_documented_ones():
     assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 16  # 5, --hf-loss, --peft-autocast, 9 DeepSpeed
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 23
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 24
     assert options.MEASURE == options.EXPLAIN
 
 
@@ -62,8 +62,9 @@ def test_each_memory_option_reaches_the_workload(cli):
             "--grad-checkpointing", "--attention", "eager", "--gpus", "2", "--shard", "zero2", "--batch", "3",
             "--seq-len", "256", "--kv-dtype", "fp8", "--group-size", "64", "--no-double-quant",
             "--prefill-chunk", "512",
-            "--expandable-segments", "--grad-as-bucket-view", "--grads-kept", "--softmax-saves-input",
-            "--zero-reduce-bucket", "2e8", "--no-zero-overlap-comm", "--no-zero-contiguous-gradients",
+            "--expandable-segments", "--grad-as-bucket-view", "--grads-kept", "--grad-accumulation", "4",
+            "--softmax-saves-input", "--zero-reduce-bucket", "2e8", "--no-zero-overlap-comm",
+            "--no-zero-contiguous-gradients",
             "--zero-sub-group-size", "1e8", "--zero-prefetch-bucket", "auto", "--zero-max-live-params", "3e8",
             "--zero-reuse-distance", "4e8", "--zero-persistence-threshold", "1000", "--no-zero-init",
             "--hf-loss", "shift-copy", "--no-peft-autocast")
@@ -76,6 +77,7 @@ def test_each_memory_option_reaches_the_workload(cli):
                                                                                                "fp8", 64)
     assert not w["double_quant"] and w["prefill_chunk"] == 512
     assert w["expandable_segments"] and w["grad_as_bucket_view"] and w["grads_kept"] and w["softmax_saves_input"]
+    assert w["grad_accumulation"] == 4
     assert (w["zero_reduce_bucket"], w["zero_overlap_comm"], w["zero_contiguous_gradients"], w["zero_sub_group_size"],
             w["zero_prefetch_bucket"], w["zero_max_live_params"], w["zero_reuse_distance"],
             w["zero_persistence_threshold"]) == (200_000_000, False, False, 100_000_000, "auto", 300_000_000,

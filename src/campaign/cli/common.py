@@ -50,7 +50,8 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                   lora_rank: int = 16, lora_targets: str = "all-linear", gpus: int = 1, shard: str = "none",
                   prefill_chunk: int = 8192, expandable_segments: bool = False, grad_as_bucket_view: bool = False,
                   kv_cache: str = "static", new_tokens: int | None = None, grads_kept: bool = False,
-                  softmax_saves_input: bool = False, bnb_saves_input: bool = False, **deepspeed: Any) -> Any:
+                  grad_accumulation: int = 1, softmax_saves_input: bool = False, bnb_saves_input: bool = False,
+                  **deepspeed: Any) -> Any:
     """The validated Workload from a command's workload options, each passed by name (the defaults are those of
     the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
     the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
@@ -78,6 +79,7 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
                          prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl,
                          expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
                          kv_cache=kv_cache, new_tokens=new_tokens, grads_kept=grads_kept,
+                         grad_accumulation=grad_accumulation,
                          softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input, **deepspeed)
 
 

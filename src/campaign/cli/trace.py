@@ -22,6 +22,8 @@ def trace(
     under PyTorch's FakeTensorMode, and tracks every storage's lifetime. Same JSON shape as `campaign memory`.
     --gpus N --shard fsdp traces FSDP2 full sharding over a fake process group (per-card figures).
     --grads-kept runs the optimizer's zero_grad(set_to_none=False), so the gradients stay between the steps.
+    --grad-accumulation K runs K forward and backward passes per optimizer step: the phases shown are the last
+    micro-batch's, with the gradients summed so far alive.
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
     from ..memory.plan import plan_memory

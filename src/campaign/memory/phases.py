@@ -176,8 +176,9 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
-    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward;
-    # DeepSpeed ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
+    # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward,
+    # and gradient accumulation keeps the sum of the micro-batches' gradients through the next micro-batch's; DeepSpeed
+    # ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
     if w.shard == "zero3":
         kept = [Item("gradients (ZeRO-3 flat partition)", grads.bytes, grads.formula + "; one buffer from the "
                      "optimizer's init, alive through every phase", "gradients",
@@ -185,6 +186,11 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     elif w.grads_kept:
         kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
                      "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")]
+    elif w.grad_accumulation > 1:
+        kept = [Item("gradients (summed over micro-batches)", grads.bytes, grads.formula + f"; the sum of the earlier "
+                     f"micro-batches' gradients, alive through micro-batches 2-{w.grad_accumulation}", "gradients",
+                     "autograd AccumulateGrad adds into .grad; zero_grad() only after optimizer.step() "
+                     "(transformers Trainer, gradient_accumulation_steps)")]
     else:
         kept = []
     forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
@@ -310,7 +316,7 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
                   "the last layer's recomputed activations + its activation gradients", "temporaries",
                   "torch.utils.checkpoint recompute; autograd")]
     zero = w.shard in ("zero1", "zero2", "zero3")
-    head = head_params(spec) if w.method == "full" and not zero and not w.grads_kept else 0  # kept: counted whole
+    head = head_params(spec) if w.method == "full" and not zero and not w.grads_held else 0  # held: counted whole
     if head:
         items.append(Item("gradients of the head", int(head * grad_bytes),
                           f"final norm and LM head (the tied embedding's when tied): {head:,} x {grad_bytes:g} B",

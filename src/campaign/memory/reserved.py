@@ -14,8 +14,9 @@ gradients, the cast back; the logits themselves stay until the backward ends, he
 activations, the activation gradients and the parameter gradients, the optimizer states (step 1) and its
 temporaries, and zero_grad(set_to_none=True); with `grads_kept` (set_to_none=False, PyTorch < 2.0's default) the
 gradients stay, and step 2's backward adds each new gradient into them in place (AccumulateGrad: a gradient-sized
-temporary, then freed). Under DeepSpeed ZeRO its buffers come and go where DeepSpeed makes them (zero_replay.py:
-the reduce bucket, ZeRO-3's gathered parameters module by module, the flat and fp32 gradient copies of the step).
+temporary, then freed); with gradient accumulation step 2 stands for micro-batches 2..K, which do the same. Under
+DeepSpeed ZeRO its buffers come and go where DeepSpeed makes them (zero_replay.py: the reduce bucket, ZeRO-3's
+gathered parameters module by module, the flat and fp32 gradient copies of the step).
 Inference: weights, the KV cache (preallocated, or grown by torch.cat per token for HF's DynamicCache), per chunk and
 per layer the MLP temporaries, and the logits.
 """
@@ -301,7 +302,9 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     checkpoint = int(tokens * c * h)
     layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     for step in range(2):
-        accumulate = w.grads_kept and step > 0 and zero is None  # step 1's gradients are still there (zeroed)
+        # step 1's gradients are still there: zeroed (grads_kept), or summed so far (gradient accumulation: the
+        # second step stands for micro-batches 2..K, which add into them)
+        accumulate = w.grads_held and step > 0 and zero is None
         co = zero_replay.Coordinator(r, zero, L) if z3 and zero is not None else None
         if co:
             co.fetch("embed")
@@ -396,7 +399,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
             for numel in in_order:
                 r.free(r.alloc(numel * state_bytes_per_element(w)))
-        if not last and not w.grads_kept:
+        if not last and not w.grads_held:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
     return overhead_of(r)
 

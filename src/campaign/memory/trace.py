@@ -121,19 +121,22 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
             if w.training and optimizer is not None:
                 for step in range(TRACE_STEPS):
                     last = step == TRACE_STEPS - 1
-                    tracker.phase("activations")
-                    tell(f"forward (step {step + 1})")
-                    with _autocast(torch, w):
-                        out = net(**inputs, use_cache=False)
-                    fwd = _phase(tracker, "forward", "peak of the forward, loss included")
-                    tracker.phase("temporaries")
-                    tell(f"backward (step {step + 1})")
-                    out.loss.backward()
-                    del out
-                    bwd = _phase(tracker, "backward", "peak of the backward")
-                    for p in net.parameters():  # FSDP assigns .grad itself, past the accumulate hooks
-                        if p.grad is not None:
-                            tracker.register(p.grad, "gradients")
+                    for micro in range(w.grad_accumulation):  # the last micro-batch's phases are kept: from the
+                        # second on, the gradients summed so far are alive through its forward and backward
+                        at = f"step {step + 1}" + (f", micro-batch {micro + 1}" if w.grad_accumulation > 1 else "")
+                        tracker.phase("activations")
+                        tell(f"forward ({at})")
+                        with _autocast(torch, w):
+                            out = net(**inputs, use_cache=False)
+                        fwd = _phase(tracker, "forward", "peak of the forward, loss included")
+                        tracker.phase("temporaries")
+                        tell(f"backward ({at})")
+                        out.loss.backward()
+                        del out
+                        bwd = _phase(tracker, "backward", "peak of the backward")
+                        for p in net.parameters():  # FSDP assigns .grad itself, past the accumulate hooks
+                            if p.grad is not None:
+                                tracker.register(p.grad, "gradients")
                     tracker.phase("temporaries")
                     tell(f"optimizer step (step {step + 1})")
                     optimizer.step()

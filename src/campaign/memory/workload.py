@@ -32,6 +32,9 @@ class Workload:
     default before 2.0, pytorch/pytorch#92731; HF's Trainer called model.zero_grad()): the gradients stay allocated
     from one step to the next, through the forward and the backward. `softmax_saves_input`: PyTorch before 1.11, whose
     softmax kept its input for backward besides its output (pytorch/pytorch#64000, fixed by #65242).
+    `grad_accumulation`: micro-batches per optimizer step (the HF Trainer's gradient_accumulation_steps): `.grad` keeps
+    the sum of the micro-batches' gradients until optimizer.step() and zero_grad() after it, so from the second
+    micro-batch on the gradients are allocated through the forward and the backward, as with `grads_kept`.
     `bnb_saves_input`: bitsandbytes before 0.43.2, whose 4-bit matmul (MatMul4Bit) kept each quantized linear's input
     for backward (`ctx.tensors = (A, B)`, removed by bitsandbytes#1270). `dtype` is how base weights are stored;
     `mixed_precision` keeps fp32 master weights, gradients and optimizer states with 16-bit compute (PyTorch AMP, or
@@ -107,6 +110,11 @@ class Workload:
         "flag": "--grads-kept", "group": "allocator",
         "help": "zero_grad() without set_to_none (PyTorch's default before 2.0): gradients stay allocated through "
                 "forward and backward."})
+    grad_accumulation: int = field(default=1, metadata={
+        "flag": "--grad-accumulation", "group": "allocator",
+        "help": "Micro-batches per optimizer step (the Trainer's gradient_accumulation_steps); --batch is the "
+                "micro-batch. From the second on, the gradients summed so far stay allocated through forward and "
+                "backward."})
     softmax_saves_input: bool = field(default=False, metadata={
         "flag": "--softmax-saves-input", "group": "legacy",
         "help": "PyTorch before 1.11: softmax keeps its input for backward too (eager attention scores)."})
@@ -187,6 +195,12 @@ class Workload:
         return self.training and self.method == "full"
 
     @property
+    def grads_held(self) -> bool:
+        """Whether the gradients are allocated through the forward and the backward: kept by zero_grad() without
+        set_to_none, or summed over micro-batches (gradient accumulation, from the second micro-batch on)."""
+        return self.grads_kept or self.grad_accumulation > 1
+
+    @property
     def adapters(self) -> bool:
         return self.method in ("lora", "qlora")
 
@@ -258,7 +272,7 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.new_tokens is not None and (isinstance(w.new_tokens, bool) or not isinstance(w.new_tokens, int)
                                      or not 0 < w.new_tokens < w.seq_len):
         raise InputError(f"new-tokens must be a positive integer below the context ({w.seq_len}), got {w.new_tokens!r}")
-    for name in ("batch", "seq_len", "gpus", "lora_rank", "group_size", "prefill_chunk"):
+    for name in ("batch", "seq_len", "gpus", "lora_rank", "group_size", "prefill_chunk", "grad_accumulation"):
         value = getattr(w, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -278,6 +292,9 @@ def make_workload(**kwargs: Any) -> Workload:
     grads_kept = w.grads_kept and mode == "train" and method != "frozen"
     if w.grads_kept and not grads_kept:
         notes.append("--grads-kept: nothing trains, so no gradient is kept")
+    accumulation = w.grad_accumulation if mode == "train" and method != "frozen" else 1
+    if w.grad_accumulation > 1 and accumulation == 1:
+        notes.append(f"--grad-accumulation {w.grad_accumulation}: nothing trains, so no gradient is summed")
     if method == "qlora" and (dtype in HALF or dtype == "fp32"):
         if given:  # a contradiction, not a default to override in silence
             raise InputError(f"--method qlora trains adapters on a 4-bit base; --dtype {w.dtype} contradicts it: drop "
@@ -309,5 +326,6 @@ def make_workload(**kwargs: Any) -> Workload:
                          "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; "
                          "give a number of elements")
     return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, grads_kept=grads_kept, bnb_saves_input=bnb_saves_input,
+                   lora_targets=targets, grads_kept=grads_kept, grad_accumulation=accumulation,
+                   bnb_saves_input=bnb_saves_input,
                    notes=tuple(notes))

@@ -25,6 +25,8 @@ def describe(est: MemoryEstimate) -> str:
     if w.training:
         what = f"train {w.method} ({w.dtype}{', mixed precision' if w.mixed_precision else ''}, {w.optimizer})"
         shape = f"batch {w.batch} x {w.seq_len} tokens" + (", grad checkpointing" if w.grad_checkpointing else "")
+        if w.grad_accumulation > 1:
+            shape += f", {w.grad_accumulation} micro-batches a step"
     else:
         what = f"inference ({w.dtype} weights, {w.cache_dtype} KV)"
         shape = f"{w.batch} sequence{'s' if w.batch > 1 else ''} x {w.seq_len} tokens"

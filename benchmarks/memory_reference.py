@@ -16,6 +16,7 @@ from campaign.errors import CampaignError
 from campaign.memory import estimate_memory, make_workload
 from campaign.memory.constants import CUDA_CONTEXT_BYTES
 from campaign.memory.fit import kv_budget
+from campaign.memory.training_config import deepspeed_options
 from campaign.models import load_spec
 from campaign.models.architectures import spec_from_config
 
@@ -25,6 +26,7 @@ GiB = 2**30
 # Public architecture facts for models outside the catalog (their config.json fields).
 LLAMA2 = dict(model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=32000, max_position_embeddings=4096,
               tie_word_embeddings=False)
+GPT2 = dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=50257, n_positions=1024)
 EXTRA_CONFIGS = {
     "meta-llama/Llama-2-7b-hf": LLAMA2 | dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                               num_attention_heads=32, num_key_value_heads=32),
@@ -35,6 +37,10 @@ EXTRA_CONFIGS = {
     "codellama/CodeLlama-34b-hf": LLAMA2 | dict(hidden_size=8192, intermediate_size=22016, num_hidden_layers=48,
                                                 num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
                                                 max_position_embeddings=16384),
+    # ColossalAI-Pytorch-lightning's benchmark/gpt/model.py: GPT2LMHeadModel(GPT2Config(n_embd, n_layer, n_head,
+    # n_positions=1024, vocab_size=50257)), GPT2Config's other defaults (n_inner 4 h, dropout 0.1, gelu_new)
+    "hpcaitech/benchmark-gpt2_xl": GPT2 | dict(n_embd=1600, n_layer=48, n_head=25),
+    "hpcaitech/benchmark-gpt2_12B": GPT2 | dict(n_embd=4096, n_layer=60, n_head=16),
     "meta-llama/Meta-Llama-3-8B": None,  # same architecture as Llama-3.1-8B (catalog)
     "meta-llama/Llama-3.1-8B-Instruct": None,
     "google-bert/bert-large-uncased": dict(model_type="bert", architectures=["BertForSequenceClassification"],
@@ -72,16 +78,40 @@ def workload_for(entry: dict):
     torch = tuple(int(x) for x in str(w.get("torch", "2.0")).split(".")[:2])
     # bitsandbytes before 0.43.2 kept each 4-bit linear's input (MatMul4Bit ctx.tensors, bitsandbytes#1270)
     bnb = tuple(int(x) for x in str(w.get("bitsandbytes", "0.43.2")).split(".")[:3])
+    zero = _zero_options(entry["id"], w)
+    shard = zero.pop("shard", w.get("shard", "none"))
+    impl = w.get("optimizer_impl") or zero.pop("optimizer_impl", "foreach")  # DeepSpeed's FusedAdam when it names Adam
+    zero.pop("optimizer_impl", None)
     return make_workload(
+        **zero, expandable_segments=bool(w.get("expandable_segments")), hf_loss=w.get("hf_loss"),
+        logits_held=w.get("logits_held"),
         grads_kept=torch < (2, 0) and "zero_grad" in w, softmax_saves_input=torch < (1, 11),
         bnb_saves_input=bnb < (0, 43, 2),
         mode=mode, method=method if mode == "train" else "frozen", dtype=w.get("dtype", "bf16"),
         batch=batch or 1, seq_len=seq or 1, optimizer=optimizer if mode == "train" else "none",
         mixed_precision=bool(w.get("mixed_precision")), grad_checkpointing=bool(gc),
         attention="eager" if w.get("attention") == "eager" else "sdpa", lora_rank=w.get("lora_rank", 16),
-        lora_targets=targets, gpus=w.get("gpus", 1), shard=w.get("shard", "none"),
-        prefill_chunk=w.get("max_num_batched_tokens", 8192), optimizer_impl=w.get("optimizer_impl", "foreach"),
+        lora_targets=targets, gpus=w.get("gpus", 1), shard=shard,
+        prefill_chunk=w.get("max_num_batched_tokens", 8192), optimizer_impl=impl,
         double_quant=_double_quant(str(w.get("quantization", "double quant"))))
+
+
+def _zero_options(name: str, w: dict) -> dict:
+    """The ZeRO settings of an entry's `ds_config` (the run's DeepSpeed config, inline), read as `campaign memory
+    --deepspeed` reads a file: the stage as `shard`, the zero_optimization sizes as the workload's zero_* fields, the
+    optimizer's implementation. A value the config sets and the entry's workload states otherwise is an error in the
+    data, never settled in silence."""
+    if not w.get("ds_config"):
+        return {}
+    options = deepspeed_options(w["ds_config"], f"{name}: ds_config")
+    # train_micro_batch_size_per_gpu is not compared: a launcher that feeds the engine itself (Lightning) writes it for
+    # DeepSpeed's throughput log only; the entry's batch is the one the run fed
+    for key in ("shard", "mixed_precision", "optimizer"):
+        stated = {"mixed_precision": w.get("mixed_precision"),
+                  "optimizer": str(w.get("optimizer", "adamw")).split(" ")[0]}.get(key, w.get(key))
+        if key in options and stated is not None and options[key] != stated:
+            raise CampaignError(f"{name}: ds_config sets {key} {options[key]!r}, the workload states {stated!r}")
+    return {k: v for k, v in options.items() if k in ("shard", "optimizer_impl") or k.startswith("zero_")}
 
 
 def _double_quant(described: str) -> bool:

@@ -356,6 +356,14 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
                          "estimate with --grad-checkpointing (the model's own) instead")
 
 
+def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str, Any]:
+    """The make_workload keywords a DeepSpeed config held in memory sets, read as --deepspeed reads a file (the same
+    refusals); `name` stands for the file in messages. benchmarks/memory_reference.py reads its entries' configs so."""
+    r = _Reader()
+    _deepspeed(r, name, doc)
+    return dict(r.options)
+
+
 def is_deepspeed_config(path: str | Path) -> None:
     """Refuse a file given as --deepspeed that is not a DeepSpeed config (one line)."""
     doc = load_config_file(path)

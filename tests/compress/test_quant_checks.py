@@ -193,6 +193,23 @@ def test_an_exception_in_the_users_model_names_the_users_code():
         compare_quant({"model": failing_factory, "batches": data}, formats=[])
 
 
+def test_an_exception_inside_a_library_says_so_not_the_users_code():
+    # a transformers model (as loaded from a folder: it runs no code of the user's) given token 12 with a vocabulary
+    # of 10: torch raises in its embedding; the line names that frame as a library's and points at what the library
+    # was given, not at "your forward"
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=10, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(config)
+    data = [{"input_ids": torch.full((2, 4), 12, dtype=torch.long)}]
+    with pytest.raises(InputError) as raised:
+        compare_quant({"model": model, "batches": data}, formats=[])
+    line = str(raised.value)
+    assert "IndexError in " in line and "torch" in line and "inside a library (no frame of your code)" in line
+    assert "check what the library was given (the batches, the format)" in line
+    assert "test_quant_checks.py" not in line and len(line.splitlines()) == 1
+
+
 def test_an_exception_or_exit_in_a_setup_files_model_is_exit_2(tmp_path, cli):
     setup = tmp_path / "broken_setup.py"
     setup.write_text(textwrap.dedent('''

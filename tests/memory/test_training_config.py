@@ -32,18 +32,18 @@ def test_training_arguments_with_a_deepspeed_file_and_a_peft_config(tmp_path):
         "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "task_type": "CAUSAL_LM"})
     cfg = workload_from_configs([args, adapter])
     assert cfg.options == {"batch": 4, "seq_len": 1024, "grad_checkpointing": True, "optimizer": "adamw",
-                           "optimizer_impl": "fused", "shard": "zero2", "method": "lora", "lora_rank": 32,
-                           "lora_targets": ("q_proj", "v_proj"), "logits_held": False}
+                           "optimizer_impl": "fused", "grad_accumulation": 8, "shard": "zero2", "method": "lora",
+                           "lora_rank": 32, "lora_targets": ("q_proj", "v_proj"), "logits_held": False}
     assert cfg.model == "meta-llama/Llama-3.1-8B"
     where = {option: source for option, _, source in cfg.sources}
     assert where["batch"] == "training_args.json: per_device_train_batch_size"
     assert where["shard"] == "ds.json: zero_optimization.stage" and where["lora_rank"] == "adapter_config.json: r"
-    assert any("gradient_accumulation_steps 8" in n for n in cfg.notes)
+    assert where["grad_accumulation"] == "training_args.json: gradient_accumulation_steps"  # ds.json's is absent
     # the same estimate as the options given by hand
     spec = load_spec("llama-3.1-8b")
     by_hand = make_workload(batch=4, seq_len=1024, grad_checkpointing=True, optimizer="adamw", optimizer_impl="fused",
                             shard="zero2", method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"),
-                            logits_held=False)
+                            logits_held=False, grad_accumulation=8)
     assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
         estimate_memory(spec, by_hand).required_bytes
 
@@ -56,7 +56,7 @@ def test_axolotl_qlora(tmp_path):
     cfg = workload_from_configs([path])
     assert cfg.options == {"method": "qlora", "lora_rank": 16, "lora_targets": ("all-linear",), "seq_len": 4096,
                            "batch": 2, "grad_checkpointing": True, "optimizer": "adamw-8bit",
-                           "optimizer_impl": "foreach", "logits_held": False}
+                           "optimizer_impl": "foreach", "grad_accumulation": 4, "logits_held": False}
     assert cfg.model == "mistralai/Mistral-7B-v0.1"
 
 
@@ -73,6 +73,22 @@ def test_torchtune_lora_recipe(tmp_path):
     assert (cfg.options["seq_len"], cfg.options["batch"], cfg.options["dtype"]) == (2048, 2, "bf16")
     assert cfg.options["grad_checkpointing"] is True and cfg.options["optimizer"] == "adamw"
     assert cfg.options["logits_held"] is False  # the recipe deletes the logits before loss.backward()
+    assert cfg.options["grad_accumulation"] == 8
+
+
+def test_gradient_accumulation_is_read_and_two_files_must_agree(tmp_path):
+    # a ds_config's own gradient_accumulation_steps; "auto" (the HF Trainer fills it) says nothing; a second file
+    # with another count is refused, as for every option
+    ds = write(tmp_path, "ds.json", {"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}})
+    assert workload_from_configs([ds]).options["grad_accumulation"] == 4
+    auto = write(tmp_path, "auto.json", {"gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2}})
+    assert "grad_accumulation" not in workload_from_configs([auto]).options
+    args = write(tmp_path, "args.json", {"output_dir": "o", "gradient_accumulation_steps": 2})
+    with pytest.raises(InputError, match="grad_accumulation"):
+        workload_from_configs([args, ds])
+    zero = write(tmp_path, "zero.json", {"output_dir": "o", "gradient_accumulation_steps": 0})
+    with pytest.raises(InputError, match="gradient_accumulation_steps: 0 is not a positive whole number"):
+        workload_from_configs([zero])
 
 
 def test_accelerate_fsdp_config(tmp_path):

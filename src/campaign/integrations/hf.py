@@ -121,6 +121,9 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         if self.memory is not None and model is not None:
             # Trainer.compute_loss returns the loss only: the logits are freed before backward (memory/workload.py)
             self.memory.workload["logits_held"] = False
+            # the summed gradients stay through micro-batches 2..K (memory/workload.py, grad_accumulation)
+            self.memory.workload["grad_accumulation"] = max(1, int(getattr(args, "gradient_accumulation_steps", 1)
+                                                                   or 1))
             params = next(model.parameters(), None)
             mixed = bool(getattr(args, "bf16", False) or getattr(args, "fp16", False))
             if mixed and params is not None and params.dtype.is_floating_point and params.element_size() == 4:

@@ -91,6 +91,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self.watch.expect(pl_module)
         if self.memory is not None and "mixed" in str(trainer.precision):
             self.memory.workload["mixed_precision"] = True    # '16-mixed', 'bf16-mixed': autocast over fp32 weights
+        if self.memory is not None:  # the summed gradients stay through micro-batches 2..K (Workload.grad_accumulation)
+            self.memory.workload["grad_accumulation"] = max(1, int(trainer.accumulate_grad_batches or 1))
         if not trainer.is_global_zero:
             return
         from ..track.run import run

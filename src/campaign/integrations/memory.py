@@ -9,11 +9,13 @@ its own records through the PyTorch profiler, with the model's and optimizer's t
 counted too (MemoryMeter.track). Both are counts of what was allocated, not an estimate.
 
 The phases' boundaries come from the loop: the update begins before its first micro-batch's forward (the loop's
-step-begin hook); the forward ends when the model's forward returns (a forward hook on the model the loop calls);
-the backward of that micro-batch ends when the next micro-batch's forward starts or, with one micro-batch, right
-before the optimizer step (gradient clipping is counted in it); the optimizer step ends once the loop's optimizer
-has stepped. A loop whose model is never called as a module (a LightningModule whose training_step calls a function)
-gives one phase, "forward and backward".
+step-begin hook); a forward ends when the model's forward returns (a forward hook on the model the loop calls);
+a micro-batch's backward ends when the next micro-batch's forward starts or, for the last one, right before the
+optimizer step (gradient clipping is counted in it); the optimizer step ends once the loop's optimizer has stepped.
+With gradient accumulation each micro-batch's forward and backward are measured, and each phase's row is its
+highest: from the second micro-batch on, the gradients summed so far are alive through them, as in the estimate
+(Workload.grad_accumulation, which the callbacks read off the loop). A loop whose model is never called as a
+module (a LightningModule whose training_step calls a function) gives one phase, "forward and backward".
 """
 from __future__ import annotations
 
@@ -112,6 +114,12 @@ class StepMemory:
         stack, self._stack = self._stack, None
         stack.close()
         measured = self._meter.result(label="the loop's own step", workload=self._shape())
+        highest: dict[str, Any] = {}  # per phase name its highest micro-batch, in the order the names came
+        for p in measured.phases:
+            kept = highest.get(p.name)  # a phase that raised stays: it is where the update failed
+            if kept is None or not p.complete or (kept.complete and p.peak_allocated_bytes > kept.peak_allocated_bytes):
+                highest[p.name] = p
+        measured = replace(measured, phases=tuple(highest.values()))
         if self._forwards == 0 and measured.phases and measured.phases[0].name == "forward":
             # the hooked module was never called: the first phase spans the forward and the backward
             phases = (replace(measured.phases[0], name="forward and backward"), *measured.phases[1:])
@@ -128,12 +136,13 @@ class StepMemory:
                 ids = args[0].get("input_ids")
             if ids is not None and hasattr(ids, "dim"):
                 self.batch = {"input_ids": ids}
-        elif self._phase_name == "backward":   # the next micro-batch: the first one's backward is done
+        elif self._phase_name == "backward":   # the next micro-batch: the last one's backward is done
             self._leave()
+            self._enter("forward")
 
     def _forward_ends(self, module: Any, args: Any, out: Any) -> None:
         self._forwards += 1
-        if self._forwards == 1 and self._phase_name == "forward":
+        if self._phase_name == "forward":
             self._leave()
             self._enter("backward")
 

@@ -37,7 +37,7 @@ FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed
 @dataclass(frozen=True)
 class TrainingConfig:
     """options: make_workload keywords; sources: (option, value, 'file: key') for each; model: the base model the
-    files name, else None; notes: what was read but does not change the per-card estimate (accumulation)."""
+    files name, else None; notes: what was read but does not change the per-card estimate."""
 
     options: dict[str, Any]
     sources: tuple[tuple[str, Any, str], ...]
@@ -123,6 +123,16 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
+def _accumulation(r: _Reader, d: dict[str, Any], name: str) -> None:
+    """gradient_accumulation_steps: micro-batches per optimizer step, whose summed gradients stay allocated through
+    the next micro-batch's forward and backward (Workload.grad_accumulation); 'auto' (a ds_config the HF Trainer
+    fills) says nothing."""
+    steps = d.get("gradient_accumulation_steps")
+    if steps not in (None, "auto"):
+        r.set("grad_accumulation", _int(steps, f"{name}: gradient_accumulation_steps"),
+              f"{name}: gradient_accumulation_steps")
+
+
 def _optim(r: _Reader, value: Any, where: str, table: dict[str, tuple[str, str]]) -> None:
     key = str(value).strip()
     if key not in table:
@@ -157,9 +167,7 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                        "model is loaded in fp32 (fp32 master weights, grads and states)")
     if d.get("optim") is not None:
         _optim(r, d["optim"], f"{name}: optim", OPTIM)
-    if d.get("gradient_accumulation_steps") not in (None, 1):
-        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
-                       "memory is that of one micro-batch)")
+    _accumulation(r, d, name)
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -240,10 +248,11 @@ SHARD_GRAD_OP_NOTE = ("{where}: FSDP SHARD_GRAD_OP is estimated as --shard zero2
                       "gradient copy included: an upper bound for FSDP, which has neither")
 # top-level ds_config keys (DeepSpeed's docs, config-json) read above, or that change no buffer on the card: batch
 # arithmetic, clipping, schedules, logging and monitors, checkpoint files, tuning, data sampling
-DEEPSPEED_READ = frozenset(("zero_optimization", "train_micro_batch_size_per_gpu", "bf16", "bfloat16", "fp16",
+DEEPSPEED_READ = frozenset(("zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                            "bf16", "bfloat16", "fp16",
                             "optimizer", "data_types", "activation_checkpointing", "communication_data_type"))
 DEEPSPEED_NO_MEMORY = frozenset((
-    "train_batch_size", "gradient_accumulation_steps", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+    "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
     "dump_state", "memory_breakdown", "scheduler", "prescale_gradients", "gradient_predivide_factor",
     "gradient_allreduce_op", "seq_parallel_communication_data_type", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
@@ -320,6 +329,7 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if d.get("communication_data_type") not in (None, "bf16", "fp16", "bfp16"):
         r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
                  "estimate without it (the ZeRO-3 reduce bucket then holds fp32: twice the bytes)")
+    _accumulation(r, d, name)
     micro = d.get("train_micro_batch_size_per_gpu")
     if micro not in (None, "auto"):
         r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
@@ -441,9 +451,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.set("dtype", "fp16", f"{name}: fp16 (the model loaded in fp16)")
     if d.get("optimizer") is not None:
         _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
-    if d.get("gradient_accumulation_steps") not in (None, 1):
-        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
-                       "memory is that of one micro-batch)")
+    _accumulation(r, d, name)
     if isinstance(d.get("deepspeed"), str):
         file = path.parent / d["deepspeed"]
         _deepspeed(r, file.name, load_config_file(file))
@@ -482,9 +490,7 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     optimizer = d.get("optimizer")
     if isinstance(optimizer, dict) and optimizer.get("_component_"):
         _optim(r, optimizer["_component_"], f"{name}: optimizer._component_", TORCHTUNE_OPTIM)
-    if d.get("gradient_accumulation_steps") not in (None, 1):
-        r.notes.append(f"{name}: gradient_accumulation_steps {d['gradient_accumulation_steps']} (the per-step "
-                       "memory is that of one micro-batch)")
+    _accumulation(r, d, name)
 
 
 __all__ = ["TrainingConfig", "is_deepspeed_config", "load_config_file", "workload_from_configs"]

@@ -18,6 +18,35 @@ def test_help_lists_commands(cli):
         assert c in r.out
 
 
+def test_the_top_level_help_reads_no_command_s_parameters_and_prints_the_same(cli, monkeypatch):
+    # `campaign --help` builds each command from its name and docstring only (cli._listing): the page is the one the
+    # whole tree prints, and typer reads the parameters of none of the commands' own functions
+    import typer.main
+
+    import campaign.cli as campaign_cli
+
+    read: list = []
+    original = typer.main.get_params_from_function
+
+    def counting(func):
+        read.append(func)
+        return original(func)
+
+    monkeypatch.setattr(typer.main, "get_params_from_function", counting)
+    commands = {c.callback for c in campaign_cli.app.registered_commands}
+    assert len(commands) > 20
+    listed = cli("--help")
+    assert listed.code == 0 and read and not commands & set(read)
+    monkeypatch.setattr(campaign_cli, "_listing", lambda app: app)   # the whole tree, every command's parameters
+    whole = cli("--help")
+    assert commands <= set(read)
+    assert listed.out == whole.out and listed.err == whole.err == ""
+    missing = cli("memroy")
+    assert missing.code == 2 and "Did you mean 'memory'?" in missing.err
+    bare = cli()
+    assert bare.code == 2 and bare.err == "" and "Usage: campaign" in bare.out   # the help page, no empty error
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_each_command_has_help_ending_with_an_example(cli, command):
     r = cli(command, "--help")

@@ -48,16 +48,46 @@ def _finite(kind: type) -> type:
     return FiniteFloat
 
 
+def _listing(t: typer.Typer) -> typer.Typer:
+    """A copy of `t` whose commands and groups carry their names and help and no parameters: all that the top-level
+    help page and click's suggestion of the closest name read. Each command's callback stands in as a function of
+    no parameters with its name and docstring (typer takes a command's name and help from them)."""
+    import copy
+
+    def bare(callback: Any) -> Any:
+        def command() -> None:
+            raise AssertionError("a listing's command is never run")
+
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            setattr(command, attr, getattr(callback, attr, None))
+        return command
+
+    new = copy.copy(t)
+    new.registered_commands = []
+    for c in t.registered_commands:
+        stand_in = copy.copy(c)
+        stand_in.callback = bare(c.callback) if c.callback is not None else None
+        new.registered_commands.append(stand_in)
+    new.registered_groups = []
+    for g in t.registered_groups:
+        group = copy.copy(g)
+        if g.typer_instance is not None:
+            group.typer_instance = _listing(g.typer_instance)
+        new.registered_groups.append(group)
+    return new
+
+
 def _click_command(args: list[str]) -> Any:
     """The click command for this command line. Reading a command's parameters from its function's signature is
-    the costliest part of start-up, so only the command (or group) named first is built; the whole tree for
-    `campaign --help`, no command, or a name that is not a command (click then suggests the closest)."""
+    the costliest part of start-up, so only the command (or group) named first is built; for `campaign --help`, no
+    command, or a name that is not a command (click then suggests the closest), every command by its name and help
+    only (_listing)."""
     name = args[0] if args and not args[0].startswith("-") else None
     commands = [c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))) == name]
     groups = [g for g in app.registered_groups if g.name == name]
     if name is None or not commands and not groups:
-        return typer.main.get_command(app)
+        return typer.main.get_command(_listing(app))
     everything = app.registered_commands, app.registered_groups
     app.registered_commands, app.registered_groups = commands, groups
     try:
@@ -160,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         # usage errors (unknown option, missing argument, bad value) come from click, which typer may bundle
         if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            if type(e).__name__ == "NoArgsIsHelpError":  # `campaign`, `campaign runs`: the help page was the answer
+                sys.exit(2)
             ctx = getattr(e, "ctx", None)
             path = ctx.command_path if ctx is not None else "campaign"
             sys.stderr.write(f"{path}: error: {e.format_message()} (see '{path} --help')\n")

@@ -76,6 +76,8 @@ def write_config(tmp_path):
 # example by its command). `make test-fast` deselects them, `make test` runs them. Two guards under 3 s stay fast
 # on purpose: the import-cycle check (tests/test_layout.py) and the kill at every step of a first split.
 SLOW = frozenset("""
+test_fsdp_accumulation_holds_whole_gradients_as_the_trainer_runs_it
+test_with_accumulation_the_forward_holds_the_summed_gradients_beside_the_estimate
 test_trace_with_grad_accumulation_holds_the_summed_gradients_through_the_forward
 test_an_unreadable_hf_cache_ref_falls_back_to_the_newest_snapshot
 test_every_json_reader_refuses_every_broken_file_in_one_line

@@ -72,3 +72,39 @@ def test_trace_with_grad_accumulation_holds_the_summed_gradients_through_the_for
     pytest.importorskip("peft")
     assert forward_gradients("trace", "--method", "lora", "--grad-accumulation", "2") == 4 * 12 * 196_608
     assert forward_gradients("memory", "--method", "lora", "--grad-accumulation", "2") == 4 * 12 * 196_608
+
+
+def test_fsdp_accumulation_holds_whole_gradients_as_the_trainer_runs_it(cli):
+    # the HF Trainer runs micro-batches 1..K-1 under accelerator.no_sync: FSDP2 keeps each gradient whole (bf16) until
+    # the last micro-batch reduce-scatters. The trace runs FSDP2 over a fake process group of 2 that way: its forward
+    # grows by gpt2's 124,439,808 parameters x 2 B (not / 2 cards) with --grad-accumulation 2, and the estimate
+    # counts the same in its forward and at the end of its backward.
+    pytest.importorskip("torch")
+
+    def phases(command, k):
+        d = cli(command, "gpt2", "--seq-len", "64", "--batch", "1", "--gpus", "2", "--shard", "fsdp",
+                "--grad-accumulation", str(k), "--json", *(("--no-solve",) if command == "memory" else ())).json()
+        return {p["name"]: p for p in d["phases"]}
+
+    whole = 2 * 124_439_808
+    one, two = phases("trace", 1), phases("trace", 2)
+    assert two["forward"]["bytes"] - one["forward"]["bytes"] == whole
+    est = phases("memory", 2)
+    for name in ("forward", "backward"):
+        assert sum(i["bytes"] for i in est[name]["items"] if i["category"] == "gradients") == whole, name
+
+
+def test_zero2_accumulation_ends_the_backward_with_two_partitions(cli):
+    # DeepSpeed ZeRO-2 (stage_1_and_2.py): the partition summed over the earlier micro-batches, and the one each
+    # micro-batch makes (copy_grads_in_partition) until the epilogue adds it in: 2 x 2 B x params / 8 cards. At 16
+    # tokens the end of the backward (the gradients) is the backward's peak, so its items are the phase's.
+    def backward_gradients(k):
+        d = cli("memory", "llama-3.1-8b", "--gpus", "8", "--shard", "zero2", "--mixed-precision", "--seq-len", "16",
+                "--grad-accumulation", str(k), "--json", "--no-solve").json()
+        backward = next(p for p in d["phases"] if p["name"] == "backward")
+        return sum(i["bytes"] for i in backward["items"] if i["category"] == "gradients")
+
+    partition = 2 * 8_030_261_248 // 8
+    bucket = 500_000_000 * 2   # the reduce bucket beside them: reduce_bucket_size's default 5e8 elements x 2 B
+    assert backward_gradients(1) == partition + bucket
+    assert backward_gradients(4) == 2 * partition + bucket

@@ -86,6 +86,10 @@ def test_gradient_accumulation_is_read_and_two_files_must_agree(tmp_path):
     args = write(tmp_path, "args.json", {"output_dir": "o", "gradient_accumulation_steps": 2})
     with pytest.raises(InputError, match="grad_accumulation"):
         workload_from_configs([args, ds])
+    derived = write(tmp_path, "derived.json", {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+                                               "zero_optimization": {"stage": 2}})
+    cfg = workload_from_configs([derived])
+    assert "grad_accumulation" not in cfg.options and any("train_batch_size 64 without" in n for n in cfg.notes)
     zero = write(tmp_path, "zero.json", {"output_dir": "o", "gradient_accumulation_steps": 0})
     with pytest.raises(InputError, match="gradient_accumulation_steps: 0 is not a positive whole number"):
         workload_from_configs([zero])

@@ -107,6 +107,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         if self.child is not None:
             return
         self.watch.begin(pl_module)
+        self._batch_idx = batch_idx
         first = batch_idx % max(1, int(trainer.accumulate_grad_batches)) == 0   # an update's first micro-batch
         if self.memory is not None and self.result is None and first and trainer.optimizers:
             self.memory.begin(pl_module, trainer.optimizers[0], called_module(pl_module))
@@ -115,7 +116,11 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         if self.child is not None:
             return
         self.watch.before_step(pl_module, optimizer)
-        if self.memory is not None:
+        # a strategy that accumulates itself (DeepSpeed) has Lightning step at every micro-batch: the measured update's
+        # optimizer step is its last micro-batch's
+        accumulates = getattr(trainer.strategy, "handles_gradient_accumulation", False)
+        last = (getattr(self, "_batch_idx", 0) + 1) % max(1, int(trainer.accumulate_grad_batches)) == 0
+        if self.memory is not None and (last or not accumulates):
             self.memory.before_step()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -14,7 +14,8 @@ a micro-batch's backward ends when the next micro-batch's forward starts or, for
 optimizer step (gradient clipping is counted in it); the optimizer step ends once the loop's optimizer has stepped.
 With gradient accumulation each micro-batch's forward and backward are measured, and each phase's row is its
 highest: from the second micro-batch on, the gradients summed so far are alive through them, as in the estimate
-(Workload.grad_accumulation, which the callbacks read off the loop). A loop whose model is never called as a
+(Workload.grad_accumulation, which the callbacks read off the loop), made for the micro-batch with the most tokens
+(padded per batch, micro-batches differ). A loop whose model is never called as a
 module (a LightningModule whose training_step calls a function) gives one phase, "forward and backward".
 """
 from __future__ import annotations
@@ -128,15 +129,16 @@ class StepMemory:
 
     # -- phases ----------------------------------------------------------------------------------------------------
     def _forward_starts(self, module: Any, args: Any, kwargs: Any) -> None:
-        if self._forwards == 0:
-            ids = kwargs.get("input_ids") if kwargs else None
-            if ids is None and args and hasattr(args[0], "dim"):
-                ids = args[0]
-            if ids is None and args and isinstance(args[0], dict):
-                ids = args[0].get("input_ids")
-            if ids is not None and hasattr(ids, "dim"):
-                self.batch = {"input_ids": ids}
-        elif self._phase_name == "backward":   # the next micro-batch: the last one's backward is done
+        # the estimate is made for the micro-batch with the most tokens: each row is its phase's highest micro-batch
+        ids = kwargs.get("input_ids") if kwargs else None
+        if ids is None and args and hasattr(args[0], "dim"):
+            ids = args[0]
+        if ids is None and args and isinstance(args[0], dict):
+            ids = args[0].get("input_ids")
+        if ids is not None and hasattr(ids, "dim") and (
+                not self.batch or ids.numel() > self.batch["input_ids"].numel()):
+            self.batch = {"input_ids": ids}
+        if self._forwards > 0 and self._phase_name == "backward":   # the next micro-batch: the last one's backward
             self._leave()
             self._enter("forward")
 

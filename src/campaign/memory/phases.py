@@ -186,11 +186,22 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     elif w.grads_kept:
         kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
                      "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")]
+    elif w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1:
+        # the Trainer runs micro-batches 1..K-1 under accelerator.no_sync: FSDP then keeps each gradient whole, in the
+        # compute dtype, and reduce-scatters only in the last micro-batch's backward
+        kept = [Item("gradients (summed whole, not yet reduce-scattered)", int(c * Pt),
+                     f"trainable params x {c:g} B = {Pt:,} x {c:g}, unsharded: the earlier micro-batches' gradients, "
+                     f"alive through micro-batches 2-{w.grad_accumulation}", "gradients",
+                     "transformers trainer.py _inner_training_loop: accelerator.no_sync on micro-batches 1..K-1; "
+                     "accelerate Accelerator.no_sync -> FSDP2 set_requires_gradient_sync(False) (torch "
+                     "_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed); accelerate's sync_each_batch keeps "
+                     "them sharded")]
     elif w.grad_accumulation > 1:
         kept = [Item("gradients (summed over micro-batches)", grads.bytes, grads.formula + f"; the sum of the earlier "
                      f"micro-batches' gradients, alive through micro-batches 2-{w.grad_accumulation}", "gradients",
                      "autograd AccumulateGrad adds into .grad; zero_grad() only after optimizer.step() "
-                     "(transformers Trainer, gradient_accumulation_steps)")]
+                     "(transformers trainer.py _inner_training_loop, gradient_accumulation_steps); ZeRO-2 keeps the "
+                     "averaged partition (stage_1_and_2.py independent_gradient_partition_epilogue)")]
     else:
         kept = []
     forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
@@ -205,7 +216,14 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                            f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = saved.one_layer if w.grad_checkpointing else 0
-    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + [grads])
+    end_grads = [grads]
+    if w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1 and kept[0].bytes > grads.bytes:
+        end_grads = kept  # micro-batches 1..K-1 end holding the whole gradients, the last one the shards
+    elif w.grad_accumulation > 1 and w.shard == "zero2":  # the micro-batch's new partition beside the summed one, until
+        # the epilogue adds it in (stage_1_and_2.py copy_grads_in_partition: torch.empty(total_size) each micro-step,
+        # independent_gradient_partition_epilogue: accumulated_grad.add_(new_avg_grad))
+        end_grads = kept + [grads]
+    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + end_grads)
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
                         "activation gradients of one layer"

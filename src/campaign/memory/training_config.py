@@ -330,6 +330,10 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
                  "estimate without it (the ZeRO-3 reduce bucket then holds fp32: twice the bytes)")
     _accumulation(r, d, name)
+    if d.get("gradient_accumulation_steps") is None and d.get("train_batch_size") not in (None, "auto"):
+        r.notes.append(f"{name}: train_batch_size {d['train_batch_size']} without gradient_accumulation_steps: "
+                       "DeepSpeed derives the accumulation as train_batch_size / (micro-batch x GPUs); give "
+                       "--grad-accumulation with it (the summed gradients stay through the micro-batches)")
     micro = d.get("train_micro_batch_size_per_gpu")
     if micro not in (None, "auto"):
         r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),

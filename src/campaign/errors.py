@@ -44,19 +44,29 @@ class MissingDependencyError(CampaignError):
 
 def user_frame(e: BaseException) -> str | None:
     """'FILE:FUNCTION (line N)' of the innermost traceback frame in the user's own code: not campaign's, not an
-    installed package's (torch, transformers, ...), not the standard library's; None when every frame is one of
-    those. So an error raised in a setup, a model or a loop names the user's code."""
+    installed package's (torch, transformers, ...: this environment's site-packages, the base interpreter's and the
+    user's site), not the standard library's; None when every frame is one of those. The exceptions it was raised
+    from (__cause__, __context__: an error a library caught and raised again) are searched too. So an error raised in
+    a setup, a model or a loop names the user's code."""
+    import site
     import sysconfig
     import traceback
     from pathlib import Path
 
     paths = sysconfig.get_paths()
-    roots = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    places = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    places += [*getattr(site, "getsitepackages", list)(), site.getusersitepackages()]
+    roots = {Path(p).resolve() for p in places}
     roots.add(Path(__file__).resolve().parent)  # campaign itself
-    for frame in reversed(traceback.extract_tb(e.__traceback__)):
-        if frame.filename.startswith("<"):
-            continue
-        if any(Path(frame.filename).resolve().is_relative_to(r) for r in roots):
-            continue
-        return f"{frame.filename}:{frame.name} (line {frame.lineno})"
+    seen: set[int] = set()
+    error: BaseException | None = e
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        for frame in reversed(traceback.extract_tb(error.__traceback__)):
+            if frame.filename.startswith("<"):
+                continue
+            if any(Path(frame.filename).resolve().is_relative_to(r) for r in roots):
+                continue
+            return f"{frame.filename}:{frame.name} (line {frame.lineno})"
+        error = error.__cause__ or error.__context__
     return None

@@ -45,6 +45,7 @@ def test_the_top_level_help_reads_no_command_s_parameters_and_prints_the_same(cl
     assert missing.code == 2 and "Did you mean 'memory'?" in missing.err
     bare = cli()
     assert bare.code == 2 and bare.err == "" and "Usage: campaign" in bare.out   # the help page, no empty error
+    assert cli("--", "cards").code == 0   # click reads the command past a leading --: it is built, not listed
 
 
 @pytest.mark.parametrize("command", COMMANDS)

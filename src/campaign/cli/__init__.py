@@ -82,7 +82,8 @@ def _click_command(args: list[str]) -> Any:
     the costliest part of start-up, so only the command (or group) named first is built; for `campaign --help`, no
     command, or a name that is not a command (click then suggests the closest), every command by its name and help
     only (_listing)."""
-    name = args[0] if args and not args[0].startswith("-") else None
+    first = args[1:2] if args[:1] == ["--"] else args[:1]  # `campaign -- cards`: click reads past the --
+    name = first[0] if first and not first[0].startswith("-") else None
     commands = [c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(getattr(c.callback, "__name__", ""))) == name]
     groups = [g for g in app.registered_groups if g.name == name]

@@ -19,11 +19,11 @@ def innermost_frame(e: BaseException) -> str:
 
 def user_code_error(e: BaseException, what: str, fix: str) -> InputError:
     """One line for an exception (or SystemExit) raised while `what` ran: what raised it, in which frame of the
-    user's code, its message and the fix. With no frame of the user's (a model loaded from a folder runs only the
-    libraries' code) the innermost frame is named as a library's, and the line says so: the cause is then what the
-    library was given (the batches, the format) or the library itself, not code the user can fix."""
+    user's code, its message and the fix. With no frame outside the installed packages (a model loaded from a folder
+    runs only the libraries' code) the innermost frame is named as a library's, and the line says so: the cause is
+    then what the library was given (the batches, the format) or the library itself."""
     mine = user_frame(e)
-    where = mine or f"{innermost_frame(e)}, inside a library (no frame of your code)"
+    where = mine or f"{innermost_frame(e)}, inside a library (no frame outside the installed packages)"
     if mine is None:
         fix = f"{fix}; or check what the library was given (the batches, the format) and its version"
     if isinstance(e, SystemExit):

@@ -43,6 +43,14 @@ EXTRA_CONFIGS = {
     "hpcaitech/benchmark-gpt2_12B": GPT2 | dict(n_embd=4096, n_layer=60, n_head=16),
     "meta-llama/Meta-Llama-3-8B": None,  # same architecture as Llama-3.1-8B (catalog)
     "meta-llama/Llama-3.1-8B-Instruct": None,
+    # facebook/opt-1.3b config.json (OPTConfig; not a family with a builder, so counted on the meta device with the
+    # generic GPT-2-shaped activation model: 1,315,758,080 parameters, tied head, learned positions of 2048 + 2)
+    "facebook/opt-1.3b": dict(model_type="opt", architectures=["OPTForCausalLM"], vocab_size=50272, hidden_size=2048,
+                              ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32, max_position_embeddings=2048,
+                              word_embed_proj_dim=2048, do_layer_norm_before=True, activation_function="relu",
+                              dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
+                              enable_bias=True, layer_norm_elementwise_affine=True, pad_token_id=1, bos_token_id=2,
+                              eos_token_id=2),
     "google-bert/bert-large-uncased": dict(model_type="bert", architectures=["BertForSequenceClassification"],
                                            hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
                                            num_attention_heads=16, vocab_size=30522, max_position_embeddings=512,

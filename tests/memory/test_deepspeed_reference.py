@@ -91,3 +91,28 @@ def test_a_ds_config_that_contradicts_its_entry_is_an_error():
     entry["workload"]["shard"] = "zero2"
     with pytest.raises(CampaignError, match="ds_config sets shard 'zero3', the workload states 'zero2'"):
         ref.workload_for(entry)
+
+
+def test_a_zero2_entry_takes_deepspeed_defaults_for_what_its_ds_config_leaves_out():
+    ref = _reference()
+    entry = _entry("deepspeed-chat-opt-1.3b-sft-zero2-16xv100-bs8-seq512")
+    w = ref.workload_for(entry)
+    # DeepSpeed-Chat's get_train_ds_config(stage=2) names no bucket sizes and no overlap_comm: DeepSpeed 0.9.0's
+    # DeepSpeedZeroConfig defaults hold (reduce_bucket_size 5e8, overlap_comm False below stage 3)
+    assert (w.shard, w.gpus, w.batch, w.seq_len, w.optimizer_impl) == ("zero2", 16, 8, 512, "fused")
+    assert (w.zero_reduce_bucket, w.zero_overlap_comm) == (None, None)
+    est = estimate_memory(ref.spec_for(entry["model"]), w)
+    step = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "optimizer step").items}
+    backward = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "backward").items}
+    # OPT-1.3b (config.json): V h + (2048 + 2) h learned positions + L (12 h^2 + 13 h) (q, k, v, out_proj, fc1, fc2
+    # weights and biases, two LayerNorms) + 2 h (final LayerNorm); the head is tied to the embedding
+    h, L, V = 2048, 24, 50272
+    params = V * h + 2050 * h + L * (12 * h * h + 13 * h) + 2 * h
+    assert params == 1_315_758_080
+    part = params // 16  # 82,234,880 elements per card, a multiple of DeepSpeed's alignment (2 x 16): no padding
+    assert part * 16 == params
+    assert step["weights"] == 2 * params  # stage 2 keeps every fp16 parameter on each card
+    assert step["fp32 master weights"] == 4 * part
+    assert step["optimizer states"] == 8 * part  # Adam's exp_avg and exp_avg_sq, fp32, of the partition
+    assert step["ZeRO fp32 gradient copy"] == 4 * part
+    assert backward["ZeRO reduce bucket"] == 500_000_000 * 2  # the default reduce_bucket_size x 2 B (fp16)

@@ -117,3 +117,24 @@ def test_other_families_within_their_tolerance(family, method):
     logits_saved = 4 + (2 if family == "gemma2" else 0)  # log_softmax output; Gemma 2's soft-capping tanh
     estimate = acts + B * S * spec.vocab_size * logits_saved + 2 * B * S * 8
     assert estimate == pytest.approx(measured, rel=tolerance)
+
+
+def test_deepspeed_runs_layer_norm_in_the_16_bit_module_autocast_in_fp32():
+    # gpt2 (h 768, two LayerNorms a block, full fine-tuning): each LayerNorm keeps its input, 8 B of mean/rstd, and
+    # the Linear after it its 16-bit output (2 x 768). Under torch.autocast (--mixed-precision over fp32 weights)
+    # layer_norm runs in fp32, so the input is 4 B a value; DeepSpeed ZeRO casts the module to 16 bits and runs no
+    # autocast (engine.py _cast_module_mixed_precision), so it is 2 B.
+    from campaign.memory.activations import layer_saved
+    from campaign.models import load_spec
+
+    spec = load_spec("gpt2")
+    outputs = 2 * (8 + 2 * 768)
+
+    def layer_norms(**kw) -> float:
+        return dict(layer_saved(spec, make_workload(seq_len=512, mixed_precision=True, **kw)).terms)[
+            "layernorm inputs and outputs"]
+
+    assert layer_norms(dtype="fp32") == 2 * 4 * 768 + outputs == 9232
+    for shard in ("zero1", "zero2", "zero3"):
+        assert layer_norms(gpus=8, shard=shard) == 2 * 2 * 768 + outputs == 6160, shard
+    assert layer_norms(gpus=8, shard="fsdp") == 9232   # FSDP under the Trainer keeps autocast

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..models.spec import ModelSpec
 from . import encdec
 from .dtypes import ELEMENT_BYTES
-from .states import lora_in_features
+from .states import deepspeed_casts, lora_in_features
 from .terms import SavedActivations, Term
 from .workload import Workload
 
@@ -45,6 +45,10 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     # peft casts each adapter's input to the adapter dtype (fp32); under autocast (--mixed-precision) the
     # matmul then keeps a 16-bit copy instead. Each targeted module keeps its own copy, plus lora_A's output.
     lora_in = c if w.mixed_precision else FP32
+    # --mixed-precision is torch.autocast over fp32 weights (layer_norm and softmax then run in fp32), except under
+    # DeepSpeed ZeRO, whose engine casts the module itself to the 16-bit dtype and runs no autocast (engine.py
+    # _cast_module_mixed_precision, module.half() before it; accelerate leaves native AMP off under DeepSpeed)
+    autocast = w.mixed_precision and not deepspeed_casts(w)
 
     def lora(module: str) -> float:
         return lora_in * (tg[module] + r) if module in tg else 0.0
@@ -77,7 +81,7 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         # LayerNorm saves its input and mean/rstd (fp32 under autocast, which runs layer_norm in fp32); the
         # Linear after it saves the output in the compute dtype. Residual dropouts keep 1-byte masks (CUDA).
         # In a parallel block (GPT-NeoX, Falcon, Phi-2) the norms read the same input: it is kept once.
-        ln_in = FP32 if w.mixed_precision else c
+        ln_in = FP32 if autocast else c
         n = block.norms
         inputs = 1 if block.parallel else n
         terms.append(("layernorm inputs and outputs", inputs * ln_in * h + n * (8 + (c * h if full else 0.0))))

@@ -80,6 +80,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self.result: TrainerCheck | None = None
         self._logged_step = 0  # the global step last logged: metrics go with each optimizer step
         self._watched_step = 0  # the global step at the last batch's end: a micro-batch that steps moves it
+        self._batch_idx = 0  # the micro-batch under way
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if self.child is not None:
@@ -119,7 +120,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         # a strategy that accumulates itself (DeepSpeed) has Lightning step at every micro-batch: the measured update's
         # optimizer step is its last micro-batch's
         accumulates = getattr(trainer.strategy, "handles_gradient_accumulation", False)
-        last = (getattr(self, "_batch_idx", 0) + 1) % max(1, int(trainer.accumulate_grad_batches)) == 0
+        last = (self._batch_idx + 1) % max(1, int(trainer.accumulate_grad_batches)) == 0
         if self.memory is not None and (last or not accumulates):
             self.memory.before_step()
 

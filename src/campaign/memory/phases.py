@@ -179,6 +179,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward,
     # and gradient accumulation keeps the sum of the micro-batches' gradients through the next micro-batch's; DeepSpeed
     # ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
+    whole = w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1  # gradients held unsharded between micro-batches
     if w.shard == "zero3":
         kept = [Item("gradients (ZeRO-3 flat partition)", grads.bytes, grads.formula + "; one buffer from the "
                      "optimizer's init, alive through every phase", "gradients",
@@ -186,7 +187,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     elif w.grads_kept:
         kept = [Item("gradients (kept by zero_grad)", grads.bytes, grads.formula + "; zeroed, not freed, between steps",
                      "gradients", "zero_grad(set_to_none=False): PyTorch < 2.0's default (pytorch/pytorch#92731)")]
-    elif w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1:
+    elif whole:
         # the Trainer runs micro-batches 1..K-1 under accelerator.no_sync: FSDP then keeps each gradient whole, in the
         # compute dtype, and reduce-scatters only in the last micro-batch's backward
         kept = [Item("gradients (summed whole, not yet reduce-scattered)", int(c * Pt),
@@ -217,7 +218,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = saved.one_layer if w.grad_checkpointing else 0
     end_grads = [grads]
-    if w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1 and kept[0].bytes > grads.bytes:
+    if whole and kept[0].bytes > grads.bytes:
         end_grads = kept  # micro-batches 1..K-1 end holding the whole gradients, the last one the shards
     elif w.grad_accumulation > 1 and w.shard == "zero2":  # the micro-batch's new partition beside the summed one, until
         # the epilogue adds it in (stage_1_and_2.py copy_grads_in_partition: torch.empty(total_size) each micro-step,

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup plan lint test test-fast bench
 
-$(BIN)/campaign: pyproject.toml
+$(BIN)/campaign: pyproject.toml setup.py src/campaign/memory/_allocator.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# pinned CPU build from local disk; a bare `torch` would pull a multi-GB CUDA build

@@ -27,7 +27,7 @@ from dataclasses import fields
 from ..models.spec import ModelSpec
 from . import zero_replay
 from .activations import FP32, layer_saved
-from .allocator import CachingAllocator
+from .allocator import Allocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
 from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_load, replay_weights, split_bytes
@@ -154,7 +154,7 @@ def _training_cached(spec: ModelSpec, w: Workload, phases, layer, base: tuple, e
     return found
 
 
-_PREFIXES: dict[tuple, tuple[ModelSpec, CachingAllocator]] = {}  # the allocator after _prefix, by what it reads
+_PREFIXES: dict[tuple, tuple[ModelSpec, Allocator]] = {}  # the allocator after _prefix, by what it reads
 _PREFIXES_MAX = 16
 
 
@@ -197,7 +197,7 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
     key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
         item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
     spec_found: ModelSpec | None = None
-    kept: CachingAllocator | None = None
+    kept: Allocator | None = None
     hashable = True
     try:
         spec_found, kept = _PREFIXES.get(key, (None, None))

@@ -1,0 +1,485 @@
+/* The caching-allocator model of memory/allocator.py, compiled: the same rules, the same state, the same results
+ * (tests/memory/test_allocator.py replays random sequences through both and compares their state after each
+ * event). A card solve replays tens of thousands of events per probe; in Python each costs 2-3 us, here ~0.1 us.
+ *
+ * Blocks live in one array and are named by their index (the handle take() returns); each pool is an array of
+ * (size, segment, offset, block) kept sorted, as the Python model's sorted lists are: best fit is the first entry
+ * whose size is at least the request (ties by segment, then offset). See allocator.py for the rules and their
+ * sources in c10/cuda/CUDACachingAllocator.cpp.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+#define MIN_BLOCK 512LL
+#define SMALL_SIZE (1LL << 20)
+#define SMALL_BUFFER (2LL << 20)
+#define LARGE_BUFFER (20LL << 20)
+#define MIN_LARGE_ALLOC (10LL << 20)
+#define ROUND_LARGE (2LL << 20)
+
+typedef long long i64;
+
+typedef struct {
+    i64 size, seg, off;
+    int prev, next; /* block indices, -1: none */
+    char free, small, since;
+} Block;
+
+typedef struct {
+    i64 size, seg, off;
+    int block;
+} Entry;
+
+typedef struct {
+    Entry *e;
+    Py_ssize_t n, cap;
+} Pool;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict; /* a Python subclass's attributes (allocator.py's keyed blocks) */
+    i64 allocated, reserved, peak_allocated, peak_reserved, segments, released, release_above;
+    i64 diverged_at, allocated_bound, since_large, since_small, whole_free, limit;
+    int since, expandable, has_limit;
+    Pool pools[2]; /* [1]: small, [0]: large */
+    int tail[2];
+    Block *blocks;
+    int nblocks, cap;
+    int *spare; /* indices of blocks merged away or released, reused */
+    int nspare, spare_cap;
+} Core;
+
+static int new_block(Core *c, i64 size, i64 seg, i64 off, int prev, int next, int small) {
+    int i;
+    if (c->nspare) {
+        i = c->spare[--c->nspare];
+    } else {
+        if (c->nblocks == c->cap) {
+            int cap = c->cap ? 2 * c->cap : 256;
+            Block *b = PyMem_Realloc(c->blocks, (size_t)cap * sizeof(Block));
+            if (!b) { PyErr_NoMemory(); return -1; }
+            c->blocks = b;
+            c->cap = cap;
+        }
+        i = c->nblocks++;
+    }
+    Block *b = &c->blocks[i];
+    b->size = size; b->seg = seg; b->off = off; b->prev = prev; b->next = next;
+    b->free = 1; b->small = (char)small; b->since = 0;
+    return i;
+}
+
+static int drop_block(Core *c, int i) {
+    if (c->nspare == c->spare_cap) {
+        int cap = c->spare_cap ? 2 * c->spare_cap : 64;
+        int *s = PyMem_Realloc(c->spare, (size_t)cap * sizeof(int));
+        if (!s) { PyErr_NoMemory(); return -1; }
+        c->spare = s;
+        c->spare_cap = cap;
+    }
+    c->spare[c->nspare++] = i;
+    return 0;
+}
+
+static inline int before(i64 s1, i64 g1, i64 o1, i64 s2, i64 g2, i64 o2) {
+    return s1 < s2 || (s1 == s2 && (g1 < g2 || (g1 == g2 && o1 < o2)));
+}
+
+/* first entry not before (size, seg, off) */
+static Py_ssize_t lower(const Pool *p, i64 size, i64 seg, i64 off) {
+    Py_ssize_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        const Entry *e = &p->e[mid];
+        if (before(e->size, e->seg, e->off, size, seg, off)) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static int pool_insert(Pool *p, const Block *b, int index) {
+    if (p->n == p->cap) {
+        Py_ssize_t cap = p->cap ? 2 * p->cap : 64;
+        Entry *e = PyMem_Realloc(p->e, (size_t)cap * sizeof(Entry));
+        if (!e) { PyErr_NoMemory(); return -1; }
+        p->e = e;
+        p->cap = cap;
+    }
+    Py_ssize_t i = lower(p, b->size, b->seg, b->off);
+    memmove(&p->e[i + 1], &p->e[i], (size_t)(p->n - i) * sizeof(Entry));
+    p->e[i].size = b->size; p->e[i].seg = b->seg; p->e[i].off = b->off; p->e[i].block = index;
+    p->n++;
+    return 0;
+}
+
+static void pool_remove_at(Pool *p, Py_ssize_t i) {
+    memmove(&p->e[i], &p->e[i + 1], (size_t)(p->n - i - 1) * sizeof(Entry));
+    p->n--;
+}
+
+static void pool_remove(Pool *p, const Block *b) {
+    pool_remove_at(p, lower(p, b->size, b->seg, b->off));
+}
+
+static void reserve(Core *c, i64 bytes) {
+    c->reserved += bytes;
+    if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
+}
+
+static int release_cached(Core *c) {
+    for (int k = 1; k >= 0; k--) { /* small pool first, as allocator.py's dict order */
+        Pool *p = &c->pools[k];
+        Py_ssize_t kept = 0;
+        for (Py_ssize_t i = 0; i < p->n; i++) {
+            Block *b = &c->blocks[p->e[i].block];
+            if (b->prev < 0 && b->next < 0 && b->seg >= 0) {
+                c->reserved -= b->size;
+                c->released += b->size;
+                c->whole_free--;
+                if (drop_block(c, p->e[i].block) < 0) return -1;
+            } else {
+                p->e[kept++] = p->e[i];
+            }
+        }
+        p->n = kept;
+    }
+    return 0;
+}
+
+static int grow(Core *c, i64 size, int small) {
+    i64 page = small ? SMALL_BUFFER : LARGE_BUFFER, mapped;
+    int last = c->tail[small], block;
+    if (last >= 0 && c->blocks[last].free) {
+        Block *b = &c->blocks[last];
+        pool_remove(&c->pools[small], b);
+        mapped = (size - b->size + page - 1) / page * page;
+        b->size += mapped;
+        block = last;
+    } else {
+        mapped = (size + page - 1) / page * page;
+        if (last < 0) {
+            c->segments++;
+            block = new_block(c, mapped, small ? -1 : -2, 0, -1, -1, small);
+        } else {
+            block = new_block(c, mapped, c->blocks[last].seg, c->blocks[last].off + c->blocks[last].size, last, -1,
+                              small);
+            if (block >= 0) c->blocks[last].next = block;
+        }
+        if (block < 0) return -1;
+        c->tail[small] = block;
+    }
+    reserve(c, mapped);
+    return block;
+}
+
+static int take(Core *c, i64 size) {
+    size = (size + MIN_BLOCK - 1) & ~(MIN_BLOCK - 1);
+    if (size == 0) size = MIN_BLOCK;
+    int small = size <= SMALL_SIZE, block;
+    Pool *pool = &c->pools[small];
+    Py_ssize_t i = lower(pool, size, LLONG_MIN, LLONG_MIN);
+    if (i < pool->n) {
+        if (c->expandable && pool->e[i].block == c->tail[small] && i + 1 < pool->n) i++;
+        block = pool->e[i].block;
+        pool_remove_at(pool, i);
+        Block *b = &c->blocks[block];
+        if (b->prev < 0 && b->next < 0 && b->seg >= 0) c->whole_free--;
+    } else if (c->expandable) {
+        block = grow(c, size, small);
+        if (block < 0) return -1;
+    } else {
+        i64 seg_bytes = small ? SMALL_BUFFER : size < MIN_LARGE_ALLOC ? LARGE_BUFFER :
+            (size + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
+        if (c->whole_free && c->reserved + seg_bytes > c->release_above) c->release_above = c->reserved + seg_bytes;
+        if (c->has_limit && c->reserved + seg_bytes > c->limit) {
+            if (c->whole_free && !c->since) { /* the first release: the replays part here */
+                c->diverged_at = c->reserved + seg_bytes;
+                c->allocated_bound = c->peak_allocated;
+                c->since = 1;
+            }
+            if (release_cached(c) < 0) return -1;
+        }
+        c->segments++;
+        block = new_block(c, seg_bytes, c->segments, 0, -1, -1, small);
+        if (block < 0) return -1;
+        reserve(c, seg_bytes);
+    }
+    i64 remaining = c->blocks[block].size - size;
+    if (remaining > SMALL_SIZE || (remaining >= MIN_BLOCK && (small || c->expandable))) { /* should_split */
+        Block *b = &c->blocks[block];
+        int after = b->next;
+        int rest = new_block(c, remaining, b->seg, b->off + size, block, after, small);
+        if (rest < 0) return -1;
+        b = &c->blocks[block]; /* the array may have moved */
+        if (after >= 0) c->blocks[after].prev = rest;
+        else if (c->expandable && c->tail[small] == block) c->tail[small] = rest;
+        b->next = rest;
+        b->size = size;
+        if (pool_insert(pool, &c->blocks[rest], rest) < 0) return -1;
+    }
+    Block *b = &c->blocks[block];
+    b->free = 0;
+    c->allocated += b->size;
+    if (c->allocated > c->peak_allocated) c->peak_allocated = c->allocated;
+    if (c->since) {
+        b->since = 1;
+        if (small) c->since_small++; else c->since_large++;
+        i64 bound = c->allocated + (c->since_large << 20) + (MIN_BLOCK - 1) * c->since_small;
+        if (bound > c->allocated_bound) c->allocated_bound = bound;
+    }
+    return block;
+}
+
+static int give(Core *c, int block) {
+    Block *b = &c->blocks[block];
+    c->allocated -= b->size;
+    int small = b->small;
+    if (b->since) {
+        b->since = 0;
+        if (small) c->since_small--; else c->since_large--;
+    }
+    Pool *pool = &c->pools[small];
+    b->free = 1;
+    int prev = b->prev, after = b->next;
+    if (prev >= 0 && c->blocks[prev].free) { /* merge into the free block before */
+        Block *p = &c->blocks[prev];
+        pool_remove(pool, p);
+        p->size += b->size;
+        p->next = after;
+        if (after >= 0) c->blocks[after].prev = prev;
+        else if (c->expandable && c->tail[small] == block) c->tail[small] = prev;
+        if (drop_block(c, block) < 0) return -1;
+        block = prev;
+        b = p;
+    }
+    if (after >= 0 && c->blocks[after].free) { /* absorb the free block after */
+        Block *a = &c->blocks[after];
+        pool_remove(pool, a);
+        b->size += a->size;
+        int nxt = b->next = a->next;
+        if (nxt >= 0) c->blocks[nxt].prev = block;
+        else if (c->expandable && c->tail[small] == after) c->tail[small] = block;
+        if (drop_block(c, after) < 0) return -1;
+    }
+    b = &c->blocks[block];
+    if (b->prev < 0 && b->next < 0 && b->seg >= 0) c->whole_free++;
+    return pool_insert(pool, b, block);
+}
+
+/* ---- Python type ---- */
+
+static int Core_init(Core *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"expandable", "limit", NULL};
+    int expandable = 0;
+    PyObject *limit = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pO", kwlist, &expandable, &limit)) return -1;
+    self->expandable = expandable;
+    self->has_limit = limit != Py_None;
+    self->limit = self->has_limit ? PyLong_AsLongLong(limit) : 0;
+    if (self->has_limit && PyErr_Occurred()) return -1;
+    self->tail[0] = self->tail[1] = -1;
+    return 0;
+}
+
+static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Core *self = (Core *)type->tp_alloc(type, 0); /* zeroed */
+    if (self) self->tail[0] = self->tail[1] = -1;
+    return (PyObject *)self;
+}
+
+static void Core_dealloc(Core *self) {
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->dict);
+    PyMem_Free(self->blocks);
+    PyMem_Free(self->spare);
+    PyMem_Free(self->pools[0].e);
+    PyMem_Free(self->pools[1].e);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Core_traverse(Core *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dict);
+    Py_VISIT(Py_TYPE(self));
+    return 0;
+}
+
+static int Core_clear(Core *self) {
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static PyObject *Core_take(Core *self, PyObject *arg) {
+    i64 size = PyLong_AsLongLong(arg);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    if (size < 0) { PyErr_SetString(PyExc_ValueError, "take: a negative size"); return NULL; }
+    int block = take(self, size);
+    return block < 0 ? NULL : PyLong_FromLong(block);
+}
+
+static PyObject *Core_give(Core *self, PyObject *arg) {
+    long block = PyLong_AsLong(arg);
+    if (block == -1 && PyErr_Occurred()) return NULL;
+    if (block < 0 || block >= self->nblocks || self->blocks[block].free) {
+        PyErr_SetString(PyExc_ValueError, "give: not a block taken and not given back");
+        return NULL;
+    }
+    if (give(self, (int)block) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_release_cached(Core *self, PyObject *Py_UNUSED(ignored)) {
+    if (release_cached(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_empty_cache(Core *self, PyObject *Py_UNUSED(ignored)) {
+    i64 released = self->released;
+    if (release_cached(self) < 0) return NULL;
+    self->released = released;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_reset_peaks(Core *self, PyObject *Py_UNUSED(ignored)) {
+    self->peak_allocated = self->allocated;
+    self->peak_reserved = self->reserved;
+    Py_RETURN_NONE;
+}
+
+static void *copy_array(const void *src, size_t bytes) {
+    void *dst = PyMem_Malloc(bytes ? bytes : 1);
+    if (dst && bytes) memcpy(dst, src, bytes);
+    return dst;
+}
+
+static PyObject *Core_fork(Core *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"limit", NULL};
+    PyObject *limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$O", kwlist, &limit)) return NULL;
+    if (self->expandable) {
+        PyErr_SetString(PyExc_ValueError, "fork: expandable segments or blocks taken by key");
+        return NULL;
+    }
+    PyTypeObject *type = Py_TYPE(self);
+    Core *new = (Core *)type->tp_alloc(type, 0);
+    if (!new) return NULL;
+    memcpy((char *)new + offsetof(Core, allocated), (char *)self + offsetof(Core, allocated),
+           sizeof(Core) - offsetof(Core, allocated)); /* the counters; the arrays are copied below */
+    new->blocks = NULL; new->spare = NULL; new->pools[0].e = new->pools[1].e = NULL; /* not self's, if it fails */
+    new->blocks = copy_array(self->blocks, (size_t)self->cap * sizeof(Block));
+    new->spare = copy_array(self->spare, (size_t)self->spare_cap * sizeof(int));
+    new->pools[0].e = copy_array(self->pools[0].e, (size_t)self->pools[0].cap * sizeof(Entry));
+    new->pools[1].e = copy_array(self->pools[1].e, (size_t)self->pools[1].cap * sizeof(Entry));
+    if (!new->blocks || !new->spare || !new->pools[0].e || !new->pools[1].e) {
+        Py_DECREF(new);
+        return PyErr_NoMemory();
+    }
+    new->has_limit = limit != Py_None;
+    new->limit = new->has_limit ? PyLong_AsLongLong(limit) : 0;
+    if (new->has_limit && PyErr_Occurred()) { Py_DECREF(new); return NULL; }
+    return (PyObject *)new;
+}
+
+static PyObject *pool_state(const Pool *p) {
+    PyObject *t = PyTuple_New(p->n);
+    if (!t) return NULL;
+    for (Py_ssize_t i = 0; i < p->n; i++) {
+        PyObject *e = Py_BuildValue("(LLL)", p->e[i].size, p->e[i].seg, p->e[i].off);
+        if (!e) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i, e);
+    }
+    return t;
+}
+
+static PyObject *tail_state(Core *self, int small) {
+    int t = self->tail[small];
+    if (t < 0) Py_RETURN_NONE;
+    Block *b = &self->blocks[t];
+    return Py_BuildValue("(LLLO)", b->size, b->seg, b->off, b->free ? Py_True : Py_False);
+}
+
+static PyObject *Core_state(Core *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *t1 = tail_state(self, 1), *t0 = tail_state(self, 0), *small = pool_state(&self->pools[1]),
+             *large = pool_state(&self->pools[0]);
+    PyObject *out = NULL;
+    if (t1 && t0 && small && large)
+        out = Py_BuildValue("(LLLLLLLL(OO)OO)", self->allocated, self->reserved, self->peak_allocated,
+                            self->peak_reserved, self->segments, self->released, self->release_above,
+                            self->whole_free, t1, t0, small, large);
+    Py_XDECREF(t1); Py_XDECREF(t0); Py_XDECREF(small); Py_XDECREF(large);
+    return out;
+}
+
+static PyObject *Core_get_limit(Core *self, void *closure) {
+    if (!self->has_limit) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->limit);
+}
+
+static int Core_set_limit(Core *self, PyObject *value, void *closure) {
+    if (value == NULL || value == Py_None) { self->has_limit = 0; self->limit = 0; return 0; }
+    i64 limit = PyLong_AsLongLong(value);
+    if (limit == -1 && PyErr_Occurred()) return -1;
+    self->limit = limit;
+    self->has_limit = 1;
+    return 0;
+}
+
+static PyObject *Core_get_expandable(Core *self, void *closure) { return PyBool_FromLong(self->expandable); }
+
+static PyMethodDef Core_methods[] = {
+    {"take", (PyCFunction)Core_take, METH_O, "Allocate `size` bytes; returns the handle to give back."},
+    {"give", (PyCFunction)Core_give, METH_O, "Free a block from take()."},
+    {"release_cached", (PyCFunction)Core_release_cached, METH_NOARGS,
+     "Return every cached segment that is wholly free to the driver."},
+    {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},
+    {"reset_peaks", (PyCFunction)Core_reset_peaks, METH_NOARGS, "Peaks set to the current values."},
+    {"_fork", (PyCFunction)(void (*)(void))Core_fork, METH_VARARGS | METH_KEYWORDS,
+     "A copy that replays on from here under `limit`."},
+    {"state", (PyCFunction)Core_state, METH_NOARGS, "Everything the next events' outcome depends on."},
+    {NULL}
+};
+
+#define MEMBER(name) {#name, T_LONGLONG, offsetof(Core, name), 0, NULL}
+static PyMemberDef Core_members[] = {
+    MEMBER(allocated), MEMBER(reserved), MEMBER(peak_allocated), MEMBER(peak_reserved), MEMBER(segments),
+    MEMBER(released), MEMBER(release_above), MEMBER(diverged_at), MEMBER(allocated_bound),
+    {NULL}
+};
+
+static PyGetSetDef Core_getset[] = {
+    {"limit", (getter)Core_get_limit, (setter)Core_set_limit, "bytes the allocator may reserve (None: no limit)", NULL},
+    {"expandable", (getter)Core_get_expandable, NULL, "expandable segments", NULL},
+    {NULL}
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "campaign.memory._allocator.Core",
+    .tp_doc = "The caching-allocator model (memory/allocator.py), compiled.",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Core_new,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear,
+    .tp_dictoffset = offsetof(Core, dict),
+    .tp_methods = Core_methods,
+    .tp_members = Core_members,
+    .tp_getset = Core_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_allocator", "The caching-allocator model, compiled.", -1};
+
+PyMODINIT_FUNC PyInit__allocator(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

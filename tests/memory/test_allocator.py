@@ -331,3 +331,14 @@ def test_the_compiled_allocator_refuses_a_block_given_twice(implementation):
     a.give(block)
     with pytest.raises(ValueError, match="not a block taken"):
         a.give(block)
+
+
+def test_take_each_and_give_each_are_take_and_give_in_order():
+    sizes = [3 * MiB, 700, 25 * MiB, MiB, 12 * MiB + 1]
+    a, b = CachingAllocator(), CachingAllocator()
+    many, one = a.take_each(sizes), [b.take(size) for size in sizes]
+    assert a.state() == b.state() and a.allocated == 3 * MiB + 1024 + 25 * MiB + MiB + 12 * MiB + 512
+    a.give_each([many[2], None, many[0], many[4]])  # None: nothing was taken (Replay.alloc of 0 bytes)
+    for block in (one[2], one[0], one[4]):
+        b.give(block)
+    assert a.state() == b.state() and a.allocated == 1024 + MiB

@@ -214,8 +214,10 @@ def test_the_replay_allocates_each_mlp_tensor_on_its_own(monkeypatch):
     from campaign.memory import allocator, reserved
 
     sizes = []
-    take = allocator.CachingAllocator.take
+    take, take_each = allocator.CachingAllocator.take, allocator.CachingAllocator.take_each
     monkeypatch.setattr(allocator.CachingAllocator, "take", lambda self, n: sizes.append(n) or take(self, n))
+    monkeypatch.setattr(allocator.CachingAllocator, "take_each",
+                        lambda self, ns: sizes.extend(ns) or take_each(self, ns))
     reserved._SAME_STEP.clear()
     spec = load_spec("qwen2.5-0.5b")
     assert (spec.intermediate_size, spec.num_layers) == (4864, 24)

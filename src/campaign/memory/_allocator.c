@@ -328,6 +328,39 @@ static PyObject *Core_give(Core *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Core_take_each(Core *self, PyObject *sizes) {
+    /* [take(size) for size in sizes]: the replay's per-layer tensors, one call */
+    PyObject *seq = PySequence_Fast(sizes, "take_each: a sequence of sizes");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *out = PyList_New(n);
+    if (!out) { Py_DECREF(seq); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *handle = Core_take(self, items[i]);
+        if (!handle) { Py_DECREF(out); Py_DECREF(seq); return NULL; }
+        PyList_SET_ITEM(out, i, handle);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *Core_give_each(Core *self, PyObject *handles) {
+    /* give(handle) for each handle that is not None, in order */
+    PyObject *seq = PySequence_Fast(handles, "give_each: a sequence of handles");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (items[i] == Py_None) continue;
+        PyObject *done = Core_give(self, items[i]);
+        if (!done) { Py_DECREF(seq); return NULL; }
+        Py_DECREF(done);
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_release_cached(Core *self, PyObject *Py_UNUSED(ignored)) {
     if (release_cached(self) < 0) return NULL;
     Py_RETURN_NONE;
@@ -429,6 +462,8 @@ static PyObject *Core_get_expandable(Core *self, void *closure) { return PyBool_
 static PyMethodDef Core_methods[] = {
     {"take", (PyCFunction)Core_take, METH_O, "Allocate `size` bytes; returns the handle to give back."},
     {"give", (PyCFunction)Core_give, METH_O, "Free a block from take()."},
+    {"take_each", (PyCFunction)Core_take_each, METH_O, "[take(size) for size in sizes]."},
+    {"give_each", (PyCFunction)Core_give_each, METH_O, "give(handle) for each handle that is not None."},
     {"release_cached", (PyCFunction)Core_release_cached, METH_NOARGS,
      "Return every cached segment that is wholly free to the driver."},
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},

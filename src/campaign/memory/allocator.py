@@ -29,7 +29,7 @@ and compares their state after every event.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
@@ -73,6 +73,10 @@ class Allocator:
         def take(self, size: int) -> Any: ...
 
         def give(self, block: Any) -> None: ...
+
+        def take_each(self, sizes: Sequence[int]) -> list: ...
+
+        def give_each(self, blocks: Sequence[Any]) -> None: ...
 
         def _fork(self, *, limit: int | None) -> Allocator: ...
 
@@ -222,6 +226,16 @@ class PythonAllocator(Allocator):
         if block[4] is None and block[5] is None and block[1] >= 0:
             self._whole_free += 1
         insort(pool, (block[0], block[1], block[2], block))
+
+    def take_each(self, sizes: Sequence[int]) -> list:
+        """[take(size) for size in sizes]."""
+        return [self.take(size) for size in sizes]
+
+    def give_each(self, blocks: Sequence[list | None]) -> None:
+        """give(block) for each block that is not None, in order."""
+        for block in blocks:
+            if block is not None:
+                self.give(block)
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

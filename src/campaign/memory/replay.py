@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..models.spec import ModelSpec
-from .allocator import CachingAllocator
+from .allocator import Allocator, CachingAllocator
 from .dtypes import QUANTIZED
 from .states import is_router
 from .workload import Workload
@@ -32,18 +33,20 @@ class Replay:
     """A caching allocator with handles: alloc(size) -> handle, free(handle, ...)."""
 
     def __init__(self, expandable: bool, limit: int | None = None) -> None:
-        self.a = CachingAllocator(expandable=expandable, limit=limit)
-        self._take = self.a.take
-        self._give = self.a.give
+        self.use(CachingAllocator(expandable=expandable, limit=limit))
 
-    def alloc(self, size: int | float) -> list | None:
+    def use(self, a: Allocator) -> None:
+        """Replay on through `a` (a fresh allocator, or a fork)."""
+        self.a = a
+        self._take = a.take
+        self._give_each = a.give_each
+
+    def alloc(self, size: int | float) -> Any:
         return self._take(int(size)) if size >= 1 else None
 
-    def free(self, *handles: list | None) -> None:
-        give = self._give
-        for handle in handles:
-            if handle is not None:
-                give(handle)
+    def free(self, *handles: Any) -> None:
+        """Give back each handle that is not None (alloc's None: nothing taken)."""
+        self._give_each(handles)
 
 
 def split_bytes(total: int, numels: list[int]) -> Iterator[int]:

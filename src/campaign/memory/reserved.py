@@ -216,8 +216,7 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
         _prefix(r, spec, w, phases, trainable)
         return r
     r = Replay(expandable, limit)
-    r.a = kept.fork(limit=limit)
-    r._take, r._give = r.a.take, r.a.give
+    r.use(kept.fork(limit=limit))
     return r
 
 
@@ -296,8 +295,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
         pos += len(tl)
     grads_rest = grad_sizes[pos:]
-    take = r.a.take
-    give = r.a.give
+    take, take_each, give_each = r.a.take, r.a.take_each, r.a.give_each
     sizes = [int(t) for t in terms if t >= 1]
     checkpoint = int(tokens * c * h)
     layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
@@ -317,10 +315,9 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             keep = [r.alloc(size) for size in extra_layers[index]]  # this block's 16-bit copies, kept for backward
             if w.grad_checkpointing:
                 keep.append(take(checkpoint) if checkpoint else None)
-                for block in [take(t) for t in sizes]:  # computed without keeping: freed at once
-                    give(block)
+                give_each(take_each(sizes))  # computed without keeping: freed at once
             else:
-                keep += [take(t) for t in sizes]
+                keep += take_each(sizes)
             saved.append(keep)
             if co:
                 co.release(index)
@@ -357,15 +354,17 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         for index in reversed(range(L)):
             if co:
                 co.fetch(index)
-            recomputed = [take(t) for t in sizes] if w.grad_checkpointing else []
-            tmp = [take(t) for t in layer_tmp]
+            recomputed = take_each(sizes) if w.grad_checkpointing else []
+            tmp = take_each(layer_tmp)
             if index < len(grads_by_layer):
                 if accumulate or z3:  # AccumulateGrad adds the new gradient in place to the kept one, then frees it
                     for size in grads_by_layer[index]:
                         r.free(r.alloc(size))
                 else:
-                    grads += [take(s) for s in grads_by_layer[index]]
-            r.free(*tmp, *recomputed, *saved[index])
+                    grads += take_each(grads_by_layer[index])
+            give_each(tmp)
+            give_each(recomputed)
+            give_each(saved[index])
             if co:
                 co.release(index)
         r.free(gh)
@@ -393,7 +392,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             for size in state_sizes:
                 take(size)
         if step_tmp and w.optimizer_impl == "foreach":
-            temporaries = [take(s) for s in split_bytes(step_tmp, in_order) if s >= 1]
+            temporaries = take_each([s for s in split_bytes(step_tmp, in_order) if s >= 1])
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time

@@ -138,3 +138,33 @@ def test_deepspeed_runs_layer_norm_in_the_16_bit_module_autocast_in_fp32():
     for shard in ("zero1", "zero2", "zero3"):
         assert layer_norms(gpus=8, shard=shard) == 2 * 2 * 768 + outputs == 6160, shard
     assert layer_norms(gpus=8, shard="fsdp") == 9232   # FSDP under the Trainer keeps autocast
+
+
+def test_deepspeed_runs_gpt2_softmax_in_16_bits_and_opt_upcasts_its_own_in_fp16():
+    # eager attention, per token per key (attention_per_token): gpt2 has 12 heads and attention dropout 0.1. Under
+    # autocast softmax outputs fp32 (4 B), dropout keeps its fp32 output and 1-byte mask (4 + 1), and the matmul
+    # with V a 16-bit copy (2): 12 x 11 = 132. In DeepSpeed's 16-bit module (no autocast) GPT2Attention's softmax
+    # runs in 16 bits: 12 x (2 + 2 + 1) = 60. OPT in fp16 upcasts its softmax itself (softmax(dtype=float32)
+    # .to(float16)): under ZeRO its fp32 output and 16-bit copy stay, as under autocast.
+    from campaign.memory.activations import layer_saved
+    from campaign.models import load_spec
+    from campaign.models.architectures import spec_from_config
+
+    gpt2 = load_spec("gpt2")
+
+    def per_key(spec, **kw) -> float:
+        return layer_saved(spec, make_workload(seq_len=512, mixed_precision=True, attention="eager",
+                                               **kw)).attention_per_token
+
+    assert per_key(gpt2, dtype="fp32") == 12 * (4 + 5 + 2) == 132
+    for shard in ("zero1", "zero2", "zero3"):
+        assert per_key(gpt2, gpus=8, shard=shard) == 12 * (2 + 3) == 60, shard
+    assert per_key(gpt2, gpus=8, shard="fsdp") == 132  # FSDP under the Trainer keeps autocast
+    opt = spec_from_config(dict(model_type="opt", architectures=["OPTForCausalLM"], vocab_size=50272,
+                                hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
+                                max_position_embeddings=2048, word_embed_proj_dim=2048, do_layer_norm_before=True,
+                                activation_function="relu", dropout=0.1, attention_dropout=0.0, enable_bias=True),
+                           name="opt-1.3b", source="facebook/opt-1.3b config.json")
+    # 32 heads, attention_dropout 0.0: the fp32 output and the 16-bit copy only
+    assert per_key(opt, gpus=8, shard="zero2", dtype="fp16") == 32 * (4 + 2) == per_key(opt, dtype="fp32") == 192
+    assert per_key(opt, gpus=8, shard="zero2", dtype="bf16") == 32 * 2  # in bf16 OPT does not upcast

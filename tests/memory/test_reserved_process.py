@@ -34,6 +34,9 @@ class Recording(Replay):
             Recording.events.append(("alloc", int(size)))
         return handle
 
+    def alloc_each(self, sizes):
+        return [self.alloc(size) for size in sizes]
+
     def free(self, *handles):
         for handle in handles:
             if handle is not None:

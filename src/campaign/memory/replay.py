@@ -38,11 +38,16 @@ class Replay:
     def use(self, a: Allocator) -> None:
         """Replay on through `a` (a fresh allocator, or a fork)."""
         self.a = a
-        self._take = a.take
-        self._give_each = a.give_each
+        self._take, self._take_each, self._give_each = a.take, a.take_each, a.give_each
 
     def alloc(self, size: int | float) -> Any:
         return self._take(int(size)) if size >= 1 else None
+
+    def alloc_each(self, sizes: list[int]) -> list:
+        """[alloc(size) for size in sizes] (whole bytes), in one call where each is at least 1 B."""
+        if sizes and min(sizes) >= 1:
+            return self._take_each(sizes)
+        return [self.alloc(size) for size in sizes]
 
     def free(self, *handles: Any) -> None:
         """Give back each handle that is not None (alloc's None: nothing taken)."""

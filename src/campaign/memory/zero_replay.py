@@ -152,16 +152,25 @@ class Coordinator:
         numel_prefetching < prefetch_bucket_sz`)."""
         self.pos += 1
         self.ahead -= self.pre.pop(unit, 0)
+        units, prefetch = self.plan.units, self.plan.prefetch
         got = self.held.setdefault(unit, [])
-        got += [self.r.alloc(s) for s in self.plan.units.get(unit, [])[len(got):]]
+        got += self.r.alloc_each(units.get(unit, [])[len(got):])
+        if self.ahead >= prefetch:  # nothing is prefetched
+            return
         for later in self.trace[self.pos + 1:]:
             have = self.held.setdefault(later, [])
-            for s in self.plan.units.get(later, [])[len(have):]:
-                if self.ahead >= self.plan.prefetch:
-                    return
-                have.append(self.r.alloc(s))
-                self.pre[later] = self.pre.get(later, 0) + s
-                self.ahead += s
+            rest = units.get(later, [])[len(have):]
+            count = 0
+            for size in rest:  # the tensors prefetched while the bytes ahead are under the bucket's
+                if self.ahead >= prefetch:
+                    break
+                self.ahead += size
+                count += 1
+            if count:
+                have += self.r.alloc_each(rest[:count])
+                self.pre[later] = self.pre.get(later, 0) + sum(rest[:count])
+            if count < len(rest):
+                return
 
     def release(self, unit) -> None:
         """After the module ran: released, unless used again within the reuse distance (forward only)."""

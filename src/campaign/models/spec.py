@@ -6,6 +6,7 @@ holds, so parameter counts, LoRA sizes, quantized sizes and sharding all read on
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from math import prod
 from typing import Any, Literal
 
@@ -30,12 +31,12 @@ class ParamGroup:
     in_blocks: bool = False
     expert: bool = False
 
-    @property
+    @cached_property  # frozen: computed once (a card solve reads every group's at each probe)
     def numel(self) -> int:
         """Elements in one tensor."""
         return prod(self.shape)
 
-    @property
+    @cached_property
     def params(self) -> int:
         """Elements over all copies."""
         return self.numel * self.count
@@ -170,7 +171,7 @@ class ModelSpec:
         """Total parameter count (exact when known, else from the inventory)."""
         return self.params_exact if self.params_exact is not None else self.inventory_params
 
-    @property
+    @cached_property
     def inventory_params(self) -> int:
         """Sum over the inventory: the count derived from config fields."""
         return sum(g.params for g in self.groups)

@@ -257,7 +257,7 @@ def test_the_largest_batch_is_one_for_which_every_smaller_batch_fits(monkeypatch
     fits = {1, 2, 3, 4, 6, 7}
     monkeypatch.setattr(fit, "estimate_memory", lambda spec, w, **kw: SimpleNamespace(
         required_bytes=100 if w.batch in fits else 200, workload=w,
-        phases=(SimpleNamespace(name="load", items=()), SimpleNamespace(name="step", items=())),
+        phases=(SimpleNamespace(name="load", items=(), bytes=0), SimpleNamespace(name="step", items=(), bytes=0)),
         peak_allocated_bytes=50, peak_reserved_bytes=50, device_bytes=60))
     spec, w = load_spec("gpt2"), make_workload(batch=1, seq_len=128)
     assert fit.max_value(spec, w, 150, "batch", limit=64) == 4
@@ -320,3 +320,14 @@ def test_the_kept_weights_replay_gives_the_same_step_as_a_fresh_one(monkeypatch,
             monkeypatch.setattr(reserved, "_PREFIXES", {})
             assert reserved._training_replay(spec, w, phases, layer, False, limit) == kept
     assert reserved._PREFIXES  # the last replay kept its weights
+
+
+def test_a_workload_past_64_bit_sizes_is_replayed_by_the_python_model():
+    # the compiled allocator model counts in 64 bits; --batch 10^30 (the CLI's fuzz test) still gets an answer:
+    # gpt2 saves more than a byte per token, and 10^30 sequences of 512 tokens are more than 10^30 tokens
+    from campaign.memory.replay import COMPILED_BYTES, allocator_for
+
+    spec = load_spec("gpt2")
+    est = estimate_memory(spec, make_workload(batch=10**30, seq_len=512))
+    assert est.required_bytes > 512 * 10**30 > COMPILED_BYTES
+    assert allocator_for(est.phases).__name__ == "PythonAllocator"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models.spec import ModelSpec
-from .allocator import Allocator, CachingAllocator
+from .allocator import Allocator, CachingAllocator, PythonAllocator
 from .dtypes import QUANTIZED
 from .states import is_router
 from .workload import Workload
@@ -29,11 +29,24 @@ class Overhead:
     unlimited_at_least: int | None = None
 
 
+# The compiled allocator model counts bytes in 64 bits: a workload near that (an absurd --batch) is replayed by the
+# Python one, which takes any size and gives the same answers. The bound leaves room for a tensor larger than a
+# phase's total (none is, by construction).
+COMPILED_BYTES = 1 << 56
+
+
+def allocator_for(phases) -> type[Allocator]:
+    """The allocator model that replays an estimate of these phases: the compiled one, unless a phase comes near
+    64-bit sizes."""
+    return CachingAllocator if max((p.bytes for p in phases), default=0) < COMPILED_BYTES else PythonAllocator
+
+
 class Replay:
     """A caching allocator with handles: alloc(size) -> handle, free(handle, ...)."""
 
-    def __init__(self, expandable: bool, limit: int | None = None) -> None:
-        self.use(CachingAllocator(expandable=expandable, limit=limit))
+    def __init__(self, expandable: bool, limit: int | None = None, *,
+                 model: type[Allocator] = CachingAllocator) -> None:
+        self.use(model(expandable=expandable, limit=limit))
 
     def use(self, a: Allocator) -> None:
         """Replay on through `a` (a fresh allocator, or a fork)."""

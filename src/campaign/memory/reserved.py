@@ -27,10 +27,20 @@ from dataclasses import fields
 from ..models.spec import ModelSpec
 from . import zero_replay
 from .activations import FP32, layer_saved
-from .allocator import Allocator
+from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
-from .replay import Overhead, Replay, item_bytes, overhead_of, per_layer, replay_load, replay_weights, split_bytes
+from .replay import (
+    Overhead,
+    Replay,
+    allocator_for,
+    item_bytes,
+    overhead_of,
+    per_layer,
+    replay_load,
+    replay_weights,
+    split_bytes,
+)
 from .states import lora_groups, state_bytes_per_element
 from .workload import Workload
 from .zero_replay import zero_plan
@@ -188,8 +198,9 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
     """A replay past _prefix. The allocator after it is kept per model and workload (the batch and the length
     aside: _prefix reads neither) and forked for each probe of a card solve; under a limit below its peak
     reserved, the prefix is replayed afresh (it may release segments there)."""
-    if expandable:
-        r = Replay(expandable, limit)
+    model = allocator_for(phases)
+    if expandable or model is not CachingAllocator:  # nothing kept: the prefix replayed for this probe
+        r = Replay(expandable, limit, model=model)
         _prefix(r, spec, w, phases, trainable)
         return r
     before = tuple(p for p in phases if p.name in ("load", "setup"))
@@ -415,7 +426,7 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     peak = max(p.bytes for p in phases)
     if w.kv_cache == "dynamic":
         limit = peak if limit is None else min(peak, limit)
-    r = Replay(expandable, limit=limit)
+    r = Replay(expandable, limit=limit, model=allocator_for(phases))
     replay_weights(r, spec, w, phases)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]

@@ -1,10 +1,8 @@
 """The caching-allocator model on sequences worked out by hand from CUDACachingAllocator's rules, for both of its
-implementations (the Python one and the compiled one), and the two compared with each other event by event."""
+implementations (the Python one and the compiled one: test_allocator_compiled.py compares them event by event)."""
 from __future__ import annotations
 
 import random
-import shutil
-import sysconfig
 
 import pytest
 
@@ -13,7 +11,7 @@ from campaign.memory.allocator import replay
 
 MiB = 1 << 20
 IMPLEMENTATIONS = {"python": allocator.PythonAllocator, "compiled": getattr(allocator, "CompiledAllocator", None)}
-CachingAllocator = DEFAULT = allocator.CachingAllocator  # each test runs with each implementation (the fixture)
+CachingAllocator = allocator.CachingAllocator  # each test runs with each implementation (the fixture below)
 
 
 @pytest.fixture(autouse=True, params=sorted(IMPLEMENTATIONS))
@@ -24,14 +22,6 @@ def implementation(request, monkeypatch):
     monkeypatch.setattr(allocator, "CachingAllocator", cls)  # replay()'s
     monkeypatch.setitem(globals(), "CachingAllocator", cls)
     return request.param
-
-
-def test_the_compiled_allocator_is_built_where_a_c_compiler_is(implementation):
-    # setup.py builds it optionally: a failed build must not pass unseen where it should have worked
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if implementation == "compiled" or not shutil.which(compiler):
-        pytest.skip("nothing to check")
-    assert IMPLEMENTATIONS["compiled"] is not None and DEFAULT is IMPLEMENTATIONS["compiled"]
 
 
 def test_small_requests_share_a_2_mib_segment():
@@ -281,56 +271,6 @@ def test_a_fork_refuses_keyed_blocks_and_expandable_segments():
         a.fork(limit=None)
     with pytest.raises(ValueError):
         CachingAllocator(expandable=True).fork(limit=None)
-
-
-def _counters(a) -> tuple:
-    return (a.state(), a.diverged_at, a.allocated_bound, a.limit)
-
-
-@pytest.mark.parametrize("expandable", [False, True])
-def test_the_compiled_allocator_follows_the_python_one_event_by_event(implementation, expandable):
-    # the two implementations, given the same random events (small, mid and large requests, frees, a limit that
-    # releases, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
-    if implementation == "python":
-        pytest.skip("compares the two: run once")
-    rng = random.Random(3 + expandable)
-    for trial in range(120):
-        limit = rng.choice([None, 120 * MiB, 400 * MiB])
-        py, c = allocator.PythonAllocator(expandable=expandable, limit=limit), \
-            allocator.CompiledAllocator(expandable=expandable, limit=limit)
-        live: list = []
-        for _ in range(80):
-            roll = rng.random()
-            if live and roll < 0.4:
-                a, b = live.pop(rng.randrange(len(live)))
-                py.give(a)
-                c.give(b)
-            elif roll < 0.43:
-                py.empty_cache()
-                c.empty_cache()
-            elif roll < 0.45:
-                py.reset_peaks()
-                c.reset_peaks()
-            elif roll < 0.47 and not expandable:  # a fork replays on; the handles taken so far are dropped
-                new = rng.choice([None, 200 * MiB])
-                py, c, live = py.fork(limit=new), c.fork(limit=new), []
-            else:
-                size = rng.choice([rng.randint(0, 4096), rng.randint(1, 2 * MiB), rng.randint(1, 30 * MiB),
-                                   rng.randint(1, 200 * MiB)])
-                live.append((py.take(size), c.take(size)))
-            assert _counters(c) == _counters(py), trial
-        assert (c.peak_allocated, c.peak_reserved, c.segments, c.released) == \
-            (py.peak_allocated, py.peak_reserved, py.segments, py.released)
-
-
-def test_the_compiled_allocator_refuses_a_block_given_twice(implementation):
-    if implementation == "python":
-        pytest.skip("the compiled one's handles are numbers: it checks them")
-    a = allocator.CompiledAllocator()
-    block = a.take(MiB)
-    a.give(block)
-    with pytest.raises(ValueError, match="not a block taken"):
-        a.give(block)
 
 
 def test_take_each_and_give_each_are_take_and_give_in_order():

@@ -299,8 +299,8 @@ static void Core_dealloc(Core *self) {
 }
 
 static int Core_traverse(Core *self, visitproc visit, void *arg) {
+    /* the dict only: a static type is not collected, and a heap subclass's traverse visits its own type */
     Py_VISIT(self->dict);
-    Py_VISIT(Py_TYPE(self));
     return 0;
 }
 

@@ -27,44 +27,79 @@ def _counters(a) -> tuple:
     return (a.state(), a.diverged_at, a.allocated_bound, a.limit)
 
 
+def _size(rng: random.Random) -> int:
+    """Request sizes clustered at the rules' thresholds: 512 B blocks, the 1 MiB small/large border and split
+    threshold, 10 MiB (a 20 MiB segment or one rounded to 2 MiB), 2 and 20 MiB multiples, a 1 MiB remainder."""
+    r = rng.random()
+    near = lambda x, span: max(0, x + rng.randint(-span, span))  # noqa: E731
+    if r < 0.12:
+        return near(512 * rng.randint(0, 4), 2)
+    if r < 0.25:
+        return near(MiB, 600)
+    if r < 0.35:
+        return near(10 * MiB, 600)
+    if r < 0.50:
+        return near(2 * MiB * rng.randint(1, 15), 600)
+    if r < 0.58:
+        return near(20 * MiB * rng.randint(1, 3), 600)
+    if r < 0.65:
+        return near(19 * MiB, 600)
+    return rng.choice([rng.randint(0, 8192), rng.randint(1, 3 * MiB), rng.randint(1, 40 * MiB),
+                       rng.randint(1, 300 * MiB)])
+
+
 @needs_compiled
 @pytest.mark.parametrize("expandable", [False, True])
 def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable):
-    # the two implementations, given the same random events (small, mid and large requests, frees, a limit that
-    # releases, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
+    # the two implementations, given the same random events (requests at the rules' thresholds, frees, the last
+    # block freed often (an expandable segment's tail), take_each / give_each, limits that release and change,
+    # release_cached, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
     rng = random.Random(3 + expandable)
-    for trial in range(120):
-        limit = rng.choice([None, 120 * MiB, 400 * MiB])
+    for trial in range(150):
+        limit = rng.choice([None, 30 * MiB, 100 * MiB, 250 * MiB, 1000 * MiB])
         py, c = allocator.PythonAllocator(expandable=expandable, limit=limit), \
             Compiled(expandable=expandable, limit=limit)
         live: list = []
-        for _ in range(80):
+        give = rng.uniform(0.25, 0.55)
+        for _ in range(500):
             roll = rng.random()
-            if live and roll < 0.4:
-                a, b = live.pop(rng.randrange(len(live)))
+            if live and roll < give:
+                a, b = live.pop(-1 if rng.random() < 0.3 else rng.randrange(len(live)))
                 py.give(a)
                 c.give(b)
-            elif roll < 0.43:
+            elif roll < give + 0.02:
                 py.empty_cache()
                 c.empty_cache()
-            elif roll < 0.45:
+            elif roll < give + 0.03:
+                py.release_cached()
+                c.release_cached()
+            elif roll < give + 0.04:
                 py.reset_peaks()
                 c.reset_peaks()
-            elif roll < 0.47 and not expandable:  # a fork replays on; the handles taken so far are dropped
-                new = rng.choice([None, 200 * MiB])
+            elif roll < give + 0.06:
+                py.limit = c.limit = rng.choice([None, 20 * MiB, 80 * MiB, 300 * MiB])
+            elif roll < give + 0.075 and not expandable:  # a fork replays on; the handles so far are dropped
+                new = rng.choice([None, 50 * MiB, 200 * MiB])
                 py, c, live = py.fork(limit=new), c.fork(limit=new), []
+            elif roll < give + 0.12:
+                sizes = [_size(rng) for _ in range(rng.randint(0, 6))]
+                live += zip(py.take_each(sizes), c.take_each(sizes), strict=True)
+                k = rng.randint(0, len(live))
+                back, live = live[len(live) - k:], live[:len(live) - k]
+                py.give_each([None] + [a for a, _ in back])
+                c.give_each([None] + [b for _, b in back])
             else:
-                size = rng.choice([rng.randint(0, 4096), rng.randint(1, 2 * MiB), rng.randint(1, 30 * MiB),
-                                   rng.randint(1, 200 * MiB)])
+                size = _size(rng)
                 live.append((py.take(size), c.take(size)))
             assert _counters(c) == _counters(py), trial
-        assert (c.peak_allocated, c.peak_reserved, c.segments, c.released) == \
-            (py.peak_allocated, py.peak_reserved, py.segments, py.released)
+        assert (c.peak_allocated, c.peak_reserved, c.segments, c.released, c.release_above) == \
+            (py.peak_allocated, py.peak_reserved, py.segments, py.released, py.release_above)
 
 
 @needs_compiled
 def test_the_compiled_allocator_refuses_a_block_given_twice():
-    # its handles are block numbers: a stale one is refused, not followed into another block
+    # its handles are block numbers: one given back twice is refused while its number is not taken again (a
+    # handle kept past that names the new block, as a kept Python list would name a merged one)
     a = Compiled()
     block = a.take(MiB)
     a.give(block)
@@ -82,6 +117,10 @@ def test_allocators_in_reference_cycles_are_collected():
 
     before = sys.getrefcount(Compiled)
     base = Compiled()
+    base.note = "an attribute"
+    referents = gc.get_referents(base)  # its dict, and its type once (the subclass's traverse visits it)
+    assert referents.count(Compiled) == 1 and vars(base) in referents
+    del referents
     base.give(base.take(3 * MiB))
     refs = []
     for _ in range(200):
@@ -92,3 +131,22 @@ def test_allocators_in_reference_cycles_are_collected():
     gc.collect()
     assert all(ref() is None for ref in refs)
     assert sys.getrefcount(Compiled) == before
+
+
+def test_without_the_compiled_model_the_python_one_passes_the_same_tests():
+    # an install without a C compiler: the extension cannot be imported, PythonAllocator stands in, and the
+    # allocator's and the replay's tests pass on it as they do on the compiled one
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; sys.modules['campaign.memory._allocator'] = None\n"
+            "from campaign.memory import allocator\n"
+            "assert allocator.CachingAllocator is allocator.PythonAllocator\n"
+            "import pytest\n"
+            "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/memory/test_allocator.py',"
+            " 'tests/memory/test_reserved.py', 'tests/memory/test_reserved_process.py']))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout

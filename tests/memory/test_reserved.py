@@ -214,10 +214,9 @@ def test_the_replay_allocates_each_mlp_tensor_on_its_own(monkeypatch):
     from campaign.memory import allocator, reserved
 
     sizes = []
-    take, take_each = allocator.CachingAllocator.take, allocator.CachingAllocator.take_each
+    take = allocator.CachingAllocator.take
     monkeypatch.setattr(allocator.CachingAllocator, "take", lambda self, n: sizes.append(n) or take(self, n))
-    monkeypatch.setattr(allocator.CachingAllocator, "take_each",
-                        lambda self, ns: sizes.extend(ns) or take_each(self, ns))
+    monkeypatch.setattr(allocator.CachingAllocator, "take_each", lambda self, ns: [self.take(n) for n in ns])
     reserved._SAME_STEP.clear()
     spec = load_spec("qwen2.5-0.5b")
     assert (spec.intermediate_size, spec.num_layers) == (4864, 24)

@@ -181,15 +181,20 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             # Gemma 2's logit soft-capping keeps a tanh output too.
             attention_scores = nh * (FP32 + c + (c if spec.model_type == "gemma2" else 0))
             soft_in = c  # softmax(x, dtype=float32) reads the 16-bit scores
+        elif spec.model_type == "opt":
+            # OPT's eager attention upcasts its softmax itself, in every dtype and with or without autocast:
+            # softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype) (transformers 5.x modeling_opt.py; before
+            # its move to the shared attention functions only in fp16, transformers#17437). Saved: the fp32 output,
+            # its copy in the compute dtype (the matmul with V's input; none in fp32), attention dropout's mask on
+            # that copy.
+            attention_scores = nh * (FP32 + (c if c != FP32 else 0) + ((c + 1) if drop else 0))
+            soft_in = c  # the scores, in the compute dtype
         else:
             # GPT-2/BERT: softmax output (fp32 under autocast, which lists softmax as fp32), attention dropout's
             # output and 1-byte mask, and the compute-dtype copy autocast makes for the matmul with V. In a 16-bit
-            # module with no autocast (DeepSpeed's cast) softmax runs in 16 bits (GPT2Attention._attn,
-            # BertSelfAttention: nn.functional.softmax(scores, dim=-1)), except OPT's in fp16, which upcasts it
-            # itself (OPTAttention: `if attn_weights.dtype == torch.float16: softmax(..., dtype=torch.float32)
-            # .to(torch.float16)`, transformers#17437): an fp32 output and its 16-bit copy, as under autocast.
-            opt_upcast = spec.model_type == "opt" and w.compute_dtype == "fp16"
-            soft = FP32 if autocast or (w.mixed_precision and opt_upcast) else c
+            # module with no autocast (DeepSpeed's cast) softmax runs in 16 bits (GPT2Attention's and
+            # BertSelfAttention's nn.functional.softmax(scores, dim=-1)).
+            soft = FP32 if autocast else c
             attention_scores = nh * (soft + ((soft + 1) if drop else 0) + (c if soft != c else 0))
             soft_in = soft  # autocast hands softmax an fp32 copy of the scores
         if w.softmax_saves_input:  # PyTorch < 1.11: SoftmaxBackward kept `self` too (pytorch/pytorch#64000)

@@ -60,6 +60,10 @@ def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple
 
 
 def main() -> None:
+    from campaign.memory.allocator import CachingAllocator
+
+    print(f"allocator model: {CachingAllocator.__name__} (CompiledAllocator where the install built "
+          "memory/_allocator.c)")
     for model, kw, card, every in COMMANDS:
         best, n = min(solve_once(model, kw, card, every) for _ in range(3 if model != "tiny" else 1))
         flags = " ".join(f"{k}={v}" for k, v in kw.items())

@@ -210,8 +210,7 @@ def solve_figure() -> str:
         best = float("inf")
         for _ in range(5):
             replays.clear()
-            reserved._SAME_STEP.clear()  # a cold process: no replay kept from the round before
-            reserved._PREFIXES.clear()
+            reserved.clear_kept()  # a cold process: no replay kept from the round before
             start = time.process_time()
             fit_cards(spec, w, cards, estimate=est)
             best = min(best, time.process_time() - start)

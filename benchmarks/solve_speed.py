@@ -52,8 +52,7 @@ def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple
     spec, w = model_spec(model), make_workload(**kw)
     cards = [find_card(card)] if card else list(catalog()) if all_cards else [find_card(n) for n in FEATURED_CARDS]
     est = estimate_memory(spec, w)
-    reserved._SAME_STEP.clear()
-    reserved._PREFIXES.clear()
+    reserved.clear_kept()
     start = time.process_time()
     fit_cards(spec, w, cards, estimate=est)
     return time.process_time() - start, len(cards)

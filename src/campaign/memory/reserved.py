@@ -22,7 +22,7 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
 from ..models.spec import ModelSpec
 from . import zero_replay
@@ -168,6 +168,14 @@ _PREFIXES: dict[tuple, tuple[ModelSpec, Allocator]] = {}  # the allocator after 
 _PREFIXES_MAX = 16
 
 
+def clear_kept() -> None:
+    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES): the next estimate
+    replays as a new process would (the benchmarks' cold solves, tests that count replays)."""
+    _SAME_STEP.clear()
+    _PREFIXES.clear()
+    _STEP_SIZES.clear()
+
+
 ADAPTERS = "LoRA adapter weights"  # f"LoRA adapter weights ({dtype})": the adapters in the run's dtype (phases.py)
 
 
@@ -235,10 +243,91 @@ def prefix_slack(spec: ModelSpec, w: Workload, phases) -> int:
     """What the process has cached before its first step (reserved - allocated after _prefix, or at the prefix's own
     peak, the larger): the blocks the load, the setup and DeepSpeed's init freed. The batch and the length do not
     change it; the allocator after the prefix is kept (_PREFIXES), so a solve's probes replay it once."""
-    t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
-    trainable = [n for layer in t_layers for n in layer] + t_rest
+    trainable = _step_sizes(spec, w, phases).trainable
     a = _after_prefix(spec, w, phases, trainable, w.expandable_segments, None).a
     return max(a.reserved - a.allocated, a.peak_reserved - a.peak_allocated)
+
+
+@dataclass(frozen=True)
+class _StepSizes:
+    """What a training step's replay allocates that neither the batch nor the length changes: the trainable
+    tensors, the forward's 16-bit copies, the gradients, the optimizer states and temporaries, DeepSpeed's plan.
+    Worked out once per model, workload and these items' bytes (_step_sizes), not once per probe of a solve."""
+
+    trainable: list[int]
+    in_order: list[int]  # the trainable tensors in parameter order (the embeddings first)
+    extra_layers: list[list[int]]  # per block: its 16-bit copies / gathered parameters kept for backward
+    extra_rest: list[int]
+    grads_by_layer: list[list[int]]  # sizes of at least 1 B
+    grads_rest: list[int]
+    state_sizes: list[int]
+    zero: zero_replay.ZeroPlan | None
+    zero_states: list[list[int]] | None
+    foreach_tmp: list[int]  # the foreach optimizer's temporaries, one per tensor
+
+
+_STEP_SIZES: dict[tuple, tuple[ModelSpec, _StepSizes]] = {}
+_STEP_SIZES_MAX = 64
+
+
+def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
+    """_StepSizes of this step, kept by what it reads (the spec by identity, the workload but its batch and length,
+    the items' bytes)."""
+    zero = zero_plan(spec, w)
+    z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
+    extra_bytes = sum(i.bytes for p in phases if p.name == "forward" for i in p.items
+                      if i.name == "16-bit working copies (autocast)" or (i.name == "all-gathered parameters"
+                                                                          and not z3))
+    totals = (extra_bytes, item_bytes(phases, "gradients", "gradients"),
+              item_bytes(phases, "optimizer states", "optimizer"),
+              item_bytes(phases, "optimizer temporaries", "temporaries"))
+    others = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
+    key = (id(spec), others, totals)
+    try:
+        spec_found, kept = _STEP_SIZES.get(key, (None, None))
+    except TypeError:  # an input that cannot be a key
+        return _work_out_step_sizes(spec, w, zero, *totals)
+    if spec_found is spec and kept is not None:
+        return kept
+    if len(_STEP_SIZES) >= _STEP_SIZES_MAX:
+        _STEP_SIZES.clear()
+    kept = _work_out_step_sizes(spec, w, zero, *totals)
+    _STEP_SIZES[key] = (spec, kept)
+    return kept
+
+
+def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPlan | None, extra_bytes: int,
+                         grads_total: int, states_total: int, step_tmp: int) -> _StepSizes:
+    t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
+    trainable = [n for layer in t_layers for n in layer] + t_rest
+    w_layers, w_rest = per_layer(spec, list(spec.groups))
+    extra_sizes = list(split_bytes(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
+    extra_layers, pos = [], 0
+    for wl in w_layers:
+        extra_layers.append(extra_sizes[pos:pos + len(wl)])
+        pos += len(wl)
+    extra_rest = extra_sizes[pos:]
+    grad_sizes = list(split_bytes(grads_total, trainable))
+    k = 1 if w.optimizer == "sgd" else 2
+    # the optimizer makes its states in parameter order: the tensors before the blocks (embeddings) come first
+    lead = _leading(spec) if w.method == "full" else 0
+    in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
+    state_sizes = [s for s in split_bytes(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
+    if zero is not None and zero.stage == 3:  # each gradient made whole by autograd, copied into the reduce bucket
+        # and dropped: the partition is the flat buffer from init (zero_replay.init)
+        grad_sizes = [int(n * zero.g) for n in trainable]
+    zero_states = None
+    if zero is not None:  # the optimizer steps one flat fp32 partition per sub-group: its states are flat too
+        flat = list(split_bytes(states_total, [n for n in zero.subgroups for _ in range(k)]))
+        zero_states = [flat[i * k:(i + 1) * k] for i in range(len(zero.subgroups))]
+    grads_by_layer: list[list[int]] = []
+    pos = 0
+    for tl in t_layers:
+        grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
+        pos += len(tl)
+    foreach_tmp = [s for s in split_bytes(step_tmp, in_order) if s >= 1]
+    return _StepSizes(trainable, in_order, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,
+                      zero, zero_states, foreach_tmp)
 
 
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
@@ -247,8 +336,8 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     c = ELEMENT_BYTES[w.compute_dtype]
     tokens = w.batch * w.seq_len
     h, V = spec.hidden_size, spec.vocab_size
-    t_layers, t_rest = _trainable_layers(spec, w) if w.training and w.method != "frozen" else ([], [])
-    trainable = [n for layer in t_layers for n in layer] + t_rest
+    plan = _step_sizes(spec, w, phases)
+    trainable, in_order, zero = plan.trainable, plan.in_order, plan.zero
     r = _after_prefix(spec, w, phases, trainable, expandable, limit)
     inter = spec.intermediate_size
     if spec.moe is not None:
@@ -272,40 +361,11 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     acts = item_bytes(phases, "activations", "activations")
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
-    zero = zero_plan(spec, w)
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
-    fwd_extra = [i for p in phases if p.name == "forward" for i in p.items
-                 if i.name == "16-bit working copies (autocast)" or (i.name == "all-gathered parameters" and not z3)]
-    w_layers, w_rest = per_layer(spec, list(spec.groups))
-    extra_bytes = sum(i.bytes for i in fwd_extra)
-    extra_sizes = list(split_bytes(extra_bytes, [n for layer in w_layers for n in layer] + w_rest))
-    extra_layers, pos = [], 0
-    for wl in w_layers:
-        extra_layers.append(extra_sizes[pos:pos + len(wl)])
-        pos += len(wl)
-    extra_rest = extra_sizes[pos:]
-    grads_total = item_bytes(phases, "gradients", "gradients")
-    states_total = item_bytes(phases, "optimizer states", "optimizer")
+    extra_layers, extra_rest = plan.extra_layers, plan.extra_rest
     step_tmp = item_bytes(phases, "optimizer temporaries", "temporaries")
-    grad_sizes = list(split_bytes(grads_total, trainable))
-    k = 1 if w.optimizer == "sgd" else 2
-    # the optimizer makes its states in parameter order: the tensors before the blocks (embeddings) come first
-    lead = _leading(spec) if w.method == "full" else 0
-    in_order = t_rest[:lead] + [n for layer in t_layers for n in layer] + t_rest[lead:]
-    state_sizes = [s for s in split_bytes(states_total, [n for n in in_order for _ in range(k)]) if s >= 1]
-    if z3 and zero is not None:  # each gradient made whole by autograd, copied into the reduce bucket and dropped:
-        # the partition is the flat buffer from init (zero_replay.init)
-        grad_sizes = [int(n * zero.g) for n in trainable]
-    zero_states = None
-    if zero is not None:  # the optimizer steps one flat fp32 partition per sub-group: its states are flat too
-        flat = list(split_bytes(states_total, [n for n in zero.subgroups for _ in range(k)]))
-        zero_states = [flat[i * k:(i + 1) * k] for i in range(len(zero.subgroups))]
-    grads_by_layer: list[list[int]] = []
-    pos = 0
-    for tl in t_layers:
-        grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
-        pos += len(tl)
-    grads_rest = grad_sizes[pos:]
+    state_sizes, zero_states = plan.state_sizes, plan.zero_states
+    grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
     take, take_each, give_each = r.a.take, r.a.take_each, r.a.give_each
     sizes = [int(t) for t in terms if t >= 1]
     checkpoint = int(tokens * c * h)
@@ -403,7 +463,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             for size in state_sizes:
                 take(size)
         if step_tmp and w.optimizer_impl == "foreach":
-            temporaries = take_each([s for s in split_bytes(step_tmp, in_order) if s >= 1])
+            temporaries = take_each(plan.foreach_tmp)
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time

@@ -378,12 +378,12 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         if co:
             co.fetch("embed")
             co.release("embed")
-        extra = [r.alloc(size) for size in extra_rest]  # 16-bit copies / gathered params outside the blocks
+        extra = r.alloc_each(extra_rest)  # 16-bit copies / gathered params outside the blocks
         saved: list[list[list | None]] = []  # allocator handles (Replay.alloc)
         for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
             if co:
                 co.fetch(index)
-            keep = [r.alloc(size) for size in extra_layers[index]]  # this block's 16-bit copies, kept for backward
+            keep = r.alloc_each(extra_layers[index])  # this block's 16-bit copies, kept for backward
             if w.grad_checkpointing:
                 keep.append(take(checkpoint) if checkpoint else None)
                 give_each(take_each(sizes))  # computed without keeping: freed at once
@@ -460,8 +460,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
                              lambda size, total=total: [r.alloc(step_tmp * size // total)] if step_tmp else [])
             continue
         if step == 0:
-            for size in state_sizes:
-                take(size)
+            take_each(state_sizes)
         if step_tmp and w.optimizer_impl == "foreach":
             temporaries = take_each(plan.foreach_tmp)
             if not last:

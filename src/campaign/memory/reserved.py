@@ -22,7 +22,7 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from . import zero_replay
@@ -42,7 +42,7 @@ from .replay import (
     split_bytes,
 )
 from .states import lora_groups, state_bytes_per_element
-from .workload import Workload
+from .workload import Workload, size_free_key
 from .zero_replay import zero_plan
 
 
@@ -86,18 +86,6 @@ def _tensors(per_token: float, *widths: float) -> list[float]:
         if width and per_token > width and per_token % width == 0:
             return [width] * int(per_token // width)
     return [per_token]
-
-
-_LAST_OTHERS: list = [None, ()]  # the last workload _others read, and its answer
-
-
-def _others(w: Workload) -> tuple:
-    """Every field of `w` but its batch and length, as (name, value) pairs: what the kept replays are keyed by.
-    The last answer is kept: one probe asks it three times of the same workload."""
-    if _LAST_OTHERS[0] is not w:
-        _LAST_OTHERS[:] = w, tuple((f.name, getattr(w, f.name)) for f in fields(w)
-                                   if f.name not in ("batch", "seq_len"))
-    return _LAST_OTHERS[1]
 
 
 _SAME_STEP: dict[tuple, tuple[ModelSpec, Overhead]] = {}  # replays by everything they read (training_overhead)
@@ -151,7 +139,7 @@ def _step_key(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> 
     """Everything a training replay reads: the spec by identity (it holds its config, a dict; kept in the value),
     the workload but its batch and length, the tokens, the per-layer terms, and of the phases each item's name,
     category and bytes (not its formula and source texts, long strings hashed anew for each probe)."""
-    others = _others(w)
+    others = size_free_key(w)
     items = tuple((p.name, tuple((i.name, i.category, i.bytes) for i in p.items)) for p in phases)
     return (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms, items,
             expandable)
@@ -181,11 +169,12 @@ _PREFIXES_MAX = 16
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES): the next estimate
-    replays as a new process would (the benchmarks' cold solves, tests that count replays)."""
+    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES, zero_replay._PLANS):
+    the next estimate replays as a new process would (the benchmarks' cold solves, tests that count replays)."""
     _SAME_STEP.clear()
     _PREFIXES.clear()
     _STEP_SIZES.clear()
+    zero_replay._PLANS.clear()
 
 
 ADAPTERS = "LoRA adapter weights"  # f"LoRA adapter weights ({dtype})": the adapters in the run's dtype (phases.py)
@@ -224,7 +213,7 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
         _prefix(r, spec, w, phases, trainable)
         return r
     before = tuple(p for p in phases if p.name in ("load", "setup"))
-    others = _others(w)
+    others = size_free_key(w)
     key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
         item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
     spec_found: ModelSpec | None = None
@@ -293,7 +282,7 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
     totals = (extra_bytes, item_bytes(phases, "gradients", "gradients"),
               item_bytes(phases, "optimizer states", "optimizer"),
               item_bytes(phases, "optimizer temporaries", "temporaries"))
-    others = _others(w)
+    others = size_free_key(w)
     key = (id(spec), others, totals)
     try:
         spec_found, kept = _STEP_SIZES.get(key, (None, None))
@@ -303,6 +292,7 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
         return kept
     if len(_STEP_SIZES) >= _STEP_SIZES_MAX:
         _STEP_SIZES.clear()
+    zero_replay._PLANS.clear()
     kept = _work_out_step_sizes(spec, w, zero, *totals)
     _STEP_SIZES[key] = (spec, kept)
     return kept

@@ -1,7 +1,7 @@
 """Workload: what is done with the model (inference or training, method, dtypes, batch, sharding)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import InputError
@@ -206,6 +206,18 @@ class Workload:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_LAST_KEY: list = [None, ()]  # the last workload size_free_key read, and its answer
+
+
+def size_free_key(w: Workload) -> tuple:
+    """Every field of `w` but its batch and its length, as (name, value) pairs: the key of what the allocator
+    replay keeps between the probes of a card solve, which differ only in those two. The last answer is kept: one
+    probe asks it several times of the same workload."""
+    if _LAST_KEY[0] is not w:
+        _LAST_KEY[:] = w, tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
+    return _LAST_KEY[1]
 
 
 def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:

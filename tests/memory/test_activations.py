@@ -142,10 +142,11 @@ def test_deepspeed_runs_layer_norm_in_the_16_bit_module_autocast_in_fp32():
 
 def test_deepspeed_runs_gpt2_softmax_in_16_bits_and_opt_upcasts_its_own():
     # eager attention, per token per key (attention_per_token): gpt2 has 12 heads and attention dropout 0.1. Under
-    # autocast softmax outputs fp32 (4 B), dropout keeps its fp32 output and 1-byte mask (4 + 1), and the matmul
-    # with V a 16-bit copy (2): 12 x 11 = 132. In DeepSpeed's 16-bit module (no autocast) GPT2Attention's softmax
-    # runs in 16 bits: 12 x (2 + 2 + 1) = 60. OPT upcasts its softmax itself (softmax(dtype=float32)
-    # .to(query.dtype)): under ZeRO its fp32 output and 16-bit copy stay, as under autocast.
+    # autocast softmax outputs fp32 (4 B), GPT-2 casts it to V's dtype, dropout keeps its 1-byte mask and the matmul
+    # with V dropout's 16-bit output (2): 12 x 7 = 84 (test_eager_attention_keeps_what_autograd_saves counts it).
+    # In DeepSpeed's 16-bit module (no autocast) GPT2Attention's softmax runs in 16 bits: 12 x (2 + 2 + 1) = 60.
+    # OPT upcasts its softmax itself (softmax(dtype=float32).to(query.dtype)): under ZeRO its fp32 output and 16-bit
+    # copy stay, as under autocast.
     from campaign.memory.activations import layer_saved
     from campaign.models import load_spec
     from campaign.models.architectures import spec_from_config
@@ -156,10 +157,10 @@ def test_deepspeed_runs_gpt2_softmax_in_16_bits_and_opt_upcasts_its_own():
         return layer_saved(spec, make_workload(seq_len=512, mixed_precision=True, attention="eager",
                                                **kw)).attention_per_token
 
-    assert per_key(gpt2, dtype="fp32") == 12 * (4 + 5 + 2) == 132
+    assert per_key(gpt2, dtype="fp32") == 12 * (4 + 2 + 1) == 84
     for shard in ("zero1", "zero2", "zero3"):
         assert per_key(gpt2, gpus=8, shard=shard) == 12 * (2 + 3) == 60, shard
-    assert per_key(gpt2, gpus=8, shard="fsdp") == 132  # FSDP under the Trainer keeps autocast
+    assert per_key(gpt2, gpus=8, shard="fsdp") == 84  # FSDP under the Trainer keeps autocast
     opt = spec_from_config(dict(model_type="opt", architectures=["OPTForCausalLM"], vocab_size=50272,
                                 hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
                                 max_position_embeddings=2048, word_embed_proj_dim=2048, do_layer_norm_before=True,
@@ -170,3 +171,75 @@ def test_deepspeed_runs_gpt2_softmax_in_16_bits_and_opt_upcasts_its_own():
     assert per_key(opt, gpus=8, shard="zero2", dtype="fp16") == 32 * (4 + 2) == per_key(opt, dtype="fp32") == 192
     assert per_key(opt, gpus=8, shard="zero2", dtype="bf16") == 192
     assert layer_saved(opt, make_workload(seq_len=512, dtype="fp32", attention="eager")).attention_per_token == 32 * 4
+
+
+def _saved_per_score(attention, dtype) -> dict[str, float]:
+    """Bytes per attention score that autograd keeps for one call of `attention` (dtype: what CUDA autocast runs
+    matmul in, or None for plain fp32), by dtype: counted with saved_tensors_hooks, each storage once."""
+    import torch
+
+    saved: dict[int, tuple[torch.dtype, int]] = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = (t.dtype, t.untyped_storage().nbytes())
+        return t
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attention(q, k, v, dtype)
+    scores = 2 * 4 * 8 * 8
+    out: dict[str, float] = {}
+    for d, nbytes in saved.values():
+        if nbytes == scores * torch.empty((), dtype=d).element_size():  # the (batch, heads, query, key) tensors
+            out[str(d).removeprefix("torch.")] = out.get(str(d).removeprefix("torch."), 0) + nbytes / scores
+    return out
+
+
+def _cuda_autocast_ops(dtype):
+    """matmul, softmax and dropout as CUDA runs them under torch.autocast(dtype) (matmul on the autocast dtype,
+    softmax on fp32: torch's autocast op lists; dropout on its input, through native_dropout, which keeps a bool
+    mask), or plain fp32 ops for None. CPU autocast lists softmax otherwise, so the casts are written out."""
+    import torch
+
+    def matmul(a, b):
+        return torch.matmul(a.to(dtype), b.to(dtype)) if dtype else torch.matmul(a, b)
+
+    def softmax(x):
+        return torch.softmax(x.float() if dtype else x, dim=-1)
+
+    def dropout(x):
+        return torch.ops.aten.native_dropout(x, 0.1, True)[0]
+
+    return matmul, softmax, dropout
+
+
+def _bert_eager(q, k, v, dtype):  # transformers 5.24 modeling_bert.eager_attention_forward
+    matmul, softmax, dropout = _cuda_autocast_ops(dtype)
+    w = softmax(matmul(q, k.transpose(2, 3)) * 0.25)
+    return matmul(dropout(w), v)
+
+
+def _gpt2_eager(q, k, v, dtype):  # transformers 5.24 modeling_gpt2.eager_attention_forward
+    matmul, softmax, dropout = _cuda_autocast_ops(dtype)
+    value = v.to(dtype) if dtype else v  # autocast hands the matmul V in its dtype: value.dtype
+    w = softmax(matmul(q, k.transpose(-1, -2)) * 0.25).type(value.dtype)
+    return matmul(dropout(w), value)
+
+
+@pytest.mark.parametrize("model, attention", [("gpt2", _gpt2_eager), ("bert-base", _bert_eager)])
+def test_eager_attention_keeps_what_autograd_saves(model, attention):
+    # counted, not derived: under CUDA autocast both keep softmax's fp32 output, dropout's bool mask and one 16-bit
+    # copy (the matmul's input): 4 + 1 + 2 per score; in fp32, softmax's output, the mask and dropout's output
+    import torch
+
+    from campaign.memory.activations import layer_saved
+    from campaign.models import load_spec
+
+    assert _saved_per_score(attention, torch.bfloat16) == {"float32": 4, "bool": 1, "bfloat16": 2}
+    assert _saved_per_score(attention, None) == {"float32": 8, "bool": 1}
+    spec = load_spec(model)
+    assert spec.num_heads == 12
+    for kw, counted in (({"mixed_precision": True}, 4 + 1 + 2), ({}, 8 + 1)):
+        w = make_workload(seq_len=512, dtype="fp32", attention="eager", **kw)
+        assert layer_saved(spec, w).attention_per_token == 12 * counted, kw

@@ -190,12 +190,14 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             attention_scores = nh * (FP32 + (c if c != FP32 else 0) + ((c + 1) if drop else 0))
             soft_in = c  # the scores, in the compute dtype
         else:
-            # GPT-2/BERT: softmax output (fp32 under autocast, which lists softmax as fp32), attention dropout's
-            # output and 1-byte mask, and the compute-dtype copy autocast makes for the matmul with V. In a 16-bit
-            # module with no autocast (DeepSpeed's cast) softmax runs in 16 bits (GPT2Attention's and
-            # BertSelfAttention's nn.functional.softmax(scores, dim=-1)).
+            # GPT-2/BERT: softmax's output (fp32 under autocast, which lists softmax as fp32; in a 16-bit module
+            # with no autocast, DeepSpeed's cast, nn.functional.softmax(scores, dim=-1) runs in 16 bits), kept by
+            # its backward; the matmul with V keeps its input in the compute dtype; dropout (CUDA's native_dropout)
+            # keeps its 1-byte mask. Under autocast that input is a 16-bit copy: BERT's of dropout's fp32 output
+            # (freed once cast), GPT-2's dropout output of the .type(value.dtype) copy it makes first (freed once
+            # dropped out), so 4 + 2 + 1 either way; without autocast dropout's output is the matmul's input.
             soft = FP32 if autocast else c
-            attention_scores = nh * (soft + ((soft + 1) if drop else 0) + (c if soft != c else 0))
+            attention_scores = nh * (soft + (c if soft != c or drop else 0) + (1 if drop else 0))
             soft_in = soft  # autocast hands softmax an fp32 copy of the scores
         if w.softmax_saves_input:  # PyTorch < 1.11: SoftmaxBackward kept `self` too (pytorch/pytorch#64000)
             attention_scores += nh * soft_in

@@ -273,6 +273,20 @@ def test_a_fork_refuses_keyed_blocks_and_expandable_segments():
         CachingAllocator(expandable=True).fork(limit=None)
 
 
+def test_pass_each_takes_and_gives_back_each_size_in_turn():
+    # 30 MiB, 5 MiB, 12 MiB made and dropped one after the other: the first takes a 30 MiB segment, which the 5 MiB
+    # one then splits (25 MiB left, > 1 MiB) and gives back whole; the 12 MiB one reuses it too. Nothing stays
+    # allocated, one segment is reserved, and the peak allocated is the largest single tensor.
+    a, b = CachingAllocator(), CachingAllocator()
+    a.pass_each([30 * MiB, 5 * MiB, 12 * MiB])
+    for size in (30 * MiB, 5 * MiB, 12 * MiB):
+        b.give(b.take(size))
+    assert a.state() == b.state()
+    assert (a.allocated, a.reserved, a.peak_allocated, a.segments) == (0, 30 * MiB, 30 * MiB, 1)
+    with pytest.raises(TypeError):
+        a.pass_each([MiB, None])  # a size, not a handle
+
+
 def test_take_each_and_give_each_are_take_and_give_in_order():
     sizes = [3 * MiB, 700, 25 * MiB, MiB, 12 * MiB + 1]
     a, b = CachingAllocator(), CachingAllocator()

@@ -52,7 +52,7 @@ def _size(rng: random.Random) -> int:
 @pytest.mark.parametrize("expandable", [False, True])
 def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable):
     # the two implementations, given the same random events (requests at the rules' thresholds, frees, the last
-    # block freed often (an expandable segment's tail), take_each / give_each, limits that release and change,
+    # block freed often (an expandable segment's tail), take_each / give_each / pass_each, limits that release and change,
     # release_cached, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
     rng = random.Random(3 + expandable)
     for trial in range(150):
@@ -81,6 +81,10 @@ def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable
             elif roll < give + 0.075 and not expandable:  # a fork replays on; the handles so far are dropped
                 new = rng.choice([None, 50 * MiB, 200 * MiB])
                 py, c, live = py.fork(limit=new), c.fork(limit=new), []
+            elif roll < give + 0.09:
+                sizes = [_size(rng) for _ in range(rng.randint(0, 4))]
+                py.pass_each(sizes)
+                c.pass_each(sizes)
             elif roll < give + 0.12:
                 sizes = [_size(rng) for _ in range(rng.randint(0, 6))]
                 live += zip(py.take_each(sizes), c.take_each(sizes), strict=True)

@@ -386,6 +386,21 @@ static PyObject *Core_give_each(Core *self, PyObject *handles) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Core_pass_each(Core *self, PyObject *sizes) {
+    /* take(size) and give the block back at once, for each size in order: tensors made and dropped */
+    PyObject *items = int_items(sizes, "pass_each");
+    if (!items) return NULL;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        i64 size = PyLong_AsLongLong(PyTuple_GET_ITEM(items, i)); /* None: PyLong_AsLongLong's TypeError */
+        if (size == -1 && PyErr_Occurred()) { Py_DECREF(items); return NULL; }
+        int block = checked_take(self, size);
+        if (block < 0 || make_room(self) < 0) { Py_DECREF(items); return NULL; }
+        give(self, block);
+    }
+    Py_DECREF(items);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_release_cached(Core *self, PyObject *Py_UNUSED(ignored)) {
     release_cached(self);
     Py_RETURN_NONE;
@@ -489,6 +504,7 @@ static PyMethodDef Core_methods[] = {
     {"give", (PyCFunction)Core_give, METH_O, "Free a block from take()."},
     {"take_each", (PyCFunction)Core_take_each, METH_O, "[take(size) for size in sizes]."},
     {"give_each", (PyCFunction)Core_give_each, METH_O, "give(handle) for each handle that is not None."},
+    {"pass_each", (PyCFunction)Core_pass_each, METH_O, "give(take(size)) for each size, in order."},
     {"release_cached", (PyCFunction)Core_release_cached, METH_NOARGS,
      "Return every cached segment that is wholly free to the driver."},
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},

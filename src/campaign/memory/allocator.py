@@ -78,6 +78,8 @@ class Allocator:
 
         def give_each(self, blocks: Sequence[Any]) -> None: ...
 
+        def pass_each(self, sizes: Sequence[int]) -> None: ...
+
         def _fork(self, *, limit: int | None) -> Allocator: ...
 
         def release_cached(self) -> None: ...
@@ -236,6 +238,11 @@ class PythonAllocator(Allocator):
         for block in blocks:
             if block is not None:
                 self.give(block)
+
+    def pass_each(self, sizes: Sequence[int]) -> None:
+        """give(take(size)) for each size, in order: tensors made and dropped at once."""
+        for size in sizes:
+            self.give(self.take(size))
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

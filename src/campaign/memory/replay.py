@@ -51,7 +51,7 @@ class Replay:
     def use(self, a: Allocator) -> None:
         """Replay on through `a` (a fresh allocator, or a fork)."""
         self.a = a
-        self._take, self._take_each, self._give_each = a.take, a.take_each, a.give_each
+        self._take, self._take_each, self._give_each, self._pass_each = a.take, a.take_each, a.give_each, a.pass_each
 
     def alloc(self, size: int | float) -> Any:
         return self._take(int(size)) if size >= 1 else None
@@ -61,6 +61,10 @@ class Replay:
         if sizes and min(sizes) >= 1:
             return self._take_each(sizes)
         return [self.alloc(size) for size in sizes]
+
+    def pass_each(self, sizes: list[int]) -> None:
+        """free(alloc(size)) for each size, in order (whole bytes): tensors made and dropped at once."""
+        self._pass_each([size for size in sizes if size >= 1])
 
     def free(self, *handles: Any) -> None:
         """Give back each handle that is not None (alloc's None: nothing taken)."""

@@ -256,7 +256,6 @@ class _StepSizes:
     Worked out once per model, workload and these items' bytes (_step_sizes), not once per probe of a solve."""
 
     trainable: list[int]
-    in_order: list[int]  # the trainable tensors in parameter order (the embeddings first)
     extra_layers: list[list[int]]  # per block: its 16-bit copies / gathered parameters kept for backward
     extra_rest: list[int]
     grads_by_layer: list[list[int]]  # sizes of at least 1 B
@@ -265,6 +264,7 @@ class _StepSizes:
     zero: zero_replay.ZeroPlan | None
     zero_states: list[list[int]] | None
     foreach_tmp: list[int]  # the foreach optimizer's temporaries, one per tensor
+    loop_tmp: list[int]  # the for-loop optimizer's: one tensor-sized temporary at a time
 
 
 _STEP_SIZES: dict[tuple, tuple[ModelSpec, _StepSizes]] = {}
@@ -328,8 +328,9 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
         grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
         pos += len(tl)
     foreach_tmp = [s for s in split_bytes(step_tmp, in_order) if s >= 1]
-    return _StepSizes(trainable, in_order, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,
-                      zero, zero_states, foreach_tmp)
+    loop_tmp = [int(numel * state_bytes_per_element(w)) for numel in in_order]
+    return _StepSizes(trainable, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,
+                      zero, zero_states, foreach_tmp, loop_tmp)
 
 
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
@@ -339,7 +340,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     tokens = w.batch * w.seq_len
     h, V = spec.hidden_size, spec.vocab_size
     plan = _step_sizes(spec, w, phases)
-    trainable, in_order, zero = plan.trainable, plan.in_order, plan.zero
+    trainable, zero = plan.trainable, plan.zero
     r = _after_prefix(spec, w, phases, trainable, expandable, limit)
     inter = spec.intermediate_size
     if spec.moe is not None:
@@ -431,8 +432,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             tmp = take_each(layer_tmp)
             if index < len(grads_by_layer):
                 if accumulate or z3:  # AccumulateGrad adds the new gradient in place to the kept one, then frees it
-                    for size in grads_by_layer[index]:
-                        r.free(r.alloc(size))
+                    r.pass_each(grads_by_layer[index])
                 else:
                     grads += take_each(grads_by_layer[index])
             give_each(tmp)
@@ -444,8 +444,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         if co:
             co.fetch("embed")
         if accumulate or z3:
-            for size in grads_rest:
-                r.free(r.alloc(size))
+            r.pass_each(grads_rest)
         else:
             grads += [r.alloc(s) for s in grads_rest]
         if co:
@@ -468,8 +467,7 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             if not last:
                 r.free(*temporaries)
         elif step_tmp:  # for-loop: one tensor-sized temporary at a time
-            for numel in in_order:
-                r.free(r.alloc(numel * state_bytes_per_element(w)))
+            r.pass_each(plan.loop_tmp)
         if not last and not w.grads_held:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
     return overhead_of(r)

@@ -52,8 +52,8 @@ def _size(rng: random.Random) -> int:
 @pytest.mark.parametrize("expandable", [False, True])
 def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable):
     # the two implementations, given the same random events (requests at the rules' thresholds, frees, the last
-    # block freed often (an expandable segment's tail), take_each / give_each / pass_each, limits that release and change,
-    # release_cached, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
+    # block freed often (an expandable segment's tail), take_each / give_each / pass_each, limits that release and
+    # change, release_cached, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
     rng = random.Random(3 + expandable)
     for trial in range(150):
         limit = rng.choice([None, 30 * MiB, 100 * MiB, 250 * MiB, 1000 * MiB])

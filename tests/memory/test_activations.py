@@ -173,10 +173,30 @@ def test_deepspeed_runs_gpt2_softmax_in_16_bits_and_opt_upcasts_its_own():
     assert layer_saved(opt, make_workload(seq_len=512, dtype="fp32", attention="eager")).attention_per_token == 32 * 4
 
 
-def _saved_per_score(attention, dtype) -> dict[str, float]:
-    """Bytes per attention score that autograd keeps for one call of `attention` (dtype: what CUDA autocast runs
-    matmul in, or None for plain fp32), by dtype: counted with saved_tensors_hooks, each storage once."""
+def _saved_per_score(attention, autocast, dtype, dropout: float) -> dict[str, int]:
+    """Bytes per attention score that autograd keeps for one call of transformers' `attention` function (q, k, v
+    in `dtype`; `autocast`: the dtype CUDA autocast runs matmul in, or None), by dtype: counted with
+    saved_tensors_hooks, each storage once. CUDA's rules are applied by a TorchFunctionMode, as CPU autocast lists
+    softmax otherwise and CPU dropout keeps its scaled noise: matmul's inputs cast to the autocast dtype, softmax's
+    to fp32 (torch's autocast op lists), dropout as CUDA's fused native_dropout (a bool mask) when p > 0."""
+    import types
+
     import torch
+    from torch.overrides import TorchFunctionMode
+
+    functional = torch.nn.functional
+
+    class CudaRules(TorchFunctionMode):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if autocast is not None and func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__):
+                args = tuple(a.to(autocast) for a in args)
+            if autocast is not None and func in (functional.softmax, torch.softmax, torch.Tensor.softmax):
+                args = (args[0].float(), *args[1:])
+            if func is functional.dropout:
+                p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+                return torch.ops.aten.native_dropout(args[0], p, True)[0] if p > 0 else args[0]
+            return func(*args, **kwargs)
 
     saved: dict[int, tuple[torch.dtype, int]] = {}
 
@@ -185,61 +205,50 @@ def _saved_per_score(attention, dtype) -> dict[str, float]:
         return t
 
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        attention(q, k, v, dtype)
+    q, k, v = (torch.randn(2, 4, 8, 16, dtype=dtype, requires_grad=True) for _ in range(3))
+    value = v.to(autocast) if autocast is not None else v  # under autocast V comes out of a Linear in its dtype
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), CudaRules():
+        attention(types.SimpleNamespace(training=True), q, k, value, None, scaling=0.25, dropout=dropout)
     scores = 2 * 4 * 8 * 8
-    out: dict[str, float] = {}
+    out: dict[str, int] = {}
     for d, nbytes in saved.values():
         if nbytes == scores * torch.empty((), dtype=d).element_size():  # the (batch, heads, query, key) tensors
-            out[str(d).removeprefix("torch.")] = out.get(str(d).removeprefix("torch."), 0) + nbytes / scores
+            name = str(d).removeprefix("torch.")
+            out[name] = out.get(name, 0) + nbytes // scores
     return out
 
 
-def _cuda_autocast_ops(dtype):
-    """matmul, softmax and dropout as CUDA runs them under torch.autocast(dtype) (matmul on the autocast dtype,
-    softmax on fp32: torch's autocast op lists; dropout on its input, through native_dropout, which keeps a bool
-    mask), or plain fp32 ops for None. CPU autocast lists softmax otherwise, so the casts are written out."""
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_eager_attention_keeps_what_autograd_saves(model):
+    # counted, not derived: transformers' own eager attention functions run under CUDA's rules, each case against
+    # layer_saved's bytes per token per key on a 12-head model with and without attention dropout
     import torch
-
-    def matmul(a, b):
-        return torch.matmul(a.to(dtype), b.to(dtype)) if dtype else torch.matmul(a, b)
-
-    def softmax(x):
-        return torch.softmax(x.float() if dtype else x, dim=-1)
-
-    def dropout(x):
-        return torch.ops.aten.native_dropout(x, 0.1, True)[0]
-
-    return matmul, softmax, dropout
-
-
-def _bert_eager(q, k, v, dtype):  # transformers 5.24 modeling_bert.eager_attention_forward
-    matmul, softmax, dropout = _cuda_autocast_ops(dtype)
-    w = softmax(matmul(q, k.transpose(2, 3)) * 0.25)
-    return matmul(dropout(w), v)
-
-
-def _gpt2_eager(q, k, v, dtype):  # transformers 5.24 modeling_gpt2.eager_attention_forward
-    matmul, softmax, dropout = _cuda_autocast_ops(dtype)
-    value = v.to(dtype) if dtype else v  # autocast hands the matmul V in its dtype: value.dtype
-    w = softmax(matmul(q, k.transpose(-1, -2)) * 0.25).type(value.dtype)
-    return matmul(dropout(w), value)
-
-
-@pytest.mark.parametrize("model, attention", [("gpt2", _gpt2_eager), ("bert-base", _bert_eager)])
-def test_eager_attention_keeps_what_autograd_saves(model, attention):
-    # counted, not derived: under CUDA autocast both keep softmax's fp32 output, dropout's bool mask and one 16-bit
-    # copy (the matmul's input): 4 + 1 + 2 per score; in fp32, softmax's output, the mask and dropout's output
-    import torch
+    from transformers.models.bert.modeling_bert import eager_attention_forward as bert
+    from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward as gpt2
 
     from campaign.memory.activations import layer_saved
-    from campaign.models import load_spec
+    from campaign.models.architectures import spec_from_config
 
-    assert _saved_per_score(attention, torch.bfloat16) == {"float32": 4, "bool": 1, "bfloat16": 2}
-    assert _saved_per_score(attention, None) == {"float32": 8, "bool": 1}
-    spec = load_spec(model)
-    assert spec.num_heads == 12
-    for kw, counted in (({"mixed_precision": True}, 4 + 1 + 2), ({}, 8 + 1)):
-        w = make_workload(seq_len=512, dtype="fp32", attention="eager", **kw)
-        assert layer_saved(spec, w).attention_per_token == 12 * counted, kw
+    attention = {"gpt2": gpt2, "bert": bert}[model]
+    config = {"gpt2": dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], vocab_size=512, n_embd=768,
+                           n_layer=2, n_head=12, n_positions=512),
+              "bert": dict(model_type="bert", architectures=["BertForMaskedLM"], vocab_size=512, hidden_size=768,
+                           num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072,
+                           max_position_embeddings=512)}[model]
+    no_dropout = {"gpt2": dict(attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0),
+                  "bert": dict(attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)}[model]
+    cases = (  # workload, autocast, dtype of the tensors
+        (dict(dtype="fp32", mixed_precision=True), torch.bfloat16, torch.float32),  # autocast over fp32 weights
+        (dict(dtype="fp32"), None, torch.float32),
+        (dict(gpus=8, shard="zero2", mixed_precision=True), None, torch.bfloat16),  # DeepSpeed's 16-bit module
+    )
+    for p, overrides in ((0.1, {}), (0.0, no_dropout)):
+        spec = spec_from_config({**config, **overrides}, name=model, source="test")
+        assert spec.num_heads == 12 and (spec.dropout > 0) == (p > 0)
+        for kw, autocast, dtype in cases:
+            counted = _saved_per_score(attention, autocast, dtype, p)
+            w = make_workload(seq_len=512, attention="eager", **kw)
+            assert layer_saved(spec, w).attention_per_token == 12 * sum(counted.values()), (p, kw, counted)
+    # under autocast with dropout: softmax's fp32 output, the mask, one 16-bit copy (the matmul's input)
+    assert _saved_per_score(attention, torch.bfloat16, torch.float32, 0.1) == {"float32": 4, "bool": 1,
+                                                                               "bfloat16": 2}

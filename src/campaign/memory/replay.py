@@ -62,9 +62,9 @@ class Replay:
             return self._take_each(sizes)
         return [self.alloc(size) for size in sizes]
 
-    def pass_each(self, sizes: list[int]) -> None:
-        """free(alloc(size)) for each size, in order (whole bytes): tensors made and dropped at once."""
-        self._pass_each([size for size in sizes if size >= 1])
+    def pass_each(self, sizes: list[int] | list[float]) -> None:
+        """free(alloc(size)) for each size, in order: tensors made and dropped at once."""
+        self._pass_each([int(size) for size in sizes if size >= 1])
 
     def free(self, *handles: Any) -> None:
         """Give back each handle that is not None (alloc's None: nothing taken)."""

@@ -292,7 +292,6 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
         return kept
     if len(_STEP_SIZES) >= _STEP_SIZES_MAX:
         _STEP_SIZES.clear()
-    zero_replay._PLANS.clear()
     kept = _work_out_step_sizes(spec, w, zero, *totals)
     _STEP_SIZES[key] = (spec, kept)
     return kept

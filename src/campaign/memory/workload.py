@@ -208,16 +208,19 @@ class Workload:
         return asdict(self)
 
 
-_LAST_KEY: list = [None, ()]  # the last workload size_free_key read, and its answer
+_last_key: tuple[Workload | None, tuple] = (None, ())  # the last workload size_free_key read, and its answer
 
 
 def size_free_key(w: Workload) -> tuple:
     """Every field of `w` but its batch and its length, as (name, value) pairs: the key of what the allocator
-    replay keeps between the probes of a card solve, which differ only in those two. The last answer is kept: one
-    probe asks it several times of the same workload."""
-    if _LAST_KEY[0] is not w:
-        _LAST_KEY[:] = w, tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
-    return _LAST_KEY[1]
+    replay keeps between the probes of a card solve, which differ only in those two. The last answer is kept (one
+    probe asks it several times of the same workload), as one pair replaced whole."""
+    global _last_key
+    kept, key = _last_key
+    if kept is not w:
+        key = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
+        _last_key = (w, key)
+    return key
 
 
 def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:

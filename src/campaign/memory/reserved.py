@@ -31,6 +31,7 @@ from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
 from .replay import (
+    KeptBySpec,
     Overhead,
     Replay,
     allocator_for,
@@ -267,13 +268,12 @@ class _StepSizes:
     loop_tmp: list[int]  # the for-loop optimizer's: one tensor-sized temporary at a time
 
 
-_STEP_SIZES: dict[tuple, tuple[ModelSpec, _StepSizes]] = {}
-_STEP_SIZES_MAX = 64
+_STEP_SIZES = KeptBySpec(64)
 
 
 def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
-    """_StepSizes of this step, kept by what it reads (the spec by identity, the workload but its batch and length,
-    the items' bytes)."""
+    """_StepSizes of this step, kept by what it reads (the spec, the workload but its batch and length, the items'
+    bytes)."""
     zero = zero_plan(spec, w)
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     extra_bytes = sum(i.bytes for p in phases if p.name == "forward" for i in p.items
@@ -282,19 +282,7 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
     totals = (extra_bytes, item_bytes(phases, "gradients", "gradients"),
               item_bytes(phases, "optimizer states", "optimizer"),
               item_bytes(phases, "optimizer temporaries", "temporaries"))
-    others = size_free_key(w)
-    key = (id(spec), others, totals)
-    try:
-        spec_found, kept = _STEP_SIZES.get(key, (None, None))
-    except TypeError:  # an input that cannot be a key
-        return _work_out_step_sizes(spec, w, zero, *totals)
-    if spec_found is spec and kept is not None:
-        return kept
-    if len(_STEP_SIZES) >= _STEP_SIZES_MAX:
-        _STEP_SIZES.clear()
-    kept = _work_out_step_sizes(spec, w, zero, *totals)
-    _STEP_SIZES[key] = (spec, kept)
-    return kept
+    return _STEP_SIZES.get(spec, (size_free_key(w), totals), lambda: _work_out_step_sizes(spec, w, zero, *totals))
 
 
 def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPlan | None, extra_bytes: int,

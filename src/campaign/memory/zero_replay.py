@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from .deepspeed import _units, grad_bytes, zero_buffers, zero_settings
-from .replay import Replay, per_layer, split_bytes
+from .replay import KeptBySpec, Replay, per_layer, split_bytes
 from .states import trainable_params
 from .workload import Workload, size_free_key
 
@@ -51,24 +51,13 @@ class ZeroPlan:
     prefetch: int                  # stage 3: bytes prefetched ahead of the module that runs (the item's)
 
 
-_PLANS: dict[tuple, tuple[ModelSpec, ZeroPlan | None]] = {}  # by the spec's identity and size_free_key
-_PLANS_MAX = 64
+_PLANS = KeptBySpec(64)
 
 
 def zero_plan(spec: ModelSpec, w: Workload) -> ZeroPlan | None:
     """What the replay allocates for DeepSpeed under `w` (None: no ZeRO, or nothing trainable). Neither the batch
     nor the length changes it: kept per model and workload for the probes of a solve."""
-    key = (id(spec), size_free_key(w))
-    try:
-        spec_found, plan = _PLANS.get(key, (None, None))
-    except TypeError:  # an input that cannot be a key
-        return _work_out_plan(spec, w)
-    if spec_found is not spec:
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        plan = _work_out_plan(spec, w)
-        _PLANS[key] = (spec, plan)
-    return plan
+    return _PLANS.get(spec, size_free_key(w), lambda: _work_out_plan(spec, w))
 
 
 def _work_out_plan(spec: ModelSpec, w: Workload) -> ZeroPlan | None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +22,18 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _mkdtemp(**kw: Any) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(**kw)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write bytes to path through a temporary file in the same folder and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here, as hashlib: the everyday commands read and print, and start faster without them
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the permissions open() would
@@ -76,7 +82,7 @@ def file_set(out_dir: str | os.PathLike[str], replaces: Sequence[str] = ()) -> I
             if sub is not None:
                 raise InputError(f"{out}: holds the folder {sub.name!r}; a file set is replaced as one folder of "
                                  "files, so give it a folder of its own (e.g. a new --out)")
-        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
+        stage = Path(_mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
         try:
             yield stage
             if out.is_dir():
@@ -133,7 +139,7 @@ def export_folder(out_dir: str | os.PathLike[str], *, force: bool, is_export: Ca
             if not is_export(out):
                 raise InputError(f"{out}: exists and is not an earlier campaign {what} (its manifest is missing); "
                                  "--force replaces only those: remove it yourself or give a new folder")
-        stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
+        stage = Path(_mkdtemp(dir=parent, prefix=f".{out.name}{_STAGE}"))
         try:
             os.chmod(stage, 0o777 & ~_umask())
             yield stage
@@ -258,11 +264,15 @@ def input_file(path: str | os.PathLike[str], what: str = "input") -> Path:
 
 def sha256_bytes(data: bytes) -> str:
     """A stable content hash, the same on every run and machine (never Python's hash())."""
+    import hashlib  # here: OpenSSL's module costs every command a few ms at start-up
+
     return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     """SHA-256 of a file's bytes, read in chunks."""
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

@@ -232,3 +232,21 @@ def test_unwritable_output_is_one_line(cli, tmp_path):
 def test_debug_shows_the_traceback(cli):
     with pytest.raises(Exception, match="unknown model"):
         cli("memory", "nope-model", "--debug")
+
+
+def test_optional_libraries_chatter_is_quieted_when_torch_comes_and_logging_not_loaded_before():
+    # main() sets torchao's and torch's pytree loggers to errors as torch is first imported (their import-time
+    # warnings are not a command's output); a command that never imports torch does not load logging for it
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = ("import contextlib, io, sys\nimport campaign.cli\n"
+              "with contextlib.redirect_stdout(io.StringIO()):\n"
+              "    try:\n        campaign.cli.main(['cards'])\n    except SystemExit:\n        pass\n"
+              "print('logging' in sys.modules)\nimport torch, logging\n"
+              "print(logging.getLogger('torchao').level, logging.getLogger('torch.utils._pytree').level)\n"
+              "print(campaign.cli._QuietOptionalLibraries in sys.meta_path)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         timeout=120).stdout.split("\n")
+    assert out[:3] == ["False", "40 40", "False"]  # logging.ERROR is 40; the finder is gone once torch came

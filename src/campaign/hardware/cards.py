@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UnknownNameError
@@ -36,7 +36,7 @@ class Card:
 @lru_cache(maxsize=1)
 def all_cards() -> tuple[Card, ...]:
     """Every card in the catalog, in file order."""
-    data = json.loads((resources.files("campaign.hardware") / "cards.json").read_text(encoding="utf-8"))
+    data = json.loads((Path(__file__).with_name("cards.json")).read_text(encoding="utf-8"))
     fields = Card.__dataclass_fields__
     cards = []
     for c in data["cards"]:

@@ -7,7 +7,6 @@ import difflib
 import os
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +210,7 @@ def _known(card: str) -> bool:
 
 def example_prices_path() -> Path:
     """The bundled example price file (illustrative, dated; see its header)."""
-    return Path(str(resources.files("campaign.plan") / EXAMPLE_PRICES))
+    return Path(__file__).with_name(EXAMPLE_PRICES)
 
 
 def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:

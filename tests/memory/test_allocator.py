@@ -287,6 +287,33 @@ def test_pass_each_takes_and_gives_back_each_size_in_turn():
         a.pass_each([MiB, None])  # a size, not a handle
 
 
+def test_the_layer_calls_replay_a_forward_and_a_backward_as_counted_by_hand():
+    # forward, one block: it keeps 30 MiB (a 30 MiB segment) and makes and drops 12 MiB (a 12 MiB segment, then
+    # cached): 42 MiB reserved, 30 allocated. Backward: 12 MiB made (the cached block, whole), a 4 MiB gradient
+    # kept (under 10 MiB: a 20 MiB segment, 16 MiB split off), then 12 MiB and the block's 30 MiB freed: 62 MiB
+    # reserved over 3 segments, the gradient's 4 MiB allocated, the peak 30 + 12 + 4 = 46 MiB
+    a, b = CachingAllocator(), CachingAllocator()
+    saved = a.forward_layers([[30 * MiB]], [12 * MiB])
+    assert len(saved) == 1 and len(saved[0]) == 1
+    assert (a.allocated, a.reserved, a.segments) == (30 * MiB, 42 * MiB, 2)
+    grads = a.backward_layers(saved, [12 * MiB], 0, [[4 * MiB]], True)
+    assert len(grads) == 1
+    assert (a.allocated, a.reserved, a.peak_allocated, a.segments) == (4 * MiB, 62 * MiB, 46 * MiB, 3)
+    # the same events one by one; with `keep` off the gradient is given back at once
+    kept = b.take(30 * MiB)
+    b.give(b.take(12 * MiB))
+    made = b.take(12 * MiB)
+    b.take(4 * MiB)  # the gradient, kept
+    b.give(made)
+    b.give(kept)
+    assert a.state() == b.state()
+    c = CachingAllocator()
+    c.backward_layers(c.forward_layers([[30 * MiB]], [12 * MiB]), [12 * MiB], 0, [[4 * MiB]], False)
+    assert (c.allocated, c.reserved) == (0, 62 * MiB)
+    with pytest.raises(ValueError):
+        c.backward_layers([[]], [MiB], 2, [], True)  # `first` past what is made
+
+
 def test_take_each_and_give_each_are_take_and_give_in_order():
     sizes = [3 * MiB, 700, 25 * MiB, MiB, 12 * MiB + 1]
     a, b = CachingAllocator(), CachingAllocator()

@@ -52,7 +52,8 @@ def _size(rng: random.Random) -> int:
 @pytest.mark.parametrize("expandable", [False, True])
 def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable):
     # the two implementations, given the same random events (requests at the rules' thresholds, frees, the last
-    # block freed often (an expandable segment's tail), take_each / give_each / pass_each, limits that release and
+    # block freed often (an expandable segment's tail), take_each / give_each / pass_each / forward_layers /
+    # backward_layers (a training step's blocks in one call), limits that release and
     # change, release_cached, empty_cache, reset_peaks, forks replayed on), are in the same state after every event
     rng = random.Random(3 + expandable)
     for trial in range(150):
@@ -85,7 +86,23 @@ def test_the_compiled_allocator_follows_the_python_one_event_by_event(expandable
                 sizes = [_size(rng) for _ in range(rng.randint(0, 4))]
                 py.pass_each(sizes)
                 c.pass_each(sizes)
-            elif roll < give + 0.12:
+            elif roll < give + 0.10:  # a forward over blocks: each keeps some tensors, makes and frees others
+                kept = [[max(1, _size(rng)) for _ in range(rng.randint(0, 3))] for _ in range(rng.randint(0, 4))]
+                passed = [max(1, _size(rng)) for _ in range(rng.randint(0, 3))]
+                for a, b in zip(py.forward_layers(kept, passed), c.forward_layers(kept, passed), strict=True):
+                    live += zip(a, b, strict=True)
+            elif roll < give + 0.11 and live:  # a backward over blocks, freeing what each kept (some of live)
+                blocks = rng.randint(1, 4)
+                saved = [[live.pop(rng.randrange(len(live))) for _ in range(rng.randint(0, min(2, len(live))))]
+                         for _ in range(blocks)]
+                made = [max(1, _size(rng)) for _ in range(rng.randint(0, 4))]
+                first = rng.randint(0, len(made))
+                grads = [[max(1, _size(rng)) for _ in range(rng.randint(0, 2))] for _ in range(rng.randint(0, blocks))]
+                keep = rng.random() < 0.5
+                live += zip(py.backward_layers([[a for a, _ in s] for s in saved], made, first, grads, keep),
+                            c.backward_layers([[b for _, b in s] + [None] for s in saved], made, first, grads, keep),
+                            strict=True)
+            elif roll < give + 0.13:
                 sizes = [_size(rng) for _ in range(rng.randint(0, 6))]
                 live += zip(py.take_each(sizes), c.take_each(sizes), strict=True)
                 k = rng.randint(0, len(live))

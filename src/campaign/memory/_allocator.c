@@ -401,6 +401,130 @@ static PyObject *Core_pass_each(Core *self, PyObject *sizes) {
     Py_RETURN_NONE;
 }
 
+/* The sizes of one item of `seq` (a sequence of sequences), read as take_each reads its own: NULL on error. */
+static PyObject *nested_items(PyObject *outer, Py_ssize_t i, const char *what) {
+    return int_items(PyTuple_GET_ITEM(outer, i), what);
+}
+
+/* Take each size of `sizes` (a tuple of ints) into `blocks` (room for all of them): 0, or -1 on error. */
+static int take_all(Core *c, PyObject *sizes, int *blocks) {
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sizes); j++) {
+        i64 size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, j)); /* None: PyLong_AsLongLong's TypeError */
+        if (size == -1 && PyErr_Occurred()) return -1;
+        if ((blocks[j] = checked_take(c, size)) < 0) return -1;
+    }
+    return 0;
+}
+
+static int give_block(Core *c, int block) {
+    if (make_room(c) < 0) return -1;
+    give(c, block);
+    return 0;
+}
+
+static PyObject *Core_forward_layers(Core *self, PyObject *args) {
+    /* A training forward over its blocks, one call: per block, take each size of kept[i] (what it keeps for
+     * backward), then take each size of `passed` and give them back in order (what it computes without keeping).
+     * Returns the handles kept, a list per block. */
+    PyObject *kept_arg, *passed_arg;
+    if (!PyArg_ParseTuple(args, "OO", &kept_arg, &passed_arg)) return NULL;
+    PyObject *kept = PySequence_Tuple(kept_arg), *passed = NULL, *out = NULL;
+    int *blocks = NULL;
+    if (!kept || !(passed = int_items(passed_arg, "forward_layers"))) goto fail;
+    Py_ssize_t layers = PyTuple_GET_SIZE(kept), np = PyTuple_GET_SIZE(passed);
+    if (!(blocks = PyMem_Malloc(sizeof(int) * (size_t)(np + 1)))) { PyErr_NoMemory(); goto fail; }
+    if (!(out = PyList_New(layers))) goto fail;
+    for (Py_ssize_t i = 0; i < layers; i++) {
+        PyObject *sizes = nested_items(kept, i, "forward_layers");
+        if (!sizes) goto fail;
+        Py_ssize_t n = PyTuple_GET_SIZE(sizes);
+        PyObject *handles = PyList_New(n);
+        if (!handles) { Py_DECREF(sizes); goto fail; }
+        PyList_SET_ITEM(out, i, handles);
+        for (Py_ssize_t j = 0; j < n; j++) {
+            i64 size = PyLong_AsLongLong(PyTuple_GET_ITEM(sizes, j));
+            int block = size == -1 && PyErr_Occurred() ? -1 : checked_take(self, size);
+            PyObject *h = block < 0 ? NULL : PyLong_FromLong(block);
+            if (!h) { Py_DECREF(sizes); goto fail; }
+            PyList_SET_ITEM(handles, j, h);
+        }
+        Py_DECREF(sizes);
+        if (take_all(self, passed, blocks) < 0) goto fail;
+        for (Py_ssize_t j = 0; j < np; j++)
+            if (give_block(self, blocks[j]) < 0) goto fail;
+    }
+    PyMem_Free(blocks);
+    Py_DECREF(kept);
+    Py_DECREF(passed);
+    return out;
+fail:
+    PyMem_Free(blocks);
+    Py_XDECREF(kept);
+    Py_XDECREF(passed);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyObject *Core_backward_layers(Core *self, PyObject *args) {
+    /* A training backward over its blocks, one call, from the last: per block, take each size of `made` (the
+     * tensors its backward makes: the first `first` of them recomputed, then the activation gradients); where
+     * block i has gradients (i < len(grads)), take each of grads[i], kept (returned, in order) when `keep`, else
+     * given back at once; then give back made[first:], made[:first], and the handles of saved[i] (None: none). */
+    PyObject *saved_arg, *made_arg, *grads_arg;
+    Py_ssize_t first;
+    int keep;
+    if (!PyArg_ParseTuple(args, "OOnOp", &saved_arg, &made_arg, &first, &grads_arg, &keep)) return NULL;
+    PyObject *saved = PySequence_Tuple(saved_arg), *made = NULL, *grads = NULL, *out = NULL, *gs = NULL;
+    int *blocks = NULL;
+    if (!saved || !(made = int_items(made_arg, "backward_layers")) || !(grads = PySequence_Tuple(grads_arg)))
+        goto fail;
+    Py_ssize_t nm = PyTuple_GET_SIZE(made);
+    if (first < 0 || first > nm) { PyErr_SetString(PyExc_ValueError, "backward_layers: first past made"); goto fail; }
+    if (!(blocks = PyMem_Malloc(sizeof(int) * (size_t)(nm + 1)))) { PyErr_NoMemory(); goto fail; }
+    if (!(out = PyList_New(0))) goto fail;
+    for (Py_ssize_t i = PyTuple_GET_SIZE(saved) - 1; i >= 0; i--) {
+        if (take_all(self, made, blocks) < 0) goto fail;
+        if (i < PyTuple_GET_SIZE(grads)) {
+            if (!(gs = nested_items(grads, i, "backward_layers"))) goto fail;
+            Py_ssize_t ng = PyTuple_GET_SIZE(gs);
+            for (Py_ssize_t j = 0; j < ng; j++) {
+                i64 size = PyLong_AsLongLong(PyTuple_GET_ITEM(gs, j));
+                if (size == -1 && PyErr_Occurred()) goto fail;
+                int block = checked_take(self, size);
+                if (block < 0) goto fail;
+                if (keep) {
+                    PyObject *h = PyLong_FromLong(block);
+                    if (!h) goto fail;
+                    int added = PyList_Append(out, h);
+                    Py_DECREF(h);
+                    if (added < 0) goto fail;
+                } else if (give_block(self, block) < 0) goto fail;
+            }
+            Py_CLEAR(gs);
+        }
+        for (Py_ssize_t j = first; j < nm; j++)
+            if (give_block(self, blocks[j]) < 0) goto fail;
+        for (Py_ssize_t j = 0; j < first; j++)
+            if (give_block(self, blocks[j]) < 0) goto fail;
+        PyObject *done = Core_give_each(self, PyTuple_GET_ITEM(saved, i));
+        if (!done) goto fail;
+        Py_DECREF(done);
+    }
+    PyMem_Free(blocks);
+    Py_DECREF(saved);
+    Py_DECREF(made);
+    Py_DECREF(grads);
+    return out;
+fail:
+    PyMem_Free(blocks);
+    Py_XDECREF(gs);
+    Py_XDECREF(saved);
+    Py_XDECREF(made);
+    Py_XDECREF(grads);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyObject *Core_release_cached(Core *self, PyObject *Py_UNUSED(ignored)) {
     release_cached(self);
     Py_RETURN_NONE;
@@ -505,6 +629,10 @@ static PyMethodDef Core_methods[] = {
     {"take_each", (PyCFunction)Core_take_each, METH_O, "[take(size) for size in sizes]."},
     {"give_each", (PyCFunction)Core_give_each, METH_O, "give(handle) for each handle that is not None."},
     {"pass_each", (PyCFunction)Core_pass_each, METH_O, "give(take(size)) for each size, in order."},
+    {"forward_layers", (PyCFunction)Core_forward_layers, METH_VARARGS,
+     "A training forward over its blocks: per block its kept tensors, then tensors made and freed at once."},
+    {"backward_layers", (PyCFunction)Core_backward_layers, METH_VARARGS,
+     "A training backward over its blocks, from the last: made tensors, gradients, then the frees."},
     {"release_cached", (PyCFunction)Core_release_cached, METH_NOARGS,
      "Return every cached segment that is wholly free to the driver."},
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},

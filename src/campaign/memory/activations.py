@@ -13,7 +13,7 @@ from . import encdec
 from .dtypes import ELEMENT_BYTES
 from .states import deepspeed_casts, lora_in_features
 from .terms import SavedActivations, Term
-from .workload import Workload
+from .workload import KeptBySpec, Workload, size_free_key
 
 FP32 = 4
 
@@ -27,14 +27,22 @@ class LayerActivations:
     terms: tuple[tuple[str, float], ...]
 
 
+KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
+
+
 def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
-    """Bytes saved for backward per token in one transformer layer (no checkpointing).
+    """Bytes saved for backward per token in one transformer layer (no checkpointing). It reads neither the batch
+    nor the length: kept per model and size_free_key.
 
     Sources: transformers' Llama/Qwen/Mistral/Gemma modeling (RMSNorm upcast to fp32, SDPA saving q, k, v,
     output and logsumexp, the contiguous transpose before o_proj, SiLU-gated MLP), peft's LoRA forward
     (input cast to the fp32 adapter dtype, lora_A output saved), and Korthikanti et al. 2022 (arXiv:2205.05198)
     for the LayerNorm/GELU/dropout terms of GPT-2 and BERT.
     """
+    return KEPT_LAYERS.get(spec, size_free_key(w), lambda: _layer_saved(spec, w))
+
+
+def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     c = ELEMENT_BYTES[w.compute_dtype]
     h, nh, hd, inter_size = spec.hidden_size, spec.num_heads, spec.head_dim, spec.intermediate_size
     full = w.base_trainable

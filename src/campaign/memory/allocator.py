@@ -80,6 +80,11 @@ class Allocator:
 
         def pass_each(self, sizes: Sequence[int]) -> None: ...
 
+        def forward_layers(self, kept: Sequence[Sequence[int]], passed: Sequence[int]) -> list[list]: ...
+
+        def backward_layers(self, saved: Sequence[Sequence[Any]], made: Sequence[int], first: int,
+                            grads: Sequence[Sequence[int]], keep: bool) -> list: ...
+
         def _fork(self, *, limit: int | None) -> Allocator: ...
 
         def release_cached(self) -> None: ...
@@ -243,6 +248,36 @@ class PythonAllocator(Allocator):
         """give(take(size)) for each size, in order: tensors made and dropped at once."""
         for size in sizes:
             self.give(self.take(size))
+
+    def forward_layers(self, kept: Sequence[Sequence[int]], passed: Sequence[int]) -> list[list]:
+        """A training forward over its blocks, one call: per block, take each size of kept[i] (what it keeps for
+        backward), then take each size of `passed` and give them back in order (what it computes without
+        keeping). Returns the handles kept, a list per block."""
+        out = []
+        for sizes in kept:
+            out.append(self.take_each(sizes))
+            self.give_each(self.take_each(passed))
+        return out
+
+    def backward_layers(self, saved: Sequence[Sequence[Any]], made: Sequence[int], first: int,
+                        grads: Sequence[Sequence[int]], keep: bool) -> list:
+        """A training backward over its blocks, one call, from the last: per block, take each size of `made`
+        (the tensors its backward makes: the first `first` of them recomputed, then the activation gradients);
+        where block i has gradients (i < len(grads)), take each of grads[i], kept (returned, in order) when
+        `keep`, else given back at once; then give back made[first:], made[:first], and saved[i]'s handles."""
+        if not 0 <= first <= len(made):
+            raise ValueError("backward_layers: first past made")
+        out: list = []
+        for i in reversed(range(len(saved))):
+            blocks = self.take_each(made)
+            if i < len(grads):
+                if keep:
+                    out += self.take_each(grads[i])
+                else:
+                    self.pass_each(grads[i])
+            self.give_each(blocks[first:] + blocks[:first])
+            self.give_each(saved[i])
+        return out
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

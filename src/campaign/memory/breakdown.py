@@ -8,6 +8,7 @@ so sum(items) == required_bytes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields as dataclass_fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,8 @@ class Phase:
     items: tuple[Item, ...]
     moment: str = ""
 
-    @property
-    def bytes(self) -> int:
+    @cached_property
+    def bytes(self) -> int:  # worked out once: a card solve compares each probe's phases by it several times
         return sum(i.bytes for i in self.items)
 
     def to_dict(self) -> dict[str, Any]:  # by hand: the phase's total (derived from its items) before them

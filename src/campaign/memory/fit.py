@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..hardware.cards import Card
@@ -14,7 +14,7 @@ from .constants import LARGE_BUFFER, ROUND_LARGE
 from .estimate import allocator_limit, estimate_memory
 from .parsing import parse_reserve
 from .search import largest_satisfying
-from .workload import Workload
+from .workload import Workload, resized
 
 # The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
 # 1024 tokens with checkpointing: 20.4 GiB at batch 39, 0.2 at 40; llama-3.1-8b: 21.7 GiB at batch 3, 0.9 at 4):
@@ -93,9 +93,8 @@ def unlimited_fails(spec: ModelSpec, on_card: MemoryEstimate, memory_bytes: int,
 
 
 def _with(workload: Workload, field: str, n: int) -> Workload:
-    """`workload` with its `field` (batch, seq_len...) set to `n`."""
-    change: dict[str, Any] = {field: n}
-    return replace(workload, **change)
+    """`workload` with its `field` (batch or seq_len) set to `n`."""
+    return resized(workload, field, n)
 
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,

@@ -6,6 +6,9 @@ and its source; memory/estimate.py adds the allocator, the context and the reser
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from ..models.spec import ModelSpec
 from .activations import inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
@@ -30,7 +33,7 @@ from .states import (
     weight_bytes,
 )
 from .terms import Term
-from .workload import Workload
+from .workload import KeptBySpec, Workload, size_free_key
 
 
 def _comm_buckets(spec: ModelSpec, w: Workload, Pt: int, grad_bytes: int) -> list[Item]:
@@ -79,10 +82,97 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
     return items
 
 
+@dataclass(frozen=True)
+class _StepItems:
+    """What training_phases reads that neither the batch nor the length changes: the items alive through the step
+    (weights, adapters, master weights, gradients, optimizer states, DeepSpeed's buffers), the load, optimizer-step
+    and setup phases, and the logits' per-token rates. Worked out once per model and workload but its batch and
+    length (KEPT_STEP_ITEMS), not once per probe of a card solve."""
+
+    Pt: int
+    states: list[Item]
+    persist: list[Item]
+    kept: list[Item]
+    fwd_only: list[Item]
+    ds: Any  # deepspeed.zero_buffers' buffers
+    grads: Item
+    grad_s: float
+    grad_div: int
+    end_grads: list[Item]
+    load: Phase
+    step: Phase
+    setup: Phase | None
+
+
+KEPT_STEP_ITEMS = KeptBySpec(64)
+
+
 def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     """A training step's phases (load, forward, backward, optimizer step), each with the tensors alive at its peak;
     a step with no trainable parameters is a load and a forward without autograd. ZeRO-3 over a model built without
     zero.Init has a setup phase after the load (memory/deepspeed.py setup_phase)."""
+    base = KEPT_STEP_ITEMS.get(spec, size_free_key(w), lambda: _step_items(spec, w))
+    Pt, states, persist, kept, fwd_only, ds = base.Pt, base.states, base.persist, base.kept, base.fwd_only, base.ds
+    grad_s, grad_div = base.grad_s, base.grad_div
+    load = base.load
+    saved = training_activations(spec, w)
+    activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
+    lg, lg_formula = logits_bytes(spec, w)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    V, tokens = spec.vocab_size, w.batch * w.seq_len
+    # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
+    causal = not spec.encoder and spec.encdec is None
+    softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
+    # the model output holds the logits through backward (fp32 under transformers <= 4.45: logits.float() in forward)
+    # when the loop keeps it in scope; the HF Trainer's compute_loss returns the loss only, and no backward saves the
+    # logits (log_softmax keeps its output, the upcast and lm_head's matmul nothing of them): freed before backward
+    held = (FP32_BYTES if w.hf_loss == "float-logits" else c) if w.logits_held else 0
+    saved_per = held + c * softcap + LOG_SOFTMAX_OUTPUT_BYTES
+    logits_saved = int(tokens * V * saved_per) if causal else lg
+    kept_logits = f"{held:g} logits" if held else "logits freed (--no-logits-held)"
+    saved_formula = (f"b x s x V x ({kept_logits}{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
+                     f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
+                     if causal else lg_formula)
+    logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+    if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
+        tmp = inference_temporaries(spec, w, tokens)
+        transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+                     if lg > tmp.bytes
+                     else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
+        forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
+        return load, forward
+    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
+                                     + [activations, logits]),
+                    "end of forward, during the loss (optimizer states exist from step 2)")
+    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
+    if lg:
+        grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
+        bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
+                           "logits", "transformers ForCausalLMLoss"),
+                      Item("logits gradients", int(tokens * V * grad_per),
+                           f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
+                           f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
+    bwd_transient = saved.one_layer if w.grad_checkpointing else 0
+    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + base.end_grads)
+    layer_grads = _layer_grad_temporaries(spec, w)
+    bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
+                        "activation gradients of one layer"
+                        + (" + its recomputed activations" if bwd_transient else ""),
+                        "temporaries", "autograd"))
+    moments = [Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients"),
+               Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed")]
+    if w.grad_checkpointing and spec.encdec is None:
+        moments.append(Phase("backward", tuple(
+            states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
+            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div)), "the last layer "
+            "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
+    backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
+    setup = base.setup
+    return (load, setup, forward, backward, base.step) if setup else (load, forward, backward, base.step)
+
+
+def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
+    """training_phases' batch-free part (_StepItems)."""
     P = spec.inventory_params
     Pt = trainable_params(spec, w)
     s = state_bytes_per_element(w)
@@ -146,40 +236,15 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     states_term = optimizer_bytes(spec, w, Pt)
     optimizer = Item("optimizer states", _div(states_term.bytes, opt_div),
                      states_term.formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
-    saved = training_activations(spec, w)
-    activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
-    lg, lg_formula = logits_bytes(spec, w)
-    c = ELEMENT_BYTES[w.compute_dtype]
-    V, tokens = spec.vocab_size, w.batch * w.seq_len
-    # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
-    causal = not spec.encoder and spec.encdec is None
-    softcap = SOFTCAP_SAVED_COPIES if spec.model_type == "gemma2" else 0  # Gemma 2 soft-caps its final logits
-    # the model output holds the logits through backward (fp32 under transformers <= 4.45: logits.float() in forward)
-    # when the loop keeps it in scope; the HF Trainer's compute_loss returns the loss only, and no backward saves the
-    # logits (log_softmax keeps its output, the upcast and lm_head's matmul nothing of them): freed before backward
-    held = (FP32_BYTES if w.hf_loss == "float-logits" else c) if w.logits_held else 0
-    saved_per = held + c * softcap + LOG_SOFTMAX_OUTPUT_BYTES
-    logits_saved = int(tokens * V * saved_per) if causal else lg
-    kept_logits = f"{held:g} logits" if held else "logits freed (--no-logits-held)"
-    saved_formula = (f"b x s x V x ({kept_logits}{f' + {c:g} soft-cap tanh output' if softcap else ''} + "
-                     f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
-                     if causal else lg_formula)
-    logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
     states = weights + extra
     ds = zero_buffers(spec, w, Pt)
     persist = [x for x in (optimizer,) if x.bytes] + _comm_buckets(spec, w, Pt, grads.bytes) + list(ds.always)
     load = Phase("load", tuple(_load_items(spec, w) + states), "weights on the card")
-    if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
-        tmp = inference_temporaries(spec, w, tokens)
-        transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
-                     if lg > tmp.bytes
-                     else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
-        forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
-        return load, forward
     # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward,
     # and gradient accumulation keeps the sum of the micro-batches' gradients through the next micro-batch's; DeepSpeed
     # ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
     whole = w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1  # gradients held unsharded between micro-batches
+    c = ELEMENT_BYTES[w.compute_dtype]
     if w.shard == "zero3":
         kept = [Item("gradients (ZeRO-3 flat partition)", grads.bytes, grads.formula + "; one buffer from the "
                      "optimizer's init, alive through every phase", "gradients",
@@ -205,18 +270,6 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      "averaged partition (stage_1_and_2.py independent_gradient_partition_epilogue)")]
     else:
         kept = []
-    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
-                                     + [activations, logits]),
-                    "end of forward, during the loss (optimizer states exist from step 2)")
-    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
-    if lg:
-        grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
-        bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
-                           "logits", "transformers ForCausalLMLoss"),
-                      Item("logits gradients", int(tokens * V * grad_per),
-                           f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
-                           f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
-    bwd_transient = saved.one_layer if w.grad_checkpointing else 0
     end_grads = [grads]
     if whole and kept[0].bytes > grads.bytes:
         end_grads = kept  # micro-batches 1..K-1 end holding the whole gradients, the last one the shards
@@ -224,20 +277,6 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         # the epilogue adds it in (stage_1_and_2.py copy_grads_in_partition: torch.empty(total_size) each micro-step,
         # independent_gradient_partition_epilogue: accumulated_grad.add_(new_avg_grad))
         end_grads = kept + [grads]
-    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + end_grads)
-    layer_grads = _layer_grad_temporaries(spec, w)
-    bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
-                        "activation gradients of one layer"
-                        + (" + its recomputed activations" if bwd_transient else ""),
-                        "temporaries", "autograd"))
-    moments = [Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients"),
-               Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed")]
-    if w.grad_checkpointing and spec.encdec is None:
-        moments.append(Phase("backward", tuple(
-            states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
-            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div)), "the last layer "
-            "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
-    backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     step_tmp = _step_temporaries(spec, w, Pt)
     step_items = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
                 "torch.optim")] if step_tmp.bytes else []
@@ -252,8 +291,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                     tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + step_items),
                     "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
         step = max(copy, run, key=lambda p: p.bytes)
-    setup = setup_phase(spec, w)
-    return (load, setup, forward, backward, step) if setup else (load, forward, backward, step)
+    return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
+                      setup_phase(spec, w))
 
 
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:

@@ -3,7 +3,7 @@ allocator with handles, the estimate's items split into the tensors they are mad
 tensor by tensor as the load phase counts them."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,33 +69,6 @@ class Replay:
     def free(self, *handles: Any) -> None:
         """Give back each handle that is not None (alloc's None: nothing taken)."""
         self._give_each(handles)
-
-
-class KeptBySpec:
-    """Values worked out once per model and key, for the probes of a card solve: each kept beside its spec, which is
-    checked (the key holds the spec's id only, which a later spec may reuse); at most `most`, all forgotten when
-    full; a key that cannot be hashed is worked out each time."""
-
-    def __init__(self, most: int) -> None:
-        self.most = most
-        self.values: dict[tuple, tuple[ModelSpec, Any]] = {}
-
-    def get(self, spec: ModelSpec, key: tuple, make: Callable[[], Any]) -> Any:
-        key = (id(spec), key)
-        try:
-            found = self.values.get(key)
-        except TypeError:
-            return make()
-        if found is not None and found[0] is spec:
-            return found[1]
-        if len(self.values) >= self.most:
-            self.values.clear()
-        value = make()
-        self.values[key] = (spec, value)
-        return value
-
-    def clear(self) -> None:
-        self.values.clear()
 
 
 def split_bytes(total: int, numels: list[int]) -> Iterator[int]:

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from . import zero_replay
-from .activations import FP32, layer_saved
+from .activations import FP32, KEPT_LAYERS, layer_saved
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
+from .phases import KEPT_STEP_ITEMS
 from .replay import (
-    KeptBySpec,
     Overhead,
     Replay,
     allocator_for,
@@ -43,7 +43,7 @@ from .replay import (
     split_bytes,
 )
 from .states import lora_groups, state_bytes_per_element
-from .workload import Workload, size_free_key
+from .workload import KeptBySpec, Workload, size_free_key
 from .zero_replay import zero_plan
 
 
@@ -170,12 +170,15 @@ _PREFIXES_MAX = 16
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES, zero_replay._PLANS):
-    the next estimate replays as a new process would (the benchmarks' cold solves, tests that count replays)."""
+    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES, zero_replay._PLANS,
+    activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process would (the
+    benchmarks' cold solves, tests that count replays)."""
     _SAME_STEP.clear()
     _PREFIXES.clear()
     _STEP_SIZES.clear()
     zero_replay._PLANS.clear()
+    KEPT_LAYERS.clear()
+    KEPT_STEP_ITEMS.clear()
 
 
 ADAPTERS = "LoRA adapter weights"  # f"LoRA adapter weights ({dtype})": the adapters in the run's dtype (phases.py)
@@ -356,10 +359,18 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     step_tmp = item_bytes(phases, "optimizer temporaries", "temporaries")
     state_sizes, zero_states = plan.state_sizes, plan.zero_states
     grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
-    take, take_each, give_each = r.a.take, r.a.take_each, r.a.give_each
+    take_each, give_each = r.a.take_each, r.a.give_each
     sizes = [int(t) for t in terms if t >= 1]
     checkpoint = int(tokens * c * h)
     layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
+    # per block, what its forward keeps for backward, in the order it is made: its 16-bit copies, then its input
+    # (checkpointing) or its saved tensors; and what its backward makes first: the recomputed tensors, then the
+    # activation gradients (each list one allocator call)
+    kept_sizes = [[size for size in extra + ([checkpoint] if w.grad_checkpointing else sizes) if size >= 1]
+                  for extra in extra_layers]
+    passed = sizes if w.grad_checkpointing else []  # computed without keeping: freed at once
+    recomputed_count = len(sizes) if w.grad_checkpointing else 0
+    backward_sizes = (sizes if w.grad_checkpointing else []) + layer_tmp
     for step in range(2):
         # step 1's gradients are still there: zeroed (grads_kept), or summed so far (gradient accumulation: the
         # second step stands for micro-batches 2..K, which add into them)
@@ -369,18 +380,14 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
             co.fetch("embed")
             co.release("embed")
         extra = r.alloc_each(extra_rest)  # 16-bit copies / gathered params outside the blocks
-        saved: list[list[list | None]] = []  # allocator handles (Replay.alloc)
-        for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
-            if co:
+        if co is None:  # the blocks in one call of the allocator (forward_layers, backward_layers below)
+            saved = r.a.forward_layers(kept_sizes, passed)
+        else:  # ZeRO-3 gathers each block's parameters before it and frees them after
+            saved = []
+            for index in range(L):  # the hot loops call the allocator directly, on sizes of at least 1 B
                 co.fetch(index)
-            keep = r.alloc_each(extra_layers[index])  # this block's 16-bit copies, kept for backward
-            if w.grad_checkpointing:
-                keep.append(take(checkpoint) if checkpoint else None)
-                give_each(take_each(sizes))  # computed without keeping: freed at once
-            else:
-                keep += take_each(sizes)
-            saved.append(keep)
-            if co:
+                saved.append(take_each(kept_sizes[index]))
+                give_each(take_each(passed))
                 co.release(index)
         fin = r.alloc(final)
         logits = up = ls = None
@@ -411,21 +418,19 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
         if co:
             co.release("head")
         r.free(fin)
+        # per block from the last: the recomputed tensors and the activation gradients made, the block's gradients
+        # (AccumulateGrad adds a new one in place to the kept one, then frees it: accumulation, ZeRO-3), then freed:
+        # the activation gradients, the recomputed tensors, what the forward kept
         grads: list[list | None] = []
-        for index in reversed(range(L)):
-            if co:
+        if co is None:
+            grads += r.a.backward_layers(saved, backward_sizes, recomputed_count, grads_by_layer, not accumulate)
+        else:
+            for index in reversed(range(L)):
                 co.fetch(index)
-            recomputed = take_each(sizes) if w.grad_checkpointing else []
-            tmp = take_each(layer_tmp)
-            if index < len(grads_by_layer):
-                if accumulate or z3:  # AccumulateGrad adds the new gradient in place to the kept one, then frees it
-                    r.pass_each(grads_by_layer[index])
-                else:
-                    grads += take_each(grads_by_layer[index])
-            give_each(tmp)
-            give_each(recomputed)
-            give_each(saved[index])
-            if co:
+                made = take_each(backward_sizes)
+                if index < len(grads_by_layer):
+                    r.pass_each(grads_by_layer[index])  # ZeRO-3: each gradient copied into the bucket and dropped
+                give_each(made[recomputed_count:] + made[:recomputed_count] + saved[index])
                 co.release(index)
         r.free(gh)
         if co:

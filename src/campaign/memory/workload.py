@@ -1,6 +1,8 @@
 """Workload: what is done with the model (inference or training, method, dtypes, batch, sharding)."""
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -208,19 +210,52 @@ class Workload:
         return asdict(self)
 
 
-_last_key: tuple[Workload | None, tuple] = (None, ())  # the last workload size_free_key read, and its answer
-
-
 def size_free_key(w: Workload) -> tuple:
     """Every field of `w` but its batch and its length, as (name, value) pairs: the key of what the allocator
-    replay keeps between the probes of a card solve, which differ only in those two. The last answer is kept (one
-    probe asks it several times of the same workload), as one pair replaced whole."""
-    global _last_key
-    kept, key = _last_key
-    if kept is not w:
+    replay keeps between the probes of a card solve, which differ only in those two. Kept on the workload (one
+    probe asks it several times), and carried to its copies that differ in those two only (resized)."""
+    key = w.__dict__.get("_size_free_key")
+    if key is None:
         key = tuple((f.name, getattr(w, f.name)) for f in fields(w) if f.name not in ("batch", "seq_len"))
-        _last_key = (w, key)
+        object.__setattr__(w, "_size_free_key", key)
     return key
+
+
+def resized(w: Workload, field_name: str, n: int) -> Workload:
+    """`w` with its batch or its seq_len set to `n` (a card solve's probe): a copy, which keeps w's size_free_key
+    (every other field is w's), without replace()'s rebuilding of every field."""
+    if field_name not in ("batch", "seq_len"):
+        raise ValueError(f"resized changes batch or seq_len, not {field_name}")
+    new = copy.copy(w)
+    object.__setattr__(new, field_name, n)
+    return new
+
+
+class KeptBySpec:
+    """Values worked out once per model and key (a size_free_key and what else they read), for the probes of a card
+    solve: each kept beside its spec, which is checked (the key holds the spec's id only, which a later spec may
+    reuse); at most `most`, all forgotten when full; a key that cannot be hashed is worked out each time."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.values: dict[tuple, tuple[Any, Any]] = {}
+
+    def get(self, spec: Any, key: tuple, make: Callable[[], Any]) -> Any:
+        key = (id(spec), key)
+        try:
+            found = self.values.get(key)
+        except TypeError:
+            return make()
+        if found is not None and found[0] is spec:
+            return found[1]
+        if len(self.values) >= self.most:
+            self.values.clear()
+        value = make()
+        self.values[key] = (spec, value)
+        return value
+
+    def clear(self) -> None:
+        self.values.clear()
 
 
 def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, inference: bool) -> tuple[str | None, int]:

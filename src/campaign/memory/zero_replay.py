@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from .deepspeed import _units, grad_bytes, zero_buffers, zero_settings
-from .replay import KeptBySpec, Replay, per_layer, split_bytes
+from .replay import Replay, per_layer, split_bytes
 from .states import trainable_params
-from .workload import Workload, size_free_key
+from .workload import KeptBySpec, Workload, size_free_key
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,7 @@ class _StepItems:
     load: Phase
     step: Phase
     setup: Phase | None
+    head: int  # the head's parameters whose gradients a checkpointed backward holds as it recomputes (_recompute_items)
 
 
 KEPT_STEP_ITEMS = KeptBySpec(64)
@@ -164,7 +165,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     if w.grad_checkpointing and spec.encdec is None:
         moments.append(Phase("backward", tuple(
             states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
-            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div)), "the last layer "
+            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div, base.head)), "the last layer "
             "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     setup = base.setup
@@ -291,8 +292,9 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                     tuple(states + ([grads] if w.shard == "zero3" else []) + persist + fp32 + step_items),
                     "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
         step = max(copy, run, key=lambda p: p.bytes)
+    held = w.method == "full" and not zero and not w.grads_held  # ZeRO and held gradients: counted whole elsewhere
     return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
-                      setup_phase(spec, w))
+                      setup_phase(spec, w), head_params(spec) if held else 0)
 
 
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
@@ -353,13 +355,13 @@ def _largest_layer_params(spec: ModelSpec) -> int:
 
 
 def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: int,
-                     grad_bytes: float) -> list[Item]:
+                     grad_bytes: float, head: int) -> list[Item]:
     """What a checkpointed backward adds as it recomputes the last layer, its first: the input each layer's
     checkpoint kept (the last one's is the recompute's input, the others wait their turn), that layer's activations
     saved again by the recompute, and the activation gradients of its backward. The logits path and the final norm
-    are freed by then (their backward ran); the head's gradients exist (full fine-tuning; `grad_bytes` per
-    parameter on this card), except under ZeRO, whose flat partition (stage 3, kept) or buckets hold them, and with
-    --grads-kept, where every gradient is counted as kept.
+    are freed by then (their backward ran); the head's gradients exist (full fine-tuning: `head` parameters, of
+    `grad_bytes` each on this card), except under ZeRO, whose flat partition (stage 3, kept) or buckets hold them,
+    and with --grads-kept, where every gradient is counted as kept (`head` is 0 then: _StepItems.head).
 
     Sources: torch.utils.checkpoint (use_reentrant=False): the forward keeps only the inputs of the checkpointed
     function, and the first unpack of a saved tensor in backward reruns the whole function, saving everything again
@@ -373,8 +375,6 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
              Item("backward temporaries", layer_grads + one_layer,
                   "the last layer's recomputed activations + its activation gradients", "temporaries",
                   "torch.utils.checkpoint recompute; autograd")]
-    zero = w.shard in ("zero1", "zero2", "zero3")
-    head = head_params(spec) if w.method == "full" and not zero and not w.grads_held else 0  # held: counted whole
     if head:
         items.append(Item("gradients of the head", int(head * grad_bytes),
                           f"final norm and LM head (the tied embedding's when tied): {head:,} x {grad_bytes:g} B",

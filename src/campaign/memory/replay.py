@@ -48,6 +48,13 @@ class Replay:
                  model: type[Allocator] = CachingAllocator) -> None:
         self.use(model(expandable=expandable, limit=limit))
 
+    @classmethod
+    def over(cls, a: Allocator) -> Replay:
+        """A replay through `a` (a fork), without making an allocator first."""
+        r = cls.__new__(cls)
+        r.use(a)
+        return r
+
     def use(self, a: Allocator) -> None:
         """Replay on through `a` (a fresh allocator, or a fork)."""
         self.a = a

@@ -206,16 +206,12 @@ def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int
         r.alloc(size)
 
 
-def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
-                  limit: int | None) -> Replay:
-    """A replay past _prefix. The allocator after it is kept per model and workload (the batch and the length
-    aside: _prefix reads neither) and forked for each probe of a card solve; under a limit below its peak
-    reserved, the prefix is replayed afresh (it may release segments there)."""
-    model = allocator_for(phases)
-    if expandable or model is not CachingAllocator:  # nothing kept: the prefix replayed for this probe
-        r = Replay(expandable, limit, model=model)
-        _prefix(r, spec, w, phases, trainable)
-        return r
+def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool) -> Allocator | None:
+    """The allocator after _prefix with room to spare, kept per model and workload (the batch and the length aside:
+    _prefix reads neither), so that a card solve's probes replay the prefix once; None where nothing is kept
+    (expandable segments, or sizes the Python model replays)."""
+    if expandable or allocator_for(phases) is not CachingAllocator:
+        return None
     before = tuple(p for p in phases if p.name in ("load", "setup"))
     others = size_free_key(w)
     key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
@@ -235,21 +231,29 @@ def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], ex
             if len(_PREFIXES) >= _PREFIXES_MAX:
                 _PREFIXES.clear()
             _PREFIXES[key] = (spec, kept)
-    if limit is not None and kept.peak_reserved > limit:
-        r = Replay(expandable, limit)
+    return kept
+
+
+def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
+                  limit: int | None) -> Replay:
+    """A replay past _prefix: the kept allocator (_prefix_kept) forked for this probe; where none is kept, or under a
+    limit below its peak reserved (the prefix may release segments there), the prefix replayed afresh."""
+    kept = _prefix_kept(spec, w, phases, trainable, expandable)
+    if kept is None or (limit is not None and kept.peak_reserved > limit):
+        r = Replay(expandable, limit, model=allocator_for(phases))
         _prefix(r, spec, w, phases, trainable)
         return r
-    r = Replay(expandable, limit)
-    r.use(kept.fork(limit=limit))
-    return r
+    return Replay.over(kept.fork(limit=limit))
 
 
 def prefix_slack(spec: ModelSpec, w: Workload, phases) -> int:
     """What the process has cached before its first step (reserved - allocated after _prefix, or at the prefix's own
     peak, the larger): the blocks the load, the setup and DeepSpeed's init freed. The batch and the length do not
-    change it; the allocator after the prefix is kept (_PREFIXES), so a solve's probes replay it once."""
+    change it; the allocator after the prefix is kept (_prefix_kept), so a solve's probes replay it once."""
     trainable = _step_sizes(spec, w, phases).trainable
-    a = _after_prefix(spec, w, phases, trainable, w.expandable_segments, None).a
+    a = _prefix_kept(spec, w, phases, trainable, w.expandable_segments)
+    if a is None:
+        a = _after_prefix(spec, w, phases, trainable, w.expandable_segments, None).a
     return max(a.reserved - a.allocated, a.peak_reserved - a.peak_allocated)
 
 

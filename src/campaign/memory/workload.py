@@ -226,6 +226,7 @@ def resized(w: Workload, field_name: str, n: int) -> Workload:
     (every other field is w's), without replace()'s rebuilding of every field."""
     if field_name not in ("batch", "seq_len"):
         raise ValueError(f"resized changes batch or seq_len, not {field_name}")
+    size_free_key(w)  # worked out once, on `w`: each copy carries it
     new = copy.copy(w)
     object.__setattr__(new, field_name, n)
     return new

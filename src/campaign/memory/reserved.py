@@ -170,11 +170,12 @@ _PREFIXES_MAX = 16
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _STEP_SIZES, zero_replay._PLANS,
-    activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process would (the
-    benchmarks' cold solves, tests that count replays)."""
+    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _WEIGHTS, _STEP_SIZES,
+    zero_replay._PLANS, activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process
+    would (the benchmarks' cold solves, tests that count replays)."""
     _SAME_STEP.clear()
     _PREFIXES.clear()
+    _WEIGHTS.clear()
     _STEP_SIZES.clear()
     zero_replay._PLANS.clear()
     KEPT_LAYERS.clear()
@@ -469,6 +470,29 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     return overhead_of(r)
 
 
+_WEIGHTS = KeptBySpec(16)  # the allocator after an inference's weights, by what their replay read
+
+
+def _weights_loaded(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None) -> Replay:
+    """An inference's replay with its weights loaded (replay_weights). Their replay with room to spare is kept per
+    model and workload (the batch and the length aside: the load reads neither) and forked for each probe of a card
+    solve; with expandable segments, the Python model, or under a limit below its peak reserved, it is replayed."""
+    model = allocator_for(phases)
+
+    def loaded(limit: int | None) -> Replay:
+        r = Replay(expandable, limit=limit, model=model)
+        replay_weights(r, spec, w, phases)
+        return r
+
+    if expandable or model is not CachingAllocator:
+        return loaded(limit)
+    load = next(p for p in phases if p.name == "load")
+    kept = _WEIGHTS.get(spec, (size_free_key(w), load), lambda: loaded(None).a)
+    if limit is not None and kept.peak_reserved > limit:
+        return loaded(limit)
+    return Replay.over(kept.fork(limit=limit))
+
+
 def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
                        limit: int | None = None) -> Overhead:
     """Replay an inference: weights, the cache, prefill chunks (per layer the MLP temporaries), decode steps.
@@ -481,8 +505,7 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     peak = max(p.bytes for p in phases)
     if w.kv_cache == "dynamic":
         limit = peak if limit is None else min(peak, limit)
-    r = Replay(expandable, limit=limit, model=allocator_for(phases))
-    replay_weights(r, spec, w, phases)
+    r = _weights_loaded(spec, w, phases, expandable, limit)
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
     h, V = spec.hidden_size, spec.vocab_size
@@ -513,11 +536,19 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
             grow(2 * index + 1, tokens // w.batch)
         r.free(*tmp)
 
+    def forward(tokens: int) -> None:
+        """layer_pass over every layer; where the cache does not grow, in one allocator call (forward_layers)."""
+        if dynamic and kv:
+            for index in range(L):
+                layer_pass(tokens, index)
+            return
+        sizes = [int(size) for size in [tokens * c * inter] * 3 + [tokens * c * h] * 2 if size >= 1]
+        r.a.forward_layers([[]] * L, sizes)
+
     if dynamic:
         cache = [None] * (2 * L)
     if spec.encoder:
-        for index in range(L):
-            layer_pass(w.batch * w.seq_len, index)
+        forward(w.batch * w.seq_len)
         lg = item_bytes(phases, "scores over the vocabulary", "logits")
         r.free(r.alloc(lg))
         return overhead_of(r)
@@ -525,8 +556,7 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     done, before = 0, None
     while done < w.batch * prompt:
         step = min(chunk, w.batch * prompt - done)
-        for index in range(L):
-            layer_pass(step, index)
+        forward(step)
         done += step
         if not dynamic:  # a chunk frees all it takes: once one leaves the allocator as it found it, so does the next
             after = r.a.state()
@@ -538,8 +568,7 @@ def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool
     left = generated - 1 if dynamic else 1
     while left > 0:
         tokens = min(stride, left)
-        for index in range(L):
-            layer_pass(w.batch * tokens, index)
+        forward(w.batch * tokens)
         r.free(r.alloc(w.batch * V * c), r.alloc(w.batch * V * FP32))
         left -= tokens
     return overhead_of(r)

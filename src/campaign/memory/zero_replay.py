@@ -28,6 +28,7 @@ Where (DeepSpeed master, deepspeed/runtime/...):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 
 from ..models.spec import ModelSpec
 from .deepspeed import _units, grad_bytes, zero_buffers, zero_settings
@@ -166,7 +167,7 @@ class Coordinator:
         got += self.r.alloc_each(units.get(unit, [])[len(got):])
         if self.ahead >= prefetch:  # nothing is prefetched
             return
-        for later in self.trace[self.pos + 1:]:
+        for later in islice(self.trace, self.pos + 1, None):
             have = self.held.setdefault(later, [])
             rest = units.get(later, [])[len(have):]
             count = 0

@@ -18,6 +18,8 @@ WORKLOADS = [
     {"gpus": 4, "shard": "zero3", "mixed_precision": True, "seq_len": 256},
     {"grads_kept": True, "attention": "eager", "seq_len": 128},
     {"method": "frozen", "seq_len": 256},
+    {"mode": "infer", "seq_len": 512},  # the weights loaded once (reserved._weights_loaded), forked per probe
+    {"mode": "infer", "seq_len": 256, "kv_cache": "dynamic", "new_tokens": 32},
 ]
 
 

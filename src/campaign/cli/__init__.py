@@ -145,15 +145,17 @@ def _import_help_formatter() -> None:
 class _QuietOptionalLibraries:
     """Optional libraries' import-time chatter (torchao's missing GPU kernels, torch's pytree deprecations, seen when
     transformers imports torchao) is not the command's output: their loggers are set to errors as torch is first
-    imported (an import finder that finds nothing), so that the commands that never import torch do not load
-    logging (9 ms of every start-up)."""
+    looked up (an import finder that finds nothing), so that the commands that never import torch do not load
+    logging (9 ms of every start-up). It stays in sys.meta_path, inert once done: removing itself while the import
+    system walks that list would skip the finder after it."""
 
-    @staticmethod
-    def find_spec(name: str, path: Any = None, target: Any = None) -> None:
-        if name != "torch":
+    done = False
+
+    @classmethod
+    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> None:
+        if name != "torch" or cls.done:
             return None
-        if _QuietOptionalLibraries in sys.meta_path:
-            sys.meta_path.remove(_QuietOptionalLibraries)  # type: ignore[arg-type]
+        cls.done = True
         import logging
 
         for logger in ("torchao", "torch.utils._pytree"):
@@ -164,10 +166,10 @@ class _QuietOptionalLibraries:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: CampaignError -> one line on stderr and exit 2 (traceback only with --debug)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if "torch" not in sys.modules and _QuietOptionalLibraries not in sys.meta_path:
-        sys.meta_path.insert(0, _QuietOptionalLibraries)  # type: ignore[arg-type]
-    else:
+    if "torch" in sys.modules:
         _QuietOptionalLibraries.find_spec("torch")
+    elif _QuietOptionalLibraries not in sys.meta_path:
+        sys.meta_path.insert(0, _QuietOptionalLibraries)  # type: ignore[arg-type]
     debug = "--debug" in args
     if debug:
         args.remove("--debug")

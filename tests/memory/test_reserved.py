@@ -5,6 +5,7 @@ import pytest
 
 from campaign.errors import InputError
 from campaign.memory import estimate_memory, make_workload
+from campaign.memory.workload import KeptBySpec
 from campaign.models import load_spec
 
 MiB = 2**20
@@ -318,9 +319,9 @@ def test_the_kept_weights_replay_gives_the_same_step_as_a_fresh_one(monkeypatch,
         free = reserved._training_replay(spec, w, phases, layer, False, None)
         for limit in (None, free.peak_reserved - 64 * 2**20, free.peak_allocated):
             kept = reserved._training_replay(spec, w, phases, layer, False, limit)
-            monkeypatch.setattr(reserved, "_PREFIXES", {})
+            monkeypatch.setattr(reserved, "_PREFIXES", KeptBySpec(16))
             assert reserved._training_replay(spec, w, phases, layer, False, limit) == kept
-    assert reserved._PREFIXES  # the last replay kept its weights
+    assert reserved._PREFIXES.values  # the last replay kept its weights
 
 
 def test_a_workload_past_64_bit_sizes_is_replayed_by_the_python_model():

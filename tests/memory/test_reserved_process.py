@@ -13,6 +13,7 @@ from campaign.memory.activations import layer_saved
 from campaign.memory.breakdown import Item, Phase
 from campaign.memory.phases import training_phases
 from campaign.memory.replay import Replay
+from campaign.memory.workload import KeptBySpec
 from campaign.models import load_spec
 from campaign.models.spec import ParamGroup
 
@@ -47,7 +48,7 @@ class Recording(Replay):
 @pytest.fixture
 def recording(monkeypatch):
     monkeypatch.setattr(reserved, "Replay", Recording)
-    monkeypatch.setattr(reserved, "_PREFIXES", {})
+    monkeypatch.setattr(reserved, "_PREFIXES", KeptBySpec(16))
     Recording.events, Recording.asked = [], {}
     return Recording.events
 

@@ -92,11 +92,6 @@ def unlimited_fails(spec: ModelSpec, on_card: MemoryEstimate, memory_bytes: int,
     return floor is not None and on_card.peak_allocated_bytes + floor > limit
 
 
-def _with(workload: Workload, field: str, n: int) -> Workload:
-    """`workload` with its `field` (batch or seq_len) set to `n`."""
-    return resized(workload, field, n)
-
-
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
               cache: Probes | None = None, exhaustive: bool = False, card_first: bool | None = None,
               **options: Any) -> int:
@@ -121,7 +116,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     def low(n: int) -> int:
         if n not in probes.low:
-            est = estimate_memory(spec, _with(workload, field, n), **bound)
+            est = estimate_memory(spec, resized(workload, field, n), **bound)
             probes.low[n] = est.required_bytes
             if options.get("fragmentation") is None:
                 probes.margin[n] = overhead_margin(spec, est, reserve=options.get("reserve", "10%"))
@@ -137,7 +132,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
     def required(n: int) -> int:
         if n not in probes.required:
-            probes.required[n] = estimate_memory(spec, _with(workload, field, n), **options).required_bytes
+            probes.required[n] = estimate_memory(spec, resized(workload, field, n), **options).required_bytes
         return probes.required[n]
 
     first_on_card = cache is None if card_first is None else card_first
@@ -155,7 +150,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 return True
             if options.get("fragmentation") is not None:
                 return False
-        w = _with(workload, field, n)
+        w = resized(workload, field, n)
         on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
         if on_card.required_bytes <= memory_bytes:
             return True

@@ -165,8 +165,7 @@ def _training_cached(spec: ModelSpec, w: Workload, phases, layer, base: tuple, e
     return found
 
 
-_PREFIXES: dict[tuple, tuple[ModelSpec, Allocator]] = {}  # the allocator after _prefix, by what it reads
-_PREFIXES_MAX = 16
+_PREFIXES = KeptBySpec(16)  # the allocator after _prefix, by what it reads
 
 
 def clear_kept() -> None:
@@ -214,24 +213,15 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
     if expandable or allocator_for(phases) is not CachingAllocator:
         return None
     before = tuple(p for p in phases if p.name in ("load", "setup"))
-    others = size_free_key(w)
-    key = (id(spec), others, before, item_bytes(phases, ADAPTERS, "weights"), *(
+    key = (size_free_key(w), before, item_bytes(phases, ADAPTERS, "weights"), *(
         item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
-    spec_found: ModelSpec | None = None
-    kept: Allocator | None = None
-    hashable = True
-    try:
-        spec_found, kept = _PREFIXES.get(key, (None, None))
-    except TypeError:  # an input that cannot be a key
-        hashable = False
-    if spec_found is not spec or kept is None:
+
+    def replayed() -> Allocator:
         r = Replay(expandable, None)
         _prefix(r, spec, w, phases, trainable)
-        kept = r.a
-        if hashable:
-            if len(_PREFIXES) >= _PREFIXES_MAX:
-                _PREFIXES.clear()
-            _PREFIXES[key] = (spec, kept)
+        return r.a
+
+    kept: Allocator = _PREFIXES.get(spec, key, replayed)
     return kept
 
 

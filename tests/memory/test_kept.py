@@ -66,3 +66,25 @@ def test_the_size_free_key_tells_apart_workloads_that_differ_in_any_other_field(
     assert size_free_key(replace(w, lora_rank=w.lora_rank * 2)) != size_free_key(w)
     assert size_free_key(replace(w, grad_checkpointing=True)) != size_free_key(w)
     assert size_free_key(replace(w, batch=3, seq_len=7)) == size_free_key(w)
+
+
+TRAINING = [kw for kw in WORKLOADS if kw.get("mode") != "infer"] + [
+    {"gpus": 2, "shard": "zero2", "mixed_precision": True, "grad_checkpointing": True, "seq_len": 256},
+    {"seq_len": 256, "expandable_segments": True},
+]
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.2-1B", "google-bert/bert-base-uncased", "openai-community/gpt2"])
+@pytest.mark.parametrize("kw", TRAINING, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_a_batch_replayed_alone_has_the_overhead_of_its_estimate(model, kw):
+    # the card solve checks the batches within the margin of the card from their replays alone
+    # (reserved.batch_overheads: one batch's phases stand for the others'); each overhead is its own estimate's
+    from campaign.memory.phases import training_phases
+
+    spec, w = load_spec(model), make_workload(**kw)
+    overhead_at = reserved.batch_overheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
+    alone = [overhead_at(b) for b in (1, 2, 3, 5, 8, 13)]
+    reserved.clear_kept()
+    estimated = [next(i.bytes for i in estimate_memory(spec, replace(w, batch=b)).items
+                      if i.name == "allocator overhead (reserved - allocated)") for b in (1, 2, 3, 5, 8, 13)]
+    assert alone == estimated and len(set(estimated)) > 1  # the overhead changes with the batch

@@ -41,13 +41,18 @@ class Fit(Record):
 
 class Probes:
     """What a solve learned of one workload's probes, shared by the cards it is solved for: per value its lower
-    bound (the estimate without the allocator overhead), its margin (overhead_margin) and its required bytes on a card
-    with room to spare (the replay without a limit)."""
+    bound (the estimate without the allocator overhead) and that estimate's peak allocated, its margin
+    (overhead_margin), its required bytes on a card with room to spare (the replay without a limit), and for a batch
+    within the margin of a card its replayed overhead alone (reserved.batch_overheads); what lies outside the
+    allocator (the context, NCCL's buffers: the same for every probe)."""
 
     def __init__(self) -> None:
         self.low: dict[int, int] = {}
+        self.allocated: dict[int, int] = {}
         self.margin: dict[int, int] = {}
         self.required: dict[int, int] = {}
+        self.overhead: dict[int, int] = {}
+        self.outside = 0
 
 
 def overhead_margin(spec: ModelSpec, est: MemoryEstimate, *, reserve: str | float) -> int:
@@ -118,6 +123,8 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         if n not in probes.low:
             est = estimate_memory(spec, resized(workload, field, n), **bound)
             probes.low[n] = est.required_bytes
+            probes.allocated[n] = est.peak_allocated_bytes
+            probes.outside = est.device_bytes - est.peak_reserved_bytes
             if options.get("fragmentation") is None:
                 probes.margin[n] = overhead_margin(spec, est, reserve=options.get("reserve", "10%"))
         return probes.low[n]
@@ -135,6 +142,15 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             probes.required[n] = estimate_memory(spec, resized(workload, field, n), **options).required_bytes
         return probes.required[n]
 
+    def room_fits(n: int) -> bool:
+        """n fits with room to spare: from its replay alone where made (_replayed_alone), and its allocated bytes
+        (the reserved bytes, allocated + overhead, within allocator_limit is the required bytes within the card)."""
+        if n in probes.overhead:
+            low(n)
+            return probes.allocated[n] + probes.overhead[n] <= allocator_limit(
+                memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
+        return required(n) <= memory_bytes
+
     first_on_card = cache is None if card_first is None else card_first
 
     def ok(n: int, below_top: bool = False) -> bool:
@@ -145,8 +161,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         every card it fits. `below_top`: n is at most the largest value whose lower bound fits (not computed)."""
         if not below_top and low(n) > memory_bytes:
             return False
-        if options.get("fragmentation") is not None or not first_on_card or n in probes.required:
-            if required(n) <= memory_bytes:
+        known = n in probes.required or n in probes.overhead
+        if options.get("fragmentation") is not None or not first_on_card or known:
+            if room_fits(n):
                 return True
             if options.get("fragmentation") is not None:
                 return False
@@ -154,9 +171,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
         if on_card.required_bytes <= memory_bytes:
             return True
-        if n not in probes.required and unlimited_fails(spec, on_card, memory_bytes, options.get("reserve", "10%")):
+        if not known and unlimited_fails(spec, on_card, memory_bytes, options.get("reserve", "10%")):
             return False
-        return required(n) <= memory_bytes
+        return room_fits(n)
 
     if exhaustive:
         found = largest_satisfying(ok, limit)
@@ -173,10 +190,38 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
+    replayed = _replayed_alone(spec, workload, memory_bytes, top, probes, low, **options)
     for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
-        if not ok(n, below_top=True):
+        if not (replayed(n) or ok(n, below_top=True)):
             return n - 1
     return top
+
+
+def _replayed_alone(spec: ModelSpec, workload: Workload, memory_bytes: int, top: int, probes: Probes, low,
+                    **options: Any):
+    """For a training solve's batches within the margin of the card: n -> whether n surely fits from its replayed
+    overhead alone (reserved.batch_overheads, without its phases and estimate), added to the peak allocated of a
+    batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's); m is top - (2^k - 1)
+    for the largest such at or above n, so log2(top) batches are estimated, each within half the distance to top.
+    A batch that does not pass is checked in full by the caller. Never for a given --fragmentation share (no
+    replay) or an inference."""
+    if not workload.training or options.get("fragmentation") is not None:
+        return lambda n: False
+    from .phases import training_phases
+
+    template = training_phases(spec, resized(workload, "batch", top))
+    low(top)  # the estimate of top: the bytes outside the allocator
+    limit = allocator_limit(memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
+    overhead_at = reserved.batch_overheads(spec, workload, template)
+
+    def replayed(n: int) -> bool:
+        m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
+        low(m)
+        if n not in probes.overhead:
+            probes.overhead[n] = overhead_at(n)
+        return probes.allocated[m] + probes.overhead[n] <= limit
+
+    return replayed
 
 
 def card_estimate(spec: ModelSpec, workload: Workload, card_bytes: int, *, estimate: MemoryEstimate | None = None,

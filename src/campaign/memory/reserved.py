@@ -22,11 +22,12 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from . import zero_replay
-from .activations import FP32, KEPT_LAYERS, layer_saved
+from .activations import FP32, KEPT_LAYERS, layer_saved, training_activations
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
@@ -43,7 +44,7 @@ from .replay import (
     split_bytes,
 )
 from .states import lora_groups, state_bytes_per_element
-from .workload import KeptBySpec, Workload, size_free_key
+from .workload import KeptBySpec, Workload, resized, size_free_key
 from .zero_replay import zero_plan
 
 
@@ -226,10 +227,12 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
 
 
 def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
-                  limit: int | None) -> Replay:
-    """A replay past _prefix: the kept allocator (_prefix_kept) forked for this probe; where none is kept, or under a
-    limit below its peak reserved (the prefix may release segments there), the prefix replayed afresh."""
-    kept = _prefix_kept(spec, w, phases, trainable, expandable)
+                  limit: int | None, kept: Allocator | None = None) -> Replay:
+    """A replay past _prefix: the kept allocator (_prefix_kept, or `kept`: it, looked up already) forked for this
+    probe; where none is kept, or under a limit below its peak reserved (the prefix may release segments there), the
+    prefix replayed afresh."""
+    if kept is None:
+        kept = _prefix_kept(spec, w, phases, trainable, expandable)
     if kept is None or (limit is not None and kept.peak_reserved > limit):
         r = Replay(expandable, limit, model=allocator_for(phases))
         _prefix(r, spec, w, phases, trainable)
@@ -318,19 +321,63 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
                       zero, zero_states, foreach_tmp, loop_tmp)
 
 
+@dataclass(frozen=True)
+class _StepParts:
+    """What a training step's replay reads of its phases that the batch does not change: the step's sizes, the
+    allocator after the prefix (kept, or None: replayed afresh), whether there are logits, the optimizer's
+    temporaries. Worked out once for the many batches of a card solve (batch_overheads)."""
+
+    plan: _StepSizes
+    prefix: Allocator | None
+    logits: bool
+    step_tmp: int
+
+
+def _step_parts(spec: ModelSpec, w: Workload, phases, expandable: bool) -> _StepParts:
+    plan = _step_sizes(spec, w, phases)
+    return _StepParts(plan, _prefix_kept(spec, w, phases, plan.trainable, expandable),
+                      bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")),
+                      item_bytes(phases, "optimizer temporaries", "temporaries"))
+
+
+def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int]:
+    """batch -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed with room to
+    spare, as training_overhead gives it with that batch's phases, from `phases` of another batch of the same
+    workload: of its phases the replay reads only the activations' bytes (training_activations, worked out per
+    batch) besides what the batch does not change (_StepParts, worked out here once). A card solve checks the many
+    batches within the margin of the card this way (fit.max_value), without their phases and estimates."""
+    expandable = w.expandable_segments
+    parts, layer = _step_parts(spec, w, phases, expandable), layer_saved(spec, w)
+
+    def at(batch: int) -> int:
+        wn = resized(w, "batch", batch)
+        acts = training_activations(spec, wn).bytes
+        return _replay_step(spec, wn, phases, parts, layer, expandable, None, acts).bytes
+
+    return at
+
+
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
                      limit: int | None = None) -> Overhead:
+    return _replay_step(spec, w, phases, _step_parts(spec, w, phases, expandable), layer, expandable, limit,
+                        item_bytes(phases, "activations", "activations"))
+
+
+def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, layer, expandable: bool, limit: int | None,
+                 acts: int) -> Overhead:
+    """The replay of the module docstring; `phases` read only through `parts` and `acts` (the activations' bytes of
+    w's batch), and to replay the prefix afresh."""
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
     tokens = w.batch * w.seq_len
     h, V = spec.hidden_size, spec.vocab_size
-    plan = _step_sizes(spec, w, phases)
+    plan = parts.plan
     trainable, zero = plan.trainable, plan.zero
-    r = _after_prefix(spec, w, phases, trainable, expandable, limit)
+    r = _after_prefix(spec, w, phases, trainable, expandable, limit, parts.prefix)
     inter = spec.intermediate_size
     if spec.moe is not None:
         inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
-    lg = item_bytes(phases, "logits and loss", "logits") if V else 0
+    lg = parts.logits
     causal = not spec.encoder
     if not trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
         for _ in range(L):
@@ -346,12 +393,11 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
     keys_per_token = layer.attention_per_token * w.seq_len
     terms = [tokens * piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * h)] + (
         [tokens * keys_per_token] if keys_per_token else [])
-    acts = item_bytes(phases, "activations", "activations")
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     extra_layers, extra_rest = plan.extra_layers, plan.extra_rest
-    step_tmp = item_bytes(phases, "optimizer temporaries", "temporaries")
+    step_tmp = parts.step_tmp
     state_sizes, zero_states = plan.state_sizes, plan.zero_states
     grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
     take_each, give_each = r.a.take_each, r.a.give_each

@@ -122,6 +122,19 @@ static void pool_remove(Pool *p, const Block *b) {
     pool_remove_at(p, lower(p, b->size, b->seg, b->off));
 }
 
+/* pool_remove_at(p, i) then pool_insert(p, b, index), moving only the entries between the two places: a block split
+ * or merged goes back into the pool near where it was. */
+static void pool_replace(Pool *p, Py_ssize_t i, const Block *b, int index) {
+    Py_ssize_t j = lower(p, b->size, b->seg, b->off); /* counts entry i where it comes before b */
+    if (j > i) { /* b comes after entry i: its place is j - 1 once i is out */
+        j--;
+        memmove(&p->e[i], &p->e[i + 1], (size_t)(j - i) * sizeof(Entry));
+    } else if (j < i) {
+        memmove(&p->e[j + 1], &p->e[j], (size_t)(i - j) * sizeof(Entry));
+    }
+    p->e[j].size = b->size; p->e[j].seg = b->seg; p->e[j].off = b->off; p->e[j].block = index;
+}
+
 static void reserve(Core *c, i64 bytes) {
     c->reserved += bytes;
     if (c->reserved > c->peak_reserved) c->peak_reserved = c->reserved;
@@ -177,10 +190,11 @@ static int take(Core *c, i64 size) {
     int small = size <= SMALL_SIZE, block;
     Pool *pool = &c->pools[small];
     Py_ssize_t i = lower(pool, size, LLONG_MIN, LLONG_MIN);
+    Py_ssize_t at = -1; /* the pool entry of the block taken, left in place until the block is split or not */
     if (i < pool->n) {
         if (c->expandable && pool->e[i].block == c->tail[small] && i + 1 < pool->n) i++;
         block = pool->e[i].block;
-        pool_remove_at(pool, i);
+        at = i;
         Block *b = &c->blocks[block];
         if (b->prev < 0 && b->next < 0 && b->seg >= 0) c->whole_free--;
     } else if (c->expandable) {
@@ -211,7 +225,10 @@ static int take(Core *c, i64 size) {
         else if (c->expandable && c->tail[small] == block) c->tail[small] = rest;
         b->next = rest;
         b->size = size;
-        pool_insert(pool, &c->blocks[rest], rest);
+        if (at >= 0) pool_replace(pool, at, &c->blocks[rest], rest);
+        else pool_insert(pool, &c->blocks[rest], rest);
+    } else if (at >= 0) {
+        pool_remove_at(pool, at);
     }
     Block *b = &c->blocks[block];
     b->free = 0;
@@ -237,9 +254,10 @@ static void give(Core *c, int block) {
     Pool *pool = &c->pools[small];
     b->free = 1;
     int prev = b->prev, after = b->next;
+    Py_ssize_t at = -1; /* the pool entry of a neighbour merged: the merged block takes it (pool_replace) */
     if (prev >= 0 && c->blocks[prev].free) { /* merge into the free block before */
         Block *p = &c->blocks[prev];
-        pool_remove(pool, p);
+        at = lower(pool, p->size, p->seg, p->off);
         p->size += b->size;
         p->next = after;
         if (after >= 0) c->blocks[after].prev = prev;
@@ -250,7 +268,13 @@ static void give(Core *c, int block) {
     }
     if (after >= 0 && c->blocks[after].free) { /* absorb the free block after */
         Block *a = &c->blocks[after];
-        pool_remove(pool, a);
+        Py_ssize_t k = lower(pool, a->size, a->seg, a->off);
+        if (at < 0) {
+            at = k;
+        } else {
+            pool_remove_at(pool, k);
+            if (k < at) at--;
+        }
         b->size += a->size;
         int nxt = b->next = a->next;
         if (nxt >= 0) c->blocks[nxt].prev = block;
@@ -259,7 +283,8 @@ static void give(Core *c, int block) {
     }
     b = &c->blocks[block];
     if (b->prev < 0 && b->next < 0 && b->seg >= 0) c->whole_free++;
-    pool_insert(pool, b, block);
+    if (at >= 0) pool_replace(pool, at, b, block);
+    else pool_insert(pool, b, block);
 }
 
 /* Requests past 2^60 B, or a model past 2^62 B reserved, are refused: below them no sum here passes 64 bits (the

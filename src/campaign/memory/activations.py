@@ -227,8 +227,9 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
     return FP32 * h + FP32 + (2 * c * h if trains else 0.0)
 
 
-def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
-    """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card."""
+def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) -> SavedActivations:
+    """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card (`formula`
+    False: the bytes only, the formula left empty: a card solve's many batches, reserved.batch_overheads)."""
     if spec.encdec is not None:
         return encdec.training_activations(spec, w)
     tokens = w.batch * w.seq_len
@@ -248,15 +249,15 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     generic = f"{spec.generic}; " if spec.generic else ""
     if w.grad_checkpointing:
         saved = spec.num_layers * tokens * c * spec.hidden_size + final
-        formula = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = "
-                             f"{spec.num_layers} x {tokens} x {spec.hidden_size} x {c:g}, + final norm; "
-                             "one layer is recomputed in backward")
-        return SavedActivations(int(saved), int(one_layer), formula)
-    formula = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
-               + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
-               + f" = {spec.num_layers} x {tokens} tokens; terms: "
-               + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v))
-    return SavedActivations(int(spec.num_layers * one_layer + final), int(one_layer), formula)
+        how = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = "
+                         f"{spec.num_layers} x {tokens} x {spec.hidden_size} x {c:g}, + final norm; "
+                         "one layer is recomputed in backward") if formula else ""
+        return SavedActivations(int(saved), int(one_layer), how)
+    how = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
+           + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
+           + f" = {spec.num_layers} x {tokens} tokens; terms: "
+           + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v)) if formula else ""
+    return SavedActivations(int(spec.num_layers * one_layer + final), int(one_layer), how)
 
 
 def _mean_keys(spec: ModelSpec, seq_len: int) -> float:

@@ -331,13 +331,22 @@ class _StepParts:
     prefix: Allocator | None
     logits: bool
     step_tmp: int
+    inter: int  # the MLP's width a token passes through (the experts it is routed to)
+    pieces: list[float]  # bytes per token of each tensor a block saves (activations.layer_saved's terms, _tensors)
 
 
-def _step_parts(spec: ModelSpec, w: Workload, phases, expandable: bool) -> _StepParts:
+def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> _StepParts:
     plan = _step_sizes(spec, w, phases)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    inter = spec.intermediate_size
+    if spec.moe is not None:
+        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    keys_per_token = layer.attention_per_token * w.seq_len
+    pieces = [piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * spec.hidden_size)] + (
+        [keys_per_token] if keys_per_token else [])
     return _StepParts(plan, _prefix_kept(spec, w, phases, plan.trainable, expandable),
                       bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")),
-                      item_bytes(phases, "optimizer temporaries", "temporaries"))
+                      item_bytes(phases, "optimizer temporaries", "temporaries"), inter, pieces)
 
 
 def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int]:
@@ -347,23 +356,24 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int
     batch) besides what the batch does not change (_StepParts, worked out here once). A card solve checks the many
     batches within the margin of the card this way (fit.max_value), without their phases and estimates."""
     expandable = w.expandable_segments
-    parts, layer = _step_parts(spec, w, phases, expandable), layer_saved(spec, w)
+    layer = layer_saved(spec, w)
+    parts = _step_parts(spec, w, phases, layer, expandable)
 
     def at(batch: int) -> int:
         wn = resized(w, "batch", batch)
-        acts = training_activations(spec, wn).bytes
-        return _replay_step(spec, wn, phases, parts, layer, expandable, None, acts).bytes
+        acts = training_activations(spec, wn, formula=False).bytes
+        return _replay_step(spec, wn, phases, parts, expandable, None, acts).bytes
 
     return at
 
 
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
                      limit: int | None = None) -> Overhead:
-    return _replay_step(spec, w, phases, _step_parts(spec, w, phases, expandable), layer, expandable, limit,
+    return _replay_step(spec, w, phases, _step_parts(spec, w, phases, layer, expandable), expandable, limit,
                         item_bytes(phases, "activations", "activations"))
 
 
-def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, layer, expandable: bool, limit: int | None,
+def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, expandable: bool, limit: int | None,
                  acts: int) -> Overhead:
     """The replay of the module docstring; `phases` read only through `parts` and `acts` (the activations' bytes of
     w's batch), and to replay the prefix afresh."""
@@ -374,9 +384,7 @@ def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, layer,
     plan = parts.plan
     trainable, zero = plan.trainable, plan.zero
     r = _after_prefix(spec, w, phases, trainable, expandable, limit, parts.prefix)
-    inter = spec.intermediate_size
-    if spec.moe is not None:
-        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    inter = parts.inter
     lg = parts.logits
     causal = not spec.encoder
     if not trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
@@ -389,10 +397,7 @@ def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, layer,
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up, ls, logits)
         return overhead_of(r)
-    # per layer: the saved tensors of one layer, from activations.layer_saved's terms
-    keys_per_token = layer.attention_per_token * w.seq_len
-    terms = [tokens * piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * h)] + (
-        [tokens * keys_per_token] if keys_per_token else [])
+    terms = [tokens * piece for piece in parts.pieces]  # per layer: the saved tensors of one layer
     per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
     final = max(0, acts - L * int(per_layer_saved))
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator

@@ -112,9 +112,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
     margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
     margin of the card, each of them (a training step's from its replay alone, _replayed_alone), and the answer is the
-    batch below the first that does not fit. The length is searched (exponential then binary), taking a longer context to need no
-    less. `exhaustive`: replay every batch below the search's answer instead (the reference the tests compare
-    with). `cache` may be shared between the cards of one workload.
+    batch below the first that does not fit. The length is searched (exponential then binary), taking a longer
+    context to need no less. `exhaustive`: replay every batch below the search's answer instead (the reference the
+    tests compare with). `cache` may be shared between the cards of one workload.
     """
     probes = Probes() if cache is None else cache
     bound = {**options, "fragmentation": 0.0}

@@ -170,10 +170,11 @@ _PREFIXES = KeptBySpec(16)  # the allocator after _prefix, by what it reads
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_SAME_STEP, _PREFIXES, _WEIGHTS, _STEP_SIZES,
+    """Forget every replay and size kept in this process (_SAME_STEP, _ALONE, _PREFIXES, _WEIGHTS, _STEP_SIZES,
     zero_replay._PLANS, activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process
     would (the benchmarks' cold solves, tests that count replays)."""
     _SAME_STEP.clear()
+    _ALONE.clear()
     _PREFIXES.clear()
     _WEIGHTS.clear()
     _STEP_SIZES.clear()
@@ -358,13 +359,21 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int
     expandable = w.expandable_segments
     layer = layer_saved(spec, w)
     parts = _step_parts(spec, w, phases, layer, expandable)
+    key = (size_free_key(w), w.seq_len)
 
-    def at(batch: int) -> int:
+    def replayed(batch: int) -> int:
         wn = resized(w, "batch", batch)
         acts = training_activations(spec, wn, formula=False).bytes
         return _replay_step(spec, wn, phases, parts, expandable, None, acts).bytes
 
+    def at(batch: int) -> int:  # kept per model, workload and batch, as _SAME_STEP keeps the full replays
+        found: int = _ALONE.get(spec, (*key, batch), lambda: replayed(batch))
+        return found
+
     return at
+
+
+_ALONE = KeptBySpec(1 << 16)  # batch_overheads' replays, by the workload's size-free key, length and batch
 
 
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,

@@ -151,22 +151,25 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
         return required(n) <= memory_bytes
 
-    first_on_card = cache is None if card_first is None else card_first
+    on_card_first = [cache is None if card_first is None else card_first]
 
     def ok(n: int, below_top: bool = False) -> bool:
         """n fits on a card with room to spare, or replayed against this card (the allocator releasing its
         cached segments). For one card the replay against it comes first: where it releases nothing, it is the
         replay with room to spare as well (reserved.training_overhead keeps it as both), so a probe costs one
         replay. Cards that share their probes (`cache`) replay with room to spare first: that replay serves
-        every card it fits. `below_top`: n is at most the largest value whose lower bound fits (not computed)."""
+        every card it fits; once one does not fit with room to spare, the probes after it come close enough to
+        this card's edge that its own replay comes first too. Either order gives the same answer.
+        `below_top`: n is at most the largest value whose lower bound fits (not computed)."""
         if not below_top and low(n) > memory_bytes:
             return False
         known = n in probes.required or n in probes.overhead
-        if options.get("fragmentation") is not None or not first_on_card or known:
+        if options.get("fragmentation") is not None or not on_card_first[0] or known:
             if room_fits(n):
                 return True
             if options.get("fragmentation") is not None:
                 return False
+            on_card_first[0] = True
         w = resized(workload, field, n)
         on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
         if on_card.required_bytes <= memory_bytes:

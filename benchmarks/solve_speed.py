@@ -2,7 +2,8 @@
 commands, in this process, and over the sweep of tests/memory/solve_sweep.py (every catalog model x six workloads x
 five cards): goal 50 ms a solve (one card's largest batch and longest context), and a tiny model (2 layers, hidden
 64: benchmarks/cli_speed.py's) well under a second. Per command line: its CPU time over all its cards (fit_cards:
-the solve and each card's verdict), and per card.
+the solve and each card's verdict), and per card. Every solve is cold (reserved.clear_kept: nothing kept from the
+one before, as in a command's own process), and the sweep's longest are listed.
 
 Usage: python benchmarks/solve_speed.py [--sweep]
 """
@@ -70,17 +71,22 @@ def main() -> None:
         print(f"{model:12s} {flags:80s} {where:10s} {n:2d} cards: {best * 1000:8.1f} ms CPU, {best * 1000 / n:7.1f} "
               f"ms a card {'ok' if best / n <= 0.05 else 'SLOW (goal 50 ms a card)'}", flush=True)
     if "--sweep" in sys.argv:
+        from campaign.memory import reserved
         from tests.memory.solve_sweep import answers, cases
 
-        times = []
+        timed = []
         for case in cases():
+            reserved.clear_kept()  # cold, as a command's own process: nothing kept from the other cards' solves
             start = time.process_time()
             answers(False, [case])
-            times.append(time.process_time() - start)
-        times.sort()
+            timed.append((time.process_time() - start, case))
+        timed.sort(key=lambda t: t[0])
+        times = [t for t, _ in timed]
         print(f"sweep: {len(times)} solves (batch and length on one card), median {statistics.median(times) * 1000:.1f}"
               f" ms, 90th percentile {times[int(0.9 * len(times))] * 1000:.1f} ms, max {times[-1] * 1000:.0f} ms, "
-              f"{sum(t <= 0.05 for t in times)} of {len(times)} within 50 ms")
+              f"{sum(t <= 0.05 for t in times)} of {len(times)} within 50 ms; the longest:")
+        for t, (model, workload, _, card) in timed[-8:]:
+            print(f"  {t * 1000:6.1f} ms  {model} {workload} {card}")
 
 
 if __name__ == "__main__":

@@ -335,3 +335,35 @@ def test_a_workload_past_64_bit_sizes_is_replayed_by_the_python_model():
     est = estimate_memory(spec, make_workload(batch=10**30, seq_len=512))
     assert est.required_bytes > 512 * 10**30 > COMPILED_BYTES
     assert allocator_for(est.phases).__name__ == "PythonAllocator"
+
+
+@pytest.mark.parametrize("model,kw", [
+    ("mistralai/Mixtral-8x22B-Instruct-v0.1", {"shard": "fsdp", "gpus": 8}),
+    ("meta-llama/Llama-3.2-1B", {"shard": "zero1", "gpus": 2, "mixed_precision": True})], ids=["fsdp", "zero1"])
+def test_the_replay_makes_every_gradient_whichever_backward_moment_peaks(model, kw):
+    # 1,024 tokens with checkpointing: at batch 1 the end of backward (every gradient made) is the backward phase's
+    # peak; at batch 64 another moment is: Mixtral-8x22B's last layer recomputed (its experts' activations), where
+    # only the head's gradients exist; Llama-3.2-1B under ZeRO-1 the start of backward, where none do. The replay
+    # makes the step's gradients either way: one per trainable parameter, 2 B each in bf16 (FSDP: this card's
+    # eighth, rounded up; ZeRO-1 keeps them whole). It read them from the peaking phase, so at batch 64 Mixtral's
+    # replay made the head's gradients only, and a card solve whose batches were replayed from a large batch's phases
+    # found batches to fit that their own estimates did not
+    from dataclasses import replace
+
+    from campaign.memory import reserved
+    from campaign.memory.phases import training_phases
+    from campaign.memory.states import trainable_params
+
+    spec = load_spec(model)
+    w = make_workload(seq_len=1024, grad_checkpointing=True, **kw)
+    divided = w.gpus if w.shard == "fsdp" else 1
+    expected = -(-trainable_params(spec, w) * 2 // divided)
+    moments = set()
+    for batch in (1, 64):
+        wb = replace(w, batch=batch)
+        phases = training_phases(spec, wb)
+        moments.add(next(p.moment for p in phases if p.name == "backward"))
+        plan = reserved._step_sizes(spec, wb, phases)
+        made = sum(map(sum, plan.grads_by_layer)) + sum(plan.grads_rest)
+        assert expected - len(plan.trainable) < made <= expected, batch  # split per tensor, each rounded down
+    assert len(moments) == 2  # the two batches peak at different moments of the backward

@@ -108,11 +108,17 @@ class _StepItems:
 KEPT_STEP_ITEMS = KeptBySpec(64)
 
 
+def step_items(spec: ModelSpec, w: Workload) -> _StepItems:
+    """The step's batch-free items (_StepItems), kept per model and workload but its batch and length."""
+    found: _StepItems = KEPT_STEP_ITEMS.get(spec, size_free_key(w), lambda: _step_items(spec, w))
+    return found
+
+
 def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     """A training step's phases (load, forward, backward, optimizer step), each with the tensors alive at its peak;
     a step with no trainable parameters is a load and a forward without autograd. ZeRO-3 over a model built without
     zero.Init has a setup phase after the load (memory/deepspeed.py setup_phase)."""
-    base = KEPT_STEP_ITEMS.get(spec, size_free_key(w), lambda: _step_items(spec, w))
+    base = step_items(spec, w)
     Pt, states, persist, kept, fwd_only, ds = base.Pt, base.states, base.persist, base.kept, base.fwd_only, base.ds
     grad_s, grad_div = base.grad_s, base.grad_div
     load = base.load

@@ -31,7 +31,7 @@ from .activations import FP32, KEPT_LAYERS, layer_saved, training_activations
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
-from .phases import KEPT_STEP_ITEMS
+from .phases import KEPT_STEP_ITEMS, step_items
 from .replay import (
     Overhead,
     Replay,
@@ -281,10 +281,20 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
     extra_bytes = sum(i.bytes for p in phases if p.name == "forward" for i in p.items
                       if i.name == "16-bit working copies (autocast)" or (i.name == "all-gathered parameters"
                                                                           and not z3))
-    totals = (extra_bytes, item_bytes(phases, "gradients", "gradients"),
+    totals = (extra_bytes, _gradient_bytes(spec, w),
               item_bytes(phases, "optimizer states", "optimizer"),
               item_bytes(phases, "optimizer temporaries", "temporaries"))
     return _STEP_SIZES.get(spec, (size_free_key(w), totals), lambda: _work_out_step_sizes(spec, w, zero, *totals))
+
+
+def _gradient_bytes(spec: ModelSpec, w: Workload) -> int:
+    """The bytes of the gradients a step's replay makes on this card: those held between steps or micro-batches
+    where some are (ZeRO-3's flat partition, zero_grad's kept ones, the sum of the micro-batches, FSDP's whole one),
+    else one per trainable parameter. Read from the step's batch-free items (phases.step_items), not from the phase
+    that peaks: the end of backward holds them, but its start or a checkpointed layer's recompute (holding the head's
+    gradients only) can be the larger moment, and then were read as the step's gradients (the head's, or none)."""
+    base = step_items(spec, w)
+    return base.kept[0].bytes if base.kept else base.grads.bytes
 
 
 def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPlan | None, extra_bytes: int,

@@ -207,17 +207,22 @@ def _replayed_alone(spec: ModelSpec, workload: Workload, memory_bytes: int, top:
     batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's); m is top - (2^k - 1)
     for the largest such at or above n, so log2(top) batches are estimated, each within half the distance to top.
     A batch that does not pass is checked in full by the caller. Never for a given --fragmentation share (no
-    replay) or an inference."""
+    replay) or an inference. What it needs (top's phases, the limit, the replay's batch-free parts) is made at its
+    first batch: a solve with none within the margin makes none of it."""
     if not workload.training or options.get("fragmentation") is not None:
         return lambda n: False
-    from .phases import training_phases
-
-    template = training_phases(spec, resized(workload, "batch", top))
-    low(top)  # the estimate of top: the bytes outside the allocator
-    limit = allocator_limit(memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
-    overhead_at = reserved.batch_overheads(spec, workload, template)
+    made: list = []
 
     def replayed(n: int) -> bool:
+        if not made:
+            from .phases import training_phases
+
+            low(top)  # the estimate of top: the bytes outside the allocator
+            reserve = options.get("reserve", "10%")
+            template = training_phases(spec, resized(workload, "batch", top))
+            made.append(allocator_limit(memory_bytes, reserve=reserve, context_bytes=probes.outside))
+            made.append(reserved.batch_overheads(spec, workload, template))
+        limit, overhead_at = made
         m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
         low(m)
         if n not in probes.overhead:

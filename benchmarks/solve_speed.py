@@ -5,7 +5,11 @@ five cards): goal 50 ms a solve (one card's largest batch and longest context), 
 the solve and each card's verdict), and per card. Every solve is cold (reserved.clear_kept: nothing kept from the
 one before, as in a command's own process), and the sweep's longest are listed.
 
-Usage: python benchmarks/solve_speed.py [--sweep]
+The CPU time of a solve varies with the machine's load by a quarter and more from run to run; the instructions it
+executes do not. `--one I` runs command line I's solve once (`--baseline`: all of it but fit_cards), for
+`valgrind --tool=callgrind`: the solve's instructions are the run's less the baseline's (docs/benchmarks.md).
+
+Usage: python benchmarks/solve_speed.py [--sweep] | --one I [--baseline]
 """
 from __future__ import annotations
 
@@ -27,6 +31,12 @@ COMMANDS = [
     ("tiny", {}, "h200", False),  # thousands of sequences fit: the batches within the margin of the card are many
     ("tiny", {}, None, False),
     ("tiny", {"mode": "infer", "seq_len": 256}, None, False),
+    # the sweep's longest (tests/memory/solve_sweep.py): hundreds of batches within the margin of the card, and a
+    # 64-layer QLoRA step's longest-context search
+    ("google-bert/bert-base-uncased", {"seq_len": 1024, "grad_checkpointing": True, "mixed_precision": True},
+     "H200-SXM-141GB", False),
+    ("Qwen/Qwen3-32B", {"method": "qlora", "seq_len": 2048, "grad_checkpointing": True, "mixed_precision": True},
+     "A100-SXM-80GB", False),
 ]
 
 
@@ -43,8 +53,9 @@ def model_spec(model: str):
     return spec_from_config(TINY_MODEL, name="tiny", source="benchmarks/cli_speed.py")
 
 
-def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple[float, int]:
-    """(CPU seconds of fit_cards, cards solved), a cold solve: no replay kept from before."""
+def solve_once(model: str, kw: dict, card: str | None, all_cards: bool, *, solve: bool = True) -> tuple[float, int]:
+    """(CPU seconds of fit_cards, cards solved), a cold solve: no replay kept from before (`solve` False: all but
+    fit_cards, the baseline of --one's instruction count)."""
     from campaign.hardware.cards import all_cards as catalog, find_card
     from campaign.memory import estimate_memory, make_workload, reserved
     from campaign.memory.fit import fit_cards
@@ -55,11 +66,16 @@ def solve_once(model: str, kw: dict, card: str | None, all_cards: bool) -> tuple
     est = estimate_memory(spec, w)
     reserved.clear_kept()
     start = time.process_time()
-    fit_cards(spec, w, cards, estimate=est)
+    if solve:
+        fit_cards(spec, w, cards, estimate=est)
     return time.process_time() - start, len(cards)
 
 
 def main() -> None:
+    if "--one" in sys.argv:  # one command line's solve, once, for an instruction count (see the docstring)
+        index = int(sys.argv[sys.argv.index("--one") + 1])
+        solve_once(*COMMANDS[index], solve="--baseline" not in sys.argv)
+        return
     from campaign.memory.allocator import CachingAllocator
 
     print(f"allocator model: {CachingAllocator.__name__} (CompiledAllocator where the install built "
@@ -68,8 +84,9 @@ def main() -> None:
         best, n = min(solve_once(model, kw, card, every) for _ in range(3 if model != "tiny" else 1))
         flags = " ".join(f"{k}={v}" for k, v in kw.items())
         where = card or ("--all-cards" if every else "featured")
-        print(f"{model:12s} {flags:80s} {where:10s} {n:2d} cards: {best * 1000:8.1f} ms CPU, {best * 1000 / n:7.1f} "
-              f"ms a card {'ok' if best / n <= 0.05 else 'SLOW (goal 50 ms a card)'}", flush=True)
+        print(f"{model.split('/')[-1]:22s} {flags:80s} {where:14s} {n:2d} cards: {best * 1000:8.1f} ms CPU, "
+              f"{best * 1000 / n:7.1f} ms a card {'ok' if best / n <= 0.05 else 'SLOW (goal 50 ms a card)'}",
+              flush=True)
     if "--sweep" in sys.argv:
         from campaign.memory import reserved
         from tests.memory.solve_sweep import answers, cases

@@ -142,16 +142,19 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             probes.required[n] = estimate_memory(spec, resized(workload, field, n), **options).required_bytes
         return probes.required[n]
 
+    def room_limit() -> int:
+        """The most the allocator may reserve on this card for a step to fit it (the reserved bytes, allocated +
+        overhead, within it are the required bytes within the card), once a lower bound has set what lies outside."""
+        return allocator_limit(memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
+
     def room_fits(n: int) -> bool:
-        """n fits with room to spare: from its replay alone where made (_replayed_alone), and its allocated bytes
-        (the reserved bytes, allocated + overhead, within allocator_limit is the required bytes within the card)."""
+        """n fits with room to spare: from its replay alone where made (_replayed_alone) and its allocated bytes."""
         if n in probes.overhead:
             low(n)
-            return probes.allocated[n] + probes.overhead[n] <= allocator_limit(
-                memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
+            return probes.allocated[n] + probes.overhead[n] <= room_limit()
         return required(n) <= memory_bytes
 
-    on_card_first = [cache is None if card_first is None else card_first]
+    on_card_first = cache is None if card_first is None else card_first
 
     def ok(n: int, below_top: bool = False) -> bool:
         """n fits on a card with room to spare, or replayed against this card (the allocator releasing its
@@ -161,15 +164,16 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         every card it fits; once one does not fit with room to spare, the probes after it come close enough to
         this card's edge that its own replay comes first too. Either order gives the same answer.
         `below_top`: n is at most the largest value whose lower bound fits (not computed)."""
+        nonlocal on_card_first
         if not below_top and low(n) > memory_bytes:
             return False
         known = n in probes.required or n in probes.overhead
-        if options.get("fragmentation") is not None or not on_card_first[0] or known:
+        if options.get("fragmentation") is not None or not on_card_first or known:
             if room_fits(n):
                 return True
             if options.get("fragmentation") is not None:
                 return False
-            on_card_first[0] = True
+            on_card_first = True
         w = resized(workload, field, n)
         on_card = estimate_memory(spec, w, card_bytes=memory_bytes, **options)
         if on_card.required_bytes <= memory_bytes:
@@ -193,41 +197,38 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
-    replayed = _replayed_alone(spec, workload, memory_bytes, top, probes, low, **options)
+    replayed = _replayed_alone(spec, workload, top, probes, low, room_limit, **options)
     for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
         if not (replayed(n) or ok(n, below_top=True)):
             return n - 1
     return top
 
 
-def _replayed_alone(spec: ModelSpec, workload: Workload, memory_bytes: int, top: int, probes: Probes, low,
+def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probes, low, room_limit,
                     **options: Any):
     """For a training solve's batches within the margin of the card: n -> whether n surely fits from its replayed
     overhead alone (reserved.batch_overheads, without its phases and estimate), added to the peak allocated of a
-    batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's); m is top - (2^k - 1)
-    for the largest such at or above n, so log2(top) batches are estimated, each within half the distance to top.
-    A batch that does not pass is checked in full by the caller. Never for a given --fragmentation share (no
-    replay) or an inference. What it needs (top's phases, the limit, the replay's batch-free parts) is made at its
-    first batch: a solve with none within the margin makes none of it."""
+    batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's), within
+    room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches are estimated, each
+    within half the distance to top. A batch that does not pass is checked in full by the caller. Never for a given
+    --fragmentation share (no replay) or an inference. The replay's batch-free parts (from top's phases) are made at
+    its first batch: a solve with none within the margin makes none of them."""
     if not workload.training or options.get("fragmentation") is not None:
         return lambda n: False
-    made: list = []
+    overhead_at = None
 
     def replayed(n: int) -> bool:
-        if not made:
+        nonlocal overhead_at
+        if overhead_at is None:
             from .phases import training_phases
 
-            low(top)  # the estimate of top: the bytes outside the allocator
-            reserve = options.get("reserve", "10%")
             template = training_phases(spec, resized(workload, "batch", top))
-            made.append(allocator_limit(memory_bytes, reserve=reserve, context_bytes=probes.outside))
-            made.append(reserved.batch_overheads(spec, workload, template))
-        limit, overhead_at = made
+            overhead_at = reserved.batch_overheads(spec, workload, template)
         m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
         low(m)
         if n not in probes.overhead:
             probes.overhead[n] = overhead_at(n)
-        return probes.allocated[m] + probes.overhead[n] <= limit
+        return probes.allocated[m] + probes.overhead[n] <= room_limit()
 
     return replayed
 

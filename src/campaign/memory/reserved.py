@@ -266,6 +266,7 @@ class _StepSizes:
     state_sizes: list[int]
     zero: zero_replay.ZeroPlan | None
     zero_states: list[list[int]] | None
+    step_tmp: int  # the optimizer's temporaries, all of them
     foreach_tmp: list[int]  # the foreach optimizer's temporaries, one per tensor
     loop_tmp: list[int]  # the for-loop optimizer's: one tensor-sized temporary at a time
 
@@ -329,19 +330,18 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
     foreach_tmp = [s for s in split_bytes(step_tmp, in_order) if s >= 1]
     loop_tmp = [int(numel * state_bytes_per_element(w)) for numel in in_order]
     return _StepSizes(trainable, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,
-                      zero, zero_states, foreach_tmp, loop_tmp)
+                      zero, zero_states, step_tmp, foreach_tmp, loop_tmp)
 
 
 @dataclass(frozen=True)
 class _StepParts:
     """What a training step's replay reads of its phases that the batch does not change: the step's sizes, the
-    allocator after the prefix (kept, or None: replayed afresh), whether there are logits, the optimizer's
-    temporaries. Worked out once for the many batches of a card solve (batch_overheads)."""
+    allocator after the prefix (kept, or None: replayed afresh), whether there are logits. Worked out once for the
+    many batches of a card solve (batch_overheads)."""
 
     plan: _StepSizes
     prefix: Allocator | None
     logits: bool
-    step_tmp: int
     inter: int  # the MLP's width a token passes through (the experts it is routed to)
     pieces: list[float]  # bytes per token of each tensor a block saves (activations.layer_saved's terms, _tensors)
 
@@ -356,8 +356,7 @@ def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -
     pieces = [piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * spec.hidden_size)] + (
         [keys_per_token] if keys_per_token else [])
     return _StepParts(plan, _prefix_kept(spec, w, phases, plan.trainable, expandable),
-                      bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")),
-                      item_bytes(phases, "optimizer temporaries", "temporaries"), inter, pieces)
+                      bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")), inter, pieces)
 
 
 def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int]:
@@ -421,7 +420,7 @@ def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, expand
     final = max(0, acts - L * int(per_layer_saved))
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     extra_layers, extra_rest = plan.extra_layers, plan.extra_rest
-    step_tmp = parts.step_tmp
+    step_tmp = plan.step_tmp
     state_sizes, zero_states = plan.state_sizes, plan.zero_states
     grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
     take_each, give_each = r.a.take_each, r.a.give_each

@@ -562,6 +562,72 @@ static PyObject *Core_empty_cache(Core *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
+/* A recorded step (memory/tape.py), run: `ops` is 3 i64 per operation (what, how its size is worked out, a value),
+ * `factors` one double per operation. What: 0 take, 1 take unless the size is under 1 B (no block: Replay.alloc's
+ * None), 2 give (the value: the slot of a take; a take that made no block is skipped), 3 empty_cache. How: 0 the
+ * value, 1 tokens x value, 2 (tokens x value) x factor truncated (Python's int() of the same double product), 3
+ * `final`. Each take fills the next slot. */
+static PyObject *Core_run_tape(Core *self, PyObject *args) {
+    Py_buffer ops, factors;
+    long long tokens, final;
+    if (!PyArg_ParseTuple(args, "y*y*LL", &ops, &factors, &tokens, &final)) return NULL;
+    Py_ssize_t n = ops.len / (Py_ssize_t)(3 * sizeof(i64));
+    const i64 *op = ops.buf;
+    const double *factor = factors.buf;
+    int *slots = NULL;
+    PyObject *result = NULL;
+    if (ops.len != n * (Py_ssize_t)(3 * sizeof(i64)) || factors.len != n * (Py_ssize_t)sizeof(double)) {
+        PyErr_SetString(PyExc_ValueError, "run_tape: ops and factors do not match");
+        goto done;
+    }
+    if (tokens < 0 || final < 0) { PyErr_SetString(PyExc_ValueError, "run_tape: negative tokens or final"); goto done; }
+    Py_ssize_t takes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) takes += op[3 * i] <= 1;
+    if (!(slots = PyMem_Malloc(sizeof(int) * (size_t)(takes + 1)))) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t next = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        i64 what = op[3 * i], how = op[3 * i + 1], value = op[3 * i + 2], size;
+        if (what <= 1) {
+            if (how == 0) size = value;
+            else if (how == 3) size = final;
+            else if (__builtin_mul_overflow(tokens, value, &size)) size = -1;
+            else if (how == 2) {
+                double bytes = (double)size * factor[i];
+                size = bytes < (double)MAX_REQUEST ? (i64)bytes : -1;
+            }
+            if (size < 0 || size > MAX_REQUEST) {
+                PyErr_SetString(PyExc_OverflowError, "run_tape: a size past the compiled model's 64-bit sizes");
+                goto done;
+            }
+            if (what == 1 && size < 1) { slots[next++] = -1; continue; }
+            int block = checked_take(self, size);
+            if (block < 0) goto done;
+            slots[next++] = block;
+        } else if (what == 2) {
+            if (value < 0 || value >= next) { PyErr_SetString(PyExc_ValueError, "run_tape: a give before its take"); goto done; }
+            int block = slots[value];
+            if (block < 0) continue;
+            if (self->blocks[block].free) { PyErr_SetString(PyExc_ValueError, "run_tape: a block given twice"); goto done; }
+            slots[value] = -1;
+            if (give_block(self, block) < 0) goto done;
+        } else if (what == 3) {
+            i64 released = self->released;
+            release_cached(self);
+            self->released = released;
+        } else {
+            PyErr_SetString(PyExc_ValueError, "run_tape: an unknown operation");
+            goto done;
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(slots);
+    PyBuffer_Release(&ops);
+    PyBuffer_Release(&factors);
+    return result;
+}
+
 static PyObject *Core_reset_peaks(Core *self, PyObject *Py_UNUSED(ignored)) {
     self->peak_allocated = self->allocated;
     self->peak_reserved = self->reserved;
@@ -662,6 +728,7 @@ static PyMethodDef Core_methods[] = {
      "Return every cached segment that is wholly free to the driver."},
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},
     {"reset_peaks", (PyCFunction)Core_reset_peaks, METH_NOARGS, "Peaks set to the current values."},
+    {"run_tape", (PyCFunction)Core_run_tape, METH_VARARGS, "A step recorded by memory/tape.py, run at `tokens`."},
     {"_fork", (PyCFunction)(void (*)(void))Core_fork, METH_VARARGS | METH_KEYWORDS,
      "A copy that replays on from here under `limit`."},
     {"state", (PyCFunction)Core_state, METH_NOARGS, "Everything the next events' outcome depends on."},

@@ -6,6 +6,7 @@ layers; its peak is the largest temporary inside one layer.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
@@ -13,7 +14,7 @@ from . import encdec
 from .dtypes import ELEMENT_BYTES
 from .states import deepspeed_casts, lora_in_features
 from .terms import SavedActivations, Term
-from .workload import KeptBySpec, Workload, size_free_key
+from .workload import KeptBySpec, Workload, resized, size_free_key
 
 FP32 = 4
 
@@ -229,35 +230,61 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
 
 def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) -> SavedActivations:
     """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card (`formula`
-    False: the bytes only, the formula left empty: a card solve's many batches, reserved.batch_overheads)."""
+    False: the bytes only, the formula left empty)."""
     if spec.encdec is not None:
         return encdec.training_activations(spec, w)
+    saved, one_layer = saved_at(spec, w)(w.batch * w.seq_len)
+    if not formula:
+        return SavedActivations(saved, one_layer, "")
     tokens = w.batch * w.seq_len
     layer = layer_saved(spec, w)
-    one_layer = tokens * (layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len))
+    c = ELEMENT_BYTES[w.compute_dtype]
+    generic = f"{spec.generic}; " if spec.generic else ""
+    if w.grad_checkpointing:
+        return SavedActivations(saved, one_layer, generic + (
+            f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
+            f"{spec.hidden_size} x {c:g}, + final norm; one layer is recomputed in backward"))
+    return SavedActivations(saved, one_layer, (
+        generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
+        + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
+        + f" = {spec.num_layers} x {tokens} tokens; terms: " + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v)))
+
+
+def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
+    """tokens -> (bytes saved over all layers at the end of forward, of one layer) at w's length and any batch (the
+    tokens are batch x length): what training_activations counts, its batch-free parts worked out once (a card
+    solve's many batches, reserved.batch_overheads)."""
+    if spec.encdec is not None:
+        def encdec_at(tokens: int) -> tuple[int, int]:
+            saved = encdec.training_activations(spec, resized(w, "batch", tokens // w.seq_len))
+            return saved.bytes, saved.one_layer
+
+        return encdec_at
+    layer = layer_saved(spec, w)
+    per_token = layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len)
     c = ELEMENT_BYTES[w.compute_dtype]
     # after the blocks: the final norm (its output is the LM head's input)
     h = spec.hidden_size
     if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
-        final = tokens * (FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0))
+        final_per_token = FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0)
     elif spec.mlp == "gated":
-        final = tokens * rmsnorm_saved(h, c, w.base_trainable)
+        final_per_token = rmsnorm_saved(h, c, w.base_trainable)
     else:
-        final = tokens * (c * h + 8 + (c * h if w.base_trainable else 0))
-    if spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads == spec.num_heads:
-        final += w.batch * w.seq_len * w.seq_len * c  # the b x 1 x s x s mask Falcon hands SDPA, kept once
-    generic = f"{spec.generic}; " if spec.generic else ""
-    if w.grad_checkpointing:
-        saved = spec.num_layers * tokens * c * spec.hidden_size + final
-        how = generic + (f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = "
-                         f"{spec.num_layers} x {tokens} x {spec.hidden_size} x {c:g}, + final norm; "
-                         "one layer is recomputed in backward") if formula else ""
-        return SavedActivations(int(saved), int(one_layer), how)
-    how = (generic + f"L x b x s x {layer.per_token:,.0f} B/token/layer + final norm"
-           + (f" + eager scores {layer.attention_per_token:g} B x s" if layer.attention_per_token else "")
-           + f" = {spec.num_layers} x {tokens} tokens; terms: "
-           + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v)) if formula else ""
-    return SavedActivations(int(spec.num_layers * one_layer + final), int(one_layer), how)
+        final_per_token = c * h + 8 + (c * h if w.base_trainable else 0)
+    # Falcon hands SDPA a b x 1 x s x s mask, kept once
+    mask = spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads == spec.num_heads
+    L, checkpointing = spec.num_layers, w.grad_checkpointing
+
+    def at(tokens: int) -> tuple[int, int]:
+        one_layer = tokens * per_token
+        final = tokens * final_per_token
+        if mask:
+            final += tokens * w.seq_len * c
+        if checkpointing:
+            return int(L * tokens * c * h + final), int(one_layer)
+        return int(L * one_layer + final), int(one_layer)
+
+    return at
 
 
 def _mean_keys(spec: ModelSpec, seq_len: int) -> float:

@@ -93,6 +93,8 @@ class Allocator:
 
         def reset_peaks(self) -> None: ...
 
+        def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None: ...
+
         def state(self) -> tuple: ...
 
     def malloc(self, key: object, size: int) -> None:
@@ -278,6 +280,12 @@ class PythonAllocator(Allocator):
             self.give_each(blocks[first:] + blocks[:first])
             self.give_each(saved[i])
         return out
+
+    def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
+        """A step recorded by memory/tape.py, run at `tokens` (tape.run_tape)."""
+        from .tape import run_tape
+
+        run_tape(self, ops, factors, tokens, final)
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from . import zero_replay
-from .activations import FP32, KEPT_LAYERS, layer_saved, training_activations
+from .activations import FP32, KEPT_LAYERS, layer_saved, saved_at
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
@@ -44,7 +44,8 @@ from .replay import (
     split_bytes,
 )
 from .states import lora_groups, state_bytes_per_element
-from .workload import KeptBySpec, Workload, resized, size_free_key
+from .tape import FINAL, Recorded, TapeReplay, Tokens, whole
+from .workload import KeptBySpec, Workload, size_free_key
 from .zero_replay import zero_plan
 
 
@@ -362,18 +363,30 @@ def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -
 def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int]:
     """batch -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed with room to
     spare, as training_overhead gives it with that batch's phases, from `phases` of another batch of the same
-    workload: of its phases the replay reads only the activations' bytes (training_activations, worked out per
+    workload: of its phases the replay reads only the activations' bytes (activations.saved_at, worked out per
     batch) besides what the batch does not change (_StepParts, worked out here once). A card solve checks the many
-    batches within the margin of the card this way (fit.max_value), without their phases and estimates."""
+    batches within the margin of the card this way (fit.max_value), without their phases and estimates; the step is
+    recorded once (memory/tape.py) and run by the allocator model for each batch the recording serves."""
     expandable = w.expandable_segments
     layer = layer_saved(spec, w)
     parts = _step_parts(spec, w, phases, layer, expandable)
     key = (size_free_key(w), w.seq_len)
+    acts_at = saved_at(spec, w)
+    recorded: Recorded | None = None
 
     def replayed(batch: int) -> int:
-        wn = resized(w, "batch", batch)
-        acts = training_activations(spec, wn, formula=False).bytes
-        return _replay_step(spec, wn, phases, parts, expandable, None, acts).bytes
+        nonlocal recorded
+        tokens = batch * w.seq_len
+        final = _final_bytes(spec, w, parts, tokens, acts_at(tokens)[0])
+        r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, None, parts.prefix)  # batch-free
+        if recorded is None:
+            recorded = _recorded(spec, w, parts)
+        if recorded.serves(tokens):
+            r.a.run_tape(recorded.ops, recorded.factors, tokens, final)
+        else:
+            _replay_step(r, spec, w, parts, tokens, final)
+        a = r.a
+        return max(0, a.peak_reserved - a.peak_allocated)  # overhead_of(r).bytes
 
     def at(batch: int) -> int:  # kept per model, workload and batch, as _SAME_STEP keeps the full replays
         found: int = _ALONE.get(spec, (*key, batch), lambda: replayed(batch))
@@ -385,27 +398,44 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int
 _ALONE = KeptBySpec(1 << 16)  # batch_overheads' replays, by the workload's size-free key, length and batch
 
 
+def _recorded(spec: ModelSpec, w: Workload, parts: _StepParts) -> Recorded:
+    """The step's replay recorded (memory/tape.py) with its tokens a symbol, decided at w's batch."""
+    r = TapeReplay()
+    _replay_step(r, spec, w, parts, Tokens(w.batch * w.seq_len, tape=r.a), FINAL)  # type: ignore[arg-type]
+    return r.a.compiled()  # type: ignore[attr-defined]
+
+
 def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
                      limit: int | None = None) -> Overhead:
-    return _replay_step(spec, w, phases, _step_parts(spec, w, phases, layer, expandable), expandable, limit,
-                        item_bytes(phases, "activations", "activations"))
+    parts = _step_parts(spec, w, phases, layer, expandable)
+    r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, limit, parts.prefix)
+    tokens = w.batch * w.seq_len
+    _replay_step(r, spec, w, parts, tokens,
+                 _final_bytes(spec, w, parts, tokens, item_bytes(phases, "activations", "activations")))
+    return overhead_of(r)
 
 
-def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, expandable: bool, limit: int | None,
-                 acts: int) -> Overhead:
-    """The replay of the module docstring; `phases` read only through `parts` and `acts` (the activations' bytes of
-    w's batch), and to replay the prefix afresh."""
+def _final_bytes(spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, acts: int) -> int:
+    """What the activations (`acts` bytes, w's batch's) hold past the blocks' saved tensors: the final norm's."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    per_layer_saved = tokens * c * spec.hidden_size if w.grad_checkpointing else sum(
+        [tokens * piece for piece in parts.pieces])
+    return max(0, acts - max(1, spec.num_layers) * int(per_layer_saved))
+
+
+def _replay_step(r: Replay, spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, final: int) -> None:
+    """The replay of the module docstring through `r` (past the prefix: _after_prefix), at `tokens` (the batch's
+    tokens), `final` (_final_bytes). Recorded (_recorded), `tokens` is a tape.Tokens and `final` tape.FINAL: sizes
+    go through whole(), not int(), and the comparisons of a size with 1 B are the tape's guards."""
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
-    tokens = w.batch * w.seq_len
     h, V = spec.hidden_size, spec.vocab_size
     plan = parts.plan
-    trainable, zero = plan.trainable, plan.zero
-    r = _after_prefix(spec, w, phases, trainable, expandable, limit, parts.prefix)
+    zero = plan.zero
     inter = parts.inter
     lg = parts.logits
     causal = not spec.encoder
-    if not trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
+    if not plan.trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
         for _ in range(L):
             keys = [r.alloc(tokens * c * inter) for _ in range(3)] + [r.alloc(tokens * c * h) for _ in range(2)]
             r.free(*keys)
@@ -414,19 +444,17 @@ def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, expand
             up = r.alloc(tokens * V * FP32) if causal else None
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up, ls, logits)
-        return overhead_of(r)
+        return
     terms = [tokens * piece for piece in parts.pieces]  # per layer: the saved tensors of one layer
-    per_layer_saved = tokens * c * h if w.grad_checkpointing else sum(terms)
-    final = max(0, acts - L * int(per_layer_saved))
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     extra_layers, extra_rest = plan.extra_layers, plan.extra_rest
     step_tmp = plan.step_tmp
     state_sizes, zero_states = plan.state_sizes, plan.zero_states
     grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
     take_each, give_each = r.a.take_each, r.a.give_each
-    sizes = [int(t) for t in terms if t >= 1]
-    checkpoint = int(tokens * c * h)
-    layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
+    sizes = [whole(t) for t in terms if t >= 1]
+    checkpoint = whole(tokens * c * h)
+    layer_tmp = [whole(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     # per block, what its forward keeps for backward, in the order it is made: its 16-bit copies, then its input
     # (checkpointing) or its saved tensors; and what its backward makes first: the recomputed tensors, then the
     # activation gradients (each list one allocator call)
@@ -526,7 +554,6 @@ def _replay_step(spec: ModelSpec, w: Workload, phases, parts: _StepParts, expand
             r.pass_each(plan.loop_tmp)
         if not last and not w.grads_held:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
-    return overhead_of(r)
 
 
 _WEIGHTS = KeptBySpec(16)  # the allocator after an inference's weights, by what their replay read

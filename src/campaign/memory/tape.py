@@ -1,0 +1,193 @@
+"""A training step's replay recorded once and run for many batches: a card solve replays hundreds of batches of one
+workload (reserved.batch_overheads), and in Python each replay spends most of its time calling the allocator model.
+
+The step's replay (reserved._replay_step) runs once against a Tape instead of an allocator, with the step's tokens a
+symbol (Tokens): each size it hands the allocator is recorded as worked out from the tokens (tokens x an int, or
+that times a float, truncated) or as the bytes past the blocks (FINAL), each block as a slot. The allocator model then
+runs the recorded operations in one call for any batch (run_tape: the compiled model's, or PythonAllocator's), with
+the same results as the replay itself, which tests/memory/test_tape.py checks against it.
+
+The step's own comparisons of a size with 1 B (which tensors it makes at all) are the tape's guards: each holds for a
+range of token counts (sizes grow with them), and the tape serves only the counts within all of them (Tape.serves).
+"""
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .allocator import PythonAllocator
+from .replay import Replay
+
+TAKE, TAKE_IF_ANY, GIVE, EMPTY = 0, 1, 2, 3  # what: a take; one unless the size is under 1 B; a give; empty_cache
+VALUE, TIMES, TIMES_FLOAT, FINAL_BYTES = 0, 1, 2, 3  # how a size is worked out (see _allocator.c's run_tape)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The step's tokens times `k` (an int), then times `f` (a float) when given: the value is truncated to whole
+    bytes where it is taken, as Python's int() truncates the same product. `at`: the tokens of the recording, at
+    which a comparison is decided (and recorded as a guard)."""
+
+    at: int
+    k: int = 1
+    f: float | None = None
+    tape: Tape | None = None
+
+    def __mul__(self, x: Any) -> Tokens:
+        if isinstance(x, bool) or not isinstance(x, int | float) or self.f is not None:
+            raise TypeError(f"tape: tokens x {x!r} (a size the tape cannot record)")
+        if isinstance(x, int):
+            return Tokens(self.at, self.k * x, None, self.tape)
+        if x.is_integer() and abs(x) < 2 ** 53:  # an int-valued float (ELEMENT_BYTES' 2): exact either way
+            return Tokens(self.at, self.k * int(x), None, self.tape)
+        return Tokens(self.at, self.k, x, self.tape)
+
+    __rmul__ = __mul__
+
+    def value(self, tokens: int) -> int | float:
+        """The size at `tokens`, as the replay works it out (before its int())."""
+        return tokens * self.k if self.f is None else tokens * self.k * self.f
+
+    def __ge__(self, other: Any) -> bool:
+        if not isinstance(other, int | float) or self.tape is None:
+            raise TypeError(f"tape: tokens >= {other!r}")
+        result = self.value(self.at) >= other
+        self.tape.guard(self, other, result)
+        return result
+
+
+class Final:
+    """The bytes the activations hold past the blocks (reserved._final_bytes): worked out per batch by the caller."""
+
+
+FINAL = Final()
+
+
+def whole(size: Any) -> Any:
+    """int(size), or a recorded size as it is (truncated where it is taken)."""
+    return size if isinstance(size, Tokens | Final) else int(size)
+
+
+class Tape:
+    """An allocator stand-in that records what the replay takes and gives; handles are slot numbers."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[int, int, int, float]] = []
+        self.slots = 0
+        self.low, self.high = 0, 1 << 62  # the token counts every guard holds for: low <= tokens < high
+
+    def guard(self, size: Tokens, threshold: int | float, result: bool) -> None:
+        """The replay decided `size >= threshold` at the recording: the tape serves the token counts that decide
+        it the same way (the size grows with the tokens: the first count where it holds splits them)."""
+        lo, hi = 0, 1 << 62
+        while lo < hi:  # the least token count at which it holds
+            mid = (lo + hi) // 2
+            if size.value(mid) >= threshold:
+                hi = mid
+            else:
+                lo = mid + 1
+        if result:
+            self.low = max(self.low, lo)
+        else:
+            self.high = min(self.high, lo)
+
+    def serves(self, tokens: int) -> bool:
+        return self.low <= tokens < self.high
+
+    def _take(self, what: int, size: Any) -> int:
+        if isinstance(size, Final):
+            self.ops.append((what, FINAL_BYTES, 0, 0.0))
+        elif isinstance(size, Tokens):
+            if size.f is None:
+                self.ops.append((what, TIMES, size.k, 0.0))
+            else:
+                self.ops.append((what, TIMES_FLOAT, size.k, size.f))
+        else:
+            self.ops.append((what, VALUE, int(size), 0.0))
+        self.slots += 1
+        return self.slots - 1
+
+    def take(self, size: Any) -> int:
+        return self._take(TAKE, size)
+
+    def take_if_any(self, size: Any) -> int | None:
+        """Replay.alloc's take: none under 1 B (a recorded size decides it when the tape runs)."""
+        if isinstance(size, Tokens | Final):
+            return self._take(TAKE_IF_ANY, size)
+        return self._take(TAKE, int(size)) if size >= 1 else None
+
+    def give(self, slot: int) -> None:
+        self.ops.append((GIVE, VALUE, slot, 0.0))
+
+    def take_each(self, sizes: Sequence[Any]) -> list:
+        return [self.take(size) for size in sizes]
+
+    def give_each(self, slots: Sequence[int | None]) -> None:
+        for slot in slots:
+            if slot is not None:
+                self.give(slot)
+
+    def pass_each(self, sizes: Sequence[Any]) -> None:
+        for size in sizes:
+            self.give(self.take(size))
+
+    forward_layers = PythonAllocator.forward_layers  # in terms of take_each, give_each and pass_each
+    backward_layers = PythonAllocator.backward_layers
+
+    def empty_cache(self) -> None:
+        self.ops.append((EMPTY, VALUE, 0, 0.0))
+
+    def compiled(self) -> Recorded:
+        ops = array("q", [x for what, how, value, _ in self.ops for x in (what, how, value)])
+        factors = array("d", [f for *_, f in self.ops])
+        return Recorded(ops.tobytes(), factors.tobytes(), self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded step: run_tape's operations, and the token counts it serves (low <= tokens < high)."""
+
+    ops: bytes
+    factors: bytes
+    low: int
+    high: int
+
+    def serves(self, tokens: int) -> bool:
+        return self.low <= tokens < self.high
+
+
+class TapeReplay(Replay):
+    """A Replay whose allocator is a Tape: sizes may be recorded ones (Tokens, FINAL)."""
+
+    def __init__(self) -> None:  # no allocator model to make
+        self.use(Tape())  # type: ignore[arg-type]
+
+    def alloc(self, size: Any) -> Any:
+        return self.a.take_if_any(size)  # type: ignore[attr-defined]
+
+    def pass_each(self, sizes: Any) -> None:
+        self.a.pass_each([whole(size) for size in sizes if size >= 1])
+
+
+def run_tape(a: PythonAllocator, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
+    """_allocator.c's run_tape, on the Python model (PythonAllocator.run_tape)."""
+    codes, floats = array("q"), array("d")
+    codes.frombytes(ops)
+    floats.frombytes(factors)
+    slots: list = []
+    for i in range(len(floats)):
+        what, how, value = codes[3 * i: 3 * i + 3]
+        if what in (TAKE, TAKE_IF_ANY):
+            size = value if how == VALUE else final if how == FINAL_BYTES else tokens * value if how == TIMES else int(
+                tokens * value * floats[i])
+            slots.append(None if what == TAKE_IF_ANY and size < 1 else a.take(size))
+        elif what == GIVE:
+            if slots[value] is not None:
+                a.give(slots[value])
+                slots[value] = None
+        elif what == EMPTY:
+            a.empty_cache()
+        else:
+            raise ValueError("run_tape: an unknown operation")

@@ -82,9 +82,12 @@ def test_a_batch_replayed_alone_has_the_overhead_of_its_estimate(model, kw):
     from campaign.memory.phases import training_phases
 
     spec, w = load_spec(model), make_workload(**kw)
+    # (the first RECORD_AFTER batches replayed, the others run from the step recorded: memory/tape.py)
+    batches = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13)
+    assert reserved.RECORD_AFTER < len(batches)
     overhead_at = reserved.batch_overheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
-    alone = [overhead_at(b) for b in (1, 2, 3, 5, 8, 13)]
+    alone = [overhead_at(b) for b in batches]
     reserved.clear_kept()
     estimated = [next(i.bytes for i in estimate_memory(spec, replace(w, batch=b)).items
-                      if i.name == "allocator overhead (reserved - allocated)") for b in (1, 2, 3, 5, 8, 13)]
+                      if i.name == "allocator overhead (reserved - allocated)") for b in batches]
     assert alone == estimated and len(set(estimated)) > 1  # the overhead changes with the batch

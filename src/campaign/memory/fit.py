@@ -142,10 +142,16 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             probes.required[n] = estimate_memory(spec, resized(workload, field, n), **options).required_bytes
         return probes.required[n]
 
+    limits: dict[int, int] = {}
+
     def room_limit() -> int:
         """The most the allocator may reserve on this card for a step to fit it (the reserved bytes, allocated +
         overhead, within it are the required bytes within the card), once a lower bound has set what lies outside."""
-        return allocator_limit(memory_bytes, reserve=options.get("reserve", "10%"), context_bytes=probes.outside)
+        outside = probes.outside
+        if outside not in limits:
+            limits[outside] = allocator_limit(memory_bytes, reserve=options.get("reserve", "10%"),
+                                              context_bytes=outside)
+        return limits[outside]
 
     def room_fits(n: int) -> bool:
         """n fits with room to spare: from its replay alone where made (_replayed_alone) and its allocated bytes."""

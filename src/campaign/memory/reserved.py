@@ -370,32 +370,48 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int
     expandable = w.expandable_segments
     layer = layer_saved(spec, w)
     parts = _step_parts(spec, w, phases, layer, expandable)
-    key = (size_free_key(w), w.seq_len)
     acts_at = saved_at(spec, w)
-    recorded: Recorded | None = None
+    kept: _Alone = _ALONE.get(spec, (size_free_key(w), w.seq_len), _Alone)
 
     def replayed(batch: int) -> int:
-        nonlocal recorded
         tokens = batch * w.seq_len
         final = _final_bytes(spec, w, parts, tokens, acts_at(tokens)[0])
         r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, None, parts.prefix)  # batch-free
-        if recorded is None:
-            recorded = _recorded(spec, w, parts)
-        if recorded.serves(tokens):
+        recorded = kept.recorded if kept.plan is parts.plan else None  # recorded from these parts
+        if recorded is None and len(kept.overheads) >= RECORD_AFTER:
+            recorded = kept.recorded = _recorded(spec, w, parts)
+            kept.plan = parts.plan
+        if recorded is not None and recorded.serves(tokens):
             r.a.run_tape(recorded.ops, recorded.factors, tokens, final)
         else:
             _replay_step(r, spec, w, parts, tokens, final)
         a = r.a
         return max(0, a.peak_reserved - a.peak_allocated)  # overhead_of(r).bytes
 
-    def at(batch: int) -> int:  # kept per model, workload and batch, as _SAME_STEP keeps the full replays
-        found: int = _ALONE.get(spec, (*key, batch), lambda: replayed(batch))
+    def at(batch: int) -> int:
+        found = kept.overheads.get(batch)
+        if found is None:
+            found = kept.overheads[batch] = replayed(batch)
         return found
 
     return at
 
 
-_ALONE = KeptBySpec(1 << 16)  # batch_overheads' replays, by the workload's size-free key, length and batch
+class _Alone:
+    """batch_overheads' replays of one model and workload: the overhead per batch, and the step recorded (with
+    the plan it records: a step's parts are worked out per solve, and kept, so the same plan is the same object)."""
+
+    def __init__(self) -> None:
+        self.overheads: dict[int, int] = {}
+        self.plan: _StepSizes | None = None
+        self.recorded: Recorded | None = None
+
+
+_ALONE = KeptBySpec(64)  # batch_overheads' replays, per batch, by the workload's size-free key and length
+# Recording a step costs about as much as replaying it 5 to 10 times (each take a Python call, where the replay
+# hands the allocator a list of them in one): batch_overheads replays its first batches, and records the step once
+# it has replayed this many (a solve with few batches within the margin of the card records none).
+RECORD_AFTER = 8
 
 
 def _recorded(spec: ModelSpec, w: Workload, parts: _StepParts) -> Recorded:

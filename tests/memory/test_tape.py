@@ -10,7 +10,7 @@ from campaign.memory.activations import layer_saved, saved_at
 from campaign.memory.allocator import CachingAllocator, PythonAllocator
 from campaign.memory.phases import training_phases
 from campaign.memory.replay import Replay
-from campaign.memory.tape import Tape, TapeReplay, Tokens, run_tape, whole
+from campaign.memory.tape import Tape, TapeReplay, Tokens, whole
 from campaign.models import load_spec
 
 WORKLOADS = [
@@ -101,4 +101,4 @@ def test_run_tape_refuses_a_give_before_its_take():
     with pytest.raises(ValueError, match="give"):
         CachingAllocator().run_tape(recorded.ops, recorded.factors, 1, 0)
     with pytest.raises(IndexError):
-        run_tape(PythonAllocator(), recorded.ops, recorded.factors, 1, 0)
+        PythonAllocator().run_tape(recorded.ops, recorded.factors, 1, 0)

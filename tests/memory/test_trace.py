@@ -256,8 +256,9 @@ FAMILY_TOLERANCE = {
     # -5.7% in prefill: the sliding-window layers' cache holds the whole 512-token prompt while it is prefilled
     # (cropped to the 128-token window afterwards); the formula counts the window only
     ("gemma3_text", "infer"): 0.06,
-    # +4.2% decode, -4.0% prefill: Falcon's attention runs the math SDPA kernel here; the formula's fp32 q, k, v
-    # for it overstate a decode step and understate a prefill (not attributed further)
+    # transformers < 5.25: +4.2% decode, -4.0% prefill: Falcon's attention runs the math SDPA kernel here; the
+    # formula's fp32 q, k, v for it overstate a decode step and understate a prefill (not attributed further);
+    # 5.25 on (the shared sdpa_attention_forward, the fused kernel): +4.1% prefill, -0.1% decode
     ("falcon", "infer"): 0.05,
     # -3.2% / -3.5% / +3.5% / -3.7%: not attributed yet (gemma3 and olmo2 forward and backward, gpt_neox's prefill,
     # starcoder2's decode step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..models.families import falcon_shared_attention
 from ..models.spec import ModelSpec
 from . import encdec
 from .dtypes import ELEMENT_BYTES
@@ -106,6 +107,10 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         q_bytes, k_bytes, v_bytes, out_bytes = c * nh * qk, c * nh * qk, c * nh * m.v_head_dim, c * nh * m.v_head_dim
     else:
         kv_heads = spec.num_kv_heads if w.attention == "sdpa" else nh  # eager repeats KV heads before matmul
+        if spec.model_type == "falcon" and w.attention == "sdpa" and 1 < kv_heads < nh:
+            # Falcon always hands SDPA its mask, so sdpa_attention_forward repeats K/V to every head (repeat_kv's
+            # copies, which SDPA keeps) instead of enable_gqa (transformers 5.25 on; before, K/V came expanded)
+            kv_heads = nh
         q_bytes, k_bytes, v_bytes, out_bytes = c * nh * hd, c * kv_heads * hd, c * kv_heads * hd, c * nh * hd
     math_sdpa = uses_math_sdpa(spec, w)
     if math_sdpa:
@@ -214,9 +219,12 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
 
 
 def uses_math_sdpa(spec: ModelSpec, w: Workload) -> bool:
-    """Falcon with multi-query attention hands SDPA a mask and one K/V head for all query heads, which only the
-    math kernel takes: it materializes the scores (in fp32 for 16-bit inputs), like eager attention."""
-    return spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads < spec.num_heads
+    """Falcon with multi-query attention before transformers 5.25 hands SDPA a mask and one K/V head for all query
+    heads, which only the math kernel takes: it materializes the scores (in fp32 for 16-bit inputs), like eager
+    attention. From 5.25 Falcon runs the shared sdpa_attention_forward, which repeats K/V to every query head
+    (repeat_kv) since the mask is never None: the fused kernels take that (CPU flash, CUDA memory-efficient)."""
+    return (spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads < spec.num_heads
+            and not falcon_shared_attention())
 
 
 def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
@@ -272,7 +280,7 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
     else:
         final_per_token = c * h + 8 + (c * h if w.base_trainable else 0)
     # Falcon hands SDPA a b x 1 x s x s mask, kept once
-    mask = spec.model_type == "falcon" and w.attention == "sdpa" and spec.num_kv_heads == spec.num_heads
+    mask = spec.model_type == "falcon" and w.attention == "sdpa" and not uses_math_sdpa(spec, w)
     L, checkpointing = spec.num_layers, w.grad_checkpointing
 
     def at(tokens: int) -> tuple[int, int]:

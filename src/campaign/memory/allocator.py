@@ -28,11 +28,18 @@ through both and compares their state after every event.
 """
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
+
+# A recorded step's operations (memory/tape.py; run_tape here and in _allocator.c), 3 ints each: what, how its size is
+# worked out, a value. What: a take; a take unless the size is under 1 B; a give (value: the slot of its take);
+# empty_cache. How: the value; tokens x value; (tokens x value) x the operation's float, truncated; `final`.
+TAKE, TAKE_IF_ANY, GIVE, EMPTY = 0, 1, 2, 3
+VALUE, TIMES, TIMES_FLOAT, FINAL_BYTES = 0, 1, 2, 3
 
 SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block (as literal indices below)
 _EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
@@ -282,10 +289,25 @@ class PythonAllocator(Allocator):
         return out
 
     def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
-        """A step recorded by memory/tape.py, run at `tokens` (tape.run_tape)."""
-        from .tape import run_tape
-
-        run_tape(self, ops, factors, tokens, final)
+        """A step recorded by memory/tape.py, run at `tokens`: _allocator.c's run_tape (see it and TAPE_OPS)."""
+        codes, floats = array("q"), array("d")
+        codes.frombytes(ops)
+        floats.frombytes(factors)
+        slots: list = []
+        for i in range(len(floats)):
+            what, how, value = codes[3 * i: 3 * i + 3]
+            if what in (TAKE, TAKE_IF_ANY):
+                size = value if how == VALUE else final if how == FINAL_BYTES else tokens * value if how == TIMES \
+                    else int(tokens * value * floats[i])
+                slots.append(None if what == TAKE_IF_ANY and size < 1 else self.take(size))
+            elif what == GIVE:
+                if slots[value] is not None:
+                    self.give(slots[value])
+                    slots[value] = None
+            elif what == EMPTY:
+                self.empty_cache()
+            else:
+                raise ValueError("run_tape: an unknown operation")
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

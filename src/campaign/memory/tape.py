@@ -17,11 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .allocator import PythonAllocator
+from .allocator import EMPTY, FINAL_BYTES, GIVE, TAKE, TAKE_IF_ANY, TIMES, TIMES_FLOAT, VALUE, PythonAllocator
 from .replay import Replay
-
-TAKE, TAKE_IF_ANY, GIVE, EMPTY = 0, 1, 2, 3  # what: a take; one unless the size is under 1 B; a give; empty_cache
-VALUE, TIMES, TIMES_FLOAT, FINAL_BYTES = 0, 1, 2, 3  # how a size is worked out (see _allocator.c's run_tape)
 
 
 @dataclass(frozen=True)
@@ -169,25 +166,3 @@ class TapeReplay(Replay):
 
     def pass_each(self, sizes: Any) -> None:
         self.a.pass_each([whole(size) for size in sizes if size >= 1])
-
-
-def run_tape(a: PythonAllocator, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
-    """_allocator.c's run_tape, on the Python model (PythonAllocator.run_tape)."""
-    codes, floats = array("q"), array("d")
-    codes.frombytes(ops)
-    floats.frombytes(factors)
-    slots: list = []
-    for i in range(len(floats)):
-        what, how, value = codes[3 * i: 3 * i + 3]
-        if what in (TAKE, TAKE_IF_ANY):
-            size = value if how == VALUE else final if how == FINAL_BYTES else tokens * value if how == TIMES else int(
-                tokens * value * floats[i])
-            slots.append(None if what == TAKE_IF_ANY and size < 1 else a.take(size))
-        elif what == GIVE:
-            if slots[value] is not None:
-                a.give(slots[value])
-                slots[value] = None
-        elif what == EMPTY:
-            a.empty_cache()
-        else:
-            raise ValueError("run_tape: an unknown operation")

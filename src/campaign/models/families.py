@@ -6,6 +6,7 @@ transformers builds; the tests compare every family with a real model on the met
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from ..errors import ConfigError
@@ -84,6 +85,24 @@ def gpt_bigcode(c: TypedConfig) -> dict[str, Any]:
                 buffers=((f"causal mask buffer, n_positions^2 x 1 B (bool) = {P}^2", P * P),))
 
 
+@cache
+def falcon_shared_attention() -> bool:
+    """Whether the installed transformers runs Falcon on the shared attention functions (5.25 on): K and V keep their
+    own heads up to the cache, the 4-D mask is always passed (allow_is_causal_skip=False), so sdpa_attention_forward
+    repeats K/V to every query head (repeat_kv: a stride-0 view for one KV head, a copy for several) and SDPA's fused
+    kernels run. Before 5.25 FalconAttention called SDPA itself: multi-query K/V of one head with the mask (only the
+    math kernel takes them), the new decoder architecture's K/V expanded to every head before the cache update.
+    No transformers installed: the current code (True)."""
+    import re
+    from importlib.metadata import PackageNotFoundError, version  # only for a Falcon: not at start-up
+
+    try:
+        m = re.match(r"(\d+)\.(\d+)", version("transformers"))
+    except PackageNotFoundError:
+        return True
+    return m is None or (int(m[1]), int(m[2])) >= (5, 25)
+
+
 def falcon(c: TypedConfig) -> dict[str, Any]:
     """Falcon: fused query_key_value (multi-query for 7B, grouped for the new decoder architecture of 40B/180B),
     parallel attention with one or two LayerNorms, biases only when `bias`, tied head."""
@@ -116,14 +135,18 @@ def falcon(c: TypedConfig) -> dict[str, Any]:
     g += norms + norm_groups("ln_f", h, 1, bias=True, in_blocks=False) + _head(V, h, tie)
     notes: tuple[str, ...] = \
         ("ALiBi positions: eager attention adds a b x heads x s x s bias",) if c.get("alibi") else ()
-    if new and kv < nh:  # FalconAttention expands K and V to every head before the cache update
+    shared = falcon_shared_attention()
+    if new and kv < nh and not shared:  # FalconAttention (transformers < 5.25) expands K/V before the cache update
         notes += (f"transformers' Falcon caches K/V expanded to all {nh} heads (its {kv} KV heads); vLLM caches {kv}",)
         kv = nh
+    # v stays a view of the fused projection, keeping all of it: multi-head Falcon; from 5.25 also when repeat_kv
+    # makes no copy (one KV head: a stride-0 view; as many KV heads as heads: no repeat)
+    fused = (not new and not mq) or (shared and kv in (1, nh))
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=kv, head_dim=hd, intermediate_size=inter,
                 vocab_size=V, max_position=c.int("max_position_embeddings", 2048), tie_embeddings=tie, mlp="plain",
                 groups=tuple(g), attention=_full(L), dropout=_dropout(c, "attention_dropout", "hidden_dropout"),
                 activation=str(c.get("activation", "gelu")), notes=notes,
-                block=Block("layer", len(norms) // 2, 0, parallel=parallel, fused_qkv=not new and not mq))
+                block=Block("layer", len(norms) // 2, 0, parallel=parallel, fused_qkv=fused))
 
 
 def phi(c: TypedConfig) -> dict[str, Any]:

@@ -71,7 +71,8 @@ class Tape:
     """An allocator stand-in that records what the replay takes and gives; handles are slot numbers."""
 
     def __init__(self) -> None:
-        self.ops: list[tuple[int, int, int, float]] = []
+        self.codes: list[int] = []  # 3 a operation (run_tape's what, how, value)
+        self.floats: list[float] = []  # 1 a operation: TIMES_FLOAT's factor
         self.slots = 0
         self.low, self.high = 0, 1 << 62  # the token counts every guard holds for: low <= tokens < high
 
@@ -95,14 +96,14 @@ class Tape:
 
     def _take(self, what: int, size: Any) -> int:
         if isinstance(size, Final):
-            self.ops.append((what, FINAL_BYTES, 0, 0.0))
+            self.codes += (what, FINAL_BYTES, 0)
+            self.floats.append(0.0)
         elif isinstance(size, Tokens):
-            if size.f is None:
-                self.ops.append((what, TIMES, size.k, 0.0))
-            else:
-                self.ops.append((what, TIMES_FLOAT, size.k, size.f))
+            self.codes += (what, TIMES if size.f is None else TIMES_FLOAT, size.k)
+            self.floats.append(size.f or 0.0)
         else:
-            self.ops.append((what, VALUE, int(size), 0.0))
+            self.codes += (what, VALUE, int(size))
+            self.floats.append(0.0)
         self.slots += 1
         return self.slots - 1
 
@@ -116,30 +117,51 @@ class Tape:
         return self._take(TAKE, int(size)) if size >= 1 else None
 
     def give(self, slot: int) -> None:
-        self.ops.append((GIVE, VALUE, slot, 0.0))
+        self.codes += (GIVE, VALUE, slot)
+        self.floats.append(0.0)
+
+    # the bulk calls (a replay hands them hundreds of sizes) record whole sizes in slices, not one call each
 
     def take_each(self, sizes: Sequence[Any]) -> list:
-        return [self.take(size) for size in sizes]
+        if not all(type(size) is int for size in sizes):
+            return [self.take(size) for size in sizes]
+        n, first = len(sizes), self.slots
+        codes = [TAKE, VALUE, 0] * n
+        codes[2::3] = sizes
+        self.codes += codes
+        self.floats += [0.0] * n
+        self.slots += n
+        return list(range(first, first + n))
 
     def give_each(self, slots: Sequence[int | None]) -> None:
-        for slot in slots:
-            if slot is not None:
-                self.give(slot)
+        given = [slot for slot in slots if slot is not None]
+        codes = [GIVE, VALUE, 0] * len(given)
+        codes[2::3] = given
+        self.codes += codes
+        self.floats += [0.0] * len(given)
 
     def pass_each(self, sizes: Sequence[Any]) -> None:
-        for size in sizes:
-            self.give(self.take(size))
+        if not all(type(size) is int for size in sizes):
+            for size in sizes:
+                self.give(self.take(size))
+            return
+        n, first = len(sizes), self.slots
+        codes = [TAKE, VALUE, 0, GIVE, VALUE, 0] * n
+        codes[2::6] = sizes
+        codes[5::6] = range(first, first + n)
+        self.codes += codes
+        self.floats += [0.0] * (2 * n)
+        self.slots += n
 
     forward_layers = PythonAllocator.forward_layers  # in terms of take_each, give_each and pass_each
     backward_layers = PythonAllocator.backward_layers
 
     def empty_cache(self) -> None:
-        self.ops.append((EMPTY, VALUE, 0, 0.0))
+        self.codes += (EMPTY, VALUE, 0)
+        self.floats.append(0.0)
 
     def compiled(self) -> Recorded:
-        ops = array("q", [x for what, how, value, _ in self.ops for x in (what, how, value)])
-        factors = array("d", [f for *_, f in self.ops])
-        return Recorded(ops.tobytes(), factors.tobytes(), self.low, self.high)
+        return Recorded(array("q", self.codes).tobytes(), array("d", self.floats).tobytes(), self.low, self.high)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Card fit: the verdict per card, and the inverse solves (largest batch, longest context that fit)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,25 +205,26 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     # fits; the first that does not fit ends the answer
     replayed = _replayed_alone(spec, workload, top, probes, low, room_limit, **options)
     for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
-        if not (replayed(n) or ok(n, below_top=True)):
+        if not (replayed(n) or replayed(n, on_card=True) or ok(n, below_top=True)):
             return n - 1
     return top
 
 
 def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probes, low, room_limit,
-                    **options: Any):
-    """For a training solve's batches within the margin of the card: n -> whether n surely fits from its replayed
-    overhead alone (reserved.batch_overheads, without its phases and estimate), added to the peak allocated of a
-    batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's), within
+                    **options: Any) -> Callable[..., bool]:
+    """For a training solve's batches within the margin of the card: (n, on_card=False) -> whether n surely fits
+    from its replayed overhead alone (reserved.batch_overheads, without its phases and estimate; `on_card`: replayed
+    against the card, under room_limit(), as estimate_memory's card_bytes replays it), added to the peak allocated
+    of a batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's), within
     room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches are estimated, each
     within half the distance to top. A batch that does not pass is checked in full by the caller. Never for a given
     --fragmentation share (no replay) or an inference. The replay's batch-free parts (from top's phases) are made at
     its first batch: a solve with none within the margin makes none of them."""
     if not workload.training or options.get("fragmentation") is not None:
-        return lambda n: False
+        return lambda n, on_card=False: False
     overhead_at = None
 
-    def replayed(n: int) -> bool:
+    def replayed(n: int, on_card: bool = False) -> bool:
         nonlocal overhead_at
         if overhead_at is None:
             from .phases import training_phases
@@ -232,6 +233,8 @@ def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probe
             overhead_at = reserved.batch_overheads(spec, workload, template)
         m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
         low(m)
+        if on_card:
+            return probes.allocated[m] + overhead_at(n, room_limit()) <= room_limit()
         if n not in probes.overhead:
             probes.overhead[n] = overhead_at(n)
         return probes.allocated[m] + probes.overhead[n] <= room_limit()

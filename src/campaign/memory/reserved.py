@@ -360,23 +360,24 @@ def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -
                       bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")), inter, pieces)
 
 
-def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int]:
-    """batch -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed with room to
-    spare, as training_overhead gives it with that batch's phases, from `phases` of another batch of the same
-    workload: of its phases the replay reads only the activations' bytes (activations.saved_at, worked out per
-    batch) besides what the batch does not change (_StepParts, worked out here once). A card solve checks the many
-    batches within the margin of the card this way (fit.max_value), without their phases and estimates; the step is
-    recorded once (memory/tape.py) and run by the allocator model for each batch the recording serves."""
+def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[..., int]:
+    """(batch, limit=None) -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed
+    under `limit` (None: with room to spare), as training_overhead gives it with that batch's phases, from `phases`
+    of another batch of the same workload: of its phases the replay reads only the activations' bytes
+    (activations.saved_at, worked out per batch) besides what the batch does not change (_StepParts, worked out here
+    once). A card solve checks the many batches within the margin of the card this way (fit.max_value), without
+    their phases and estimates; the step is recorded (memory/tape.py) and run by the allocator model for each batch
+    the recording serves."""
     expandable = w.expandable_segments
     layer = layer_saved(spec, w)
     parts = _step_parts(spec, w, phases, layer, expandable)
     acts_at = saved_at(spec, w)
     kept: _Alone = _ALONE.get(spec, (size_free_key(w), w.seq_len), _Alone)
 
-    def replayed(batch: int) -> int:
+    def replayed(batch: int, limit: int | None) -> int:
         tokens = batch * w.seq_len
         final = _final_bytes(spec, w, parts, tokens, acts_at(tokens)[0])
-        r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, None, parts.prefix)  # batch-free
+        r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, limit, parts.prefix)  # batch-free
         recorded = kept.recorded if kept.plan is parts.plan else None  # recorded from these parts
         if recorded is None and len(kept.overheads) >= RECORD_AFTER:
             recorded = kept.recorded = _recorded(spec, w, parts)
@@ -388,10 +389,10 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[[int], int
         a = r.a
         return max(0, a.peak_reserved - a.peak_allocated)  # overhead_of(r).bytes
 
-    def at(batch: int) -> int:
-        found = kept.overheads.get(batch)
+    def at(batch: int, limit: int | None = None) -> int:
+        found = kept.overheads.get((batch, limit))
         if found is None:
-            found = kept.overheads[batch] = replayed(batch)
+            found = kept.overheads[batch, limit] = replayed(batch, limit)
         return found
 
     return at
@@ -402,7 +403,7 @@ class _Alone:
     the plan it records: a step's parts are worked out per solve, and kept, so the same plan is the same object)."""
 
     def __init__(self) -> None:
-        self.overheads: dict[int, int] = {}
+        self.overheads: dict[tuple[int, int | None], int] = {}  # by batch and limit
         self.plan: _StepSizes | None = None
         self.recorded: Recorded | None = None
 

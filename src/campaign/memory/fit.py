@@ -219,7 +219,8 @@ def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probe
                     **options: Any) -> Callable[..., bool]:
     """For a training solve's batches within the margin of the card: (n, on_card=False) -> whether n surely fits
     from its replayed overhead alone (reserved.batch_overheads, without its phases and estimate; `on_card`: replayed
-    against the card, under room_limit(), as estimate_memory's card_bytes replays it), added to the peak allocated
+    against the card, under room_limit(), as estimate_memory's card_bytes replays it, once RECORD_AFTER batches have
+    been replayed alone: False before, where the caller's estimate costs little more), added to the peak allocated
     of a batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's), within
     room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches are estimated, each
     within half the distance to top. A batch that does not pass is checked in full by the caller. Never for a given
@@ -237,9 +238,12 @@ def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probe
             template = training_phases(spec, resized(workload, "batch", top))
             overhead_at = reserved.batch_overheads(spec, workload, template)
         m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
-        low(m)
-        if on_card:
+        if on_card:  # only once the step is recorded (a replay then costs less than an estimate's many times over)
+            if len(probes.overhead) < reserved.RECORD_AFTER:
+                return False
+            low(m)
             return probes.allocated[m] + overhead_at(n, room_limit()) <= room_limit()
+        low(m)
         if n not in probes.overhead:
             probes.overhead[n] = overhead_at(n)
         return probes.allocated[m] + probes.overhead[n] <= room_limit()

@@ -100,5 +100,22 @@ def test_run_tape_refuses_a_give_before_its_take():
     recorded = tape.compiled()
     with pytest.raises(ValueError, match="give"):
         CachingAllocator().run_tape(recorded.ops, recorded.factors, 1, 0)
-    with pytest.raises(IndexError):
+    with pytest.raises(ValueError, match="give"):
         PythonAllocator().run_tape(recorded.ops, recorded.factors, 1, 0)
+
+
+@pytest.mark.parametrize("model_type", [CachingAllocator, PythonAllocator])
+@pytest.mark.parametrize("ops", [(4, 0, 512), (-1, 0, 512), (0, 7, 512), (0, 0, -5)])
+def test_run_tape_refuses_an_operation_no_tape_writes(model_type, ops):
+    from array import array
+
+    with pytest.raises(ValueError, match="unknown|negative"):
+        model_type().run_tape(array("q", ops).tobytes(), array("d", [0.0]).tobytes(), 1, 0)
+
+
+def test_an_int_valued_float_serves_the_token_counts_where_its_product_is_exact():
+    # (tokens x 3) x 3.0 recorded as tokens x 9: the same as the replay's float product below 2^53 B only
+    r = TapeReplay()
+    r.alloc(Tokens(1, tape=r.a) * 3 * 3.0)
+    recorded = r.a.compiled()
+    assert recorded.serves(2 ** 53 // 9 - 1) and not recorded.serves(2 ** 53 // 9 + 1)

@@ -582,7 +582,13 @@ static PyObject *Core_run_tape(Core *self, PyObject *args) {
     }
     if (tokens < 0 || final < 0) { PyErr_SetString(PyExc_ValueError, "run_tape: negative tokens or final"); goto done; }
     Py_ssize_t takes = 0;
-    for (Py_ssize_t i = 0; i < n; i++) takes += op[3 * i] <= 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (op[3 * i] < 0 || op[3 * i] > 3 || op[3 * i + 1] < 0 || op[3 * i + 1] > 3) {
+            PyErr_SetString(PyExc_ValueError, "run_tape: an unknown operation");
+            goto done;
+        }
+        takes += op[3 * i] <= 1;
+    }
     if (!(slots = PyMem_Malloc(sizeof(int) * (size_t)(takes + 1)))) { PyErr_NoMemory(); goto done; }
     Py_ssize_t next = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -593,8 +599,9 @@ static PyObject *Core_run_tape(Core *self, PyObject *args) {
             else if (__builtin_mul_overflow(tokens, value, &size)) size = -1;
             else if (how == 2) {
                 double bytes = (double)size * factor[i];
-                size = bytes < (double)MAX_REQUEST ? (i64)bytes : -1;
+                size = bytes <= (double)MAX_REQUEST ? (i64)bytes : -1;
             }
+            if (size < 0 && how == 0) { PyErr_SetString(PyExc_ValueError, "run_tape: a negative size"); goto done; }
             if (size < 0 || size > MAX_REQUEST) {
                 PyErr_SetString(PyExc_OverflowError, "run_tape: a size past the compiled model's 64-bit sizes");
                 goto done;
@@ -610,13 +617,10 @@ static PyObject *Core_run_tape(Core *self, PyObject *args) {
             if (self->blocks[block].free) { PyErr_SetString(PyExc_ValueError, "run_tape: a block given twice"); goto done; }
             slots[value] = -1;
             if (give_block(self, block) < 0) goto done;
-        } else if (what == 3) {
+        } else { /* 3: empty_cache */
             i64 released = self->released;
             release_cached(self);
             self->released = released;
-        } else {
-            PyErr_SetString(PyExc_ValueError, "run_tape: an unknown operation");
-            goto done;
         }
     }
     result = Py_None;

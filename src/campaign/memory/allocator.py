@@ -293,21 +293,27 @@ class PythonAllocator(Allocator):
         codes, floats = array("q"), array("d")
         codes.frombytes(ops)
         floats.frombytes(factors)
+        if len(codes) != 3 * len(floats):
+            raise ValueError("run_tape: ops and factors do not match")
+        if any(not 0 <= c <= 3 for c in codes[0::3]) or any(not 0 <= c <= 3 for c in codes[1::3]):
+            raise ValueError("run_tape: an unknown operation")
         slots: list = []
         for i in range(len(floats)):
             what, how, value = codes[3 * i: 3 * i + 3]
             if what in (TAKE, TAKE_IF_ANY):
                 size = value if how == VALUE else final if how == FINAL_BYTES else tokens * value if how == TIMES \
                     else int(tokens * value * floats[i])
+                if size < 0:
+                    raise ValueError("run_tape: a negative size")
                 slots.append(None if what == TAKE_IF_ANY and size < 1 else self.take(size))
             elif what == GIVE:
+                if not 0 <= value < len(slots):
+                    raise ValueError("run_tape: a give before its take")
                 if slots[value] is not None:
                     self.give(slots[value])
                     slots[value] = None
-            elif what == EMPTY:
-                self.empty_cache()
             else:
-                raise ValueError("run_tape: an unknown operation")
+                self.empty_cache()
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

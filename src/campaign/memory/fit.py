@@ -204,12 +204,12 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
     replayed = _replayed_alone(spec, workload, top, probes, low, room_limit, **options)
-    card_first = False  # once a batch fits only against the card, the batches after it are replayed there first
+    against = False  # once a batch fits only against the card, the batches after it are replayed there first
     for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
-        if replayed(n, on_card=card_first):
+        if replayed(n, on_card=against):
             continue
-        if replayed(n, on_card=not card_first):
-            card_first = True
+        if replayed(n, on_card=not against):
+            against = True
         elif not ok(n, below_top=True):
             return n - 1
     return top

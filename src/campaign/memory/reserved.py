@@ -392,6 +392,8 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[..., int]:
     def at(batch: int, limit: int | None = None) -> int:
         found = kept.overheads.get((batch, limit))
         if found is None:
+            if len(kept.overheads) >= _ALONE_MOST:  # a long-lived process: forgotten when full (the recording kept)
+                kept.overheads.clear()
             found = kept.overheads[batch, limit] = replayed(batch, limit)
         return found
 
@@ -409,6 +411,7 @@ class _Alone:
 
 
 _ALONE = KeptBySpec(64)  # batch_overheads' replays, per batch, by the workload's size-free key and length
+_ALONE_MOST = 1 << 16  # the replays kept per workload (batch and limit)
 # Recording a step costs as much as replaying it 5 to 20 times (Qwen3-32B QLoRA: 5.2 ms against 1.1 ms, BERT-base:
 # 1.4 ms against 0.14 ms), and a run of the recording saves least where the allocator's own work dominates (0.97 ms
 # against 1.1 ms for Qwen3-32B; 0.07 against 0.14 ms for BERT-base): batch_overheads replays its first batches, and

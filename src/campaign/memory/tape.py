@@ -37,8 +37,12 @@ class Tokens:
             raise TypeError(f"tape: tokens x {x!r} (a size the tape cannot record)")
         if isinstance(x, int):
             return Tokens(self.at, self.k * x, None, self.tape)
-        if x.is_integer() and abs(x) < 2 ** 53:  # an int-valued float (ELEMENT_BYTES' 2): exact either way
-            return Tokens(self.at, self.k * int(x), None, self.tape)
+        if x.is_integer() and abs(x) < 2 ** 53:  # an int-valued float (ELEMENT_BYTES' 2.0): the same as the
+            # replay's float product while that is below 2^53 (exact); the tape serves only those token counts
+            k = self.k * int(x)
+            if self.tape is not None and k:
+                self.tape.high = min(self.tape.high, (1 << 53) // abs(k))
+            return Tokens(self.at, k, None, self.tape)
         return Tokens(self.at, self.k, x, self.tape)
 
     __rmul__ = __mul__

@@ -13,18 +13,9 @@ from campaign.memory.replay import Replay
 from campaign.memory.tape import Tape, TapeReplay, Tokens, whole
 from campaign.models import load_spec
 
-WORKLOADS = [
-    {"seq_len": 512},
-    {"seq_len": 1024, "grad_checkpointing": True, "mixed_precision": True},
-    {"method": "qlora", "seq_len": 512, "grad_checkpointing": True, "mixed_precision": True},
-    {"method": "lora", "seq_len": 256, "grad_accumulation": 4},
-    {"gpus": 4, "shard": "zero3", "mixed_precision": True, "seq_len": 256},
-    {"gpus": 2, "shard": "zero2", "mixed_precision": True, "grad_checkpointing": True, "seq_len": 256},
-    {"gpus": 2, "shard": "fsdp", "mixed_precision": True, "seq_len": 256},
-    {"grads_kept": True, "attention": "eager", "seq_len": 128},
-    {"method": "frozen", "seq_len": 256},
-    {"seq_len": 256, "expandable_segments": True},
-]
+from .test_kept import TRAINING
+
+WORKLOADS = [*TRAINING, {"gpus": 2, "shard": "fsdp", "mixed_precision": True, "seq_len": 256}]  # test_kept's, FSDP
 
 
 def _after_prefix(spec, w, phases, parts, limit, model):

@@ -289,7 +289,7 @@ class PythonAllocator(Allocator):
         return out
 
     def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
-        """A step recorded by memory/tape.py, run at `tokens`: _allocator.c's run_tape (see it and TAPE_OPS)."""
+        """A step recorded by memory/tape.py, run at `tokens`: _allocator.c's run_tape (the operation codes above)."""
         codes, floats = array("q"), array("d")
         codes.frombytes(ops)
         floats.frombytes(factors)

@@ -8,7 +8,7 @@ runs the recorded operations in one call for any batch (run_tape: the compiled m
 the same results as the replay itself, which tests/memory/test_tape.py checks against it.
 
 The step's own comparisons of a size with 1 B (which tensors it makes at all) are the tape's guards: each holds for a
-range of token counts (sizes grow with them), and the tape serves only the counts within all of them (Tape.serves).
+range of token counts (sizes grow with them), and the tape serves only the counts within all of them (Recorded.serves).
 """
 from __future__ import annotations
 
@@ -94,9 +94,6 @@ class Tape:
             self.low = max(self.low, lo)
         else:
             self.high = min(self.high, lo)
-
-    def serves(self, tokens: int) -> bool:
-        return self.low <= tokens < self.high
 
     def _take(self, what: int, size: Any) -> int:
         if isinstance(size, Final):

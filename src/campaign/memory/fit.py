@@ -210,34 +210,35 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
             continue
         if replayed(n, on_card=not against):
             against = True
-        elif not ok(n, below_top=True):
+        elif not (replayed(n, exact=True) or replayed(n, on_card=True, exact=True) or ok(n, below_top=True)):
             return n - 1
     return top
 
 
 def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probes, low, room_limit,
                     **options: Any) -> Callable[..., bool]:
-    """For a training solve's batches within the margin of the card: (n, on_card=False) -> whether n surely fits
-    from its replayed overhead alone (reserved.batch_overheads, without its phases and estimate; `on_card`: replayed
-    against the card, under room_limit(), as estimate_memory's card_bytes replays it, once RECORD_AFTER batches have
-    been replayed alone: False before, where the caller's estimate costs little more), added to the peak allocated
-    of a batch m >= n that is estimated (the allocated bytes are monotone in the batch: at least n's), within
-    room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches are estimated, each
-    within half the distance to top. A batch that does not pass is checked in full by the caller. Never for a given
-    --fragmentation share (no replay) or an inference. The replay's batch-free parts (from top's phases) are made at
-    its first batch: a solve with none within the margin makes none of them."""
+    """For a training solve's batches within the margin of the card: (n, on_card=False, exact=False) -> whether n
+    surely fits from its replayed overhead alone (reserved.batch_overheads, without its phases and estimate;
+    `on_card`: replayed against the card, under room_limit(), as estimate_memory's card_bytes replays it, once
+    RECORD_AFTER batches have been replayed alone: False before, where the caller's estimate costs little more), added
+    to the peak allocated of a batch m >= n that is estimated (the allocated bytes are monotone in the batch: at
+    least n's), within room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches
+    are estimated, each within half the distance to top; `exact`: m is n (its own estimate: the caller's next check
+    makes it anyway). A batch that does not pass is checked in full by the caller. Never for a given --fragmentation
+    share (no replay) or an inference. The replay's batch-free parts (from top's phases) are made at its first
+    batch: a solve with none within the margin makes none of them."""
     if not workload.training or options.get("fragmentation") is not None:
-        return lambda n, on_card=False: False
+        return lambda n, on_card=False, exact=False: False
     overhead_at = None
 
-    def replayed(n: int, on_card: bool = False) -> bool:
+    def replayed(n: int, on_card: bool = False, exact: bool = False) -> bool:
         nonlocal overhead_at
         if overhead_at is None:
             from .phases import training_phases
 
             template = training_phases(spec, resized(workload, "batch", top))
             overhead_at = reserved.batch_overheads(spec, workload, template)
-        m = top - ((1 << (top - n + 1).bit_length() - 1) - 1)
+        m = n if exact else top - ((1 << (top - n + 1).bit_length() - 1) - 1)
         if on_card:  # only once the step is recorded (a replay then costs less than an estimate's many times over)
             if len(probes.overhead) < reserved.RECORD_AFTER:
                 return False

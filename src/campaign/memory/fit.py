@@ -13,7 +13,7 @@ from .breakdown import MemoryEstimate
 from .constants import LARGE_BUFFER, ROUND_LARGE
 from .estimate import allocator_limit, estimate_memory
 from .parsing import parse_reserve
-from .search import largest_satisfying
+from .search import largest_satisfying, largest_within
 from .workload import Workload, resized
 
 # The allocator's share of a probe (its replayed overhead, reserve included) swings with the batch (llama-3.2-3b,
@@ -112,7 +112,9 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
     margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
     margin of the card, each of them (a training step's from its replay alone, _replayed_alone), and the answer is the
-    batch below the first that does not fit. The length is searched (exponential then binary), taking a longer
+    batch below the first that does not fit. The edges of the lower bound, and of it with the margin, within the card
+    are found by search.largest_within (both are close to a line in the value: a few estimates each). The length
+    is searched (exponential then binary), taking a longer
     context to need no less. `exhaustive`: replay every batch below the search's answer instead (the reference the
     tests compare with). `cache` may be shared between the cards of one workload.
     """
@@ -129,13 +131,16 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 probes.margin[n] = overhead_margin(spec, est, reserve=options.get("reserve", "10%"))
         return probes.low[n]
 
+    def with_margin(n: int) -> int:
+        """The lower bound and the margin: n fits where they fit, however the allocator places its tensors."""
+        if n not in probes.margin:
+            low(n)
+            if n not in probes.margin:  # a given --fragmentation share: the required bytes are the formula's
+                probes.margin[n] = required(n) - low(n)
+        return low(n) + probes.margin[n]
+
     def sure(n: int) -> bool:
-        """The lower bound and the margin fit: n fits, however the allocator places its tensors."""
-        if low(n) > memory_bytes:
-            return False
-        if n not in probes.margin:  # a given --fragmentation share: the required bytes are the formula's
-            probes.margin[n] = required(n) - low(n)
-        return low(n) + probes.margin[n] <= memory_bytes
+        return low(n) <= memory_bytes and with_margin(n) <= memory_bytes
 
     def required(n: int) -> int:
         if n not in probes.required:
@@ -195,7 +200,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 if not ok(n):
                     return n - 1
         return found
-    top = largest_satisfying(lambda n: low(n) <= memory_bytes, limit)  # no replay: the lower bounds only
+    top = largest_within(low, memory_bytes, limit)  # no replay: the lower bounds only
     if top == 0:
         return 0
     if field != "batch":  # the search's own probes, as the exhaustive one makes them: a longer context can need
@@ -205,7 +210,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     # fits; the first that does not fit ends the answer
     replayed = _replayed_alone(spec, workload, top, probes, low, room_limit, **options)
     against = False  # once a batch fits only against the card, the batches after it are replayed there first
-    for n in range(1 + largest_satisfying(sure, top), top + 1):  # each lower bound fits (it is monotone)
+    for n in range(1 + largest_within(with_margin, memory_bytes, top), top + 1):  # each lower bound fits (monotone)
         if replayed(n, on_card=against):
             continue
         if replayed(n, on_card=not against):

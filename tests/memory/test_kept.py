@@ -78,14 +78,14 @@ TRAINING = [kw for kw in WORKLOADS if kw.get("mode") != "infer"] + [
 @pytest.mark.parametrize("kw", TRAINING, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_a_batch_replayed_alone_has_the_overhead_of_its_estimate(model, kw):
     # the card solve checks the batches within the margin of the card from their replays alone
-    # (reserved.batch_overheads: one batch's phases stand for the others'); each overhead is its own estimate's
+    # (reserved.BatchOverheads: one batch's phases stand for the others'); each overhead is its own estimate's
     from campaign.memory.phases import training_phases
 
     spec, w = load_spec(model), make_workload(**kw)
     # (the first RECORD_AFTER batches replayed, the others run from the step recorded: memory/tape.py)
     batches = (*range(1, 19), 21, 24)
     assert reserved.RECORD_AFTER < len(batches)
-    overhead_at = reserved.batch_overheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
+    overhead_at = reserved.BatchOverheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
     alone = [overhead_at(b) for b in batches]
     reserved.clear_kept()
     estimated = [next(i.bytes for i in estimate_memory(spec, replace(w, batch=b)).items
@@ -105,7 +105,7 @@ def test_a_batch_replayed_alone_against_a_card_has_the_overhead_of_its_estimate_
     from campaign.memory.phases import training_phases
 
     spec, w = load_spec(model), make_workload(**kw)
-    overhead_at = reserved.batch_overheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
+    overhead_at = reserved.BatchOverheads(spec, w, training_phases(spec, resized(w, "batch", 24)))
     for b in range(1, reserved.RECORD_AFTER + 1):  # past them, the recorded step runs
         overhead_at(b)
     released = 0

@@ -41,24 +41,33 @@ def test_the_replays_do_not_grow_with_the_answer(monkeypatch):
 def test_the_batches_within_the_margin_are_replayed_without_their_estimates(monkeypatch):
     # BERT-base, 1,024 tokens with checkpointing, on an H200: 488 sequences fit (solve_sweep.json, the exhaustive
     # check), and the batches from about 220 up come within the overhead margin of the card. Each is checked from its
-    # replay alone (reserved.batch_overheads) and the allocated bytes of a larger batch
+    # replay alone (reserved.BatchOverheads) and the allocated bytes of a larger batch
     from campaign.memory import fit
 
     kept = json.loads(FIXTURE.read_text(encoding="utf-8"))
     spec = load_spec("google-bert/bert-base-uncased")
     w = make_workload(seq_len=1024, grad_checkpointing=True, mixed_precision=True)
-    estimates, alone = [], []
-    real_estimate, real_alone = fit.estimate_memory, reserved.batch_overheads
+    estimates, alone = [], set()
+    real_estimate, real_alone, real_known = (fit.estimate_memory, reserved.BatchOverheads.__call__,
+                                             reserved.BatchOverheads.known)
     monkeypatch.setattr(fit, "estimate_memory", lambda *a, **k: (k.get("fragmentation") != 0.0 and estimates.append(
         k)) or real_estimate(*a, **k))  # the estimates with a replay
-    monkeypatch.setattr(reserved, "batch_overheads", lambda *a: (lambda f: lambda n, *limit: alone.append(
-        (n, *limit)) or f(n, *limit))(real_alone(*a)))
+    # the batches replayed alone: one at a time, or many in one call (BatchOverheads.ahead) and read (known)
+    monkeypatch.setattr(reserved.BatchOverheads, "__call__", lambda self, n, limit=None: alone.add(
+        (n, limit)) or real_alone(self, n, limit))
+    def known(self, n, limit=None):
+        found = real_known(self, n, limit)
+        if found is not None:
+            alone.add((n, limit))
+        return found
+
+    monkeypatch.setattr(reserved.BatchOverheads, "known", known)
     most = max_value(spec, w, find_card("H200-SXM-141GB").memory_bytes, "batch", limit=1 << 16)
     assert [most, 1024] == kept["google-bert/bert-base-uncased|train-ckpt-1024|H200-SXM-141GB"]
     # near the edge, where the step fits only against the card (55 batches), each is replayed alone against the card
     # too, added to a larger batch's allocated bytes, then to its own: an estimate with a replay is made only for the
     # batch that does not fit (489), and where even that check does not show a batch fits
-    assert len(alone) > 200 and sum(len(x) == 2 for x in alone) > 40 and len(estimates) < 4
+    assert len(alone) > 200 and sum(limit is not None for _, limit in alone) > 40 and len(estimates) < 4
 
 
 def test_cards_of_one_workload_share_their_probes():
@@ -128,7 +137,7 @@ def test_the_solve_gives_the_exhaustive_answers_under_deepspeed():
 def test_the_solve_gives_the_exhaustive_answers_where_large_batches_peak_at_a_recompute():
     # Mixtral-8x22B over 8 cards with FSDP, 1,024 tokens with checkpointing: from about batch 40 the backward peaks
     # as the last layer is recomputed, not at its end; the batches within the margin of the card are replayed from
-    # the largest batch's phases (reserved.batch_overheads), which must make the step's gradients as each batch's own
+    # the largest batch's phases (reserved.BatchOverheads), which must make the step's gradients as each batch's own
     # estimate does (the review's case: 187.5 GiB, where not even batch 1 fits, was solved as 6)
     spec = load_spec("mistralai/Mixtral-8x22B-Instruct-v0.1")
     w = make_workload(seq_len=1024, grad_checkpointing=True, gpus=8, shard="fsdp")

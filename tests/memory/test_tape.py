@@ -110,3 +110,43 @@ def test_an_int_valued_float_serves_the_token_counts_where_its_product_is_exact(
     r.alloc(Tokens(1, tape=r.a) * 3 * 3.0)
     recorded = r.a.compiled()
     assert recorded.serves(2 ** 53 // 9 - 1) and not recorded.serves(2 ** 53 // 9 + 1)
+
+
+@pytest.mark.parametrize("model_type", [CachingAllocator, PythonAllocator])
+@pytest.mark.parametrize("kw", [{"seq_len": 256},
+                                {"seq_len": 1024, "grad_checkpointing": True, "mixed_precision": True},
+                                {"method": "qlora", "seq_len": 512, "grad_checkpointing": True}], ids=str)
+def test_overheads_each_are_each_batchs_own_replay(model_type, kw):
+    # a card solve's batches in one call: each batch's recorded step run on a copy of the prefix, under no limit
+    # and under one that makes the step release cached segments, is each batch's replay from the prefix afresh
+    spec, w = load_spec("meta-llama/Llama-3.2-1B"), make_workload(**kw)
+    phases = training_phases(spec, w)
+    parts = reserved._step_parts(spec, w, phases, layer_saved(spec, w), False)
+    recorded, acts = reserved._recorded(spec, w, parts), saved_at(spec, w)
+
+    def prefix(limit):
+        r = Replay(False, limit, model=model_type)
+        reserved._prefix(r, spec, w, phases, parts.plan.trainable)
+        return r
+
+    kept = prefix(None)
+    before = kept.a.state()
+    tokens = [b * w.seq_len for b in (1, 2, 5, 17)]
+    finals = [reserved._final_bytes(spec, w, parts, t, acts(t)[0]) for t in tokens]
+    five = prefix(None)  # batch 5's step: a limit halfway from its peak allocated to its peak reserved releases
+    reserved._replay_step(five, spec, w, parts, tokens[2], finals[2])
+    released = 0
+    for limit in (None, (five.a.peak_reserved + five.a.peak_allocated) // 2):
+        expected = []
+        for t, final in zip(tokens, finals, strict=True):
+            r = prefix(limit)
+            reserved._replay_step(r, spec, w, parts, t, final)
+            expected.append(max(0, r.a.peak_reserved - r.a.peak_allocated))
+            released += r.a.released
+        assert kept.a.overheads_each(recorded.ops, recorded.factors, tokens, finals, limit) == expected
+        # with a bound per batch: up to the first past its bound (a solve's check fails there), that one included
+        within = [e + 1 for e in expected[:2]] + [expected[2] - 1, 0]
+        assert kept.a.overheads_each(recorded.ops, recorded.factors, tokens, finals, limit, within) == expected[:3]
+    assert kept.a.state() == before  # the prefix is left as it was
+    assert released > 0  # the limit made the step release cached segments
+    assert len(set(expected)) > 1  # the batches differ

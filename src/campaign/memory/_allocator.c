@@ -588,79 +588,200 @@ static PyObject *Core_empty_cache(Core *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
-/* A recorded step (memory/tape.py), run: `ops` is 3 i64 per operation (what, how its size is worked out, a value),
+/* A recorded step (memory/tape.py): `ops` is 3 i64 per operation (what, how its size is worked out, a value),
  * `factors` one double per operation. What: 0 take, 1 take unless the size is under 1 B (no block: Replay.alloc's
  * None), 2 give (the value: the slot of a take; a take that made no block is skipped), 3 empty_cache. How: 0 the
  * value, 1 tokens x value, 2 (tokens x value) x factor truncated (Python's int() of the same double product), 3
  * `final`. Each take fills the next slot. */
-static PyObject *Core_run_tape(Core *self, PyObject *args) {
+typedef struct {
     Py_buffer ops, factors;
-    long long tokens, final;
-    if (!PyArg_ParseTuple(args, "y*y*LL", &ops, &factors, &tokens, &final)) return NULL;
-    Py_ssize_t n = ops.len / (Py_ssize_t)(3 * sizeof(i64));
-    const i64 *op = ops.buf;
-    const double *factor = factors.buf;
-    int *slots = NULL;
-    PyObject *result = NULL;
-    if (ops.len != n * (Py_ssize_t)(3 * sizeof(i64)) || factors.len != n * (Py_ssize_t)sizeof(double)) {
+    const i64 *op;
+    const double *factor;
+    Py_ssize_t n, takes, gives;
+} Tape;
+
+/* Read and check a tape's buffers (run_tape refuses an unknown operation before it runs any): 0, or -1 with the
+ * error set (the buffers released). */
+static int tape_open(Tape *t, PyObject *ops, PyObject *factors) {
+    if (PyObject_GetBuffer(ops, &t->ops, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(factors, &t->factors, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&t->ops); return -1; }
+    t->n = t->ops.len / (Py_ssize_t)(3 * sizeof(i64));
+    t->op = t->ops.buf;
+    t->factor = t->factors.buf;
+    t->takes = t->gives = 0;
+    if (t->ops.len != t->n * (Py_ssize_t)(3 * sizeof(i64)) || t->factors.len != t->n * (Py_ssize_t)sizeof(double)) {
         PyErr_SetString(PyExc_ValueError, "run_tape: ops and factors do not match");
-        goto done;
+        goto fail;
     }
-    if (tokens < 0 || final < 0) { PyErr_SetString(PyExc_ValueError, "run_tape: negative tokens or final"); goto done; }
-    Py_ssize_t takes = 0, gives = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if ((unsigned long long)op[3 * i] > 3 || (unsigned long long)op[3 * i + 1] > 3) {
+    for (Py_ssize_t i = 0; i < t->n; i++) {
+        if ((unsigned long long)t->op[3 * i] > 3 || (unsigned long long)t->op[3 * i + 1] > 3) {
             PyErr_SetString(PyExc_ValueError, "run_tape: an unknown operation");
-            goto done;
+            goto fail;
         }
-        takes += op[3 * i] <= 1;
-        gives += op[3 * i] == 2;
+        t->takes += t->op[3 * i] <= 1;
+        t->gives += t->op[3 * i] == 2;
     }
-    if (!(slots = PyMem_Malloc(sizeof(int) * (size_t)(takes + 1)))) { PyErr_NoMemory(); goto done; }
-    if (ensure_room(self, 2 * takes, takes + gives) < 0) goto done; /* room for the whole tape: no take or give
-                                                                      * below allocates */
+    return 0;
+fail:
+    PyBuffer_Release(&t->ops);
+    PyBuffer_Release(&t->factors);
+    return -1;
+}
+
+static void tape_close(Tape *t) {
+    PyBuffer_Release(&t->ops);
+    PyBuffer_Release(&t->factors);
+}
+
+/* Run tape `t` at `tokens` on `c`, which has room for all of it (ensure_room: 2 x takes blocks, takes + gives
+ * entries); `slots` holds takes + 1 ints. 0, or -1 with the error set. */
+static int tape_run(Core *c, const Tape *t, i64 tokens, i64 final, int *slots) {
+    const i64 *op = t->op;
     Py_ssize_t next = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (tokens < 0 || final < 0) { PyErr_SetString(PyExc_ValueError, "run_tape: negative tokens or final"); return -1; }
+    for (Py_ssize_t i = 0; i < t->n; i++) {
         i64 what = op[3 * i], how = op[3 * i + 1], value = op[3 * i + 2], size;
         if (what <= 1) {
             if (how == 0) size = value;
             else if (how == 3) size = final;
             else if (__builtin_mul_overflow(tokens, value, &size)) size = -1;
             else if (how == 2) {
-                double bytes = (double)size * factor[i];
+                double bytes = (double)size * t->factor[i];
                 size = bytes <= (double)MAX_REQUEST ? (i64)bytes : -1;
             }
-            if (size < 0 && how == 0) { PyErr_SetString(PyExc_ValueError, "run_tape: a negative size"); goto done; }
+            if (size < 0 && how == 0) { PyErr_SetString(PyExc_ValueError, "run_tape: a negative size"); return -1; }
             if (size < 0 || size > MAX_REQUEST) {
                 PyErr_SetString(PyExc_OverflowError, "run_tape: a size past the compiled model's 64-bit sizes");
-                goto done;
+                return -1;
             }
             if (what == 1 && size < 1) { slots[next++] = -1; continue; }
-            if (self->reserved > MAX_RESERVED || self->allocated > MAX_RESERVED) {
+            if (c->reserved > MAX_RESERVED || c->allocated > MAX_RESERVED) {
                 PyErr_SetString(PyExc_OverflowError, "run_tape: past the compiled model's 64-bit sizes");
-                goto done;
+                return -1;
             }
-            slots[next++] = take(self, size);
+            slots[next++] = take(c, size);
         } else if (what == 2) {
-            if (value < 0 || value >= next) { PyErr_SetString(PyExc_ValueError, "run_tape: a give before its take"); goto done; }
+            if (value < 0 || value >= next) { PyErr_SetString(PyExc_ValueError, "run_tape: a give before its take"); return -1; }
             int block = slots[value];
             if (block < 0) continue;
-            if (self->blocks[block].free) { PyErr_SetString(PyExc_ValueError, "run_tape: a block given twice"); goto done; }
+            if (c->blocks[block].free) { PyErr_SetString(PyExc_ValueError, "run_tape: a block given twice"); return -1; }
             slots[value] = -1;
-            give(self, block);
+            give(c, block);
         } else { /* 3: empty_cache */
-            i64 released = self->released;
-            release_cached(self);
-            self->released = released;
+            i64 released = c->released;
+            release_cached(c);
+            c->released = released;
         }
     }
+    return 0;
+}
+
+static PyObject *Core_run_tape(Core *self, PyObject *args) {
+    PyObject *ops, *factors;
+    long long tokens, final;
+    Tape t;
+    int *slots = NULL;
+    if (!PyArg_ParseTuple(args, "OOLL", &ops, &factors, &tokens, &final) || tape_open(&t, ops, factors) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (!(slots = PyMem_Malloc(sizeof(int) * (size_t)(t.takes + 1)))) { PyErr_NoMemory(); goto done; }
+    if (ensure_room(self, 2 * t.takes, t.takes + t.gives) < 0) goto done; /* no take or give below allocates */
+    if (tape_run(self, &t, tokens, final, slots) < 0) goto done;
     result = Py_None;
     Py_INCREF(result);
 done:
     PyMem_Free(slots);
-    PyBuffer_Release(&ops);
-    PyBuffer_Release(&factors);
+    tape_close(&t);
     return result;
+}
+
+/* run_tape from this state for each (tokens, final), each on a copy of this state under `limit` (None: none), as
+ * fork(limit=limit).run_tape(ops, factors, tokens, final) would, this one left as it is: each run's overhead, its
+ * peak reserved - peak allocated (at least 0), in a list, up to the first that passes its `within` (None: all). The
+ * copies share one set of arrays, made once. */
+static PyObject *Core_overheads_each(Core *self, PyObject *args) {
+    PyObject *ops, *factors, *tokens_arg, *finals_arg, *limit_arg, *within_arg = Py_None, *tokens = NULL,
+             *finals = NULL, *within = NULL, *out = NULL;
+    Tape t;
+    if (!PyArg_ParseTuple(args, "OOOOO|O", &ops, &factors, &tokens_arg, &finals_arg, &limit_arg, &within_arg))
+        return NULL;
+    if (self->expandable) {
+        PyErr_SetString(PyExc_ValueError, "overheads_each: expandable segments");
+        return NULL;
+    }
+    i64 limit = 0;
+    if (limit_arg != Py_None && (limit = PyLong_AsLongLong(limit_arg)) == -1 && PyErr_Occurred()) return NULL;
+    if (tape_open(&t, ops, factors) < 0) return NULL;
+    Core c; /* the copy: the counters copied as fork copies them, the arrays its own */
+    memset(&c, 0, sizeof c);
+    int *slots = NULL;
+    if (!(tokens = PySequence_Fast(tokens_arg, "overheads_each: tokens")) ||
+        !(finals = PySequence_Fast(finals_arg, "overheads_each: finals")))
+        goto done;
+    if (within_arg != Py_None && !(within = PySequence_Fast(within_arg, "overheads_each: within"))) goto done;
+    Py_ssize_t runs = PySequence_Fast_GET_SIZE(tokens);
+    if (PySequence_Fast_GET_SIZE(finals) != runs || (within && PySequence_Fast_GET_SIZE(within) != runs)) {
+        PyErr_SetString(PyExc_ValueError, "overheads_each: as many finals (and within) as tokens");
+        goto done;
+    }
+    if (!(out = PyList_New(0))) goto done;
+    Py_ssize_t blocks = (Py_ssize_t)self->nblocks + 2 * t.takes, entries[2];
+    for (int k = 0; k < 2; k++) entries[k] = self->pools[k].n + t.takes + t.gives;
+    if (blocks > INT_MAX / 2) { PyErr_SetString(PyExc_MemoryError, "allocator model: too many blocks"); goto done; }
+    c.blocks = PyMem_Malloc((size_t)blocks * sizeof(Block));
+    c.spare = PyMem_Malloc((size_t)blocks * sizeof(int));
+    c.pools[0].e = PyMem_Malloc((size_t)entries[0] * sizeof(Entry) + 1);
+    c.pools[1].e = PyMem_Malloc((size_t)entries[1] * sizeof(Entry) + 1);
+    slots = PyMem_Malloc(sizeof(int) * (size_t)(t.takes + 1));
+    if (!c.blocks || !c.spare || !c.pools[0].e || !c.pools[1].e || !slots) { PyErr_NoMemory(); goto done; }
+    Block *own_blocks = c.blocks;
+    int *own_spare = c.spare;
+    Entry *own_entries[2] = {c.pools[0].e, c.pools[1].e};
+    for (Py_ssize_t r = 0; r < runs; r++) {
+        i64 tk = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(tokens, r));
+        if (tk == -1 && PyErr_Occurred()) goto done;
+        i64 fb = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(finals, r));
+        if (fb == -1 && PyErr_Occurred()) goto done;
+        memcpy((char *)&c + offsetof(Core, allocated), (char *)self + offsetof(Core, allocated),
+               sizeof(Core) - offsetof(Core, allocated));
+        c.blocks = own_blocks; c.cap = c.spare_cap = (int)blocks; c.spare = own_spare;
+        memcpy(c.blocks, self->blocks, (size_t)self->nblocks * sizeof(Block));
+        memcpy(c.spare, self->spare, (size_t)self->nspare * sizeof(int));
+        for (int k = 0; k < 2; k++) {
+            c.pools[k].e = own_entries[k];
+            c.pools[k].cap = entries[k];
+            memcpy(c.pools[k].e, self->pools[k].e, (size_t)self->pools[k].n * sizeof(Entry));
+        }
+        c.has_limit = limit_arg != Py_None;
+        c.limit = c.has_limit ? limit : 0;
+        i64 most = 0;
+        if (within && (most = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(within, r))) == -1 && PyErr_Occurred())
+            goto done;
+        if (tape_run(&c, &t, tk, fb, slots) < 0) goto done;
+        i64 overhead = c.peak_reserved > c.peak_allocated ? c.peak_reserved - c.peak_allocated : 0;
+        PyObject *o = PyLong_FromLongLong(overhead);
+        if (!o) goto done;
+        int appended = PyList_Append(out, o);
+        Py_DECREF(o);
+        if (appended < 0) goto done;
+        if (within && overhead > most) break;
+    }
+    PyMem_Free(slots);
+    PyMem_Free(c.blocks); PyMem_Free(c.spare); PyMem_Free(c.pools[0].e); PyMem_Free(c.pools[1].e);
+    Py_DECREF(tokens);
+    Py_DECREF(finals);
+    Py_XDECREF(within);
+    tape_close(&t);
+    return out;
+done:
+    PyMem_Free(slots);
+    PyMem_Free(c.blocks); PyMem_Free(c.spare); PyMem_Free(c.pools[0].e); PyMem_Free(c.pools[1].e);
+    Py_XDECREF(tokens);
+    Py_XDECREF(finals);
+    Py_XDECREF(within);
+    Py_XDECREF(out);
+    tape_close(&t);
+    return NULL;
 }
 
 static PyObject *Core_reset_peaks(Core *self, PyObject *Py_UNUSED(ignored)) {
@@ -765,6 +886,9 @@ static PyMethodDef Core_methods[] = {
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},
     {"reset_peaks", (PyCFunction)Core_reset_peaks, METH_NOARGS, "Peaks set to the current values."},
     {"run_tape", (PyCFunction)Core_run_tape, METH_VARARGS, "A step recorded by memory/tape.py, run at `tokens`."},
+    {"overheads_each", (PyCFunction)Core_overheads_each, METH_VARARGS,
+     "Each (tokens, final)'s run_tape on a fork of this state under `limit`: its peak reserved - peak allocated, "
+     "up to the first past its `within`."},
     {"_fork", (PyCFunction)(void (*)(void))Core_fork, METH_VARARGS | METH_KEYWORDS,
      "A copy that replays on from here under `limit`."},
     {"state", (PyCFunction)Core_state, METH_NOARGS, "Everything the next events' outcome depends on."},

@@ -261,7 +261,7 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
 def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
     """tokens -> (bytes saved over all layers at the end of forward, of one layer) at w's length and any batch (the
     tokens are batch x length): what training_activations counts, its batch-free parts worked out once (a card
-    solve's many batches, reserved.batch_overheads)."""
+    solve's many batches, reserved.BatchOverheads)."""
     if spec.encdec is not None:
         def encdec_at(tokens: int) -> tuple[int, int]:
             saved = encdec.training_activations(spec, resized(w, "batch", tokens // w.seq_len))

@@ -102,6 +102,9 @@ class Allocator:
 
         def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None: ...
 
+        def overheads_each(self, ops: bytes, factors: bytes, tokens: Sequence[int], finals: Sequence[int],
+                           limit: int | None, within: Sequence[int] | None = None) -> list[int]: ...
+
         def state(self) -> tuple: ...
 
     def malloc(self, key: object, size: int) -> None:
@@ -314,6 +317,22 @@ class PythonAllocator(Allocator):
                     slots[value] = None
             else:
                 self.empty_cache()
+
+    def overheads_each(self, ops: bytes, factors: bytes, tokens: Sequence[int], finals: Sequence[int],
+                       limit: int | None, within: Sequence[int] | None = None) -> list[int]:
+        """Each (tokens, final)'s run_tape on a fork of this state under `limit`, this one left as it is: each run's
+        peak reserved - peak allocated (at least 0), up to the first that passes its `within` (None: all).
+        _allocator.c's runs them all in one call."""
+        if len(tokens) != len(finals) or (within is not None and len(within) != len(tokens)):
+            raise ValueError("overheads_each: as many finals (and within) as tokens")
+        out = []
+        for i, (t, final) in enumerate(zip(tokens, finals, strict=True)):
+            a = self.fork(limit=limit)
+            a.run_tape(ops, factors, t, final)
+            out.append(max(0, a.peak_reserved - a.peak_allocated))
+            if within is not None and out[-1] > within[i]:
+                break
+        return out
 
     def _grow(self, size: int, small: bool) -> list:
         """Expandable segments: map the pages the request lacks at the end of the pool's one segment."""

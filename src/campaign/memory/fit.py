@@ -1,7 +1,7 @@
 """Card fit: the verdict per card, and the inverse solves (largest batch, longest context that fit)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ class Probes:
     """What a solve learned of one workload's probes, shared by the cards it is solved for: per value its lower
     bound (the estimate without the allocator overhead) and that estimate's peak allocated, its margin
     (overhead_margin), its required bytes on a card with room to spare (the replay without a limit), and for a batch
-    within the margin of a card its replayed overhead alone (reserved.batch_overheads); what lies outside the
+    within the margin of a card its replayed overhead alone (reserved.BatchOverheads); what lies outside the
     allocator (the context, NCCL's buffers: the same for every probe)."""
 
     def __init__(self) -> None:
@@ -111,7 +111,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     The replay is not monotone (a larger batch can place its tensors so that the allocator reserves a segment
     less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
     margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
-    margin of the card, each of them (a training step's from its replay alone, _replayed_alone), and the answer is the
+    margin of the card, each of them (a training step's from its replay alone, _Alone), and the answer is the
     batch below the first that does not fit. The edges of the lower bound, and of it with the margin, within the card
     are found by search.largest_within (both are close to a line in the value: a few estimates each). The length
     is searched (exponential then binary), taking a longer
@@ -159,7 +159,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return limits[outside]
 
     def room_fits(n: int) -> bool:
-        """n fits with room to spare: from its replay alone where made (_replayed_alone) and its allocated bytes."""
+        """n fits with room to spare: from its replay alone where made (_Alone) and its allocated bytes."""
         if n in probes.overhead:
             low(n)
             return probes.allocated[n] + probes.overhead[n] <= room_limit()
@@ -208,53 +208,100 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
-    replayed = _replayed_alone(spec, workload, top, probes, low, room_limit, **options)
+    alone = _Alone(spec, workload, top, probes, low, room_limit, **options)
     against = False  # once a batch fits only against the card, the batches after it are replayed there first
-    for n in range(1 + largest_within(with_margin, memory_bytes, top), top + 1):  # each lower bound fits (monotone)
-        if replayed(n, on_card=against):
+    n = 1 + largest_within(with_margin, memory_bytes, top)  # each lower bound from n on fits (it is monotone)
+    while n <= top:
+        passed = alone.passing(n, on_card=against)
+        if passed:
+            n += passed
             continue
-        if replayed(n, on_card=not against):
+        if alone.fits(n, on_card=against):
+            pass
+        elif alone.fits(n, on_card=not against):
             against = True
-        elif not (replayed(n, exact=True) or replayed(n, on_card=True, exact=True) or ok(n, below_top=True)):
+        elif not (alone.fits(n, exact=True) or alone.fits(n, on_card=True, exact=True) or ok(n, below_top=True)):
             return n - 1
+        n += 1
     return top
 
 
-def _replayed_alone(spec: ModelSpec, workload: Workload, top: int, probes: Probes, low, room_limit,
-                    **options: Any) -> Callable[..., bool]:
-    """For a training solve's batches within the margin of the card: (n, on_card=False, exact=False) -> whether n
-    surely fits from its replayed overhead alone (reserved.batch_overheads, without its phases and estimate;
-    `on_card`: replayed against the card, under room_limit(), as estimate_memory's card_bytes replays it, once
-    RECORD_AFTER batches have been replayed alone: False before, where the caller's estimate costs little more), added
-    to the peak allocated of a batch m >= n that is estimated (the allocated bytes are monotone in the batch: at
-    least n's), within room_limit(); m is top - (2^k - 1) for the largest such at or above n, so log2(top) batches
-    are estimated, each within half the distance to top; `exact`: m is n (its own estimate: the caller's next check
-    makes it anyway). A batch that does not pass is checked in full by the caller. Never for a given --fragmentation
-    share (no replay) or an inference. The replay's batch-free parts (from top's phases) are made at its first
-    batch: a solve with none within the margin makes none of them."""
-    if not workload.training or options.get("fragmentation") is not None:
-        return lambda n, on_card=False, exact=False: False
-    overhead_at = None
+class _Alone:
+    """A training solve's batches within the margin of the card, checked from their replayed overhead alone
+    (reserved.BatchOverheads, without their phases and estimates): fits(n) says whether n surely fits, passing(n)
+    how many batches from n on do. Never for a given --fragmentation share (no replay) or an inference: nothing
+    fits this way there. The replay's batch-free parts (from top's phases) are made at the first batch: a solve with
+    none within the margin makes none of them."""
 
-    def replayed(n: int, on_card: bool = False, exact: bool = False) -> bool:
-        nonlocal overhead_at
-        if overhead_at is None:
+    def __init__(self, spec: ModelSpec, workload: Workload, top: int, probes: Probes, low, room_limit,
+                 **options: Any) -> None:
+        self.spec, self.workload, self.top, self.probes, self.low, self.room_limit = (
+            spec, workload, top, probes, low, room_limit)
+        self.used = workload.training and options.get("fragmentation") is None
+        self._overhead_at: reserved.BatchOverheads | None = None
+
+    def overhead_at(self) -> reserved.BatchOverheads:
+        if self._overhead_at is None:
             from .phases import training_phases
 
-            template = training_phases(spec, resized(workload, "batch", top))
-            overhead_at = reserved.batch_overheads(spec, workload, template)
-        m = n if exact else top - ((1 << (top - n + 1).bit_length() - 1) - 1)
-        if on_card:  # only once the step is recorded (a replay then costs less than an estimate's many times over)
-            if len(probes.overhead) < reserved.RECORD_AFTER:
-                return False
-            low(m)
-            return probes.allocated[m] + overhead_at(n, room_limit()) <= room_limit()
-        low(m)
-        if n not in probes.overhead:
-            probes.overhead[n] = overhead_at(n)
-        return probes.allocated[m] + probes.overhead[n] <= room_limit()
+            template = training_phases(self.spec, resized(self.workload, "batch", self.top))
+            self._overhead_at = reserved.BatchOverheads(self.spec, self.workload, template)
+        return self._overhead_at
 
-    return replayed
+    def fits(self, n: int, on_card: bool = False, exact: bool = False) -> bool:
+        """n's replayed overhead alone (`on_card`: replayed against the card, under room_limit(), as
+        estimate_memory's card_bytes replays it, once RECORD_AFTER batches have been replayed alone: False before,
+        where the caller's estimate costs little more), added to the peak allocated of a batch m >= n that is
+        estimated (the allocated bytes are monotone in the batch: at least n's), is within room_limit(); m is
+        larger(n), or n (`exact`: its own estimate, which the caller's next check makes anyway). A batch that does
+        not pass is checked in full by the caller."""
+        if not self.used or on_card and len(self.probes.overhead) < reserved.RECORD_AFTER:
+            return False
+        limit = self.room_limit() if on_card else None
+        overhead = self.overhead_at()(n, limit)
+        if not on_card:
+            self.probes.overhead[n] = overhead
+        return self.allocated(n if exact else self.larger(n)) + overhead <= self.room_limit()
+
+    def passing(self, n: int, on_card: bool = False) -> int:
+        """How many batches from n on fit as fits(b, on_card) says, from the replays run ahead of the loop: the
+        batches from n on, many in one call of the allocator model, up to the first that does not fit
+        (BatchOverheads.ahead). 0 where none is run that way (before the step is recorded)."""
+        if not self.used or on_card and len(self.probes.overhead) < reserved.RECORD_AFTER:
+            return 0
+        limit = self.room_limit() if on_card else None
+        overhead_at = self.overhead_at()
+        overhead_at.ahead(n, self.top, limit, self.room_left)
+        count, kept = 0, self.probes.overhead
+        for b, left in zip(range(n, self.top + 1), self.room_left(range(n, self.top + 1)), strict=True):
+            overhead = overhead_at.known(b, limit)
+            if overhead is None:
+                break
+            if not on_card:
+                kept[b] = overhead
+            if overhead > left:
+                break
+            count += 1
+        return count
+
+    def room_left(self, batches: Iterable[int]) -> Iterator[int]:
+        """Per batch b, what room_limit() leaves past the allocated bytes of larger(b): its overhead alone must fit
+        there (larger(b) changes log2(top) times: estimated once each)."""
+        room, top, m, left = self.room_limit(), self.top, 0, 0
+        for b in batches:
+            larger = top - ((1 << (top - b + 1).bit_length() - 1) - 1)
+            if larger != m:
+                m, left = larger, room - self.allocated(larger)
+            yield left
+
+    def larger(self, n: int) -> int:
+        """top - (2^k - 1) for the largest such at or above n: log2(top) batches are estimated, each within half the
+        distance to top."""
+        return self.top - ((1 << (self.top - n + 1).bit_length() - 1) - 1)
+
+    def allocated(self, m: int) -> int:
+        self.low(m)
+        return self.probes.allocated[m]
 
 
 def card_estimate(spec: ModelSpec, workload: Workload, card_bytes: int, *, estimate: MemoryEstimate | None = None,

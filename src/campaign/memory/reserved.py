@@ -22,7 +22,7 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
@@ -338,7 +338,7 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
 class _StepParts:
     """What a training step's replay reads of its phases that the batch does not change: the step's sizes, the
     allocator after the prefix (kept, or None: replayed afresh), whether there are logits. Worked out once for the
-    many batches of a card solve (batch_overheads)."""
+    many batches of a card solve (BatchOverheads)."""
 
     plan: _StepSizes
     prefix: Allocator | None
@@ -360,28 +360,79 @@ def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -
                       bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")), inter, pieces)
 
 
-def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[..., int]:
+class BatchOverheads:
     """(batch, limit=None) -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed
     under `limit` (None: with room to spare), as training_overhead gives it with that batch's phases, from `phases`
     of another batch of the same workload: of its phases the replay reads only the activations' bytes
     (activations.saved_at, worked out per batch) besides what the batch does not change (_StepParts, worked out here
     once). A card solve checks the many batches within the margin of the card this way (fit.max_value), without
     their phases and estimates; the step is recorded (memory/tape.py) and run by the allocator model for each batch
-    the recording serves."""
-    expandable = w.expandable_segments
-    layer = layer_saved(spec, w)
-    parts = _step_parts(spec, w, phases, layer, expandable)
-    acts_at = saved_at(spec, w)
-    kept: _Alone = _ALONE.get(spec, (size_free_key(w), w.seq_len), _Alone)
+    the recording serves, many batches in one call (ahead)."""
 
-    def replayed(batch: int, limit: int | None) -> int:
+    def __init__(self, spec: ModelSpec, w: Workload, phases) -> None:
+        self.spec, self.w, self.phases = spec, w, phases
+        self.parts = _step_parts(spec, w, phases, layer_saved(spec, w), w.expandable_segments)
+        self.acts_at = saved_at(spec, w)
+        self.kept: _Alone = _ALONE.get(spec, (size_free_key(w), w.seq_len), _Alone)
+        self._chunk: dict[int | None, int] = {}  # per limit: how many batches ahead() runs next
+
+    def __call__(self, batch: int, limit: int | None = None) -> int:
+        kept = self.kept
+        found = kept.overheads.get((batch, limit))
+        if found is None:
+            if len(kept.overheads) >= _ALONE_MOST:  # a long-lived process: forgotten when full (the recording kept)
+                kept.overheads.clear()
+            found = kept.overheads[batch, limit] = self._replayed(batch, limit)
+        return found
+
+    def known(self, batch: int, limit: int | None = None) -> int | None:
+        """The overhead at `batch` under `limit`, where replayed already (here or by ahead); None where not."""
+        return self.kept.overheads.get((batch, limit))
+
+    def ahead(self, first: int, last: int, limit: int | None,
+              within: Callable[[Iterable[int]], Iterable[int]]) -> None:
+        """Replay the batches from `first` up to `last` under `limit` in one call of the allocator model
+        (overheads_each), each kept as __call__ keeps it, up to the first whose overhead passes its bound (within:
+        batches -> their bounds): the caller's check stops there. As many as the last call ran, twice over (64 at
+        first), where that call ran them all; else 64. Only where the step is recorded (past RECORD_AFTER replays)
+        and its prefix kept, for the batches the recording serves: elsewhere __call__ replays each."""
+        kept = self.kept
+        if (first, limit) in kept.overheads:  # run already
+            return
+        recorded, prefix = self._recording(), self.parts.prefix
+        if recorded is None or prefix is None or (limit is not None and prefix.peak_reserved > limit):
+            return
+        chunk = self._chunk.get(limit, 64)
+        seq = self.w.seq_len
+        batches = [b for b in range(first, min(last, first + chunk - 1) + 1)
+                   if (b, limit) not in kept.overheads and recorded.serves(b * seq)]
+        if len(batches) < 2:  # one: __call__ replays it
+            return
+        if len(kept.overheads) + len(batches) > _ALONE_MOST:
+            kept.overheads.clear()
+        tokens = [b * seq for b in batches]
+        final_at, acts_at = _final_at(self.spec, self.w, self.parts), self.acts_at
+        finals = [final_at(t, acts_at(t)[0]) for t in tokens]
+        ran = prefix.overheads_each(recorded.ops, recorded.factors, tokens, finals, limit, list(within(batches)))
+        kept.overheads.update(((b, limit), o) for b, o in zip(batches, ran, strict=False))  # ran: up to a failure
+        self._chunk[limit] = 2 * chunk if len(ran) == len(batches) else 64
+
+    def _recording(self) -> Recorded | None:
+        """The step recorded from these parts (a step's parts are kept per solve, so the same plan is the same
+        object), recorded here once RECORD_AFTER batches have been replayed; None before."""
+        kept = self.kept
+        if kept.plan is not self.parts.plan:
+            if len(kept.overheads) < RECORD_AFTER:
+                return None
+            kept.recorded, kept.plan = _recorded(self.spec, self.w, self.parts), self.parts.plan
+        return kept.recorded
+
+    def _replayed(self, batch: int, limit: int | None) -> int:
+        spec, w, parts = self.spec, self.w, self.parts
         tokens = batch * w.seq_len
-        final = _final_bytes(spec, w, parts, tokens, acts_at(tokens)[0])
-        r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, limit, parts.prefix)  # batch-free
-        recorded = kept.recorded if kept.plan is parts.plan else None  # recorded from these parts
-        if recorded is None and len(kept.overheads) >= RECORD_AFTER:
-            recorded = kept.recorded = _recorded(spec, w, parts)
-            kept.plan = parts.plan
+        final = _final_bytes(spec, w, parts, tokens, self.acts_at(tokens)[0])
+        r = _after_prefix(spec, w, self.phases, parts.plan.trainable, w.expandable_segments, limit, parts.prefix)
+        recorded = self._recording()
         if recorded is not None and recorded.serves(tokens):
             r.a.run_tape(recorded.ops, recorded.factors, tokens, final)
         else:
@@ -389,20 +440,10 @@ def batch_overheads(spec: ModelSpec, w: Workload, phases) -> Callable[..., int]:
         a = r.a
         return max(0, a.peak_reserved - a.peak_allocated)  # overhead_of(r).bytes
 
-    def at(batch: int, limit: int | None = None) -> int:
-        found = kept.overheads.get((batch, limit))
-        if found is None:
-            if len(kept.overheads) >= _ALONE_MOST:  # a long-lived process: forgotten when full (the recording kept)
-                kept.overheads.clear()
-            found = kept.overheads[batch, limit] = replayed(batch, limit)
-        return found
-
-    return at
-
 
 class _Alone:
-    """batch_overheads' replays of one model and workload: the overhead per batch, and the step recorded (with
-    the plan it records: a step's parts are worked out per solve, and kept, so the same plan is the same object)."""
+    """BatchOverheads' replays of one model and workload: the overhead per batch, and the step recorded (with the
+    plan it records: a step's parts are worked out per solve, and kept, so the same plan is the same object)."""
 
     def __init__(self) -> None:
         self.overheads: dict[tuple[int, int | None], int] = {}  # by batch and limit
@@ -410,11 +451,11 @@ class _Alone:
         self.recorded: Recorded | None = None
 
 
-_ALONE = KeptBySpec(64)  # batch_overheads' replays, per batch, by the workload's size-free key and length
+_ALONE = KeptBySpec(64)  # BatchOverheads' replays, per batch, by the workload's size-free key and length
 _ALONE_MOST = 1 << 16  # the replays kept per workload (batch and limit)
 # Recording a step costs as much as replaying it 5 to 20 times (Qwen3-32B QLoRA: 5.2 ms against 1.1 ms, BERT-base:
 # 1.4 ms against 0.14 ms), and a run of the recording saves least where the allocator's own work dominates (0.97 ms
-# against 1.1 ms for Qwen3-32B; 0.07 against 0.14 ms for BERT-base): batch_overheads replays its first batches, and
+# against 1.1 ms for Qwen3-32B; 0.07 against 0.14 ms for BERT-base): BatchOverheads replays its first batches, and
 # records the step once it has replayed this many (a solve with a dozen batches within the margin records none).
 RECORD_AFTER = 16
 
@@ -438,10 +479,16 @@ def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bo
 
 def _final_bytes(spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, acts: int) -> int:
     """What the activations (`acts` bytes, w's batch's) hold past the blocks' saved tensors: the final norm's."""
-    c = ELEMENT_BYTES[w.compute_dtype]
-    per_layer_saved = tokens * c * spec.hidden_size if w.grad_checkpointing else sum(
-        [tokens * piece for piece in parts.pieces])
-    return max(0, acts - max(1, spec.num_layers) * int(per_layer_saved))
+    return _final_at(spec, w, parts)(tokens, acts)
+
+
+def _final_at(spec: ModelSpec, w: Workload, parts: _StepParts) -> Callable[[int, int], int]:
+    """(tokens, acts) -> _final_bytes, its batch-free factors worked out once (BatchOverheads' many batches)."""
+    layers, pieces = max(1, spec.num_layers), parts.pieces
+    if w.grad_checkpointing:  # each block saves its input
+        c, h = ELEMENT_BYTES[w.compute_dtype], spec.hidden_size
+        return lambda tokens, acts: max(0, acts - layers * int(tokens * c * h))
+    return lambda tokens, acts: max(0, acts - layers * int(sum([tokens * piece for piece in pieces])))
 
 
 def _replay_step(r: Replay, spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, final: int) -> None:

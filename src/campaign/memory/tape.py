@@ -1,5 +1,5 @@
 """A training step's replay recorded once and run for many batches: a card solve replays hundreds of batches of one
-workload (reserved.batch_overheads), and in Python each replay spends most of its time calling the allocator model.
+workload (reserved.BatchOverheads), and in Python each replay spends most of its time calling the allocator model.
 
 The step's replay (reserved._replay_step) runs once against a Tape instead of an allocator, with the step's tokens a
 symbol (Tokens): each size it hands the allocator is recorded as worked out from the tokens (tokens x an int, or

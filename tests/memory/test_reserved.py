@@ -105,7 +105,7 @@ def test_card_solver_replays_only_probes_the_lower_bound_cannot_decide(monkeypat
     real, alone = reserved.training_overhead, reserved.BatchOverheads.__call__
     monkeypatch.setattr(reserved, "training_overhead", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(reserved.BatchOverheads, "__call__", lambda self, *a: calls.append(1) or alone(self, *a))
-    # (a batch within the margin of the card replayed alone: fit._Alone)
+    # (a batch within the margin of the card replayed alone: fit._AloneChecks)
     # 16 GiB: bf16 weights alone are 8.03e9 x 2 B = 14.96 GiB, plus 2 B gradients: no batch fits, and the estimate
     # without the allocator overhead already says so: no replay at all (each probe replayed the step before)
     assert max_value(spec, w, 16 * 2**30, "batch", limit=64) == 0

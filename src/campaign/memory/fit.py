@@ -111,7 +111,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     The replay is not monotone (a larger batch can place its tensors so that the allocator reserves a segment
     less), but it adds at most the margin (see OVERHEAD_FACTOR) to the lower bound: a probe whose lower bound and
     margin fit the card fits without a replay. So the batches replayed are those whose lower bound comes within the
-    margin of the card, each of them (a training step's from its replay alone, _Alone), and the answer is the
+    margin of the card, each of them (a training step's from its replay alone, _AloneChecks), and the answer is the
     batch below the first that does not fit. The edges of the lower bound, and of it with the margin, within the card
     are found by search.largest_within (both are close to a line in the value: a few estimates each). The length
     is searched (exponential then binary), taking a longer
@@ -159,7 +159,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return limits[outside]
 
     def room_fits(n: int) -> bool:
-        """n fits with room to spare: from its replay alone where made (_Alone) and its allocated bytes."""
+        """n fits with room to spare: from its replay alone where made (_AloneChecks) and its allocated bytes."""
         if n in probes.overhead:
             low(n)
             return probes.allocated[n] + probes.overhead[n] <= room_limit()
@@ -208,7 +208,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
         return largest_satisfying(lambda n: n <= top and (sure(n) or ok(n)), limit)
     # the batches whose lower bound comes within the margin of the card, from the smallest: below them every batch
     # fits; the first that does not fit ends the answer
-    alone = _Alone(spec, workload, top, probes, low, room_limit, **options)
+    alone = _AloneChecks(spec, workload, top, probes, low, room_limit, **options)
     against = False  # once a batch fits only against the card, the batches after it are replayed there first
     n = 1 + largest_within(with_margin, memory_bytes, top)  # each lower bound from n on fits (it is monotone)
     while n <= top:
@@ -226,7 +226,7 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     return top
 
 
-class _Alone:
+class _AloneChecks:
     """A training solve's batches within the margin of the card, checked from their replayed overhead alone
     (reserved.BatchOverheads, without their phases and estimates): fits(n) says whether n surely fits, passing(n)
     how many batches from n on do. Never for a given --fragmentation share (no replay) or an inference: nothing

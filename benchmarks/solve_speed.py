@@ -37,6 +37,10 @@ COMMANDS = [
      "H200-SXM-141GB", False),
     ("Qwen/Qwen3-32B", {"method": "qlora", "seq_len": 2048, "grad_checkpointing": True, "mixed_precision": True},
      "A100-SXM-80GB", False),
+    # the sweep's longest since: QLoRA's longest-context search on the H200, a dozen probes near the card's edge,
+    # each replaying a 64-layer step
+    ("Qwen/Qwen3-32B", {"method": "qlora", "seq_len": 2048, "grad_checkpointing": True, "mixed_precision": True},
+     "H200-SXM-141GB", False),
 ]
 
 

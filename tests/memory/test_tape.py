@@ -150,3 +150,26 @@ def test_overheads_each_are_each_batchs_own_replay(model_type, kw):
     assert kept.a.state() == before  # the prefix is left as it was
     assert released > 0  # the limit made the step release cached segments
     assert len(set(expected)) > 1  # the batches differ
+
+
+def test_overheads_each_reads_exact_ints_only_before_it_runs():
+    # an int subclass could run Python code (its __index__) between two runs, changing the state past the room made
+    # for them: the compiled model reads every argument first, exact ints only
+    from campaign.memory.allocator import Core
+
+    if Core is None:
+        pytest.skip("the compiled allocator model is not built")
+
+    class Sneaky(int):
+        def __index__(self):
+            raise AssertionError("read during the runs")
+
+    a = CachingAllocator()
+    a.take(600)
+    ops, factors = Tape().compiled().ops, Tape().compiled().factors  # an empty recording
+    # nothing run past the prefix: its own overhead, a 2 MiB small segment less 600 B rounded up to 1,024
+    assert a.overheads_each(ops, factors, [1, 2], [0, 0], None) == [2 * 2**20 - 1024] * 2
+    with pytest.raises(TypeError, match="ints only"):
+        a.overheads_each(ops, factors, [1, Sneaky(2)], [0, 0], None)
+    with pytest.raises(ValueError, match="as many finals"):
+        a.overheads_each(ops, factors, [1, 2], [0], None)

@@ -695,14 +695,41 @@ done:
     return result;
 }
 
+/* The ints of `seq` (exact ints only: reading them runs no Python code) as a new array of *n; NULL with the error
+ * set. */
+static i64 *i64_items(PyObject *seq, const char *what, Py_ssize_t *n) {
+    PyObject *items = PySequence_Tuple(seq);
+    if (!items) return NULL;
+    *n = PyTuple_GET_SIZE(items);
+    i64 *out = PyMem_Malloc(sizeof(i64) * (size_t)(*n + 1));
+    if (!out) { Py_DECREF(items); PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        if (!PyLong_CheckExact(item)) {
+            PyErr_Format(PyExc_TypeError, "%s: ints only, not %.100s", what, Py_TYPE(item)->tp_name);
+            goto fail;
+        }
+        if ((out[i] = PyLong_AsLongLong(item)) == -1 && PyErr_Occurred()) goto fail;
+    }
+    Py_DECREF(items);
+    return out;
+fail:
+    Py_DECREF(items);
+    PyMem_Free(out);
+    return NULL;
+}
+
+static void copy_items(void *dst, const void *src, size_t bytes) { /* memcpy, which a NULL source may not pass */
+    if (bytes) memcpy(dst, src, bytes);
+}
+
 /* run_tape from this state for each (tokens, final), each on a copy of this state under `limit` (None: none), as
  * fork(limit=limit).run_tape(ops, factors, tokens, final) would, this one left as it is: each run's overhead, its
  * peak reserved - peak allocated (at least 0), in a list, up to the first that passes its `within` (None: all). The
- * copies share one set of arrays, made once. */
+ * copies share one set of arrays, made once. Every argument is read before the first run: no Python code runs
+ * between the runs (it could change this state past the room made for them). */
 static PyObject *Core_overheads_each(Core *self, PyObject *args) {
-    PyObject *ops, *factors, *tokens_arg, *finals_arg, *limit_arg, *within_arg = Py_None, *tokens = NULL,
-             *finals = NULL, *within = NULL, *out = NULL;
-    Tape t;
+    PyObject *ops, *factors, *tokens_arg, *finals_arg, *limit_arg, *within_arg = Py_None, *out = NULL;
     if (!PyArg_ParseTuple(args, "OOOOO|O", &ops, &factors, &tokens_arg, &finals_arg, &limit_arg, &within_arg))
         return NULL;
     if (self->expandable) {
@@ -711,77 +738,71 @@ static PyObject *Core_overheads_each(Core *self, PyObject *args) {
     }
     i64 limit = 0;
     if (limit_arg != Py_None && (limit = PyLong_AsLongLong(limit_arg)) == -1 && PyErr_Occurred()) return NULL;
-    if (tape_open(&t, ops, factors) < 0) return NULL;
+    Tape t;
     Core c; /* the copy: the counters copied as fork copies them, the arrays its own */
     memset(&c, 0, sizeof c);
     int *slots = NULL;
-    if (!(tokens = PySequence_Fast(tokens_arg, "overheads_each: tokens")) ||
-        !(finals = PySequence_Fast(finals_arg, "overheads_each: finals")))
-        goto done;
-    if (within_arg != Py_None && !(within = PySequence_Fast(within_arg, "overheads_each: within"))) goto done;
-    Py_ssize_t runs = PySequence_Fast_GET_SIZE(tokens);
-    if (PySequence_Fast_GET_SIZE(finals) != runs || (within && PySequence_Fast_GET_SIZE(within) != runs)) {
+    i64 *tokens = NULL, *finals = NULL, *within = NULL, *overheads = NULL;
+    Py_ssize_t runs = 0, nf = 0, nw = 0, ran = 0;
+    if (!(tokens = i64_items(tokens_arg, "overheads_each: tokens", &runs)) ||
+        !(finals = i64_items(finals_arg, "overheads_each: finals", &nf)) ||
+        (within_arg != Py_None && !(within = i64_items(within_arg, "overheads_each: within", &nw))))
+        goto free_items;
+    if (nf != runs || (within && nw != runs)) {
         PyErr_SetString(PyExc_ValueError, "overheads_each: as many finals (and within) as tokens");
-        goto done;
+        goto free_items;
     }
-    if (!(out = PyList_New(0))) goto done;
+    if (tape_open(&t, ops, factors) < 0) goto free_items;
     Py_ssize_t blocks = (Py_ssize_t)self->nblocks + 2 * t.takes, entries[2];
     for (int k = 0; k < 2; k++) entries[k] = self->pools[k].n + t.takes + t.gives;
     if (blocks > INT_MAX / 2) { PyErr_SetString(PyExc_MemoryError, "allocator model: too many blocks"); goto done; }
-    c.blocks = PyMem_Malloc((size_t)blocks * sizeof(Block));
-    c.spare = PyMem_Malloc((size_t)blocks * sizeof(int));
+    c.blocks = PyMem_Malloc((size_t)blocks * sizeof(Block) + 1);
+    c.spare = PyMem_Malloc((size_t)blocks * sizeof(int) + 1);
     c.pools[0].e = PyMem_Malloc((size_t)entries[0] * sizeof(Entry) + 1);
     c.pools[1].e = PyMem_Malloc((size_t)entries[1] * sizeof(Entry) + 1);
     slots = PyMem_Malloc(sizeof(int) * (size_t)(t.takes + 1));
-    if (!c.blocks || !c.spare || !c.pools[0].e || !c.pools[1].e || !slots) { PyErr_NoMemory(); goto done; }
+    overheads = PyMem_Malloc(sizeof(i64) * (size_t)(runs + 1));
+    if (!c.blocks || !c.spare || !c.pools[0].e || !c.pools[1].e || !slots || !overheads) {
+        PyErr_NoMemory();
+        goto done;
+    }
     Block *own_blocks = c.blocks;
     int *own_spare = c.spare;
     Entry *own_entries[2] = {c.pools[0].e, c.pools[1].e};
     for (Py_ssize_t r = 0; r < runs; r++) {
-        i64 tk = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(tokens, r));
-        if (tk == -1 && PyErr_Occurred()) goto done;
-        i64 fb = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(finals, r));
-        if (fb == -1 && PyErr_Occurred()) goto done;
         memcpy((char *)&c + offsetof(Core, allocated), (char *)self + offsetof(Core, allocated),
                sizeof(Core) - offsetof(Core, allocated));
         c.blocks = own_blocks; c.cap = c.spare_cap = (int)blocks; c.spare = own_spare;
-        memcpy(c.blocks, self->blocks, (size_t)self->nblocks * sizeof(Block));
-        memcpy(c.spare, self->spare, (size_t)self->nspare * sizeof(int));
+        copy_items(c.blocks, self->blocks, (size_t)self->nblocks * sizeof(Block));
+        copy_items(c.spare, self->spare, (size_t)self->nspare * sizeof(int));
         for (int k = 0; k < 2; k++) {
             c.pools[k].e = own_entries[k];
             c.pools[k].cap = entries[k];
-            memcpy(c.pools[k].e, self->pools[k].e, (size_t)self->pools[k].n * sizeof(Entry));
+            copy_items(c.pools[k].e, self->pools[k].e, (size_t)self->pools[k].n * sizeof(Entry));
         }
         c.has_limit = limit_arg != Py_None;
         c.limit = c.has_limit ? limit : 0;
-        i64 most = 0;
-        if (within && (most = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(within, r))) == -1 && PyErr_Occurred())
-            goto done;
-        if (tape_run(&c, &t, tk, fb, slots) < 0) goto done;
+        if (tape_run(&c, &t, tokens[r], finals[r], slots) < 0) goto done;
         i64 overhead = c.peak_reserved > c.peak_allocated ? c.peak_reserved - c.peak_allocated : 0;
-        PyObject *o = PyLong_FromLongLong(overhead);
-        if (!o) goto done;
-        int appended = PyList_Append(out, o);
-        Py_DECREF(o);
-        if (appended < 0) goto done;
-        if (within && overhead > most) break;
+        overheads[ran++] = overhead;
+        if (within && overhead > within[r]) break;
     }
-    PyMem_Free(slots);
-    PyMem_Free(c.blocks); PyMem_Free(c.spare); PyMem_Free(c.pools[0].e); PyMem_Free(c.pools[1].e);
-    Py_DECREF(tokens);
-    Py_DECREF(finals);
-    Py_XDECREF(within);
-    tape_close(&t);
-    return out;
+    if (!(out = PyList_New(ran))) goto done;
+    for (Py_ssize_t r = 0; r < ran; r++) {
+        PyObject *o = PyLong_FromLongLong(overheads[r]);
+        if (!o) { Py_CLEAR(out); goto done; }
+        PyList_SET_ITEM(out, r, o);
+    }
 done:
-    PyMem_Free(slots);
     PyMem_Free(c.blocks); PyMem_Free(c.spare); PyMem_Free(c.pools[0].e); PyMem_Free(c.pools[1].e);
-    Py_XDECREF(tokens);
-    Py_XDECREF(finals);
-    Py_XDECREF(within);
-    Py_XDECREF(out);
     tape_close(&t);
-    return NULL;
+free_items:
+    PyMem_Free(slots);
+    PyMem_Free(overheads);
+    PyMem_Free(tokens);
+    PyMem_Free(finals);
+    PyMem_Free(within);
+    return out;
 }
 
 static PyObject *Core_reset_peaks(Core *self, PyObject *Py_UNUSED(ignored)) {

@@ -248,6 +248,11 @@ class _AloneChecks:
             self._overhead_at = reserved.BatchOverheads(self.spec, self.workload, template)
         return self._overhead_at
 
+    def checks(self, on_card: bool) -> bool:
+        """Whether batches are checked alone: for a training solve, against the card only once the step is recorded
+        (a replay then costs less than an estimate's many times over)."""
+        return self.used and (not on_card or len(self.probes.overhead) >= reserved.RECORD_AFTER)
+
     def fits(self, n: int, on_card: bool = False, exact: bool = False) -> bool:
         """n's replayed overhead alone (`on_card`: replayed against the card, under room_limit(), as
         estimate_memory's card_bytes replays it, once RECORD_AFTER batches have been replayed alone: False before,
@@ -255,7 +260,7 @@ class _AloneChecks:
         estimated (the allocated bytes are monotone in the batch: at least n's), is within room_limit(); m is
         larger(n), or n (`exact`: its own estimate, which the caller's next check makes anyway). A batch that does
         not pass is checked in full by the caller."""
-        if not self.used or on_card and len(self.probes.overhead) < reserved.RECORD_AFTER:
+        if not self.checks(on_card):
             return False
         limit = self.room_limit() if on_card else None
         overhead = self.overhead_at()(n, limit)
@@ -267,7 +272,7 @@ class _AloneChecks:
         """How many batches from n on fit as fits(b, on_card) says, from the replays run ahead of the loop: the
         batches from n on, many in one call of the allocator model, up to the first that does not fit
         (BatchOverheads.ahead). 0 where none is run that way (before the step is recorded)."""
-        if not self.used or on_card and len(self.probes.overhead) < reserved.RECORD_AFTER:
+        if not self.checks(on_card):
             return 0
         limit = self.room_limit() if on_card else None
         overhead_at = self.overhead_at()
@@ -287,9 +292,9 @@ class _AloneChecks:
     def room_left(self, batches: Iterable[int]) -> Iterator[int]:
         """Per batch b, what room_limit() leaves past the allocated bytes of larger(b): its overhead alone must fit
         there (larger(b) changes log2(top) times: estimated once each)."""
-        room, top, m, left = self.room_limit(), self.top, 0, 0
+        room, m, left = self.room_limit(), 0, 0
         for b in batches:
-            larger = top - ((1 << (top - b + 1).bit_length() - 1) - 1)
+            larger = self.larger(b)
             if larger != m:
                 m, left = larger, room - self.allocated(larger)
             yield left

@@ -95,6 +95,7 @@ def workload_for(entry: dict):
         logits_held=w.get("logits_held"),
         grads_kept=torch < (2, 0) and "zero_grad" in w, softmax_saves_input=torch < (1, 11),
         bnb_saves_input=bnb < (0, 43, 2),
+        kbit_upcast=w.get("kbit_upcast", True),  # peft's prepare_model_for_kbit_training, where the stack calls it
         mode=mode, method=method if mode == "train" else "frozen", dtype=w.get("dtype", "bf16"),
         batch=batch or 1, seq_len=seq or 1, optimizer=optimizer if mode == "train" else "none",
         mixed_precision=bool(w.get("mixed_precision")), grad_checkpointing=bool(gc),

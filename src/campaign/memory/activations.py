@@ -193,7 +193,8 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         if decoder:
             # softmax saves its fp32 output; the 16-bit probabilities feed the matmul with V (HF eager attention);
             # Gemma 2's logit soft-capping keeps a tanh output too.
-            attention_scores = nh * (FP32 + c + (c if spec.model_type == "gemma2" else 0))
+            # (none when the queries are fp32: a k-bit-prepared base without autocast, .to(query.dtype) is no copy)
+            attention_scores = nh * (FP32 + (c if c < FP32 else 0) + (c if spec.model_type == "gemma2" else 0))
             soft_in = c  # softmax(x, dtype=float32) reads the 16-bit scores
         elif spec.model_type == "opt":
             # OPT's eager attention upcasts its softmax itself, in every dtype and with or without autocast:
@@ -246,7 +247,7 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
         return SavedActivations(saved, one_layer, "")
     tokens = w.batch * w.seq_len
     layer = layer_saved(spec, w)
-    c = ELEMENT_BYTES[w.compute_dtype]
+    c = ELEMENT_BYTES[w.residual_dtype]
     generic = f"{spec.generic}; " if spec.generic else ""
     if w.grad_checkpointing:
         return SavedActivations(saved, one_layer, generic + (
@@ -271,6 +272,7 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
     layer = layer_saved(spec, w)
     per_token = layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len)
     c = ELEMENT_BYTES[w.compute_dtype]
+    kept = ELEMENT_BYTES[w.residual_dtype]  # a checkpointed layer's input: fp32 on a k-bit-prepared base
     # after the blocks: the final norm (its output is the LM head's input)
     h = spec.hidden_size
     if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
@@ -289,10 +291,37 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
         if mask:
             final += tokens * w.seq_len * c
         if checkpointing:
-            return int(L * tokens * c * h + final), int(one_layer)
+            return int(L * tokens * kept * h + final), int(one_layer)
         return int(L * one_layer + final), int(one_layer)
 
     return at
+
+
+def eager_backward_scores(spec: ModelSpec, w: Workload) -> Term:
+    """Score-sized tensors one decoder layer's eager attention backward holds beyond what its forward saved.
+
+    transformers' eager_attention_forward saves softmax(scores, dtype=float32)'s output P (4 B) and its copy in the
+    query's dtype (c B; none when the queries are fp32, a k-bit-prepared base without autocast). Backward: the matmul
+    with V gives dP (c), its .to() an fp32 dP (4), _softmax_backward_data dScores (c), the scaling dScores x scale.
+    Without checkpointing autograd frees each saved tensor and gradient once used: at most 8 + c B per score at
+    once, against 4 + c saved. A checkpointed layer's recomputed tensors are held by the checkpoint until its
+    backward is done, and the gradient chain is alive with them: dP, its fp32 copy and dScores for 16-bit queries
+    (c + 4 + c), dP, dScores and the scaled dScores for fp32 ones (3 x 4) -- the figures FitCheck's T4 archive
+    measured (eager rows with checkpointing, TinyLlama and SmolLM2 at 2048-4096 tokens).
+    """
+    if w.attention != "eager" or spec.mlp != "gated" or spec.encdec is not None or not w.training:
+        return Term(0, "")
+    c = ELEMENT_BYTES[w.compute_dtype]
+    if w.grad_checkpointing:
+        extra = 3 * FP32 if c >= FP32 else c + FP32 + c
+        held = "the recomputed probabilities held by the checkpoint, beside dP, its fp32 copy and dScores"
+    else:
+        extra = 2 * FP32 + c - (FP32 + (c if c < FP32 else 0))
+        held = "fp32 dP and dScores beside the saved probabilities"
+    keys = _mean_keys(spec, w.seq_len)
+    per = spec.num_heads * keys * extra
+    return Term(int(w.batch * w.seq_len * per), f"b x s x heads x keys x {extra:g} B ({held}) = {w.batch} x "
+                                                f"{w.seq_len} x {spec.num_heads} x {keys:,.0f} x {extra:g}")
 
 
 def _mean_keys(spec: ModelSpec, seq_len: int) -> float:
@@ -311,7 +340,7 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
     """
     if spec.encdec is not None:
         return encdec.logits_bytes(spec, w)
-    c = ELEMENT_BYTES[w.compute_dtype]
+    c = ELEMENT_BYTES[w.logits_dtype]  # 16-bit under autocast on a k-bit-prepared fp32 head
     V = spec.vocab_size
     encoder = spec.encoder
     if encoder and not spec.architecture.endswith(("ForMaskedLM", "ForPreTraining")):
@@ -336,9 +365,12 @@ def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
         # transformers 4.46-4.48 ForCausalLMLoss: logits.float(), then shift_logits.contiguous() (transformers#35646)
         per = c + 3 * FP32 + softcap
         what = f"{c:g} + 4 fp32 upcast + 4 shifted copy (shift_logits.contiguous())"
-    else:
+    elif c < FP32:
         per = c + 2 * FP32 + softcap
         what = f"{c:g} + 4 fp32 upcast"
+    else:  # fp32 logits (fp32 training, a k-bit-prepared fp32 head): logits.float() returns them, no copy
+        per = FP32 + FP32 + softcap
+        what = "4 fp32 logits (logits.float() is no copy)"
     return Term(int(positions * V * per), f"b x s x V x ({what} + 4 log_softmax"
                                           f"{f' + {softcap:g} soft-cap' if softcap else ''}) B = {positions} x {V} "
                                           f"x {per:g}")

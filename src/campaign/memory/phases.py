@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models.spec import ModelSpec
-from .activations import inference_temporaries, logits_bytes, training_activations
+from .activations import eager_backward_scores, inference_temporaries, logits_bytes, training_activations
 from .breakdown import Item, Phase
 from .constants import (
     ADAFACTOR_STEP_COPIES,
@@ -68,9 +68,14 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
                           f"metadata of {format_note(w.dtype, w.group_size, w.double_quant)}{split}", "weights",
                           "format layout"))
         kept = ", ".join(wb.dense_names[:6]) + ("..." if len(wb.dense_names) > 6 else "")
-        items.append(Item("weights kept 16-bit", _div(wb.dense, n),
-                          f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",
-                          "not converted by the quantizer"))
+        if w.kbit_fp32:
+            items.append(Item("weights kept fp32 (k-bit preparation)", _div(wb.dense, n),
+                              f"embeddings, LM head, norms, biases, routers cast to fp32 ({kept}){split}", "weights",
+                              "peft prepare_model_for_kbit_training: every fp16/bf16 parameter but Params4bit to fp32"))
+        else:
+            items.append(Item("weights kept 16-bit", _div(wb.dense, n),
+                              f"embeddings, LM head, norms, biases, routers in bf16 ({kept}){split}", "weights",
+                              "not converted by the quantizer"))
     else:
         amp = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3")
         dt = "fp32" if amp else w.dtype
@@ -125,7 +130,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     saved = training_activations(spec, w)
     activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
     lg, lg_formula = logits_bytes(spec, w)
-    c = ELEMENT_BYTES[w.compute_dtype]
+    c = ELEMENT_BYTES[w.logits_dtype]
     V, tokens = spec.vocab_size, w.batch * w.seq_len
     # ForCausalLMLoss upcasts to fp32 before the loss; an MLM head's loss and T5's CrossEntropyLoss do not
     causal = not spec.encoder and spec.encdec is None
@@ -168,11 +173,20 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                         "temporaries", "autograd"))
     moments = [Phase("backward", tuple(bwd_start), "start of backward: all activations, logits gradients"),
                Phase("backward", tuple(bwd_end), "end of backward: all gradients, activations freed")]
+    scores = eager_backward_scores(spec, w)
+    score_grads = [Item("eager attention backward (score gradients)", scores.bytes, scores.formula, "temporaries",
+                        "transformers eager_attention_forward; autograd softmax backward")] if scores.bytes else []
     if w.grad_checkpointing and spec.encdec is None:
         moments.append(Phase("backward", tuple(
             states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward)
-            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div, base.head)), "the last layer "
-            "recomputed: every layer's checkpointed input, that layer's activations and activation gradients"))
+            + _recompute_items(spec, w, saved.one_layer, layer_grads, grad_s / grad_div, base.head) + score_grads),
+            "the last layer recomputed: every layer's checkpointed input, that layer's activations and activation "
+            "gradients"))
+    elif score_grads:
+        moments.append(Phase("backward", tuple(
+            states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations]
+            + score_grads), "the last layer's eager attention backward: every layer's activations, its score "
+            "gradients"))
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     setup = base.setup
     return (load, setup, forward, backward, base.step) if setup else (load, forward, backward, base.step)
@@ -373,7 +387,7 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
     function, and the first unpack of a saved tensor in backward reruns the whole function, saving everything again
     (_checkpoint_hook / _recomputation_hook); transformers' GradientCheckpointingLayer (modeling_layers.py) checkpoints
     each decoder layer's forward, the hidden states its input."""
-    c = ELEMENT_BYTES[w.compute_dtype]
+    c = ELEMENT_BYTES[w.residual_dtype]  # fp32 on a k-bit-prepared base (Workload.residual_dtype)
     L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
     items = [Item("checkpointed layer inputs", int(L * tokens * h * c),
                   f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",

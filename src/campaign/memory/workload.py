@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import InputError
-from .dtypes import HALF, QUANTIZED, checkpoint_format, parse_dtype
+from .dtypes import HALF, QUANTIZED, WEIGHT_ONLY, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
@@ -127,6 +127,12 @@ class Workload:
         "flag": "--peft-autocast/--no-peft-autocast", "group": "legacy",
         "help": "peft's autocast_adapter_dtype (default on since peft 0.12: LoRA weights in fp32 on a bf16/fp16 "
                 "base); --no-peft-autocast: in the base's dtype, as peft before 0.12 or autocast_adapter_dtype=False."})
+    kbit_upcast: bool = field(default=True, metadata={
+        "flag": "--kbit-upcast/--no-kbit-upcast", "group": "step",
+        "help": "QLoRA on a bitsandbytes base (nf4, int8): peft's prepare_model_for_kbit_training, which TRL, axolotl "
+                "and the HF QLoRA examples call (default): embeddings, LM head and norms cast to fp32, so the residual "
+                "stream (and without --mixed-precision the logits and the layers) run in fp32; --no-kbit-upcast: a "
+                "stack that does not call it (torchtune, fms-acceleration, FSDP/ZeRO-3 QLoRA)."})
     hf_loss: str = field(default="current", metadata={
         "flag": "--hf-loss", "group": "legacy",
         "help": "transformers' causal-LM loss path: current (4.49 on: the labels shifted, the fp32 upcast inside "
@@ -180,11 +186,37 @@ class Workload:
         return self.mode == "train"
 
     @property
+    def kbit_fp32(self) -> bool:
+        """peft's prepare_model_for_kbit_training ran: a trained bitsandbytes base (nf4, int8) whose other floating
+        parameters it cast to fp32 (peft utils/other.py: every fp16/bf16 parameter but Params4bit). Not where
+        DeepSpeed casts them back to 16-bit (states.deepspeed_casts), nor for a QLoRA sharded over cards by FSDP or
+        ZeRO-3, for which TRL skips the call (sft_trainer.py: is_sharded_qlora)."""
+        return (self.kbit_upcast and self.mode == "train" and self.method in ("lora", "qlora")
+                and self.dtype in ("nf4", "int8") and not (self.gpus > 1 and self.shard in ("fsdp", "zero3"))
+                and not (self.mixed_precision and self.shard in ("zero1", "zero2", "zero3")))
+
+    @property
     def compute_dtype(self) -> str:
-        """Dtype of activations: fp32 only for plain fp32 training/inference, else the 16-bit compute dtype."""
-        if self.dtype == "fp32" and not self.mixed_precision:
+        """Dtype of activations: fp32 for plain fp32 training/inference, and on a k-bit-prepared base (its fp32
+        embeddings make the hidden states fp32, and bitsandbytes' linears return their input's dtype, under autocast
+        too: Linear4bit.forward's out.to(inp_dtype)); else the 16-bit compute dtype."""
+        if (self.dtype == "fp32" and not self.mixed_precision) or self.kbit_fp32:
             return "fp32"
         return "fp16" if self.dtype == "fp16" else "bf16"
+
+    @property
+    def logits_dtype(self) -> str:
+        """Dtype of the LM head's output: the compute dtype, except on a k-bit-prepared base under autocast, whose
+        fp32 head (a plain Linear, on autocast's list) gives 16-bit logits."""
+        if self.kbit_fp32 and self.mixed_precision:
+            return "fp16" if self.dtype == "fp16" else "bf16"
+        return self.compute_dtype
+
+    @property
+    def residual_dtype(self) -> str:
+        """Dtype of the hidden states between layers (what a checkpointed layer keeps): the compute dtype (fp32 on
+        a k-bit-prepared base)."""
+        return self.compute_dtype
 
     @property
     def cache_dtype(self) -> str:
@@ -267,7 +299,8 @@ def weights_format(spec: Any, dtype: str | None, group_size: int = 128, *, infer
     """
     if dtype is not None:
         return dtype, group_size
-    native = checkpoint_format(getattr(spec, "checkpoint_quant", None)) if inference else None
+    where = f"{getattr(spec, 'source', 'config.json')}: quantization_config"
+    native = checkpoint_format(getattr(spec, "checkpoint_quant", None), where) if inference else None
     if native is None:
         return None, group_size
     return native[0], native[1] if group_size == 128 else group_size
@@ -286,7 +319,7 @@ def zero_elements(value: Any, name: str) -> int | str | None:
         number = float(value) if not isinstance(value, bool) else float("nan")
     except (TypeError, ValueError):
         number = float("nan")
-    if not (number >= 0 and number == int(number)):
+    if not (0 <= number < float("inf") and number == int(number)):  # nan, inf (1e400, Infinity) refused here
         raise InputError(f"{name.replace('_', '-')} must be a whole number of elements (5e8, 500000000) or auto, "
                          f"got {value!r}")
     return int(number)
@@ -331,7 +364,7 @@ def make_workload(**kwargs: Any) -> Workload:
     given = kwargs.get("dtype") is not None
     dtype = parse_dtype(w.dtype)
     kv = parse_dtype(w.kv_dtype, what="kv dtype") if w.kv_dtype else None
-    if kv in ("nf4", "gptq", "awq", "int4"):
+    if kv in WEIGHT_ONLY:
         raise InputError(f"kv dtype {w.kv_dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
     method, mode, optimizer = w.method, w.mode, w.optimizer
     if mode == "infer":
@@ -352,6 +385,12 @@ def make_workload(**kwargs: Any) -> Workload:
                              f"--dtype (nf4, QLoRA's format), give nf4, int4, gptq or awq, or use --method lora for a "
                              f"{dtype} base")
         dtype = "nf4"  # QLoRA's own format when none is given
+    kbit = replace(w, dtype=dtype, method=method, mode=mode).kbit_fp32
+    if kbit:
+        notes.append("k-bit base prepared as peft's prepare_model_for_kbit_training leaves it (TRL, axolotl and the "
+                     "HF QLoRA examples call it): embeddings, LM head and norms in fp32, the hidden states fp32"
+                     + (" (16-bit logits under autocast)" if w.mixed_precision else ", the logits fp32")
+                     + "; --no-kbit-upcast for a stack that does not (torchtune, fms-acceleration)")
     bnb_saves_input = w.bnb_saves_input and mode == "train" and method != "frozen" and dtype == "nf4"
     if w.bnb_saves_input and not bnb_saves_input:
         notes.append("--bnb-saves-input: only a trained nf4 (bitsandbytes 4-bit) base keeps its linears' inputs")
@@ -378,5 +417,5 @@ def make_workload(**kwargs: Any) -> Workload:
                          "give a number of elements")
     return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
                    lora_targets=targets, grads_kept=grads_kept, grad_accumulation=accumulation,
-                   bnb_saves_input=bnb_saves_input,
+                   bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
                    notes=tuple(notes))

@@ -76,6 +76,9 @@ def write_config(tmp_path):
 # example by its command). `make test-fast` deselects them, `make test` runs them. Two guards under 3 s stay fast
 # on purpose: the import-cycle check (tests/test_layout.py) and the kill at every step of a first split.
 SLOW = frozenset("""
+test_a_kill_at_every_step_of_a_forced_hf_resplit_keeps_the_old_dict_or_the_new
+test_the_real_command_killed_while_it_writes_the_dataset_dict
+test_a_kill_at_every_step_of_a_first_hf_split_leaves_nothing_or_the_whole_dict
 test_without_the_compiled_model_the_python_one_passes_the_same_tests
 test_a_zero2_entry_takes_deepspeed_defaults_for_what_its_ds_config_leaves_out
 test_fsdp_accumulation_holds_whole_gradients_as_the_trainer_runs_it

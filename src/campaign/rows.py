@@ -80,6 +80,12 @@ def hf_splits(path: str | os.PathLike[str]) -> list[str]:
             from None
     if not isinstance(splits, list) or not all(isinstance(x, str) and x for x in splits):
         raise InputError(f"{p}: 'splits' is not a list of names; save the dataset again")
+    if not splits:
+        raise InputError(f"{p}: 'splits' is empty, so there is no split to read; list the split folders beside "
+                         'it, e.g. {"splits": ["train", "test"]}, or save the DatasetDict again')
+    twice = next((x for i, x in enumerate(splits) if x in splits[:i]), None)
+    if twice is not None:       # loaded twice, its rows would count twice
+        raise InputError(f"{p}: 'splits' lists the split {twice!r} more than once; list each split once")
     return splits
 
 
@@ -270,7 +276,7 @@ class RecordScan:
     def _hf(self) -> Iterator[tuple[int, Any, dict[str, Any] | BadRecord]]:
         ds = load_hf(self.path)
         if ds._indices is not None:            # a select() not yet written out: rows in the order it gives
-            ds = ds.flatten_indices()
+            ds = ds.flatten_indices(keep_in_memory=True)   # never a cache file beside the input's
         names = list(ds.column_names)
         self.columns.update(dict.fromkeys(names))
         self._missing(names, "the columns are")

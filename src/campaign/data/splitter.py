@@ -188,6 +188,15 @@ class LeakFreeSplitter:
                dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> np.ndarray:
         """Split index per row (the same partition split() yields); `links` are pairs of rows (indices) that must
         stay together beyond the groups and the duplicates found in X."""
+        units = self.form_units(X, y, groups, dates=dates, links=links)
+        return assign_rows(units, self.ratios, labels=y, dates=dates, stratify=self.stratify,
+                           temporal=self.temporal, seed=self.seed)
+
+    def form_units(self, X: Sequence[str], y: Sequence[Any] | None = None,
+                   groups: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None, *,
+                   dates: Sequence[Any] | None = None, links: Sequence[tuple[int, int]] = ()) -> np.ndarray:
+        """The unit id of each row (also `units_`): rows linked by a group, a duplicate cluster or `links`, which
+        assign() then places whole (LeakFreeKFold counts them before it asks for k folds)."""
         n = len(X)
         cols: list[Sequence[Any]] = []
         if groups is not None:
@@ -204,8 +213,7 @@ class LeakFreeSplitter:
         # None, "" and NaN are missing group values: they link nothing
         self.units_ = atomic_units(n, groups=[[scalar(v) for v in c] for c in cols],
                                    cluster_of=dedup.cluster_of, links=links)
-        return assign_rows(self.units_, self.ratios, labels=y, dates=dates, stratify=self.stratify,
-                           temporal=self.temporal, seed=self.seed)
+        return self.units_
 
 
 __all__ = ["DEFAULT_NAMES", "NO_LABEL", "LeakFreeSplitter", "assign_rows", "assign_temporal", "assign_units",

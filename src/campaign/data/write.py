@@ -86,25 +86,29 @@ def write_hf(ds: Dataset, assign: np.ndarray, paths: Sequence[Path], *, folders:
     quiet = bars.are_progress_bars_disabled()
     bars.disable_progress_bars()       # datasets' own bars on stderr; the user's setting is put back below
     try:
-        _write_hf(hf_rows(ds).flatten_indices(), assign, paths, folders=folders)
+        _write_hf(hf_rows(ds), assign, paths, folders=folders)
     finally:
         if not quiet:
             bars.enable_progress_bars()
 
 
 def _write_hf(rows: Any, assign: np.ndarray, paths: Sequence[Path], *, folders: bool) -> None:
+    """Each split's rows streamed out in batches (rows.select keeps an index over the input's memory-mapped table):
+    nothing goes through datasets' cache, which flatten_indices or map would write beside the input's own files
+    (a cache-*.arrow as large as the data, in a folder campaign only reads)."""
     import shutil
 
     import numpy as np
-    import pyarrow as pa
+    from datasets.arrow_writer import ArrowWriter
 
     for s, p in enumerate(paths):
         part = rows.select(np.flatnonzero(assign == s))
-        if not folders:
-            table = part.flatten_indices().data.table      # its schema carries the features (the metadata)
-            with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
+        if not folders:      # an Arrow stream file whose schema carries the features, as Dataset.from_file reads
+            with ArrowWriter(path=str(p), features=part.features) as writer:
+                for batch in part.with_format("arrow").iter(batch_size=1000):
+                    writer.write_table(batch)
+                writer.finalize()
         else:
             if p.exists():                                   # an earlier round of the same split
                 shutil.rmtree(p)
-            part.save_to_disk(str(p))
+            part.save_to_disk(str(p))      # streams the selected rows: no cache file either

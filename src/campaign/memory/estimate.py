@@ -144,7 +144,8 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     dom = max(peak.items, key=lambda i: i.bytes)
     notes.append(f"largest term at the peak ({peak.name}): {dom.name}")
     if w.dtype in QUANTIZED:
-        notes.append("quantized weights: embeddings and the LM head stay 16-bit; for small models they dominate")
+        kept = "fp32 (the k-bit preparation)" if w.kbit_fp32 else "16-bit"
+        notes.append(f"quantized weights: embeddings and the LM head stay {kept}; for small models they dominate")
     if w.training and spec.vocab_size >= 100_000 and w.method != "frozen":
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
                      "cross-entropy (Liger, torchtune) removes most of it")

@@ -76,6 +76,8 @@ def write_config(tmp_path):
 # example by its command). `make test-fast` deselects them, `make test` runs them. Two guards under 3 s stay fast
 # on purpose: the import-cycle check (tests/test_layout.py) and the kill at every step of a first split.
 SLOW = frozenset("""
+test_an_interrupted_check_leaves_no_torchrun_worker_running
+test_a_rank_that_dies_is_named_not_the_rank_that_lost_its_connection
 test_a_kill_at_every_step_of_a_forced_hf_resplit_keeps_the_old_dict_or_the_new
 test_the_real_command_killed_while_it_writes_the_dataset_dict
 test_a_kill_at_every_step_of_a_first_hf_split_leaves_nothing_or_the_whole_dict

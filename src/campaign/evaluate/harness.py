@@ -5,8 +5,11 @@ each metric's value under its name ("exact_match": 1.0).
 
 A baseline and a candidate are paired document by document: by `doc_hash` when every line has one (the same
 document whatever its position), else by `doc_id`; runs that did not see the same documents are refused, never
-compared on their overlap. The metric is named (or the one the file scored), and so is the filter when the file
-holds several ("strict-match", "flexible-extract"): what was compared is said, never guessed.
+compared on their overlap. A pair must also be one document: the task named inside the samples (where a log has one),
+the target_hash and, paired by doc_id, the doc_hash, prompt_hash and the doc itself agree wherever both lines have
+them, so that renamed files of two tasks (doc_ids 0..n in both) are refused rather than paired by position.
+The metric is named (or the one the file scored), and so is the filter when the file holds several ("strict-match",
+"flexible-extract"): what was compared is said, never guessed.
 """
 from __future__ import annotations
 
@@ -37,6 +40,11 @@ class HarnessScores:
     scores: dict[str, float]
     sha256: str
     doc_ids: dict[str, str] = field(default_factory=dict)  # key -> the doc_id this file gave it (for reading)
+    identity: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)  # key -> what names the document
+
+
+# What a line says about its document, checked between the two lines of a pair (see _identity).
+TASK_FIELDS = ("task", "task_name")      # not in lm-eval's own logs; some writers of the format add it
 
 
 def is_harness_samples(path: str | os.PathLike[str]) -> bool:
@@ -100,24 +108,64 @@ def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = No
     keyed_by = "doc_hash" if all(isinstance(r.fields.get("doc_hash"), str) for r in chosen) else "doc_id"
     scores: dict[str, float] = {}
     doc_ids: dict[str, str] = {}
+    identity: dict[str, tuple[tuple[str, str], ...]] = {}
     for r in chosen:
         if "doc_id" not in r.fields:
             raise InputError(f"{p}:{r.line}: no doc_id; this is not a line of lm-eval's samples file")
         if metric not in r.fields:
             raise InputError(f"{p}:{r.line}: no {metric!r} (the line scores {', '.join(scored) or 'nothing'}); "
                              "give --metric with one it scores")
-        value = r.fields[metric]
-        if isinstance(value, bool):
-            value = int(value)
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(f"{p}:{r.line}: {metric} is {value!r}, not a finite number; compare a numeric metric")
+        value = _score(r.fields[metric])
+        if value is None:
+            raise InputError(f"{p}:{r.line}: {metric} is {_shown(r.fields[metric])}, not a finite number; compare "
+                             "a numeric metric")
         key = str(r.fields[keyed_by])
         if key in scores:
             raise InputError(f"{p}:{r.line}: document {keyed_by} {key} is scored twice under the filter {filter!r}; "
                              "give one run's samples per file")
-        scores[key] = float(value)
+        scores[key] = value
         doc_ids[key] = str(r.fields["doc_id"])
-    return HarnessScores(str(p), _task(p), metric, filter, keyed_by, scores, sha, doc_ids)
+        identity[key] = _identity(r.fields, keyed_by)
+    return HarnessScores(str(p), _task(p), metric, filter, keyed_by, scores, sha, doc_ids, identity)
+
+
+def _score(value: Any) -> float | None:
+    """A metric's value as a float, or None when it is not a finite number (an integer beyond a float's range,
+    which JSON allows, included: float() of it raises OverflowError)."""
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _shown(value: Any) -> str:
+    """A value as a line shows it: its repr, cut short (a 400-digit integer is not printed whole)."""
+    text = repr(value)
+    if len(text) <= 40:
+        return text
+    if isinstance(value, int):
+        return f"an integer of {len(text.lstrip('-'))} digits"
+    return f"{text[:20]}... ({len(text)} characters)"
+
+
+def _identity(fields: dict[str, Any], keyed_by: str) -> tuple[tuple[str, str], ...]:
+    """What a line says about which document it scored: the task named inside it, the target_hash and, paired by
+    doc_id (nothing else says the document is the same), the doc_hash, prompt_hash and the doc itself (hashed)."""
+    import hashlib
+    import json
+
+    said = [("task", str(fields[name])) for name in TASK_FIELDS if isinstance(fields.get(name), str)][:1]
+    names = ("target_hash",) if keyed_by == "doc_hash" else ("doc_hash", "prompt_hash", "target_hash")
+    said += [(name, fields[name]) for name in names if isinstance(fields.get(name), str)]
+    if keyed_by == "doc_id" and "doc" in fields:
+        text = json.dumps(fields["doc"], sort_keys=True, ensure_ascii=False, default=str)
+        said.append(("doc", hashlib.sha256(text.encode("utf-8")).hexdigest()))
+    return tuple(said)
 
 
 def paired_harness_scores(baseline: HarnessScores, candidate: HarnessScores) -> tuple[list[str], list[float],
@@ -125,7 +173,8 @@ def paired_harness_scores(baseline: HarnessScores, candidate: HarnessScores) -> 
     """The documents both runs scored, in the baseline's order, and their scores.
 
     Raises:
-        InputError: other metrics or filters, or documents only one run saw.
+        InputError: other metrics or filters, documents only one run saw, or a pair whose lines name other
+            documents (another task, doc, prompt or target: see _identity).
     """
     if (baseline.metric, baseline.filter) != (candidate.metric, candidate.filter):
         raise InputError(f"the baseline compares {baseline.metric} ({baseline.filter}) and the candidate "
@@ -141,7 +190,31 @@ def paired_harness_scores(baseline: HarnessScores, candidate: HarnessScores) -> 
                          f"{len(only_cand)} only in {candidate.path}, by {keyed}); evaluate both on the same task "
                          "version and limit, or the comparison is not paired")
     keys = list(baseline.scores)
+    _same_documents(baseline, candidate, keys)
     return keys, [baseline.scores[k] for k in keys], [candidate.scores[k] for k in keys]
+
+
+_SAID = {"task": "the task named inside the samples", "doc": "the document itself (its doc field)",
+         "doc_hash": "doc_hash", "prompt_hash": "prompt_hash", "target_hash": "target_hash"}
+
+
+def _brief(text: str) -> str:
+    """A task name whole, a hash by its first 12 characters."""
+    return repr(text) if len(text) <= 40 else f"{text[:12]}..."
+
+
+def _same_documents(baseline: HarnessScores, candidate: HarnessScores, keys: Sequence[str]) -> None:
+    """Refuse a pair whose two lines say they scored other documents, naming the first (in the baseline's order)."""
+    for key in keys:
+        mine, theirs = dict(baseline.identity.get(key, ())), dict(candidate.identity.get(key, ()))
+        for name in (n for n in _SAID if n in mine and n in theirs and mine[n] != theirs[n]):
+            shown = "" if name == "doc" else f": {_brief(mine[name])} vs {_brief(theirs[name])}"
+            where = f"doc_id {baseline.doc_ids.get(key, key)}" + (
+                f" (doc_id {candidate.doc_ids[key]} in the candidate)"
+                if candidate.doc_ids.get(key, key) != baseline.doc_ids.get(key, key) else "")
+            raise InputError(f"{baseline.path} and {candidate.path} did not score the same documents: {where} "
+                             f"differs in {_SAID[name]}{shown}; compare two runs of one task on the same documents "
+                             f"(paired by {baseline.keyed_by})")
 
 
 def read_harness_pairs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,

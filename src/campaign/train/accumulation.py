@@ -34,7 +34,7 @@ from .setup import Setup, first_line, load_setup
 from .step import first_rows
 
 SCHEMA = "campaign.batch/1"
-ERROR_FILE = "error.txt"                # beside the worker's OUT: the first failing rank's one line
+ERROR_RECORD = "error.rank{rank}.json"  # beside the worker's OUT: a failing rank's own line and time (ddp_worker)
 NORMALIZATIONS = {"accumulate": "your accumulation step (the setup's accumulate), run on the micro-batches",
                   "token": "every token weighs the same: summed token losses / tokens of the whole update",
                   "micro_batch_mean": "each micro-batch's mean loss / accumulation steps",
@@ -147,21 +147,34 @@ def concatenate(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One batch holding every row of the micro-batches, right-padded to the longest (input ids 0, mask 0, labels
     -100): the whole update at once."""
     torch = _torch()
-    keys = set(batches[0])
-    for b in batches:
-        if set(b) != keys:
-            raise InputError(f"micro-batches hold different fields ({sorted(keys)} vs {sorted(b)}); give the same "
-                             "fields in every batch")
-        unknown = set(b) - set(PAD_KEYS)
-        if unknown:
-            raise InputError(f"the accumulation check pads input_ids, attention_mask, labels and token_type_ids; "
-                             f"the batches also hold {sorted(unknown)}")
+    keys = check_fields(batches)
     length = max(int(b["input_ids"].shape[1]) for b in batches)
     out = {}
     for k in keys:
         rows = [torch.nn.functional.pad(b[k], (0, length - b[k].shape[1]), value=PAD_KEYS[k]) for b in batches]
         out[k] = torch.cat(rows, dim=0)
     return out
+
+
+def check_fields(batches: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The fields of the micro-batches, which the check pads and concatenates into the whole update: the same in
+    every batch, each a tensor and one of PAD_KEYS. Checked before any process is launched, so that a field such as
+    "source": [...] is named here rather than failing inside a rank."""
+    keys = set(batches[0])
+    for i, b in enumerate(batches):
+        if set(b) != keys:
+            raise InputError(f"micro-batches hold different fields ({sorted(keys)} vs {sorted(b)}); give the same "
+                             "fields in every batch")
+        for k, v in b.items():
+            if not (hasattr(v, "shape") and hasattr(v, "dtype")):
+                raise InputError(f"micro-batch {i + 1}'s field {k!r} is a {type(v).__name__}, not a tensor: the "
+                                 "accumulation check pads each field into the whole update and calls "
+                                 "model(**micro_batch) as your loop does; leave it out of the setup's batches")
+        unknown = set(b) - set(PAD_KEYS)
+        if unknown:
+            raise InputError(f"the accumulation check pads input_ids, attention_mask, labels and token_type_ids; "
+                             f"the batches also hold {sorted(unknown)}: leave them out of the setup's batches")
+    return keys
 
 
 def _grads(model: Any) -> Any:
@@ -200,6 +213,8 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     tell = progress or (lambda _phase: None)
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:   # before the setup is built
         raise InputError(f"processes {processes!r} must be a whole number >= 1")
+    if processes > 1:
+        check_processes(processes)
     if accumulation is not None and (isinstance(accumulation, bool) or not isinstance(accumulation, int)
                                      or accumulation < 1):
         raise InputError(f"accumulation {accumulation!r} must be a whole number >= 1")
@@ -214,6 +229,7 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     if accumulation * processes > n:
         raise InputError(f"{accumulation} accumulation steps x {processes} process(es) need {accumulation * processes} "
                          f"micro-batches; the setup gives {n}")
+    check_fields(s.batches)
     declared = normalization or s.normalization
     if declared is not None and declared not in ("token", "micro_batch_mean"):
         raise InputError(f"normalization {declared!r} must be 'token' or 'micro_batch_mean'")
@@ -351,23 +367,197 @@ def _one_process(model: Any, batches: Sequence[Mapping[str, Any]],
 
 def run_torchrun(setup: str, task: str, processes: int, timeout: float) -> dict[str, Any]:
     """Run the worker (train/ddp_worker.py) under torchrun (gloo) on `task` ('accumulate:K' for batch, 'check' for
-    check's one update) and read what rank 0 wrote."""
+    check's one update) and read what rank 0 wrote. A failure is one line: the rank that failed first with its own
+    error (see root_cause)."""
     with tempfile.TemporaryDirectory(prefix="campaign-batch-") as tmp:
         out = Path(tmp) / "result.json"
-        failed = Path(tmp) / ERROR_FILE                 # the first rank to fail writes why (ddp_worker)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
                "-m", "campaign.train.ddp_worker", setup, task, str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            raise InputError(f"the {processes}-process check did not finish in {timeout:.0f} s") from None
-        if failed.is_file():                            # the root cause, not the ranks torchrun stopped after it
-            raise InputError(failed.read_text(encoding="utf-8").strip() or f"the {processes}-process check failed")
-        if done.returncode != 0 or not out.is_file():
-            raise InputError(f"the {processes}-process check failed under torchrun (exit {done.returncode}): "
-                             f"{_cause(done.stderr or '')[:300]}")
+        code, stderr = launch(cmd, env, timeout, f"the {processes}-process check")
+        cause = root_cause(Path(tmp), stderr, processes)
+        if cause is not None:
+            raise InputError(cause)
+        if code != 0 or not out.is_file():
+            raise InputError(f"the {processes}-process check failed under torchrun (exit {code}): "
+                             f"{_cause(stderr)[:300]}")
         return json.loads(out.read_text(encoding="utf-8"))
+
+
+def check_processes(processes: int) -> None:
+    """Refuse more ranks than the machine runs at once, before anything is launched: one per GPU where one is
+    visible (the worker then takes NCCL), else one per CPU core this process may run on (gloo)."""
+    torch = _torch()
+    if torch.cuda.is_available():
+        limit = torch.cuda.device_count()
+        what = f"{limit} GPU(s) visible: NCCL runs one rank per GPU"
+    else:
+        limit = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        what = f"{limit} CPU core(s) this process may use: gloo on the CPU runs one rank per core"
+    if processes > limit:
+        raise InputError(f"--processes {processes}: this machine runs {limit} at once ({what}); give --processes "
+                         f"{limit} or fewer")
+
+
+def launch(cmd: Sequence[str], env: Mapping[str, str], timeout: float, what: str) -> tuple[int, str]:
+    """Run a launcher (torchrun) in a session of its own: (its exit code, its stderr). On a timeout, or any other
+    way out before it ends (an error, Ctrl-C), it and every process under it are killed and waited for: torchrun
+    starts each worker in a session of its own, so killing its group alone would leave the workers running (and,
+    on a GPU, holding its memory).
+
+    Raises:
+        InputError: it did not end within `timeout` seconds.
+    """
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                env=dict(env), start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise InputError(f"{what} did not finish in {timeout:.0f} s; its processes were stopped") from None
+        finally:
+            if proc.returncode is None:
+                _end_tree(proc)
+        err.seek(0)
+        return code, err.read().decode("utf-8", errors="replace")
+
+
+def _end_tree(proc: subprocess.Popen[Any]) -> None:
+    """Kill a process started in a session of its own and every process under it, then wait until they are gone.
+    Each group found is stopped (SIGSTOP) before the tree is read again, so that none starts another meanwhile."""
+    import signal
+
+    groups, seen = {proc.pid}, set[int]()
+    while True:
+        for group in groups:
+            _signal_group(group, signal.SIGSTOP)
+        found = set(_descendants(proc.pid))
+        if found <= seen:
+            break
+        seen |= found
+        groups |= {g for g in map(_group_of, found) if g is not None and g != os.getpgrp()}
+    for group in groups:
+        _signal_group(group, signal.SIGKILL)
+    for pid in seen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    _wait_gone(seen)
+
+
+def _signal_group(group: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, sig)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process from /proc (Linux); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under pid, read from /proc (Linux; elsewhere none is found, and only the launcher's own group
+    is killed)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc/self") else ():
+        stat = _stat(int(name)) if name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[1], []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _wait_gone(pids: set[int], limit: float = 10.0) -> None:
+    """Until every pid has ended (gone, or a zombie left for its new parent to reap), at most `limit` seconds."""
+    import time
+
+    def running(pid: int) -> bool:
+        stat = _stat(pid)
+        return stat is not None and stat[0] != "Z"
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and any(running(pid) for pid in pids):
+        time.sleep(0.01)
+
+
+# What a rank raises when another rank's process is gone: the consequence, never the root cause.
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "remote process exited",
+             "NCCL communicator was aborted")
+_REPORTED = re.compile(r"time\s*:\s*(?P<time>\S+)\s+host\s*:[^\n]*\s+rank\s*:\s*(?P<rank>\d+)[^\n]*\s+"
+                       r"exitcode\s*:\s*(?P<code>-?\d+)")
+
+
+def root_cause(folder: Path, stderr: str, processes: int) -> str | None:
+    """The line naming the rank that failed first, with its own error, or None when no rank failed.
+
+    Each worker that raises records its rank, the time and its line (ERROR_RECORD, ddp_worker); a rank that died
+    without raising (killed by a signal, os._exit, a crash in native code) records nothing, and is known from
+    torchrun's report of its exit code. Its own error comes first: a rank's own exception, or a death that was not
+    torchrun's SIGTERM to the ranks left; then a rank ended by SIGTERM; last, a rank that only lost its connection
+    to another (PEER_LOST: 'Connection closed by peer' is what rank 0 says when rank 1 dies). Within each, the
+    earliest by time.
+    """
+    import signal
+
+    records = [json.loads(f.read_text(encoding="utf-8")) for f in sorted(folder.glob(ERROR_RECORD.format(rank="*")))]
+    recorded = {r["rank"] for r in records}
+    ended = []
+    for m in _REPORTED.finditer(stderr):
+        rank, code = int(m["rank"]), int(m["code"])
+        if rank not in recorded and code != 0:
+            recorded.add(rank)
+            ended.append({"rank": rank, "time": _reported_time(m["time"]), "line": _died(rank, processes, code),
+                          "terminated": code == -signal.SIGTERM})
+    own = [r for r in records if not any(p in r["line"] for p in PEER_LOST)] + [e for e in ended
+                                                                                  if not e["terminated"]]
+    tiers = (own, [e for e in ended if e["terminated"]], records)
+    first = next((tier for tier in tiers if tier), [])
+    return str(min(first, key=lambda r: r["time"])["line"]) if first else None
+
+
+def _reported_time(text: str) -> float:
+    """torchrun's 'time : 2026-12-05_12:38:20' (local, whole seconds) as seconds since the epoch."""
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(text, "%Y-%m-%d_%H:%M:%S").timestamp()
+    except ValueError:
+        return math.inf
+
+
+def _died(rank: int, processes: int, code: int) -> str:
+    """One line for a rank that ended without raising: the signal that killed it, or its exit code."""
+    import signal
+
+    if code > 0:
+        return (f"rank {rank} of {processes} exited with code {code} without reporting an error (os._exit, native "
+                "code ending the process, or a failure before campaign's worker started)")
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "an unknown signal"
+    why = {"SIGKILL": ": the kernel's out-of-memory killer sends SIGKILL (see dmesg, or the container's memory "
+                      "limit)",
+           "SIGSEGV": ": a crash in native code (a C extension, the CUDA driver)",
+           "SIGBUS": ": a crash in native code (a C extension, the CUDA driver)",
+           "SIGABRT": ": native code aborted (a C++ exception or a failed assertion in a library)"}.get(name, "")
+    return f"rank {rank} of {processes} died of signal {-code} ({name}) without raising an exception{why}"
 
 
 def _cause(stderr: str) -> str:
@@ -460,5 +650,5 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
             "tokens_per_micro_batch": [tokens(model, b) for b in batches]} if rank == 0 else {}
 
 
-__all__ = ["BatchReport", "ERROR_FILE", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate",
+__all__ = ["BatchReport", "ERROR_RECORD", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate",
            "ddp_variants", "tokens"]

@@ -43,10 +43,11 @@ class DdpCheckReport(Result):
 def check_ddp(setup: str, processes: int, *, timeout: float = 600,
               progress: Callable[[str], None] | None = None) -> DdpCheckReport:
     """Run the setup's step under torchrun with `processes` ranks (>= 2) and check the ranks agree after it."""
-    from .accumulation import run_torchrun
+    from .accumulation import check_processes, run_torchrun
 
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 2:
         raise InputError(f"--processes {processes!r} must be a whole number >= 2 (without it, check runs one process)")
+    check_processes(processes)
     if not isinstance(setup, str):
         raise InputError("a check over several processes runs the setup file in each: give 'setup.py:make_setup'")
     (progress or (lambda _m: None))(f"one update under torchrun: {processes} processes (DDP)")

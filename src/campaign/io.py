@@ -221,18 +221,23 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     return atomic_write_text(path, dumps_json(data))
 
 
-def load_json(path: str | os.PathLike[str], what: str, error: type[Exception] = InputError) -> Any:
-    """Read and parse a JSON file; a missing, unreadable or malformed file is one `error` naming the path and
-    `what` was expected there."""
+def read_input(path: str | os.PathLike[str], what: str, error: type[Exception] = InputError) -> bytes:
+    """The bytes of an input file, read once (a pipe such as bash's <(cat file) can be read only once); a missing,
+    unreadable file or a directory is one `error` naming the path and `what` was expected there."""
     try:
-        raw = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except FileNotFoundError:
         raise error(f"{path}: no such file; give {what}") from None
     except IsADirectoryError:
         raise error(f"{path}: is a directory; give {what}") from None
     except OSError as e:
         raise error(f"{path}: cannot read ({e.strerror or e}); give {what}") from None
-    return parse_json(raw, str(path), error)
+
+
+def load_json(path: str | os.PathLike[str], what: str, error: type[Exception] = InputError) -> Any:
+    """Read and parse a JSON file; a missing, unreadable or malformed file is one `error` naming the path and
+    `what` was expected there."""
+    return parse_json(read_input(path, what, error), str(path), error)
 
 
 def input_file(path: str | os.PathLike[str], what: str = "input") -> Path:

@@ -23,12 +23,14 @@ def _given(ctx: Any) -> set[str]:
     return out
 
 
-def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str], quiet: bool) -> dict[str, Any]:
-    """The workload options with the values the config files give, where the command line gave none (`given`);
-    each value read is said on stderr with its file and key (and what the command line overrode)."""
+def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str], quiet: bool,
+                deepspeed: Path | None = None) -> dict[str, Any]:
+    """The workload options with the values the config files give (`deepspeed`: the --deepspeed file, which must be
+    a DeepSpeed config), where the command line gave none (`given`); each value read is said on stderr with its file
+    and key (and what the command line overrode). Each file is read once: a pipe (<(cat ds.json)) has one read."""
     from ..memory.training_config import workload_from_configs
 
-    cfg = workload_from_configs(paths)
+    cfg = workload_from_configs(paths, deepspeed=deepspeed)
     merged = dict(workload)
     said = []
     for option, value, where in cfg.sources:
@@ -80,13 +82,8 @@ def memory(
     from .render.memory import plan as render_plan
 
     spec = load_spec(model)
-    if deepspeed is not None:
-        from ..memory.training_config import is_deepspeed_config
-
-        is_deepspeed_config(deepspeed)
-        config = [*(config or []), deepspeed]
-    if config:
-        workload = from_config(workload, config, given=_given(ctx), quiet=as_json)
+    if config or deepspeed is not None:
+        workload = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed)
     w = o.workload_from(spec, **workload)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          **o.overheads(fragmentation, cuda_context))

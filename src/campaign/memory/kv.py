@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..models.resolve import model_spec
 from ..models.spec import ModelSpec
 from ..results import Record, Result
-from .dtypes import ELEMENT_BYTES, parse_dtype
+from .dtypes import ELEMENT_BYTES, WEIGHT_ONLY, parse_dtype
 from .search import largest_satisfying
 
 SCHEMA = "campaign.kv/1"
@@ -140,7 +140,7 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
                          "its forward with campaign memory --infer")
     validate_tensor_parallel(spec, tp)
     dtype = parse_dtype(dtype, what="kv dtype")
-    if dtype in ("nf4", "gptq", "awq", "int4"):
+    if dtype in WEIGHT_ONLY:
         raise InputError(f"kv dtype {dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
     notes: list[str] = []
     tokens, seqs = context, sequences

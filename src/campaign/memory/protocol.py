@@ -27,6 +27,7 @@ from .build import (
     weights_to_load,
     workload_class_and_config,
 )
+from .dtypes import QUANTIZED
 from .measure import MemoryMeter
 from .measurement import Measurement
 from .workload import Workload
@@ -107,7 +108,7 @@ def measure_workload(model: str | Path | ModelSpec, workload: Workload, *, devic
     except ImportError:
         raise MissingDependencyError("torch and transformers", "torch") from None
     w = workload
-    if w.dtype in ("nf4", "int8", "int4", "gptq", "awq", "fp8"):
+    if w.dtype in QUANTIZED:
         raise InputError(f"measuring a {w.dtype} base needs its kernels on a GPU; measure --script with your "
                          "own loading code, or measure the bf16 model")
     if w.gpus > 1:

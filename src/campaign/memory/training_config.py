@@ -31,6 +31,7 @@ TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam"
                    "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
                    "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
                    "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
+TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
 FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed or accelerate"
 
 
@@ -67,42 +68,53 @@ class _Reader:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A JSON or YAML file as a mapping (one-line errors naming the file)."""
+    """A JSON or YAML file as a mapping, read once (a pipe, bash's <(cat ds.json), holds its text for one read):
+    .json is JSON, .yaml/.yml YAML, any other name (a pipe's /dev/fd/63) JSON when it opens with '{', else YAML.
+    Every way the file can fail is one line naming it (strict_json: parse_json, parse_yaml)."""
+    from ..io import read_input
+    from ..strict_json import parse_json, parse_yaml
+
     p = Path(path)
-    from ..io import load_json
-
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"{p}: cannot read ({e.strerror or e}); give a training config file") from None
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise InputError(f"{p}: not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
-    else:
-        doc = load_json(p, "a training config file (JSON or YAML)")
+    raw = read_input(p, "a training config file (JSON or YAML)")
+    suffix = p.suffix.lower()
+    yaml = suffix in (".yaml", ".yml") or (suffix != ".json" and not raw.lstrip().startswith(b"{"))
+    doc = parse_yaml(raw, str(p)) if yaml else parse_json(raw, str(p))
     if not isinstance(doc, dict):
         raise InputError(f"{p}: holds a {type(doc).__name__}, not a mapping of settings; give a training config file")
     return doc
 
 
-def workload_from_configs(paths: Sequence[str | Path]) -> TrainingConfig:
-    """The workload the configuration files describe (see the module docstring)."""
+def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path | None = None) -> TrainingConfig:
+    """The workload the configuration files describe (see the module docstring); `deepspeed`: a file that must be a
+    DeepSpeed config (--deepspeed), read as the others are. Each file is read once."""
     r = _Reader()
     for path in paths:
         _read(r, Path(path), load_config_file(path))
+    if deepspeed is not None:
+        doc = load_config_file(deepspeed)
+        if not _is_deepspeed(doc):
+            raise InputError(f"{deepspeed}: not a DeepSpeed config (no zero_optimization, no "
+                             "train_micro_batch_size_per_gpu); give the ds_config.json the run passes to deepspeed, or "
+                             "the file with --config")
+        _deepspeed(r, _label(Path(deepspeed)), doc)
     sources = tuple((k, v, where) for k, (v, where) in r.sources.items())
     return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes))
 
 
+def _label(path: Path) -> str:
+    """How messages name a file: its name, or the whole path for a name without a suffix (a pipe, /dev/fd/63)."""
+    return path.name if path.suffix else str(path)
+
+
+def _is_deepspeed(doc: dict[str, Any]) -> bool:
+    return "zero_optimization" in doc or "train_micro_batch_size_per_gpu" in doc
+
+
 def _read(r: _Reader, path: Path, doc: dict[str, Any]) -> None:
-    name = path.name
+    name = _label(path)
     if "peft_type" in doc:
         _peft(r, name, doc)
-    elif "zero_optimization" in doc or "train_micro_batch_size_per_gpu" in doc:
+    elif _is_deepspeed(doc):
         _deepspeed(r, name, doc)
     elif "distributed_type" in doc:
         _accelerate(r, path, doc)
@@ -121,6 +133,39 @@ def _int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InputError(f"{where}: {value!r} is not a positive whole number; fix the file")
     return value
+
+
+def _section(d: dict[str, Any], key: str, where: str, form: str) -> dict[str, Any]:
+    """The mapping under `key` ({} when absent or null); any other value is refused, naming the form the tool reads:
+    a setting dropped because it was written as a list or a string would change the estimate in silence."""
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {key} is {_short(value)}, not a mapping: {form}; fix the file")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _modules(value: Any, where: str) -> tuple[str, ...]:
+    """LoRA target module names as peft takes them (LoraConfig.target_modules, axolotl's lora_target_modules): a
+    list of names, or the one string 'all-linear'. Any other single string peft matches as a regular expression
+    against whole module paths (re.fullmatch on model.layers.0.self_attn.q_proj: peft/utils/other.py,
+    match_target_against_key), so 'q_proj' alone targets nothing: refused, as is anything but a list of names."""
+    if value == "all-linear":
+        return ("all-linear",)
+    if isinstance(value, str):
+        raise InputError(f"{where}: {value!r} is one string, which peft matches as a regular expression against whole "
+                         "module paths (model.layers.0.self_attn.q_proj), not as a module name; write the names as a "
+                         "list ([q_proj, v_proj]) or all-linear")
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
+        raise InputError(f"{where}: {_short(value)} is not a list of module names; write e.g. [q_proj, v_proj] or "
+                         "all-linear")
+    return tuple(t.strip() for t in value)
 
 
 def _accumulation(r: _Reader, d: dict[str, Any], name: str) -> None:
@@ -151,7 +196,7 @@ TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.back
 
 
 def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
-    name = path.name
+    name = _label(path)
     r.set("logits_held", False, f"{name} ({TRAINER_FREES_LOGITS})")
     if "per_device_train_batch_size" in d:
         r.set("batch", _int(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size"),
@@ -177,11 +222,23 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
         if "shard_grad_op" in str(fsdp):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
-    if isinstance(d.get("deepspeed"), str) and d["deepspeed"]:
-        ds = (path.parent / d["deepspeed"]) if not Path(d["deepspeed"]).is_absolute() else Path(d["deepspeed"])
-        _deepspeed(r, ds.name, load_config_file(ds))
-    elif isinstance(d.get("deepspeed"), dict):
-        _deepspeed(r, f"{name}: deepspeed", d["deepspeed"])
+    _deepspeed_key(r, path, d)
+
+
+def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
+    """The `deepspeed` key of TrainingArguments or axolotl: the path of a ds_config (beside the file when relative),
+    or the config itself as a mapping; anything else is refused."""
+    value = d.get("deepspeed")
+    if value is None or value == "":
+        return
+    if isinstance(value, dict):
+        _deepspeed(r, f"{_label(path)}: deepspeed", value)
+    elif isinstance(value, str):
+        ds = path.parent / value  # an absolute value replaces the folder
+        _deepspeed(r, _label(ds), load_config_file(ds))
+    else:
+        raise InputError(f"{_label(path)}: deepspeed is {_short(value)}; give the path of a ds_config.json or the "
+                         "DeepSpeed config as a mapping")
 
 
 def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
@@ -197,11 +254,8 @@ def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     r.set("method", "lora", f"{name}: peft_type")
     if d.get("r") is not None:
         r.set("lora_rank", _int(d["r"], f"{name}: r"), f"{name}: r")
-    targets = d.get("target_modules")
-    if targets:
-        value = ("all-linear",) if targets == "all-linear" else tuple(str(t) for t in (
-            targets if isinstance(targets, list) else [targets]))
-        r.set("lora_targets", value, f"{name}: target_modules")
+    if d.get("target_modules") is not None:
+        r.set("lora_targets", _modules(d["target_modules"], f"{name}: target_modules"), f"{name}: target_modules")
     base = d.get("base_model_name_or_path")
     if isinstance(base, str) and base.strip():
         r.model = base.strip()
@@ -281,18 +335,37 @@ def _deepspeed_on(key: str, value: Any) -> bool:
     return value not in (None, False)
 
 
+OFFLOAD_FORM = '{"device": "cpu"} (or "nvme"; "none" for no offload)'
+
+
+def _stage(value: Any, where: str) -> int:
+    """A ZeRO stage: DeepSpeed's ZeroStageEnum, a whole number 0-3 (true, 2.0 or "2" are not stages)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1, 2, 3):
+        raise InputError(f"{where}: {_short(value)} is not a ZeRO stage; write 0, 1, 2 or 3")
+    return value
+
+
+def _offload(r: _Reader, section: Any, where: str) -> None:
+    """offload_optimizer / offload_param: DeepSpeed reads an object whose `device` is none, cpu or nvme
+    (DeepSpeedZeroOffloadOptimizerConfig, ...ParamConfig); offload is refused by name, since the estimate does not
+    model it, and a form DeepSpeed cannot read ("cpu", ["cpu"], true) is refused with the form it can."""
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise InputError(f"{where}: {_short(section)} is not a form DeepSpeed reads; it takes an object, "
+                         f"{OFFLOAD_FORM}, and the estimate models no offload: drop the key for one without it")
+    device = section.get("device", "none")
+    if device not in (None, "none"):
+        r.refuse(where, f"offload to {device}", "estimate without offload (an upper bound on the card) or drop it")
+
+
 def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
-    zero = d.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise InputError(f"{name}: zero_optimization is not a mapping; fix the file")
+    if d.get("zero_optimization") is False:  # DeepSpeed's deprecated boolean form: false is stage 0
+        d = {k: v for k, v in d.items() if k != "zero_optimization"}
+    zero = _section(d, "zero_optimization", name, 'DeepSpeed reads an object such as {"stage": 2}')
     for key in ("offload_optimizer", "offload_param"):
-        device = (zero.get(key) or {}).get("device") if isinstance(zero.get(key), dict) else None
-        if device not in (None, "none"):
-            r.refuse(f"{name}: zero_optimization.{key}", f"offload to {device}",
-                     "estimate without offload (an upper bound on the card) or drop it")
-    stage = zero.get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        raise InputError(f"{name}: zero_optimization.stage {stage!r} is not 0, 1, 2 or 3; fix the file")
+        _offload(r, zero.get(key), f"{name}: zero_optimization.{key}")
+    stage = _stage(zero.get("stage", 0), f"{name}: zero_optimization.stage")
     r.set("shard", "none" if stage == 0 else f"zero{stage}", f"{name}: zero_optimization.stage")
     for key, value in zero.items():
         where = f"{name}: zero_optimization.{key}"
@@ -339,11 +412,11 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
               f"{name}: train_micro_batch_size_per_gpu")
     for key in ("bf16", "bfloat16", "fp16"):
-        section = d.get(key)
-        if isinstance(section, dict) and section.get("enabled") not in (None, False, "auto"):
+        section = _section(d, key, name, 'DeepSpeed reads an object such as {"enabled": true}')
+        if section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")
-    optimizer = d.get("optimizer")
-    if isinstance(optimizer, dict) and optimizer.get("type") is not None:
+    optimizer = _section(d, "optimizer", name, 'DeepSpeed reads an object such as {"type": "AdamW", "params": {}}')
+    if optimizer.get("type") is not None:
         kind = str(optimizer["type"]).lower()
         params = optimizer.get("params") or {}
         if kind not in DEEPSPEED_OPTIMIZERS:
@@ -358,16 +431,16 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
                                f"{r.options[option]!r}): the HF Trainer uses DeepSpeed's optimizer when it names one")
                 del r.options[option], r.sources[option]
             r.set(option, value, f"{name}: optimizer.type ({'torch AdamW' if torch_adam else 'DeepSpeed FusedAdam'})")
-    types = d.get("data_types")
-    if isinstance(types, dict) and types.get("grad_accum_dtype") not in (None, "bf16", "fp16"):
+    types = _section(d, "data_types", name, 'DeepSpeed reads an object such as {"grad_accum_dtype": "bf16"}')
+    if types.get("grad_accum_dtype") not in (None, "bf16", "fp16"):
         r.refuse(f"{name}: data_types.grad_accum_dtype", f"gradients accumulated in {types['grad_accum_dtype']}",
                  "estimate without it (an fp32 gradient partition: 2 B more per trainable parameter and card)")
-    checkpointing = d.get("activation_checkpointing")
-    if isinstance(checkpointing, dict):
-        for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
-            if checkpointing.get(key):
-                r.refuse(f"{name}: activation_checkpointing.{key}", "DeepSpeed's own activation checkpointing",
-                         "estimate with --grad-checkpointing (the model's own) instead")
+    checkpointing = _section(d, "activation_checkpointing", name,
+                             'DeepSpeed reads an object such as {"partition_activations": false}')
+    for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
+        if checkpointing.get(key):
+            r.refuse(f"{name}: activation_checkpointing.{key}", "DeepSpeed's own activation checkpointing",
+                     "estimate with --grad-checkpointing (the model's own) instead")
 
 
 def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str, Any]:
@@ -378,23 +451,15 @@ def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str,
     return dict(r.options)
 
 
-def is_deepspeed_config(path: str | Path) -> None:
-    """Refuse a file given as --deepspeed that is not a DeepSpeed config (one line)."""
-    doc = load_config_file(path)
-    if "zero_optimization" not in doc and "train_micro_batch_size_per_gpu" not in doc:
-        raise InputError(f"{path}: not a DeepSpeed config (no zero_optimization, no train_micro_batch_size_per_gpu); "
-                         "give the ds_config.json the run passes to deepspeed, or the file with --config")
-
-
 def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
-    name = path.name
+    name = _label(path)
     kind = str(d.get("distributed_type", "NO")).upper()
     if d.get("num_processes") is not None:
         r.set("gpus", _int(d["num_processes"], f"{name}: num_processes"), f"{name}: num_processes")
     if str(d.get("mixed_precision", "no")).lower() in ("bf16", "fp16"):
         r.set("mixed_precision", True, f"{name}: mixed_precision")
     if kind == "FSDP":
-        fsdp = d.get("fsdp_config") or {}
+        fsdp = _section(d, "fsdp_config", name, "accelerate reads a mapping of fsdp_* settings")
         if fsdp.get("fsdp_offload_params"):
             r.refuse(f"{name}: fsdp_config.fsdp_offload_params", "CPU offload",
                      "estimate without offload (an upper bound) or drop it")
@@ -410,19 +475,25 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         if fsdp.get("fsdp_activation_checkpointing"):
             r.set("grad_checkpointing", True, f"{name}: fsdp_config.fsdp_activation_checkpointing")
     elif kind == "DEEPSPEED":
-        ds = d.get("deepspeed_config") or {}
-        if isinstance(ds.get("deepspeed_config_file"), str):
-            file = path.parent / ds["deepspeed_config_file"]
-            _deepspeed(r, file.name, load_config_file(file))
+        ds = _section(d, "deepspeed_config", name, "accelerate reads a mapping of zero_stage, offload_*_device...")
+        file = ds.get("deepspeed_config_file")
+        if file is not None:
+            if not isinstance(file, str) or not file:
+                raise InputError(f"{name}: deepspeed_config.deepspeed_config_file is {_short(file)}; give the path of "
+                                 "a ds_config.json")
+            _deepspeed(r, _label(path.parent / file), load_config_file(path.parent / file))
         else:
-            stage = ds.get("zero_stage", 0)
-            _deepspeed(r, f"{name}: deepspeed_config", {"zero_optimization": {
-                "stage": stage, "offload_optimizer": {"device": ds.get("offload_optimizer_device", "none")},
-                "offload_param": {"device": ds.get("offload_param_device", "none")}}})
+            where = f"{name}: deepspeed_config"
+            stage = _stage(ds.get("zero_stage", 0), f"{where}.zero_stage")
+            for key in ("offload_optimizer_device", "offload_param_device"):
+                if ds.get(key) not in (None, "none"):
+                    r.refuse(f"{where}.{key}", f"offload to {ds[key]}",
+                             "estimate without offload (an upper bound on the card) or drop it")
+            _deepspeed(r, where, {"zero_optimization": {"stage": stage}})
 
 
 def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
-    name = path.name
+    name = _label(path)
     r.set("logits_held", False, f"{name} (axolotl trains through the HF Trainer: {TRAINER_FREES_LOGITS})")
     r.model = str(d["base_model"])
     adapter = str(d.get("adapter") or "").lower()
@@ -437,8 +508,9 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("lora_rank", _int(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
     if d.get("lora_target_linear"):
         r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
-    elif d.get("lora_target_modules"):
-        r.set("lora_targets", tuple(str(t) for t in d["lora_target_modules"]), f"{name}: lora_target_modules")
+    elif d.get("lora_target_modules") is not None:  # axolotl hands it to peft's LoraConfig as it is
+        r.set("lora_targets", _modules(d["lora_target_modules"], f"{name}: lora_target_modules"),
+              f"{name}: lora_target_modules")
     if d.get("lora_modules_to_save"):
         r.refuse(f"{name}: lora_modules_to_save", f"fully trained modules {d['lora_modules_to_save']}",
                  "estimate them with --method full, or the adapters without them")
@@ -456,9 +528,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("optimizer") is not None:
         _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
     _accumulation(r, d, name)
-    if isinstance(d.get("deepspeed"), str):
-        file = path.parent / d["deepspeed"]
-        _deepspeed(r, file.name, load_config_file(file))
+    _deepspeed_key(r, path, d)
 
 
 def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
@@ -471,14 +541,14 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if method != "full":
         if model.get("lora_rank") is not None:
             r.set("lora_rank", _int(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
-        attn = [str(m) for m in model.get("lora_attn_modules") or []]
+        attn = _attn_modules(model.get("lora_attn_modules"), f"{name}: model.lora_attn_modules")
         targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else []) + (
             ["lm_head"] if model.get("apply_lora_to_output") else [])
         names = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
         if targets:
             r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")
-    tokenizer = d.get("tokenizer") or {}
-    if isinstance(tokenizer, dict) and tokenizer.get("max_seq_len") is not None:
+    tokenizer = _section(d, "tokenizer", name, "torchtune reads a component (_component_: ..., max_seq_len: ...)")
+    if tokenizer.get("max_seq_len") is not None:
         r.set("seq_len", _int(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
               f"{name}: tokenizer.max_seq_len")
     if d.get("batch_size") is not None:
@@ -491,10 +561,22 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
                  "estimate without it (an upper bound) or drop it")
     if d.get("dtype") in ("bf16", "fp32", "fp16"):
         r.set("dtype", d["dtype"], f"{name}: dtype (torchtune trains in it: no fp32 master copy)")
-    optimizer = d.get("optimizer")
-    if isinstance(optimizer, dict) and optimizer.get("_component_"):
+    optimizer = _section(d, "optimizer", name, "torchtune reads a component (_component_: torch.optim.AdamW, ...)")
+    if optimizer.get("_component_"):
         _optim(r, optimizer["_component_"], f"{name}: optimizer._component_", TORCHTUNE_OPTIM)
     _accumulation(r, d, name)
 
 
-__all__ = ["TrainingConfig", "is_deepspeed_config", "load_config_file", "workload_from_configs"]
+def _attn_modules(value: Any, where: str) -> list[str]:
+    """torchtune's lora_attn_modules: a list of q_proj, k_proj, v_proj, output_proj (List[LORA_ATTN_MODULES] in its
+    builders); a bare string or anything else is refused (the builders test `"q_proj" in lora_attn_modules`, which
+    on a string is a substring test)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(m, str) and m in TORCHTUNE_ATTN for m in value):
+        raise InputError(f"{where}: {_short(value)} is not a list of {', '.join(TORCHTUNE_ATTN)}; write e.g. "
+                         "[q_proj, v_proj]")
+    return value
+
+
+__all__ = ["TrainingConfig", "load_config_file", "workload_from_configs"]

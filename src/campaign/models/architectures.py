@@ -270,7 +270,7 @@ def _decoder(c: TypedConfig, mt: str) -> dict[str, Any]:
         head_dim=hd if mla is None else mla.qk_nope_head_dim + mla.qk_rope_head_dim,
         intermediate_size=inter, vocab_size=V, max_position=c.int("max_position_embeddings", 2048),
         tie_embeddings=tie, mlp="gated", groups=tuple(g), attention=_attention_layers(c, mt, L),
-        mla=mla, moe=moe, dropout=float(c.get("attention_dropout", 0.0) or 0.0), notes=tuple(notes),
+        mla=mla, moe=moe, dropout=c.probability("attention_dropout"), notes=tuple(notes),
         activation=str(c.get("hidden_activation") or c.get("hidden_act", "silu")), block=block,
     )
 
@@ -289,7 +289,7 @@ def _gpt2(c: TypedConfig) -> dict[str, Any]:
     g += norm_groups("ln_2", h, L, bias=True)
     g += linear_groups("mlp.c_fc", inner, h, L, bias=True) + linear_groups("mlp.c_proj", h, inner, L, bias=True)
     g += norm_groups("ln_f", h, 1, bias=True, in_blocks=False)
-    drop = max(float(c.get("attn_pdrop", 0.1)), float(c.get("resid_pdrop", 0.1)))
+    drop = max(c.probability("attn_pdrop", 0.1), c.probability("resid_pdrop", 0.1))
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
                 groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
@@ -334,7 +334,7 @@ def _encoder(c: TypedConfig, mt: str) -> dict[str, Any]:
             "classifier", labels, h)
     if arch.endswith("ForTokenClassification"):
         g += head("classifier", labels, h)
-    drop = max(float(c.get("attention_probs_dropout_prob", 0.1)), float(c.get("hidden_dropout_prob", 0.1)))
+    drop = max(c.probability("attention_probs_dropout_prob", 0.1), c.probability("hidden_dropout_prob", 0.1))
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
                 intermediate_size=inter, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
                 groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,

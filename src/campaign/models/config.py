@@ -82,3 +82,13 @@ class TypedConfig:
         if value > limit:
             raise ConfigError(f"{self.where}: field {key!r} is {value:,}, more than {limit:,}; check the config")
         return value
+
+    def probability(self, key: str, default: float = 0.0) -> float:
+        """A dropout probability: a number in [0, 1] (transformers' config fields are floats; a string such as
+        "0.1" is refused there too), `default` when absent or null."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"{self.where}: field {key!r} must be a probability between 0 and 1, got {value!r}")
+        return float(value)

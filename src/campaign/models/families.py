@@ -34,7 +34,7 @@ def _head(V: int, h: int, tie: bool, *, bias: bool = False) -> list[ParamGroup]:
 
 
 def _dropout(c: TypedConfig, *keys: str, default: float = 0.0) -> float:
-    return max(float(c.get(k, default)) for k in keys)
+    return max(c.probability(k, default) for k in keys)
 
 
 def gpt_neox(c: TypedConfig) -> dict[str, Any]:
@@ -241,5 +241,5 @@ def t5(c: TypedConfig) -> dict[str, Any]:
     return dict(hidden_size=h, num_layers=Ld, num_heads=nh, num_kv_heads=nh, head_dim=hd, intermediate_size=ff,
                 vocab_size=V, max_position=c.int("n_positions", 512), tie_embeddings=True,
                 mlp="gated" if gated else "plain", groups=tuple(g), attention=_full(Ld),
-                dropout=float(c.get("dropout_rate", 0.1)), activation=act, notes=notes,
+                dropout=c.probability("dropout_rate", 0.1), activation=act, notes=notes,
                 block=Block("rms", 2, 0), encdec=EncoderDecoder(Le, Ld))

@@ -26,7 +26,8 @@ def _libraries() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def model_class_and_config(cfg: dict[str, Any], *, transformers: Any = None) -> tuple[Any, Any]:
+def model_class_and_config(cfg: dict[str, Any], *, transformers: Any = None,
+                           source: str = "config.json") -> tuple[Any, Any]:
     """(the transformers class the config's `architectures` names, the transformers config): the one rule, shared by
     the meta-device count, trace and measure.
 
@@ -34,19 +35,29 @@ def model_class_and_config(cfg: dict[str, Any], *, transformers: Any = None) -> 
     the model_type to. A class transformers does not have is refused (remote code is never run).
 
     Raises:
-        ConfigError: transformers does not know the model_type, cannot read the config, or has no such class.
+        ConfigError: transformers does not know the model_type, refuses the config (its own validation: the strict
+            dataclass checks of PreTrainedConfig, huggingface_hub's StrictDataclass*Error, which are not ValueErrors;
+            validate_architecture, validate_layer_type; rope parameters), or has no such class; named `source`.
     """
     if transformers is None:
         transformers = _libraries()[1]
     cfg = {k: v for k, v in cfg.items() if k not in ("auto_map", "quantization_config")}
     model_type = cfg.pop("model_type", None)
     version = transformers.__version__
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    known = isinstance(model_type, str) and model_type in CONFIG_MAPPING
     try:
         config = transformers.AutoConfig.for_model(model_type, **cfg)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"transformers {version} cannot build model_type {model_type!r} ({reason}); a newer "
-                          "transformers may know it (remote code is never run)") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # any refusal of a config built from the user's fields is the config's
+        reason = _reason(e)
+        if known:
+            raise ConfigError(f"{source}: transformers {version} refuses this {model_type!r} config ({reason}); fix "
+                              "the field it names") from None
+        raise ConfigError(f"{source}: transformers {version} cannot build model_type {model_type!r} ({reason}); a "
+                          "newer transformers may know it (remote code is never run)") from None
     arch = (cfg.get("architectures") or [None])[0]
     if arch:
         cls = getattr(transformers, arch, None)
@@ -66,9 +77,17 @@ def model_class_and_config(cfg: dict[str, Any], *, transformers: Any = None) -> 
                       f"image-text-to-text LM in transformers {version}; add \"architectures\" to config.json")
 
 
+def _reason(e: BaseException) -> str:
+    """An exception's message on one line (transformers' strict dataclass errors span several), at most 300
+    characters, or its type's name."""
+    text = " ".join(str(e).split())
+    return (text[:297] + "...") if len(text) > 300 else text or type(e).__name__
+
+
 @contextmanager
-def building(cls: Any) -> Iterator[None]:
-    """Errors from a model's constructor are the config's (one line, exit 2); running out of memory is not."""
+def building(cls: Any, source: str | None = None) -> Iterator[None]:
+    """Errors from a model's constructor are the config's (one line, exit 2, naming `source` when given); running
+    out of memory is not."""
     try:
         yield
     except CampaignError:
@@ -79,22 +98,22 @@ def building(cls: Any) -> Iterator[None]:
 
         if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
             raise
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"transformers {transformers.__version__} cannot build {cls.__name__} from this config "
-                          f"({type(e).__name__}: {first})") from e
+        where = f"{source}: " if source else ""
+        raise ConfigError(f"{where}transformers {transformers.__version__} cannot build {cls.__name__} from this "
+                          f"config ({type(e).__name__}: {_reason(e)})") from e
 
 
-def build_meta_model(cfg: dict[str, Any]) -> Any:
+def build_meta_model(cfg: dict[str, Any], source: str = "config.json") -> Any:
     """Instantiate the architecture of a config on torch's meta device; never runs code from a model dir."""
     torch, transformers = _libraries()
-    cls, config = model_class_and_config(cfg, transformers=transformers)
-    with torch.device("meta"), building(cls):
+    cls, config = model_class_and_config(cfg, transformers=transformers, source=source)
+    with torch.device("meta"), building(cls, source):
         return cls(config)
 
 
-def count_with_transformers(cfg: dict[str, Any]) -> int:
+def count_with_transformers(cfg: dict[str, Any], source: str = "config.json") -> int:
     """Parameters as transformers builds them (tied weights counted once)."""
-    model = build_meta_model(cfg)
+    model = build_meta_model(cfg, source)
     return sum(p.numel() for p in model.parameters())
 
 
@@ -143,7 +162,7 @@ def tower_groups(cfg: dict[str, Any], source: str) -> tuple[tuple[ParamGroup, ..
         ConfigError: transformers cannot build it, or no language model is found in what it builds.
         MissingDependencyError: without transformers, since the towers are counted on the meta device.
     """
-    model = build_meta_model(cfg)
+    model = build_meta_model(cfg, source)
     language = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "language_model"]
     if not language:
         raise ConfigError(f"{source}: transformers builds {type(model).__name__} with no language_model module, so "
@@ -162,8 +181,8 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         ConfigError: transformers cannot build it.
     """
     torch, transformers = _libraries()
-    cls, config = model_class_and_config(cfg, transformers=transformers)
-    with torch.device("meta"), building(cls):
+    cls, config = model_class_and_config(cfg, transformers=transformers, source=source)
+    with torch.device("meta"), building(cls, source):
         model = cls(config)
     groups = meta_inventory(model)
     total = sum(p.numel() for p in model.parameters())

@@ -96,7 +96,7 @@ def load_spec(model: str, *, exact: bool = False) -> ModelSpec:
         if stats is not None and stats.params is not None:
             spec = _with_exact(spec, stats.params, "safetensors")
     if exact:
-        spec = _with_exact(spec, count_with_transformers(cfg), "transformers")
+        spec = _with_exact(spec, count_with_transformers(cfg, source), "transformers")
     return spec
 
 

@@ -17,9 +17,6 @@ from .money import round_cents
 
 EXAMPLE_PRICES = "prices.yaml"      # the bundled example file (campaign/plan/prices.yaml): example data, dated
 BILLING = {"per-hour": "hour", "per-minute": "minute", "per-second": "second"}
-# A YAML document whose aliases expand to more values than this is refused (an "alias bomb": a few lines that
-# expand to billions of values); no real plan, price, cost or factors file comes near it.
-MAX_YAML_VALUES = 1_000_000
 
 
 def known_keys(obj: JsonObject, allowed: tuple[str, ...] | list[str]) -> None:
@@ -32,68 +29,19 @@ def known_keys(obj: JsonObject, allowed: tuple[str, ...] | list[str]) -> None:
         raise InputError(f"{obj.where}: unknown key {str(key)!r}: {hint}" + (f" ({obj.fix})" if obj.fix else ""))
 
 
-def _expanded_size(node: Any) -> int:
-    """Values a composed YAML node stands for once its aliases are expanded (each shared node counted every time it
-    is used), computed once per node, so an alias bomb is measured without being expanded."""
-    import yaml
-
-    sizes: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(node, False)]
-    while stack:
-        n, done = stack.pop()
-        if id(n) in sizes:
-            continue
-        if isinstance(n, yaml.SequenceNode):
-            children = list(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            children = [x for pair in n.value for x in pair]
-        else:
-            sizes[id(n)] = 1
-            continue
-        if done:
-            sizes[id(n)] = min(1 + sum(sizes.get(id(c), 1) for c in children), 2**62)
-        else:
-            stack.append((n, True))
-            stack.extend((c, False) for c in children if id(c) not in sizes)
-    return sizes[id(node)]
-
-
 def load_yaml(path: str | os.PathLike[str], what: str) -> Any:
-    """A YAML (or JSON, a subset of YAML) file parsed with PyYAML's safe loader; a missing file, a syntax error or
-    aliases that expand beyond MAX_YAML_VALUES is one InputError naming the file (and the line). what: 'plan',
-    'price', 'cost', 'factors' (messages say "the plan file")."""
+    """A YAML (or JSON, a subset of YAML) file read by the one strict parser every config goes through
+    (strict_json.parse_yaml: UTF-8, no aliases, bounded nesting and integers); a missing file or any failure is one
+    InputError naming the file (and the line). what: 'plan', 'price', 'cost', 'factors'."""
     from ..io import input_file
+    from ..strict_json import parse_yaml
 
     p = input_file(path, what)
     try:
-        import yaml
+        import yaml  # noqa: F401  # parse_yaml imports it; a missing extra is said here, by name
     except ImportError:
         raise MissingDependencyError("pyyaml", "all") from None
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not valid UTF-8 (byte {e.start + 1}); save the {what} file as UTF-8") from None
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)     # libyaml's parser where installed
-        try:
-            node = loader.get_single_node()             # parsed once: measured, then built from the same nodes
-            if node is None:
-                return None
-            if _expanded_size(node) > MAX_YAML_VALUES:
-                raise InputError(f"{p}: its YAML aliases (&name / *name) expand to more than {MAX_YAML_VALUES:,} "
-                                 f"values; write the {what} file out without nested aliases")
-            return loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or type(e).__name__
-        raise InputError(f"{p}: not valid YAML ({problem}{where}); fix the {what} file's syntax") from None
-    except RecursionError:
-        raise InputError(f"{p}: nested too deeply to read; this is not a {what} file") from None
-    except ValueError as e:          # an integer of more than 4,300 digits (Python's conversion limit)
-        raise InputError(f"{p}: not readable ({str(e).split(';')[0]}); fix the {what} file") from None
+    return parse_yaml(p.read_bytes(), f"{p} (the {what} file)")
 
 
 def cents(value: Any, where: str, field: str) -> int:

@@ -76,6 +76,11 @@ def write_config(tmp_path):
 # example by its command). `make test-fast` deselects them, `make test` runs them. Two guards under 3 s stay fast
 # on purpose: the import-cycle check (tests/test_layout.py) and the kill at every step of a first split.
 SLOW = frozenset("""
+test_the_resume_test_keeps_every_file_it_did_not_write
+test_killed_during_the_fresh_process_the_next_run_finds_its_records_and_cleans_up
+test_sigterm_during_training_ends_the_run_stopped
+test_an_exception_in_training_fails_the_run_though_the_script_catches_it
+test_a_script_failing_after_training_leaves_the_run_completed
 test_an_interrupted_check_leaves_no_torchrun_worker_running
 test_a_rank_that_dies_is_named_not_the_rank_that_lost_its_connection
 test_a_kill_at_every_step_of_a_forced_hf_resplit_keeps_the_old_dict_or_the_new

@@ -3,19 +3,22 @@
 On train begin (rank 0 only): a campaign run (`campaign.run`: its manifest, code, data hashes, environment) with the
 TrainingArguments, the PEFT config, accumulation, checkpointing, precision, optimizer, DeepSpeed/FSDP config,
 world size, rank and backend as parameters. On log: the metrics at their step. On save: each checkpoint folder
-as an artifact with its hash. On train end: the run completed; an exception that ends training marks it failed
-with its reason, SIGTERM (a preempted instance) stopped (campaign.run's rules).
+as an artifact with its hash. On train end: the run completed. The Trainer has no exception event: its `train()` is
+wrapped (once, for every Trainer; transparent for one without this callback), so an exception that ends training
+marks the run failed with its reason and SIGTERM (a preempted instance) stopped (campaign.run's rules), before the
+script sees it, whether or not the script then catches it.
 
 The step checks (integrations/steps.py: trainer.updates, frozen_unchanged, grads_finite, lr_applied, train_mode) run
 on the Trainer's own first optimizer steps, not on a re-creation of its loop; its second update is measured phase by
 phase beside `campaign memory`'s estimate (integrations/memory.py); with resume_check=True its own checkpoint is
-resumed in a fresh process running the same script (integrations/resume.py). Their verdict (`callback.result`) is saved
-as a record (`campaign report` shows it) and as an artifact of the run; with `stop_on_fail=True` a failed check
-stops training at once.
+resumed in a fresh process running the same script (integrations/resume.py): the Trainer's own `_save_checkpoint`
+writes it into a folder of the test's own in output_dir, never over the run's checkpoints. Their verdict
+(`callback.result`) is saved as a record (`campaign report` shows it) and as an artifact of the run; with
+`stop_on_fail=True` a failed check stops training at once.
 """
 from __future__ import annotations
 
-import sys
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from transformers import TrainerCallback
 from ..checks import Check
 from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory
-from .resume import RESUME_STEP, LossProbe, child_spec, finish_child
+from .resume import RESUME_STEP, LossProbe, child_spec, discard, finish_child
 from .steps import StepWatch, TrainerCheck
 
 
@@ -90,7 +93,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         self.child = child_spec()     # in the fresh process of a resume test: resume, record, stop
         if self.child is not None:
             resume_step, resume_check, memory_update = int(self.child["step"]), False, 0
-            _resume_in_child(self, self.child)
+        _wrap_train()
         if resume_step < 1:
             raise InputError(f"resume_step {resume_step}: save the checkpoint after one update or more")
         self.watch = StepWatch("transformers.Trainer", trainable=trainable, steps=check_steps)
@@ -104,7 +107,8 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         self.stop_on_fail, self.root = stop_on_fail, root
         self.run: Any = None
         self.result: TrainerCheck | None = None
-        self._previous_hook: Any = None
+        self.trainer: Any = None              # the Trainer whose train() is running (set by the wrapper)
+        self._scratch: Path | None = None     # the resume test's own folder (resume.py's scratch_folder)
 
     # -- the run -------------------------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -135,22 +139,15 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         name = self.name or getattr(args, "run_name", None) or Path(args.output_dir).name or "trainer"
         self.run = run(name, hypothesis=self.hypothesis, baseline=self.baseline, guards=self.guards, tags=self.tags,
                        data=self.data, params=training_params(args, model), root=self.root).__enter__()
-        self._previous_hook = sys.excepthook
-        sys.excepthook = self._excepthook
-
-    def _excepthook(self, kind: Any, error: BaseException, tb: Any) -> None:
-        """An exception that ends the training script: the run failed (stopped for Ctrl-C) with its reason."""
-        self._end(kind, error, tb)
-        (self._previous_hook or sys.__excepthook__)(kind, error, tb)
 
     def _end(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         self.watch.close()
         if self.memory is not None:
             self.memory.close()
+        discard(self._scratch)
+        self._scratch = None
         if self.run is not None and self.run.manifest.status == "running":
             self.run.__exit__(kind, error, tb)
-        if sys.excepthook == self._excepthook:
-            sys.excepthook = self._previous_hook or sys.__excepthook__
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.run is not None and logs:
@@ -221,18 +218,24 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
     # -- the resume test (integrations/resume.py) -------------------------------------------------------------------
     def _resume_step(self, args: Any, state: Any, control: Any, model: Any) -> None:
         if state.global_step == self.resume_step:
-            control.should_save = True       # the Trainer's own checkpoint, written as it writes every one
-        elif state.global_step >= self.resume_step + 2 and self.probe is not None:
+            if self.trainer is None:
+                self._resume_skipped("train() is not transformers.Trainer.train (a subclass replaces it): the "
+                                     "Trainer that runs is unknown to the callback")
+                return
+            from .resume import scratch_folder
+
+            self._scratch = scratch_folder(Path(args.output_dir).resolve())
+            _save_into(self.trainer, self._scratch)
+        elif state.global_step >= self.resume_step + 2 and self.probe is not None and self._scratch is not None:
             from .resume import resume_check, run_child
 
-            checkpoint = Path(args.output_dir) / f"checkpoint-{self.resume_step}"
-            if not checkpoint.is_dir():
-                self._resume_skipped(f"{checkpoint} is gone (save_total_limit?)")
-                return
-            resumed, why = run_child(checkpoint.resolve(), self.resume_step, self.resume_timeout)
+            checkpoint = self._scratch / f"checkpoint-{self.resume_step}"
+            resumed, why = run_child(checkpoint, self.resume_step, self.resume_timeout, self._scratch)
             exact = next(model.parameters()).device.type == "cpu"
             self.resumed = resume_check(self.probe.losses, resumed, why, checkpoint, self.resume_step, exact)
             self.probe.detach()
+            discard(self._scratch)
+            self._scratch = None
 
     def _resume_skipped(self, why: str) -> None:
         from .resume import resume_check
@@ -252,24 +255,60 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.run.artifact(save_record(self.result, command="trainer", root=self.run.store.root), "log:checks")
 
 
-def _resume_in_child(callback: CampaignCallback, child: dict[str, Any]) -> None:
-    """The fresh process of a resume test: the Trainer this callback is given to trains from the checkpoint
-    (train(resume_from_checkpoint=...)), stops after the two compared updates, writes their losses and ends the
-    process, so nothing after train() in the script runs (no save, no upload). Other Trainers train as written."""
+def _save_into(trainer: Any, folder: Path) -> None:
+    """The Trainer's own checkpoint of this update (its `_save_checkpoint`, as it writes every one: weights,
+    optimizer, scheduler, scaler, generators, state), written into `folder` rather than output_dir: output_dir
+    pointed there and pushing to the Hub off for this call only, and the state it keeps of its checkpoints (the
+    best one, the callbacks' states) put back, so that the run's own checkpoints and their rotation are untouched."""
+    import copy
 
+    args, state = trainer.args, trainer.state
+    kept = args.output_dir, args.push_to_hub, state.best_model_checkpoint, copy.deepcopy(state.stateful_callbacks)
+    args.output_dir, args.push_to_hub = str(folder), False
+    try:
+        trainer._save_checkpoint(trainer.model_wrapped, None)
+    finally:
+        args.output_dir, args.push_to_hub = kept[0], kept[1]
+        state.best_model_checkpoint, state.stateful_callbacks = kept[2], kept[3]
+
+
+def _wrap_train() -> None:
+    """Wrap transformers.Trainer.train once: for a Trainer given a CampaignCallback, the callback knows the Trainer
+    while train() runs (the resume test saves through it), and a BaseException leaving train() ends its run
+    (failed, or stopped for SIGTERM and Ctrl-C) before it reaches the script. In the fresh process of a resume test,
+    train() resumes from the checkpoint instead, stops after the two compared updates, writes their losses and ends
+    the process, so nothing after train() in the script runs (no save, no upload)."""
     import transformers
 
     original = transformers.Trainer.train
+    if getattr(original, "_campaign", False):
+        return
 
+    @functools.wraps(original)
     def train(trainer: Any, *args: Any, **kwargs: Any) -> Any:
-        if not any(c is callback for c in trainer.callback_handler.callbacks):
+        mine = [c for c in trainer.callback_handler.callbacks if isinstance(c, CampaignCallback)]
+        if not mine:
             return original(trainer, *args, **kwargs)
-        # the fresh process reports nowhere: only transformers' own flow callbacks and this one stay
-        trainer.callback_handler.callbacks = [c for c in trainer.callback_handler.callbacks if c is callback or
-                                              type(c).__module__ == "transformers.trainer_callback"]
-        original(trainer, resume_from_checkpoint=child["checkpoint"])
-        finish_child(child["out"], callback.probe)
+        child = next((c for c in mine if c.child is not None), None)
+        if child is not None and child.child is not None:
+            # the fresh process reports nowhere: only transformers' own flow callbacks and this one stay
+            trainer.callback_handler.callbacks = [c for c in trainer.callback_handler.callbacks if c is child or
+                                                  type(c).__module__ == "transformers.trainer_callback"]
+            original(trainer, resume_from_checkpoint=child.child["checkpoint"])
+            finish_child(child.child["out"], child.probe)
+        for callback in mine:
+            callback.trainer = trainer
+        try:
+            return original(trainer, *args, **kwargs)
+        except BaseException as error:
+            for callback in mine:
+                callback._end(type(error), error, error.__traceback__)
+            raise
+        finally:
+            for callback in mine:
+                callback.trainer = None
 
+    train._campaign = True  # type: ignore[attr-defined]  # the mark that it is wrapped already
     transformers.Trainer.train = train
 
 

@@ -14,7 +14,8 @@ With resume_check=True (integrations/resume.py, the HF Trainer's design): Lightn
 loops, callbacks, and whatever the module adds in on_save_checkpoint) is resumed in a fresh process running the same
 script, `trainer.fit(..., ckpt_path=...)`, whose losses of updates K+1 and K+2 must be this run's. Lightning's
 checkpoint holds no random generator state, and a plain DataLoader resumed mid-epoch starts its epoch again from the
-first batch: both are caught at update K+1.
+first batch: both are caught at update K+1. The checkpoint goes in a folder of the test's own in default_root_dir
+(campaign-resume-XXXX, resume.py's scratch_folder), removed when the test or the run ends.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import lightning.pytorch as pl
 from ..checks import Check
 from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory, called_module
-from .resume import RESUME_STEP, LossProbe, child_spec
+from .resume import RESUME_STEP, LossProbe, child_spec, discard
 from .steps import StepWatch, TrainerCheck
 
 FIX = ("save what Lightning does not (torch.get_rng_state() and the other generators in the module's "
@@ -51,7 +52,7 @@ def lightning_params(trainer: Any, module: Any) -> dict[str, Any]:
 class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no complete stubs
     """Record and check a Lightning run (see the module docstring); the arguments are those of the HF Trainer's
     callback (campaign.integrations.hf.CampaignCallback). resume_check: save Lightning's own checkpoint after update
-    `resume_step` (in default_root_dir/campaign-resume, removed after the test), run the script again in a fresh
+    `resume_step` (in a folder of its own in default_root_dir, removed after the test), run the script again in a fresh
     process resumed from it, and compare the next two updates' losses."""
 
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
@@ -69,6 +70,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self.probe = LossProbe((resume_step + 1, resume_step + 2)) if resume_check or self.child else None
         self.resumed: Check | None = None
         self._checkpoint: Path | None = None
+        self._scratch: Path | None = None     # the resume test's own folder (resume.py's scratch_folder)
         self._hint = ""
         self.watch = StepWatch("lightning.Trainer", trainable=trainable, steps=check_steps)
         self.memory = StepMemory(memory_update) if memory_update > 0 else None
@@ -177,6 +179,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self.watch.close()
         if self.memory is not None:
             self.memory.close()
+        discard(self._scratch)
+        self._scratch = None
         if self.run is not None and self.run.manifest.status == "running":
             self.run.__exit__(kind, error, tb)
 
@@ -184,8 +188,10 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
     def _resume_step(self, trainer: Any, pl_module: Any, batch_idx: int) -> None:
         if trainer.global_step == self.resume_step and self._checkpoint is None:
             # the update's optimizer step ran in this batch: Lightning's own checkpoint, as ModelCheckpoint writes it
-            self._checkpoint = Path(trainer.default_root_dir).resolve() / "campaign-resume" / \
-                f"step={self.resume_step}.ckpt"
+            from .resume import scratch_folder
+
+            self._scratch = scratch_folder(Path(trainer.default_root_dir).resolve())
+            self._checkpoint = self._scratch / f"step={self.resume_step}.ckpt"
             trainer.save_checkpoint(self._checkpoint)
             batches = trainer.num_training_batches
             loader = getattr(trainer.fit_loop, "_combined_loader", None)
@@ -199,18 +205,17 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
                 self._hint = (" (Lightning's checkpoint holds no random generator state unless the module saves it: "
                               "dropout's masks and the shuffle differ)")
         elif trainer.global_step >= self.resume_step + 2 and self.probe is not None and self._checkpoint is not None:
-            import shutil
-
             from .resume import resume_check, run_child
 
-            resumed, why = run_child(self._checkpoint, self.resume_step, self.resume_timeout)
+            resumed, why = run_child(self._checkpoint, self.resume_step, self.resume_timeout, self._checkpoint.parent)
             missing = [what for key, what in (("optimizer_states", "optimizer state"),
                                               ("lr_schedulers", "learning-rate scheduler")) if key not in self._keys()]
             self.resumed = resume_check(self.probe.losses, resumed, why, self._checkpoint, self.resume_step,
                                         pl_module.device.type == "cpu", missing_state=missing, hint=self._hint,
                                         fix=FIX)
             self.probe.detach()
-            shutil.rmtree(self._checkpoint.parent, ignore_errors=True)
+            discard(self._scratch)
+            self._scratch = None
 
     def _keys(self) -> set[str]:
         """The top-level keys of the saved checkpoint (weights_only: never unpickled); all when unreadable."""

@@ -13,15 +13,24 @@ after update K+2 without saving, reporting or running the rest of the script, an
 Update K+1's loss shows the weights, the data position (which batch comes next) and the random generators
 (dropout's masks) restored; update K+2's shows the update from the resumed state too: the optimizer's state and the
 scheduler's rate. They must equal the uninterrupted run's: bitwise on the CPU, within RTOL on a GPU.
+
+The test writes only in a folder of its own (`scratch_folder`: campaign-resume-XXXX beside the run's checkpoints,
+its owner's host and pid in it) and removes only that folder when it ends. A run killed -9 cannot remove it: the
+next resume test in the same place removes those of this host whose owner process is gone, and the fresh process
+ends itself when the run that started it is gone (it must not hold the GPU, nor write into a removed folder).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +39,8 @@ from ..checks import Check
 ENV = "CAMPAIGN_TRAINER_RESUME"
 RESUME_STEP = 2
 RTOL = 1e-5
+SCRATCH = "campaign-resume-"          # the test's own folders: the prefix, and the file naming their owner
+OWNER = "campaign-owner.json"
 STATE_FILES = {"rng_state": "random generators (dropout, sampling)", "optimizer": "optimizer state",
                "scheduler": "learning-rate scheduler"}
 
@@ -74,33 +85,75 @@ class LossProbe:
 
 
 def child_spec() -> dict[str, Any] | None:
-    """In the fresh process: what to resume (checkpoint, step, out), from the environment."""
+    """In the fresh process: what to resume (checkpoint, step, out, parent), from the environment; the process
+    then ends itself as soon as its parent (the run that started it) is gone."""
     raw = os.environ.get(ENV)
     if not raw:
         return None
     spec = json.loads(raw)
-    return spec if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    parent = spec.get("parent")
+    if isinstance(parent, int) and not any(t.name == "campaign-resume-parent" for t in threading.enumerate()):
+        threading.Thread(target=_end_with, args=(parent,), name="campaign-resume-parent", daemon=True).start()
+    return spec
 
 
-def run_child(checkpoint: Path, step: int, timeout: float) -> tuple[dict[str, Any] | None, str]:
-    """Run the script again in a fresh process that resumes from `checkpoint`; what it wrote, or None and why."""
-    with tempfile.TemporaryDirectory(prefix="campaign-trainer-resume-") as tmp:
-        out = Path(tmp) / "resumed.json"
-        env = {**os.environ, ENV: json.dumps({"checkpoint": str(checkpoint), "step": step, "out": str(out)}),
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
-        argv[0] = sys.executable
-        if len(argv) < 2 or argv[1] == "-c":
-            return None, "the training was not started from a script (python -c or a notebook): nothing to run again"
+def _end_with(parent: int) -> None:
+    """End this fresh process once its parent is gone (killed -9, it could not end it): it would hold the GPU."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def scratch_folder(parent: Path) -> Path:
+    """A new folder of the resume test's own in `parent` (campaign-resume-XXXX, its owner written in it), after
+    removing the ones that killed runs left there: those whose owner file names this host and a process gone.
+    A folder without that file (a user's, or one cut before its file was written) is never touched."""
+    from ..io import atomic_write_json
+    from ..track.store import _alive
+
+    parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    for folder in parent.glob(SCRATCH + "*"):
         try:
-            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return None, f"the fresh process did not finish within {timeout:.0f} s"
-        if not out.is_file():
-            tail = [line for line in (done.stderr or "").strip().splitlines() if line.strip()][-1:]
-            return None, (f"the fresh process exited {done.returncode} without resuming"
-                          + (f": {tail[0][:200]}" if tail else ""))
-        return json.loads(out.read_text(encoding="utf-8")), ""
+            owner = json.loads((folder / OWNER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        mine = isinstance(owner, dict) and owner.get("host") == host and isinstance(owner.get("pid"), int)
+        if mine and not folder.is_symlink() and not _alive(owner["pid"]):
+            shutil.rmtree(folder, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=SCRATCH, dir=parent))
+    atomic_write_json(folder / OWNER, {"host": host, "pid": os.getpid()})
+    return folder
+
+
+def discard(folder: Path | None) -> None:
+    """Remove a folder scratch_folder made (and nothing else: the callbacks hold only that one)."""
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_child(checkpoint: Path, step: int, timeout: float, folder: Path) -> tuple[dict[str, Any] | None, str]:
+    """Run the script again in a fresh process that resumes from `checkpoint` and writes its losses into `folder`
+    (the test's own); what it wrote, or None and why."""
+    out = folder / "resumed.json"
+    env = {**os.environ, ENV: json.dumps({"checkpoint": str(checkpoint), "step": step, "out": str(out),
+                                          "parent": os.getpid()}),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    argv = list(getattr(sys, "orig_argv", [])) or [sys.executable, *sys.argv]
+    argv[0] = sys.executable
+    if len(argv) < 2 or argv[1] == "-c":
+        return None, "the training was not started from a script (python -c or a notebook): nothing to run again"
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"the fresh process did not finish within {timeout:.0f} s"
+    if not out.is_file():
+        tail = [line for line in (done.stderr or "").strip().splitlines() if line.strip()][-1:]
+        return None, (f"the fresh process exited {done.returncode} without resuming"
+                      + (f": {tail[0][:200]}" if tail else ""))
+    return json.loads(out.read_text(encoding="utf-8")), ""
 
 
 def finish_child(out: str | Path, probe: LossProbe | None) -> None:
@@ -109,7 +162,8 @@ def finish_child(out: str | Path, probe: LossProbe | None) -> None:
     from ..io import atomic_write_json
 
     losses = probe.losses if probe is not None else {}
-    atomic_write_json(out, {"losses": {str(k): v for k, v in losses.items()}})
+    if Path(out).parent.is_dir():        # else the run that asked is gone and its folder removed: make none again
+        atomic_write_json(out, {"losses": {str(k): v for k, v in losses.items()}})
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -163,4 +217,5 @@ def resume_check(parent: dict[int, list[float | None]], resumed: dict[str, Any] 
                  "its losses and weights drift from the uninterrupted run's", fix)
 
 
-__all__ = ["ENV", "RESUME_STEP", "TRAINER_FIX", "LossProbe", "child_spec", "finish_child", "resume_check", "run_child"]
+__all__ = ["ENV", "OWNER", "RESUME_STEP", "SCRATCH", "TRAINER_FIX", "LossProbe", "child_spec", "discard",
+           "finish_child", "resume_check", "run_child", "scratch_folder"]

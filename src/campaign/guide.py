@@ -27,7 +27,7 @@ QUESTIONS: tuple[Question, ...] = (
         Step("memory", "GPU memory per card: weights, gradients, optimizer, activations, logits, KV, overheads, "
                        "reserve; fit per card"),
         Step("kv", "the KV cache by context, KV heads, sequences, precision, static vs dynamic; what fits a card"),
-        Step("cards", "GPUs with memory as the driver reports it, bandwidth, bf16 FLOP/s"),
+        Step("cards", "GPUs with memory as CUDA reports it to torch, bandwidth, bf16 FLOP/s"),
         Step("trace", "the peak traced phase by phase without a GPU (fake tensors)"),
         Step("measure", "the peak measured phase by phase on the card: allocated vs reserved"),
         Step("explain", "estimate vs measured, the gap attributed, a safety margin"),

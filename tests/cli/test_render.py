@@ -15,7 +15,7 @@ def test_a_card_that_holds_nothing_shows_dashes_as_the_table_does(cli):
 
 def test_tight_says_how_much_of_the_reserve_is_left(cli):
     argv = ("memory", "llama-3.1-8b", "--method", "qlora", "--batch", "4", "--seq-len", "2048", "--grad-checkpointing",
-            "--mixed-precision", "--card", "rtx-4090")
+            "--mixed-precision", "--no-kbit-upcast", "--card", "rtx-4090")
     est = cli(*argv, "--json").json()
     card = est["fits"][0]
     assert card["verdict"] == "tight"

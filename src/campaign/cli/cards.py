@@ -1,4 +1,4 @@
-"""`campaign cards`: the GPU catalog with memory as the driver reports it."""
+"""`campaign cards`: the GPU catalog with memory as CUDA reports it to torch."""
 from __future__ import annotations
 
 from typing import Annotated

@@ -1,4 +1,4 @@
-"""The bundled card catalog (cards.json): usable memory in bytes as nvidia-smi/rocm-smi report it."""
+"""The bundled card catalog (cards.json): usable memory in bytes as CUDA/HIP report it to torch."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,11 @@ from ..units import parse_size
 
 @dataclass(frozen=True)
 class Card:
-    """A GPU model. `memory_bytes` is the total the driver reports, not the marketed GB."""
+    """A GPU model. `memory_bytes` is what CUDA (HIP) reports to torch as the device's total memory
+    (torch.cuda.get_device_properties().total_memory): the most the CUDA context and PyTorch's allocator together can
+    get, a few hundred MiB below nvidia-smi's board total (`smi_bytes`) on NVIDIA cards (T4: 14,912 of 15,360 MiB),
+    equal to rocm-smi's on AMD ones; not the marketed GB. Where no torch figure is published, the board total, as
+    `memory_source` says."""
 
     name: str
     vendor: str
@@ -26,6 +30,8 @@ class Card:
     aliases: tuple[str, ...] = ()
     typical_rental: bool = False
     memory_source: str = ""
+    smi_bytes: int | None = None
+    smi_source: str = ""
     source: str = ""
     year: int | None = None
 

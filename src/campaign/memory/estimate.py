@@ -164,6 +164,6 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     else:
         notes.append("allocator: PyTorch's default (no expandable segments); --expandable-segments models "
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
-    notes.append("GiB = 2**30 bytes, GB = 10**9: an '80 GB' card holds about 80 GiB of chips, and the driver reports "
-                 "a little less (H100 80GB: 79.65 GiB); campaign cards lists what each one reports")
+    notes.append("GiB = 2**30 bytes, GB = 10**9: an '80 GB' card holds about 80 GiB of chips, and CUDA gives torch "
+                 "a little less (H100 80GB: 79.20 GiB); campaign cards lists what each one reports")
     return tuple(notes)

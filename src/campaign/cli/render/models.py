@@ -74,7 +74,7 @@ def _attention(spec: ModelSpec) -> str:
 
 
 def cards(listing: CardList) -> None:
-    table = Table(title="GPU cards: memory as the driver reports it (an '80 GB' card is not 80 GiB)",
+    table = Table(title="GPU cards: memory as CUDA reports it to torch (an '80 GB' card is not 80 GiB)",
                   title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("card", "left"), ("marketed", "right"), ("usable GiB", "right"), ("bytes", "right"), ("stack", "left"),

@@ -247,7 +247,7 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
         return SavedActivations(saved, one_layer, "")
     tokens = w.batch * w.seq_len
     layer = layer_saved(spec, w)
-    c = ELEMENT_BYTES[w.residual_dtype]
+    c = ELEMENT_BYTES[w.compute_dtype]
     generic = f"{spec.generic}; " if spec.generic else ""
     if w.grad_checkpointing:
         return SavedActivations(saved, one_layer, generic + (
@@ -272,7 +272,6 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
     layer = layer_saved(spec, w)
     per_token = layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len)
     c = ELEMENT_BYTES[w.compute_dtype]
-    kept = ELEMENT_BYTES[w.residual_dtype]  # a checkpointed layer's input: fp32 on a k-bit-prepared base
     # after the blocks: the final norm (its output is the LM head's input)
     h = spec.hidden_size
     if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
@@ -291,7 +290,7 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
         if mask:
             final += tokens * w.seq_len * c
         if checkpointing:
-            return int(L * tokens * kept * h + final), int(one_layer)
+            return int(L * tokens * c * h + final), int(one_layer)
         return int(L * one_layer + final), int(one_layer)
 
     return at

@@ -387,7 +387,7 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
     function, and the first unpack of a saved tensor in backward reruns the whole function, saving everything again
     (_checkpoint_hook / _recomputation_hook); transformers' GradientCheckpointingLayer (modeling_layers.py) checkpoints
     each decoder layer's forward, the hidden states its input."""
-    c = ELEMENT_BYTES[w.residual_dtype]  # fp32 on a k-bit-prepared base (Workload.residual_dtype)
+    c = ELEMENT_BYTES[w.compute_dtype]  # fp32 on a k-bit-prepared base (Workload.compute_dtype)
     L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
     items = [Item("checkpointed layer inputs", int(L * tokens * h * c),
                   f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",

@@ -213,12 +213,6 @@ class Workload:
         return self.compute_dtype
 
     @property
-    def residual_dtype(self) -> str:
-        """Dtype of the hidden states between layers (what a checkpointed layer keeps): the compute dtype (fp32 on
-        a k-bit-prepared base)."""
-        return self.compute_dtype
-
-    @property
     def cache_dtype(self) -> str:
         """KV cache dtype: --kv-dtype, else the compute dtype."""
         return self.kv_dtype or self.compute_dtype

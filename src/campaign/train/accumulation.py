@@ -34,6 +34,7 @@ from .setup import Setup, first_line, load_setup
 from .step import first_rows
 
 SCHEMA = "campaign.batch/1"
+DONE_RECORD = "done.rank{rank}"  # beside OUT: this rank passed the last barrier (ddp_worker)
 ERROR_RECORD = "error.rank{rank}.json"  # beside the worker's OUT: a failing rank's own line and time (ddp_worker)
 NORMALIZATIONS = {"accumulate": "your accumulation step (the setup's accumulate), run on the micro-batches",
                   "token": "every token weighs the same: summed token losses / tokens of the whole update",
@@ -375,6 +376,9 @@ def run_torchrun(setup: str, task: str, processes: int, timeout: float) -> dict[
                "-m", "campaign.train.ddp_worker", setup, task, str(out)]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         code, stderr = launch(cmd, env, timeout, f"the {processes}-process check")
+        done = all((Path(tmp) / DONE_RECORD.format(rank=r)).is_file() for r in range(processes))
+        if done and out.is_file():              # every rank passed the last barrier: a teardown crash changes nothing
+            return json.loads(out.read_text(encoding="utf-8"))
         cause = root_cause(Path(tmp), stderr, processes)
         if cause is not None:
             raise InputError(cause)

@@ -5,7 +5,8 @@ K micro-batches per update) or 'check' (`campaign check --processes`'s one updat
 
 A rank that fails records its own error, one line with its rank and the time, in ERROR_RECORD beside OUT: the
 launcher names the rank that failed first with its own error, not a rank that only lost its connection to it
-(accumulation.root_cause)."""
+(accumulation.root_cause). A rank past the last barrier marks itself done (DONE_RECORD): the result is complete
+then, and a crash in gloo's teardown after it does not fail the check."""
 from __future__ import annotations
 
 import os
@@ -32,7 +33,7 @@ def _run(setup_ref: str, task: str, out: str) -> None:
     import torch.distributed as dist
 
     from ..io import atomic_write_json
-    from .accumulation import ddp_variants
+    from .accumulation import DONE_RECORD, ddp_variants
     from .ddp_check import ddp_step
     from .setup import load_setup
 
@@ -45,6 +46,7 @@ def _run(setup_ref: str, task: str, out: str) -> None:
     if dist.get_rank() == 0:
         atomic_write_json(out, result)
     dist.barrier()
+    Path(out).with_name(DONE_RECORD.format(rank=dist.get_rank())).touch()
 
 
 def _record(out: Path, rank: str, when: float, e: BaseException) -> None:

@@ -28,17 +28,16 @@ COMMANDS = [
     ("qwen2.5-7b", {"mode": "infer", "seq_len": 8192}, "l40s", False),
     ("qwen2.5-32b", {"mode": "infer", "seq_len": 16384, "batch": 4}, None, False),
     ("mixtral-8x7b", {"gpus": 8, "shard": "zero3", "mixed_precision": True, "grad_checkpointing": True}, None, True),
-    ("tiny", {}, "h200", False),  # thousands of sequences fit: the batches within the margin of the card are many
+    ("tiny", {}, "h200", False),  # thousands of sequences fit
     ("tiny", {}, None, False),
     ("tiny", {"mode": "infer", "seq_len": 256}, None, False),
-    # the sweep's longest (tests/memory/solve_sweep.py): hundreds of batches within the margin of the card, and a
-    # 64-layer QLoRA step's longest-context search
+    # once the sweep's longest (tests/memory/solve_sweep.py): hundreds of batches near the card, and a 64-layer QLoRA
+    # step's longest-context search
     ("google-bert/bert-base-uncased", {"seq_len": 1024, "grad_checkpointing": True, "mixed_precision": True},
      "H200-SXM-141GB", False),
     ("Qwen/Qwen3-32B", {"method": "qlora", "seq_len": 2048, "grad_checkpointing": True, "mixed_precision": True},
      "A100-SXM-80GB", False),
-    # the sweep's longest since: QLoRA's longest-context search on the H200, a dozen probes near the card's edge,
-    # each replaying a 64-layer step
+    # QLoRA's longest-context search on the H200, a dozen probes near the card's edge, each replaying a 64-layer step
     ("Qwen/Qwen3-32B", {"method": "qlora", "seq_len": 2048, "grad_checkpointing": True, "mixed_precision": True},
      "H200-SXM-141GB", False),
 ]

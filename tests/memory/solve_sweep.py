@@ -41,11 +41,12 @@ def answers(exhaustive: bool, only: list | None = None) -> dict[str, list[int] |
     from campaign.errors import CampaignError
     from campaign.hardware.cards import find_card
     from campaign.memory import make_workload
-    from campaign.memory.fit import Probes, max_value
+    from campaign.memory.fit import fits, max_value
+    from campaign.memory.workload import resized
     from campaign.models import load_spec
 
     out: dict[str, list[int] | str] = {}
-    shared: dict[tuple[str, str], tuple[Probes, Probes]] = {}
+    shared: dict[tuple[str, str], tuple[dict, dict]] = {}
     for model, name, kw, card in only or cases():
         key = f"{model}|{name}|{card}"
         spec = load_spec(model)
@@ -55,11 +56,13 @@ def answers(exhaustive: bool, only: list | None = None) -> dict[str, list[int] |
             out[key] = str(e)
             continue
         memory = card if isinstance(card, int) else find_card(card).memory_bytes
-        batches, lengths = shared.setdefault((model, name), (Probes(), Probes()))
+        batches, lengths = shared.setdefault((model, name), ({}, {}))
         try:
-            b = max_value(spec, w, memory, "batch", limit=1 << 16, cache=batches, exhaustive=exhaustive)
-            s = max_value(spec, w, memory, "seq_len", limit=max(spec.max_position, w.seq_len), cache=lengths,
-                          exhaustive=exhaustive)
+            b = max_value(spec, w, memory, "batch", limit=1 << 16, cache=batches)
+            s = max_value(spec, w, memory, "seq_len", limit=max(spec.max_position, w.seq_len), cache=lengths)
+            if exhaustive:  # the largest batch for which every smaller batch fits too
+                b = next((n - 1 for n in range(1, b) if not fits(spec, resized(w, "batch", n), memory)),
+                         b)
         except CampaignError as e:
             out[key] = str(e)
             continue

@@ -230,14 +230,6 @@ def test_a_segment_with_a_live_block_is_not_released_at_the_limit():
     assert (b.reserved, b.released, b.peak_reserved) == (30 * MiB, 20 * MiB, 30 * MiB)
 
 
-def test_the_unlimited_replay_says_from_which_limit_on_nothing_would_be_released():
-    # C, D freed (a wholly free 20 MiB segment), then E: a new 30 MiB segment at reserved 20 -> 50 MiB. Any limit of
-    # 50 MiB or more releases nothing; with D alive no segment is ever wholly free: no limit releases anything
-    events = [("alloc", "C", 4 * MiB), ("alloc", "D", 4 * MiB), ("free", "C", 0)]
-    assert replay(events + [("alloc", "E", 30 * MiB)]).release_above == 0
-    assert replay(events + [("free", "D", 0), ("alloc", "E", 30 * MiB)]).release_above == 50 * MiB
-
-
 @pytest.mark.parametrize("limit", [None, 300 * MiB])
 def test_a_fork_replays_on_as_the_allocator_it_was_forked_from(limit):
     # the training replay forks the allocator after the weights (whose blocks it never frees) for each probe of a

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from campaign.memory import make_workload, reserved
-from campaign.memory.activations import layer_saved
 from campaign.memory.breakdown import Item, Phase
 from campaign.memory.phases import training_phases
 from campaign.memory.replay import Replay
@@ -54,7 +53,7 @@ def recording(monkeypatch):
 
 
 def _replay(spec, w):
-    reserved._training_replay(spec, w, training_phases(spec, w), layer_saved(spec, w), False, None)
+    reserved.training_overhead(spec, w, training_phases(spec, w), limit=None)
 
 
 def _allocs(events):
@@ -128,7 +127,7 @@ def test_the_process_replay_covers_a_zero3_model_built_whole():
     kw = dict(method="lora", gpus=8, shard="zero3", mixed_precision=True, batch=1, seq_len=64)
     for zero_init, whole in ((False, True), (True, False)):
         w = make_workload(**kw, zero_init=zero_init)
-        found = reserved._training_replay(spec, w, training_phases(spec, w), layer_saved(spec, w), False, None)
+        found = reserved.training_overhead(spec, w, training_phases(spec, w), limit=None)
         assert (found.peak_reserved >= 2 * 8_030_261_248) is whole
 
 

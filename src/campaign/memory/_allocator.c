@@ -24,7 +24,7 @@ typedef long long i64;
 typedef struct {
     i64 size, seg, off;
     int prev, next; /* block indices, -1: none */
-    char free, small, since;
+    char free, small;
 } Block;
 
 typedef struct { /* a free block in its pool: its size, and its index for the segment and offset (ties) */
@@ -40,9 +40,8 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *dict; /* a Python subclass's attributes (allocator.py's keyed blocks) */
-    i64 allocated, reserved, peak_allocated, peak_reserved, segments, released, release_above;
-    i64 diverged_at, allocated_bound, since_large, since_small, whole_free, limit;
-    int since, expandable, has_limit;
+    i64 allocated, reserved, peak_allocated, peak_reserved, segments, released, whole_free, limit;
+    int expandable, has_limit;
     Pool pools[2]; /* [1]: small, [0]: large */
     int tail[2];
     Block *blocks;
@@ -92,16 +91,12 @@ static int new_block(Core *c, i64 size, i64 seg, i64 off, int prev, int next, in
     int i = c->nspare ? c->spare[--c->nspare] : c->nblocks++; /* make_room left room */
     Block *b = &c->blocks[i];
     b->size = size; b->seg = seg; b->off = off; b->prev = prev; b->next = next;
-    b->free = 1; b->small = (char)small; b->since = 0;
+    b->free = 1; b->small = (char)small;
     return i;
 }
 
 static void drop_block(Core *c, int i) {
     c->spare[c->nspare++] = i;
-}
-
-static inline int before(i64 s1, i64 g1, i64 o1, i64 s2, i64 g2, i64 o2) {
-    return s1 < s2 || (s1 == s2 && (g1 < g2 || (g1 == g2 && o1 < o2)));
 }
 
 /* first entry in [lo, hi) not before (size, seg, off) (hi where none is). Branches, not conditional moves: a step
@@ -112,8 +107,9 @@ static inline Py_ssize_t lower_in(const Pool *p, const Block *blocks, Py_ssize_t
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) >> 1;
         const Entry *e = &p->e[mid];
-        int b = e->size < size || (e->size == size && before(0, blocks[e->block].seg, blocks[e->block].off, 0, seg, off));
-        if (b) lo = mid + 1; else hi = mid;
+        i64 g = blocks[e->block].seg;
+        if (e->size < size || (e->size == size && (g < seg || (g == seg && blocks[e->block].off < off)))) lo = mid + 1;
+        else hi = mid;
     }
     return lo;
 }
@@ -228,15 +224,7 @@ static int take(Core *c, i64 size) {
     } else {
         i64 seg_bytes = small ? SMALL_BUFFER : size < MIN_LARGE_ALLOC ? LARGE_BUFFER :
             (size + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
-        if (c->whole_free && c->reserved + seg_bytes > c->release_above) c->release_above = c->reserved + seg_bytes;
-        if (c->has_limit && c->reserved + seg_bytes > c->limit) {
-            if (c->whole_free && !c->since) { /* the first release: the replays part here */
-                c->diverged_at = c->reserved + seg_bytes;
-                c->allocated_bound = c->peak_allocated;
-                c->since = 1;
-            }
-            release_cached(c);
-        }
+        if (c->has_limit && c->reserved + seg_bytes > c->limit) release_cached(c);
         c->segments++;
         block = new_block(c, seg_bytes, c->segments, 0, -1, -1, small);
         reserve(c, seg_bytes);
@@ -260,12 +248,6 @@ static int take(Core *c, i64 size) {
     b->free = 0;
     c->allocated += b->size;
     if (c->allocated > c->peak_allocated) c->peak_allocated = c->allocated;
-    if (c->since) {
-        b->since = 1;
-        if (small) c->since_small++; else c->since_large++;
-        i64 bound = c->allocated + (c->since_large << 20) + (MIN_BLOCK - 1) * c->since_small;
-        if (bound > c->allocated_bound) c->allocated_bound = bound;
-    }
     return block;
 }
 
@@ -273,10 +255,6 @@ static void give(Core *c, int block) {
     Block *b = &c->blocks[block];
     c->allocated -= b->size;
     int small = b->small;
-    if (b->since) {
-        b->since = 0;
-        if (small) c->since_small--; else c->since_large--;
-    }
     Pool *pool = &c->pools[small];
     b->free = 1;
     int prev = b->prev, after = b->next;
@@ -452,11 +430,6 @@ static PyObject *Core_pass_each(Core *self, PyObject *sizes) {
     Py_RETURN_NONE;
 }
 
-/* The sizes of one item of `seq` (a sequence of sequences), read as take_each reads its own: NULL on error. */
-static PyObject *nested_items(PyObject *outer, Py_ssize_t i, const char *what) {
-    return int_items(PyTuple_GET_ITEM(outer, i), what);
-}
-
 /* Take each size of `sizes` (a tuple of ints) into `blocks` (room for all of them): 0, or -1 on error. */
 static int take_all(Core *c, PyObject *sizes, int *blocks) {
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(sizes); j++) {
@@ -486,7 +459,7 @@ static PyObject *Core_forward_layers(Core *self, PyObject *args) {
     if (!(blocks = PyMem_Malloc(sizeof(int) * (size_t)(np + 1)))) { PyErr_NoMemory(); goto fail; }
     if (!(out = PyList_New(layers))) goto fail;
     for (Py_ssize_t i = 0; i < layers; i++) {
-        PyObject *sizes = nested_items(kept, i, "forward_layers");
+        PyObject *sizes = int_items(PyTuple_GET_ITEM(kept, i), "forward_layers");
         if (!sizes) goto fail;
         Py_ssize_t n = PyTuple_GET_SIZE(sizes);
         PyObject *handles = PyList_New(n);
@@ -536,7 +509,7 @@ static PyObject *Core_backward_layers(Core *self, PyObject *args) {
     for (Py_ssize_t i = PyTuple_GET_SIZE(saved) - 1; i >= 0; i--) {
         if (take_all(self, made, blocks) < 0) goto fail;
         if (i < PyTuple_GET_SIZE(grads)) {
-            if (!(gs = nested_items(grads, i, "backward_layers"))) goto fail;
+            if (!(gs = int_items(PyTuple_GET_ITEM(grads, i), "backward_layers"))) goto fail;
             Py_ssize_t ng = PyTuple_GET_SIZE(gs);
             for (Py_ssize_t j = 0; j < ng; j++) {
                 i64 size = PyLong_AsLongLong(PyTuple_GET_ITEM(gs, j));
@@ -576,238 +549,10 @@ fail:
     return NULL;
 }
 
-static PyObject *Core_release_cached(Core *self, PyObject *Py_UNUSED(ignored)) {
-    release_cached(self);
-    Py_RETURN_NONE;
-}
-
 static PyObject *Core_empty_cache(Core *self, PyObject *Py_UNUSED(ignored)) {
     i64 released = self->released;
     release_cached(self);
     self->released = released;
-    Py_RETURN_NONE;
-}
-
-/* A recorded step (memory/tape.py): `ops` is 3 i64 per operation (what, how its size is worked out, a value),
- * `factors` one double per operation. What: 0 take, 1 take unless the size is under 1 B (no block: Replay.alloc's
- * None), 2 give (the value: the slot of a take; a take that made no block is skipped), 3 empty_cache. How: 0 the
- * value, 1 tokens x value, 2 (tokens x value) x factor truncated (Python's int() of the same double product), 3
- * `final`. Each take fills the next slot. */
-typedef struct {
-    Py_buffer ops, factors;
-    const i64 *op;
-    const double *factor;
-    Py_ssize_t n, takes, gives;
-} Tape;
-
-/* Read and check a tape's buffers (run_tape refuses an unknown operation before it runs any): 0, or -1 with the
- * error set (the buffers released). */
-static int tape_open(Tape *t, PyObject *ops, PyObject *factors) {
-    if (PyObject_GetBuffer(ops, &t->ops, PyBUF_SIMPLE) < 0) return -1;
-    if (PyObject_GetBuffer(factors, &t->factors, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&t->ops); return -1; }
-    t->n = t->ops.len / (Py_ssize_t)(3 * sizeof(i64));
-    t->op = t->ops.buf;
-    t->factor = t->factors.buf;
-    t->takes = t->gives = 0;
-    if (t->ops.len != t->n * (Py_ssize_t)(3 * sizeof(i64)) || t->factors.len != t->n * (Py_ssize_t)sizeof(double)) {
-        PyErr_SetString(PyExc_ValueError, "run_tape: ops and factors do not match");
-        goto fail;
-    }
-    for (Py_ssize_t i = 0; i < t->n; i++) {
-        if ((unsigned long long)t->op[3 * i] > 3 || (unsigned long long)t->op[3 * i + 1] > 3) {
-            PyErr_SetString(PyExc_ValueError, "run_tape: an unknown operation");
-            goto fail;
-        }
-        t->takes += t->op[3 * i] <= 1;
-        t->gives += t->op[3 * i] == 2;
-    }
-    return 0;
-fail:
-    PyBuffer_Release(&t->ops);
-    PyBuffer_Release(&t->factors);
-    return -1;
-}
-
-static void tape_close(Tape *t) {
-    PyBuffer_Release(&t->ops);
-    PyBuffer_Release(&t->factors);
-}
-
-/* Run tape `t` at `tokens` on `c`, which has room for all of it (ensure_room: 2 x takes blocks, takes + gives
- * entries); `slots` holds takes + 1 ints. 0, or -1 with the error set. */
-static int tape_run(Core *c, const Tape *t, i64 tokens, i64 final, int *slots) {
-    const i64 *op = t->op;
-    Py_ssize_t next = 0;
-    if (tokens < 0 || final < 0) { PyErr_SetString(PyExc_ValueError, "run_tape: negative tokens or final"); return -1; }
-    for (Py_ssize_t i = 0; i < t->n; i++) {
-        i64 what = op[3 * i], how = op[3 * i + 1], value = op[3 * i + 2], size;
-        if (what <= 1) {
-            if (how == 0) size = value;
-            else if (how == 3) size = final;
-            else if (__builtin_mul_overflow(tokens, value, &size)) size = -1;
-            else if (how == 2) {
-                double bytes = (double)size * t->factor[i];
-                size = bytes <= (double)MAX_REQUEST ? (i64)bytes : -1;
-            }
-            if (size < 0 && how == 0) { PyErr_SetString(PyExc_ValueError, "run_tape: a negative size"); return -1; }
-            if (size < 0 || size > MAX_REQUEST) {
-                PyErr_SetString(PyExc_OverflowError, "run_tape: a size past the compiled model's 64-bit sizes");
-                return -1;
-            }
-            if (what == 1 && size < 1) { slots[next++] = -1; continue; }
-            if (c->reserved > MAX_RESERVED || c->allocated > MAX_RESERVED) {
-                PyErr_SetString(PyExc_OverflowError, "run_tape: past the compiled model's 64-bit sizes");
-                return -1;
-            }
-            slots[next++] = take(c, size);
-        } else if (what == 2) {
-            if (value < 0 || value >= next) { PyErr_SetString(PyExc_ValueError, "run_tape: a give before its take"); return -1; }
-            int block = slots[value];
-            if (block < 0) continue;
-            if (c->blocks[block].free) { PyErr_SetString(PyExc_ValueError, "run_tape: a block given twice"); return -1; }
-            slots[value] = -1;
-            give(c, block);
-        } else { /* 3: empty_cache */
-            i64 released = c->released;
-            release_cached(c);
-            c->released = released;
-        }
-    }
-    return 0;
-}
-
-static PyObject *Core_run_tape(Core *self, PyObject *args) {
-    PyObject *ops, *factors;
-    long long tokens, final;
-    Tape t;
-    int *slots = NULL;
-    if (!PyArg_ParseTuple(args, "OOLL", &ops, &factors, &tokens, &final) || tape_open(&t, ops, factors) < 0)
-        return NULL;
-    PyObject *result = NULL;
-    if (!(slots = PyMem_Malloc(sizeof(int) * (size_t)(t.takes + 1)))) { PyErr_NoMemory(); goto done; }
-    if (ensure_room(self, 2 * t.takes, t.takes + t.gives) < 0) goto done; /* no take or give below allocates */
-    if (tape_run(self, &t, tokens, final, slots) < 0) goto done;
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    PyMem_Free(slots);
-    tape_close(&t);
-    return result;
-}
-
-/* The ints of `seq` (exact ints only: reading them runs no Python code) as a new array of *n; NULL with the error
- * set. */
-static i64 *i64_items(PyObject *seq, const char *what, Py_ssize_t *n) {
-    PyObject *items = PySequence_Tuple(seq);
-    if (!items) return NULL;
-    *n = PyTuple_GET_SIZE(items);
-    i64 *out = PyMem_Malloc(sizeof(i64) * (size_t)(*n + 1));
-    if (!out) { Py_DECREF(items); PyErr_NoMemory(); return NULL; }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(items, i);
-        if (!PyLong_CheckExact(item)) {
-            PyErr_Format(PyExc_TypeError, "%s: ints only, not %.100s", what, Py_TYPE(item)->tp_name);
-            goto fail;
-        }
-        if ((out[i] = PyLong_AsLongLong(item)) == -1 && PyErr_Occurred()) goto fail;
-    }
-    Py_DECREF(items);
-    return out;
-fail:
-    Py_DECREF(items);
-    PyMem_Free(out);
-    return NULL;
-}
-
-static void copy_items(void *dst, const void *src, size_t bytes) { /* memcpy, which a NULL source may not pass */
-    if (bytes) memcpy(dst, src, bytes);
-}
-
-/* run_tape from this state for each (tokens, final), each on a copy of this state under `limit` (None: none), as
- * fork(limit=limit).run_tape(ops, factors, tokens, final) would, this one left as it is: each run's overhead, its
- * peak reserved - peak allocated (at least 0), in a list, up to the first that passes its `within` (None: all). The
- * copies share one set of arrays, made once. Every argument is read before the first run: no Python code runs
- * between the runs (it could change this state past the room made for them). */
-static PyObject *Core_overheads_each(Core *self, PyObject *args) {
-    PyObject *ops, *factors, *tokens_arg, *finals_arg, *limit_arg, *within_arg = Py_None, *out = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOO|O", &ops, &factors, &tokens_arg, &finals_arg, &limit_arg, &within_arg))
-        return NULL;
-    if (self->expandable) {
-        PyErr_SetString(PyExc_ValueError, "overheads_each: expandable segments");
-        return NULL;
-    }
-    i64 limit = 0;
-    if (limit_arg != Py_None && (limit = PyLong_AsLongLong(limit_arg)) == -1 && PyErr_Occurred()) return NULL;
-    Tape t;
-    Core c; /* the copy: the counters copied as fork copies them, the arrays its own */
-    memset(&c, 0, sizeof c);
-    int *slots = NULL;
-    i64 *tokens = NULL, *finals = NULL, *within = NULL, *overheads = NULL;
-    Py_ssize_t runs = 0, nf = 0, nw = 0, ran = 0;
-    if (!(tokens = i64_items(tokens_arg, "overheads_each: tokens", &runs)) ||
-        !(finals = i64_items(finals_arg, "overheads_each: finals", &nf)) ||
-        (within_arg != Py_None && !(within = i64_items(within_arg, "overheads_each: within", &nw))))
-        goto free_items;
-    if (nf != runs || (within && nw != runs)) {
-        PyErr_SetString(PyExc_ValueError, "overheads_each: as many finals (and within) as tokens");
-        goto free_items;
-    }
-    if (tape_open(&t, ops, factors) < 0) goto free_items;
-    Py_ssize_t blocks = (Py_ssize_t)self->nblocks + 2 * t.takes, entries[2];
-    for (int k = 0; k < 2; k++) entries[k] = self->pools[k].n + t.takes + t.gives;
-    if (blocks > INT_MAX / 2) { PyErr_SetString(PyExc_MemoryError, "allocator model: too many blocks"); goto done; }
-    c.blocks = PyMem_Malloc((size_t)blocks * sizeof(Block) + 1);
-    c.spare = PyMem_Malloc((size_t)blocks * sizeof(int) + 1);
-    c.pools[0].e = PyMem_Malloc((size_t)entries[0] * sizeof(Entry) + 1);
-    c.pools[1].e = PyMem_Malloc((size_t)entries[1] * sizeof(Entry) + 1);
-    slots = PyMem_Malloc(sizeof(int) * (size_t)(t.takes + 1));
-    overheads = PyMem_Malloc(sizeof(i64) * (size_t)(runs + 1));
-    if (!c.blocks || !c.spare || !c.pools[0].e || !c.pools[1].e || !slots || !overheads) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Block *own_blocks = c.blocks;
-    int *own_spare = c.spare;
-    Entry *own_entries[2] = {c.pools[0].e, c.pools[1].e};
-    for (Py_ssize_t r = 0; r < runs; r++) {
-        memcpy((char *)&c + offsetof(Core, allocated), (char *)self + offsetof(Core, allocated),
-               sizeof(Core) - offsetof(Core, allocated));
-        c.blocks = own_blocks; c.cap = c.spare_cap = (int)blocks; c.spare = own_spare;
-        copy_items(c.blocks, self->blocks, (size_t)self->nblocks * sizeof(Block));
-        copy_items(c.spare, self->spare, (size_t)self->nspare * sizeof(int));
-        for (int k = 0; k < 2; k++) {
-            c.pools[k].e = own_entries[k];
-            c.pools[k].cap = entries[k];
-            copy_items(c.pools[k].e, self->pools[k].e, (size_t)self->pools[k].n * sizeof(Entry));
-        }
-        c.has_limit = limit_arg != Py_None;
-        c.limit = c.has_limit ? limit : 0;
-        if (tape_run(&c, &t, tokens[r], finals[r], slots) < 0) goto done;
-        i64 overhead = c.peak_reserved > c.peak_allocated ? c.peak_reserved - c.peak_allocated : 0;
-        overheads[ran++] = overhead;
-        if (within && overhead > within[r]) break;
-    }
-    if (!(out = PyList_New(ran))) goto done;
-    for (Py_ssize_t r = 0; r < ran; r++) {
-        PyObject *o = PyLong_FromLongLong(overheads[r]);
-        if (!o) { Py_CLEAR(out); goto done; }
-        PyList_SET_ITEM(out, r, o);
-    }
-done:
-    PyMem_Free(c.blocks); PyMem_Free(c.spare); PyMem_Free(c.pools[0].e); PyMem_Free(c.pools[1].e);
-    tape_close(&t);
-free_items:
-    PyMem_Free(slots);
-    PyMem_Free(overheads);
-    PyMem_Free(tokens);
-    PyMem_Free(finals);
-    PyMem_Free(within);
-    return out;
-}
-
-static PyObject *Core_reset_peaks(Core *self, PyObject *Py_UNUSED(ignored)) {
-    self->peak_allocated = self->allocated;
-    self->peak_reserved = self->reserved;
     Py_RETURN_NONE;
 }
 
@@ -869,9 +614,8 @@ static PyObject *Core_state(Core *self, PyObject *Py_UNUSED(ignored)) {
              *large = pool_state(&self->pools[0], self->blocks);
     PyObject *out = NULL;
     if (t1 && t0 && small && large)
-        out = Py_BuildValue("(LLLLLLLL(OO)OO)", self->allocated, self->reserved, self->peak_allocated,
-                            self->peak_reserved, self->segments, self->released, self->release_above,
-                            self->whole_free, t1, t0, small, large);
+        out = Py_BuildValue("(LLLLLLL(OO)OO)", self->allocated, self->reserved, self->peak_allocated,
+                            self->peak_reserved, self->segments, self->released, self->whole_free, t1, t0, small, large);
     Py_XDECREF(t1); Py_XDECREF(t0); Py_XDECREF(small); Py_XDECREF(large);
     return out;
 }
@@ -902,14 +646,7 @@ static PyMethodDef Core_methods[] = {
      "A training forward over its blocks: per block its kept tensors, then tensors made and freed at once."},
     {"backward_layers", (PyCFunction)Core_backward_layers, METH_VARARGS,
      "A training backward over its blocks, from the last: made tensors, gradients, then the frees."},
-    {"release_cached", (PyCFunction)Core_release_cached, METH_NOARGS,
-     "Return every cached segment that is wholly free to the driver."},
     {"empty_cache", (PyCFunction)Core_empty_cache, METH_NOARGS, "torch.cuda.empty_cache(), called by the program."},
-    {"reset_peaks", (PyCFunction)Core_reset_peaks, METH_NOARGS, "Peaks set to the current values."},
-    {"run_tape", (PyCFunction)Core_run_tape, METH_VARARGS, "A step recorded by memory/tape.py, run at `tokens`."},
-    {"overheads_each", (PyCFunction)Core_overheads_each, METH_VARARGS,
-     "Each (tokens, final)'s run_tape on a fork of this state under `limit`: its peak reserved - peak allocated, "
-     "up to the first past its `within`."},
     {"_fork", (PyCFunction)(void (*)(void))Core_fork, METH_VARARGS | METH_KEYWORDS,
      "A copy that replays on from here under `limit`."},
     {"state", (PyCFunction)Core_state, METH_NOARGS, "Everything the next events' outcome depends on."},
@@ -919,7 +656,7 @@ static PyMethodDef Core_methods[] = {
 #define MEMBER(name) {#name, T_LONGLONG, offsetof(Core, name), 0, NULL}
 static PyMemberDef Core_members[] = {
     MEMBER(allocated), MEMBER(reserved), MEMBER(peak_allocated), MEMBER(peak_reserved), MEMBER(segments),
-    MEMBER(released), MEMBER(release_above), MEMBER(diverged_at), MEMBER(allocated_bound),
+    MEMBER(released),
     {NULL}
 };
 

@@ -6,7 +6,6 @@ layers; its peak is the largest temporary inside one layer.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..models.families import falcon_shared_attention
@@ -15,7 +14,7 @@ from . import encdec
 from .dtypes import ELEMENT_BYTES
 from .states import deepspeed_casts, lora_in_features
 from .terms import SavedActivations, Term
-from .workload import KeptBySpec, Workload, resized, size_free_key
+from .workload import KeptBySpec, Workload, size_free_key
 
 FP32 = 4
 
@@ -242,7 +241,7 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
     False: the bytes only, the formula left empty)."""
     if spec.encdec is not None:
         return encdec.training_activations(spec, w)
-    saved, one_layer = saved_at(spec, w)(w.batch * w.seq_len)
+    saved, one_layer = _saved(spec, w, w.batch * w.seq_len)
     if not formula:
         return SavedActivations(saved, one_layer, "")
     tokens = w.batch * w.seq_len
@@ -259,16 +258,9 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
         + f" = {spec.num_layers} x {tokens} tokens; terms: " + "; ".join(f"{n} {v:,.0f}" for n, v in layer.terms if v)))
 
 
-def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
-    """tokens -> (bytes saved over all layers at the end of forward, of one layer) at w's length and any batch (the
-    tokens are batch x length): what training_activations counts, its batch-free parts worked out once (a card
-    solve's many batches, reserved.BatchOverheads)."""
-    if spec.encdec is not None:
-        def encdec_at(tokens: int) -> tuple[int, int]:
-            saved = encdec.training_activations(spec, resized(w, "batch", tokens // w.seq_len))
-            return saved.bytes, saved.one_layer
-
-        return encdec_at
+def _saved(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, int]:
+    """(bytes saved over all layers at the end of forward, of one layer) of a decoder at `tokens` (batch x length):
+    what training_activations counts."""
     layer = layer_saved(spec, w)
     per_token = layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len)
     c = ELEMENT_BYTES[w.compute_dtype]
@@ -283,17 +275,13 @@ def saved_at(spec: ModelSpec, w: Workload) -> Callable[[int], tuple[int, int]]:
     # Falcon hands SDPA a b x 1 x s x s mask, kept once
     mask = spec.model_type == "falcon" and w.attention == "sdpa" and not uses_math_sdpa(spec, w)
     L, checkpointing = spec.num_layers, w.grad_checkpointing
-
-    def at(tokens: int) -> tuple[int, int]:
-        one_layer = tokens * per_token
-        final = tokens * final_per_token
-        if mask:
-            final += tokens * w.seq_len * c
-        if checkpointing:
-            return int(L * tokens * c * h + final), int(one_layer)
-        return int(L * one_layer + final), int(one_layer)
-
-    return at
+    one_layer = tokens * per_token
+    final = tokens * final_per_token
+    if mask:
+        final += tokens * w.seq_len * c
+    if checkpointing:
+        return int(L * tokens * c * h + final), int(one_layer)
+    return int(L * one_layer + final), int(one_layer)
 
 
 def eager_backward_scores(spec: ModelSpec, w: Workload) -> Term:

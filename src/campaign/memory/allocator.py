@@ -28,26 +28,15 @@ through both and compares their state after every event.
 """
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .constants import LARGE_BUFFER, MIN_BLOCK, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE
 
-# A recorded step's operations (memory/tape.py; run_tape here and in _allocator.c), 3 ints each: what, how its size is
-# worked out, a value. What: a take; a take unless the size is under 1 B; a give (value: the slot of its take);
-# empty_cache. How: the value; tokens x value; (tokens x value) x the operation's float, truncated; `final`.
-TAKE, TAKE_IF_ANY, GIVE, EMPTY = 0, 1, 2, 3
-VALUE, TIMES, TIMES_FLOAT, FINAL_BYTES = 0, 1, 2, 3
-
 SIZE, SEG, OFF, FREE, PREV, NEXT, SMALL = range(7)  # the fields of a block (as literal indices below)
 _EXPANDABLE = {True: -1, False: -2}  # segment ids of the two expandable segments (small, large pool)
 _UP, _DOWN = MIN_BLOCK - 1, ~(MIN_BLOCK - 1)  # MIN_BLOCK is a power of two: rounding up by masking
-
-
-def round_size(size: int) -> int:
-    return max(MIN_BLOCK, -(-size // MIN_BLOCK) * MIN_BLOCK)
 
 
 def segment_size(size: int) -> int:
@@ -71,9 +60,6 @@ class Allocator:
     peak_reserved: int
     segments: int
     released: int
-    release_above: int
-    diverged_at: int
-    allocated_bound: int
     if TYPE_CHECKING:  # each implementation's own (a definition here would hide the compiled one's)
         def __init__(self, *, expandable: bool = False, limit: int | None = None) -> None: ...
 
@@ -94,16 +80,7 @@ class Allocator:
 
         def _fork(self, *, limit: int | None) -> Allocator: ...
 
-        def release_cached(self) -> None: ...
-
         def empty_cache(self) -> None: ...
-
-        def reset_peaks(self) -> None: ...
-
-        def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None: ...
-
-        def overheads_each(self, ops: bytes, factors: bytes, tokens: Sequence[int], finals: Sequence[int],
-                           limit: int | None, within: Sequence[int] | None = None) -> list[int]: ...
 
         def state(self) -> tuple: ...
 
@@ -135,17 +112,6 @@ class PythonAllocator(Allocator):
     def __init__(self, *, expandable: bool = False, limit: int | None = None) -> None:
         self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = self.segments = 0
         self.released = 0  # bytes returned to the driver by release_cached
-        # the most reserved + a new segment at a moment some cached segment was wholly free: any limit at or above it
-        # never releases anything, so the replay under it is this one
-        self.release_above = 0
-        # the replay under a limit, from its first release on (before it, the replay without a limit is the same):
-        # the reserved that replay would reach there (it keeps the segment), and the most that replay's allocated
-        # can be (this replay's, plus what best fit can leave unsplit in each block taken since: < 1 MiB large, <
-        # 512 B small), so that its reserved - allocated is at least diverged_at - allocated_bound
-        self.diverged_at = 0
-        self.allocated_bound = 0
-        self._since = False  # blocks taken since the first release carry an eighth field while they live
-        self._since_large = self._since_small = 0
         self._whole_free = 0  # cached segments that are wholly free
         self.expandable = expandable
         self.limit = limit
@@ -173,13 +139,7 @@ class PythonAllocator(Allocator):
         else:
             seg_bytes = SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC else \
                 -(-size // ROUND_LARGE) * ROUND_LARGE
-            if self._whole_free and self.reserved + seg_bytes > self.release_above:
-                self.release_above = self.reserved + seg_bytes
             if self.limit is not None and self.reserved + seg_bytes > self.limit:
-                if self._whole_free and not self._since:  # the first release: the replays part here
-                    self.diverged_at = self.reserved + seg_bytes
-                    self.allocated_bound = self.peak_allocated
-                    self._since = True
                 self.release_cached()  # cudaMalloc failed: release_cached_blocks, then retry
             self.segments += 1
             block = [seg_bytes, self.segments, 0, True, None, None, small]
@@ -201,27 +161,12 @@ class PythonAllocator(Allocator):
         allocated = self.allocated = self.allocated + block[0]
         if allocated > self.peak_allocated:
             self.peak_allocated = allocated
-        if self._since:
-            block.append(True)
-            if small:
-                self._since_small += 1
-            else:
-                self._since_large += 1
-            bound = allocated + (self._since_large << 20) + (MIN_BLOCK - 1) * self._since_small
-            if bound > self.allocated_bound:
-                self.allocated_bound = bound
         return block
 
     def give(self, block: list) -> None:
         """Free a block from take(): it merges with its free neighbours and returns to its pool."""
         self.allocated -= block[0]
         small = block[6]
-        if len(block) > 7:  # taken since the first release
-            del block[7]
-            if small:
-                self._since_small -= 1
-            else:
-                self._since_large -= 1
         pool = self._small if small else self._large
         block[3] = True
         before, after = block[4], block[5]
@@ -289,49 +234,6 @@ class PythonAllocator(Allocator):
                     self.pass_each(grads[i])
             self.give_each(blocks[first:] + blocks[:first])
             self.give_each(saved[i])
-        return out
-
-    def run_tape(self, ops: bytes, factors: bytes, tokens: int, final: int) -> None:
-        """A step recorded by memory/tape.py, run at `tokens`: _allocator.c's run_tape (the operation codes above)."""
-        codes, floats = array("q"), array("d")
-        codes.frombytes(ops)
-        floats.frombytes(factors)
-        if len(codes) != 3 * len(floats):
-            raise ValueError("run_tape: ops and factors do not match")
-        if any(not 0 <= c <= 3 for c in codes[0::3]) or any(not 0 <= c <= 3 for c in codes[1::3]):
-            raise ValueError("run_tape: an unknown operation")
-        slots: list = []
-        for i in range(len(floats)):
-            what, how, value = codes[3 * i: 3 * i + 3]
-            if what in (TAKE, TAKE_IF_ANY):
-                size = value if how == VALUE else final if how == FINAL_BYTES else tokens * value if how == TIMES \
-                    else int(tokens * value * floats[i])
-                if size < 0:
-                    raise ValueError("run_tape: a negative size")
-                slots.append(None if what == TAKE_IF_ANY and size < 1 else self.take(size))
-            elif what == GIVE:
-                if not 0 <= value < len(slots):
-                    raise ValueError("run_tape: a give before its take")
-                if slots[value] is not None:
-                    self.give(slots[value])
-                    slots[value] = None
-            else:
-                self.empty_cache()
-
-    def overheads_each(self, ops: bytes, factors: bytes, tokens: Sequence[int], finals: Sequence[int],
-                       limit: int | None, within: Sequence[int] | None = None) -> list[int]:
-        """Each (tokens, final)'s run_tape on a fork of this state under `limit`, this one left as it is: each run's
-        peak reserved - peak allocated (at least 0), up to the first that passes its `within` (None: all).
-        _allocator.c's runs them all in one call."""
-        if len(tokens) != len(finals) or (within is not None and len(within) != len(tokens)):
-            raise ValueError("overheads_each: as many finals (and within) as tokens")
-        out = []
-        for i, (t, final) in enumerate(zip(tokens, finals, strict=True)):
-            a = self.fork(limit=limit)
-            a.run_tape(ops, factors, t, final)
-            out.append(max(0, a.peak_reserved - a.peak_allocated))
-            if within is not None and out[-1] > within[i]:
-                break
         return out
 
     def _grow(self, size: int, small: bool) -> list:
@@ -415,11 +317,9 @@ class PythonAllocator(Allocator):
         events identically (the allocator is deterministic)."""
         tails = tuple(None if b is None else (b[SIZE], b[SEG], b[OFF], b[FREE]) for b in self._tail.values())
         return (self.allocated, self.reserved, self.peak_allocated, self.peak_reserved, self.segments, self.released,
-                self.release_above, self._whole_free, tails,
+                self._whole_free, tails,
                 tuple(e[:3] for e in self._small), tuple(e[:3] for e in self._large))
 
-    def reset_peaks(self) -> None:
-        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
 
 try:

@@ -67,6 +67,8 @@ class MemoryEstimate:
     method: str = "formula"
     top_modules: tuple[tuple[str, int], ...] = ()
     schema: str = SCHEMA
+    released_bytes: int = 0  # cached segments the replay released to stay within the card (card_bytes given)
+    allocator_model: str = ""  # the allocator model that replayed the step: compiled | python ("": no replay)
 
     def verdict(self, memory_bytes: int) -> str:
         """fits / tight (inside the reserve) / does not fit, for a card of `memory_bytes`."""
@@ -81,6 +83,7 @@ class MemoryEstimate:
         # fields' order puts them after), and top_modules read as {module, peak_bytes}
         return {
             "schema": self.schema, "model": self.model, "method": self.method,
+            "allocator_model": self.allocator_model or None,
             "workload": self.workload.to_dict(), "params": self.params, "trainable_params": self.trainable_params,
             "peak_phase": self.peak_phase, "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes, "device_bytes": self.device_bytes,
@@ -123,6 +126,7 @@ class MemoryEstimate:
                    peak_reserved_bytes=d.count("peak_reserved_bytes"), device_bytes=d.count("device_bytes"),
                    required_bytes=d.count("required_bytes"), reserve_bytes=d.count("reserve_bytes"),
                    notes=tuple(str(n) for n in d.list("notes", [])), method=d.str("method", "formula"),
+                   allocator_model=str(d.raw("allocator_model", None) or ""),
                    top_modules=tuple((t.str("module"), t.count("peak_bytes")) for t in d.items("top_modules"))
                    if "top_modules" in d else ())
 

@@ -70,6 +70,7 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
     allocated = peak.bytes
     pages = " with expandable segments (one segment per pool, grown in 2 MiB / 20 MiB pages)" \
         if w.expandable_segments else ""
+    released_bytes, allocator_model, model_note = 0, "", tuple[str, ...]()
     if simulated_reserved is not None:
         frag = max(0, simulated_reserved - allocated)
         frag_formula = ("the traced allocations replayed through a model of the caching allocator (512 B blocks, "
@@ -87,7 +88,9 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
             card_bytes, reserve=reserve, context_bytes=context_bytes, other_bytes=sum(i.bytes for i in _nccl_items(w)))
         replay = (reserved.training_overhead if w.training else reserved.inference_overhead)(
             spec, w, phases, expandable=w.expandable_segments, limit=limit)
-        frag = replay.bytes
+        frag, released_bytes, allocator_model = replay.bytes, replay.released, replay.model
+        if replay.model == "python":  # memory/_allocator.c not built at install, or sizes past its 2^56 B
+            model_note = ("the allocator replay ran on the Python model, not the compiled one: same results, slower",)
         if limit is not None and replay.peak_reserved <= limit and allocated <= limit:
             # the allocator stayed within the card by releasing cached segments: so does the figure (the replay's
             # own allocated figure may differ from the estimate's by a few blocks)
@@ -121,8 +124,8 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         model=spec.name, workload=w, params=spec.inventory_params, trainable_params=trainable_params(spec, w),
         phases=phases, peak_phase=peak.name, items=items, peak_allocated_bytes=allocated,
         peak_reserved_bytes=reserved_bytes, device_bytes=device, required_bytes=device + reserve_bytes,
-        reserve_bytes=reserve_bytes, notes=tuple(notes) + _notes(spec, w, peak), method=method,
-        top_modules=top_modules,
+        reserve_bytes=reserve_bytes, notes=tuple(notes) + _notes(spec, w, peak) + model_note, method=method,
+        top_modules=top_modules, released_bytes=released_bytes, allocator_model=allocator_model,
     )
 
 

@@ -98,9 +98,9 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     return MemoryPlan(est, tuple(fits), card)
 
 
-SOLVE_NOTE = ("max batch: the largest batch for which every smaller one fits too (the allocator can reserve a segment "
-              "less at a larger batch: each batch within the allocator's margin of the card is replayed); max seq: a "
-              "search that takes a longer context to need no less")
+SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "
+              "the allocator can reserve a segment less at a larger one, so a smaller batch can come out tight: "
+              "check the batch you pick with --batch")
 
 
 def plan_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, dtype: str = "bf16",

@@ -23,10 +23,7 @@ class Overhead:
     peak_reserved: int
     segments: int
     released: int = 0  # bytes of cached segments released to stay within the limit (0: none, or no limit)
-    release_above: int = 0  # a limit at or above it releases nothing: the replay under it is this one
-    # under a limit that released: the least the replay without one reaches as peak reserved - peak allocated
-    # (CachingAllocator.diverged_at and allocated_bound); None where this replay is that one, or not bounded
-    unlimited_at_least: int | None = None
+    model: str = "compiled"  # the allocator model that replayed: compiled (memory/_allocator.c) or python
 
 
 # The compiled allocator model counts bytes in 64 bits: a workload near that (an absurd --batch) is replayed by the
@@ -184,6 +181,5 @@ def replay_load(r: Replay, spec: ModelSpec, w: Workload, phases) -> list:
 
 def overhead_of(r: Replay) -> Overhead:
     a = r.a
-    floor = None if not a.diverged_at or a.expandable else a.diverged_at - a.allocated_bound
     return Overhead(max(0, a.peak_reserved - a.peak_allocated), a.peak_allocated, a.peak_reserved, a.segments,
-                    a.released, a.release_above, floor)
+                    a.released, "python" if isinstance(a, PythonAllocator) else "compiled")

@@ -22,12 +22,11 @@ per layer the MLP temporaries, and the logits.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..models.spec import ModelSpec
 from . import zero_replay
-from .activations import FP32, KEPT_LAYERS, layer_saved, saved_at
+from .activations import FP32, KEPT_LAYERS, layer_saved
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
@@ -44,7 +43,6 @@ from .replay import (
     split_bytes,
 )
 from .states import lora_groups, state_bytes_per_element
-from .tape import FINAL, Recorded, TapeReplay, Tokens, whole
 from .workload import KeptBySpec, Workload, size_free_key
 from .zero_replay import zero_plan
 
@@ -91,91 +89,37 @@ def _tensors(per_token: float, *widths: float) -> list[float]:
     return [per_token]
 
 
-_SAME_STEP: dict[tuple, tuple[ModelSpec, Overhead]] = {}  # replays by everything they read (training_overhead)
-_SAME_STEP_MAX = 256
-
-
 def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
                       limit: int | None = None) -> Overhead:
-    """Replay two training steps made of the estimate's tensors; see the module docstring.
-
-    limit: the bytes the allocator may reserve (a card's memory left to it): a segment that would pass it first
-    releases the cached segments that are wholly free, as the allocator does when cudaMalloc fails. Without a limit
-    nothing is released (a card with room to spare). A replay whose peak reserved stays within the limit is the
-    replay without one, so that one is replayed first and reused for every card it fits.
-
-    The replay reads the batch and the sequence length only through their product (the tokens) and the per-layer
-    terms, so a card solve's probes that coincide (batch 2 x 2048 and batch 1 x 4096 with the same phases) are
-    replayed once: the key holds every other input as it is.
-    """
-    layer = layer_saved(spec, w)
-    base = _step_key(spec, w, phases, layer, expandable)
-    if limit is None or expandable:
-        unlimited = _training_cached(spec, w, phases, layer, base, expandable, None)
-        assert unlimited is not None  # replay=True: always a replay
-        return unlimited
-    free = _training_cached(spec, w, phases, layer, base, expandable, None, replay=False)
-    if free is not None and (free.peak_reserved <= limit or free.release_above <= limit):
-        return free  # the limit would release nothing: the same replay
-    found = _training_cached(spec, w, phases, layer, base, expandable, limit)
-    assert found is not None  # replay=True: always a replay
-    if free is None and not found.released:  # nothing released: the replay without a limit is this one
-        _training_cached(spec, w, phases, layer, base, expandable, None, known=found)
-    return found
-
-
-def unlimited_floor(spec: ModelSpec, w: Workload, phases, limit: int) -> int | None:
-    """The least peak reserved - peak allocated of this training step replayed without a limit, from its replay
-    under `limit` kept in _SAME_STEP (Overhead.unlimited_at_least), without replaying it: None when none is kept,
-    or that replay released nothing (it is then the replay without a limit itself)."""
-    if not w.training or w.expandable_segments:
-        return None
-    key = (*_step_key(spec, w, phases, layer_saved(spec, w), False), limit)
-    try:
-        spec_found, found = _SAME_STEP.get(key, (None, None))
-    except TypeError:
-        return None
-    return found.unlimited_at_least if spec_found is spec and found is not None else None
-
-
-def _step_key(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> tuple:
-    """Everything a training replay reads: the spec by identity (it holds its config, a dict; kept in the value),
-    the workload but its batch and length, the tokens, the per-layer terms, and of the phases each item's name,
-    category and bytes (not its formula and source texts, long strings hashed anew for each probe)."""
-    others = size_free_key(w)
-    items = tuple((p.name, tuple((i.name, i.category, i.bytes) for i in p.items)) for p in phases)
-    return (id(spec), others, w.batch * w.seq_len, layer.attention_per_token * w.seq_len, layer.terms, items,
-            expandable)
-
-
-def _training_cached(spec: ModelSpec, w: Workload, phases, layer, base: tuple, expandable: bool,
-                     limit: int | None, *, replay: bool = True, known: Overhead | None = None) -> Overhead | None:
-    """The replay of this step under `limit`, from _SAME_STEP (by `base`, _step_key's, and the limit) or replayed
-    (`replay` False: None when not kept; `known`: keep this replay's result as that of `limit`)."""
-    key = (*base, limit)
-    try:
-        spec_found, found = _SAME_STEP.get(key, (None, None))
-    except TypeError:  # an input that cannot be a key: replay
-        return _training_replay(spec, w, phases, layer, expandable, limit) if replay else known
-    if spec_found is not spec or found is None:
-        if not replay and known is None:
-            return None
-        if len(_SAME_STEP) >= _SAME_STEP_MAX:
-            _SAME_STEP.clear()
-        found = known or _training_replay(spec, w, phases, layer, expandable, limit)
-        _SAME_STEP[key] = (spec, found)
-    return found
+    """Replay two training steps made of the estimate's tensors (see the module docstring). `limit`: the bytes the
+    allocator may reserve (a card's memory left to it): a segment that would pass it first releases the cached
+    segments that are wholly free, as the allocator does when cudaMalloc fails; None: a card with room to spare."""
+    layer, plan = layer_saved(spec, w), _step_sizes(spec, w, phases)
+    c = ELEMENT_BYTES[w.compute_dtype]
+    inter = spec.intermediate_size
+    if spec.moe is not None:  # the MLP's width a token passes through: the experts it is routed to
+        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
+    keys_per_token = layer.attention_per_token * w.seq_len
+    # bytes per token of each tensor a block saves (activations.layer_saved's terms, _tensors)
+    pieces = [piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * spec.hidden_size)] + (
+        [keys_per_token] if keys_per_token else [])
+    r = _after_prefix(spec, w, phases, plan.trainable, expandable, limit)
+    tokens, acts = w.batch * w.seq_len, item_bytes(phases, "activations", "activations")
+    # what the activations hold past the blocks' saved tensors: the final norm's
+    blocks = tokens * c * spec.hidden_size if w.grad_checkpointing else sum([tokens * piece for piece in pieces])
+    final = max(0, acts - max(1, spec.num_layers) * int(blocks))
+    logits = bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits"))
+    _replay_step(r, spec, w, plan, tokens, final, logits, inter, pieces)
+    return overhead_of(r)
 
 
 _PREFIXES = KeptBySpec(16)  # the allocator after _prefix, by what it reads
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_SAME_STEP, _ALONE, _PREFIXES, _WEIGHTS, _STEP_SIZES,
-    zero_replay._PLANS, activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process
-    would (the benchmarks' cold solves, tests that count replays)."""
-    _SAME_STEP.clear()
-    _ALONE.clear()
+    """Forget every replay and size kept in this process (_PREFIXES, _WEIGHTS, _STEP_SIZES, zero_replay._PLANS,
+    activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process would (the
+    benchmarks' cold solves)."""
     _PREFIXES.clear()
     _WEIGHTS.clear()
     _STEP_SIZES.clear()
@@ -229,28 +173,15 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
 
 
 def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
-                  limit: int | None, kept: Allocator | None = None) -> Replay:
-    """A replay past _prefix: the kept allocator (_prefix_kept, or `kept`: it, looked up already) forked for this
-    probe; where none is kept, or under a limit below its peak reserved (the prefix may release segments there), the
-    prefix replayed afresh."""
-    if kept is None:
-        kept = _prefix_kept(spec, w, phases, trainable, expandable)
+                  limit: int | None) -> Replay:
+    """A replay past _prefix: the kept allocator (_prefix_kept) forked for this probe; where none is kept, or under
+    a limit below its peak reserved (the prefix may release segments there), the prefix replayed afresh."""
+    kept = _prefix_kept(spec, w, phases, trainable, expandable)
     if kept is None or (limit is not None and kept.peak_reserved > limit):
         r = Replay(expandable, limit, model=allocator_for(phases))
         _prefix(r, spec, w, phases, trainable)
         return r
     return Replay.over(kept.fork(limit=limit))
-
-
-def prefix_slack(spec: ModelSpec, w: Workload, phases) -> int:
-    """What the process has cached before its first step (reserved - allocated after _prefix, or at the prefix's own
-    peak, the larger): the blocks the load, the setup and DeepSpeed's init freed. The batch and the length do not
-    change it; the allocator after the prefix is kept (_prefix_kept), so a solve's probes replay it once."""
-    trainable = _step_sizes(spec, w, phases).trainable
-    a = _prefix_kept(spec, w, phases, trainable, w.expandable_segments)
-    if a is None:
-        a = _after_prefix(spec, w, phases, trainable, w.expandable_segments, None).a
-    return max(a.reserved - a.allocated, a.peak_reserved - a.peak_allocated)
 
 
 @dataclass(frozen=True)
@@ -334,174 +265,15 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
                       zero, zero_states, step_tmp, foreach_tmp, loop_tmp)
 
 
-@dataclass(frozen=True)
-class _StepParts:
-    """What a training step's replay reads of its phases that the batch does not change: the step's sizes, the
-    allocator after the prefix (kept, or None: replayed afresh), whether there are logits. Worked out once for the
-    many batches of a card solve (BatchOverheads)."""
-
-    plan: _StepSizes
-    prefix: Allocator | None
-    logits: bool
-    inter: int  # the MLP's width a token passes through (the experts it is routed to)
-    pieces: list[float]  # bytes per token of each tensor a block saves (activations.layer_saved's terms, _tensors)
-
-
-def _step_parts(spec: ModelSpec, w: Workload, phases, layer, expandable: bool) -> _StepParts:
-    plan = _step_sizes(spec, w, phases)
-    c = ELEMENT_BYTES[w.compute_dtype]
-    inter = spec.intermediate_size
-    if spec.moe is not None:
-        inter = spec.moe.expert_intermediate_size * spec.moe.experts_per_token
-    keys_per_token = layer.attention_per_token * w.seq_len
-    pieces = [piece for _, t in layer.terms if t for piece in _tensors(t, c * inter, c * spec.hidden_size)] + (
-        [keys_per_token] if keys_per_token else [])
-    return _StepParts(plan, _prefix_kept(spec, w, phases, plan.trainable, expandable),
-                      bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits")), inter, pieces)
-
-
-class BatchOverheads:
-    """(batch, limit=None) -> the allocator overhead (Overhead.bytes) of the training step at that batch replayed
-    under `limit` (None: with room to spare), as training_overhead gives it with that batch's phases, from `phases`
-    of another batch of the same workload: of its phases the replay reads only the activations' bytes
-    (activations.saved_at, worked out per batch) besides what the batch does not change (_StepParts, worked out here
-    once). A card solve checks the many batches within the margin of the card this way (fit.max_value), without
-    their phases and estimates; the step is recorded (memory/tape.py) and run by the allocator model for each batch
-    the recording serves, many batches in one call (ahead)."""
-
-    def __init__(self, spec: ModelSpec, w: Workload, phases) -> None:
-        self.spec, self.w, self.phases = spec, w, phases
-        self.parts = _step_parts(spec, w, phases, layer_saved(spec, w), w.expandable_segments)
-        self.acts_at = saved_at(spec, w)
-        self.kept: _Alone = _ALONE.get(spec, (size_free_key(w), w.seq_len), _Alone)
-        self._chunk: dict[int | None, int] = {}  # per limit: how many batches ahead() runs next
-
-    def __call__(self, batch: int, limit: int | None = None) -> int:
-        kept = self.kept
-        found = kept.overheads.get((batch, limit))
-        if found is None:
-            if len(kept.overheads) >= _ALONE_MOST:  # a long-lived process: forgotten when full (the recording kept)
-                kept.overheads.clear()
-            found = kept.overheads[batch, limit] = self._replayed(batch, limit)
-        return found
-
-    def known(self, batch: int, limit: int | None = None) -> int | None:
-        """The overhead at `batch` under `limit`, where replayed already (here or by ahead); None where not."""
-        return self.kept.overheads.get((batch, limit))
-
-    def ahead(self, first: int, last: int, limit: int | None,
-              within: Callable[[Iterable[int]], Iterable[int]]) -> None:
-        """Replay the batches from `first` up to `last` under `limit` in one call of the allocator model
-        (overheads_each), each kept as __call__ keeps it, up to the first whose overhead passes its bound (within:
-        batches -> their bounds): the caller's check stops there. As many as the last call ran, twice over (64 at
-        first), where that call ran them all; else 64. Only where the step is recorded (past RECORD_AFTER replays)
-        and its prefix kept, for the batches the recording serves: elsewhere __call__ replays each."""
-        kept = self.kept
-        if (first, limit) in kept.overheads:  # run already
-            return
-        recorded, prefix = self._recording(), self.parts.prefix
-        if recorded is None or prefix is None or (limit is not None and prefix.peak_reserved > limit):
-            return
-        chunk = self._chunk.get(limit, 64)
-        seq = self.w.seq_len
-        batches = [b for b in range(first, min(last, first + chunk - 1) + 1)
-                   if (b, limit) not in kept.overheads and recorded.serves(b * seq)]
-        if len(batches) < 2:  # one: __call__ replays it
-            return
-        if len(kept.overheads) + len(batches) > _ALONE_MOST:
-            kept.overheads.clear()
-        tokens = [b * seq for b in batches]
-        final_at, acts_at = _final_at(self.spec, self.w, self.parts), self.acts_at
-        finals = [final_at(t, acts_at(t)[0]) for t in tokens]
-        ran = prefix.overheads_each(recorded.ops, recorded.factors, tokens, finals, limit, list(within(batches)))
-        kept.overheads.update(((b, limit), o) for b, o in zip(batches, ran, strict=False))  # ran: up to a failure
-        self._chunk[limit] = 2 * chunk if len(ran) == len(batches) else 64
-
-    def _recording(self) -> Recorded | None:
-        """The step recorded from these parts (a step's parts are kept per solve, so the same plan is the same
-        object), recorded here once RECORD_AFTER batches have been replayed; None before."""
-        kept = self.kept
-        if kept.plan is not self.parts.plan:
-            if len(kept.overheads) < RECORD_AFTER:
-                return None
-            kept.recorded, kept.plan = _recorded(self.spec, self.w, self.parts), self.parts.plan
-        return kept.recorded
-
-    def _replayed(self, batch: int, limit: int | None) -> int:
-        spec, w, parts = self.spec, self.w, self.parts
-        tokens = batch * w.seq_len
-        final = _final_bytes(spec, w, parts, tokens, self.acts_at(tokens)[0])
-        r = _after_prefix(spec, w, self.phases, parts.plan.trainable, w.expandable_segments, limit, parts.prefix)
-        recorded = self._recording()
-        if recorded is not None and recorded.serves(tokens):
-            r.a.run_tape(recorded.ops, recorded.factors, tokens, final)
-        else:
-            _replay_step(r, spec, w, parts, tokens, final)
-        a = r.a
-        return max(0, a.peak_reserved - a.peak_allocated)  # overhead_of(r).bytes
-
-
-class _Alone:
-    """BatchOverheads' replays of one model and workload: the overhead per batch, and the step recorded (with the
-    plan it records: a step's parts are worked out per solve, and kept, so the same plan is the same object)."""
-
-    def __init__(self) -> None:
-        self.overheads: dict[tuple[int, int | None], int] = {}  # by batch and limit
-        self.plan: _StepSizes | None = None
-        self.recorded: Recorded | None = None
-
-
-_ALONE = KeptBySpec(64)  # BatchOverheads' replays, per batch, by the workload's size-free key and length
-_ALONE_MOST = 1 << 16  # the replays kept per workload (batch and limit)
-# Recording a step costs as much as replaying it 5 to 20 times (Qwen3-32B QLoRA: 5.2 ms against 1.1 ms, BERT-base:
-# 1.4 ms against 0.14 ms), and a run of the recording saves least where the allocator's own work dominates (0.97 ms
-# against 1.1 ms for Qwen3-32B; 0.07 against 0.14 ms for BERT-base): BatchOverheads replays its first batches, and
-# records the step once it has replayed this many (a solve with a dozen batches within the margin records none).
-RECORD_AFTER = 16
-
-
-def _recorded(spec: ModelSpec, w: Workload, parts: _StepParts) -> Recorded:
-    """The step's replay recorded (memory/tape.py) with its tokens a symbol, decided at w's batch."""
-    r = TapeReplay()
-    _replay_step(r, spec, w, parts, Tokens(w.batch * w.seq_len, tape=r.a), FINAL)  # type: ignore[arg-type]
-    return r.a.compiled()  # type: ignore[attr-defined]
-
-
-def _training_replay(spec: ModelSpec, w: Workload, phases, layer, expandable: bool,
-                     limit: int | None = None) -> Overhead:
-    parts = _step_parts(spec, w, phases, layer, expandable)
-    r = _after_prefix(spec, w, phases, parts.plan.trainable, expandable, limit, parts.prefix)
-    tokens = w.batch * w.seq_len
-    _replay_step(r, spec, w, parts, tokens,
-                 _final_bytes(spec, w, parts, tokens, item_bytes(phases, "activations", "activations")))
-    return overhead_of(r)
-
-
-def _final_bytes(spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, acts: int) -> int:
-    """What the activations (`acts` bytes, w's batch's) hold past the blocks' saved tensors: the final norm's."""
-    return _final_at(spec, w, parts)(tokens, acts)
-
-
-def _final_at(spec: ModelSpec, w: Workload, parts: _StepParts) -> Callable[[int, int], int]:
-    """(tokens, acts) -> _final_bytes, its batch-free factors worked out once (BatchOverheads' many batches)."""
-    layers, pieces = max(1, spec.num_layers), parts.pieces
-    if w.grad_checkpointing:  # each block saves its input
-        c, h = ELEMENT_BYTES[w.compute_dtype], spec.hidden_size
-        return lambda tokens, acts: max(0, acts - layers * int(tokens * c * h))
-    return lambda tokens, acts: max(0, acts - layers * int(sum([tokens * piece for piece in pieces])))
-
-
-def _replay_step(r: Replay, spec: ModelSpec, w: Workload, parts: _StepParts, tokens: int, final: int) -> None:
+def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, tokens: int, final: int, lg: bool,
+                 inter: int, pieces: list[float]) -> None:
     """The replay of the module docstring through `r` (past the prefix: _after_prefix), at `tokens` (the batch's
-    tokens), `final` (_final_bytes). Recorded (_recorded), `tokens` is a tape.Tokens and `final` tape.FINAL: sizes
-    go through whole(), not int(), and the comparisons of a size with 1 B are the tape's guards."""
+    tokens); training_overhead works out the rest: the final norm's bytes, whether there are logits (`lg`), the
+    MLP's width and the per-token sizes of a block's saved tensors."""
     L = max(1, spec.num_layers)
     c = ELEMENT_BYTES[w.compute_dtype]
     h, V = spec.hidden_size, spec.vocab_size
-    plan = parts.plan
     zero = plan.zero
-    inter = parts.inter
-    lg = parts.logits
     causal = not spec.encoder
     if not plan.trainable:  # a loss without autograd: one layer's temporaries at a time, then the logits
         for _ in range(L):
@@ -513,16 +285,16 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, parts: _StepParts, tok
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up, ls, logits)
         return
-    terms = [tokens * piece for piece in parts.pieces]  # per layer: the saved tensors of one layer
+    terms = [tokens * piece for piece in pieces]  # per layer: the saved tensors of one layer
     z3 = zero is not None and zero.stage == 3  # ZeRO-3 gathers its parameters module by module: Coordinator
     extra_layers, extra_rest = plan.extra_layers, plan.extra_rest
     step_tmp = plan.step_tmp
     state_sizes, zero_states = plan.state_sizes, plan.zero_states
     grads_by_layer, grads_rest = plan.grads_by_layer, plan.grads_rest
     take_each, give_each = r.a.take_each, r.a.give_each
-    sizes = [whole(t) for t in terms if t >= 1]
-    checkpoint = whole(tokens * c * h)
-    layer_tmp = [whole(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
+    sizes = [int(t) for t in terms if t >= 1]
+    checkpoint = int(tokens * c * h)
+    layer_tmp = [int(t) for t in [tokens * c * inter] * 2 + [tokens * c * h] * 2 if t >= 1]
     # per block, what its forward keeps for backward, in the order it is made: its 16-bit copies, then its input
     # (checkpointing) or its saved tensors; and what its backward makes first: the recomputed tensors, then the
     # activation gradients (each list one allocator call)

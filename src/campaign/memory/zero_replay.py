@@ -99,18 +99,6 @@ def _work_out_plan(spec: ModelSpec, w: Workload) -> ZeroPlan | None:
                     frozenset(kept), items.get("ZeRO-3 prefetch bucket", 0))
 
 
-def step_transient(spec: ModelSpec, w: Workload) -> int:
-    """Bytes DeepSpeed makes and drops in each step, which the allocator then caches: the flat and fp32 gradient
-    copies of a sub-group, and under stages 1-2 the 16-bit gradients dropped before the optimizer runs (as many bytes
-    as the flat copy) and the reduce bucket of each backward."""
-    plan = zero_plan(spec, w)
-    if plan is None:
-        return 0
-    size = max(plan.subgroups)
-    stage12 = plan.g * size + sum(plan.reduce) if plan.stage < 3 else 0
-    return int(plan.g * size + (4 * size if plan.fp32_copy else 0) + stage12)
-
-
 def flatten(r: Replay, handles: list, total: int, stage: int) -> None:
     """The trainable 16-bit tensors moved into one flat buffer: stages 1-2 empty the cache, make the buffer and free
     the originals (stage_1_and_2.py __init__: empty_cache(), flatten_dense_tensors_aligned,

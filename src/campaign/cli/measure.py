@@ -1,6 +1,7 @@
 """`campaign measure` and `campaign explain`: the peak measured phase by phase, and the gap to the estimate."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -36,8 +37,8 @@ def measure(
 
     A built model runs load, then two training steps (the second is kept) or prefill and decode. A --script runs
     in this process with the arguments that follow it; it may mark phases with
-    campaign.current_meter().phase("forward"). Exit 2 if the run crashes or runs out of memory, with the phase it
-    reached; the phases measured up to it are saved (--out).
+    campaign.current_meter().phase("forward"). Exit 1 if the run crashes or runs out of memory (a measured failure:
+    the phase it reached is named, the phases measured up to it are printed and saved with --out), 2 on bad input.
     """
     from ..memory.protocol import MeasurementFailed, measure_script, measure_workload
     from .render import progress_reporter
@@ -58,9 +59,10 @@ def measure(
             with progress_reporter("measuring", enabled=not as_json) as tell:
                 m = measure_workload(model, w, device=device, weights=weights, progress=tell)
     except MeasurementFailed as failed:
-        if out:
-            failed.measurement.save(out)
-        raise
+        # the run was measured and failed (out of memory, a crash): a measured failure whose check
+        # measure.completed fails (exit 1, as explain on it), not bad input; where it stopped goes to stderr
+        sys.stderr.write(f"campaign: {failed}\n")
+        m = failed.measurement
     if out:
         m.save(out)
     o.emit(m, lambda r: render_measurement(r, out), as_json)

@@ -94,11 +94,13 @@ def test_errors_svg_plot_and_extraction(run, tmp_path):
 def test_regress_exit_codes_and_guard_names(run, tmp_path):
     b, c = preds(tmp_path / "b.jsonl", BASE), preds(tmp_path / "c.jsonl", CAND)
     ok = run("regress", b, c, "--guard", "f1[a]>=0")
-    assert ok.code == 0 and ok.out.startswith("all 1 guard(s) hold")
+    assert ok.code == 0 and ok.out.splitlines()[1].startswith("all 1 guard(s) hold")
+    # 10 examples, 6 -> 7 right: the verdict comes first and cannot tell
+    assert ok.out.startswith("NOT SHOWN: accuracy difference +0.1000")
     assert "right -> wrong: 2, 6" in ok.out and "wrong -> right: 3, 7, 10" in ok.out
     bad = run("regress", b, c, "--guard", "f1[a]>=0", "--guard", "precision[c]>=0.1")
     assert bad.code == 1
-    assert bad.out.splitlines()[0].startswith("1 guard(s) failed: precision[c] rose by 0.0833")
+    assert bad.out.splitlines()[1].startswith("1 guard(s) failed: precision[c] rose by 0.0833")
     d = run("regress", b, c, "--guard", "precision[c]>=0.1", "--json")
     assert d.code == 1 and d.json()["status"] == "fail" and d.json()["mcnemar"]["b"] == 2
 
@@ -190,3 +192,44 @@ def test_seeds_column_options_named_in_the_errors_exist(run, tmp_path):
     # --metric still works
     assert run("seeds", str(f), "--variant-field", "model", "--seed-field", "run", "--metric", "acc",
                "--resamples", "200").code == 0
+
+
+def test_regress_verdict_cluster_and_non_inferiority_from_the_command_line(run, tmp_path):
+    # 200 examples in 20 movies; the candidate loses 12 answers, all inside 2 movies, wins none
+    def write(path, wrong):
+        path.write_text("".join(json.dumps({"id": i, "gold": "x", "pred": "y" if i in wrong else "x",
+                                            "movie": f"m{i // 10}"}) + "\n" for i in range(200)), encoding="utf-8")
+        return str(path)
+
+    b = write(tmp_path / "b.jsonl", set(range(150, 200)))
+    c = write(tmp_path / "c.jsonl", set(range(150, 200)) | set(range(12)))
+    naive = run("regress", b, c, "--json")
+    d = naive.json()["difference"]
+    # by hand: d = -1 x 12, 0 x 188: mean -0.06, se = sqrt((12 - 200 x 0.0036) / 199 / 200) = 0.016835
+    assert naive.code == 1 and d["metric"] == "accuracy" and d["clusters"] is None
+    assert d["estimate"] == pytest.approx(-0.06) and d["se"] == pytest.approx(0.016835, rel=1e-4)
+    assert set(d) >= {"metric", "estimate", "se", "ci95", "p_value", "clusters", "method"}
+    clustered = run("regress", b, c, "--cluster", "movie", "--json")
+    d = clustered.json()["difference"]
+    # CR1 by hand: residual sums -10 + 0.6 = -9.4 (movie 0), -2 + 0.6 = -1.4 (movie 1), +0.6 in the 18 others;
+    # V = 20/19 x (9.4^2 + 1.4^2 + 18 x 0.36) / 200^2 = 0.0025474, se 0.050471, t = -1.189 on 19 df: not shown
+    assert clustered.code == 0 and d["clusters"] == 20 and d["verdict"] == "NOT SHOWN"
+    assert d["se"] == pytest.approx(0.050471, rel=1e-4)
+    assert run("regress", b, c, "--cluster", "lang").code == 2
+    ni = run("regress", b, c, "--non-inferiority", "0.1")
+    assert ni.code == 0 and ni.out.startswith("NON-INFERIOR")
+    assert run("regress", b, c, "--non-inferiority", "-1").code == 2
+
+
+def test_errors_prints_the_standard_error_and_interval(run, tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps({"id": i, "gold": "a", "pred": "a" if i < 8 else "b", "doc": f"d{i // 2}"}) + "\n"
+                         for i in range(10)), encoding="utf-8")
+    r = run("errors", str(p))
+    # 8 of 10: se = sqrt(0.8 x 0.2 / 10) = 0.1265; Wilson 95%: [0.4902, 0.9433]
+    assert r.code == 0 and "accuracy 0.8000 (se 0.1265, 95% interval [0.4902, 0.9433])" in r.out
+    assert "Wilson" in r.out
+    d = run("errors", str(p), "--cluster", "doc", "--json").json()
+    assert d["estimates"][0]["clusters"] == 5 and d["cluster_field"] == "doc"
+    assert any("only 5 clusters" in n for n in d["notes"])
+    assert run("errors", str(p), "--cluster", "nope").code == 2

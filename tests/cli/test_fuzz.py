@@ -312,7 +312,7 @@ def _numeric_options() -> list[tuple[str, str, str]]:
     for name, command in _commands().items():
         for p in command.params:
             kind = type(p.type).__name__
-            if kind in ("IntParamType", "FloatParamType") and p.opts and p.opts[0].startswith("--"):
+            if kind in ("IntParamType", "FloatParamType") and p.opts and p.opts[0].startswith("--") and not p.hidden:
                 out.append((name, p.opts[0], "int" if kind == "IntParamType" else "float"))
     return out
 
@@ -323,9 +323,10 @@ POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", 
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
             "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers",
-            "--equivalence-margin", "--grad-accumulation"}
+            "--equivalence-margin", "--non-inferiority", "--grad-accumulation"}
 # Fractions or rates: outside [0, 1] they mean nothing.
-FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu", "--margin"}
+FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu",
+             "--recovery-margin"}
 
 
 def test_every_numeric_option_is_covered():

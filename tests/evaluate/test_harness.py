@@ -106,7 +106,7 @@ def test_two_runs_compared_with_mcnemar_flips_and_equivalence(tmp_path):
     assert r.mcnemar.p_value == pytest.approx(scipy_stats.chi2.sf(17 ** 2 / 42, 1))
     # the candidate is 18/220 = 8.2 points lower: not within 5 points, and the guard at -5 points fails
     assert {c.id: c.status for c in r.checks} == {"guard.exact_match>=-0.05": "fail",
-                                                  "equivalence.within_margin": "fail"}
+                                                  "difference.verdict": "fail"}
     assert r.status == "fail"
 
 

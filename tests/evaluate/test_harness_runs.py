@@ -38,14 +38,63 @@ def test_errors_of_a_run_of_two_tasks_name_the_metric_filter_and_documents(tmp_p
     assert rep.to_dict()["status"] == "pass" and rep.to_dict()["filter"] == "strict-match"
 
 
-def test_tasks_scored_with_other_metrics_are_refused_not_mixed(tmp_path):
-    folder = tmp_path / "m"
-    run(folder, {"gsm8k": [True, False]})
-    write(folder / "samples_arc_2026-12-01T10-00-00.jsonl", [sample(i, True, metric="acc") for i in range(3)])
-    with pytest.raises(InputError, match=r"other metrics \(arc: acc, gsm8k: exact_match\)"):
-        read_harness_run(folder)
-    with pytest.raises(InputError, match="no 'acc'"):
-        read_harness_run(folder, metric="acc")
+def mixed_run(folder, gsm, arc):
+    """A folder mixing a generation task (exact_match under strict-match and flexible-extract) with a
+    multiple-choice one (acc under the filter lm-eval names 'none')."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write(folder / "samples_gsm8k_2026-12-01T10-00-00.jsonl",
+          [sample(i, c, flt=f) for i, c in enumerate(gsm) for f in ("strict-match", "flexible-extract")])
+    write(folder / "samples_arc_2026-12-01T10-00-00.jsonl",
+          [sample(100 + i, c, flt="none", metric="acc") for i, c in enumerate(arc)])
+    return str(folder)
+
+
+def test_a_run_mixing_multiple_choice_and_generation_tasks_gets_a_metric_per_task(tmp_path):
+    folder = mixed_run(tmp_path / "m", [True, False, True, True], [True, True, False])
+    r = harness_errors(folder, filter="flexible-extract")
+    by = {t.task: t for t in r.tasks}
+    assert (by["gsm8k"].mean, by["gsm8k"].wrong, by["arc"].mean, by["arc"].wrong) == (0.75, 1, 2 / 3, 1)
+    assert (by["gsm8k"].metric, by["gsm8k"].filter, by["arc"].metric, by["arc"].filter) == (
+        "exact_match", "flexible-extract", "acc", "none")
+    # the generation task holds two filters: one must be named, and the message quotes the filter 'none'
+    with pytest.raises(InputError, match="holds the filters flexible-extract, strict-match"):
+        harness_errors(folder)
+    one = tmp_path / "arc.jsonl"
+    write(one, [sample(i, True, flt="none", metric="acc") for i in range(3)])
+    with pytest.raises(InputError, match="no filter 'flexible-extract' \\(it holds the filter\\(s\\) 'none'\\)"):
+        harness_errors(str(one), filter="flexible-extract")
+
+
+def test_mixed_runs_compared_task_by_task(tmp_path):
+    from campaign.evaluate.harness_runs import compare_run_folders
+
+    a = mixed_run(tmp_path / "a", [True] * 40, [True] * 40)
+    b = mixed_run(tmp_path / "b", [True] * 40, [False] * 10 + [True] * 30)
+    r = compare_run_folders(a, b, filter="strict-match")
+    assert [(x.task, x.metric, x.verdict) for x in r.per_task] == [("arc", "acc", "WORSE"),
+                                                                  ("gsm8k", "exact_match", "NOT SHOWN")]
+    assert r.status == "fail"
+
+
+def test_runs_with_other_prompts_or_targets_are_refused_naming_the_document(tmp_path):
+    from campaign.evaluate.harness_runs import compare_run_folders
+
+    a = run(tmp_path / "a", {"gsm8k": [True, False, True]})
+    b = tmp_path / "b"
+    b.mkdir()
+    lines = [sample(i, c) for i, c in enumerate([True, False, True])]
+    lines[2]["prompt_hash"] = "another prompt template"
+    write(b / "samples_gsm8k_2026-12-01T10-00-00.0.jsonl", lines)
+    with pytest.raises(InputError, match="doc_id 2 differs in prompt_hash"):
+        compare_run_folders(a, str(b))
+    lines[2]["prompt_hash"] = "p"
+    lines[1]["target_hash"] = "another target"
+    write(b / "samples_gsm8k_2026-12-01T10-00-00.0.jsonl", lines)
+    with pytest.raises(InputError, match="doc_id 1 differs in target_hash"):
+        compare_run_folders(a, str(b))
+    lines[1]["target_hash"] = "t"
+    write(b / "samples_gsm8k_2026-12-01T10-00-00.0.jsonl", lines)
+    assert compare_run_folders(a, str(b)).examples == 3          # correct setup: the same documents pair
 
 
 def test_two_runs_of_one_task_in_a_folder_are_refused(tmp_path):

@@ -248,3 +248,110 @@ def test_columns_named_by_option_and_version_in_json(tmp_path):
     from campaign import __version__
 
     assert r.to_dict()["campaign_version"] == __version__
+
+
+def test_crossed_variance_by_hand_on_a_small_table():
+    from campaign.evaluate.seeds import crossed_interval
+
+    d = np.array([[1.0, 0.0, 2.0, 1.0], [0.0, 0.0, 3.0, 1.0], [2.0, -1.0, 2.0, 1.0]])   # 3 seeds x 4 examples
+    # grand mean 12/12 = 1; seed means 1, 1, 1 -> MS_seed = 0; example means 1, -1/3, 7/3, 1
+    # MS_example = 3 x ((0)^2 + (4/3)^2 + (4/3)^2 + 0) / 3 = 32/9
+    # residuals d - row - col + grand: row 1: 0, 1/3, -1/3, 0; row 2: -1, 1/3, 2/3, 0; row 3: 1, -2/3, -1/3, 0
+    # SS_res = 1/9 + 1/9 + 1 + 1/9 + 4/9 + 1 + 4/9 + 1/9 = 30/9, MS_res = (30/9) / 6 = 5/9
+    # V = (0 + 32/9 - 5/9) / 12 = 3/12 = 0.25; Satterthwaite df = 3^2 / ((32/9)^2 / 3 + (5/9)^2 / 6) = 2.0738
+    x = crossed_interval(d)
+    assert x.mean == pytest.approx(1.0) and x.se == pytest.approx(0.5)
+    df = 9 / ((32 / 9) ** 2 / 3 + (5 / 9) ** 2 / 6)
+    assert x.df == pytest.approx(df)
+    from scipy import stats
+
+    q = stats.t.ppf(0.975, df)
+    assert (x.low, x.high) == pytest.approx((1 - 0.5 * q, 1 + 0.5 * q))
+    # one seed: the examples' paired standard error (Miller 2024): sd(d) / sqrt(N)
+    one = crossed_interval(d[:1])
+    assert one.se == pytest.approx(np.std(d[0], ddof=1) / 2) and one.df == 3
+
+
+def test_crossed_interval_covers_where_the_seed_interval_does_not():
+    from campaign.evaluate.seeds import crossed_interval
+    from campaign.evaluate.stats import paired_t
+
+    # D[s, i] = mu + seed effect (sd 0.2) + example effect (sd 2) + noise (sd 1): 5 seeds x 200 examples;
+    # true Var(grand mean) = 0.04/5 + 4/200 + 1/1000 = 0.029
+    rng = np.random.default_rng(7)
+    cover_crossed = cover_seeds = 0
+    variances = []
+    reps = 300
+    for _ in range(reps):
+        d = (0.5 + rng.normal(0, 0.2, (5, 1)) + rng.normal(0, 2, (1, 200)) + rng.normal(0, 1, (5, 200)))
+        x = crossed_interval(d)
+        variances.append(x.se ** 2)
+        cover_crossed += x.low <= 0.5 <= x.high
+        t = paired_t(d.mean(axis=1))
+        cover_seeds += t.ci_low <= 0.5 <= t.ci_high
+    assert np.mean(variances) == pytest.approx(0.029, rel=0.1)
+    assert 0.90 <= cover_crossed / reps <= 0.99
+    # the seeds' t interval sees only Var(seed means) = 0.04 + 1/200 over 5 seeds, about 0.009 of the 0.029:
+    # its half-width 2.776 x sqrt(0.009) = 0.26 covers |N(0, 0.17)| about 80% of the time
+    assert cover_seeds / reps < 0.85
+
+
+def issue_like(tmp_path):
+    """5 seeds, 1000 examples, accuracy in points: the candidate wins 67 examples and loses 47 in every seed
+    (+2 points), and each seed flips 0-3 more of either model at random: narrow over seeds, wide over the test
+    set (the issue's case: t [+1.75, +2.16] points, crossed [+0.10, +3.82])."""
+    rng = np.random.default_rng(3)
+    n = 1000
+    base0 = (np.arange(n) >= 200).astype(int)         # 800 right
+    cand0 = base0.copy()
+    cand0[:67] = 1                                    # 67 wrong -> right
+    cand0[300:347] = 0                                # 47 right -> wrong
+    ids = [f"q{i}" for i in range(n)]
+    scores = {}
+    for s in range(5):
+        b, c = base0.copy(), cand0.copy()
+        for x in (b, c):
+            flip = rng.choice(np.arange(500, n), int(rng.integers(0, 4)), replace=False)
+            x[flip] = 1 - x[flip]
+        scores["base", s], scores["cand", s] = b.tolist(), c.tolist()
+    ex = per_example_file(tmp_path / "ex.csv", range(5), ids, scores)
+    base = [100 * float(np.mean(scores["base", s])) for s in range(5)]
+    cand = [100 * float(np.mean(scores["cand", s])) for s in range(5)]
+    return results_csv(tmp_path / "r.csv", base, cand), ex, scores
+
+
+def test_seeds_verdict_uses_the_crossed_interval_in_points(tmp_path):
+    results, ex, scores = issue_like(tmp_path)
+    seeds_only = compare_seeds(results, min_effect=0.5, n_resamples=500)
+    crossed = compare_seeds(results, examples=ex, min_effect=0.5, n_resamples=500)
+    assert seeds_only.verdict == "convincing"             # the seeds' t interval lies above 0.5 point
+    x = crossed.crossed
+    # by hand in points: D = 100 x (cand - base); its grand mean is the seeds' mean difference
+    d = 100 * np.array([np.subtract(scores["cand", s], scores["base", s]) for s in range(5)], dtype=float)
+    s, n = d.shape
+    col, row, g = d.mean(axis=0), d.mean(axis=1), d.mean()
+    ms_s = n * ((row - g) ** 2).sum() / (s - 1)
+    ms_e = s * ((col - g) ** 2).sum() / (n - 1)
+    ms_r = ((d - row[:, None] - col[None, :] + g) ** 2).sum() / ((s - 1) * (n - 1))
+    assert x.scale == 100 and x.mean == pytest.approx(crossed.mean_diff)
+    assert x.se == pytest.approx(np.sqrt((ms_s + ms_e - ms_r) / (s * n)))
+    assert x.low < 0.5 < x.high and crossed.verdict == "inconclusive"
+    assert crossed.status == "warn" and "crossed seeds x examples" in crossed.checks[0].seen
+    assert any("the seeds alone say 'convincing'" in w for w in crossed.warnings)
+    assert "points" in crossed.units
+
+
+def test_crossed_interval_agrees_with_the_seeds_when_the_test_set_is_not_the_noise(tmp_path):
+    # correct setup: a large, steady gain (+20 points on 100 examples in every seed): both intervals convincing
+    ids = [f"q{i}" for i in range(100)]
+    scores = {}
+    rng = np.random.default_rng(4)
+    for s in range(5):
+        scores["base", s] = (rng.random(100) < 0.5).astype(int).tolist()
+        scores["cand", s] = [1 if (i < 60 or rng.random() < 0.3) else 0 for i in range(100)]
+    ex = per_example_file(tmp_path / "ex.csv", range(5), ids, scores)
+    base = [float(np.mean(scores["base", s])) for s in range(5)]
+    cand = [float(np.mean(scores["cand", s])) for s in range(5)]
+    r = compare_seeds(results_csv(tmp_path / "r.csv", base, cand), examples=ex, min_effect=0.05, n_resamples=500)
+    assert r.crossed.scale == 1 and r.verdict == "convincing" and r.crossed.low > 0.05
+    assert not any("seeds alone" in w for w in r.warnings)

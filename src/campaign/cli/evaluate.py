@@ -73,11 +73,14 @@ def errors(
     top: Annotated[int, typer.Option(help="Top confusions to list.")] = 10,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     seed: Seed = 0,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
+            "user, document): standard errors and intervals become cluster-robust.")] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
-    """Error analysis: confusion matrix, per-class metrics, top confusions, slices; or extraction validity and fields.
+    """Error analysis: accuracy with its standard error and 95% interval (Wilson; cluster-robust with --cluster),
+    confusion matrix, per-class metrics, top confusions, slices; or extraction validity and fields.
     An lm-eval run (lm_eval --log_samples): the metric per task and the documents it scored 0.
 
     Exit 0 when analyzed, 2 on bad input.
@@ -91,7 +94,8 @@ def errors(
         from ..evaluate.harness_runs import harness_errors
 
         _not_harness("an lm-eval run", **{"--slice": slice_by, "--schema": schema, "--required": required,
-                                          "--review-sheet": review_sheet, "--taxonomy": taxonomy, "--plot": plot})
+                                          "--review-sheet": review_sheet, "--taxonomy": taxonomy, "--plot": plot,
+                                          "--cluster": cluster})
         o.emit(harness_errors(predictions, metric=metric, filter=harness_filter), render_errors, as_json)
         return
     _not_harness("prediction files", **{"--metric": metric, "--filter": harness_filter})
@@ -100,7 +104,8 @@ def errors(
         tell(f"{escape(task)} metrics of {escape(predictions)}" + (", the plot" if plot else ""))
         rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                              schema=schema, required=_split(required), slice_by=slice_by, top=top,
-                             review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed)
+                             review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed,
+                             cluster=cluster)
         rep = o.with_plot(rep, plots.confusion if isinstance(rep, ClassificationReport) else plots.fields, plot)
     o.emit(rep, render_errors, as_json)
 
@@ -114,31 +119,41 @@ def regress(
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
-    margin: Annotated[float | None, typer.Option("--equivalence-margin", "--margin", help="Also test equivalence: that "
-            "the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units (0.01 "
-            "= one point).")] = None,
+    equivalence_margin: Annotated[float | None, typer.Option("--equivalence-margin", help="Also test equivalence: "
+            "that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units "
+            "(0.01 = one point).")] = None,
+    old_margin: Annotated[float | None, typer.Option("--margin", hidden=True)] = None,
+    non_inferiority: Annotated[float | None, typer.Option("--non-inferiority", help="Test that the candidate is "
+            "not worse by this much or more (one-sided, at 5%), in the metric's units (0.01 = one point).")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
+            "user, document, template): the difference's interval and p-value become cluster-robust.")] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
-    """Baseline vs candidate: flips with ids, per-class deltas, McNemar's test, guards; equivalence at --margin.
-    Reads lm-eval's samples_<task>_<date>.jsonl (lm_eval --log_samples) too, paired document by document.
+    """Baseline vs candidate: the paired difference with its 95% interval and a verdict (IMPROVED, WORSE, NOT
+    SHOWN, EQUIVALENT at --equivalence-margin, NON-INFERIOR at --non-inferiority), flips with ids, per-class deltas, McNemar's
+    test, guards. Reads lm-eval's samples_<task>_<date>.jsonl (lm_eval --log_samples) too, paired document by
+    document, one verdict per task (Holm-corrected).
 
-    Exit 0 when every guard holds (and the candidate is within --margin), 1 when not, 2 on bad input (e.g.
-    different ids or documents).
+    Exit 0 when the candidate is not significantly worse and every guard holds (and the candidate is within
+    --equivalence-margin, or not worse than --non-inferiority), 1 when not, 2 on bad input (e.g. different ids or documents).
     """
     from ..evaluate.regress import regress as run_regress
     from .render import progress_reporter
     from .render.evaluate import regress as render_regress
 
+    margin = o.renamed(old_margin, equivalence_margin, old_name="regress --margin",
+                       new_name="regress --equivalence-margin")
     if _is_harness(baseline) or _is_harness(candidate):
         from ..evaluate.harness_runs import compare_run_folders
         from .render.evaluate import harness as render_harness
 
+        _not_harness("lm-eval runs", **{"--cluster": cluster})
         with progress_reporter("regress", enabled=not as_json) as tell:
             tell("pairing the two runs' documents")
             runs = compare_run_folders(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
-                                       guards=guard or ())
+                                       guards=guard or (), non_inferiority=non_inferiority)
         o.emit(runs, render_harness, as_json)
         return
     if metric is not None or harness_filter is not None:
@@ -150,7 +165,7 @@ def regress(
         tell(f"flips, McNemar's test and {len(guard or ())} guard(s) over the shared ids")
         rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema,
                           required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field,
-                          margin=margin)
+                          margin=margin, non_inferiority=non_inferiority, cluster=cluster)
     o.emit(rep, render_regress, as_json)
 
 

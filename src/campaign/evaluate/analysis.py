@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..results import Information
 from ..validate import check_seed
+from .difference import RateEstimate, rate_estimate
 from .extraction import ExtractionReport, analyze_extraction
 from .predictions import NO_PREDICTION, PredictionSet, label_of, read_predictions
 from .review import ReviewCandidate, TaxonomySummary, as_text, sample_for_review, summarize_taxonomy, write_review_sheet
@@ -87,6 +88,8 @@ class ClassificationReport(Information):
     task: str = "classification"
     schema: str = SCHEMA
     plot: str | None = None         # the heatmap written by the CLI's --plot (campaign.plots)
+    estimates: tuple[RateEstimate, ...] = ()   # accuracy with its standard error and 95% interval
+    cluster_field: str | None = None
 
 
     def metrics(self) -> dict[str, float]:
@@ -206,7 +209,7 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
                    required: Sequence[str] | None = None, slice_by: str | None = None, top: int = 10,
                    review_sheet: str | os.PathLike[str] | None = None, per_cell: int = 5, correct_per_cell: int = 0,
                    taxonomy: str | os.PathLike[str] | None = None,
-                   seed: int = 0) -> ClassificationReport | ExtractionReport:
+                   seed: int = 0, cluster: str | None = None) -> ClassificationReport | ExtractionReport:
     """Read a prediction file and analyze its errors: task 'classification' or 'extraction'. Its figure is
     campaign.plots.confusion (fields for extraction) of the result's to_dict().
 
@@ -227,7 +230,36 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
         rep = analyze_extraction(preds, schema=schema, required=required, slice_by=slice_by,
                                  review_sheet=review_sheet, per_cell=per_cell, correct_per_cell=correct_per_cell,
                                  taxonomy=taxonomy, seed=seed)
-    return rep
+    return with_estimates(rep, preds, cluster)
+
+
+def with_estimates(rep: ClassificationReport | ExtractionReport, preds: PredictionSet,
+                   cluster: str | None = None) -> ClassificationReport | ExtractionReport:
+    """The report with each rate's standard error and 95% interval (evaluate/difference.rate_estimate):
+    accuracy (classification); valid JSON and every field right (extraction); cluster-robust over the metadata
+    field `cluster` when given."""
+    from dataclasses import replace
+
+    groups = None
+    if cluster is not None:
+        groups = []
+        for p in preds.predictions:
+            if p.meta.get(cluster) in (None, ""):
+                have = ", ".join(map(repr, sorted(p.meta))) or "none"
+                raise InputError(f"{preds.where(p)} has no {cluster!r} for --cluster (metadata fields: {have}); give "
+                                 "every row its cluster, or name another field")
+            groups.append(str(p.meta[cluster]))
+    if isinstance(rep, ClassificationReport):
+        gold, pred = labels_of(preds)
+        est: tuple[RateEstimate, ...] = (rate_estimate([g == q for g, q in zip(gold, pred, strict=True)],
+                                                       metric="accuracy", clusters=groups),)
+    else:
+        est = (rate_estimate([r.parsed for r in rep.per_example], metric="valid_json", clusters=groups),
+               rate_estimate([r.correct for r in rep.per_example], metric="accuracy", clusters=groups))
+    notes = tuple(rep.notes)
+    if est[0].clusters is not None and est[0].clusters < 20:
+        notes += (f"only {est[0].clusters} clusters: cluster-robust intervals are too narrow under about 20",)
+    return replace(rep, estimates=est, cluster_field=cluster, notes=notes)
 
 
 

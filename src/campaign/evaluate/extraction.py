@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import Information
+from .difference import RateEstimate
 from .json_schema import load_schema, schema_errors
 from .predictions import PredictionSet
 from .review import ReviewCandidate, TaxonomySummary, as_text, sample_for_review, summarize_taxonomy, write_review_sheet
@@ -101,6 +102,8 @@ class ExtractionReport(Information):
     task: str = "extraction"
     schema: str = SCHEMA
     plot: str | None = None         # the per-field bars written, when asked for
+    estimates: tuple[RateEstimate, ...] = ()   # valid_json and accuracy with standard errors and 95% intervals
+    cluster_field: str | None = None
 
 
     def metrics(self) -> dict[str, float]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..results import Result
+from .difference import Difference
 from .equivalence import Equivalence
 from .regress import Guard, GuardedComparison
 from .stats import McNemar, TTest
@@ -72,8 +73,11 @@ def _task(path: Path) -> str:
 
 
 def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = None,
-                        filter: str | None = None) -> HarnessScores:  # noqa: A002 - the harness's own word
-    """The scores of one samples_*.jsonl file (see the module docstring).
+                        filter: str | None = None,  # noqa: A002 - the harness's own word
+                        only_if_held: bool = False) -> HarnessScores:
+    """The scores of one samples_*.jsonl file (see the module docstring). With `only_if_held` (a task among
+    others in a run folder), a named metric or filter the file does not hold gives way to the file's only one
+    (a multiple-choice task's filter 'none' and metric acc beside a generation task's).
 
     Raises:
         InputError: a line without doc_id or the metric, a metric that is not a number, several filters and none
@@ -89,7 +93,11 @@ def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = No
             raise InputError(f"{p}: holds the filters {', '.join(filters)}; name the one to compare with --filter")
         filter = filters[0]
     elif filter not in filters:
-        raise InputError(f"{p}: no filter {filter!r} (it holds {', '.join(filters)}); give one of them")
+        if only_if_held and len(filters) == 1:
+            filter = filters[0]
+        else:
+            raise InputError(f"{p}: no filter {filter!r} (it holds the filter(s) {', '.join(map(repr, filters))}); "
+                             "give one of them")
     chosen = [r for r in rows if str(r.fields.get("filter", "none")) == filter]
     scored: list[str] = []
     for r in chosen:
@@ -101,6 +109,8 @@ def read_harness_scores(path: str | os.PathLike[str], *, metric: str | None = No
                "prompt_hash", "target_hash"}
         scored = sorted({k for r in chosen for k, v in r.fields.items() if k not in own
                          and isinstance(v, (int, float)) and not isinstance(v, bool)})
+    if metric is not None and only_if_held and metric not in scored and len(scored) == 1:
+        metric = scored[0]
     if metric is None:
         if len(scored) != 1:
             raise InputError(f"{p}: scores {', '.join(scored) or 'no metric'}; name the one to compare with --metric")
@@ -154,13 +164,14 @@ def _shown(value: Any) -> str:
 
 
 def _identity(fields: dict[str, Any], keyed_by: str) -> tuple[tuple[str, str], ...]:
-    """What a line says about which document it scored: the task named inside it, the target_hash and, paired by
-    doc_id (nothing else says the document is the same), the doc_hash, prompt_hash and the doc itself (hashed)."""
+    """What a line says about which document it scored: the task named inside it, its prompt_hash and target_hash
+    (another prompt or target is another question) and, paired by doc_id (nothing else says the document is the
+    same), the doc_hash and the doc itself (hashed)."""
     import hashlib
     import json
 
     said = [("task", str(fields[name])) for name in TASK_FIELDS if isinstance(fields.get(name), str)][:1]
-    names = ("target_hash",) if keyed_by == "doc_hash" else ("doc_hash", "prompt_hash", "target_hash")
+    names = ("prompt_hash", "target_hash") if keyed_by == "doc_hash" else ("doc_hash", "prompt_hash", "target_hash")
     said += [(name, fields[name]) for name in names if isinstance(fields.get(name), str)]
     if keyed_by == "doc_id" and "doc" in fields:
         text = json.dumps(fields["doc"], sort_keys=True, ensure_ascii=False, default=str)
@@ -262,12 +273,22 @@ class HarnessComparison(GuardedComparison, Result):
     paired_t: TTest | None
     equivalence: Equivalence | None
     guards: tuple[Guard, ...]
+    difference: Difference | None = None         # the metric's paired difference over every document
+    per_task: tuple[Difference, ...] = ()        # with several tasks: one per task, Holm-corrected (the verdicts)
+    notes: tuple[str, ...] = ()
     schema: str = SCHEMA
+
+    @property
+    def verdicts(self) -> tuple[Difference, ...]:
+        if self.per_task:
+            return self.per_task
+        return () if self.difference is None else (self.difference,)
 
 
 def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
                          metric: str | None = None, filter: str | None = None,  # noqa: A002
-                         margin: float | None = None, guards: Sequence[str] = ()) -> HarnessComparison:
+                         margin: float | None = None, guards: Sequence[str] = (),
+                         non_inferiority: float | None = None) -> HarnessComparison:
     """Compare two lm-eval samples files of one task (see HarnessComparison). A metric whose every score is 0 or
     1 (exact_match, acc) gets the flips and McNemar's test; any other gets a paired t-test. Guards name the
     metric ("exact_match>=-0.01": the candidate's mean minus the baseline's).
@@ -280,13 +301,18 @@ def compare_harness_runs(baseline: str | os.PathLike[str], candidate: str | os.P
     for g in guards:
         parse_guard(g)
     base, cand, keys, b, c = read_harness_pairs(baseline, candidate, metric=metric, filter=filter)
-    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards)
+    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards,
+                                 non_inferiority=non_inferiority)
 
 
 def compare_paired_scores(base: HarnessScores, cand: HarnessScores, keys: Sequence[str], b: Sequence[float],
-                          c: Sequence[float], *, margin: float | None = None,
-                          guards: Sequence[str] = ()) -> HarnessComparison:
-    """The comparison of two runs' paired scores (keys in order, the flips named by base.doc_ids)."""
+                          c: Sequence[float], *, margin: float | None = None, guards: Sequence[str] = (),
+                          non_inferiority: float | None = None, tasks: Sequence[str] | None = None,
+                          task_metrics: dict[str, str] | None = None) -> HarnessComparison:
+    """The comparison of two runs' paired scores (keys in order, the flips named by base.doc_ids); `tasks` (the
+    task of each key) gives one verdict per task, Holm-corrected, when they are several, each named by its metric
+    in `task_metrics` (a folder mixing tasks scored with other metrics)."""
+    from .difference import holm_family, paired_difference
     from .equivalence import paired_tost
     from .regress import evaluate_guards
     from .stats import mcnemar, paired_t
@@ -308,9 +334,24 @@ def compare_paired_scores(base: HarnessScores, cand: HarnessScores, keys: Sequen
         counts = (None, None)
     equivalence = paired_tost(b, c, margin=margin) if margin is not None else None
     checked = evaluate_guards(guards, {base.metric: mean_b}, {base.metric: mean_c})
+    d = [y - x for x, y in zip(b, c, strict=True)]
+    pooled = paired_difference(d, metric=base.metric, margin=margin, non_inferiority=non_inferiority)
+    per_task: tuple[Difference, ...] = ()
+    notes: list[str] = []
+    names = list(dict.fromkeys(tasks or ()))
+    if len(names) > 1:
+        per_task = holm_family([paired_difference([v for v, k in zip(d, tasks or (), strict=True) if k == name],
+                                                  metric=(task_metrics or {}).get(name, base.metric), margin=margin,
+                                                  non_inferiority=non_inferiority, task=name) for name in names])
+        notes.append(f"one verdict per task, Holm-corrected over the {len(names)} tasks; the pooled difference "
+                     "informs only")
+    if guards:
+        notes.append("guards are bounds on the point estimates (no test), so no multiple-comparison correction "
+                     "applies to them")
     return HarnessComparison(base.task, base.metric, base.filter, base.keyed_by,
                              {"path": base.path, "sha256": base.sha256}, {"path": cand.path, "sha256": cand.sha256},
-                             n, mean_b, mean_c, counts[0], counts[1], lost, won, test, t, equivalence, checked)
+                             n, mean_b, mean_c, counts[0], counts[1], lost, won, test, t, equivalence, checked,
+                             pooled, per_task, tuple(notes))
 
 
 __all__ = ["HarnessComparison", "HarnessScores", "compare_harness_runs", "compare_paired_scores", "flips",

@@ -35,11 +35,17 @@ class HarnessRun:
 
     @property
     def metric(self) -> str:
-        return self.tasks[0].metric
+        """The metric, or the tasks' metrics joined ('acc, exact_match') where they differ."""
+        return ", ".join(dict.fromkeys(t.metric for t in self.tasks))
 
     @property
     def filter(self) -> str:
-        return self.tasks[0].filter
+        return ", ".join(dict.fromkeys(t.filter for t in self.tasks))
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the tasks are scored with other metrics or filters (a mean over every document then mixes them)."""
+        return len({(t.metric, t.filter) for t in self.tasks}) > 1
 
     def task(self, name: str) -> HarnessScores:
         return next(t for t in self.tasks if t.task == name)
@@ -79,18 +85,17 @@ def samples_files(path: str | os.PathLike[str]) -> list[Path]:
 
 def read_harness_run(path: str | os.PathLike[str], *, metric: str | None = None,
                      filter: str | None = None) -> HarnessRun:  # noqa: A002 - the harness's own word
-    """Every task of a run, read with one metric and one filter (see read_harness_scores).
+    """Every task of a run, each with its metric and filter: the named ones where a task holds them, else the
+    task's only one (a folder mixing multiple-choice and generation tasks: acc under 'none' beside exact_match
+    under 'strict-match'); see read_harness_scores.
 
     Raises:
-        InputError: what read_harness_scores refuses, or tasks that score different metrics or filters and none
-            named.
+        InputError: what read_harness_scores refuses (a task with several metrics or filters and none of them
+            named).
     """
-    tasks = tuple(read_harness_scores(f, metric=metric, filter=filter) for f in samples_files(path))
-    for what, values in (("metric", {t.metric for t in tasks}), ("filter", {t.filter for t in tasks})):
-        if len(values) > 1:
-            per = ", ".join(f"{t.task}: {t.metric if what == 'metric' else t.filter}" for t in tasks)
-            raise InputError(f"{path}: the tasks are scored with other {what}s ({per}); name one every task has "
-                             f"with --{what}, or give the tasks one by one")
+    files = samples_files(path)
+    several = len(files) > 1
+    tasks = tuple(read_harness_scores(f, metric=metric, filter=filter, only_if_held=several) for f in files)
     return HarnessRun(str(path), tasks)
 
 
@@ -124,7 +129,8 @@ def paired_runs(baseline: HarnessRun, candidate: HarnessRun) -> tuple[list[tuple
 
 def compare_run_folders(baseline: str | os.PathLike[str], candidate: str | os.PathLike[str], *,
                         metric: str | None = None, filter: str | None = None,  # noqa: A002
-                        margin: float | None = None, guards: Sequence[str] = ()) -> HarnessComparison:
+                        margin: float | None = None, guards: Sequence[str] = (),
+                        non_inferiority: float | None = None) -> HarnessComparison:
     """`campaign regress` of two lm-eval runs of one or several tasks (a samples file or a run's folder each):
     their documents pooled and paired task by task (see paired_runs), named task/doc_id when there are several
     tasks; then as compare_harness_runs (McNemar and flips of a 0/1 metric, equivalence at a margin, guards)."""
@@ -133,7 +139,8 @@ def compare_run_folders(baseline: str | os.PathLike[str], candidate: str | os.Pa
     for g in guards:
         parse_guard(g)
     run_b = read_harness_run(baseline, metric=metric, filter=filter)
-    run_c = read_harness_run(candidate, metric=metric or run_b.metric, filter=filter or run_b.filter)
+    run_c = read_harness_run(candidate, metric=metric or (None if run_b.mixed else run_b.metric),
+                             filter=filter or (None if run_b.mixed else run_b.filter))
     pairs, b, c = paired_runs(run_b, run_c)
     several = len(run_b.tasks) > 1
 
@@ -144,7 +151,9 @@ def compare_run_folders(baseline: str | os.PathLike[str], candidate: str | os.Pa
     doc_ids = {named(task, key): named(task, run_b.task(task).doc_ids[key]) for task, key in pairs}
     base, cand = (HarnessScores(r.path, ", ".join(t.task for t in r.tasks), r.metric, r.filter, r.tasks[0].keyed_by,
                                 {}, run_sha256(r), doc_ids if r is run_b else {}) for r in (run_b, run_c))
-    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards)
+    return compare_paired_scores(base, cand, keys, b, c, margin=margin, guards=guards,
+                                 non_inferiority=non_inferiority, tasks=[task for task, _ in pairs],
+                                 task_metrics={t.task: t.metric for t in run_b.tasks})
 
 
 def run_sha256(run: HarnessRun) -> str:
@@ -175,6 +184,9 @@ class TaskErrors(Record):
     mean: float
     wrong: int | None          # None: the metric is not 0/1
     wrong_ids: tuple[str, ...]  # doc_ids, at most SHOWN_IDS
+    metric: str = ""
+    filter: str = ""
+    se: float | None = None     # standard error of the mean, sd (n - 1) / sqrt(n): lm-eval's <metric>_stderr
 
 
 @dataclass(frozen=True)
@@ -203,11 +215,20 @@ def harness_errors(path: str | os.PathLike[str], *, metric: str | None = None,
         binary = is_binary(values)
         wrong = [t.doc_ids[k] for k, v in t.scores.items() if v == 0.0] if binary else []
         rows.append(TaskErrors(t.task, t.path, t.sha256, t.keyed_by, len(values), sum(values) / len(values),
-                               len(wrong) if binary else None, tuple(wrong[:SHOWN_IDS])))
+                               len(wrong) if binary else None, tuple(wrong[:SHOWN_IDS]), t.metric, t.filter,
+                               _stderr(values)))
     every = [v for t in run.tasks for v in t.scores.values()]
     binary = all(r.wrong is not None for r in rows)
     return HarnessErrors(run.path, run.metric, run.filter, len(every), sum(every) / len(every),
                          sum(r.wrong or 0 for r in rows) if binary else None, tuple(rows))
+
+
+def _stderr(values: Sequence[float]) -> float | None:
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
 
 
 def harness_seed_runs(baseline: list[str], candidate: list[str], *, metric: str | None = None,
@@ -227,7 +248,8 @@ def harness_seed_runs(baseline: list[str], candidate: list[str], *, metric: str 
         raise InputError(f"{len(baseline)} baseline run(s) and {len(candidate)} candidate run(s): give one "
                          "--baseline-samples and one --candidate-samples per seed, in the same seed order")
     first = read_harness_run(baseline[0], metric=metric, filter=filter)
-    metric, filter = first.metric, first.filter
+    if not first.mixed:
+        metric, filter = first.metric, first.filter
     runs_b = [first] + [read_harness_run(p, metric=metric, filter=filter) for p in baseline[1:]]
     runs_c = [read_harness_run(p, metric=metric, filter=filter) for p in candidate]
     means_b, means_c, diffs = [], [], []

@@ -17,6 +17,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Result
 from .analysis import ClassificationReport, analyze_classification, labels_of
+from .difference import Difference, difference_checks, paired_difference
 from .equivalence import Equivalence, paired_tost
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
 from .predictions import PredictionSet, label_of, read_predictions
@@ -115,14 +116,21 @@ class ClassDelta:
 
 
 class GuardedComparison:
-    """The verdict of a baseline-candidate comparison (prediction files, lm-eval runs): its guards (guard.<expr>)
-    and, when a margin was stated, equivalence.within_margin."""
+    """The verdict of a baseline-candidate comparison (prediction files, lm-eval runs): the difference's verdict
+    (difference.verdict, or difference.<task> per task with Holm's correction: evaluate/difference.py), which
+    fails on a significant loss and speaks for a stated margin, and its guards (guard.<expr>)."""
 
     guards: tuple[Guard, ...]
     equivalence: Equivalence | None
 
     @property
+    def verdicts(self) -> tuple[Difference, ...]:
+        return ()
+
+    @property
     def checks(self) -> tuple[Check, ...]:
+        if self.verdicts:
+            return difference_checks(self.verdicts) + guard_checks(self.guards)
         return guard_checks(self.guards) + (self.equivalence.checks if self.equivalence is not None else ())
 
     @property
@@ -132,8 +140,8 @@ class GuardedComparison:
 
 @dataclass(frozen=True)
 class RegressionReport(GuardedComparison, Result):
-    """What changed between two prediction files on the same examples; its checks are the guards (guard.<expr>),
-    so that the status is fail when a guard failed (and pass without guards: the comparison only informs)."""
+    """What changed between two prediction files on the same examples; its checks are the difference's verdict
+    (difference.verdict: fail when the candidate is significantly worse) and the guards (guard.<expr>)."""
 
     task: str
     baseline: dict[str, Any]
@@ -152,7 +160,13 @@ class RegressionReport(GuardedComparison, Result):
     guards: tuple[Guard, ...]
     notes: tuple[str, ...] = ()
     equivalence: Equivalence | None = None  # accuracy within +/- a stated margin (TOST on paired correctness)
+    difference: Difference | None = None    # the accuracy's paired difference, its interval and verdict
+    cluster_field: str | None = None
     schema: str = SCHEMA
+
+    @property
+    def verdicts(self) -> tuple[Difference, ...]:
+        return () if self.difference is None else (self.difference,)
 
 
 
@@ -178,12 +192,16 @@ def _check_same_examples(a: PredictionSet, b: PredictionSet, task: str) -> None:
 def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | os.PathLike[str] | PredictionSet, *,
             task: str = "classification", guards: Sequence[str] = (), schema: Any = None,
             required: Sequence[str] | None = None, id_field: str = "id", gold_field: str = "gold",
-            pred_field: str = "pred", margin: float | None = None) -> RegressionReport:
-    """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards, and with
-    `margin` equivalence of the accuracies within +/- margin (TOST on the paired correctness, evaluate/equivalence).
+            pred_field: str = "pred", margin: float | None = None, non_inferiority: float | None = None,
+            cluster: str | None = None) -> RegressionReport:
+    """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards, the
+    accuracy's paired difference with its 95% interval and verdict (evaluate/difference.py; cluster-robust over
+    the metadata field `cluster`), and with `margin` equivalence of the accuracies within +/- margin (TOST on the
+    paired correctness), with `non_inferiority` a one-sided test that the loss is under that margin.
 
     Raises:
-        InputError: different ids or gold values, an unknown task, a malformed guard or unknown metric.
+        InputError: different ids or gold values, an unknown task, a malformed guard or unknown metric, a cluster
+            field missing from a row or different between the files.
     """
     if task not in ("classification", "extraction"):
         raise InputError(f"task {task!r} is not known; use classification or extraction")
@@ -235,7 +253,14 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
     notes = []
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"f1[refund]>=-0.01\")")
+    if guards:
+        notes.append("guards are bounds on the point estimates (no test), so no multiple-comparison correction "
+                     "applies to them; the difference's verdict is the one test")
     test = mcnemar(len(r2w), len(w2r))
+    groups = cluster_labels(a, b, cluster) if cluster else None
+    diff = paired_difference([float(right_b[i]) - float(right_a[i]) for i in order], metric="accuracy",
+                             clusters=groups, margin=margin, non_inferiority=non_inferiority)
+    notes += diff.notes
     equivalence = None if margin is None else paired_tost([float(right_a[i]) for i in order],
                                                           [float(right_b[i]) for i in order], margin=margin)
     return RegressionReport(
@@ -243,4 +268,22 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
         accuracy_baseline=rep_a.accuracy, accuracy_candidate=rep_b.accuracy, both_right=both_right,
         both_wrong=both_wrong, right_to_wrong=r2w, wrong_to_right=w2r, mcnemar=test,
         per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked,
-        notes=tuple(notes), equivalence=equivalence)
+        notes=tuple(notes), equivalence=equivalence, difference=diff, cluster_field=cluster)
+
+
+def cluster_labels(a: PredictionSet, b: PredictionSet, field: str) -> list[str]:
+    """The cluster of every example (in a's order) from the metadata field `field`: every row of the baseline
+    needs it, and the candidate, where it has it, must agree."""
+    bb = b.by_id()
+    out = []
+    for p in a.predictions:
+        if field not in p.meta or p.meta[field] in (None, ""):
+            have = ", ".join(map(repr, sorted(p.meta))) or "none"
+            raise InputError(f"{a.where(p)} has no {field!r} for --cluster (metadata fields: {have}); give every "
+                             "row its cluster, or name another field")
+        q = bb[p.id]
+        if field in q.meta and str(q.meta[field]) != str(p.meta[field]):
+            raise InputError(f"cluster {field!r} of id {p.id!r} differs ({a.where(p)}: {p.meta[field]!r}, "
+                             f"{b.where(q)}: {q.meta[field]!r}); both files must put an example in the same cluster")
+        out.append(str(p.meta[field]))
+    return out

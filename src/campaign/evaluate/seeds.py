@@ -4,8 +4,10 @@ Input rows: variant, seed, metric (two variants paired by seed); optionally per-
 (variant, seed, id, score) for the same examples in every run. Differences are candidate - baseline
 (baseline - candidate with higher_is_better=False), so a positive difference is always an improvement.
 
-The verdict uses the t interval (the bootstrap over 3-10 seeds is known to be too narrow): `convincing` when
-the interval lies entirely above the minimum useful effect, `no useful effect` when entirely below it,
+The verdict uses the t interval over seeds (the bootstrap over 3-10 seeds is known to be too narrow) or, with
+per-example scores, the crossed seeds x examples interval (crossed_interval: the variance of the grand mean from
+the seed, example and residual components), which also counts the test set's noise: `convincing` when the
+interval lies entirely above the minimum useful effect, `no useful effect` when entirely below it,
 `inconclusive` otherwise. Seeds needed: the paired t-test's sample size for 80% power (alpha = 1 - confidence,
 with the test's alternative: two-sided, or one-sided in its direction) to detect the minimum effect (or, without
 one, the observed mean) at the observed SD.
@@ -20,7 +22,7 @@ from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
-from ..results import Result
+from ..results import Record, Result
 from ..validate import check_seed
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
 from .predictions import label_of, number_of, read_rows, require_columns
@@ -168,6 +170,81 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
 
 
 @dataclass(frozen=True)
+class CrossedInterval(Record):
+    """The mean per-example difference over seeds x examples with the crossed variance of Var(grand mean):
+
+        V = (MS_seed + MS_example - MS_residual) / (S N)
+          = sigma2_seed / S + sigma2_example / N + sigma2_residual / (S N)    (in expectation)
+
+    from the two-way ANOVA of D (S seeds x N examples) without replication, and a t interval on Satterthwaite's
+    df. With one seed it is the examples' paired standard error sd(column) / sqrt(N) (Miller 2024, "Adding Error
+    Bars to Evals"). `scale` converts to the metric's units (100 when the metric is in points and the scores are
+    proportions); every figure here is in the metric's units."""
+
+    seeds: int
+    examples: int
+    mean: float
+    se: float
+    df: float
+    low: float | None
+    high: float | None
+    confidence: float
+    var_seed: float          # the components of V, in the metric's units squared (sigma2 / S, sigma2 / N, ...)
+    var_example: float
+    var_residual: float
+    scale: float
+    method: str = "crossed seeds x examples variance (two-way ANOVA components), t on Satterthwaite df"
+
+
+def crossed_interval(diffs: Any, *, confidence: float = 0.95, alternative: str = "two-sided",
+                     scale: float = 1.0) -> CrossedInterval | None:
+    """The crossed interval of the mean of D (shape (seeds, examples)), see CrossedInterval; None with one example."""
+    np = numpy()
+    from .stats import scipy_stats
+
+    d = np.asarray(diffs, dtype=float) * scale
+    s, n = d.shape
+    if n < 2:
+        return None
+    grand = float(d.mean())
+    col = d.mean(axis=0)
+    ms_e = s * float(((col - grand) ** 2).sum()) / (n - 1)
+    if s == 1:
+        var, df, vs, ve, vr = ms_e / n, float(n - 1), 0.0, ms_e / n, 0.0
+    else:
+        row = d.mean(axis=1)
+        ms_s = n * float(((row - grand) ** 2).sum()) / (s - 1)
+        resid = d - row[:, None] - col[None, :] + grand
+        ms_r = float((resid ** 2).sum()) / ((s - 1) * (n - 1))
+        total = ms_s + ms_e - ms_r
+        vs, ve, vr = (ms_s - ms_r) / n / s, (ms_e - ms_r) / s / n, ms_r / (s * n)
+        if total > 0:
+            den = ms_s ** 2 / (s - 1) + ms_e ** 2 / (n - 1) + ms_r ** 2 / ((s - 1) * (n - 1))
+            var, df = total / (s * n), (total ** 2 / den if den > 0 else float("inf"))
+        else:                       # components estimated negative: the larger mean square alone
+            big, dfb = max((ms_s, s - 1), (ms_e, n - 1))
+            var, df = big / (s * n), float(dfb)
+    se = float(np.sqrt(max(var, 0.0)))
+    alpha = 1 - confidence
+    q = float(scipy_stats().t.ppf(1 - alpha / 2 if alternative == "two-sided" else 1 - alpha, df)) if se else 0.0
+    low = grand - q * se if alternative in ("two-sided", "greater") else None
+    high = grand + q * se if alternative in ("two-sided", "less") else None
+    return CrossedInterval(s, n, grand, se, df, low, high, confidence, vs, ve, vr, scale)
+
+
+def units_scale(seed_diffs: Any, example_diffs: Any) -> float | None:
+    """How per-example differences convert to the metric's: 1 when each seed's metric difference is the mean of
+    its per-example differences, 100 when it is 100 times it (points from proportions), None when neither."""
+    np = numpy()
+    m = np.asarray(example_diffs, dtype=float).mean(axis=1)
+    d = np.asarray(seed_diffs, dtype=float)
+    for scale in (1.0, 100.0):
+        if np.allclose(d, scale * m, rtol=1e-6, atol=1e-9 * scale):
+            return scale
+    return None
+
+
+@dataclass(frozen=True)
 class SeedsReport(Result):
     """Paired comparison of two variants over seeds; mean_diff > 0 means the candidate is better. Its check
     seeds.conclusive warns when the interval leaves the answer open (the verdict field says which answer)."""
@@ -203,6 +280,9 @@ class SeedsReport(Result):
     wilcoxon: RankTest
     sign: SignTest
     examples: ExampleBootstrap | None = None
+    crossed: CrossedInterval | None = None   # seeds x examples, in the metric's units; the verdict's interval
+    verdict_interval: str = "t over seeds"
+    units: str = ""                          # how the per-example figures relate to the metric's units
     source: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -211,9 +291,12 @@ class SeedsReport(Result):
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        interval = f"[{_fmt(self.ci_low)}, {_fmt(self.ci_high)}]"
+        low, high = (self.crossed.low, self.crossed.high) if self.verdict_interval != "t over seeds" and \
+            self.crossed is not None else (self.ci_low, self.ci_high)
+        interval = f"[{_fmt(low)}, {_fmt(high)}]"
         seen = (f"{self.verdict}: mean difference {self.mean_diff:+.4g}, {self.confidence:.0%} interval {interval} "
-                f"against a minimum effect of {self.min_effect:g} over {self.n_seeds} seeds")
+                f"({self.verdict_interval}) against a minimum effect of {self.min_effect:g} over {self.n_seeds} "
+                "seeds")
         if self.verdict != "inconclusive":
             return (Check("seeds.conclusive", "pass", seen),)
         more = f"run {self.seeds_needed} seeds" if self.seeds_needed else "run more seeds"
@@ -275,6 +358,31 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         ex = paired_bootstrap(example_diffs, n_resamples=n_resamples, confidence=confidence, alternative=alternative,
                               seed=seed)
     verdict = verdict_of(t.ci_low, t.ci_high, min_effect) if n >= 2 else "inconclusive"
+    t_verdict = verdict
+    crossed = None
+    crossed_used = False
+    verdict_interval = "t over seeds"
+    units = ""
+    crossed_note = ""
+    if example_diffs is not None:
+        scale = units_scale(d, example_diffs)
+        crossed = crossed_interval(example_diffs, confidence=confidence, alternative=alternative, scale=scale or 1.0)
+        if crossed is not None and scale is not None:
+            by_seeds = verdict
+            crossed_used = True
+            verdict = verdict_of(crossed.low, crossed.high, min_effect)
+            verdict_interval = f"crossed seeds x examples ({crossed.seeds} x {crossed.examples:,})"
+            units = (f"every figure is in {metric}'s units" + (" (points: the per-example scores, proportions, "
+                                                               "are shown x100)" if scale == 100 else ""))
+            if by_seeds != verdict:
+                crossed_note = (f"the seeds alone say {by_seeds!r} (t interval [{_fmt(t.ci_low)}, "
+                                f"{_fmt(t.ci_high)}]), but the test set's noise widens the interval to "
+                                f"[{_fmt(crossed.low)}, {_fmt(crossed.high)}]: {verdict!r}")
+        elif crossed is not None:
+            units = ("the per-example figures are in the scores' units: each seed's metric difference is not "
+                     "the mean (nor 100 x the mean) of its per-example differences")
+            crossed_note = ("the metric is not the mean of the per-example scores, so the verdict keeps the t "
+                            "interval over seeds; the crossed interval is in the scores' units")
     # power against the effect's size in the direction the test looks: a one-sided 'less' test detects a decrease
     effect = abs(min_effect) if min_effect else abs(t.mean)
     if alternative == "less":
@@ -308,12 +416,13 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
     if 2 <= n < SMALL_FOR_BOOTSTRAP:
         verdict_boot = verdict_of(boot.low, boot.high, min_effect)
         differ = (f": here the bootstrap interval [{_fmt(boot.low)}, {_fmt(boot.high)}] would say "
-                  f"{verdict_boot!r} where the t interval says {verdict!r}" if verdict_boot != verdict else "")
+                  f"{verdict_boot!r} where the t interval says {t_verdict!r}" if verdict_boot != t_verdict else "")
         # a disagreement a reader would see in the table is a warning; the general limitation, a note
         (warnings if differ else notes).append(
             f"with {n} seeds the bootstrap intervals are too narrow (resampling {n} values cannot show the spread "
             f"of unseen seeds; their coverage falls short of {confidence:.0%} below about {SMALL_FOR_BOOTSTRAP} "
-            f"seeds), so the verdict uses the t interval{differ}")
+            f"seeds), so {'the seeds alone are read with' if crossed_used else 'the verdict uses'} the t "
+            f"interval{differ}")
     if w.zeros:
         notes.append(f"{w.zeros} seed(s) with no difference are left out of the Wilcoxon and sign tests")
     if w.method == "normal":
@@ -323,6 +432,8 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
     if not min_effect:
         notes.append("no --min-effect: the verdict compares the interval with 0; give the smallest difference "
                      "worth having in metric units")
+    if crossed_note:
+        warnings.append(crossed_note)
     if ex is not None:
         notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples: {ex.method} "
                      f"({ex.engine} resampling)")
@@ -334,7 +445,8 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         t_statistic=t.to_dict()["statistic"], t_pvalue=t.p_value, wilcoxon_statistic=w.statistic,
         wilcoxon_pvalue=w.p_value, wilcoxon_method=w.method, sign_pvalue=sg.p_value, min_effect=min_effect,
         verdict=verdict, power=power, power_effect=effect if effect != 0 else None, seeds_needed=seeds_needed,
-        t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, source=source or {},
+        t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, crossed=crossed,
+        verdict_interval=verdict_interval, units=units, source=source or {},
         warnings=tuple(warnings), notes=tuple(notes))
 
 
@@ -369,5 +481,6 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
                          n_resamples=n_resamples, seed=seed, example_diffs=ex, source=source)
 
 
-__all__ = ["SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds", "pair_seeds",
-           "pick_variants", "read_example_scores", "read_seed_results", "verdict_of"]
+__all__ = ["CrossedInterval", "SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds",
+           "crossed_interval", "pair_seeds", "pick_variants", "read_example_scores", "read_seed_results",
+           "units_scale", "verdict_of"]

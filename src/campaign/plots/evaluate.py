@@ -69,7 +69,8 @@ def fields(result: dict[str, Any], title: str | None = None) -> Any:
 
 def seeds(result: dict[str, Any], title: str | None = None) -> Any:
     """A seeds result. Left: each seed's metric for both variants, joined per seed. Right: the differences with
-    their mean, the t and bootstrap intervals, zero, the minimum useful effect and the band |difference| below it
+    their mean, the t, bootstrap and (with per-example scores) crossed seeds x examples intervals, zero, the
+    minimum useful effect and the band |difference| below it
     (not useful). `title`, when given, heads the figure."""
     d = [number(v) for v in result.get("differences") or []]
     if not d:
@@ -97,15 +98,20 @@ def seeds(result: dict[str, Any], title: str | None = None) -> Any:
     boot = result.get("bootstrap")
     if not isinstance(boot, dict):
         boot = {}
+    crossed = result.get("crossed")
+    if not isinstance(crossed, dict):
+        crossed = {}
     for x, lo, hi, label, color in ((0.5, result.get("ci_low"), result.get("ci_high"), "t interval", "tab:blue"),
                                     (0.7, boot.get("low"), boot.get("high"),
-                                     f"bootstrap ({boot.get('method')})", "tab:orange")):
+                                     f"bootstrap ({boot.get('method')})", "tab:orange"),
+                                    (0.9, crossed.get("low"), crossed.get("high"),
+                                     "seeds x examples (crossed)", "tab:red")):
         if lo is not None or hi is not None:
             ylo = lo if lo is not None else min(d)
             yhi = hi if hi is not None else max(d)
             right.plot([x, x], [ylo, yhi], color=color, lw=3, label=label)
     right.set_xticks([])
-    right.set_xlim(-0.4, 1.0)
+    right.set_xlim(-0.4, 1.1)
     right.set_xlabel("seeds (dots, spread sideways), mean and intervals")
     sign = "candidate - baseline" if result.get("higher_is_better", True) else "baseline - candidate"
     right.set_ylabel(f"difference ({sign})")

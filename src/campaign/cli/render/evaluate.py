@@ -18,11 +18,16 @@ def harness_errors(rep: Any) -> None:
     wrong = "" if rep.wrong is None else f" · {rep.wrong:,} scored 0"
     console.print(f"[bold]{escape(rep.path)}[/bold] · lm-eval · {escape(rep.metric)} ({escape(rep.filter)}) · "
                   f"{len(rep.tasks)} task(s) · {rep.documents:,} documents")
-    console.print(f"{escape(rep.metric)} [bold]{rep.mean:.4f}[/bold] over every document{wrong}")
-    t = table("Per task", [("task", "left"), ("documents", "right"), (escape(rep.metric), "right"),
-                           ("scored 0", "right"), ("doc_ids scored 0", "left")])
+    mixed = len({(x.metric, x.filter) for x in rep.tasks}) > 1
+    across = " (a mean across tasks scored with other metrics: read the tasks)" if mixed else ""
+    console.print(f"{escape(rep.metric)} [bold]{rep.mean:.4f}[/bold] over every document{wrong}{across}")
+    t = table("Per task", [("task", "left"), ("documents", "right")]
+              + ([("metric (filter)", "left")] if mixed else [])
+              + [("mean" if mixed else escape(rep.metric), "right"), ("se", "right"), ("scored 0", "right"),
+                 ("doc_ids scored 0", "left")])
     for x in rep.tasks:
-        t.add_row(escape(x.task), f"{x.documents:,}", f"{x.mean:.4f}", "-" if x.wrong is None else f"{x.wrong:,}",
+        t.add_row(escape(x.task), f"{x.documents:,}", *([f"{escape(x.metric)} ({escape(x.filter)})"] if mixed else []),
+                  f"{x.mean:.4f}", "-" if x.se is None else f"{x.se:.4f}", "-" if x.wrong is None else f"{x.wrong:,}",
                   _ids(x.wrong_ids) + (f" (first {len(x.wrong_ids)})" if x.wrong and x.wrong > len(x.wrong_ids)
                                        else ""))
     console.print(t)
@@ -33,6 +38,18 @@ def _ids(ids: Any, n: int = SHOW) -> str:
     return ", ".join(escape(i) for i in ids[:n]) + (f", ... (+{len(ids) - n})" if len(ids) > n else "")
 
 
+def _estimates(rep: Any) -> None:
+    """Each rate with its standard error and 95% interval, one line."""
+    parts = []
+    for e in getattr(rep, "estimates", ()):
+        parts.append(f"{escape(e.metric)} {e.rate:.4f} (se {e.se:.4f}, 95% interval [{e.ci95[0]:.4f}, "
+                     f"{e.ci95[1]:.4f}])")
+    if parts:
+        e = rep.estimates[0]
+        extra = f", design effect {e.design_effect:.2f}" if e.design_effect is not None else ""
+        console.print(" · ".join(parts) + f" · {escape(e.method)}{extra}")
+
+
 def classification(rep: Any) -> None:
     avg = rep.averages
     console.print(f"[bold]{escape(rep.source['path'])}[/bold] · classification · {rep.examples:,} examples · "
@@ -40,6 +57,7 @@ def classification(rep: Any) -> None:
     console.print(f"Accuracy [bold]{rep.accuracy:.4f}[/bold] ({rep.errors:,} errors) · macro F1 "
                   f"[bold]{avg['macro']['f1']:.4f}[/bold] · weighted F1 {avg['weighted']['f1']:.4f} · micro F1 "
                   f"{avg['micro']['f1']:.4f}")
+    _estimates(rep)
     t = table("Per class", [("label", "left"), ("precision", "right"), ("recall", "right"), ("F1", "right"),
                              ("support", "right"), ("predicted", "right")])
     for c in rep.per_class:
@@ -100,6 +118,7 @@ def extraction(rep: Any) -> None:
     if rep.required_all is not None:
         line += f" · all required fields {rep.required_all:.1%}"
     console.print(line + f" · every field right [bold]{rep.accuracy:.1%}[/bold]")
+    _estimates(rep)
     t = table("Per field (over examples whose gold has it)", [("field", "left"), ("gold", "right"),
                                                                ("produced", "right"), ("exact", "right"),
                                                                ("normalized", "right")])
@@ -143,7 +162,27 @@ def _guards_line(rep: Any) -> None:
         console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
 
 
+_VERDICT_STYLE = {"IMPROVED": "green", "EQUIVALENT": "green", "NON-INFERIOR": "green", "WORSE": "red",
+                  "NOT SHOWN": "yellow"}
+
+
+def _verdicts(rep: Any) -> None:
+    """The difference's verdict, one line per task (evaluate/difference.py), and the checks that did not pass."""
+    from dataclasses import replace
+
+    from ...evaluate.difference import describe
+
+    for x in getattr(rep, "verdicts", ()):
+        style = _VERDICT_STYLE[x.verdict]
+        line = describe(replace(x, task=None))[len(x.verdict):]
+        console.print(f"[{style}]{escape(x.verdict)}[/{style}]" + escape((f" ({x.task})" if x.task else "") + line))
+    for c in rep.checks:
+        if c.id.startswith("difference.") and c.status != "pass":
+            console.print(f"[{'red' if c.status == 'fail' else 'yellow'}]{c.status}[/]: {escape(c.why)}")
+
+
 def regress(rep: Any) -> None:
+    _verdicts(rep)
     _guards_line(rep)
     t = rep.mcnemar
     p = f"p = {t.p_value:.4g}" + (f", statistic {t.statistic:.4g}" if t.statistic is not None else "")
@@ -180,12 +219,13 @@ def regress(rep: Any) -> None:
             c.add_row(escape(x.field), str(x.gold_examples), f"{x.exact[0]:.1%} -> {x.exact[1]:.1%}",
                       f"{x.match[0]:.1%} -> {x.match[1]:.1%}", f"{x.delta_match:+.1%}")
         console.print(c)
-    _equivalence(rep.equivalence)
+    if not getattr(rep, "verdicts", ()):
+        _equivalence(rep.equivalence)
     notes(rep.notes, escaped=True)
 
 
 def _equivalence(eq: Any) -> None:
-    if eq is None:
+    if eq is None:   # (with a verdict, its line above says the TOST p-value)
         return
     low, high = eq.interval
     word = "[green]equivalent[/green]" if eq.equivalent else "[red]not shown equivalent[/red]"
@@ -195,6 +235,7 @@ def _equivalence(eq: Any) -> None:
 
 def harness(rep: Any) -> None:
     """Two lm-eval runs of one task (evaluate/harness.py)."""
+    _verdicts(rep)
     _guards_line(rep)
     console.print(f"{escape(rep.task)} · {escape(rep.metric)} ({escape(rep.filter)}) · {rep.examples:,} documents "
                   f"paired by {rep.paired_by}")
@@ -211,7 +252,9 @@ def harness(rep: Any) -> None:
     elif rep.paired_t is not None:
         t = rep.paired_t
         console.print(f"paired t-test: mean difference {t.mean:+.4g}, p = {t.p_value:.4g}")
-    _equivalence(rep.equivalence)
+    if not getattr(rep, "verdicts", ()):
+        _equivalence(rep.equivalence)
+    notes(getattr(rep, "notes", ()), escaped=True)
 
 
 def _fmt(x: float | None) -> str:
@@ -224,6 +267,10 @@ def seeds(rep: Any) -> None:
     ci = ("no interval" if rep.ci_low is None and rep.ci_high is None else
           f"{rep.confidence:.0%} t interval [{_fmt(rep.ci_low)}, "
           f"{'+inf' if rep.ci_high is None else f'{rep.ci_high:+.4g}'}]")
+    x = rep.crossed
+    if x is not None and rep.verdict_interval != "t over seeds":
+        ci = (f"{rep.confidence:.0%} {rep.verdict_interval} interval [{_fmt(x.low)}, "
+              f"{'+inf' if x.high is None else f'{x.high:+.4g}'}] (the verdict's; seeds alone: {ci})")
     console.print(f"[{style}]{rep.verdict}[/{style}] — {escape(rep.candidate)} vs {escape(rep.baseline)} on "
                   f"{escape(rep.metric)}: mean "
                   f"difference [bold]{rep.mean_diff:+.4g}[/bold] ({sign}), {ci}, minimum useful effect "
@@ -258,11 +305,19 @@ def seeds(rep: Any) -> None:
     tests.add_row(f"Wilcoxon signed-rank ({rep.wilcoxon_method})", f"W+ = {rep.wilcoxon_statistic:g}",
                   f"{rep.wilcoxon_pvalue:.4g}", "")
     tests.add_row("sign test", f"{rep.sign.positive}+ / {rep.sign.negative}-", f"{rep.sign_pvalue:.4g}", "")
+    scale = x.scale if x is not None else 1.0
+    if x is not None:
+        tests.add_row(f"crossed variance, seeds x examples ({x.seeds} x {x.examples:,})",
+                      f"mean {x.mean:+.4g}, se {x.se:.4g}", "",
+                      f"[{_fmt(x.low)}, {'+inf' if x.high is None else f'{x.high:+.4g}'}]")
     if rep.examples is not None:
         e = rep.examples
-        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})", f"mean {e.mean_diff:+.4g}", "",
-                      f"[{_fmt(e.low)}, {'+inf' if e.high is None else f'{e.high:+.4g}'}]")
+        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})", f"mean {scale * e.mean_diff:+.4g}",
+                      "", f"[{_fmt(None if e.low is None else scale * e.low)}, "
+                          f"{'+inf' if e.high is None else f'{scale * e.high:+.4g}'}]")
     console.print(tests)
+    if getattr(rep, "units", ""):
+        console.print(f"Units: {escape(rep.units)}")
     if rep.plot:
         console.print(f"Plot: {escape(rep.plot)}")
     notes(rep.notes, escaped=True)

@@ -329,3 +329,24 @@ def nan_loop():
     assert "not finite" in c.seen and "nan%" not in c.seen
     res = cli("batch", f"{path}:nan_loop")
     assert res.code == 1 and "nan%" not in res.out
+
+
+def test_gpt2_shifts_its_labels_though_its_class_name_does_not_say_so(tmp_path):
+    """Issue 47: GPT2LMHeadModel (the default model of transformers' language-modeling examples) shifts its labels;
+    whether it does is read from its own loss, not from a class name ending in ForCausalLM. Two micro-batches of
+    different lengths, the loop's own accumulate weighting by tokens: equivalent, and tokens counted after the
+    shift (a row of k tokens has k - 1)."""
+    ref = _write_setup(tmp_path, '''
+def make_setup():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)
+    g = torch.Generator().manual_seed(2)
+    batches = []
+    for length in (10, 30):
+        ids = torch.randint(1, 64, (2, length), generator=g)
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+    return {"model": transformers.GPT2LMHeadModel(cfg), "batches": batches}
+''')
+    r = check_accumulation(ref, normalization="token")
+    assert r.tokens_per_micro_batch == (18, 58)                      # 2 rows x (10 - 1), 2 rows x (30 - 1)
+    assert r.passed and {v.normalization: v for v in r.variants}["token"].relative_error < 1e-5

@@ -12,7 +12,8 @@ from . import common as o
 
 
 def register(app: typer.Typer) -> None:
-    app.command("check", epilog="Example: campaign check examples/check_setup.py:make_setup --out check.json")(check)
+    app.command("check", epilog="Example: campaign check examples/check_setup.py:make_setup --out check.json; "
+                                "campaign check -- python examples/watch/train_gpt.py --max_iters 20")(check)
     app.command("batch", epilog="Example: campaign batch examples/train_setup.py:make_setup --normalization token "
                                 "--processes 2")(batch)
     app.command("inspect", epilog="Example: campaign inspect examples/inspect_setup.py:make_setup")(inspect)
@@ -71,9 +72,11 @@ def batch(
 
 
 def check(
-    setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model, the optimizer (and scheduler), "
-                                              "a few batches, optionally the loss, what is meant to train and the "
-                                              "loop's own save/load (see examples/check_setup.py).")],
+    setup: Annotated[list[str], typer.Argument(
+        help="FILE.py:FUNCTION returning the model, the optimizer (and scheduler), a few batches, optionally the "
+             "loss, what is meant to train and the loop's own save/load (see examples/check_setup.py); or, after "
+             "--, your training command as you run it: -- python train.py ARGS (watched, unchanged, for a few "
+             "updates).", show_default=False)],
     overfit_steps: Annotated[int, typer.Option("--overfit-steps", help="Updates on the first batch.")] = 30,
     overfit_drop: Annotated[float, typer.Option("--overfit-drop", help="Fraction the first batch's loss must fall "
                                                                        "by within those updates (a steady fall short "
@@ -88,6 +91,10 @@ def check(
     processes: Annotated[int, typer.Option(help="Run one update of your step under torchrun with this many "
                                                 "processes (DDP; gloo on the CPU) and check the ranks stay in sync "
                                                 "instead of the one-process checks.")] = 1,
+    updates: Annotated[int, typer.Option("--updates", help="With -- python SCRIPT: the optimizer updates to watch "
+                                                           "before stopping the script.")] = 3,
+    timeout: Annotated[float, typer.Option("--timeout", help="With -- python SCRIPT: seconds before a script that "
+                                                             "has not finished its updates is stopped.")] = 600.0,
     out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
     as_json: o.Json = False,
 ) -> None:
@@ -98,26 +105,52 @@ def check(
     With --processes N (N >= 2): one update of your step on each rank's own batch, the model wrapped in DDP, and
     whether every rank applied the average gradient and holds the same weights after it.
 
+    With -- python train.py ARGS: your script runs unchanged in a child process, watched through torch's hooks for
+    --updates optimizer updates, then stopped: train mode, gradients zeroed between updates, the learning rate's
+    pace, the parameters that train and stay frozen, finite loss and gradients, the labels' shift and causality on a
+    batch your loop fed, and whether it saved a checkpoint (resume is not compared: "not verified", or --no-resume).
+
     Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
     skipped ("not verified"), 2 on bad input (needs the torch extra).
     """
+    from ..errors import InputError
     from ..train.check import check as run_checks
     from .render.train import render_check
 
+    if updates < 1:
+        raise InputError(f"--updates {updates}: watch at least 1 optimizer update; give --updates 1 or more")
+    if not timeout > 0:
+        raise InputError(f"--timeout {timeout:g}: give a positive number of seconds")
     if out is not None:
         from ..train.setup import writable_file
 
         writable_file(out, "--out")   # the record is written at the end: its path is checked before anything runs
     report: Any
     render: Any = render_check
-    with _progress("campaign", as_json) as tell, _users_code(setup):  # "campaign: check 3/5: resume in a fresh process"
+    from ..train.watch_checks import watched_command
+
+    if watched_command(setup):       # -- python train.py ARGS: the script itself, watched
+        from ..train.watch_checks import watch
+        from .render.watch import render_watch
+
+        with _progress("check", as_json) as tell:
+            report = watch(setup, updates=updates, timeout=timeout, resume=resume, progress=tell)
+        if out is not None:
+            from ..io import atomic_write_json
+
+            atomic_write_json(out, report.to_dict())
+        o.emit(report, render_watch, as_json)
+        return
+    setup_ref = setup[0]
+    # the spinner reads "campaign: check 3/5: resume in a fresh process"
+    with _progress("campaign", as_json) as tell, _users_code(setup_ref):
         if processes != 1:
             from ..train.ddp_check import check_ddp
 
-            report, render = check_ddp(setup, processes, progress=tell), _render_ddp
+            report, render = check_ddp(setup_ref, processes, progress=tell), _render_ddp
         else:
-            report = run_checks(setup, overfit_steps=overfit_steps, overfit_drop=overfit_drop, overfit_lr=overfit_lr,
-                                checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
+            report = run_checks(setup_ref, overfit_steps=overfit_steps, overfit_drop=overfit_drop,
+                                overfit_lr=overfit_lr, checkpoint_dir=checkpoint_dir, resume=resume, progress=tell)
     if out is not None:
         from ..io import atomic_write_json
 

@@ -87,12 +87,52 @@ def _torch() -> Any:
     return torch
 
 
-def _causal(model: Any) -> bool:
-    """Token t predicts t + 1 (transformers' causal LMs shift logits and labels by one); other heads do not."""
+def _causal(model: Any, batch: Mapping[str, Any]) -> bool:
+    """Whether token t's logits are scored against label t + 1: decided from the model's own loss on the batch (its
+    loss against the cross-entropy of its logits with and without the shift, eval mode, no gradient), never from its
+    class name (GPT2LMHeadModel shifts and its name does not end in ForCausalLM). A model that returns no loss of
+    its own is scored unshifted: the labels are taken as given per position. Decided once per model."""
     inner = getattr(model, "module", model)                      # DDP
-    if hasattr(inner, "get_base_model"):                          # peft: the model it wraps
-        inner = inner.get_base_model()
-    return type(inner).__name__.endswith("ForCausalLM")
+    known = _SHIFTS.get(id(inner))
+    if known is not None and known[0]() is inner:
+        return known[1]
+    shifts = _shifts_by_own_loss(model, batch)
+    import weakref
+
+    _SHIFTS[id(inner)] = (weakref.ref(inner), shifts)
+    return shifts
+
+
+_SHIFTS: dict[int, tuple[Any, bool]] = {}
+
+
+def _shifts_by_own_loss(model: Any, batch: Mapping[str, Any]) -> bool:
+    torch = _torch()
+    labels = batch["labels"]
+    if labels.dim() != 2 or labels.shape[1] < 2:
+        return False
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(**batch)
+    except Exception:
+        return False          # the forward's own error is reported by the check's first forward (_logits)
+    finally:
+        model.train(was)
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    from .step import output_tensor
+
+    logits = output_tensor(out)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or logits is None or logits.dim() != 3 \
+            or tuple(logits.shape[:2]) != tuple(labels.shape):
+        return False
+    ce = torch.nn.functional.cross_entropy
+    flat = logits.float()
+    shifted = float(ce(flat[:, :-1].reshape(-1, flat.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100))
+    plain = float(ce(flat.reshape(-1, flat.shape[-1]), labels.reshape(-1), ignore_index=-100))
+    own = float(loss.float())
+    return abs(own - shifted) < abs(own - plain)
 
 
 def _logits(model: Any, batch: Mapping[str, Any]) -> Any:
@@ -131,7 +171,7 @@ def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
     torch = _torch()
     logits = _logits(model, batch)
     labels = batch["labels"]
-    if _causal(model):
+    if _causal(model, batch):
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
                                              ignore_index=-100, reduction="sum")
@@ -140,7 +180,7 @@ def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
 
 def tokens(model: Any, batch: Mapping[str, Any]) -> int:
     """Tokens whose loss counts in a batch (labels != -100, after the causal shift)."""
-    labels = batch["labels"][:, 1:] if _causal(model) else batch["labels"]
+    labels = batch["labels"][:, 1:] if _causal(model, batch) else batch["labels"]
     return int((labels != -100).sum())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,9 @@ def run_factory(ref: str, example: str = "setup.py:make_setup") -> tuple[Any, st
     file = Path(path)
     if not file.is_file():
         raise InputError(f"{file}: no such setup file; give FILE.py:FUNCTION")
+    folder = str(file.resolve().parent)
+    if folder not in sys.path:       # as `python FILE.py` does: the setup imports the scripts beside it
+        sys.path.insert(0, folder)
     try:
         namespace = runpy.run_path(str(file), run_name="campaign_setup")
     except SystemExit as e:

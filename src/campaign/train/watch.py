@@ -1,0 +1,388 @@
+"""The child process of `campaign check -- python SCRIPT ARGS`: the user's script run unchanged, watched through
+torch's global hooks, stopped after a few optimizer updates; what was seen goes to a JSON file the parent reads
+(train/watch_checks.py turns it into checks).
+
+    python -m campaign.train.watch --out OBSERVED.json --updates 3 --timeout 120 -- SCRIPT ARGS...
+    python -m campaign.train.watch --out OBSERVED.json -- -m MODULE ARGS...
+
+The observers, installed before the script's first line runs:
+- module forward pre/post hooks (global): the outermost forward of each call (the "root": the model, or a loss
+  module beside it), the dropout modules that ran inside it and their mode, its inputs (kept for the probes after
+  the updates), and a gradient hook on its outputs that marks it as a training forward when a backward reaches it;
+- torch.autograd.backward: the loss each backward starts from, and how many backwards an update has;
+- optimizer step pre/post hooks: the update count, the learning rates, the gradients (finite; and, from the first
+  update on, a hook on each parameter that sees its .grad just before the next gradient is added: still holding the
+  previous update's gradient means no zero_grad ran between updates), the parameters before and after the last
+  watched update; after the N-th update the script is stopped by a private exception (a BaseException, which the
+  script's own `except Exception` does not catch);
+- LRScheduler.step: the scheduler steps between two updates (the outermost call only: SequentialLR steps its own);
+- torch.save: the checkpoints written within the watched updates.
+A watchdog thread writes what was seen and ends the process at --timeout, naming where the script was.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from .watch_probes import _tensors
+
+# the phases named when the script is stopped at --timeout
+STARTING = "importing and starting the script (before its first model forward)"
+
+
+class Enough(BaseException):
+    """Raised from the optimizer's step post hook once the watched updates are done: not an Exception, so that the
+    script's own `except Exception` lets it through."""
+
+
+def _lrs(optimizer: Any) -> tuple[float, ...]:
+    return tuple(float(g.get("lr", 0.0)) for g in optimizer.param_groups)
+
+
+class Watcher:
+    """What the observers saw, and the hooks that see it."""
+
+    def __init__(self, updates: int, bare: bool = False) -> None:
+        self.target = updates
+        self.bare = bare
+        self.step = 0
+        self.phase = STARTING
+        self.depth = 0
+        self.current: dict[str, Any] | None = None      # the root forward running now
+        self.forwards: list[dict[str, Any]] = []        # root forwards with grad since the last update
+        self.updates: list[dict[str, Any]] = []
+        self.losses: list[float] = []                   # backward losses since the last update
+        self.scheduler_depth = 0
+        self.scheduler_steps = 0
+        self.lr_changes = 0
+        self.last_lrs: tuple[float, ...] | None = None
+        self.saves: list[dict[str, Any]] = []
+        self.optimizer: Any = None
+        self.model: Any = None
+        self.batch: tuple[Any, Any] | None = None       # (args, kwargs) of the last training forward of the model
+        self.first_grads: dict[int, Any] = {}           # param id -> |old .grad| summed (0-dim), or None
+        self.stochastic: dict[int, bool] = {}
+        self.names: dict[int, str] = {}
+        self.module_names: dict[int, str] = {}
+        self.eval_dropout: dict[str, int] = {}          # dropout module -> the first update it ran in eval
+        self.dropout_seen: set[str] = set()
+        self.root_eval: list[int] = []
+        self.before: dict[str, Any] | None = None
+        self.max_lrs: list[float] = []
+        self.params: dict[str, Any] | None = None
+        self.started = time.perf_counter()
+        self.step_times: list[float] = []
+        self.handles: list[Any] = []
+        self.lock = threading.Lock()
+
+    # --- installing -----------------------------------------------------------------------------------------
+    def install(self) -> None:
+        import torch
+        from torch.optim import optimizer as opt
+        self.handles.append(opt.register_optimizer_step_post_hook(self.after_step))
+        if self.bare:
+            return
+        self.handles.append(opt.register_optimizer_step_pre_hook(self.before_step))
+        mod = torch.nn.modules.module
+        self.handles.append(mod.register_module_forward_pre_hook(self.forward_pre))
+        self.handles.append(mod.register_module_forward_hook(self.forward_post))
+        backward = torch.autograd.backward
+
+        def watched_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self.depth = 0            # a forward that raised never ran its post hook
+            self.phase = f"backward (after {self.step} updates)"
+            t = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
+            if isinstance(t, torch.Tensor) and t.numel() == 1:
+                self.losses.append(float(t.detach().float()))
+            return backward(tensors, *args, **kwargs)
+
+        torch.autograd.backward = watched_backward   # Tensor.backward calls torch.autograd.backward
+        sched = torch.optim.lr_scheduler.LRScheduler
+        step = sched.step
+
+        def watched_step(scheduler: Any, *args: Any, **kwargs: Any) -> Any:
+            self.scheduler_depth += 1
+            try:
+                return step(scheduler, *args, **kwargs)
+            finally:
+                self.scheduler_depth -= 1
+                if self.scheduler_depth == 0:
+                    self.scheduler_steps += 1
+                    self._lr_moved()
+
+        sched.step = watched_step  # type: ignore[method-assign]
+        save = torch.save
+
+        def watched_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.step:
+                self.saves.append({"update": self.step, "path": os.fspath(f) if isinstance(f, (str, os.PathLike))
+                                   else type(f).__name__})
+            return save(obj, f, *args, **kwargs)
+
+        torch.save = watched_save
+
+    # --- forwards -----------------------------------------------------------------------------------------
+    def _is_stochastic(self, module: Any) -> bool:
+        known = self.stochastic.get(id(module))
+        if known is None:
+            from .probes import _stochastic
+
+            known = self.stochastic[id(module)] = _stochastic(module)
+        return known
+
+    def forward_pre(self, module: Any, args: Any) -> None:
+        import torch
+
+        if self.depth == 0:
+            self.phase = f"forward of {type(module).__name__} (after {self.step} updates)"
+            self.current = {"module": module, "drop": {}, "grad": False, "args": args, "kwargs": None,
+                            "training": bool(module.training)} if torch.is_grad_enabled() else None
+            if self.current is not None and not getattr(module, "_campaign_watched", False):
+                try:   # the kwargs reach only a module's own hook; the global one sees the positional inputs
+                    module.register_forward_pre_hook(self._kwargs, with_kwargs=True)
+                    setattr(module, "_campaign_watched", True)  # noqa: B010 - nn.Module's __setattr__
+                except Exception:  # noqa: S110 - a module that refuses attributes: positional inputs only
+                    pass
+            if self.optimizer is not None:
+                self._lr_moved()
+        elif self.current is not None and self._is_stochastic(module):
+            drop = self.current["drop"]
+            drop[id(module)] = drop.get(id(module), True) and bool(module.training)
+        self.depth += 1
+
+    def _kwargs(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self.current is not None and self.current["module"] is module:
+            self.current["kwargs"] = dict(kwargs)
+
+    def forward_post(self, module: Any, args: Any, output: Any) -> None:
+        self.depth = max(self.depth - 1, 0)
+        if self.depth or self.current is None or self.current["module"] is not module:
+            return
+        record, self.current = self.current, None
+        outs = [t for t in _tensors(output) if t.requires_grad]
+        if not outs:
+            return
+
+        def reached(_grad: Any, record: dict[str, Any] = record) -> None:
+            record["grad"] = True
+
+        for t in outs:
+            t.register_hook(reached)
+        self.forwards.append(record)
+        self.phase = f"the loop's own code after a forward of {type(module).__name__} (after {self.step} updates)"
+
+    def _lr_moved(self) -> None:
+        if self.optimizer is None:
+            return
+        now = _lrs(self.optimizer)
+        if self.last_lrs is not None and now != self.last_lrs:
+            self.lr_changes += 1
+        self.last_lrs = now
+
+    # --- updates ------------------------------------------------------------------------------------------
+    def _model_of(self, trained: list[dict[str, Any]], optimizer: Any) -> Any:
+        if self.model is not None and any(r["module"] is self.model for r in trained):
+            return self.model          # found at an earlier update: not counted again (the per-update cost)
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        best, size = None, 0
+        for r in trained:
+            n = sum(p.numel() for p in r["module"].parameters() if id(p) in held)
+            if n > size:
+                best, size = r["module"], n
+        return best
+
+    def before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        import torch
+
+        self.phase = f"optimizer step {self.step + 1}"
+        self.depth = 0
+        trained = [r for r in self.forwards if r["grad"]]
+        if self.optimizer is None:
+            self.optimizer = optimizer
+        if optimizer is not self.optimizer:
+            return
+        model = self._model_of(trained, optimizer)
+        if model is not None and model is not self.model:
+            self.model = model
+            self.names = {id(p): n for n, p in model.named_parameters()}
+            self.module_names = {id(m): n for n, m in model.named_modules()}
+        self._lr_moved()
+        update: dict[str, Any] = {"update": self.step + 1, "lrs": list(_lrs(optimizer)),
+                                  "backwards": len(self.losses), "losses": list(self.losses),
+                                  "forwards": len(trained)}
+        if self.step >= 1:
+            update["scheduler_steps"] = self.scheduler_steps
+            update["lr_changes"] = self.lr_changes
+            seen = [(pid, n) for pid, n in self.first_grads.items() if n is not None]
+            carried: list[str] = []
+            if seen:
+                nonzero = torch.stack([n.float() for _, n in seen]).ne(0).tolist()
+                carried = [self.names.get(pid, "?") for (pid, _), hit in zip(seen, nonzero, strict=True) if hit]
+            update["grads_checked"] = len(self.first_grads)
+            update["grads_carried"] = carried
+        grads = [(p, p.grad) for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if grads:
+            norms = torch._foreach_norm([g.detach().float() for _, g in grads])
+            finite = bool(torch.isfinite(torch.stack(norms)).all())
+            update["grads_finite"] = finite
+            if not finite:
+                update["nonfinite"] = [self.names.get(id(p), "?") for (p, _), n in zip(grads, norms, strict=True)
+                                       if not bool(torch.isfinite(n))][:20]
+        for r in trained:
+            if r["module"] is self.model:
+                self.batch = (r["args"], r["kwargs"])
+                if not r["training"]:
+                    self.root_eval.append(self.step + 1)
+                for mid, training in r["drop"].items():
+                    name = self.module_names.get(mid)
+                    if name is None:
+                        continue
+                    self.dropout_seen.add(name)
+                    if not training:
+                        from .probes import _trains_near
+
+                        if _trains_near(self.model, name):
+                            self.eval_dropout.setdefault(name, self.step + 1)
+        if self.step == 0:
+            self._membership(optimizer)
+            for g in optimizer.param_groups:
+                for p in g["params"]:
+                    if p.requires_grad:
+                        p.register_hook(lambda _g, p=p: self._incoming(p))
+        if self.step == 0 and self.model is not None:     # compared after the last watched update
+            self.before = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.max_lrs = [max(a, b) for a, b in zip(self.max_lrs, _lrs(optimizer), strict=False)] \
+            if self.max_lrs else list(_lrs(optimizer))
+        self.updates.append(update)
+        self.forwards, self.losses = [], []
+        self.scheduler_steps = self.lr_changes = 0
+        self.first_grads = {}
+
+    def _incoming(self, p: Any) -> None:
+        if self.step >= 1 and id(p) not in self.first_grads:
+            self.first_grads[id(p)] = None if p.grad is None else p.grad.detach().abs().sum()
+
+    def _membership(self, optimizer: Any) -> None:
+        if self.model is None:
+            return
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        named = list(self.model.named_parameters())
+        self.params = {
+            "trainable": sum(p.requires_grad for _, p in named), "frozen": sum(not p.requires_grad for _, p in named),
+            "missing": [n for n, p in named if p.requires_grad and id(p) not in held],
+            "frozen_held": [n for n, p in named if not p.requires_grad and id(p) in held]}
+
+    def after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.optimizer is not None and optimizer is not self.optimizer:
+            return
+        self.optimizer = optimizer
+        self.step += 1
+        self.step_times.append(time.perf_counter())
+        self.phase = f"the loop's own code after update {self.step}"
+        if self.step >= self.target and self.before is not None and self.params is not None \
+                and self.model is not None:
+            import torch
+
+            zero = {id(p) for g, top in zip(optimizer.param_groups, self.max_lrs, strict=False) if top == 0
+                    for p in g["params"]}
+            named = list(self.model.named_parameters())
+            moved = {n for n, p in named if not torch.equal(p.detach(), self.before[n])}
+            self.params |= {"update": self.step,
+                            "unchanged": [n for n, p in named if p.requires_grad and n not in moved],
+                            "frozen_changed": [n for n, p in named if not p.requires_grad and n in moved],
+                            "zero_lr": [n for n, p in named if id(p) in zero]}
+            self.before = None
+        if self.step >= self.target:
+            raise Enough()
+
+    # --- the record -----------------------------------------------------------------------------------------
+    def observed(self, finished: str, error: str | None = None) -> dict[str, Any]:
+        times = self.step_times
+        return {"finished": finished, "error": error, "phase": self.phase, "updates_seen": self.step,
+                "model": type(self.model).__name__ if self.model is not None else None,
+                "updates": self.updates, "params": self.params, "saves": self.saves,
+                "dropout_seen": sorted(self.dropout_seen), "eval_dropout": self.eval_dropout,
+                "root_eval": self.root_eval,
+                "seconds_to_first_update": times[0] - self.started if times else None,
+                "seconds_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
+
+
+def _write(path: str, data: dict[str, Any]) -> None:
+    from ..io import atomic_write_json
+
+    atomic_write_json(path, data)
+
+
+def _error_line(e: BaseException, script: str) -> str:
+    """The exception and the innermost line of the user's script it came through."""
+    where = ""
+    for frame in traceback.extract_tb(e.__traceback__):
+        if os.path.abspath(frame.filename) == os.path.abspath(script):
+            where = f" at line {frame.lineno}"
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}{where}: {text[0] if text else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m campaign.train.watch")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--bare", action="store_true", help="only count and stop the updates (overhead baseline)")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    ns = parser.parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    module = command[0] == "-m"
+    target = command[1] if module else command[0]
+    watcher = Watcher(ns.updates, bare=ns.bare)
+    done = threading.Event()
+
+    def watchdog() -> None:
+        if not done.wait(ns.timeout):
+            _write(ns.out, watcher.observed("timeout"))
+            os._exit(0)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    watcher.install()
+    import runpy
+
+    if module:
+        sys.argv = [target, *command[2:]]
+        sys.path.insert(0, os.getcwd())
+    else:
+        sys.argv = [target, *command[1:]]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    finished, error = "ended", None
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except Enough:
+        finished = "stopped"
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            finished, error = "error", f"the script called exit({e.code!r})"
+    except BaseException as e:  # noqa: B036 - the user's script: every failure is reported, then the parent decides
+        finished, error = "error", _error_line(e, target)
+    for h in watcher.handles:
+        h.remove()
+    observed = watcher.observed(finished, error)
+    if watcher.step and watcher.model is not None and not ns.bare:
+        from .watch_probes import probes
+
+        watcher.phase = "campaign's probes on the model after the watched updates"
+        observed["probes"] = probes(watcher.model, watcher.batch)
+    done.set()
+    _write(ns.out, observed)
+    sys.stdout.flush()
+    os._exit(0)   # the script's threads (data loader workers, loggers) do not hold the process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

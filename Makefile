@@ -29,9 +29,10 @@ lint: setup
 test: lint
 	$(BIN)/python -m pytest -q --durations=25
 
-# under 3 minutes on 2 cores: no test marked slow, ray or browser (markers applied in tests/conftest.py)
+# under 3 minutes on 2 cores: no test marked slow, ray or browser (markers applied in tests/conftest.py), two
+# workers (pytest-xdist)
 test-fast: lint
-	$(BIN)/python -m pytest -q -m "not slow and not ray and not browser"
+	$(BIN)/python -m pytest -q -n 2 -m "not slow and not ray and not browser"
 
 bench: setup
 	$(BIN)/python benchmarks/memory_reference.py

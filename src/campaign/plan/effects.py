@@ -7,6 +7,14 @@ mean(metric at -1) over the cell means, effect = sum(c_i ybar_i) / (C/2) with c_
 balanced (Montgomery, Design and Analysis of Experiments, ch. 6). Effects that share a column in the data are
 aliased and reported together (AB = CD). Every cell against the control: a paired t on the seeds they share
 (campaign seeds' statistics) or Welch's t otherwise, with Holm's step-down correction over the comparisons.
+
+What to take (`recommendation`): for two-level data, the setting the fitted factorial model favours. The model is
+least squares on the runs with the main effects and the two-factor interactions the design estimates (each
+interaction column once: an aliased pair such as AB = CD enters as its first word); the setting is the combination
+of levels with the best predicted metric, its gain is the predicted difference from the control, and its 95%
+interval is the prediction difference's t interval on the fit's residual degrees of freedom. Effects the setting
+relies on that the design confounds with others are named (`aliased_with`): the prediction assumes the first word.
+Without factorial effects (multi-level factors), the best cell against the control.
 """
 from __future__ import annotations
 
@@ -80,6 +88,20 @@ class Comparison(Record):
 
 
 @dataclass(frozen=True)
+class Recommendation(Record):
+    """What to take: the setting (factor -> level) and its cell label, its predicted gain over the control (in the
+    metric's better direction), the 95% interval of that gain (None without a spread to give one), the effects it
+    relies on that the design cannot separate from an alias ('AB = CD'), and how it was obtained."""
+
+    setting: dict[str, str]
+    label: str
+    predicted_gain: float
+    ci95: tuple[float, float] | None
+    aliased_with: tuple[str, ...]
+    basis: str
+
+
+@dataclass(frozen=True)
 class AblationAnalysis(Information):
     """Cell means, factorial effects (when the data is a two-level factorial), comparisons with the control."""
 
@@ -103,6 +125,7 @@ class AblationAnalysis(Information):
     pse: float | None = None            # Lenth's pseudo standard error (unreplicated two-level designs)
     missing: tuple[str, ...] = ()       # cells (Yates labels) the design has but the results lack
     half_normal: tuple[HalfNormalPoint, ...] = ()   # the effects' half-normal plot, for an unreplicated design
+    recommendation: Recommendation | None = None    # what to take (see recommend)
     schema: str = SCHEMA
 
 
@@ -256,10 +279,123 @@ def analyze_ablation(results: str | os.PathLike[str] | None, factors: str | os.P
     if effects:
         notes.append("effect intervals are per effect, not adjusted for their number: a screening design; confirm "
                      "what you act on")
+    advice = recommend(ff, data, effects, comparisons, higher_is_better, st)
     return AblationAnalysis(source, digest, metric, ff.factors, design, n_total, tuple(cells), tuple(effects),
                             s2, df, confidence, tuple(comparisons), correction, min_effect, higher_is_better,
                             tuple(notes), method, pse, missing,
-                            half_normal_points(effects, st) if method == "lenth" else ())
+                            half_normal_points(effects, st) if method == "lenth" else (), advice)
+
+
+MAX_SETTINGS_FACTORS = 16   # up to 2^16 settings are searched for the best predicted one
+
+
+def recommend(ff: FactorsFile, data: dict[tuple[str, ...], dict[str, float]], effects: list[Effect],
+              comparisons: list[Comparison], higher: bool, st: Any) -> Recommendation | None:
+    """What to take (see the module's docstring): from the factorial fit when there are effects, else the best cell
+    against the control; None when neither can say (no control, or too many factors to search)."""
+    if effects and len(ff.factors) <= MAX_SETTINGS_FACTORS:
+        return _fitted(ff, data, effects, higher, st)
+    if not comparisons:
+        return None
+    best = max(comparisons, key=lambda c: c.improvement)
+    if best.improvement <= 0:
+        control = {f.name: f.control for f in ff.factors}
+        return Recommendation(control, "(1)", 0.0, None, (), "no cell beats the control on its mean: keep the "
+                              "control")
+    ci = _interval95(data[tuple(best.levels[f.name] for f in ff.factors)], data[tuple(f.control for f in ff.factors)],
+                     higher, st)
+    return Recommendation(dict(best.levels), best.label, best.improvement, ci, (),
+                          f"the cell with the best mean improvement over the control ({best.test}, verdict "
+                          f"{best.verdict}, Holm p {'-' if best.p_holm is None else f'{best.p_holm:.3g}'}); no "
+                          "factorial fit for factors of more than two levels")
+
+
+def _interval95(values: dict[str, float], base: dict[str, float], higher: bool, st: Any) -> tuple[float, float] | None:
+    """The 95% interval of a cell's improvement over the control: paired t on shared seeds, else Welch's."""
+    sign = 1 if higher else -1
+    shared = [s for s in values if s in base]
+    if len(shared) >= 2 and len(shared) == len(values) == len(base):
+        d = [sign * (values[s] - base[s]) for s in shared]
+        n = len(d)
+        mean = math.fsum(d) / n
+        se = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1) / n)
+        q = float(st.t.ppf(0.975, n - 1))
+        return (mean - q * se, mean + q * se)
+    a, b = list(values.values()), list(base.values())
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+    va, vb = (math.fsum((x - m) ** 2 for x in v) / (len(v) - 1) for v, m in ((a, ma), (b, mb)))
+    se2 = va / len(a) + vb / len(b)
+    if se2 == 0:
+        return (sign * (ma - mb),) * 2
+    dfw = se2 ** 2 / ((va / len(a)) ** 2 / (len(a) - 1) + (vb / len(b)) ** 2 / (len(b) - 1))
+    q = float(st.t.ppf(0.975, dfw))
+    return (sign * (ma - mb) - q * math.sqrt(se2), sign * (ma - mb) + q * math.sqrt(se2))
+
+
+def _fitted(ff: FactorsFile, data: dict[tuple[str, ...], dict[str, float]], effects: list[Effect], higher: bool,
+            st: Any) -> Recommendation:
+    """The factorial model's best setting: least squares on every run with an intercept, the main effects and the
+    two-factor interactions among `effects` (their first word), the best of the 2^k settings by predicted metric,
+    its gain over the control and the gain's 95% t interval on the residual degrees of freedom. Interactions are
+    dropped when they leave no residual degree of freedom; then, without any, no interval."""
+    import numpy as np
+
+    letters = [f.letter for f in ff.factors]
+    terms = [e for e in effects if len(e.effect) <= 2]
+    runs = [({f.letter: (-1 if v == f.control else 1) for f, v in zip(ff.factors, key, strict=True)}, y)
+            for key, values in data.items() for y in values.values()]
+
+    def row(x: dict[str, int], ts: list[Effect]) -> list[float]:
+        return [1.0] + [float(math.prod(x[c] for c in t.effect)) for t in ts]
+
+    n = len(runs)
+    if n - 1 - len(terms) <= 0:
+        terms = [t for t in terms if len(t.effect) == 1]
+    X = np.array([row(x, terms) for x, _ in runs])
+    y = np.array([v for _, v in runs])
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    df = n - X.shape[1]
+    sign = 1 if higher else -1
+    control = {c: -1 for c in letters}
+    x0 = np.array(row(control, terms))
+    best_x, best_gain = control, 0.0
+    for bits in range(2 ** len(letters)):
+        x = {c: (1 if bits >> i & 1 else -1) for i, c in enumerate(letters)}
+        gain = sign * float((np.array(row(x, terms)) - x0) @ beta)
+        if gain > best_gain + 1e-12 * max(1.0, abs(best_gain)):
+            best_x, best_gain = x, gain
+    diff = np.array(row(best_x, terms)) - x0
+    ci = None
+    if df > 0 and best_x != control:
+        resid = y - X @ beta
+        s2 = float(resid @ resid) / df
+        var = s2 * float(diff @ np.linalg.pinv(X.T @ X) @ diff)
+        q = float(st.t.ppf(0.975, df))
+        ci = (best_gain - q * math.sqrt(var), best_gain + q * math.sqrt(var))
+    used = [t for t, d in zip(terms, diff[1:], strict=True) if d != 0]
+    # aliases of three factors or more are taken as negligible (the usual assumption; a 2^(4-1) has A = BCD)
+    low = [(t, [a for a in t.aliases if len(a.lstrip("-")) <= 2]) for t in used]
+    aliased = tuple(f"{t.effect} = {' = '.join(a)}" for t, a in low if a)
+    setting = {f.name: (f.control if best_x[f.letter] < 0 else next(v for v in f.levels if v != f.control))
+               for f in ff.factors}
+    label = "".join(c.lower() for c in letters if best_x[c] > 0) or "(1)"
+    interactions = [t.effect for t in terms if len(t.effect) == 2]
+    basis = (f"factorial fit: least squares on {n} runs with the main effects"
+             + (f" and the interactions {', '.join(interactions)}" if interactions else "")
+             + f" ({df} residual df); the best of the {2 ** len(letters)} settings by predicted {ff.metric}")
+    if best_x == control:
+        basis += "; no setting is predicted to beat the control: keep it"
+    elif tuple(setting[f.name] for f in ff.factors) not in data:
+        basis += f"; cell {label} was not run: the gain is the model's prediction, run it to confirm"
+    if aliased:
+        basis += ("; the design cannot separate " + "; ".join(aliased) + ": the prediction assumes the first of each")
+    weak = [f"{t.names} (p {t.p_value:.2g})" for t in used if t.p_value is not None and t.p_value >= 0.05]
+    if weak:
+        basis += "; it also rests on effects not told apart from zero at 5%: " + ", ".join(weak)
+    basis += "; interactions of three factors or more taken as negligible" if len(letters) > 2 else ""
+    return Recommendation(setting, label, best_gain, ci, aliased, basis)
 
 
 def half_normal_points(effects: list[Effect], st: Any) -> tuple[HalfNormalPoint, ...]:

@@ -25,7 +25,7 @@ QUESTIONS = (
      ("campaign.split", "campaign.leaks", "campaign.usage", "campaign.errors", "campaign.regress", "campaign.seeds")),
     (3, "I am about to train. What must I check first?",
      ("campaign.check", "campaign.inspect", "campaign.batch", "campaign.runs")),
-    (4, "Fine-tune or compress: which variant?", ("campaign.quant", "campaign.ablate")),
+    (4, "Fine-tune or compress: which variant?", ("campaign.quant", "campaign.ablate_plan", "campaign.ablate")),
     (5, "My budget is limited. What do I run first?", ("campaign.budget", "campaign.bench")),
 )
 # What each question misses when nothing of that kind was recorded, and the command that records it.
@@ -389,6 +389,171 @@ def _quant(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
                            f"measured, recorded {r.created}"))
 
 
+def signed(v: Any) -> str:
+    """An effect or a gain as the report prints it: signed, 4 significant digits ('+3.735', '-0.1125')."""
+    return f"{v:+,.4g}" if _real(v) else "-"
+
+
+def p_value(v: Any) -> str:
+    """A p-value as the report prints it: 4 decimals, or 2 significant digits below 1e-4 ('0.0312', '5.1e-07')."""
+    return (f"{v:.4f}" if v >= 1e-4 else f"{v:.1e}") if _real(v) else "-"
+
+
+def _interval(low: Any, high: Any) -> str:
+    return f"[{signed(low)}, {signed(high)}]" if _real(low) and _real(high) else "-"
+
+
+def _notes(d: dict[str, Any]) -> str:
+    lines = [n for n in _list(d.get("notes")) if isinstance(n, str)]
+    return ("<p>notes:</p><ul>" + "".join(f"<li>{_e(n)}</li>" for n in lines) + "</ul>") if lines else ""
+
+
+def _recommendation(d: dict[str, Any]) -> str:
+    x = d.get("recommendation")
+    if not isinstance(x, dict):
+        return _absent("a recommendation (what to take)")
+    setting = ", ".join(f"{k}={v}" for k, v in _dict(x.get("setting")).items())
+    ci = _list(x.get("ci95"))
+    take = "keep the control" if x.get("label") == "(1)" else "take"
+    aliased = [str(a) for a in _list(x.get("aliased_with"))]
+    return (f"<p class='recommendation'><b>{_e(take)}: {_e(setting)}</b> (cell {_e(x.get('label'))}): predicted "
+            f"gain {_e(signed(x.get('predicted_gain')))} over the control, 95% interval "
+            f"{_e(_interval(*ci) if len(ci) == 2 else 'none (no spread to give one)')}"
+            + (f"; the design cannot separate {_e('; '.join(aliased))}" if aliased else "")
+            + f"<br>{_e(x.get('basis'))}</p>")
+
+
+def _ablate(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    """An ablation's analysis: what to take, the cells, the effects with their p-values and aliases, the half-normal
+    plot (unreplicated designs), every cell against the control."""
+    from ..plots import half_normal, svg as draw
+
+    factors = [str(f.get("name")) for f in _rows(d, "factors")]
+    variance, df, pse = d.get("error_variance"), d.get("error_df"), d.get("pse")
+    body = _recommendation(d)
+    body += (f"<p>{_e(d.get('runs'))} runs in {_e(len(_rows(d, 'cells')))} cells — {_e(d.get('design'))} — metric "
+             f"{_e(d.get('metric'))} ({'higher' if d.get('higher_is_better', True) else 'lower'} is better) — error "
+             f"{_e(d.get('error_method'))}: "
+             + (f"pooled variance {variance:,.6g} on {_e(df)} df" if _real(variance) else "no pooled variance")
+             + (f", Lenth's PSE {pse:,.4g}" if _real(pse) else "") + "</p>")
+    cells = [[c.get("label"), *(_dict(c.get("levels")).get(f, "") for f in factors), c.get("n"),
+              f"{number(c.get('mean')):,.4g}", f"{c['sd']:,.4g}" if _real(c.get("sd")) else "-"]
+             for c in _rows(d, "cells")]
+    body += _table(["cell", *factors, "n", "mean", "SD"], cells) if cells else _absent("the cells")
+    effects = [[x.get("effect"), x.get("names"), " = ".join(str(a) for a in _list(x.get("aliases"))) or "-",
+                signed(x.get("estimate")), f"{x['se']:,.4g}" if _real(x.get("se")) else "-",
+                _interval(x.get("ci_low"), x.get("ci_high")), p_value(x.get("p_value"))] for x in _rows(d, "effects")]
+    confidence = d.get("confidence", 0.95)
+    level = f"{confidence:.0%}" if _real(confidence) else "?"
+    body += (f"<p>effects (mean at the other level - mean at the control; {_e(level)} intervals):</p>"
+             + _table(["effect", "factors", "aliased with", "estimate", "SE", "interval", "p"], effects)
+             if effects else "<p>effects: none (not a two-level factorial; see the comparisons)</p>")
+    if _rows(d, "half_normal"):
+        body += _figure(draw(half_normal(d)), f"half-normal plot of the effects (Lenth), recorded {r.created}")
+    comparisons = [[x.get("label"), x.get("test"), x.get("n"), signed(x.get("improvement")),
+                    _interval(x.get("ci_low"), x.get("ci_high")), p_value(x.get("p_value")), p_value(x.get("p_holm")),
+                    x.get("verdict")] for x in _rows(d, "comparisons")]
+    if comparisons:
+        body += (f"<p>every cell against the control ({_e(d.get('correction'))}):</p>"
+                 + _table(["cell", "test", "n", "improvement", "interval", "p", "p Holm", "verdict"], comparisons))
+    missing = [str(m) for m in _list(d.get("missing"))]
+    if missing:
+        body += f"<p class='missing'>cells of the design with no run: {_e(', '.join(missing))}</p>"
+    return f"ablation of {_name(d.get('path')) or '?'} ({d.get('metric')})", body + _notes(d)
+
+
+def _design_row(x: dict[str, Any]) -> list[Any]:
+    return [x.get("kind"), len(_list(x.get("cells"))), x.get("seeds_per_cell"), x.get("runs"),
+            _hours(x.get("card_hours")), _usd(x.get("cost_cents")), x.get("resolution") or "-"]
+
+
+def _ablate_plan(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    """An ablation plan: the design chosen (cells, seeds, runs, card-hours, cost), its generators and aliases, the
+    cells in the order to run them, the other designs costed, what is cut."""
+    x = _obj(d, "design")
+    budget = [b for b in (f"{d['budget_card_hours']:,.1f} GPU-hours" if _real(d.get("budget_card_hours")) else "",
+                          _usd(d.get("budget_cents")) if _real(d.get("budget_cents")) else "") if b]
+    body = (f"<p>verdict: <b>{'plan' if d.get('fits') else 'over budget'}</b> — {_e(len(_rows(d, 'factors')))} "
+            f"factors, metric {_e(d.get('metric'))}, {_e(d.get('hours_per_run'))} h per run on "
+            f"{_e(d.get('cards_per_run'))} card(s) of {_e(d.get('card') or '(no card: card-hours only)')}"
+            f"; budget {_e(' and '.join(budget) or 'none given')}; seeds {_e(d.get('seeds_how'))}"
+            + (f" (a paired comparison of two variants needs {_e(d.get('seeds_paired'))})"
+               if d.get("seeds_paired") is not None else "") + "</p>")
+    factors = [[f.get("letter"), f.get("name"), f.get("control"),
+                ", ".join(str(v) for v in _list(f.get("levels")) if v != f.get("control"))]
+               for f in _rows(d, "factors")]
+    body += _table(["", "factor", "control", "other levels"], factors)
+    heads = ["design", "cells", "seeds per cell", "runs", "GPU-hours", "cost", "resolution"]
+    body += "<p>design chosen:</p>" + _table(heads, [_design_row(x)])
+    if x.get("generators"):
+        body += (f"<p>generators {_e(', '.join(str(g) for g in _list(x.get('generators'))))}; defining relation I = "
+                 f"{_e(' = '.join(str(w) for w in _list(x.get('defining_relation'))))}</p>")
+    aliases = [[a.get("effect"), " = ".join(str(w) for w in _list(a.get("aliases"))) or "-"]
+               for a in _rows(x, "aliases")]
+    if aliases:
+        body += _table(["effect", "aliased with"], aliases)
+    clear = ", ".join(str(i) for i in _list(x.get("clear_interactions"))) or "none"
+    sums = "; ".join(str(i) for i in _list(x.get("aliased_interactions")))
+    body += (f"<p>two-factor interactions clear: {_e(clear)}" + (f"; only as aliased sums: {_e(sums)}" if sums else "")
+             + "</p>")
+    names = [str(f.get("name")) for f in _rows(d, "factors")]
+    order = {str(label): i for i, label in enumerate(_list(d.get("run_first")))}
+    cells = sorted(_rows(x, "cells"), key=lambda c: order.get(str(c.get("label")), len(order)))
+    body += "<p>cells, in the order to run them:</p>" + _table(
+        ["#", "cell", *names, "seeds", "GPU-hours"],
+        [[order.get(str(c.get("label")), 0) + 1, c.get("label"), *(_dict(c.get("levels")).get(n, "") for n in names),
+          c.get("seeds"), _hours(c.get("card_hours"))] for c in cells])
+    alternatives = [_design_row(a) for a in _rows(d, "alternatives")]
+    if alternatives:
+        body += "<p>other designs:</p>" + _table(heads, alternatives)
+    body += "".join(f"<p>cut: {_e(c)}</p>" for c in _list(d.get("cut")))
+    blocks = [[b.get("name"), len(_list(b.get("runs"))), ", ".join(str(x) for x in _list(b.get("runs")))]
+              for b in _rows(d, "blocks")]
+    if blocks:
+        body += _table(["block", "runs", "runs in order"], blocks)
+    return f"ablation plan {d.get('name') or _name(d.get('path'))}", body + _checks(_rows(d, "checks")) + _notes(d)
+
+
+def _bench(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
+    """A bench: the cheapest way to the target, every configuration with its hours and cost, each rental's cost."""
+    direction = ">=" if d.get("higher_is_better", True) else "<="
+    head = (f"cheapest: <b>{_e(d.get('cheapest'))}</b> on {_e(d.get('cheapest_rental'))} at "
+            f"{_e(_usd(d.get('cheapest_cents')))}" if d.get("cheapest")
+            else "<b>no configuration reaches the target</b>")
+    margin = d.get("margin")
+    body = (f"<p>target {_e(d.get('metric'))} {direction} {_e(d.get('target'))}, {_e(d.get('repeats'))} run(s) to "
+            f"the target costed, recovery margin {f'{margin:.0%}' if _real(margin) else '?'}"
+            f" — {head} — {_e(d.get('why'))}</p>")
+    rows = [[c.get("name"), c.get("card"), c.get("cards"), f"{c.get('method', '')} {c.get('precision', '')}".strip(),
+             len(_list(c.get("runs"))), c.get("status"), _hours2(c.get("hours_mean")), _hours2(c.get("hours_worst")),
+             c.get("cheapest") or "-", _usd(c.get("cheapest_cents")), p_value(c.get("quality_p"))]
+            for c in _rows(d, "configurations")]
+    body += _table(["configuration", "card", "cards", "method", "runs", "status", "mean h", "slowest h", "cheapest",
+                    "cost", "quality p"], rows) if rows else _absent("the configurations")
+    names = list(dict.fromkeys(str(x.get("name")) for c in _rows(d, "configurations") for x in _rows(c, "rentals")))
+    if names:
+        costs = []
+        for c in _rows(d, "configurations"):
+            by = {str(x.get("name")): x for x in _rows(c, "rentals")}
+            if by:
+                costs.append([c.get("name"), *(_usd(by[n].get("cost_cents")) if n in by and by[n].get("fits")
+                                               else "-" for n in names)])
+        body += ("<p>cost under each rental (-: the rental cannot hold the runs):</p>"
+                 + _table(["configuration", *names], costs))
+    protocol = _dict(d.get("protocol"))
+    if protocol:
+        body += "<p>protocol: " + _e("; ".join(f"{k}: {v}" for k, v in protocol.items())) + "</p>"
+    prices = _dict(d.get("prices"))
+    if prices:
+        body += f"<p>prices: {_e(prices.get('path') or prices.get('source'))} ({_e(prices.get('date'))})</p>"
+    body += "".join(f"<p>wrote {_e(f)}</p>" for f in _list(d.get("files")))
+    return f"bench {d.get('name') or _name(d.get('path'))}", body + _checks(_rows(d, "checks")) + _notes(d)
+
+
+def _hours2(v: Any) -> str:
+    return f"{v:,.2f}" if _real(v) else "-"
+
+
 def _check(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     setup = d.get("source") or d.get("setup")
     body = (f"<p>verdict: <b>{_e(record_status(d) or 'not in this record')}</b> — setup "
@@ -415,7 +580,8 @@ HANDLERS: dict[str, Callable[[SavedRecord, dict[str, Any]], tuple[str, str]]] = 
     "campaign.memory": _memory, "campaign.measurement": _measurement, "campaign.errors": _errors,
     "campaign.seeds": _seeds, "campaign.regress": _regress, "campaign.budget": _budget, "campaign.quant": _quant,
     "campaign.split": _split, "campaign.usage": _usage, "campaign.check": _check, "campaign.inspect": _check,
-    "campaign.batch": _check,
+    "campaign.batch": _check, "campaign.ablate": _ablate, "campaign.ablate_plan": _ablate_plan,
+    "campaign.bench": _bench,
 }
 
 
@@ -585,6 +751,30 @@ def _usage_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
             len(_list(d.get("entries"))), record_status(d)]
 
 
+def _ablate_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    x = _obj(d, "recommendation")
+    ci = _list(x.get("ci95"))
+    effects = sorted((e for e in _rows(d, "effects") if _real(e.get("p_value"))), key=lambda e: e["p_value"])
+    return [_name(d.get("path")), d.get("design"), d.get("runs"),
+            ", ".join(f"{k}={v}" for k, v in _dict(x.get("setting")).items()) or "-", signed(x.get("predicted_gain")),
+            _interval(*ci) if len(ci) == 2 else "-",
+            f"{effects[0].get('effect')} {signed(effects[0].get('estimate'))} (p {p_value(effects[0]['p_value'])})"
+            if effects else "-"]
+
+
+def _ablate_plan_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    x = _obj(d, "design")
+    return [d.get("name") or _name(d.get("path")), "plan" if d.get("fits") else "over budget", x.get("kind"),
+            x.get("runs"), _hours(x.get("card_hours")), _usd(x.get("cost_cents"))]
+
+
+def _bench_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
+    return [d.get("name") or _name(d.get("path")), d.get("cheapest") or "none reaches", d.get("cheapest_rental") or "-",
+            _usd(d.get("cheapest_cents")),
+            "; ".join(f"{c.get('name')} {c.get('status')} {_usd(c.get('cheapest_cents'))}"
+                      for c in _rows(d, "configurations"))]
+
+
 def _generic_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
     checks = _dicts(d.get("checks"))
     counted: dict[str, int] = {}
@@ -617,6 +807,10 @@ SUMMARIES: dict[str, tuple[list[str], Callable[[SavedRecord, dict[str, Any]], li
     "campaign.quant": (["model", "setup", "device", "variants"], _quant_row, None),
     "campaign.split": (["input", "rows", "rows per split", "manifest", "status"], _split_row, None),
     "campaign.usage": (["manifest", "uses per split", "ledger entries", "status"], _usage_row, None),
+    "campaign.ablate": (["results", "design", "runs", "take", "predicted gain", "95% interval",
+                         "most significant effect"], _ablate_row, None),
+    "campaign.ablate_plan": (["plan", "verdict", "design", "runs", "GPU-hours", "cost"], _ablate_plan_row, None),
+    "campaign.bench": (["bench", "cheapest", "rental", "cost", "configurations (cheapest cost)"], _bench_row, None),
 }
 GENERIC = (["command", "setup", "verdict", "checks", "failed or warned"], _generic_row, None)
 

@@ -157,6 +157,7 @@ def ablate_analysis(r: Any) -> None:
     """An ablation's analysis: cell means, effects with intervals, comparisons with the control."""
     console.print(f"[bold]{escape(r.path)}[/bold] · {r.runs} runs in {len(r.cells)} cells · {escape(r.design)} · "
                   f"metric {escape(r.metric)}" + ("" if r.higher_is_better else " (lower is better)"))
+    _recommendation(r)
     if r.error_variance is not None:
         console.print(f"Spread between seeds: pooled variance {r.error_variance:,.6g} on {r.error_df} df (SD "
                       f"{r.error_variance ** 0.5:,.4g})")
@@ -185,6 +186,20 @@ def ablate_analysis(r: Any) -> None:
                       _p(x.p_holm), x.verdict)
         console.print(k)
     notes(r.notes, escaped=True)
+
+
+def _recommendation(r: Any) -> None:
+    """The headline of an analysis: the setting to take, its predicted gain over the control and how it was got."""
+    x = getattr(r, "recommendation", None)
+    if x is None:
+        console.print("[yellow]NO RECOMMENDATION[/yellow] — no control cell and no factorial fit to compare with")
+        return
+    setting = ", ".join(f"{k}={v}" for k, v in x.setting.items())
+    ci = "" if x.ci95 is None else f" [{_x(x.ci95[0])}, {_x(x.ci95[1])}] (95%)"
+    head = "[green]TAKE[/green]" if x.label != "(1)" else "[yellow]KEEP THE CONTROL[/yellow]"
+    console.print(f"{head} {escape(setting)} (cell {x.label}): predicted gain {_x(x.predicted_gain)}{ci} over the "
+                  "control")
+    console.print(f"[dim]{escape(x.basis)}[/dim]")
 
 
 def bench(r: Any) -> None:

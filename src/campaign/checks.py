@@ -63,8 +63,3 @@ def listed(names: Sequence[str], limit: int = 3) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
-
-def passed(checks: Iterable[Check]) -> bool:
-    """No check failed: the rule of the data results (split, leaks) until they carry results.Result's status;
-    every Result's verdict is status_of, where a skipped check a "go" depends on is not a pass."""
-    return all(c.status != "fail" for c in checks)

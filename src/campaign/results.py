@@ -6,6 +6,9 @@ derived from the result's figures) and its `status` is derived from them, never 
   - "not verified"  no check failed, but a check a "go" depends on (Check.gates) was skipped;
   - "warn"          a check warned (or a skipped check that no "go" depends on is shown as skipped);
   - "pass"          every check passed, or the result has no checks.
+The top-level checks hold every check the status depends on, so that a reader recomputes the status from them
+(tests/cli/test_json_contract.py does, for every command): a result whose verdict also rests on a nested one lifts
+that one's checks to the top (split: the leak check of its written files, whose counts stay under `leaks`).
 A command that only informs (cards, models, guide, runs, memory and kv without --card, errors, seeds, a report)
 has no checks or informational ones, and its status is "pass"; a command that answers a yes/no question (does it
 fit the card, is the candidate no worse, is the setup ready) says so in checks with stable dotted ids

@@ -243,11 +243,17 @@ def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray
     fields = Fields(label="label", group=("user",), id="id")
     single = split_file(tmp_path / "all.jsonl", tmp_path / "single", fields)
     r = cli("split", str(tmp_path / "shards"), "--out", str(tmp_path / "engine"), "--label", "label", "--group", "user",
-            "--id", "id", "--engine", "ray", "--json")
+            "--id-field", "id", "--engine", "ray", "--json")
     assert r.code == 0, r.err
     m = r.json()
     assert [s["rows"] for s in m["splits"]] == [p.rows for p in single.parts] == [320, 40, 40]
     assert m["units"] == single.units and m["leaks"]["status"] == "pass"
+    # the same verdict from the same checks: the split's and the leak check of the written shards, at the top level
+    # (split.label_conflict, the same text with two labels inside the input, is the local engine's only)
+    assert [(c["id"], c["status"]) for c in m["checks"]] == [(c.id, c.status) for c in single.checks
+                                                             if c.id != "split.label_conflict"]
+    assert m["status"] == single.status == "pass" and json.loads((tmp_path / "engine" / "manifest.json").read_text(
+        ))["checks"] == m["checks"]
     by_split: dict[str, list[dict]] = {}
     for s in m["shards"]:
         p = tmp_path / "engine" / s["path"]
@@ -280,10 +286,10 @@ def test_the_usage_ledger_of_a_split_in_shards_counts_uses_of_its_shards_and_ref
         return cli("usage", str(out), *extra, "--json")
 
     split()
-    r = usage("--record", "test", "--purpose", "final-test", "--note", "the report")
+    r = usage("--use", "test", "--purpose", "final-test", "--note", "the report")
     assert r.code == 0, r.err
     assert r.json()["splits"] == ["train", "val", "test"] and r.json()["final_decisions"] == 1
-    r = usage("--record", "test", "--purpose", "model-selection")
+    r = usage("--use", "test", "--purpose", "model-selection")
     assert r.code == 1 and r.json()["final_decisions"] == 2          # over the limit of one: the check fails
     assert r.json()["counts"]["test"] == {"training": 0, "model_selection": 1, "final_test": 1}
     assert r.json()["ledger"] == str(out / "manifest.usage.jsonl") and r.json()["entries"][0]["note"] == "the report"
@@ -293,14 +299,20 @@ def test_the_usage_ledger_of_a_split_in_shards_counts_uses_of_its_shards_and_ref
     run = Store(tmp_path / ".campaign").read(r.json()["entries"][0]["run"])
     assert [(a.kind, a.path) for a in run.artifacts] == [("evaluation:final_test", str((out / "test").resolve()))]
 
-    # a re-split (another seed) writes other test shards: the ledger stays, its uses no longer count
-    old_test = {f.name: f.read_bytes() for f in (out / "test").iterdir()}
+    # a re-split (another seed) writes other test shards: the ledger stays, and its uses count against the new test
+    # split exactly when they saw rows that are in it (uses bind to the rows' texts)
+    def test_texts() -> set[str]:
+        return {json.loads(x)["text"] for f in (out / "test").iterdir() for x in f.read_text().splitlines()}
+
+    old_test, old_bytes = test_texts(), {f.name: f.read_bytes() for f in (out / "test").iterdir()}
     split("--seed", "5", "--force")
-    assert {f.name: f.read_bytes() for f in (out / "test").iterdir()} != old_test
+    assert {f.name: f.read_bytes() for f in (out / "test").iterdir()} != old_bytes
+    shared = len(old_test & test_texts())
     r = usage()
-    assert r.code == 0 and len(r.json()["entries"]) == 2 and r.json()["final_decisions"] == 0
-    assert any("2 use(s) of 'test' were recorded on an earlier version" in w for w in r.json()["warnings"])
-    assert usage("--record", "test", "--purpose", "final-test").json()["final_decisions"] == 1
+    assert len(r.json()["entries"]) == 2 and r.json()["final_decisions"] == (2 if shared else 0)
+    assert r.code == (1 if shared else 0)
+    before = r.json()["final_decisions"]
+    assert usage("--use", "test", "--purpose", "final-test").json()["final_decisions"] == before + 1
 
     # a shard edited, added or removed after the split: refused in one line naming the shard and the change,
     # and nothing is recorded
@@ -315,12 +327,12 @@ def test_the_usage_ledger_of_a_split_in_shards_counts_uses_of_its_shards_and_ref
                                (shard.unlink, lambda: shard.write_bytes(kept), f"{shard}: missing")):
         if change:
             change()
-        for args in ((), ("--record", "val", "--purpose", "training")):
+        for args in ((), ("--use", "val", "--purpose", "training")):
             r = cli("usage", str(out), *args)
             assert r.code == 2 and r.err.count("\n") == 1 and said in r.err, r.err
         undo()
     assert (out / "manifest.usage.jsonl").read_bytes() == ledger
-    assert usage().json()["final_decisions"] == 1                    # restored: read as before
+    assert usage().json()["final_decisions"] == before + 1           # restored: read as before
 
 
 def test_a_worker_killed_mid_run_is_retried_and_the_report_unchanged(local_ray, tmp_path, monkeypatch):

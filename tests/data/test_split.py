@@ -65,8 +65,11 @@ def test_ratios_of_rows_within_one_point_overall_and_per_label(realistic_split):
         for label, total in label_total.items():
             assert abs(per_label[label] / total - target) <= 0.01, (part.name, label)
         assert part.rows == len(got) and dict(part.labels) == dict(per_label)
+    # the split's own checks, then the leak check of the written files that its verdict also depends on
     assert {c.id: c.status for c in result.checks} == {"split.ratio": "pass", "split.label_ratio": "pass",
-                                                      "split.label_conflict": "pass"}
+                                                      "split.label_conflict": "pass", "leak.exact_duplicate": "pass",
+                                                      "leak.near_duplicate": "pass", "leak.group_overlap": "pass",
+                                                      "leak.label_conflict": "pass"}
 
 
 def test_groups_and_planted_clusters_never_straddle(realistic_split):

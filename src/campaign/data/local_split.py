@@ -20,7 +20,16 @@ from .leak_report import LeakReport
 from .normalize import normalizer_id
 from .read import Dataset, Fields, read_dataset, scalar
 from .split_manifest import MANIFEST_NAME, load_manifest
-from .split_result import SplitPart, SplitResult, SplitSpec, iso, label_conflict_check, ratio_checks
+from .split_result import (
+    SplitPart,
+    SplitResult,
+    SplitSpec,
+    iso,
+    label_conflict_check,
+    ratio_checks,
+    unit_blockers,
+    written_leak_checks,
+)
 from .splitter import NO_LABEL
 from .units import UnitInputs, describe_largest_unit
 from .write import write_rows
@@ -208,7 +217,9 @@ def _result(ds: Dataset, fields: Fields, assign: np.ndarray, units: np.ndarray, 
                                label_fractions={k: v / label_total[k] for k, v in lab.items() if label_total[k]},
                                groups=groups, first_date=iso(min(dates)) if dates else None,
                                last_date=iso(max(dates)) if dates else None))
-    checks, check_notes = ratio_checks(parts, label_total, tolerance, spec.stratify)
+    blockers = unit_blockers(units, labels.tolist() if labels is not None else None,
+                             {f: ds.groups[i] for i, f in enumerate(fields.group)}, ds.ref)
+    checks, check_notes = ratio_checks(parts, label_total, tolerance, spec.stratify, blockers)
     if ds.labels is not None:
         checks.append(label_conflict_check(d, ds))
     unit_sizes = np.bincount(np.unique(units, return_inverse=True)[1])
@@ -234,7 +245,7 @@ def _result(ds: Dataset, fields: Fields, assign: np.ndarray, units: np.ndarray, 
         duplicates={"exact_duplicates": d.exact_duplicates, "near_pairs": len(d.near_pairs),
                     "clusters": len(d.clusters), "rows_in_clusters": sum(len(c) for c in d.clusters),
                     "empty_texts": d.n_empty},
-        checks=tuple(checks), leaks=leaks, manifest=str(manifest),
+        checks=(*checks, *written_leak_checks(leaks)), leaks=leaks, manifest=str(manifest),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), notes=tuple(notes))
 
 

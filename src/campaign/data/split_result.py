@@ -1,23 +1,29 @@
 """What a split is asked and what it gives: the validated parameters (SplitSpec), the written splits and the checks
-of their ratios and labels (SplitResult, the split manifest; ShardSplit, the manifest of a split in shards).
+of their ratios and labels (SplitResult, the split manifest; ShardSplit, the manifest of a split in shards). Both
+are results.Result: their top-level checks hold the split's checks and the leak check of the written files
+(written_leak_checks), so that the status is status_of over the checks a reader sees.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..checks import Check, status_of
+from ..checks import Check
 from ..errors import InputError
-from ..results import Result
+from ..results import HEADER, Result
 from .dedup import DedupResult
 from .leak_report import LeakReport
 from .read import Dataset, Fields
 from .sketch import DedupConfig
-from .splitter import parse_ratios, split_names
+from .split_manifest import SHARDS_SCHEMA
+from .splitter import NO_LABEL, parse_ratios, split_names
 from .units import label_conflicts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = "campaign.split/1"
 
@@ -93,9 +99,10 @@ class SplitPart:
 
 @dataclass(frozen=True)
 class SplitResult(Result):
-    """What `campaign split` did; to_dict() is the split manifest. Its verdict is its checks and those of the leak
-    check of the written files (status_of over both): fail when one fails, not verified when the leak check's
-    search was incomplete, warn on a warning (the same text with two labels), else pass."""
+    """What `campaign split` did; to_dict() is the split manifest. Its checks are the split's own (ratios, labels)
+    and the leak check of the written files (written_leak_checks; their counts and pairs stay under `leaks`): fail
+    when one fails, not verified when the leak check's search was incomplete, warn on a warning (the same text
+    with two labels), else pass."""
 
     input: dict[str, Any]
     parameters: dict[str, Any]
@@ -112,11 +119,6 @@ class SplitResult(Result):
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
 
-    @property
-    def status(self) -> str:
-        """pass | warn | fail | not verified, from the split's checks and the leak check's (checks.status_of)."""
-        return status_of((*self.checks, *self.leaks.checks))
-
     def fields_dict(self) -> dict[str, Any]:
         # by hand: this is the split manifest's file format: the time after the header, the parts as its "splits"
         return {"created": self.created, "input": self.input, "parameters": self.parameters,
@@ -126,24 +128,24 @@ class SplitResult(Result):
 
 
 @dataclass(frozen=True)
-class ShardSplit:
-    """What a split in shards (split_file on the ray engine) wrote: its manifest (out_dir/manifest.json) and where
-    it is."""
+class ShardSplit(Result):
+    """What a split in shards (split_file on the ray engine) wrote: its checks (as SplitResult's), its manifest
+    (out_dir/manifest.json, whose header was written from these checks) and where it is."""
 
+    checks: tuple[Check, ...]
     manifest: dict[str, Any]
     path: str
+    schema: str = SHARDS_SCHEMA
 
-    @property
-    def status(self) -> str:
-        """The manifest's status (derived by status_of when it was written)."""
-        return str(self.manifest["status"])
+    def fields_dict(self) -> dict[str, Any]:  # by hand: the manifest as written, after the header, with its path
+        return {k: v for k, v in self.manifest.items() if k not in HEADER} | {"manifest": self.path}
 
-    @property
-    def passed(self) -> bool:
-        return self.status in ("pass", "warn")
 
-    def to_dict(self) -> dict[str, Any]:  # by hand: the manifest as written, with its path
-        return {**self.manifest, "manifest": self.path}
+def written_leak_checks(leaks: LeakReport) -> tuple[Check, ...]:
+    """The leak check of the written splits as checks of the split itself (id, status, what was seen, why, fix,
+    gates): the split's verdict depends on them, so its top-level checks hold them; counts and pairs stay in the
+    leak report."""
+    return tuple(Check(c.id, c.status, c.seen, c.why, c.fix, gates=c.gates) for c in leaks.checks)
 
 
 def iso(ts: float | None) -> str | None:
@@ -166,14 +168,29 @@ def label_conflict_check(d: DedupResult, ds: Dataset) -> Check:
                       "on one side")
 
 
+RATIO_FIX = ("the units move whole: give a finer --group (or drop the --group that joins these rows; for a "
+             "duplicate cluster raise --near-threshold), choose other --ratios, or allow a larger --tolerance")
+LABEL_FIX = ("--no-stratify (ratios of rows only), a finer --group for the units that hold this label, or a larger "
+             "--tolerance")
+
+
 def ratio_checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tolerance: float,
-            stratify: bool) -> tuple[list[Check], list[str]]:
+                 stratify: bool, blockers: Callable[[str | None], str] | None = None) -> tuple[list[Check], list[str]]:
+    """split.ratio (rows per split) and split.label_ratio (each label's rows per split) against the targets within
+    `tolerance`; a failing check says which units block it (`blockers(label)`: the largest units, of all rows for
+    None, of one label's rows otherwise) and what to change."""
     notes: list[str] = []
     worst = max(parts, key=lambda p: abs(p.fraction - p.target_fraction))
     dev = abs(worst.fraction - worst.target_fraction)
-    checks = [Check("split.ratio", "pass" if dev <= tolerance else "fail",
-                         f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
-                         f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")]
+    seen = (f"largest gap {dev * 100:.2f} points ({worst.name}: {worst.fraction:.2%} of rows for "
+            f"{worst.target_fraction:.2%}); tolerance {tolerance * 100:.2f} points")
+    if dev <= tolerance:
+        checks = [Check("split.ratio", "pass", seen)]
+    else:
+        checks = [Check("split.ratio", "fail", seen,
+                        "no placement of whole units (groups and duplicate clusters) that the split found comes "
+                        f"closer; {blockers(None) if blockers else 'see the largest unit in the notes'}",
+                        RATIO_FIX)]
     if not stratify:
         checks.append(Check("split.label_ratio", "skipped", "not stratified", gates=False))
         return checks, notes
@@ -188,11 +205,43 @@ def ratio_checks(parts: Sequence[SplitPart], label_total: Mapping[str, int], tol
         checks.append(Check("split.label_ratio", "skipped", "no label has enough rows to check", gates=False))
         return checks, notes
     gap, lbl, p = max(gaps, key=lambda g: g[0])
-    checks.append(Check("split.label_ratio", "pass" if gap <= tolerance else "fail",
-                             f"largest gap {gap * 100:.2f} points (label {lbl!r} in {p.name}: "
-                             f"{p.label_fractions.get(lbl, 0.0):.2%} for {p.target_fraction:.2%})"))
+    seen = (f"largest gap {gap * 100:.2f} points (label {lbl!r} in {p.name}: {p.label_fractions.get(lbl, 0.0):.2%} "
+            f"for {p.target_fraction:.2%})")
+    if gap <= tolerance:
+        checks.append(Check("split.label_ratio", "pass", seen))
+    else:
+        checks.append(Check("split.label_ratio", "fail", seen,
+                            f"label {lbl!r} ({label_total[lbl]:,} rows) comes in units that move whole, and no "
+                            "placement the split found brings its share closer while the rows meet their ratios; "
+                            f"{blockers(lbl) if blockers else 'see the largest unit in the notes'}",
+                            LABEL_FIX))
     return checks, notes
 
 
+def unit_blockers(units: np.ndarray, labels: Sequence[Any] | None, groups: Mapping[str, Sequence[Any]],
+                  ref: Callable[[int], str], top: int = 3) -> Callable[[str | None], str]:
+    """For ratio_checks: the `top` largest units among all rows (label None) or among one label's rows, each with its
+    rows and what it is (its group values, else a duplicate cluster or a row, named by its first row's ref)."""
+    import numpy as np
+
+    lab = None if labels is None else np.asarray([NO_LABEL if v is None else str(v) for v in labels], dtype=object)
+
+    def describe(label: str | None) -> str:
+        rows = np.arange(len(units)) if label is None or lab is None else np.flatnonzero(lab == label)
+        uid, first, cnt = np.unique(units[rows], return_index=True, return_counts=True)
+        size = np.bincount(np.unique(units, return_inverse=True)[1])
+        shown = []
+        for i in np.lexsort((first, -cnt))[:top].tolist():
+            r = int(rows[first[i]])
+            vals = [f"{f}={v[r]!r}" for f, v in groups.items() if v[r] is not None]
+            what = ", ".join(vals) or (f"a duplicate cluster with {ref(r)}" if cnt[i] > 1 else ref(r))
+            shown.append(f"{int(cnt[i]):,} rows ({what})")
+        whose = "rows" if label is None else f"rows of label {label!r}"
+        return (f"the largest of its {len(uid):,} units hold {'; '.join(shown)} of the {len(rows):,} {whose} "
+                f"(largest unit overall: {int(size.max()):,} rows)")
+
+    return describe
+
+
 __all__ = ["SCHEMA", "ShardSplit", "SplitPart", "SplitResult", "SplitSpec", "iso", "label_conflict_check",
-           "ratio_checks"]
+           "ratio_checks", "unit_blockers", "written_leak_checks"]

@@ -63,7 +63,9 @@ def assign_units(unit_of: np.ndarray, ratios: Sequence[float], *, labels: Sequen
     where it most reduces the squared shortfall against the targets, in rows and, with labels, in rows per label.
 
     Targets are ratio x rows (and ratio x rows of each label); each label's term is weighted by its share of rows,
-    so every row counts the same. Small units placed last fill the remainders, which is what meets the ratios.
+    so every row counts the same. Small units placed last fill the remainders; then refine_units moves and swaps
+    units while that cost falls (the last units alone, e.g. single rows all of one label, cannot balance every
+    label). Deterministic for a seed.
     """
     import numpy as np
 
@@ -112,7 +114,134 @@ def assign_units(unit_of: np.ndarray, ratios: Sequence[float], *, labels: Sequen
         count[best] += z
         for p in range(starts_l[u], ends_l[u]):
             lcount[best][pl_list[p]] += pc_list[p]
+    refine_units(out_unit, size, pu, pl, ucount.astype(float), label_total, ratios, stratified)
     return out_unit[unit]
+
+
+MIN_GAIN = 1e-6   # the least fall of refine_units' cost (scaled by rows^2; one row moved changes it by about 1)
+
+
+def refine_units(out_unit: np.ndarray, size: np.ndarray, pu: np.ndarray, pl: np.ndarray, pc: np.ndarray,
+                 label_total: np.ndarray, ratios: Sequence[float], stratified: bool, *,
+                 max_steps: int = 5000) -> np.ndarray:
+    """Improve an allocation of units (the split of each unit, changed in place) by moving one unit or swapping two
+    between splits, the best step first, while the cost of assign_units falls. The greedy pass places the large
+    units well but its last units (often single rows all of one label) cannot balance what is left; moves and swaps
+    of any units can. Swaps are searched among the distinct shapes (size, rows per label) of the 20,000 smallest
+    units, units of one shape being interchangeable; a split is never emptied.
+
+    pu, pl, pc: the (unit, label, rows) triples sorted by unit; label_total: rows per label."""
+    import numpy as np
+
+    k, n_units, n = len(ratios), len(size), int(size.sum())
+    if n_units < 2 or k < 2:
+        return out_unit
+    n_lab = len(label_total) if stratified else 0
+    # weights of the cost scaled by n^2: rows 1, label l n / rows of l (every row counts the same)
+    sw = np.concatenate([[1.0], np.sqrt(n / np.maximum(label_total, 1))]) if stratified else np.ones(1)
+    dim = 1 + n_lab
+    target = np.outer(np.asarray(ratios), np.concatenate([[n], label_total]) if stratified else [n])
+    count = np.zeros((k, dim))
+    np.add.at(count[:, 0], out_unit, size)
+    if stratified:
+        np.add.at(count, (out_unit[pu], 1 + pl), pc)
+    dev = (count - target) * sw                       # weighted deviation per split
+    x0 = size * sw[0]
+    norm = x0 ** 2 + (np.bincount(pu, weights=(pc * sw[1 + pl]) ** 2, minlength=n_units) if stratified else 0)
+
+    def proj(d: np.ndarray) -> np.ndarray:
+        """x_u . d for every unit u (x_u: its weighted rows and rows per label)."""
+        out = x0 * d[0]
+        if stratified:
+            out = out + np.bincount(pu, weights=pc * sw[1 + pl] * d[1 + pl], minlength=n_units)
+        return out
+
+    in_split = np.bincount(out_unit, minlength=k)
+
+    def apply(u: int, a: int, b: int) -> None:
+        """Move unit u from split a to split b."""
+        out_unit[u] = b
+        in_split[a] -= 1
+        in_split[b] += 1
+        step = np.zeros(dim)
+        step[0] = size[u] * sw[0]
+        if stratified:
+            s, e = np.searchsorted(pu, u), np.searchsorted(pu, u, side="right")
+            np.add.at(step, 1 + pl[s:e], pc[s:e] * sw[1 + pl[s:e]])
+        dev[a] -= step
+        dev[b] += step
+
+    # swap candidates: the distinct shapes among the smallest units; their number bounds the pairs searched
+    max_shapes = max(16, int((4e6 / (k * (k - 1) // 2)) ** 0.5))
+    small = np.lexsort((np.arange(n_units), size))[:20_000]
+    starts = np.searchsorted(pu, small).tolist()
+    ends = np.searchsorted(pu, small, side="right").tolist()
+    pl_l, pc_l = pl.tolist(), pc.tolist()
+    key_of: dict[tuple[int, ...], int] = {}
+    shape_of = np.full(n_units, -1)
+    for i, u in enumerate(small.tolist()):
+        key = (int(size[u]),)
+        if stratified:
+            key += tuple(x for j in range(starts[i], ends[i]) for x in (pl_l[j], int(pc_l[j])))
+        sid = key_of.get(key)
+        if sid is None:
+            if len(key_of) >= max_shapes:
+                continue
+            sid = key_of[key] = len(key_of)
+        shape_of[u] = sid
+    n_shapes = len(key_of)
+    X = np.zeros((n_shapes, dim))
+    first = np.full(n_shapes, -1)
+    cand = np.flatnonzero(shape_of >= 0)
+    first[shape_of[cand[::-1]]] = cand[::-1]
+    X[:, 0] = size[first] * sw[0]
+    if stratified:
+        for sid, u in enumerate(first.tolist()):
+            s, e = np.searchsorted(pu, u), np.searchsorted(pu, u, side="right")
+            X[sid, 1 + pl[s:e]] = pc[s:e] * sw[1 + pl[s:e]]
+    G = X @ X.T
+    xn = np.diag(G)
+    cnt = np.zeros((k, n_shapes), dtype=np.int64)
+    np.add.at(cnt, (out_unit[cand], shape_of[cand]), 1)
+
+    for _ in range(max_steps):
+        p = np.stack([proj(dev[s]) for s in range(k)])    # k x units
+        cur = p[out_unit, np.arange(n_units)]
+        delta = 2 * (p - cur) + 2 * norm                 # move to split s
+        delta[out_unit, np.arange(n_units)] = np.inf
+        delta[:, in_split[out_unit] <= 1] = np.inf       # never empty a split
+        to, unit = np.unravel_index(np.argmin(delta), delta.shape)
+        if delta[to, unit] < -MIN_GAIN:
+            u, a, b = int(unit), int(out_unit[unit]), int(to)
+            apply(u, a, b)
+            if shape_of[u] >= 0:
+                cnt[a, shape_of[u]] -= 1
+                cnt[b, shape_of[u]] += 1
+            continue
+        # no move lowers the cost: the best swap of a shape in split a with a shape in split b
+        best: tuple[float, int, int, int, int] = (-MIN_GAIN, -1, -1, -1, -1)
+        for a in range(k):
+            for b in range(a + 1, k):
+                ia, jb = np.flatnonzero(cnt[a]), np.flatnonzero(cnt[b])
+                if not len(ia) or not len(jb):
+                    continue
+                q = X @ (dev[b] - dev[a])
+                d = 2 * (q[ia, None] - q[None, jb]) + 2 * (xn[ia, None] + xn[None, jb] - 2 * G[np.ix_(ia, jb)])
+                ii, jj = np.unravel_index(np.argmin(d), d.shape)
+                if float(d[ii, jj]) < best[0]:
+                    best = (float(d[ii, jj]), a, b, int(ia[ii]), int(jb[jj]))
+        _, a, b, i, j = best
+        if a < 0:
+            break
+        u = int(np.flatnonzero((shape_of == i) & (out_unit == a))[0])
+        v = int(np.flatnonzero((shape_of == j) & (out_unit == b))[0])
+        apply(u, a, b)
+        apply(v, b, a)
+        cnt[a, i] -= 1
+        cnt[b, i] += 1
+        cnt[b, j] -= 1
+        cnt[a, j] += 1
+    return out_unit
 
 
 def assign_temporal(unit_of: np.ndarray, dates: Sequence[float], ratios: Sequence[float], *,

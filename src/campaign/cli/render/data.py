@@ -49,9 +49,7 @@ def split(r: SplitResult | ShardSplit) -> None:
     d = r.duplicates
     console.print(f"Duplicates kept together: {d['exact_duplicates']:,} exact copies, {d['near_pairs']:,} near pairs, "
             f"{d['clusters']:,} clusters ({d['rows_in_clusters']:,} rows)")
-    checks(r.checks)
-    console.print(f"leak check of the written files: {status(r.leaks.status)} — "
-            + ", ".join(f"{ch.id} {ch.status}" for ch in r.leaks.checks))
+    checks(r.checks)        # the split's checks, then the leak check of the written files (leak.*)
     for note in r.notes:
         console.print(f"[dim]- {note}[/dim]")
     console.print(f"[dim]manifest: {r.manifest}[/dim]")
@@ -69,7 +67,6 @@ def shard_split(r: ShardSplit) -> None:
                    f"{s['path']}")
     for c in m["checks"]:
         typer.echo(f"  {c['id']}: {c['status']} — {c['seen']}")
-    typer.echo(f"  leak check of the written shards: {m['leaks']['status']}")
     for n in m["notes"]:
         typer.echo(f"  note: {n}")
 
@@ -124,13 +121,15 @@ def usage(r: UsageReport) -> None:
     if r.recorded:
         e = r.recorded
         console.print(f"recorded: {e.split} for {e.purpose.replace('_', ' ')}" + (f" — {e.note}" if e.note else ""))
-    if r.passed:
+    if r.status == "pass":
         console.print(f"[green]OK[/green] — the final split {r.final_split!r} informed {r.final_decisions} "
                       f"decision(s) of {r.max_final_uses} allowed")
-    else:
+    else:   # a failing check in red, a warning (a model selection on the test split, an old ledger) in yellow
         for ch in r.checks:
-            if ch.status == "fail":
-                console.print(f"[red]WARNING[/red] {ch.id}: {ch.seen}. Why it matters: {ch.why}. Fix: {ch.fix}.")
+            if ch.status in ("fail", "warn"):
+                colour = "red" if ch.status == "fail" else "yellow"
+                console.print(f"[{colour}]WARNING[/{colour}] {ch.id}: {ch.seen}. Why it matters: {ch.why}. "
+                              f"Fix: {ch.fix}.")
     t = Table(title=f"Uses per split ({len(r.entries)} in {Path(r.ledger).name})", title_justify="left")
     t.add_column("split")
     for p in PURPOSES:

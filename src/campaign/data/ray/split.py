@@ -19,7 +19,7 @@ from ..payload import dumps as dump_payload, loads as load_payload
 from ..read import Fields
 from ..shards import finish_shard_set, list_shards, start_shard_set
 from ..split_manifest import SHARDS_MANIFEST_NAME, SHARDS_SCHEMA
-from ..split_result import ShardSplit, SplitPart, SplitSpec, ratio_checks
+from ..split_result import ShardSplit, SplitPart, SplitSpec, ratio_checks, written_leak_checks
 from ..splitter import NO_LABEL
 from ..units import UnitInputs
 from .records import Candidates, ExactAndGroups, ShardLabels
@@ -141,13 +141,14 @@ class RaySplitJob:
         if self.capped:
             notes.append(f"{self.capped} LSH bucket(s) held more than {config.max_bucket} texts; only neighbouring "
                          "pairs in them were checked")
-        return ShardSplit(finish_shard_set(
-            out, SHARDS_SCHEMA, shards, status=status_of((*checks, *leaks.checks)), input=str(self.data),
+        every = (*checks, *written_leak_checks(leaks))     # the verdict's checks: the split's and the leak check's
+        return ShardSplit(every, finish_shard_set(
+            out, SHARDS_SCHEMA, shards, status=status_of(every), input=str(self.data),
             parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": spec.stratify,
                         "fields": self.fields.to_dict(), "dedup": config.to_dict(), "tolerance": spec.tolerance,
                         "leak_check_seed": seed + 1},
             splits=[p.to_dict() for p in split_parts], units=len(sizes), largest_unit=int(sizes.max()),
-            duplicates=self.duplicates, checks=[c.to_dict() for c in checks], leaks=leaks.to_dict(), notes=notes),
+            duplicates=self.duplicates, checks=[c.to_dict() for c in every], leaks=leaks.to_dict(), notes=notes),
             str(out / SHARDS_MANIFEST_NAME))
 
 

@@ -51,3 +51,26 @@ def test_a_trainer_or_torchtune_config_frees_the_logits_before_backward(cli, tmp
         assert r.json()["required_bytes"] == freed, config.name
     kept = cli("memory", "llama-3.2-1b", "--config", str(args), "--logits-held", "--json")
     assert kept.json()["required_bytes"] == held
+
+
+def test_a_bitsandbytes_checkpoint_is_estimated_with_its_own_double_quant(cli, write_config):
+    # a 4-bit bitsandbytes checkpoint's quantization_config says whether its absmax scales are quantized too
+    # (BitsAndBytesConfig's bnb_4bit_use_double_quant, False by default). Tiny Llama, per layer: q and o 64 x 64,
+    # k and v 32 x 64, gate and up 160 x 64, down 64 x 160, in blocks of 64 elements: 64, 64, 32, 32, 160, 160, 160
+    # blocks. Without double quant each block keeps an fp32 absmax (4 B); with it a uint8 per block and one fp32
+    # scale per 256 blocks of each Linear (one each here: 7 x 4 B)
+    from tests.conftest import tiny_llama
+
+    def weights(quant: dict, *extra: str) -> int:
+        model = write_config({**tiny_llama(), "quantization_config": quant}, name=f"m{len(seen)}")
+        seen.append(model)
+        res = cli("memory", str(model), "--infer", "--context", "64", "--json", *extra)
+        assert res.code == 0, res.err
+        return sum(i["bytes"] for i in json.loads(res.out)["items"] if i["name"] == "quantization scales/zeros")
+
+    seen: list = []
+    bnb = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False, "bnb_4bit_quant_type": "nf4"}
+    blocks = 2 * 64 + 2 * 32 + 3 * 160
+    assert weights(bnb) == 2 * 4 * blocks                                            # transformers' default: off
+    assert weights({**bnb, "bnb_4bit_use_double_quant": True}) == 2 * (blocks + 4 * 7)
+    assert weights(bnb, "--double-quant") == 2 * (blocks + 4 * 7)                   # the flag overrides the file

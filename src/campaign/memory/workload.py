@@ -61,8 +61,9 @@ class Workload:
     group_size: int = field(default=128, metadata={
         "flag": "--group-size", "group": "formats", "help": "Group size of int4/gptq/awq scales."})
     double_quant: bool = field(default=True, metadata={
-        "flag": "--double-quant/--no-double-quant", "group": "formats",
-        "help": "nf4: quantize the absmax scales too (QLoRA; transformers' default is off)."})
+        "flag": "--double-quant/--no-double-quant", "group": "formats", "cli_default": None,
+        "help": "nf4: quantize the absmax scales too (default: on for QLoRA; a bitsandbytes checkpoint's own "
+                "bnb_4bit_use_double_quant, off in transformers, for inference)."})
     batch: int = field(default=1, metadata={
         "flag": "--batch", "group": "step", "cli_default": None,
         "help": "Micro-batch per card (training) or concurrent sequences (inference)."})

@@ -2,7 +2,7 @@
 
     campaign quant examples/quant_setup.py:make_setup                      # perplexity: bf16, int8, int4
     campaign quant examples/quant_setup.py:classifier_setup --guard "f1[refund]>=-0.05"
-    campaign quant examples/quant_setup.py:calibrated_setup --formats int8,awq-int8 --margin 0.01
+    campaign quant examples/quant_setup.py:calibrated_setup --formats int8,awq-int8 --equivalence-margin 0.01
 
 A real setup loads its model (or returns its directory) and tokenizes held-out text instead; every variant is
 evaluated on exactly the batches returned here.

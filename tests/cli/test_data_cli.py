@@ -51,9 +51,9 @@ def test_split_then_leaks_then_usage(cli, dataset, tmp_path):
     clean = cli("leaks", *files, "--label", "label", "--group", "user")
     assert clean.code == 0 and clean.out.startswith("NO LEAKS")
 
-    u1 = cli("usage", str(out), "--record", "test", "--purpose", "final-test", "--json")
+    u1 = cli("usage", str(out), "--use", "test", "--purpose", "final-test", "--json")
     assert u1.code == 0 and u1.json()["final_decisions"] == 1
-    u2 = cli("usage", str(out / "split_manifest.json"), "--record", "test", "--purpose", "model-selection")
+    u2 = cli("usage", str(out / "split_manifest.json"), "--use", "test", "--purpose", "model-selection")
     assert u2.code == 1 and "WARNING usage.final_test_reuse" in u2.out
     assert cli("usage", str(out), "--max-final-uses", "2").code == 0
 
@@ -149,3 +149,26 @@ def test_split_writes_a_dataset_dict_and_leaks_reads_it(cli, dataset, tmp_path):
 def test_drop_clusters_needs_drop_to(cli, dataset, tmp_path):
     r = cli("leaks", str(dataset), str(dataset), "--drop-clusters")
     assert r.code == 2 and "--drop-to" in r.err
+
+
+def test_the_old_spellings_of_renamed_options_still_work_for_a_release_with_a_notice(cli, tmp_path):
+    """--id became --id-field (as in errors and regress) and usage --record became --use (--record is the global
+    "save the result" flag): the old spellings give the same result, say the new name in one line on stderr, and
+    are left out of the help."""
+    rows = [{"text": f"ticket number {i} about {'refunds' if i % 2 else 'logins'} {i * 7}", "ref": f"r{i}"}
+            for i in range(60)]
+    data_file = write_jsonl(tmp_path / "d.jsonl", rows)
+    new = cli("split", str(data_file), "--out", str(tmp_path / "new"), "--id-field", "ref", "--json")
+    old = cli("split", str(data_file), "--out", str(tmp_path / "old"), "--id", "ref", "--json")
+    assert new.code == old.code == 0 and new.err == ""
+    assert old.err == "campaign: --id is now --id-field; the old spelling still works in this release\n"
+    assert new.json()["parameters"]["fields"]["id"] == old.json()["parameters"]["fields"]["id"] == "ref"
+    assert [s["rows"] for s in new.json()["splits"]] == [s["rows"] for s in old.json()["splits"]]
+    used = cli("usage", str(tmp_path / "old"), "--record", "test", "--purpose", "final-test", "--json")
+    assert used.code == 0 and used.err.count("\n") == 1 and "usage --record is now usage --use" in used.err
+    assert used.json()["final_decisions"] == 1
+    assert cli("usage", str(tmp_path / "old"), "--use", "test", "--purpose", "final-test", "--json"
+               ).json()["final_decisions"] == 2                         # the same ledger, counted under either name
+    for command, hidden, shown in (("split", "--id ", "--id-field"), ("usage", "--record", "--use")):
+        page = cli(command, "--help").out
+        assert shown in page and hidden not in page

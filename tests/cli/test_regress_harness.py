@@ -1,5 +1,6 @@
-"""`campaign regress` on lm-eval samples files (paired by document: McNemar, flips, equivalence at --equivalence-margin) and
---equivalence-margin on prediction files: equivalence reported beside the difference test, and part of the verdict."""
+"""`campaign regress` on lm-eval samples files (paired by document: McNemar, flips, equivalence at
+--equivalence-margin) and --equivalence-margin on prediction files: equivalence reported beside the difference test,
+and part of the verdict."""
 from __future__ import annotations
 
 import hashlib
@@ -134,8 +135,8 @@ def test_lm_eval_options_are_refused_on_prediction_files(cli, tmp_path):
     samples(run / "samples_arc_2026-12-01T00-00-00.jsonl", [1, 0])
     r = cli("seeds", str(EXAMPLES / "data" / "seeds.csv"), "--filter", "strict-match")
     assert r.code == 2 and "--filter" in r.err
-    r = cli("seeds", "--baseline-samples", str(run), "--candidate-samples", str(run), "--examples", preds)
-    assert r.code == 2 and "--examples" in r.err
+    r = cli("seeds", "--baseline-samples", str(run), "--candidate-samples", str(run), "--example-scores", preds)
+    assert r.code == 2 and "--example-scores" in r.err
 
 
 def test_several_tasks_get_a_verdict_each_with_holm(cli, tmp_path):

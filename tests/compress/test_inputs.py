@@ -57,8 +57,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
                                 "fp16, fp8, int8."),
         (["--kv-dtype", "nf3"], "unknown kv dtype 'nf3' KV caches use"),    # no KV precision near: no weight format
         (["--kv-dtype", ","], "--kv-dtype names no precision"),
-        (["--margin", "0"], "margin 0.0: give the largest difference that does not matter"),
-        (["--margin", "nan"], "is not a finite number"),
+        (["--equivalence-margin", "0"], "margin 0.0: give the largest difference that does not matter"),
+        (["--equivalence-margin", "nan"], "is not a finite number"),
         (["--formats", "int8,int3"], "unknown format 'int3'"),
         (["--reference", "int8"], "is a quantized format"),
         (["--reference", "fp64"], "unknown format 'fp64'"),

@@ -152,20 +152,21 @@ def test_equivalence_of_accuracy_in_points_in_the_cli(cli, tmp_path):
 
     out = tmp_path / "q.csv"
     setup = Path(__file__).resolve().parents[2] / "examples" / "quant_setup.py"
-    r = cli("quant", f"{setup}:classifier_setup", "--formats", "int8", "--margin", "0.5", "--json")
+    r = cli("quant", f"{setup}:classifier_setup", "--formats", "int8", "--equivalence-margin", "0.5", "--json")
     d = json.loads(r.out)
     int8 = d["variants"][1]
     # 48 examples: a difference of a few flips lies well inside +/-50 points
     assert int8["equivalence"]["margin"] == 0.5 and int8["equivalence"]["p_value"] < 0.05
     assert {c["id"]: c["status"] for c in d["checks"]}["equivalence.within_margin"] == "pass" and r.code == 0
-    text = cli("quant", f"{setup}:classifier_setup", "--formats", "int8", "--margin", "0.5", "--csv", str(out))
+    text = cli("quant", f"{setup}:classifier_setup", "--formats", "int8", "--equivalence-margin", "0.5",
+               "--csv", str(out))
     assert "int8: equivalent within ±50 points (TOST p = " in text.out
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert rows[0]["equivalence_p_value"] == "" and rows[1]["equivalence_margin"] == "0.5"
     assert float(rows[1]["equivalence_p_value"]) == pytest.approx(int8["equivalence"]["p_value"], rel=1e-3)
-    bad = cli("quant", f"{setup}:classifier_setup", "--margin", "-1")
+    bad = cli("quant", f"{setup}:classifier_setup", "--equivalence-margin", "-1")
     assert bad.code == 2 and "margin -1.0" in bad.err and len(bad.err.strip().splitlines()) == 1
-    whole = cli("quant", f"{setup}:classifier_setup", "--margin", "1")     # any accuracy lies within +/-100 points
+    whole = cli("quant", f"{setup}:classifier_setup", "--equivalence-margin", "1")   # any accuracy is within +/-1
     assert whole.code == 2 and "a margin of 1 or more holds for any variant" in whole.err
 
 

@@ -1,4 +1,4 @@
-"""Exports never destroy what they do not own: `campaign export` and `campaign runs export --mlflow` refuse the
+"""Exports never destroy what they do not own: `campaign export` and `campaign runs to-mlflow --mlflow` refuse the
 current folder, the run store and recorded artifacts as destinations, --force replaces only an earlier export, a
 kill at any step of the replacement leaves the previous export or the complete new one, and the hidden folders a
 killed export leaves are removed by the next."""
@@ -64,7 +64,7 @@ def test_export_refuses_the_project_the_store_and_the_artifacts(cli, project, de
 def test_mlflow_export_refuses_the_project_the_store_and_the_artifacts(cli, project, dest):
     pytest.importorskip("mlflow")
     before = _listing(project)
-    r = cli("runs", "export", "--mlflow", dest, "--force")
+    r = cli("runs", "to-mlflow", "--mlflow", dest, "--force")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert _listing(project) == before
 
@@ -89,10 +89,10 @@ def test_mlflow_force_replaces_only_an_earlier_mlflow_export(cli, project, monke
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     (project / "mine").mkdir()
     (project / "mine" / "x.txt").write_text("keep\n")
-    assert cli("runs", "export", "--mlflow", "mine", "--force").code == 2
+    assert cli("runs", "to-mlflow", "--mlflow", "mine", "--force").code == 2
     assert (project / "mine" / "x.txt").read_text() == "keep\n"
-    assert cli("runs", "export", "--mlflow", "ml").code == 0
-    assert cli("runs", "export", "--mlflow", "ml", "--force").code == 0
+    assert cli("runs", "to-mlflow", "--mlflow", "ml").code == 0
+    assert cli("runs", "to-mlflow", "--mlflow", "ml", "--force").code == 0
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=(project / "ml").resolve().as_uri())
@@ -197,7 +197,7 @@ def test_mlflow_export_holds_data_inputs_artifacts_seeds_and_packages(cli, proje
     run = start_run("with data", with_torch=False, data=[data], seeds=[1, 2])
     record_artifact(run.id, project / "adapter", "adapter")
     end_run(run.id, "completed")
-    r = cli("runs", "export", "--mlflow", "ml")
+    r = cli("runs", "to-mlflow", "--mlflow", "ml")
     assert r.code == 0 and "MLFLOW_ALLOW_FILE_STORE=true" in r.out
     client = MlflowClient(tracking_uri=(project / "ml").resolve().as_uri())
     experiment = client.get_experiment_by_name("campaign")

@@ -21,6 +21,35 @@ app = typer.Typer(
 for module in (guide, memory, kv, cards, models, trace, measure, data, evaluate, train, track, quant, plan, report):
     module.register(app)
 
+# `campaign --help` grouped by the five questions of `campaign guide` (campaign/guide.py), in their order; a command
+# the guide lists under two questions is shown under the first, the run store and the hand-over under their own.
+PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Start here", ("guide",)),
+    ("1. GPU memory: will it fit?", ("memory", "kv", "cards", "models", "trace", "measure", "explain")),
+    ("2. The score goes up: can I trust it?", ("split", "leaks", "usage", "errors", "regress", "seeds")),
+    ("3. Before training: what to check first?", ("check", "inspect", "batch")),
+    ("4. Fine-tune or compress: which variant?", ("quant", "ablate")),
+    ("5. A limited budget: what to run first?", ("budget", "bench")),
+    ("Records and hand-over", ("run", "runs", "report", "export")),
+)
+
+
+def _group_by_question(t: typer.Typer) -> None:
+    """Each command and group of `t` in its question's help panel, the panels in PANELS' order (typer prints a
+    group's panels in the order their first command comes). A command PANELS does not name yet is listed first,
+    under "Commands" (tests/cli/test_cli.py asks for every command in a panel)."""
+    order = {name: (i, j) for i, (_, names) in enumerate(PANELS) for j, name in enumerate(names)}
+    panel = {name: title for title, names in PANELS for name in names}
+    for c in t.registered_commands:
+        c.rich_help_panel = panel.get(c.name or "")
+    for g in t.registered_groups:
+        g.rich_help_panel = panel.get(g.name or "")
+    t.registered_commands.sort(key=lambda c: order.get(c.name or "", (-1, 0)))
+    t.registered_groups.sort(key=lambda g: order.get(g.name or "", (-1, 0)))
+
+
+_group_by_question(app)
+
 
 def _finite_floats(command: Any) -> Any:
     """Every float option of every command refuses nan and infinity at parsing (exit 2, naming the option): no
@@ -175,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         args.remove("--debug")
     from . import common
 
-    # `campaign --record COMMAND ...`: only before the command (`campaign usage --record SPLIT` is usage's own option)
+    # `campaign --record COMMAND ...`: only before the command (`campaign usage --record SPLIT`, the old spelling of
+    # usage --use, is usage's own option until it goes)
     record = bool(args) and args[0] == "--record"
     if record:
         args.pop(0)

@@ -3,29 +3,37 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+T = TypeVar("T")
+
 # The workload options of the memory commands are generated from the Workload fields (cli/workload.py); kv's
-# --expandable-segments and quant's --group-size are written here as long as reading those fields imports the
-# memory package (campaign kv --help and quant --help stay light).
-Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).")]
+# --expandable-segments is written here as long as reading those fields imports the memory package (campaign kv
+# --help stays light).
+# Help panels shared by the commands (`campaign COMMAND --help` groups each command's options under them).
+CARD, OVERHEADS, OUTPUT, INPUT, RECORDS = "Card", "Overheads", "Output", "Input", "Record folder"
+
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).",
+                                    rich_help_panel=OUTPUT)]
 Model = Annotated[str, typer.Argument(
     help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
-GroupSize = Annotated[int, typer.Option("--group-size", help="Group size of int4/gptq/awq scales.")]
-CardOpt = Annotated[str | None, typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).")]
+CardOpt = Annotated[str | None, typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).",
+                                             rich_help_panel=CARD)]
 Reserve = Annotated[str, typer.Option(
-    help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').")]
+    help="Explicit safety margin: a share of device bytes ('10%') or a size ('4GiB').", rich_help_panel=CARD)]
 Fragmentation = Annotated[str | None, typer.Option("--fragmentation", help="Allocator overhead as a flat share "
                                                    "of the transient tensors (default: the step's tensors replayed "
                                                    "through the caching allocator's rules; campaign explain "
-                                                   "measures yours).")]
+                                                   "measures yours).", rich_help_panel=OVERHEADS)]
 ExpandableSegments = Annotated[bool, typer.Option("--expandable-segments", help="PyTorch's allocator with "
                                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (default off, "
-                                                  "as PyTorch's): segments grow in pages, little fragmentation.")]
+                                                  "as PyTorch's): segments grow in pages, little fragmentation.",
+                                                  rich_help_panel=OVERHEADS)]
 CudaContext = Annotated[str | None, typer.Option("--cuda-context", help="Memory outside PyTorch's allocator: CUDA "
-                                                 "context and library handles (default 500MiB, assumed).")]
+                                                 "context and library handles (default 500MiB, assumed).",
+                                                 rich_help_panel=OVERHEADS)]
 
 
 def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:
@@ -42,24 +50,23 @@ def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, 
     return options
 
 
-def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype: str | None = None,
-                  kv_dtype: str | None = None, group_size: int = 128, double_quant: bool = True,
-                  batch: int | None = None, seq_len: int | None = None, context: int | None = None,
-                  sequences: int | None = None, optimizer: str | None = None, optimizer_impl: str = "foreach",
-                  mixed_precision: bool = False, grad_checkpointing: bool = False, attention: str = "sdpa",
-                  lora_rank: int = 16, lora_targets: str = "all-linear", gpus: int = 1, shard: str = "none",
-                  prefill_chunk: int = 8192, expandable_segments: bool = False, grad_as_bucket_view: bool = False,
-                  kv_cache: str = "static", new_tokens: int | None = None, grads_kept: bool = False,
-                  grad_accumulation: int = 1, softmax_saves_input: bool = False, bnb_saves_input: bool = False,
-                  **deepspeed: Any) -> Any:
-    """The validated Workload from a command's workload options, each passed by name (the defaults are those of
-    the commands without the option). Inference reads --context/--sequences first and training --seq-len/--batch,
-    the other pair as a fallback; the weight format by memory.workload.weights_format's rule (spec: the model's
-    ModelSpec, or None when nothing is known of its checkpoint). `deepspeed`: the Workload fields named by no
-    parameter here (the zero_* options of memory/deepspeed.py, --hf-loss, --peft-autocast), passed as they are."""
-    from ..memory import make_workload
-    from ..memory.workload import weights_format
+def workload_from(spec: Any, *, train: bool | None, batch: int | None = None, seq_len: int | None = None,
+                  context: int | None = None, sequences: int | None = None, dtype: str | None = None,
+                  group_size: int | None = None, optimizer: str | None = None, lora_targets: str | None = None,
+                  **fields: Any) -> Any:
+    """The validated Workload from a command's workload options, each passed by name (cli/workload.py's dict).
+    Only what the command line reads its own way is handled here: the mode (--train/--infer); the length and count
+    (inference reads --context/--sequences first, training --seq-len/--batch, the other pair as a fallback; an
+    inference context defaults to INFERENCE_CONTEXT); the weight format by memory.workload.weights_format's rule
+    (spec: the model's ModelSpec, or None when nothing is known of its checkpoint); the optimizer (none for
+    inference); --lora-targets as a comma-separated list. Every other Workload field passes as given, and one not
+    given (or None) takes the Workload dataclass's own default (memory/workload.py), never restated here."""
+    from dataclasses import fields as dataclass_fields
 
+    from ..memory import make_workload
+    from ..memory.workload import Workload, weights_format
+
+    default: dict[str, Any] = {f.name: f.default for f in dataclass_fields(Workload)}
     inference = train is False
 
     def first(*values: int | None, default: int) -> int:
@@ -67,20 +74,23 @@ def workload_from(spec: Any, *, train: bool | None, method: str = "full", dtype:
         return next((v for v in values if v is not None), default)
 
     if inference:
-        length, count = first(context, seq_len, default=4096), first(sequences, batch, default=1)
+        length = first(context, seq_len, default=INFERENCE_CONTEXT)
+        count = first(sequences, batch, default=default["batch"])
     else:
-        length, count = first(seq_len, context, default=2048), first(batch, sequences, default=1)
-    dtype, group_size = weights_format(spec, dtype, group_size, inference=inference)
-    return make_workload(mode="infer" if inference else "train", method=method, dtype=dtype, kv_dtype=kv_dtype,
-                         group_size=group_size, double_quant=double_quant, batch=count, seq_len=length,
-                         optimizer=optimizer or ("none" if inference else "adamw"), mixed_precision=mixed_precision,
-                         grad_checkpointing=grad_checkpointing, attention=attention, lora_rank=lora_rank,
-                         lora_targets=tuple(lora_targets.split(",")), gpus=gpus, shard=shard,
-                         prefill_chunk=prefill_chunk, optimizer_impl=optimizer_impl,
-                         expandable_segments=expandable_segments, grad_as_bucket_view=grad_as_bucket_view,
-                         kv_cache=kv_cache, new_tokens=new_tokens, grads_kept=grads_kept,
-                         grad_accumulation=grad_accumulation,
-                         softmax_saves_input=softmax_saves_input, bnb_saves_input=bnb_saves_input, **deepspeed)
+        length = first(seq_len, context, default=default["seq_len"])
+        count = first(batch, sequences, default=default["batch"])
+    quant = getattr(spec, "checkpoint_quant", None) or {}
+    if inference and dtype is None and fields.get("double_quant") is None and quant.get("load_in_4bit") is True:
+        fields["double_quant"] = quant.get("bnb_4bit_use_double_quant", False) is True  # the checkpoint's own
+    dtype, group_size = weights_format(spec, dtype, default["group_size"] if group_size is None else group_size,
+                                       inference=inference)
+    return make_workload(mode="infer" if inference else "train", dtype=dtype, group_size=group_size, batch=count,
+                         seq_len=length, optimizer=optimizer or ("none" if inference else None),
+                         lora_targets=None if lora_targets is None else tuple(lora_targets.split(",")), **fields)
+
+
+# The context of an inference workload when neither --context nor --seq-len is given (training: Workload.seq_len).
+INFERENCE_CONTEXT = 4096
 
 
 def plot_file(path: str | None) -> str | None:
@@ -109,11 +119,10 @@ def with_plot(result: Any, figure: Callable[[dict[str, Any]], Any], path: str | 
 RECORDING: dict[str, Any] = {"on": False, "argv": []}
 
 
-def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: bool | None = None) -> None:
+def emit(result: Any, render: Callable[[Any], None], as_json: bool) -> None:
     """A result object as JSON (its to_dict()) or rendered for a person; the exit code from its status (0 pass or
-    warn, 1 fail or not verified; results.py). `failed` is only for the results that do not carry a status yet
-    (the data commands'). Under `campaign --record`, the result is saved in the record folder first
-    (track/records.py)."""
+    warn, 1 fail or not verified; results.py), for every results.Result. Under `campaign --record`, the result is
+    saved in the record folder first (track/records.py)."""
     if RECORDING["on"]:
         from ..track.records import save_record
 
@@ -124,12 +133,26 @@ def emit(result: Any, render: Callable[[Any], None], as_json: bool, *, failed: b
         print_json(result.to_dict())
     else:
         render(result)
-    if failed is None:  # a run manifest (run start/end/decide, runs show) is a file format, not a verdict: exit 0
-        from ..results import Result
+    from ..results import Result
 
-        failed = isinstance(result, Result) and exit_code(result.status) != 0
-    if failed:
+    # a run manifest (run start/end/decide, runs show) is a file format, not a Result: exit 0
+    if isinstance(result, Result) and exit_code(result.status) != 0:
         raise typer.Exit(1)
+
+
+def renamed(old: T | None, new: T | None, *, old_name: str, new_name: str) -> T | None:
+    """An option renamed for one vocabulary (CONTRIBUTING.md, "Option names"), its old spelling kept as a hidden alias
+    for one release: the value given under either name (the new one when both are), and a one-line notice on stderr
+    when the old spelling was used."""
+    if old is None:
+        return new
+    say_renamed(old_name, new_name)
+    return old if new is None else new
+
+
+def say_renamed(old_name: str, new_name: str) -> None:
+    """The one-line notice that an old spelling (an option or a command kept hidden for one release) was used."""
+    sys.stderr.write(f"campaign: {old_name} is now {new_name}; the old spelling still works in this release\n")
 
 
 def exit_code(status: str) -> int:

@@ -7,15 +7,21 @@ import typer
 
 from . import common as o
 
-Task = Annotated[str, typer.Option(help="classification | extraction (JSON objects compared field by field).")]
-IdField = Annotated[str, typer.Option("--id-field", help="Column holding the example id.")]
-GoldField = Annotated[str, typer.Option("--gold-field", help="Column holding the gold label or object.")]
-PredField = Annotated[str, typer.Option("--pred-field", help="Column holding the prediction.")]
+# Help panels of these commands (beside common's INPUT and OUTPUT).
+TASK, STATS, VERDICT, REVIEW, HARNESS = "Task", "Statistics", "Verdict", "Review sheet", "lm-eval runs"
+
+Task = Annotated[str, typer.Option(help="classification | extraction (JSON objects compared field by field).",
+                                   rich_help_panel=TASK)]
+IdField = Annotated[str, typer.Option("--id-field", help="Column holding the example id.", rich_help_panel=o.INPUT)]
+GoldField = Annotated[str, typer.Option("--gold-field", help="Column holding the gold label or object.",
+                                        rich_help_panel=o.INPUT)]
+PredField = Annotated[str, typer.Option("--pred-field", help="Column holding the prediction.", rich_help_panel=o.INPUT)]
 SchemaOpt = Annotated[str | None, typer.Option("--schema", help="JSON Schema file the predictions must satisfy "
-        "(extraction).")]
+        "(extraction).", rich_help_panel=TASK)]
 RequiredOpt = Annotated[str | None, typer.Option("--required", help="Comma-separated fields that must be present "
-        "(extraction; default: the schema's required).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the random generator (sampling, bootstrap).")]
+        "(extraction; default: the schema's required).", rich_help_panel=TASK)]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the random generator (sampling, bootstrap).",
+                                   rich_help_panel=STATS)]
 
 
 def register(app: typer.Typer) -> None:
@@ -31,9 +37,9 @@ def _split(text: str | None) -> list[str] | None:
 
 
 MetricName = Annotated[str | None, typer.Option("--metric", help="lm-eval samples files: the metric to compare "
-        "(exact_match, acc...; default: the one the file scores).")]
+        "(exact_match, acc...; default: the one the file scores).", rich_help_panel=HARNESS)]
 HarnessFilter = Annotated[str | None, typer.Option("--filter", help="lm-eval samples files: the filter to compare "
-        "(strict-match...) when the file holds several.")]
+        "(strict-match...) when the file holds several.", rich_help_panel=HARNESS)]
 
 
 def _not_harness(what: str, **given: object) -> None:
@@ -60,21 +66,22 @@ def errors(
             "them (one per task).")],
     task: Task = "classification",
     slice_by: Annotated[str | None, typer.Option(
-        "--slice", help="Metadata field to break the metrics down by.")] = None,
+        "--slice", help="Metadata field to break the metrics down by.", rich_help_panel=STATS)] = None,
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     review_sheet: Annotated[str | None, typer.Option("--review-sheet", help="Write a CSV sample of errors, stratified "
-            "by confusion cell, to tag by hand.")] = None,
-    per_cell: Annotated[int, typer.Option("--per-cell", help="Errors sampled per cell for the review sheet.")] = 5,
+            "by confusion cell, to tag by hand.", rich_help_panel=REVIEW)] = None,
+    per_cell: Annotated[int, typer.Option("--per-cell", help="Errors sampled per cell for the review sheet.",
+                                          rich_help_panel=REVIEW)] = 5,
     taxonomy: Annotated[str | None, typer.Option("--taxonomy", help="CSV of id,tag filled by a person (e.g. the review "
-            "sheet): errors per tag.")] = None,
+            "sheet): errors per tag.", rich_help_panel=REVIEW)] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="Write a confusion heatmap (per-field bars for "
-            "extraction): .png, .svg or .pdf.")] = None,
-    top: Annotated[int, typer.Option(help="Top confusions to list.")] = 10,
+            "extraction): .png, .svg or .pdf.", rich_help_panel=o.OUTPUT)] = None,
+    top: Annotated[int, typer.Option(help="Top confusions to list.", rich_help_panel=STATS)] = 10,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     seed: Seed = 0,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
-            "user, document): standard errors and intervals become cluster-robust.")] = None,
+            "user, document): standard errors and intervals become cluster-robust.", rich_help_panel=STATS)] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
@@ -114,30 +121,33 @@ def regress(
     baseline: Annotated[str, typer.Argument(help="Predictions of the baseline (JSONL, CSV/TSV or Parquet).")],
     candidate: Annotated[str, typer.Argument(help="Predictions of the candidate, on the same ids.")],
     guard: Annotated[list[str] | None, typer.Option("--guard", help="What must not get worse, as a bound on candidate "
-            "- baseline: \"f1\\[refund]>=-0.01\", \"valid_json>=0\". Repeatable.")] = None,
+            "- baseline: \"f1\\[refund]>=-0.01\", \"valid_json>=0\". Repeatable.", rich_help_panel=VERDICT)] = None,
     task: Task = "classification",
     schema: SchemaOpt = None,
     required: RequiredOpt = None,
     id_field: IdField = "id", gold_field: GoldField = "gold", pred_field: PredField = "pred",
     equivalence_margin: Annotated[float | None, typer.Option("--equivalence-margin", help="Also test equivalence: "
             "that the candidate is within +/- this of the baseline (TOST on the paired scores), in the metric's units "
-            "(0.01 = one point).")] = None,
+            "(0.01 = one point).", rich_help_panel=VERDICT)] = None,
     old_margin: Annotated[float | None, typer.Option("--margin", hidden=True)] = None,
     non_inferiority: Annotated[float | None, typer.Option("--non-inferiority", help="Test that the candidate is "
-            "not worse by this much or more (one-sided, at 5%), in the metric's units (0.01 = one point).")] = None,
+            "not worse by this much or more (one-sided, at 5%), in the metric's units (0.01 = one point).",
+            rich_help_panel=VERDICT)] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
-            "user, document, template): the difference's interval and p-value become cluster-robust.")] = None,
+            "user, document, template): the difference's interval and p-value become cluster-robust.",
+            rich_help_panel=STATS)] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
     """Baseline vs candidate: the paired difference with its 95% interval and a verdict (IMPROVED, WORSE, NOT
-    SHOWN, EQUIVALENT at --equivalence-margin, NON-INFERIOR at --non-inferiority), flips with ids, per-class deltas, McNemar's
-    test, guards. Reads lm-eval's samples_<task>_<date>.jsonl (lm_eval --log_samples) too, paired document by
-    document, one verdict per task (Holm-corrected).
+    SHOWN, EQUIVALENT at --equivalence-margin, NON-INFERIOR at --non-inferiority), flips with ids, per-class
+    deltas, McNemar's test, guards. Reads lm-eval's samples_<task>_<date>.jsonl (lm_eval --log_samples) too, paired
+    document by document, one verdict per task (Holm-corrected).
 
     Exit 0 when the candidate is not significantly worse and every guard holds (and the candidate is within
-    --equivalence-margin, or not worse than --non-inferiority), 1 when not, 2 on bad input (e.g. different ids or documents).
+    --equivalence-margin, or not worse than --non-inferiority), 1 when not, 2 on bad input (e.g. different ids or
+    documents).
     """
     from ..evaluate.regress import regress as run_regress
     from .render import progress_reporter
@@ -173,29 +183,39 @@ def seeds(
     results: Annotated[str | None, typer.Argument(help="JSONL, CSV/TSV or Parquet with rows of variant, seed, metric "
             "(or give lm-eval runs with --baseline-samples and --candidate-samples).")] = None,
     metric: Annotated[str | None, typer.Option("--metric-field", "--metric", help="Column holding the metric (default "
-            "'metric'); with lm-eval runs, the metric's name (default: the one the files score).")] = None,
-    variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.")] = "variant",
-    seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.")] = "seed",
-    baseline: Annotated[str | None, typer.Option(help="Baseline variant (default: the first in the file).")] = None,
-    candidate: Annotated[str | None, typer.Option(help="Candidate variant (default: the other one).")] = None,
+            "'metric'); with lm-eval runs, the metric's name (default: the one the files score).",
+            rich_help_panel=o.INPUT)] = None,
+    variant_field: Annotated[str, typer.Option("--variant-field", help="Column holding the variant name.",
+                                               rich_help_panel=o.INPUT)] = "variant",
+    seed_field: Annotated[str, typer.Option("--seed-field", help="Column holding the seed.",
+                                            rich_help_panel=o.INPUT)] = "seed",
+    baseline: Annotated[str | None, typer.Option(help="Baseline variant (default: the first in the file).",
+                                                 rich_help_panel=o.INPUT)] = None,
+    candidate: Annotated[str | None, typer.Option(help="Candidate variant (default: the other one).",
+                                                  rich_help_panel=o.INPUT)] = None,
     min_effect: Annotated[float, typer.Option(
-        "--min-effect", help="Smallest improvement worth having, in metric units.")] = 0.0,
-    examples: Annotated[str | None, typer.Option("--examples", help="Per-example scores (variant, seed, id, score) for "
-            "a seeds x examples bootstrap.")] = None,
-    score_field: Annotated[str, typer.Option("--score-field", help="Column of the per-example score.")] = "score",
+        "--min-effect", help="Smallest improvement worth having, in metric units.", rich_help_panel=VERDICT)] = 0.0,
+    examples: Annotated[str | None, typer.Option("--example-scores", help="Per-example scores (variant, seed, id, "
+            "score) for a seeds x examples bootstrap.", rich_help_panel=o.INPUT)] = None,
+    old_examples: Annotated[str | None, typer.Option("--examples", hidden=True)] = None,
+    score_field: Annotated[str, typer.Option("--score-field", help="Column of the per-example score.",
+                                             rich_help_panel=o.INPUT)] = "score",
     id_field: Annotated[str, typer.Option(
-        "--id-field", help="Column of the example id in the per-example scores.")] = "id",
+        "--id-field", help="Column of the example id in the per-example scores.", rich_help_panel=o.INPUT)] = "id",
     lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error rate: "
-            "improvement = baseline - candidate.")] = False,
-    confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
-    alternative: Annotated[str, typer.Option(help="two-sided | greater (candidate better) | less.")] = "two-sided",
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 10_000,
+            "improvement = baseline - candidate.", rich_help_panel=VERDICT)] = False,
+    confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.", rich_help_panel=STATS)] = 0.95,
+    alternative: Annotated[str, typer.Option(help="two-sided | greater (candidate better) | less.",
+                                             rich_help_panel=VERDICT)] = "two-sided",
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.", rich_help_panel=STATS)] = 10_000,
     seed: Seed = 0,
-    plot: Annotated[str | None, typer.Option("--plot", help="Write a dispersion plot: .png, .svg or .pdf.")] = None,
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a dispersion plot: .png, .svg or .pdf.",
+                                             rich_help_panel=o.OUTPUT)] = None,
     baseline_samples: Annotated[list[str] | None, typer.Option("--baseline-samples", help="An lm-eval run of the "
-            "baseline (a samples_<task>_<date>.jsonl file or the folder of them), one per seed. Repeatable.")] = None,
+            "baseline (a samples_<task>_<date>.jsonl file or the folder of them), one per seed. Repeatable.",
+            rich_help_panel=HARNESS)] = None,
     candidate_samples: Annotated[list[str] | None, typer.Option("--candidate-samples", help="An lm-eval run of the "
-            "candidate per seed, in the order of --baseline-samples. Repeatable.")] = None,
+            "candidate per seed, in the order of --baseline-samples. Repeatable.", rich_help_panel=HARNESS)] = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
 ) -> None:
@@ -209,11 +229,12 @@ def seeds(
     from .render import progress_reporter
     from .render.evaluate import seeds as render_seeds
 
+    examples = o.renamed(old_examples, examples, old_name="seeds --examples", new_name="seeds --example-scores")
     o.plot_file(plot)
     if baseline_samples or candidate_samples:
         from ..evaluate.harness_runs import compare_harness_seeds
 
-        _not_harness("lm-eval runs", **{"RESULTS": results, "--examples": examples, "--baseline": baseline,
+        _not_harness("lm-eval runs", **{"RESULTS": results, "--example-scores": examples, "--baseline": baseline,
                                         "--candidate": candidate})
         with progress_reporter("seeds", enabled=not as_json) as tell:
             tell(f"{resamples:,} bootstrap resamples over seeds x documents")

@@ -13,20 +13,28 @@ def register(app: typer.Typer) -> None:
                 "--card l40s")(kv)
 
 
+KV = "KV cache"  # the help panel of the cache's options (beside common's CARD, OVERHEADS, OUTPUT)
+
+
 def kv(
     model: o.Model,
-    context: Annotated[int, typer.Option(help="Tokens per sequence (prompt + output).")] = 4096,
-    sequences: Annotated[int, typer.Option(help="Concurrent sequences.")] = 1,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp32 | bf16 | fp16 | fp8 | int8.")] = "bf16",
-    static: Annotated[bool, typer.Option("--static", help="Preallocate max context x max sequences.")] = False,
-    max_context: Annotated[int | None, typer.Option("--max-context", help="Static cache length.")] = None,
-    max_sequences: Annotated[int | None, typer.Option("--max-sequences", help="Static cache batch.")] = None,
-    block_size: Annotated[int, typer.Option("--block-size", help="Paged blocks in tokens (vLLM: 16); 1 = none.")] = 1,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel cards the KV heads split over.")] = 1,
+    context: Annotated[int, typer.Option(help="Tokens per sequence (prompt + output).", rich_help_panel=KV)] = 4096,
+    sequences: Annotated[int, typer.Option(help="Concurrent sequences.", rich_help_panel=KV)] = 1,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp32 | bf16 | fp16 | fp8 | int8.",
+                                          rich_help_panel=KV)] = "bf16",
+    static: Annotated[bool, typer.Option("--static", help="Preallocate max context x max sequences.",
+                                         rich_help_panel=KV)] = False,
+    max_context: Annotated[int | None, typer.Option("--max-context", help="Static cache length.",
+                                                    rich_help_panel=KV)] = None,
+    max_sequences: Annotated[int | None, typer.Option("--max-sequences", help="Static cache batch.",
+                                                      rich_help_panel=KV)] = None,
+    block_size: Annotated[int, typer.Option("--block-size", help="Paged blocks in tokens (vLLM: 16); 1 = none.",
+                                            rich_help_panel=KV)] = 1,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel cards the KV heads split over.", rich_help_panel=KV)] = 1,
     card: o.CardOpt = None,
     weights_dtype: Annotated[str | None, typer.Option("--dtype", help="Weight storage, for what is left on --card "
                                                        "(default: the checkpoint's own format, as memory --infer; "
-                                                       "bf16 for a dense one).")] = None,
+                                                       "bf16 for a dense one).", rich_help_panel=o.CARD)] = None,
     reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None,
     cuda_context: o.CudaContext = None,

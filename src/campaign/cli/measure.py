@@ -18,9 +18,15 @@ def register(app: typer.Typer) -> None:
                 "--measured measured.json --trace")(workload_command(explain, *EXPLAIN))
 
 
-Out = Annotated[Path | None, typer.Option("--out", help="Save the measurement as JSON (atomic write).")]
-Script = Annotated[Path | None, typer.Option("--script", help="Measure a Python script instead of a built model.")]
-Device = Annotated[str | None, typer.Option(help="cuda (NVIDIA or ROCm) or cpu; default: cuda when visible.")]
+# Help panels of these commands (beside common's CARD, OUTPUT and the workload's).
+RUN, COMPARED = "Run", "Compared with"
+
+Out = Annotated[Path | None, typer.Option("--out", help="Save the measurement as JSON (atomic write).",
+                                          rich_help_panel=o.OUTPUT)]
+Script = Annotated[Path | None, typer.Option("--script", help="Measure a Python script instead of a built model.",
+                                             rich_help_panel=RUN)]
+Device = Annotated[str | None, typer.Option(help="cuda (NVIDIA or ROCm) or cpu; default: cuda when visible.",
+                                            rich_help_panel=RUN)]
 
 
 def measure(
@@ -29,7 +35,8 @@ def measure(
         "omit with --script.")] = None,
     *, workload: WorkloadOptions,
     weights: Annotated[str, typer.Option(
-        help="auto: load a local model dir's safetensors when it has them, else random | load | random.")] = "auto",
+        help="auto: load a local model dir's safetensors when it has them, else random | load | random.",
+        rich_help_panel=RUN)] = "auto",
     script: Script = None, device: Device = None, out: Out = None, as_json: o.Json = False,
     script_args: Annotated[list[str] | None, typer.Argument(help="Arguments after -- go to the script.")] = None,
 ) -> None:
@@ -71,13 +78,16 @@ def measure(
 def explain(
     first: Annotated[str, typer.Argument(help="ESTIMATE.json (from campaign memory --json), or a MODEL.")],
     second: Annotated[Path | None, typer.Argument(help="MEASURED.json when the first argument is an estimate.")] = None,
-    measured: Annotated[Path | None, typer.Option("--measured", help="MEASURED.json (with a MODEL).")] = None,
-    traced_file: Annotated[Path | None, typer.Option("--traced", help="A traced estimate JSON to add.")] = None,
-    trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).")] = False,
+    measured: Annotated[Path | None, typer.Option("--measured", help="MEASURED.json (with a MODEL).",
+                                                  rich_help_panel=COMPARED)] = None,
+    traced_file: Annotated[Path | None, typer.Option("--traced", help="A traced estimate JSON to add.",
+                                                     rich_help_panel=COMPARED)] = None,
+    trace_now: Annotated[bool, typer.Option("--trace", help="Also trace the workload now (needs torch).",
+                                            rich_help_panel=COMPARED)] = False,
     *, workload: WorkloadOptions,
     card: o.CardOpt = None, reserve: o.Reserve = "10%",
     force: Annotated[bool, typer.Option("--force", help="Compare even a measurement more than 3x off the estimate "
-                                        "(by default refused as another workload).")] = False,
+                                        "(by default refused as another workload).", rich_help_panel=COMPARED)] = False,
     as_json: o.Json = False,
 ) -> None:
     """Estimate vs measured per phase (and traced), the gap attributed, a safety margin, the verdict per card.

@@ -51,6 +51,9 @@ def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str],
     return merged
 
 
+CONFIGS = "Your config files"
+
+
 def register(app: typer.Typer) -> None:
     app.command("memory", epilog="Example: campaign memory llama-3.1-8b --method qlora --batch 4 --seq-len 2048")(
         workload_command(memory, *MEMORY))
@@ -59,18 +62,21 @@ def register(app: typer.Typer) -> None:
 def memory(
     ctx: typer.Context, model: o.Model, workload: WorkloadOptions, card: o.CardOpt = None, reserve: o.Reserve = "10%",
     fragmentation: o.Fragmentation = None, cuda_context: o.CudaContext = None,
-    all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card."),
-    no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve."),
+    all_cards: bool = typer.Option(False, "--all-cards", help="Fit table over every catalog card.",
+                                   rich_help_panel=o.CARD),
+    no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve.",
+                                  rich_help_panel=o.CARD),
     config: Annotated[list[Path] | None, typer.Option(
         "--config", help="Your training config, read for the workload (repeat for several): HF TrainingArguments "
         "(JSON/YAML), adapter_config.json, axolotl or torchtune YAML, DeepSpeed JSON, accelerate config. An option "
-        "given here wins; each value read is printed with its file and key.")] = None,
+        "given here wins; each value read is printed with its file and key.", rich_help_panel=CONFIGS)] = None,
     deepspeed: Annotated[Path | None, typer.Option(
         "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, precision, micro-batch and the sizes of "
         "DeepSpeed's own buffers (reduce bucket, ZeRO-3 prefetch, live and persistent parameters) read from it, as "
-        "--config does.")] = None,
+        "--config does.", rich_help_panel=CONFIGS)] = None,
     sources: bool = typer.Option(False, "--sources", help="Show where each breakdown item's formula comes from "
-                                 "(DeepSpeed's, PyTorch's, peft's source; the --json always has it)."),
+                                 "(DeepSpeed's, PyTorch's, peft's source; the --json always has it).",
+                                 rich_help_panel=o.OUTPUT),
     as_json: o.Json = False,
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.

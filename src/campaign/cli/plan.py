@@ -7,10 +7,14 @@ import typer
 
 from . import common as o
 
+# Help panels of these commands (beside common's INPUT and OUTPUT).
+RENTALS, RUNS, DESIGN, BUDGET, STATS = "Rentals", "Runs", "Design", "Budget", "Statistics"
+
 Prices = Annotated[str | None, typer.Option("--prices", help="Price file (YAML or JSON: per card an hourly price "
-                                            "and 3/7/30-day packages); default: the bundled example prices.")]
+                                            "and 3/7/30-day packages); default: the bundled example prices.",
+                                            rich_help_panel=RENTALS)]
 Mfu = Annotated[float | None, typer.Option("--mfu", help="Model FLOPs utilization for hours estimated from FLOPs "
-                                           "(default 0.40, Llama 3's reported 38-43% on H100).")]
+                                           "(default 0.40, Llama 3's reported 38-43% on H100).", rich_help_panel=RUNS)]
 
 
 def register(app: typer.Typer) -> None:
@@ -30,14 +34,18 @@ def budget(
                                         "cards and dependencies; see examples/plan/plan.yaml.")],
     prices: Prices = None,
     card: Annotated[list[str] | None, typer.Option("--card", help="Compare only this card (repeatable; default: "
-                                                   "the plan's 'compare', else every card priced).")] = None,
+                                                   "the plan's 'compare', else every card priced).",
+                                                   rich_help_panel=RENTALS)] = None,
     package: Annotated[list[str] | None, typer.Option("--package", help="Compare only this package of the price "
-                                                      "file ('on-demand': the hourly price; repeatable).")] = None,
+                                                      "file ('on-demand': the hourly price; repeatable).",
+                                                      rich_help_panel=RENTALS)] = None,
     mfu: Mfu = None,
-    margin: Annotated[float | None, typer.Option("--margin", help="Recovery margin on every run, a share "
-                                                 "(overrides the plan's; e.g. 0.15).")] = None,
+    recovery_margin: Annotated[float | None, typer.Option("--recovery-margin", help="Recovery margin on every run, "
+                                                          "a share (overrides the plan's; e.g. 0.15).",
+                                                          rich_help_panel=RUNS)] = None,
+    old_margin: Annotated[float | None, typer.Option("--margin", hidden=True)] = None,
     plot: Annotated[str | None, typer.Option("--plot", help="Write the recommended schedule as a Gantt chart: "
-                                             ".png, .svg or .pdf.")] = None,
+                                             ".png, .svg or .pdf.", rich_help_panel=o.OUTPUT)] = None,
     as_json: o.Json = False,
 ) -> None:
     """Which rental to take: the plan's phases scheduled on every package (3/7/30 days) and on-demand hours of each
@@ -51,6 +59,7 @@ def budget(
     from .render import progress_reporter
     from .render.plan import budget as render_budget
 
+    margin = o.renamed(old_margin, recovery_margin, old_name="budget --margin", new_name="budget --recovery-margin")
     with progress_reporter("budget", enabled=not as_json) as tell:   # memory estimates of the runs, schedules
         tell("the plan's runs estimated and scheduled on every rental" + (", the Gantt chart" if plot else ""))
         rep = run_budget(plan, prices=prices, cards=card, packages=package, mfu=MFU if mfu is None else mfu,
@@ -63,15 +72,18 @@ def ablate_plan(
                                            "hours per run, seeds or seed_sd + min_effect, a budget; see "
                                            "examples/plan/factors.yaml.")],
     design: Annotated[str | None, typer.Option(help="auto (the most informative that fits the budget) | ofat | "
-                                               "full | fractional (default: the file's, else auto).")] = None,
+                                               "full | fractional (default: the file's, else auto).",
+                                               rich_help_panel=DESIGN)] = None,
     fraction: Annotated[int | None, typer.Option("--fraction", help="p of a 2^(k-p) fraction (standard "
-                                                 "generators; or give 'generators' in the file).")] = None,
+                                                 "generators; or give 'generators' in the file).",
+                                                 rich_help_panel=DESIGN)] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds per cell (default: from the file, sized by "
-                                              "power when it gives seed_sd and min_effect).")] = None,
+                                              "power when it gives seed_sd and min_effect).",
+                                              rich_help_panel=DESIGN)] = None,
     budget_gpu_hours: Annotated[float | None, typer.Option("--budget-gpu-hours", help="GPU-hour budget "
-                                                           "(card-hours).")] = None,
+                                                           "(card-hours).", rich_help_panel=BUDGET)] = None,
     budget_usd: Annotated[str | None, typer.Option("--budget-usd", help="Budget in USD, at the hourly price of "
-                                                   "the file's card.")] = None,
+                                                   "the file's card.", rich_help_panel=BUDGET)] = None,
     prices: Prices = None,
     as_json: o.Json = False,
 ) -> None:
@@ -91,20 +103,23 @@ def ablate_plan(
 def ablate_analyze(
     results: Annotated[str | None, typer.Argument(help="Results (JSONL, CSV/TSV or Parquet): a column per factor, "
                                                   "the seed and the metric, one row per run.")] = None,
-    factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.")] = "",
+    factors: Annotated[str, typer.Option("--factors", help="The factors file the ablation was planned with.",
+                                         rich_help_panel=o.INPUT)] = "",
     runs: Annotated[str | None, typer.Option("--runs", help="Read the completed runs with this tag instead of a "
-                                             "file (campaign run start --tag; factors from their params).")] = None,
+                                             "file (campaign run start --tag; factors from their params).",
+                                             rich_help_panel=o.INPUT)] = None,
     metric: Annotated[str | None, typer.Option("--metric-field", help="Column of the metric (default: the "
-                                               "factors file's metric).")] = None,
-    seed_field: Annotated[str, typer.Option("--seed-field", help="Column of the seed.")] = "seed",
-    confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.")] = 0.95,
+                                               "factors file's metric).", rich_help_panel=o.INPUT)] = None,
+    seed_field: Annotated[str, typer.Option("--seed-field", help="Column of the seed.",
+                                            rich_help_panel=o.INPUT)] = "seed",
+    confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.", rich_help_panel=STATS)] = 0.95,
     min_effect: Annotated[float, typer.Option("--min-effect", help="Smallest improvement worth having, in metric "
-                                              "units.")] = 0.0,
+                                              "units.", rich_help_panel=STATS)] = 0.0,
     lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error "
-                                                  "rate.")] = False,
+                                                  "rate.", rich_help_panel=STATS)] = False,
     plot: Annotated[str | None, typer.Option("--plot", help="Write the half-normal plot of an unreplicated "
                                              "two-level design's effects, with Lenth's ME and SME: .png, .svg "
-                                             "or .pdf.")] = None,
+                                             "or .pdf.", rich_help_panel=o.OUTPUT)] = None,
     as_json: o.Json = False,
 ) -> None:
     """Main effects and two-factor interactions with intervals from the seeds (aliases stated for a fraction), and
@@ -138,7 +153,7 @@ def bench(
                                         "examples/plan/cost.yaml.")],
     prices: Prices = None,
     out: Annotated[str | None, typer.Option("--out", help="Folder to write raw.csv (one row per run) and "
-                                            "protocol.md into, together.")] = None,
+                                            "protocol.md into, together.", rich_help_panel=o.OUTPUT)] = None,
     as_json: o.Json = False,
 ) -> None:
     """Cost at equal quality: for each configuration the time its runs took to reach the target, its cost under

@@ -14,10 +14,13 @@ def register(app: typer.Typer) -> None:
     app.command("export", epilog="Example: campaign export handover/ --run lora-r16-20261130T101500-ab12")(export)
 
 
-def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path("report.html"),
+def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to write.",
+                                             rich_help_panel=o.OUTPUT)] = Path("report.html"),
            root: Annotated[Path | None, typer.Option("--root", help="The record folder (default: "
-                                                                       "$CAMPAIGN_ROOT, else .campaign here).")] = None,
-           title: Annotated[str, typer.Option(help="The report's title.")] = "Campaign report",
+                                                                       "$CAMPAIGN_ROOT, else .campaign here).",
+                                                                       rich_help_panel=o.RECORDS)] = None,
+           title: Annotated[str, typer.Option(help="The report's title.",
+                                              rich_help_panel=o.OUTPUT)] = "Campaign report",
            as_json: o.Json = False) -> None:
     """One HTML file, readable offline and printable: a section per question of the guide with the records saved by
     `campaign --record ...` and the runs, each figure saying how it was obtained and when, and what is missing."""
@@ -32,10 +35,12 @@ def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to wri
 
 def export(bundle: Annotated[Path, typer.Argument(help="A new folder for the bundle.")],
            run: Annotated[str | None, typer.Option(help="The accepted run to hand over (default: the newest "
-                                                           "accepted one).")] = None,
-           force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.")] = False,
+                                                           "accepted one).", rich_help_panel=o.RECORDS)] = None,
+           force: Annotated[bool, typer.Option("--force", help="Replace the folder if it exists.",
+                                               rich_help_panel=o.OUTPUT)] = False,
            root: Annotated[Path | None, typer.Option("--root", help="The record folder (default: "
-                                                                       "$CAMPAIGN_ROOT, else .campaign here).")] = None,
+                                                                       "$CAMPAIGN_ROOT, else .campaign here).",
+                                                                       rich_help_panel=o.RECORDS)] = None,
            as_json: o.Json = False) -> None:
     """The hand-over: the accepted run's model or adapter files (re-hashed against what the run recorded), its
     manifest and its baseline's, the report, and a README of the limits observed; every file in bundle.json with

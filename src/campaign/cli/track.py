@@ -8,8 +8,12 @@ import typer
 
 from . import common as o
 
+# Help panels of run start (beside common's RECORDS and OUTPUT).
+EXPERIMENT, RUN = "Experiment", "Run"
+
 Root = Annotated[Path | None, typer.Option("--root", help="The campaign's record folder (default: "
-                                                           "$CAMPAIGN_ROOT, else .campaign here).")]
+                                                           "$CAMPAIGN_ROOT, else .campaign here).",
+                                                           rich_help_panel=o.RECORDS)]
 RunId = Annotated[str, typer.Argument(help="The run's id (campaign runs list).")]
 
 run_app = typer.Typer(name="run", no_args_is_help=True, help="Start, log to, end and decide one run.")
@@ -56,18 +60,22 @@ def _duration(text: str) -> float:
                                  "--param lora.r=16 --guard \"f1\\[refund]>=-0.01\" --data data/train.jsonl")
 def start(
     name: Annotated[str, typer.Argument(help="A short name for the variant (lora-r16).")],
-    hypothesis: Annotated[str, typer.Option(help="What should improve, written before computing.")] = "",
+    hypothesis: Annotated[str, typer.Option(help="What should improve, written before computing.",
+                                            rich_help_panel=EXPERIMENT)] = "",
     guard: Annotated[list[str] | None, typer.Option(help="What must not regress, as campaign regress takes it "
-                                                         "(repeat).")] = None,
+                                                         "(repeat).", rich_help_panel=EXPERIMENT)] = None,
     param: Annotated[list[str] | None, typer.Option(help="A parameter, key=value (dotted keys nest: "
-                                                         "lora.r=16; repeat).")] = None,
-    baseline: Annotated[str | None, typer.Option(help="The run this one changes one thing against.")] = None,
-    data: Annotated[list[Path] | None, typer.Option(help="A data file or folder, hashed (repeat).")] = None,
-    seed: Annotated[list[int] | None, typer.Option(help="A seed (repeat).")] = None,
-    tag: Annotated[list[str] | None, typer.Option(help="A tag (repeat).")] = None,
-    planned: Annotated[bool, typer.Option("--planned", help="Record it as planned, not yet running.")] = False,
+                                                         "lora.r=16; repeat).", rich_help_panel=RUN)] = None,
+    baseline: Annotated[str | None, typer.Option(help="The run this one changes one thing against.",
+                                                 rich_help_panel=EXPERIMENT)] = None,
+    data: Annotated[list[Path] | None, typer.Option(help="A data file or folder, hashed (repeat).",
+                                                    rich_help_panel=RUN)] = None,
+    seed: Annotated[list[int] | None, typer.Option(help="A seed (repeat).", rich_help_panel=RUN)] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="A tag (repeat).", rich_help_panel=RUN)] = None,
+    planned: Annotated[bool, typer.Option("--planned", help="Record it as planned, not yet running.",
+                                          rich_help_panel=RUN)] = False,
     stale_after: Annotated[str, typer.Option("--stale-after", help="Shown as stopped when nothing is logged for "
-                                                                   "this long (45m, 2h).")] = "1h",
+                                                                   "this long (45m, 2h).", rich_help_panel=RUN)] = "1h",
     root: Root = None,
     as_json: o.Json = False,
 ) -> None:
@@ -182,21 +190,31 @@ def check(run_id: RunId, root: Root = None, as_json: o.Json = False) -> None:
     o.emit(report, regress, as_json)
 
 
-@runs_app.command("export", epilog="Example: campaign runs export --mlflow mlruns-campaign")
-def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
+@runs_app.command("to-mlflow", epilog="Example: campaign runs to-mlflow --mlflow mlruns-campaign")
+def to_mlflow(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.",
+                                                   rich_help_panel=o.OUTPUT)],
            force: Annotated[bool, typer.Option(
                "--force", help="Replace an earlier export in that folder (only an earlier export: anything else is "
-                               "refused).")] = False,
+                               "refused).", rich_help_panel=o.OUTPUT)] = False,
            root: Root = None) -> None:
     """Every run into an MLflow file store (parameters, metrics at their steps, status, tags, data as dataset
     inputs, artifacts, packages), written with MLflow's own client (the mlflow extra)."""
     from ..track.export import export_mlflow
     from .render import progress_reporter
 
-    with progress_reporter("runs export") as say:
+    with progress_reporter("runs to-mlflow") as say:
         exported = export_mlflow(mlflow, root=root, force=force, progress=say)
     print(f"exported {exported} runs to {mlflow}; MLflow 3 reads a file store only with MLFLOW_ALLOW_FILE_STORE=true "
           f"(e.g. MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {mlflow.resolve().as_uri()})")
+
+
+@runs_app.command("export", hidden=True)
+def export(mlflow: Annotated[Path, typer.Option("--mlflow", help="A new folder for an MLflow file store.")],
+           force: Annotated[bool, typer.Option("--force", help="Replace an earlier export in that folder.")] = False,
+           root: Root = None) -> None:
+    """The old name of `runs to-mlflow`, kept for one release (CONTRIBUTING.md, "Option names")."""
+    o.say_renamed("runs export", "runs to-mlflow")
+    to_mlflow(mlflow, force=force, root=root)
 
 
 @runs_app.command("rebuild")

@@ -39,6 +39,11 @@ TRACE = ("step", "formats", "parallel", "allocator")
 MEASURE = ("step",)
 EXPLAIN = ("step",)
 
+# Each group's help panel (`campaign memory --help` shows the options grouped under these titles).
+PANELS = {"step": "Workload", "formats": "Workload: formats", "parallel": "Workload: parallelism",
+          "allocator": "Workload: allocator and loop", "ddp": "Workload: DDP", "generation": "Workload: generation",
+          "legacy": "Workload: older library versions", "deepspeed": "Workload: DeepSpeed"}
+
 WorkloadOptions = dict  # the type a command's `workload` parameter declares: {option name: value}
 
 _TYPES: dict[str, type] = {"int": int, "str": str, "bool": bool}
@@ -69,11 +74,14 @@ def option_parameters(groups: tuple[str, ...]) -> list[inspect.Parameter]:
         default = meta.get("cli_default", f.default)
         kind = _TYPES[meta.get("cli_type") or _base_type(str(f.type))]
         annotation: Any = Optional[kind] if default is None else kind  # noqa: UP045 - typer reads the Optional
+        panel = PANELS[meta["group"]]
         out.append(inspect.Parameter(meta.get("param", f.name), inspect.Parameter.KEYWORD_ONLY, default=default,
-                                     annotation=Annotated[annotation, typer.Option(meta["flag"], help=meta["help"])]))
+                                     annotation=Annotated[annotation, typer.Option(
+                                         meta["flag"], help=meta["help"], rich_help_panel=panel)]))
         for name, flag, text in meta.get("aliases", ()):
             out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                                         annotation=Annotated[Optional[int], typer.Option(flag, help=text)]))  # noqa: UP045
+                                         annotation=Annotated[Optional[int], typer.Option(  # noqa: UP045
+                                             flag, help=text, rich_help_panel=panel)]))
     return out
 
 

@@ -62,9 +62,9 @@ def finite_outcomes(s: QuantSetup, out: list[Any]) -> bool:
 def paired_test(s: QuantSetup, ref: list[Any], var: list[Any], examples: list[str], guards: Sequence[str],
                 ref_name: str, var_name: str, confidence: float, margin: float | None = None) -> dict[str, Any]:
     """The variant against the reference: the difference, its paired test and interval, the guards and, with a
-    margin, equivalence (TOST at the 5% level, as `campaign regress --margin`). Outcomes that are not finite (NaN
-    or inf) are not tested: the difference is reported, the p-value and the equivalence are None (quant.finite
-    fails)."""
+    margin, equivalence (TOST at the 5% level, as `campaign regress --equivalence-margin`). Outcomes that are not
+    finite (NaN or inf) are not tested: the difference is reported, the p-value and the equivalence are None
+    (quant.finite fails)."""
     finite = finite_outcomes(s, ref) and finite_outcomes(s, var)
     if s.metric == "perplexity":
         base, cand = quality_of(s, ref)[1], quality_of(s, var)[1]

@@ -269,7 +269,8 @@ def difference_checks(diffs: Sequence[Difference]) -> tuple[Check, ...]:
             if x.verdict in ("IMPROVED", "NON-INFERIOR"):
                 out.append(Check(cid, "warn", seen, f"not shown equivalent within +/-{x.margin:g}: the candidate "
                                  "may be better by more than the margin (it is not worse by more than it)",
-                                 "if only a loss matters, use --non-inferiority MARGIN instead of --equivalence-margin"))
+                                 "if only a loss matters, use --non-inferiority MARGIN instead of "
+                                 "--equivalence-margin"))
             else:
                 out.append(Check(cid, "fail", seen, f"not shown equivalent within +/-{x.margin:g}: the data "
                                  "leave room for a larger difference",

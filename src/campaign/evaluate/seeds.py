@@ -156,7 +156,7 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
         for v in (baseline, candidate):
             if (v, s) not in table:
                 raise InputError(f"{path} has no per-example scores for variant {v!r} seed {s!r}; score every seed "
-                                 f"of both variants or leave out --examples")
+                                 f"of both variants or leave out --example-scores")
         base, cand = table[baseline, s], table[candidate, s]
         if ids is None:
             ids = list(base)

@@ -1,4 +1,4 @@
-"""Runs exported to an MLflow tracking store (`campaign runs export --mlflow DIR`), written with MLflow's own client
+"""Runs exported to an MLflow tracking store (`campaign runs to-mlflow --mlflow DIR`), written with MLflow's own client
 so any MLflow tool reads them: one MLflow run per campaign run, in the experiment 'campaign', with the parameters
 flattened to dotted keys, every numeric metric record at its step and time, the status (completed -> FINISHED,
 failed -> FAILED, stopped and invalid -> KILLED), tags for what MLflow has no field for (the campaign id, the
@@ -87,7 +87,7 @@ MARK_SCHEMA = "campaign.mlflow-export/1"
 
 
 def _is_mlflow_export(folder: Path) -> bool:
-    """An earlier `runs export --mlflow`: its campaign-export.json names this schema (what --force may replace)."""
+    """An earlier `runs to-mlflow --mlflow`: its campaign-export.json names this schema (what --force may replace)."""
     try:
         return load_json(folder / MARK, "export manifest").get("schema") == MARK_SCHEMA
     except (InputError, AttributeError):

@@ -62,7 +62,7 @@ def test_memory_help_groups_its_options_in_panels(cli):
 
 GROUPED = ["memory", "kv", "trace", "measure", "explain", "split", "leaks", "usage", "errors", "regress", "seeds",
            "quant", "budget", "bench", "ablate plan", "ablate analyze", "report", "export", "run start",
-           "runs to-mlflow"]
+           "runs to-mlflow", "check", "batch", "inspect"]
 
 
 @pytest.mark.parametrize("command", GROUPED)

@@ -10,6 +10,9 @@ import typer
 
 from . import common as o
 
+# check's, batch's and inspect's option panels (campaign COMMAND --help)
+STEP, OVERFIT, RESUME, DDP, WATCH, SHOWN = "Step", "Overfit test", "Resume test", "Processes", "Watched script", "Shown"
+
 
 def register(app: typer.Typer) -> None:
     app.command("check", epilog="Example: campaign check examples/check_setup.py:make_setup --out check.json; "
@@ -46,12 +49,15 @@ def batch(
     setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model and micro-batches (a dict or an "
                                               "object with .model and .batches; see examples/train_setup.py).")],
     accumulation: Annotated[int | None, typer.Option(help="Micro-batches per update on each process (default: "
-                                                             "all given, split over the processes).")] = None,
-    processes: Annotated[int, typer.Option(help="Processes (DDP under torchrun; gloo on the CPU).")] = 1,
+                                                             "all given, split over the processes).",
+        rich_help_panel=STEP)] = None,
+    processes: Annotated[int, typer.Option(help="Processes (DDP under torchrun; gloo on the CPU).",
+        rich_help_panel=STEP)] = 1,
     normalization: Annotated[str | None, typer.Option(help="What your loop does, checked when the setup does "
                                                               "not return its accumulate(model, micro_batches): token "
                                                               "(summed token losses / tokens of the update) | "
-                                                              "micro-batch-mean (loss / steps).")] = None,
+                                                              "micro-batch-mean (loss / steps).",
+        rich_help_panel=STEP)] = None,
     as_json: o.Json = False,
 ) -> None:
     """Effective batch = micro-batch x accumulation x processes, tokens per update, and whether the accumulated
@@ -77,25 +83,32 @@ def check(
              "loss, what is meant to train and the loop's own save/load (see examples/check_setup.py); or, after "
              "--, your training command as you run it: -- python train.py ARGS (watched, unchanged, for a few "
              "updates).", show_default=False)],
-    overfit_steps: Annotated[int, typer.Option("--overfit-steps", help="Updates on the first batch.")] = 30,
+    overfit_steps: Annotated[int, typer.Option("--overfit-steps", help="Updates on the first batch.",
+        rich_help_panel=OVERFIT)] = 30,
     overfit_drop: Annotated[float, typer.Option("--overfit-drop", help="Fraction the first batch's loss must fall "
                                                                        "by within those updates (a steady fall short "
-                                                                       "of it warns; no fall fails).")] = 0.5,
+                                                                       "of it warns; no fall fails).",
+        rich_help_panel=OVERFIT)] = 0.5,
     overfit_lr: Annotated[float | None, typer.Option(
-        "--overfit-lr", help="Learning rate for the overfit test only (default: the optimizer's).")] = None,
+        "--overfit-lr", help="Learning rate for the overfit test only (default: the optimizer's).",
+        rich_help_panel=OVERFIT)] = None,
     checkpoint_dir: Annotated[Path | None, typer.Option("--checkpoint-dir", help="Keep the resume test's "
                                                                                    "checkpoint here (default: a "
-                                                                                   "temporary folder).")] = None,
+                                                                                   "temporary folder).",
+        rich_help_panel=RESUME)] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Reload a checkpoint in a fresh process and "
-                                                                      "compare the next step.")] = True,
+                                                                      "compare the next step.",
+        rich_help_panel=RESUME)] = True,
     processes: Annotated[int, typer.Option(help="Run one update of your step under torchrun with this many "
                                                 "processes (DDP; gloo on the CPU) and check the ranks stay in sync "
-                                                "instead of the one-process checks.")] = 1,
+                                                "instead of the one-process checks.", rich_help_panel=DDP)] = 1,
     updates: Annotated[int, typer.Option("--updates", help="With -- python SCRIPT: the optimizer updates to watch "
-                                                           "before stopping the script.")] = 3,
+                                                           "before stopping the script.", rich_help_panel=WATCH)] = 3,
     timeout: Annotated[float, typer.Option("--timeout", help="With -- python SCRIPT: seconds before a script that "
-                                                             "has not finished its updates is stopped.")] = 600.0,
-    out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).")] = None,
+                                                             "has not finished its updates is stopped.",
+        rich_help_panel=WATCH)] = 600.0,
+    out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).",
+        rich_help_panel=o.OUTPUT)] = None,
     as_json: o.Json = False,
 ) -> None:
     """Before the long run: one full step (loss, gradients, update, memory per phase), the parameters that train
@@ -171,7 +184,8 @@ def inspect(
     setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the dataset (raw examples), the collate "
                                               "function (examples -> batch) and the tokenizer; optionally "
                                               "label_field and target_field (see examples/inspect_setup.py).")],
-    examples: Annotated[int, typer.Option("--examples", help="Examples shown per class, collated together.")] = 2,
+    examples: Annotated[int, typer.Option("--examples", help="Examples shown per class, collated together.",
+        rich_help_panel=SHOWN)] = 2,
     as_json: o.Json = False,
 ) -> None:
     """The batch after the exact preprocessing: your collate run over the whole dataset; truncation, answers lost

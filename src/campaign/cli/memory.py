@@ -66,6 +66,9 @@ def memory(
                                    rich_help_panel=o.CARD),
     no_solve: bool = typer.Option(False, "--no-solve", help="Skip the largest-batch / longest-context solve.",
                                   rich_help_panel=o.CARD),
+    edge: bool = typer.Option(False, "--frontier", help="With --card: the largest batch at each context length, "
+                              "and what 8-bit AdamW, checkpointing or a smaller LoRA rank would save.",
+                              rich_help_panel=o.CARD),
     config: Annotated[list[Path] | None, typer.Option(
         "--config", help="Your training config, read for the workload (repeat for several): HF TrainingArguments "
         "(JSON/YAML), adapter_config.json, axolotl or torchtune YAML, DeepSpeed JSON, accelerate config. An option "
@@ -87,10 +90,14 @@ def memory(
     from ..models import load_spec
     from .render.memory import plan as render_plan
 
+    if edge and not card:
+        from ..errors import InputError
+
+        raise InputError("--frontier needs --card: the edge of what fits is one card's; give --card NAME")
     spec = load_spec(model)
     if config or deepspeed is not None:
         workload = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed)
     w = o.workload_from(spec, **workload)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
-                         **o.overheads(fragmentation, cuda_context))
+                         edge=edge, **o.overheads(fragmentation, cuda_context))
     o.emit(result, partial(render_plan, sources=sources), as_json)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..hardware.cards import Card
@@ -10,7 +10,6 @@ from ..models.spec import ModelSpec
 from ..results import Record
 from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
-from .parsing import parse_reserve
 from .search import largest_satisfying
 from .workload import Workload, resized
 
@@ -29,15 +28,10 @@ class Fit(Record):
 
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
               cache: dict[int, int] | None = None, **options: Any) -> int:
-    """Largest `field` ('batch' or 'seq_len') in [0, limit] whose step fits `memory_bytes` (0: not even 1), by
-    exponential then binary search over fits() from the workload's own value. A probe whose lower bound (the
-    estimate without the allocator overhead, kept in `cache` by value: the cards of one workload may share it)
-    passes the card fails without a replay.
-
-    The replayed overhead does not always grow with the value: a segment rounding can make a batch fail where a
-    larger one fits (2 of the 871 batch answers of tests/memory/solve_sweep.py: the search answers a batch above one
-    that fails, a few batches off under a model whose own error band is about 10%), and a longer context can need
-    less. The search takes the fit to be monotone."""
+    """Largest `field` ('batch' or 'seq_len') in [0, limit] whose step fits (0: not even 1): exponential then binary
+    search over fits() from the workload's own value, taking the fit to be monotone (a segment rounding can break
+    that: tests/memory/test_solve.py lists where). A probe whose lower bound (no allocator overhead; `cache`, by
+    value, may be shared by the cards of one workload) passes the card fails without a replay."""
     low = {} if cache is None else cache
 
     def ok(n: int) -> bool:
@@ -53,9 +47,8 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
 
 
 def fits(spec: ModelSpec, workload: Workload, memory_bytes: int, **options: Any) -> bool:
-    """Whether the step fits the card as card_estimate judges it: with room to spare, or replayed against the card.
-    The replay against the card comes first: where it releases nothing it is the replay with room to spare too, so
-    a probe near the card's edge costs one replay."""
+    """Whether the step fits the card as card_estimate judges it, the replay against the card first (where it releases
+    nothing it is the one with room to spare too: one replay a probe)."""
     if options.get("fragmentation") is not None:
         return estimate_memory(spec, workload, **options).required_bytes <= memory_bytes
     on_card = estimate_memory(spec, workload, card_bytes=memory_bytes, **options)
@@ -69,14 +62,9 @@ def fits(spec: ModelSpec, workload: Workload, memory_bytes: int, **options: Any)
 
 def card_estimate(spec: ModelSpec, workload: Workload, card_bytes: int, *, estimate: MemoryEstimate | None = None,
                   **options: Any) -> MemoryEstimate:
-    """The estimate a card of `card_bytes` is judged by, whichever way it is asked (--card, the summary,
-    --all-cards), as the solve's probes are: the estimate with room to spare where it fits the card; else the step
-    replayed against the card (the allocator releases its cached free segments before it would pass the card: the
-    step can fit, or be tight, there), unless not even its allocated bytes and what lies outside the allocator
-    (context, NCCL) fit the card: then nothing released changes the verdict, and the estimate with room to spare
-    stands. `estimate`: the workload's estimate with room to spare and the same options, when made already (a
-    traced one, or one with a --fragmentation share, stands as it is).
-    """
+    """The estimate a card is judged by (--card, the summary, --all-cards, the solve): with room to spare where it
+    fits; else replayed against the card (the allocator releasing its cached segments), unless not even the
+    allocated bytes and the context fit. `estimate`: the one with room to spare, if made (a traced one stands)."""
     est = estimate or estimate_memory(spec, workload, **options)
     if (est.method == "formula" and options.get("fragmentation") is None and est.required_bytes > card_bytes
             and est.peak_allocated_bytes + est.device_bytes - est.peak_reserved_bytes <= card_bytes):
@@ -86,18 +74,12 @@ def card_estimate(spec: ModelSpec, workload: Workload, card_bytes: int, *, estim
 
 def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, solve: bool = True,
               estimate: MemoryEstimate | None = None, estimate_card: int | None = None, **options: Any) -> list[Fit]:
-    """Verdict, headroom and (optionally) the largest batch and longest context per card.
-
-    `estimate`: the estimate of `workload` made with the same options (computed here when not given);
-    `estimate_card`: the card memory it is card_estimate's for, if any. Each card's verdict and headroom come from
-    card_estimate, as --card's do.
-    """
+    """Verdict, headroom (card_estimate's) and, with `solve`, the largest batch and longest context per card.
+    `estimate`: the workload's, if made; `estimate_card`: the card memory it is card_estimate's for, if any."""
     est = estimate or estimate_memory(spec, workload, **options)
     seq_limit = max(spec.max_position, workload.seq_len)
-    out = []
-    cards = list(cards)
-    batches: dict[int, int] = {}
-    lengths: dict[int, int] = {}
+    out: list[Fit] = []
+    batches, lengths = dict[int, int](), dict[int, int]()
     for card in cards:
         mb = mc = None
         if solve:
@@ -110,20 +92,35 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     return out
 
 
-def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve: str | float = "10%",
-              **options: Any) -> int:
-    """Bytes a KV cache may take on a card of `memory_bytes` after everything else an inference holds.
+@dataclass(frozen=True)
+class Frontier(Record):
+    """The edge of what fits one card: rows (seq_len, max batch, the bytes it needs), and what each change modelled
+    saves at the workload as given: what_if (change, flag, required bytes, bytes saved)."""
 
-    Solves required = (device_without_kv + kv x (1 + overhead share)) x (1 + reserve share) + absolute reserve
-    <= memory_bytes for kv, from the inference estimate of `workload` (whose own cache is taken out); the overhead
-    share is --fragmentation when given; by default the replayed overhead of `workload` is held fixed.
-    """
-    est = estimate_memory(spec, workload, reserve=reserve, **options)
-    kv_now = next(i.bytes for i in est.items if i.category == "kv")
-    share = options.get("fragmentation")
-    if share is None:  # replayed overhead: a preallocated cache gets its own 2 MiB-rounded segments, so the
-        share = 0.0    # overhead found at this workload is held fixed and the cache adds only its own bytes
-    without = est.device_bytes - int(kv_now * (1 + share))
-    fraction, absolute = parse_reserve(reserve)
-    room = (memory_bytes - absolute) / (1 + fraction) - without
-    return max(0, int(room / (1 + share)))
+    card: str
+    memory_bytes: int
+    rows: tuple[tuple[int, int, int], ...]
+    what_if: tuple[tuple[str, str, int, int], ...]
+
+
+def frontier(spec: ModelSpec, workload: Workload, memory_bytes: int, card: str, **options: Any) -> Frontier:
+    """Lengths 256, 512, ... up to the model's context (and the workload's own) with their largest batch, up to the
+    first where none fits; then the workload with 8-bit AdamW, checkpointing, half the LoRA rank, where they apply."""
+    lengths = sorted({n for n in (1 << k for k in range(8, 24)) if n <= spec.max_position} | {workload.seq_len})
+    rows = []
+    for n in lengths:
+        if not (most := max_value(spec, w := resized(workload, "seq_len", n), memory_bytes, "batch", limit=1 << 16,
+                                  **options)):
+            break
+        rows.append((n, most, card_estimate(spec, resized(w, "batch", most), memory_bytes, **options).required_bytes))
+    changes: list[tuple[str, str, dict[str, Any]]] = []
+    if workload.training and workload.optimizer == "adamw" and workload.method != "frozen":
+        changes.append(("8-bit AdamW (bitsandbytes)", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}))
+    if workload.training and not workload.grad_checkpointing:
+        changes.append(("gradient checkpointing", "--grad-checkpointing", {"grad_checkpointing": True}))
+    if workload.adapters and workload.training and (half := workload.lora_rank // 2):
+        changes.append((f"LoRA rank {half}", f"--lora-rank {half}", {"lora_rank": half}))
+    need = [card_estimate(spec, replace(workload, **c), memory_bytes, **options).required_bytes
+            for c in [dict[str, Any]()] + [change for _, _, change in changes]]
+    return Frontier(card, memory_bytes, tuple(rows), tuple(
+        (name, flag, after, need[0] - after) for (name, flag, _), after in zip(changes, need[1:], strict=True)))

@@ -15,7 +15,7 @@ from ..results import Result
 from ..units import GiB
 from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
-from .fit import Fit, card_estimate, fit_cards, max_value
+from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value
 from .kv import KVCard, KVEstimate, estimate_kv
 from .trace import trace_memory
 from .workload import Workload, make_workload, weights_format
@@ -34,6 +34,7 @@ class MemoryPlan(Result):
     estimate: MemoryEstimate
     fits: tuple[Fit, ...]
     card: str | None = None
+    frontier: Frontier | None = None  # --frontier: the edge of what fits the card, and what each change saves
     # the estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write
     schema: str = field(init=False)
 
@@ -58,20 +59,21 @@ class MemoryPlan(Result):
     def fields_dict(self) -> dict[str, Any]:
         # by hand: the estimate's own JSON with the fits beside it, so that load_estimate (campaign explain) reads
         # what campaign memory --json and campaign trace --json write
-        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]}
+        edge = {"frontier": self.frontier.to_dict()} if self.frontier else {}
+        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge
 
 
 def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str | None = None,
                 all_cards: bool = False, solve: bool = True, trace: bool = False, reserve: str | float = "10%",
                 context_bytes: int | None = None, fragmentation: float | None = None,
-                progress: Callable[[str], None] | None = None) -> MemoryPlan:
+                progress: Callable[[str], None] | None = None, edge: bool = False) -> MemoryPlan:
     """Estimate the workload and fit it to cards: `card` (a name, alias or size like '24GiB'), else every catalog
     card with all_cards, else FEATURED_CARDS.
 
     trace: trace the step on fake tensors (trace_memory; the torch extra) instead of the formulas; its fits give the
     verdict only (the largest batch and context would each need more traces). solve: with the formulas, also the
-    largest batch and longest context per card. reserve, context_bytes, fragmentation: as estimate_memory's;
-    progress: trace_memory's.
+    largest batch and longest context per card; edge: also the card's frontier (fit.frontier). reserve,
+    context_bytes, fragmentation: as estimate_memory's; progress: trace_memory's.
     """
     spec = model_spec(model)
     options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
@@ -95,7 +97,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
                      estimate_card=cards[0].memory_bytes if card and not trace else None, **options)
     if solve and not trace:
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
-    return MemoryPlan(est, tuple(fits), card)
+    edge_of = frontier(spec, workload, cards[0].memory_bytes, cards[0].name, **options) if edge and card else None
+    return MemoryPlan(est, tuple(fits), card, edge_of)
 
 
 SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "

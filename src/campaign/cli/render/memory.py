@@ -37,6 +37,25 @@ def describe(est: MemoryEstimate) -> str:
 def plan(p: MemoryPlan, *, sources: bool = False) -> None:
     """An estimate (memory or trace) with its card fits; `sources`: each item's source in the breakdown."""
     memory(p.estimate, p.fits, p.card, sources=sources)
+    if p.frontier is not None:
+        edge(p)
+
+
+def edge(p: MemoryPlan) -> None:
+    """--frontier: the largest batch per context length on the card, each with the command that runs it, and what
+    each change modelled saves at the workload as given."""
+    f, w = p.frontier, p.estimate.workload
+    assert f is not None
+    table = Table(title=f"What fits {f.card} ({gib(f.memory_bytes)} GiB), with the reserve", title_justify="left")
+    for name in ("seq len", "max batch", "needs GiB", "run"):
+        table.add_column(name, justify="right" if name != "run" else "left")
+    for n, most, need in f.rows:
+        table.add_row(f"{n:,}", f"{most:,}", gib(need), f"--seq-len {n} --batch {most}")
+    console.print(table if f.rows else f"not even one sequence of 256 tokens fits {f.card}")
+    for name, flag, need, saved in f.what_if:
+        console.print(f"what if {name} ({flag}): needs {gib(need)} GiB, saves {saved / 2**20:,.0f} MiB")
+    if w.training:
+        console.print("[dim]not modelled as a what-if: a chunked or fused loss (the logits are counted whole)[/dim]")
 
 
 def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, sources: bool = False) -> None:

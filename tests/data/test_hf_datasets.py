@@ -187,3 +187,21 @@ def test_the_ray_engine_refuses_a_dataset_rather_than_read_its_json_as_shards(tm
     for spec in (path, next(path.glob("*.arrow")), f"{path}/*"):
         with pytest.raises(InputError, match="ray engine reads shards of JSONL, CSV or Parquet"):
             list_shards(str(spec))
+
+
+def test_a_split_of_zero_rows_is_refused_before_a_dataset_that_cannot_be_reloaded(cli, tmp_path):
+    # datasets' load_from_disk fails (IndexError) on a Dataset of 0 rows that save_to_disk wrote: 3 rows at 99/1
+    # leave the test split empty, so --format hf is refused in one line, nothing written; at 80/20 each split has
+    # rows and the DatasetDict loads back with every row
+    import datasets
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"text": "row {i} here"}}\n' for i in range(3)), encoding="utf-8")
+    res = cli("split", str(data), "--out", str(tmp_path / "empty"), "--format", "hf", "--ratios", "99/1")
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert "split 'test' gets 0 of 3 rows" in res.err and "write jsonl or parquet" in res.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]            # no output, no stray folder
+    res = cli("split", str(data), "--out", str(tmp_path / "out"), "--format", "hf", "--ratios", "67/33")
+    assert res.code in (0, 1), res.err
+    back = datasets.load_from_disk(str(tmp_path / "out"))
+    assert sum(len(back[s]) for s in back) == 3

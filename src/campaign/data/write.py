@@ -82,7 +82,15 @@ def write_hf(ds: Dataset, assign: np.ndarray, paths: Sequence[Path], *, folders:
     """Row i of ds to paths[assign[i]] as a Hugging Face dataset: a folder each (Dataset.save_to_disk), or an
     Arrow stream file each (what Dataset.from_file reads)."""
     import datasets as bars
+    import numpy as np
 
+    from ..errors import InputError
+
+    counts = np.bincount(assign, minlength=len(paths)) if len(assign) else [0] * len(paths)
+    empty = [p.name for p, n in zip(paths, counts, strict=False) if not n]
+    if empty:   # datasets cannot load back a Dataset of 0 rows that save_to_disk wrote (IndexError in load_from_disk)
+        raise InputError(f"split {empty[0]!r} gets 0 of {len(assign)} rows, and a Hugging Face dataset of 0 rows "
+                         "cannot be loaded back; give more rows or other --ratios, or write jsonl or parquet")
     quiet = bars.are_progress_bars_disabled()
     bars.disable_progress_bars()       # datasets' own bars on stderr; the user's setting is put back below
     try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -114,14 +113,15 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
         out = Path(tmp) / "observed.json"
         cmd = [exe, "-m", "campaign.train.watch", "--out", str(out), "--updates", str(updates),
                "--timeout", str(timeout), "--", *rest]
-        try:
-            ran = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout + GRACE_S)
-        except subprocess.TimeoutExpired:
-            raise InputError(f"{script}: no answer within {timeout:g} s (--timeout) and the watchdog did not stop it "
-                             "(stuck in native code); raise --timeout or run it with a smaller config") from None
+        from .accumulation import launch
+
+        # in a session of its own: on a timeout or Ctrl-C the script and every process it started (DataLoader
+        # workers) are killed and waited for
+        code, stderr = launch(cmd, os.environ, timeout + GRACE_S, f"{script} (the watchdog did not stop it: stuck "
+                              "in native code; raise --timeout or run it with a smaller config)")
         if not out.is_file():
-            tail = [line for line in (ran.stderr or "").strip().splitlines() if line.strip()]
-            raise InputError(f"{script}: the watched process ended (exit {ran.returncode}) without a record: "
+            tail = [line for line in stderr.strip().splitlines() if line.strip()]
+            raise InputError(f"{script}: the watched process ended (exit {code}) without a record: "
                              f"{tail[-1] if tail else 'no message'}")
         from ..io import load_json
 

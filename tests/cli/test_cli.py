@@ -141,8 +141,8 @@ def test_kv_most_sequences_agree_with_the_closed_form_kv_budget(cli):
     weights, temporaries, allocator overhead, context and reserve are taken): budget // bytes per sequence."""
     from campaign.hardware.cards import find_card
     from campaign.memory import make_workload
+    from campaign.memory.fit import kv_budget
     from campaign.models import load_spec
-    from tests.memory.closed_form import kv_budget
 
     kv = cli("kv", "llama-3.1-8b", "--context", "4096", "--card", "h100", "--json").json()
     budget = kv_budget(load_spec("llama-3.1-8b"), make_workload(mode="infer", seq_len=4096, batch=1),

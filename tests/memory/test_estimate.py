@@ -278,7 +278,7 @@ def test_adafactor_step_temporaries_match_torch_adafactor_measured(write_config)
 
 def test_fragmentation_override_reaches_the_fit_and_the_kv_budget():
     from campaign.hardware.cards import find_card
-    from tests.memory.closed_form import kv_budget
+    from campaign.memory.fit import kv_budget
 
     spec = load_spec("llama-3.1-8b")
     w = make_workload(mode="infer", batch=4, seq_len=4096)

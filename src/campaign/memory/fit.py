@@ -10,6 +10,7 @@ from ..models.spec import ModelSpec
 from ..results import Record
 from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
+from .parsing import parse_reserve
 from .search import largest_satisfying
 from .workload import Workload, resized
 
@@ -90,6 +91,19 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
         out.append(Fit(card.name, card.memory_bytes, on_card.verdict(card.memory_bytes),
                        card.memory_bytes - on_card.required_bytes, mb, mc))
     return out
+
+
+def kv_budget(spec: ModelSpec, workload: Workload, memory_bytes: int, *, reserve: str | float = "10%",
+              **options: Any) -> int:
+    """Bytes a KV cache may take on a card after everything else an inference holds (the vLLM pool the memory
+    benchmark scores): the estimate's own cache taken out, its overhead (--fragmentation, else replayed) held fixed."""
+    est = estimate_memory(spec, workload, reserve=reserve, **options)
+    kv_now = next(i.bytes for i in est.items if i.category == "kv")
+    share = options.get("fragmentation") or 0.0  # replayed: the cache's own 2 MiB-rounded segments, no more
+    without = est.device_bytes - int(kv_now * (1 + share))
+    fraction, absolute = parse_reserve(reserve)
+    room = (memory_bytes - absolute) / (1 + fraction) - without
+    return max(0, int(room / (1 + share)))
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,12 @@ class Overhead:
     model: str = "compiled"  # the allocator model that replayed: compiled (memory/_allocator.c) or python
 
 
-# The compiled allocator model counts bytes in 64 bits: a workload near that (an absurd --batch) is replayed by the
-# Python one, which takes any size and gives the same answers. The bound leaves room for a tensor larger than a
-# phase's total (none is, by construction).
+# The compiled model counts bytes in 64 bits: a workload near that (an absurd --batch) goes to the Python one
 COMPILED_BYTES = 1 << 56
 
 
 def allocator_for(phases) -> type[Allocator]:
-    """The allocator model that replays an estimate of these phases: the compiled one, unless a phase comes near
-    64-bit sizes."""
+    """The allocator model for these phases: the compiled one, unless a phase comes near 64-bit sizes."""
     return CachingAllocator if max((p.bytes for p in phases), default=0) < COMPILED_BYTES else PythonAllocator
 
 

@@ -117,9 +117,7 @@ _PREFIXES = KeptBySpec(16)  # the allocator after _prefix, by what it reads
 
 
 def clear_kept() -> None:
-    """Forget every replay and size kept in this process (_PREFIXES, _WEIGHTS, _STEP_SIZES, zero_replay._PLANS,
-    activations.KEPT_LAYERS, phases.KEPT_STEP_ITEMS): the next estimate replays as a new process would (the
-    benchmarks' cold solves)."""
+    """Forget every replay and size kept in this process: the next estimate replays as a new process would."""
     _PREFIXES.clear()
     _WEIGHTS.clear()
     _STEP_SIZES.clear()
@@ -154,9 +152,8 @@ def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int
 
 
 def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool) -> Allocator | None:
-    """The allocator after _prefix with room to spare, kept per model and workload (the batch and the length aside:
-    _prefix reads neither), so that a card solve's probes replay the prefix once; None where nothing is kept
-    (expandable segments, or sizes the Python model replays)."""
+    """The allocator after _prefix with room to spare, kept per model and workload but its batch and length (a
+    solve's probes replay it once); None with expandable segments or the Python model."""
     if expandable or allocator_for(phases) is not CachingAllocator:
         return None
     before = tuple(p for p in phases if p.name in ("load", "setup"))
@@ -174,8 +171,8 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
 
 def _after_prefix(spec: ModelSpec, w: Workload, phases, trainable: list[int], expandable: bool,
                   limit: int | None) -> Replay:
-    """A replay past _prefix: the kept allocator (_prefix_kept) forked for this probe; where none is kept, or under
-    a limit below its peak reserved (the prefix may release segments there), the prefix replayed afresh."""
+    """A replay past _prefix: the kept allocator forked, or the prefix replayed afresh (none kept, or a limit below
+    its peak reserved)."""
     kept = _prefix_kept(spec, w, phases, trainable, expandable)
     if kept is None or (limit is not None and kept.peak_reserved > limit):
         r = Replay(expandable, limit, model=allocator_for(phases))
@@ -221,11 +218,8 @@ def _step_sizes(spec: ModelSpec, w: Workload, phases) -> _StepSizes:
 
 
 def _gradient_bytes(spec: ModelSpec, w: Workload) -> int:
-    """The bytes of the gradients a step's replay makes on this card: those held between steps or micro-batches
-    where some are (ZeRO-3's flat partition, zero_grad's kept ones, the sum of the micro-batches, FSDP's whole one),
-    else one per trainable parameter. Read from the step's batch-free items (phases.step_items), not from the phase
-    that peaks: the end of backward holds them, but its start or a checkpointed layer's recompute (holding the head's
-    gradients only) can be the larger moment, and then were read as the step's gradients (the head's, or none)."""
+    """The bytes of the gradients a step's replay makes: those held between steps or micro-batches where some are,
+    else one per trainable parameter; from the step's batch-free items, not the peak phase (which can hold fewer)."""
     base = step_items(spec, w)
     return base.kept[0].bytes if base.kept else base.grads.bytes
 
@@ -400,9 +394,8 @@ _WEIGHTS = KeptBySpec(16)  # the allocator after an inference's weights, by what
 
 
 def _weights_loaded(spec: ModelSpec, w: Workload, phases, expandable: bool, limit: int | None) -> Replay:
-    """An inference's replay with its weights loaded (replay_weights). Their replay with room to spare is kept per
-    model and workload (the batch and the length aside: the load reads neither) and forked for each probe of a card
-    solve; with expandable segments, the Python model, or under a limit below its peak reserved, it is replayed."""
+    """An inference's replay with its weights loaded: the kept load forked, or replayed (expandable segments, the
+    Python model, a limit below its peak reserved)."""
     model = allocator_for(phases)
 
     def loaded(limit: int | None) -> Replay:
@@ -421,13 +414,9 @@ def _weights_loaded(spec: ModelSpec, w: Workload, phases, expandable: bool, limi
 
 def inference_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool = False,
                        limit: int | None = None) -> Overhead:
-    """Replay an inference: weights, the cache, prefill chunks (per layer the MLP temporaries), decode steps.
-
-    A dynamic cache's longer copies never fit the blocks freed by the shorter ones (beyond the 2 MiB rounding), so
-    with room to spare reserved grows without bound: the allocator keeps them until cudaMalloc fails, then releases
-    its wholly free segments and retries. The replay releases them whenever it would grow past the peak allocated:
-    the least the allocator can work in (on a larger card nvidia-smi shows more, up to the card's memory).
-    """
+    """Replay an inference: weights, the cache, prefill chunks (per layer the MLP temporaries), decode steps. A
+    dynamic cache's longer copies never fit the blocks the shorter ones freed, so reserved would grow until
+    cudaMalloc fails: the replay releases the free segments wherever it would pass the peak allocated."""
     peak = max(p.bytes for p in phases)
     if w.kv_cache == "dynamic":
         limit = peak if limit is None else min(peak, limit)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..evaluate.difference import holm
 from ..results import Information, Record
 from .ablate import Factor, FactorsFile, read_factors, word
 
@@ -145,18 +146,6 @@ def _match(value: str, f: Factor, where: str) -> str:
         pass
     raise InputError(f"{where}: {f.name} = {value!r} is not one of its levels ({', '.join(f.levels)}); fix the "
                      f"row or the factors file")
-
-
-def holm(p: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979): sorted ascending, p_(i) x (m - i + 1), made monotone."""
-    m = len(p)
-    order = sorted(range(m), key=lambda i: p[i])
-    out = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        out[i] = running
-    return out
 
 
 def rows_from_runs(tag: str, *, seed_field: str = "seed", root: str | os.PathLike[str] | None = None) -> list[Any]:

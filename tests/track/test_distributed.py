@@ -23,9 +23,11 @@ try:
         r.log(step=1, loss=1.0 + rank)
         if os.environ.get("FAIL_RANK") == str(rank):
             raise ValueError(f"bad batch at rank {rank}")
+        if os.environ.get("KILL_RANK") == str(rank):
+            os.kill(os.getpid(), 9)  # the OOM killer's way: no exception, no record
         dist.barrier()
 finally:
-    if os.environ.get("FAIL_RANK") is None:
+    if os.environ.get("FAIL_RANK") is None and os.environ.get("KILL_RANK") is None:
         dist.destroy_process_group()
 """
 
@@ -61,6 +63,16 @@ def test_a_failing_rank_is_named_as_the_root_cause(tmp_path):
     [row] = store.list()
     m = store.read(row.id)
     assert m.status == "failed" and m.reason.startswith("rank 1 failed: ValueError: bad batch at rank 1"), m.reason
+
+
+def test_a_rank_killed_without_raising_is_named_not_rank_0(tmp_path):
+    done = launch(tmp_path, KILL_RANK="1")
+    assert done.returncode != 0
+    store = Store(tmp_path / ".campaign")
+    [row] = store.list()
+    m = store.read(row.id)
+    assert m.status == "failed" and m.reason.startswith("rank 1 (pid "), m.reason
+    assert "died without an error of its own" in m.reason
 
 
 def test_outside_a_launcher_there_is_no_job(monkeypatch):

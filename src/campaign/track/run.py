@@ -249,7 +249,38 @@ class Run:
                 self.store.heartbeat(self.id)
                 beat = time.monotonic()
 
+    def _rank_file(self) -> Path:
+        return self.store.folder(self.id) / "ranks" / f"{self.rank}.json"
+
+    def _mark_rank(self, **state: Any) -> None:
+        """Another rank's process and how it ended, so that rank 0 can name a rank that died without raising."""
+        from ..io import atomic_write_json
+
+        path = self._rank_file()
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_json(path, {"pid": os.getpid(), "host": socket.gethostname(), **state})
+
+    def _died_silently(self) -> list[tuple[int, int]]:
+        """(rank, pid) of the ranks on this host whose process is gone without ending its part of the run: killed by
+        a signal (the OOM killer, SIGKILL, a segfault) or os._exit, so it never recorded an error."""
+        import json
+
+        from .store import _alive
+
+        found = []
+        for path in sorted((self.store.folder(self.id) / "ranks").glob("*.json")):
+            try:
+                state = json.loads(path.read_text(encoding="utf-8"))
+                rank, pid = int(path.stem), state["pid"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if not state.get("ended") and state.get("host") == socket.gethostname() and not _alive(pid):
+                found.append((rank, pid))
+        return found
+
     def __enter__(self) -> Run:
+        if self.rank != 0:
+            self._mark_rank()
         self._beat.start()
         if threading.current_thread() is threading.main_thread():
             previous = signal.getsignal(signal.SIGTERM)
@@ -274,6 +305,7 @@ class Run:
                 text = str(error).strip().splitlines()
                 self.log(rank_failed=f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__)
             self.flush()
+            self._mark_rank(ended=True)
             return
         self.flush()
         if error is None:
@@ -293,8 +325,14 @@ class Run:
             status, reason = "failed", f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
         if self.world_size > 1:  # a rank that failed is the root cause of what rank 0 saw (the launcher's SIGTERM)
             failed = [r for r in self.store.metrics(self.id) if r.get("rank_failed") and r.get("rank") != 0]
+            died = self._died_silently()
             if failed:
                 status, reason = "failed", f"rank {failed[0].get('rank')} failed: {failed[0]['rank_failed']}" + (
+                    f" (rank 0: {reason})" if reason else "")
+            elif died and status != "completed":
+                rank, pid = died[0]
+                status, reason = "failed", (f"rank {rank} (pid {pid}) died without an error of its own: killed by a "
+                                            "signal (out of host memory? SIGKILL, a crash) or os._exit") + (
                     f" (rank 0: {reason})" if reason else "")
         self.manifest = end_run(self.id, status, reason, root=self.store.root)
 

@@ -47,6 +47,8 @@ def score(data: dict[str, Any]) -> dict[str, Any]:
         w = workload(dict(r, quantization="nf4", grad_checkpointing=True))
         est = estimate_memory(specs[r["model"]], w, card_bytes=card.memory_bytes)
         near.append(dict(model=r["model"], batch=r["batch"], outcome=r["outcome"], device=est.device_bytes,
+                         measured_process=round(r["measured_process_mib"] * MiB) if r.get("measured_process_mib")
+                         else None,
                          required=est.required_bytes, verdict=est.verdict(card.memory_bytes)))
     errors = [abs(r["ratio"] - 1) for r in rows]
     return dict(rows=rows, near_limit=near, within=sum(e <= 0.10 for e in errors), total=len(rows),
@@ -65,10 +67,12 @@ def main() -> None:
         print(f"{r['id'][:86]:86s} {r['measured'] / MiB:12.0f} {r['estimate'] / MiB:9.0f} {r['ratio']:6.3f}{flag}")
     print(f"\n{result['within']}/{result['total']} rows within +-10% of the measured peak allocated; median error "
           f"{result['median_error']:.1%}")
-    print("\nNear-limit runs on the T4 (campaign memory --card t4, default 10% reserve and 500 MiB context):")
+    print("\nNear-limit runs on the T4 (campaign memory --card t4: default 10% reserve and 500 MiB "
+          "context; process: what the run's process held, where published):")
     for n in result["near_limit"]:
-        print(f"  {n['model'][:40]:40s} batch {n['batch']:>2d}  {n['outcome']:9s}  device {n['device'] / MiB:7.0f} "
-              f"MiB, required {n['required'] / MiB:7.0f} MiB: {n['verdict']}")
+        process = f"{n['measured_process'] / MiB:7.0f}" if n["measured_process"] else "      -"
+        print(f"  {n['model'][:40]:40s} batch {n['batch']:>2d}  {n['outcome']:9s}  process {process} MiB, device "
+              f"{n['device'] / MiB:7.0f} MiB, required {n['required'] / MiB:7.0f} MiB: {n['verdict']}")
     print(f"runs that ran out of memory called 'fits': {result['false_fits']}")
 
 

@@ -196,10 +196,13 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
     # started from a shell command that exits at once: no owner process, the heartbeat alone says it is alive
     assert m.params == {"lora": {"r": 16}, "lr": 0.0003} and m.owner["pid"] is None
     assert next(x for x in Store().list() if x.id == run_id).status == "running"
-    assert cli("run", "log", run_id, "step=10", "loss=1.5", "note=warmup").code == 0
-    assert Store().metrics(run_id)[-1] | {"t": None} == {"t": None, "step": 10, "loss": 1.5, "note": "warmup"}
+    assert cli("run", "log", run_id, "step=10", "loss=1.5", "warmup=true").code == 0
+    assert Store().metrics(run_id)[-1] | {"t": None} == {"t": None, "step": 10, "loss": 1.5, "warmup": True}
     for argv, fragment in ((["run", "log", "no-such-run", "x=1"], "no run 'no-such-run'"),
                            (["run", "log", run_id, "loss"], "'loss' is not key=value"),
+                           (["run", "log", run_id, "loss=loss"], "'loss' is not a number"),   # $loss unexpanded
+                           (["run", "log", run_id, "step=1", "acc=[1]"], "'[1]' is not a number"),
+                           (["run", "log", run_id, "acc=null"], "'null' is not a number"),
                            (["run", "start", "x", "--guard", "accuracy>"], "guard"),
                            (["run", "start", "x", "--stale-after", "soon"], "not a duration"),
                            (["run", "end", run_id, "--status", "stopped"], "needs --reason"),
@@ -209,6 +212,7 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
         assert r.code == 2 and fragment in r.err and len(r.err.strip().splitlines()) == 1, (argv, r.err)
     assert cli("run", "log", run_id, "loss=NaN").code == 0            # a diverged loss is kept, as text
     assert Store().metrics(run_id)[-1]["loss"] == "NaN"
+    assert cli("run", "log", run_id, "loss=-inf").code == 0 and Store().metrics(run_id)[-1]["loss"] == "-inf"
     assert cli("run", "log", run_id, "loss=1.5").code == 0
     assert cli("run", "end", run_id, "--status", "completed").code == 0
     again = cli("run", "end", run_id, "--status", "failed", "--reason", "oops")
@@ -223,7 +227,7 @@ def test_cli_start_log_end_decide_and_bad_input(repo, cli):
     assert said.code == 0 and said.out.startswith(f"{run_id}: completed, accepted, 1 artifact(s)")
     shown = json.loads(cli("runs", "show", run_id, "--json").out)
     assert shown["status"] == "completed" and shown["decision"]["why"] == "+2 points"
-    assert shown["metrics"] == {"step": 10, "loss": 1.5, "note": "warmup"}
+    assert shown["metrics"] == {"step": 10, "loss": 1.5, "warmup": True}
 
 
 def test_runs_check_evaluates_the_guards_on_the_recorded_predictions(repo, cli):

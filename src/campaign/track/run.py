@@ -170,8 +170,9 @@ def record_artifact(run_id: str, path: str | Path, kind: str, *, root: str | os.
 
 
 def parse_records(pairs: Sequence[str]) -> dict[str, Any]:
-    """key=value pairs from the command line; values are JSON numbers, booleans or null when they parse as such,
-    text otherwise (a diverged loss=nan stays the text 'nan': JSON has no NaN, and it must not be lost)."""
+    """key=value metrics from the command line: numbers or booleans; a diverged loss=nan (or inf) stays the text
+    'nan' (JSON has no NaN, and it must not be lost). Anything else is refused: a metric that is text (loss=loss, a
+    shell variable left unexpanded) would be stored where numbers are read."""
     import json
     import math
 
@@ -184,7 +185,18 @@ def parse_records(pairs: Sequence[str]) -> dict[str, Any]:
             parsed = json.loads(value)
         except ValueError:
             parsed = value
-        if isinstance(parsed, (dict, list)) or (isinstance(parsed, float) and not math.isfinite(parsed)):
+        if isinstance(parsed, str):
+            try:
+                parsed = value if not math.isfinite(float(value)) else None
+            except ValueError:
+                parsed = None
+            if parsed is None:
+                raise InputError(f"{pair!r}: {value!r} is not a number; run log records numbers (nan and inf are "
+                                 "kept); say what happened with `campaign run end ID --reason`, or record a file "
+                                 "with `campaign run artifact`")
+        elif isinstance(parsed, (dict, list)) or parsed is None:
+            raise InputError(f"{pair!r}: {value!r} is not a number; run log records numbers (nan and inf are kept)")
+        elif isinstance(parsed, float) and not math.isfinite(parsed):
             parsed = value
         out[key.strip()] = parsed
     return out

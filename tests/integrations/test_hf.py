@@ -253,3 +253,22 @@ def test_a_compute_loss_that_switches_to_eval_fails_the_train_mode(tmp_path, sto
     cb = CampaignCallback(root=store.root, memory_update=0)    # the same Trainer without the planted line
     transformers.Trainer(model=with_dropout(), args=args, train_dataset=Tokens(), callbacks=[cb]).train()
     assert _checks(cb)["trainer.train_mode"] == "pass" and cb.result.status == "pass", cb.result.checks
+
+
+def test_failed_checks_end_the_run_invalid_and_fail_on_stops_and_fails_the_script(tmp_path, store):
+    from campaign.integrations.steps import ChecksFailed
+
+    model = llama()
+    model.lm_head.weight.requires_grad_(False)  # the planted bug: frozen, though the plan says it trains
+    cb = CampaignCallback(trainable=["model.*", "lm_head.weight"], root=store.root)
+    train(model, tmp_path, cb, steps=2)
+    m = store.read(cb.run.id)
+    assert m.status == "invalid" and "trainer.updates" in m.reason, (m.status, m.reason)
+    cb = CampaignCallback(trainable=["model.*", "lm_head.weight"], fail_on="fail", root=store.root)
+    with pytest.raises(ChecksFailed, match="trainer.updates fail"):
+        train(model, tmp_path / "again", cb, steps=4)
+    assert store.read(cb.run.id).status == "invalid"
+    assert max(r.get("step", 0) for r in store.metrics(cb.run.id)) < 4   # stopped at the verdict, not run on
+    cb = CampaignCallback(fail_on="fail", root=store.root)   # a correct run is not failed
+    train(llama(), tmp_path / "clean", cb, steps=3)
+    assert cb.result.status == "pass" and store.read(cb.run.id).status == "completed"

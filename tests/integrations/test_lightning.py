@@ -190,3 +190,25 @@ def test_a_resume_check_on_too_short_a_training_is_skipped_not_passed(tmp_path, 
     assert checks["trainer.resume_next_loss"].status == "skipped"
     assert "the training has 3 updates; the test needs 4" in checks["trainer.resume_next_loss"].seen
     assert cb.result.status == "not verified" and not list(tmp_path.glob("campaign-resume*"))
+
+
+def test_failed_checks_end_the_run_invalid_and_fail_on_fails_the_script(tmp_path, store):
+    from campaign.errors import InputError
+    from campaign.integrations.steps import ChecksFailed
+
+    cb = CampaignCallback(trainable=["body.*", "head.*", "frozen.*"], root=store.root)
+    fit(Module(), tmp_path, cb, steps=2)     # without fail_on the script goes on: the run says what happened
+    m = store.read(cb.run.id)
+    assert m.status == "invalid" and "trainer.updates" in m.reason, (m.status, m.reason)
+    cb = CampaignCallback(trainable=["body.*", "head.*", "frozen.*"], fail_on="fail", root=store.root)
+    with pytest.raises(ChecksFailed, match="trainer.updates fail"):
+        fit(Module(), tmp_path, cb, steps=4)
+    assert store.read(cb.run.id).status == "invalid"
+    cb = CampaignCallback(fail_on="fail", root=store.root)   # a correct run is not failed
+    fit(Module(), tmp_path, cb, steps=4)
+    assert cb.result.status == "pass" and store.read(cb.run.id).status == "completed"
+    cb = CampaignCallback(check_steps=2, fail_on="not verified", root=store.root)   # a skipped check fails it too
+    with pytest.raises(ChecksFailed, match="NOT VERIFIED"):
+        fit(Module(warmup=5), tmp_path, cb, steps=3)
+    with pytest.raises(InputError, match="fail_on='maybe'"):
+        CampaignCallback(fail_on="maybe", root=store.root)

@@ -29,7 +29,7 @@ from ..checks import Check
 from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory
 from .resume import RESUME_STEP, LossProbe, child_spec, discard, finish_child
-from .steps import StepWatch, TrainerCheck
+from .steps import StepWatch, TrainerCheck, fail_on_statuses, failed_script, judge
 
 
 def training_params(args: Any, model: Any) -> dict[str, Any]:
@@ -76,6 +76,9 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             that requires a gradient when training begins.
         check_steps: the first optimizer steps checked.
         stop_on_fail: stop training when a check fails.
+        fail_on: 'fail' stops training when a check fails and raises ChecksFailed when train() ends, so that the
+            script fails; 'not verified' does so also when a check could not run; None (default) records only. A
+            run whose checks failed ends 'invalid' rather than 'completed' either way.
         root: the campaign store (default: .campaign, or $CAMPAIGN_ROOT).
         memory_update: the update whose forward, backward and optimizer step are measured beside `campaign
             memory`'s estimate (integrations/memory.py; default the second, when the optimizer state exists);
@@ -88,8 +91,8 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
                  guards: Sequence[str] = (), tags: Sequence[str] = (), data: Sequence[str | Path] = (),
                  trainable: Sequence[str] | None = None, check_steps: int = 3, stop_on_fail: bool = False,
-                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE, resume_check: bool = False,
-                 resume_step: int = RESUME_STEP, resume_timeout: float = 600) -> None:
+                 fail_on: str | None = None, root: str | Path | None = None, memory_update: int = MEASURED_UPDATE,
+                 resume_check: bool = False, resume_step: int = RESUME_STEP, resume_timeout: float = 600) -> None:
         self.child = child_spec()     # in the fresh process of a resume test: resume, record, stop
         if self.child is not None:
             resume_step, resume_check, memory_update = int(self.child["step"]), False, 0
@@ -105,6 +108,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         self.name, self.hypothesis, self.baseline = name, hypothesis, baseline
         self.guards, self.tags, self.data = tuple(guards), tuple(tags), tuple(data)
         self.stop_on_fail, self.root = stop_on_fail, root
+        self.fail_statuses = fail_on_statuses(fail_on)
         self.run: Any = None
         self.result: TrainerCheck | None = None
         self.trainer: Any = None              # the Trainer whose train() is running (set by the wrapper)
@@ -173,6 +177,9 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
         if self.result is None:
             self._verdict()
         self._end(None, None, None)
+        error = failed_script(self.result, self.fail_statuses, self.run)
+        if error is not None:
+            raise error
 
     # -- the step checks (integrations/steps.py) ------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
@@ -212,7 +219,8 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             self.resume_check and self.resumed is None
         if self._due and (failing or not waiting):
             self._verdict()    # the step checks and the measured update both done, or a failure already certain
-            if self.stop_on_fail and self.result is not None and self.result.status == "fail":
+            if self.result is not None and (self.stop_on_fail and self.result.status == "fail"
+                    or self.result.status in self.fail_statuses):
                 control.should_training_stop = True
 
     # -- the resume test (integrations/resume.py) -------------------------------------------------------------------
@@ -253,6 +261,7 @@ class CampaignCallback(TrainerCallback):  # type: ignore[misc]  # transformers s
             from ..track.records import save_record
 
             self.run.artifact(save_record(self.result, command="trainer", root=self.run.store.root), "log:checks")
+            judge(self.result, self.run)
 
 
 def _save_into(trainer: Any, folder: Path) -> None:

@@ -29,7 +29,7 @@ from ..checks import Check
 from ..errors import InputError
 from .memory import MEASURED_UPDATE, StepMemory, called_module
 from .resume import RESUME_STEP, LossProbe, child_spec, discard
-from .steps import StepWatch, TrainerCheck
+from .steps import StepWatch, TrainerCheck, fail_on_statuses, failed_script, judge
 
 FIX = ("save what Lightning does not (torch.get_rng_state() and the other generators in the module's "
        "on_save_checkpoint, set back in on_load_checkpoint), checkpoint at an epoch's end or give the DataLoader a "
@@ -58,8 +58,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
     def __init__(self, name: str | None = None, *, hypothesis: str = "", baseline: str | None = None,
                  guards: Sequence[str] = (), tags: Sequence[str] = (), data: Sequence[str | Path] = (),
                  trainable: Sequence[str] | None = None, check_steps: int = 3, stop_on_fail: bool = False,
-                 root: str | Path | None = None, memory_update: int = MEASURED_UPDATE, resume_check: bool = False,
-                 resume_step: int = RESUME_STEP, resume_timeout: float = 600) -> None:
+                 fail_on: str | None = None, root: str | Path | None = None, memory_update: int = MEASURED_UPDATE,
+                 resume_check: bool = False, resume_step: int = RESUME_STEP, resume_timeout: float = 600) -> None:
         self.child = child_spec()     # in the fresh process of a resume test: resume, record, stop
         if self.child is not None:
             resume_step, resume_check, memory_update = int(self.child["step"]), False, 0
@@ -78,6 +78,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
         self.name, self.hypothesis, self.baseline = name, hypothesis, baseline
         self.guards, self.tags, self.data = tuple(guards), tuple(tags), tuple(data)
         self.stop_on_fail, self.root = stop_on_fail, root
+        self.fail_statuses = fail_on_statuses(fail_on)
         self.run: Any = None
         self.result: TrainerCheck | None = None
         self._logged_step = 0  # the global step last logged: metrics go with each optimizer step
@@ -145,7 +146,8 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
                 self.resume_check and self.resumed is None
             if self._due and (failing or not waiting):
                 self._verdict()
-                if self.stop_on_fail and self.result is not None and self.result.status == "fail":
+                if self.result is not None and (self.stop_on_fail and self.result.status == "fail"
+                        or self.result.status in self.fail_statuses):
                     trainer.should_stop = True
         if self.run is not None and trainer.global_step > self._logged_step:
             numbers = {k: float(v) for k, v in trainer.callback_metrics.items()
@@ -171,6 +173,9 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
             for path in sorted(Path(folder).glob("*.ckpt")) if folder and Path(folder).is_dir() else []:
                 self.run.artifact(path, f"checkpoint:{path.stem}")
         self._end(None, None, None)
+        error = failed_script(self.result, self.fail_statuses, self.run)
+        if error is not None:
+            raise error
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._end(type(exception), exception, exception.__traceback__)
@@ -242,6 +247,7 @@ class CampaignCallback(pl.Callback):  # type: ignore[misc]  # lightning ships no
             from ..track.records import save_record
 
             self.run.artifact(save_record(self.result, command="trainer", root=self.run.store.root), "log:checks")
+            judge(self.result, self.run)
 
 
 def _resume_in_child(callback: CampaignCallback) -> None:

@@ -50,6 +50,39 @@ class TrainerCheck(Result):
     schema: str = SCHEMA
 
 
+FAIL_ON = {None: (), "fail": ("fail",), "not verified": ("fail", "not verified")}
+
+
+class ChecksFailed(RuntimeError):
+    """Raised at the end of training by a callback given fail_on, when its verdict is one it was told to fail on."""
+
+
+def fail_on_statuses(fail_on: str | None) -> tuple[str, ...]:
+    """The verdicts a callback's fail_on fails the script on: None (record only), 'fail', or 'not verified' (a
+    failure, or a check that could not run)."""
+    if fail_on not in FAIL_ON:
+        raise InputError(f"fail_on={fail_on!r}: give None (record the verdict only), 'fail', or 'not verified' "
+                         "(also fail when a check could not run)")
+    return FAIL_ON[fail_on]
+
+
+def judge(result: TrainerCheck, run: Any) -> None:
+    """A run whose checks failed ends 'invalid' (not 'completed') if it goes on to the end, so that `campaign runs
+    show` says so."""
+    if run is not None and result.status == "fail":
+        failed = ", ".join(c.id for c in result.checks if c.status == "fail")
+        run.invalidate(f"campaign's training checks failed: {failed} (campaign runs show {run.id})")
+
+
+def failed_script(result: TrainerCheck | None, statuses: tuple[str, ...], run: Any) -> ChecksFailed | None:
+    """The error that fails the script (fail_on), where the verdict is one of `statuses`."""
+    if result is None or result.status not in statuses:
+        return None
+    named = ", ".join(f"{c.id} {c.status}" for c in result.checks if c.status in ("fail", "skipped")) or result.status
+    where = f"; campaign runs show {run.id}" if run is not None else ""
+    return ChecksFailed(f"campaign: the training checks' verdict is {result.status.upper()} ({named}){where}")
+
+
 def _sample(t: Any) -> Any:
     """Up to SAMPLE elements of a tensor, evenly spaced, copied to the CPU."""
     flat = t.detach().reshape(-1)
@@ -221,4 +254,5 @@ class StepWatch:
                             memory.measured if memory is not None else None, rows, tuple(notes))
 
 
-__all__ = ["SAMPLE", "SCHEMA", "StepWatch", "TrainerCheck"]
+__all__ = ["SAMPLE", "SCHEMA", "ChecksFailed", "StepWatch", "TrainerCheck", "fail_on_statuses", "failed_script",
+           "judge"]

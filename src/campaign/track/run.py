@@ -224,6 +224,12 @@ class Run:
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True)
         self._previous_term: Any = None
+        self._invalid = ""                     # why a run that completes is not to be trusted (invalidate)
+
+    def invalidate(self, reason: str) -> None:
+        """The run's own checks failed: if it goes on to complete, it ends 'invalid' with this reason (a crash or a
+        stop still ends failed or stopped)."""
+        self._invalid = reason
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
         record = _finite(({"step": step} if step is not None else {}) | metrics
@@ -272,23 +278,30 @@ class Run:
         path.parent.mkdir(exist_ok=True)
         atomic_write_json(path, {"pid": os.getpid(), "host": socket.gethostname(), **state})
 
-    def _died_silently(self) -> list[tuple[int, int]]:
+    def _died_silently(self, settle: float = 3.0) -> list[tuple[int, int]]:
         """(rank, pid) of the ranks on this host whose process is gone without ending its part of the run: killed by
-        a signal (the OOM killer, SIGKILL, a segfault) or os._exit, so it never recorded an error."""
+        a signal (the OOM killer, SIGKILL, a segfault) or os._exit, so it never recorded an error. A killed process
+        closes its sockets (what rank 0 saw) before it is gone: ranks still alive are looked at again for up to
+        `settle` seconds."""
         import json
 
         from .store import _alive
 
-        found = []
+        running: dict[int, int] = {}
         for path in sorted((self.store.folder(self.id) / "ranks").glob("*.json")):
             try:
                 state = json.loads(path.read_text(encoding="utf-8"))
-                rank, pid = int(path.stem), state["pid"]
+                rank, pid = int(path.stem), int(state["pid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if not state.get("ended") and state.get("host") == socket.gethostname() and not _alive(pid):
-                found.append((rank, pid))
-        return found
+            if not state.get("ended") and state.get("host") == socket.gethostname():
+                running[rank] = pid
+        deadline = time.monotonic() + settle
+        while True:
+            gone = [(rank, pid) for rank, pid in running.items() if not _alive(pid)]
+            if gone or not running or time.monotonic() > deadline:
+                return gone
+            time.sleep(0.05)
 
     def __enter__(self) -> Run:
         if self.rank != 0:
@@ -346,6 +359,8 @@ class Run:
                 status, reason = "failed", (f"rank {rank} (pid {pid}) died without an error of its own: killed by a "
                                             "signal (out of host memory? SIGKILL, a crash) or os._exit") + (
                     f" (rank 0: {reason})" if reason else "")
+        if status == "completed" and self._invalid:
+            status, reason = "invalid", self._invalid
         self.manifest = end_run(self.id, status, reason, root=self.store.root)
 
 

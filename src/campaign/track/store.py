@@ -370,9 +370,9 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:                                            # a zombie (killed, not yet reaped) is not alive
+    try:                                            # a zombie (killed, not yet reaped) or a dying one is not alive
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
+            return f.read().split(")")[-1].split()[0] not in ("Z", "X")
     except OSError:
         return True
 

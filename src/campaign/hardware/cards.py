@@ -17,8 +17,8 @@ class Card:
     """A GPU model. `memory_bytes` is what CUDA (HIP) reports to torch as the device's total memory
     (torch.cuda.get_device_properties().total_memory): the most the CUDA context and PyTorch's allocator together can
     get, a few hundred MiB below nvidia-smi's board total (`smi_bytes`) on NVIDIA cards (T4: 14,912 of 15,360 MiB),
-    equal to rocm-smi's on AMD ones; not the marketed GB. Where no torch figure is published, the board total, as
-    `memory_source` says."""
+    equal to rocm-smi's on AMD ones; not the marketed GB. Where no torch figure is published for the card, one derived
+    below the board total, as `memory_source` says."""
 
     name: str
     vendor: str

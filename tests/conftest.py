@@ -152,7 +152,7 @@ test_a_layer_declared_to_train_but_frozen_fails
 test_an_exception_in_the_step_marks_the_run_failed
 test_an_hf_model_inside_a_lightning_module_passes
 test_two_ranks_make_one_run_with_both_ranks_records
-test_a_failing_rank_is_named_as_the_root_cause
+test_the_rank_that_failed_is_named_as_the_root_cause_not_rank_0
 test_the_comparison_is_made_again_from_the_bundle_alone
 test_a_kill_at_any_step_of_force_leaves_a_whole_export[*]
 test_a_kill_during_a_forced_resplit_leaves_the_old_dict_or_the_new
@@ -217,10 +217,33 @@ test_check_dash_dash_python_runs_the_script
 test_watch_non_finite_loss
 test_watch_frozen_parameter_that_moves
 test_a_run_out_of_memory_is_a_measured_failure_in_measure_and_explain
+test_watch_resume_clean_gpt
+test_watch_resume_that_restarts_the_data_order
+test_watch_resume_that_drops_the_optimizer_state
+test_watch_resume_that_drops_the_scheduler
+test_watch_resume_with_arguments_that_do_not_resume
+test_watch_resume_without_arguments_says_how
+test_check_resume_args_on_the_command_line
+test_watch_resume_through_the_hf_trainer
+test_watch_resume_through_the_hf_trainer_that_restarts_the_data
+test_remote_code_is_refused_saying_what_is_missing
+test_watch_accumulation_clean_gpt
+test_watch_accumulation_loss_not_divided_by_the_steps
+test_watch_accumulation_hf_token_weighted_clean
+test_watch_accumulation_peft_token_weighted_clean
+test_watch_accumulation_hf_mean_of_means
+test_no_printed_page_holds_a_heading_alone
+test_watch_fed_batches_clean
+test_watch_fed_batches_truncation_cuts_answers
+test_watch_fed_batches_loss_on_padding
+test_watch_fed_batches_mask_over_padding
+test_watch_fed_batches_through_the_trainer[64]
+test_watch_fed_batches_through_the_trainer[10]
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",
-                     "test_headless_chromium_shows_every_record_with_its_command_line"})
+                     "test_headless_chromium_shows_every_record_with_its_command_line",
+                     "test_no_printed_page_holds_a_heading_alone"})
 _RAY = re.compile(r"importorskip\(\"ray\"\)|^import ray\b|^from ray\b", re.M)
 _STARTS_PROCESSES = re.compile(r"\bsubprocess\.|\bPopen\(|\bos\.fork\(|\btorchrun\b|_killed_at\(|_run_killed_at\(")
 

@@ -56,23 +56,18 @@ def test_two_ranks_make_one_run_with_both_ranks_records(tmp_path):
     assert losses == {0: 1.0, 1: 2.0}
 
 
-def test_a_failing_rank_is_named_as_the_root_cause(tmp_path):
-    done = launch(tmp_path, FAIL_RANK="1")
+@pytest.mark.parametrize("how, reason", [
+    ("FAIL_RANK", "rank 1 failed: ValueError: bad batch at rank 1"),          # its own error, recorded as it raised
+    ("KILL_RANK", "rank 1 (pid "),                                            # SIGKILL: no error of its own
+])
+def test_the_rank_that_failed_is_named_as_the_root_cause_not_rank_0(tmp_path, how, reason):
+    done = launch(tmp_path, **{how: "1"})
     assert done.returncode != 0
     store = Store(tmp_path / ".campaign")
     [row] = store.list()
     m = store.read(row.id)
-    assert m.status == "failed" and m.reason.startswith("rank 1 failed: ValueError: bad batch at rank 1"), m.reason
-
-
-def test_a_rank_killed_without_raising_is_named_not_rank_0(tmp_path):
-    done = launch(tmp_path, KILL_RANK="1")
-    assert done.returncode != 0
-    store = Store(tmp_path / ".campaign")
-    [row] = store.list()
-    m = store.read(row.id)
-    assert m.status == "failed" and m.reason.startswith("rank 1 (pid "), m.reason
-    assert "died without an error of its own" in m.reason
+    assert m.status == "failed" and m.reason.startswith(reason), (m.status, m.reason)
+    assert ("died without an error of its own" in m.reason) == (how == "KILL_RANK")
 
 
 def test_outside_a_launcher_there_is_no_job(monkeypatch):

@@ -320,11 +320,23 @@ class Run:
         return self
 
     def __exit__(self, kind: Any, error: BaseException | None, _tb: Any) -> None:
+        """End the run. A SIGTERM that arrives meanwhile (a launcher stopping the other ranks after one died) waits
+        until the run is ended, then gets the handler that was there before."""
+        held: list[int] = []
+        if self._previous_term is not None:
+            signal.signal(signal.SIGTERM, lambda signum, _frame: held.append(signum))
+        try:
+            self._end(error)
+        finally:
+            if self._previous_term is not None:
+                signal.signal(signal.SIGTERM, self._previous_term)
+                if held:
+                    signal.raise_signal(signal.SIGTERM)
+
+    def _end(self, error: BaseException | None) -> None:
         self._stop.set()
         if self._beat.is_alive() and self._beat is not threading.current_thread():
             self._beat.join(timeout=10)            # its last flush lands before the final one and the end
-        if self._previous_term is not None:
-            signal.signal(signal.SIGTERM, self._previous_term)
         if self.rank != 0:  # another rank of a launched job: its records stay, rank 0 ends the run
             if error is not None and not isinstance(error, SystemExit | KeyboardInterrupt):
                 text = str(error).strip().splitlines()

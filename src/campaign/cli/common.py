@@ -18,7 +18,10 @@ CARD, OVERHEADS, OUTPUT, INPUT, RECORDS = "Card", "Overheads", "Output", "Input"
 Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON (the library object's to_dict()).",
                                     rich_help_panel=OUTPUT)]
 Model = Annotated[str, typer.Argument(
-    help="Catalog name (see `campaign models`), model dir, config.json, or cached HF repo id.")]
+    help="Catalog name (see `campaign models`), model dir, config.json, or HF repo id (ORG/NAME[@REVISION]: the "
+         "local caches, else the Hub's config and safetensors headers).")]
+Revision = Annotated[str | None, typer.Option("--revision", help="The Hub revision (branch, tag or commit) of a "
+                                              "repo id; default main.", rich_help_panel=INPUT)]
 CardOpt = Annotated[str | None, typer.Option("--card", help="Check one card (name, alias or a size like 24GiB).",
                                              rich_help_panel=CARD)]
 Reserve = Annotated[str, typer.Option(

@@ -75,9 +75,12 @@ def published_counts() -> dict[str, dict[str, Any]]:
         return {}
 
 
-def unknown_model(name: str) -> UnknownNameError:
-    """The error for a name that is neither a path, a cached repo nor a catalog entry."""
+def unknown_model(name: str, *, hub_extra: bool = False) -> UnknownNameError:
+    """The error for a name that is neither a path, a cached repo nor a catalog entry; `hub_extra`: a repo id that
+    huggingface_hub (not installed) would read from the Hub."""
     known = catalog_names() + [rid.split("/", 1)[-1] for rid in catalog_names()]
-    return UnknownNameError("model", name, known,
-                            "Give a catalog name (campaign models), a local model dir or config.json, "
-                            "or a repo id in the local HF cache.")
+    hint = ("Give a catalog name (campaign models), a local model dir or config.json, or a Hub repo id (ORG/NAME)."
+            if not hub_extra else
+            "It is not a local path or a catalog model; to read it from the Hub, install huggingface_hub: "
+            "pip install 'campaign[hub]'.")
+    return UnknownNameError("model", name, known, hint)

@@ -41,8 +41,8 @@ def catalog() -> Catalog:
     return Catalog(tuple(load_spec(name) for name in catalog_names()))
 
 
-def describe_model(model: str, *, exact: bool = False) -> ModelFacts:
-    """The facts memory depends on, for a catalog name, a model dir, a config.json or a cached repo id; `exact`
-    also counts the parameters with transformers on the meta device (the torch extra)."""
-    spec = load_spec(model, exact=exact)
+def describe_model(model: str, *, exact: bool = False, revision: str | None = None) -> ModelFacts:
+    """The facts memory depends on, for a catalog name, a model dir, a config.json or a repo id (at `revision`, of
+    the Hub); `exact` also counts the parameters with transformers on the meta device (the torch extra)."""
+    spec = load_spec(model, exact=exact, revision=revision)
     return ModelFacts(spec, published_counts().get(spec.name) or None)

@@ -12,7 +12,7 @@ from ..io import load_json
 from ..strict_json import parse_json
 from ..validate import MAX_COUNT, JsonObject, kind_of
 
-_MAX_HEADER = 100 * 2**20  # the format caps headers at 100 MB
+MAX_HEADER = 100 * 2**20  # the format caps headers at 100 MB
 # Bytes per element of the safetensors dtypes (safetensors/src/tensor.rs, Dtype::size); sub-byte ones (F4, F6)
 # are left out: their byte span is not elements x a whole size.
 _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
@@ -47,7 +47,7 @@ def read_header(path: Path) -> dict:
             if len(raw) != 8:
                 raise ConfigError(f"{path}: too short to be a safetensors file")
             (n,) = struct.unpack("<Q", raw)
-            if n > _MAX_HEADER:
+            if n > MAX_HEADER:
                 raise ConfigError(f"{path}: header length {n} is larger than the format allows; the file is corrupt")
             text = f.read(n)
     except OSError as e:
@@ -59,7 +59,7 @@ def read_header(path: Path) -> dict:
     return header
 
 
-def tensor_entry(path: Path, name: str, info: object) -> tuple[str, int, int]:
+def tensor_entry(path: str | Path, name: str, info: object) -> tuple[str, int, int]:
     """(dtype, elements, bytes) of one header entry, checked as the format defines it: a dtype string, a shape of
     whole numbers >= 0, and data_offsets [begin, end] whose span holds exactly elements x the dtype's size."""
     entry = JsonObject(info, f"{path}: tensor {name!r}", fix="the file is corrupt", error=ConfigError)
@@ -85,20 +85,30 @@ def weight_files(directory: Path) -> list[Path]:
     """The .safetensors files of a model dir, through model.safetensors.index.json when sharded."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        doc = JsonObject(load_json(index, "a safetensors index", ConfigError), str(index),
-                         fix="the index is corrupt; download it again", error=ConfigError)
-        weight_map = doc.obj("weight_map")
-        shards: set[str] = set()
-        for tensor, shard in weight_map.data.items():
-            if not isinstance(shard, str) or not shard or Path(shard).name != shard:
-                weight_map.fail(f"tensor {tensor[:60]!r} maps to {str(shard)[:40]!r}, not a shard file name")
-            shards.add(shard)
-        names = sorted(shards)
+        names = shards_of_index(load_json(index, "a safetensors index", ConfigError), str(index))
         missing = [n for n in names if not (directory / n).is_file()]
         if missing:
             raise ConfigError(f"{index}: lists {len(missing)} shard(s) that are not on disk, e.g. {missing[0]!r}")
         return [directory / n for n in names]
     return sorted(directory.glob("*.safetensors"))
+
+
+def shards_of_index(data: object, where: str) -> list[str]:
+    """The shard file names a model.safetensors.index.json's weight_map lists, sorted, each checked to be a plain
+    file name (no folder, no '..')."""
+    doc = JsonObject(data, where, fix="the index is corrupt; download it again", error=ConfigError)
+    weight_map = doc.obj("weight_map")
+    shards: set[str] = set()
+    for tensor, shard in weight_map.data.items():
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
+            weight_map.fail(f"tensor {tensor[:60]!r} maps to {str(shard)[:40]!r}, not a shard file name")
+        shards.add(shard)
+    return sorted(shards)
+
+
+def is_packed(name: str, dtype: str) -> bool:
+    """Whether a tensor is a packed or quantized layout, whose element count is not a parameter count."""
+    return name.endswith(_PACKED_SUFFIXES) or dtype in ("U8", "I32") and "weight" in name
 
 
 def tensor_stats(directory: Path) -> TensorStats | None:
@@ -118,5 +128,5 @@ def tensor_stats(directory: Path) -> TensorStats | None:
             elements += n
             total_bytes += size
             by_dtype[dtype] += n
-            packed = packed or name.endswith(_PACKED_SUFFIXES) or dtype in ("U8", "I32") and "weight" in name
+            packed = packed or is_packed(name, dtype)
     return TensorStats(tuple(str(f) for f in files), tensors, elements, total_bytes, dict(by_dtype), packed)

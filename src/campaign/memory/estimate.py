@@ -36,6 +36,7 @@ def estimate_memory(model: str | Path | ModelSpec, workload: Workload, *, reserv
             PyTorch's allocator does when cudaMalloc fails. None: a card with room to spare (nothing released).
     """
     spec, w = model_spec(model), workload
+    spec.formulas_hold()
     phases = training_phases(spec, w) if w.training else inference_phases(spec, w)
     return finish_estimate(spec, w, phases, reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="formula", card_bytes=card_bytes)

@@ -127,6 +127,7 @@ def estimate_kv(model: str | Path | ModelSpec, *, seq_len: int, batch: int = 1, 
         KVEstimate; `bytes_per_token` is the full-attention rate (before window caps).
     """
     spec = model_spec(model)
+    spec.formulas_hold()
     context, sequences, max_context, max_sequences = seq_len, batch, max_seq_len, max_batch
     given = (("context", context), ("sequences", sequences), ("block size", block_size), ("tp", tp),
              ("max context", max_context), ("max sequences", max_sequences))

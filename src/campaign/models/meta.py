@@ -224,4 +224,30 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         checkpoint_quant=cfg.get("quantization_config"), params_exact=total, params_method="transformers",
         activation=str(getattr(text, "hidden_act", None) or getattr(text, "activation_function", None) or "gelu"),
         notes=tuple(notes), block=Block("layer", 2, 0), generic=GENERIC_ACTIVATIONS,
+        unmodelled=unmodelled_layers({**config.to_dict(), **cfg}, text.to_dict() if text is not config else {}),
     )
+
+
+# What a config says of layers that are not attention blocks: a state-space or recurrent state's size, or a list of
+# layer kinds naming others (transformers' Mamba, Mamba2, Jamba, Bamba, Falcon-H1, Zamba, NemotronH, Qwen3-Next,
+# MiniMax, RecurrentGemma, LFM2 configs)
+STATE_FIELDS = ("state_size", "ssm_state_size", "mamba_d_state", "lru_width", "conv_L_cache", "linear_num_value_heads")
+LAYER_KINDS = ("layer_types", "layers_block_type", "block_types")
+ATTENTION_KINDS = {"full_attention", "sliding_attention", "chunked_attention", "attention", "global", "local",
+                   "moe", "mlp"}
+RECURRENT_TYPES = {"rwkv", "xlstm"}  # their configs name no state field
+
+
+def unmodelled_layers(cfg: dict[str, Any], text: dict[str, Any]) -> str:
+    """Why the generic activation model (attention blocks) cannot describe this model, or '' when it can."""
+    for c in (cfg, text):
+        state = next((k for k in STATE_FIELDS if c.get(k)), None)
+        kinds = next(({str(v) for v in c[k]} - ATTENTION_KINDS for k in LAYER_KINDS if isinstance(c.get(k), list)
+                      and {str(v) for v in c[k]} - ATTENTION_KINDS), set())
+        if state or kinds or c.get("model_type") in RECURRENT_TYPES:
+            what = f"its config's {state}" if state else (f"layers of kind {', '.join(sorted(kinds))}" if kinds
+                                                           else f"model_type {c.get('model_type')}")
+            return f"has state-space or recurrent layers ({what}), not only attention blocks"
+    if cfg.get("is_encoder_decoder"):
+        return "is an encoder-decoder other than T5 (decoder-only and encoder models and T5 are modelled)"
+    return ""

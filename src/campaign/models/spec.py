@@ -10,6 +10,8 @@ from functools import cached_property
 from math import prod
 from typing import Any, Literal
 
+from ..errors import InputError
+
 Role = Literal["linear", "bias", "embedding", "norm", "router", "other"]
 AttentionKind = Literal["full", "sliding", "mla"]
 
@@ -159,7 +161,17 @@ class ModelSpec:
     block: Block = field(default_factory=Block)
     encdec: EncoderDecoder | None = None
     generic: str = ""  # set when the family is not known: what the generic activation model assumes
+    unmodelled: str = ""  # set when the formulas cannot hold (state-space layers, an encoder-decoder): why, for the
+    #                       refusal of memory and kv (memory/estimate.py, kv.py); trace runs the real code
     buffers: tuple[tuple[str, int], ...] = ()  # (what, bytes) of large buffers the model registers (not parameters)
+
+    def formulas_hold(self) -> None:
+        """Refuse, in one line, an estimate from the formulas for a model whose layers they do not describe."""
+        if self.unmodelled:
+            given = self.source.removeprefix("hub:")
+            raise InputError(f"{self.name} ({self.model_type}) {self.unmodelled}: campaign's formulas do not model "
+                             f"it; trace the real step instead: campaign trace {given} (add --attention eager where "
+                             "it has no SDPA)")
 
     @property
     def encoder(self) -> bool:

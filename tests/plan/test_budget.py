@@ -44,7 +44,7 @@ def test_a_plan_that_fits_seven_days_but_not_three(write_yaml, prices):
 
 def test_total_hours_fit_three_days_but_the_critical_path_does_not(write_yaml, prices):
     chain = _plan({"name": "a", "kind": "baseline", "hours": 40}, {"name": "b", "hours": 40, "after": ["a"]})
-    rep = budget(write_yaml(chain), prices=prices, packages=["3-day-4x"])
+    rep = budget(write_yaml(chain), prices=prices, packages=["3-day-4x"], combine=False)  # the package alone
     four = _by(rep, "3-day-4x")
     # 80 card-hours fit 4 cards x 72 h = 288, but a -> b takes 80 h > 72 h whatever the cards
     assert four.card_hours == 80 and four.critical_path_hours == 80 and not four.fits
@@ -87,7 +87,7 @@ def test_when_nothing_fits_the_lowest_priority_runs_are_cut_first(write_yaml, pr
     plan = _plan({"name": "a", "kind": "baseline", "hours": 10},
                  {"name": "sweep", "runs": 3, "hours": 20, "after": ["a"], "priority": 1},
                  {"name": "extra", "runs": 4, "hours": 10, "after": ["a"], "priority": 2})
-    rep = budget(write_yaml(plan), prices=prices, packages=["3-day"])
+    rep = budget(write_yaml(plan), prices=prices, packages=["3-day"], combine=False)   # one 3-day, not two
     assert rep.recommended is None
     # cut extra first, down to one run (-30 h: 80 h), then one sweep run (-20 h: 60 h <= 72)
     assert [(c.phase, c.runs_cut, c.runs_left, c.card_hours_saved) for c in rep.cut_first] == \
@@ -167,7 +167,9 @@ def test_cli_json_has_the_packages_and_the_recommendation(cli, write_yaml, price
 def test_cli_human_output_and_exit_1_when_nothing_fits(cli, write_yaml, prices):
     r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices))
     assert r.code == 0 and "TAKE H100-SXM-80GB 3-day + on-demand" in r.out and "Schedule" in r.out
-    r = cli("budget", str(write_yaml(SEVEN_NOT_THREE)), "--prices", str(prices), "--package", "3-day")
+    # the 3-day alone ($100) ends at 95 h; two of them ($200: in a row, or side by side) are over a $150 budget
+    capped = write_yaml({**SEVEN_NOT_THREE, "budget_usd": "150"})
+    r = cli("budget", str(capped), "--prices", str(prices), "--package", "3-day")
     assert r.code == 1 and "NOTHING FITS" in r.out and "Cut first" in r.out
 
 
@@ -256,6 +258,10 @@ def test_a_run_too_big_for_one_card_says_how_many_cards_hold_it(write_yaml, pric
                      why), why
     assert re.search(r"an 8-bit optimizer fits \(optimizer: adamw-8bit; [\d.]+ of [\d.]+ GiB\)", why), why
     assert re.search(r"QLoRA fits \(method: qlora; [\d.]+ of [\d.]+ GiB\)", why), why
+    # no card compared holds it: the smallest rental card of the catalog above the 79.2 GiB an H100 offers is the
+    # H100 NVL (93.0 GiB usable; the GH200 has 94.98, the H200 139.80), named for the user to price
+    assert re.search(r"it fits H100-NVL-94GB, the smallest rental card of the catalog that holds it \([\d.]+ of "
+                     r"93.0 GiB\); add its price to the price file and compare it \(--card H100-NVL-94GB\)", why), why
 
 
 def test_a_card_ruled_out_by_memory_names_a_compared_card_that_fits(write_yaml):

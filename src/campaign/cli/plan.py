@@ -37,7 +37,8 @@ def budget(
                                                    "the plan's 'compare', else every card priced).",
                                                    rich_help_panel=RENTALS)] = None,
     package: Annotated[list[str] | None, typer.Option("--package", help="Compare only this package of the price "
-                                                      "file ('on-demand': the hourly price; repeatable).",
+                                                      "file ('on-demand': the hourly price; repeatable); the "
+                                                      "packages named are also combined (in a row, side by side).",
                                                       rich_help_panel=RENTALS)] = None,
     mfu: Mfu = None,
     recovery_margin: Annotated[float | None, typer.Option("--recovery-margin", help="Recovery margin on every run, "
@@ -82,8 +83,9 @@ def ablate_plan(
                                               rich_help_panel=DESIGN)] = None,
     budget_gpu_hours: Annotated[float | None, typer.Option("--budget-gpu-hours", help="GPU-hour budget "
                                                            "(card-hours).", rich_help_panel=BUDGET)] = None,
-    budget_usd: Annotated[str | None, typer.Option("--budget-usd", help="Budget in USD, at the hourly price of "
-                                                   "the file's card.", rich_help_panel=BUDGET)] = None,
+    budget_usd: Annotated[str | None, typer.Option("--budget-usd", help="Budget in USD, at the cheapest rental "
+                                                   "of the file's card (as campaign budget prices the runs).",
+                                                   rich_help_panel=BUDGET)] = None,
     prices: Prices = None,
     as_json: o.Json = False,
 ) -> None:

@@ -19,9 +19,10 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, on_demand_cents, parse_margin
-from .money import round_cents, usd
+from .billing import MARGIN, NO_TERMS, ROUNDING, Option, Terms, cheapest, parse_margin, rentals
+from .money import usd
 from .prices import catalog_card, cents, known_keys, load_prices, load_yaml
+from .schedule import Phase
 
 SCHEMA = "campaign.ablate_plan/1"
 FIX = "see examples/plan/factors.yaml for the format"
@@ -108,6 +109,8 @@ class Design(Record):
     clear_interactions: tuple[str, ...] = ()
     aliased_interactions: tuple[str, ...] = ()
     includes_control: bool = True
+    rental: str | None = None               # the cheapest rental that holds the runs (billing.rentals)
+    rentals: tuple[Option, ...] = ()        # every rental of the card priced for the runs
 
     @property
     def name(self) -> str:
@@ -344,22 +347,32 @@ def _other(f: Factor) -> str:
 
 @dataclass(frozen=True)
 class Rate:
-    """How a design is billed (billing.py, as campaign budget and bench bill): on demand at `hourly` exact cents per
-    card-hour, its runs one after another on `cards` cards, each lengthened by the margin, per started `unit`."""
+    """How a design is billed (billing.rentals, as campaign budget and bench bill): its runs on `cards` cards, each
+    lengthened by the margin, under every rental of the card (its packages, on demand at `hourly` exact cents per
+    card-hour per started `unit`, packages combined), at the cheapest that holds them."""
 
-    hourly: Decimal
+    card: str
+    hourly: Decimal | None
+    packages: tuple = ()
     cards: int = 1
     margin: float = MARGIN
     unit: str = "hour"
+    terms: Terms = NO_TERMS
 
 
-def _cost(card_hours: float, rate: Rate | None) -> int | None:
-    """The design's runs back to back on rate.cards cards (card_hours / cards each, x (1 + margin)), billed on demand:
-    campaign budget's bill for the same runs."""
+def _priced(rate: Rate | None, d: Design) -> Design:
+    """The design with its cost: its runs (each cell's seeds x the cell's hours) one after another on rate.cards
+    cards (on demand), or side by side as a rental's cards allow, priced by billing.rentals, at the cheapest rental
+    that holds them, as campaign budget prices the same runs. No card: no cost."""
     if rate is None:
-        return None
-    span = card_hours / rate.cards * (1 + rate.margin)
-    return round_cents(on_demand_cents(rate.hourly, [span] * rate.cards, rate.unit))
+        return d
+    phases = tuple(Phase(f"cell {c.label}", "experiment", c.seeds, c.card_hours / c.seeds / rate.cards, rate.cards,
+                         (), c.seeds) for c in d.cells if c.seeds)       # each cell's runs take its own hours
+    options = rentals(phases, card=rate.card, packages=rate.packages, hourly=rate.hourly, on_demand_cards=rate.cards,
+                      margin=rate.margin, unit=rate.unit, terms=rate.terms)
+    best = cheapest(options)
+    return replace(d, cost_cents=None if best is None else best.cost_cents, rental=None if best is None else best.name,
+                   rentals=tuple(options))
 
 
 def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
@@ -371,8 +384,9 @@ def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | N
             if v != f.control:
                 cells.append(_cell(factors, {**control, f.name: v}, seeds, hours))
     total = sum(c.card_hours for c in cells)
-    return Design("ofat", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
-                  _cost(total, hourly))
+    d = Design("ofat", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+               None)
+    return _priced(hourly, d)
 
 
 def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
@@ -384,9 +398,10 @@ def full_factorial(factors: tuple[Factor, ...], seeds: int, hours: float, hourly
     letters = "".join(f.letter for f in factors)
     two = all(len(f.levels) == 2 for f in factors)
     inter = tuple(word(frozenset(p)) for p in itertools.combinations(letters, 2))
-    return Design("full", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
-                  _cost(total, hourly), aliases=tuple(Alias(a.effect, ()) for a in aliases(letters, []))
-                  if two else (), clear_interactions=inter)
+    d = Design("full", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+               None, aliases=tuple(Alias(a.effect, ()) for a in aliases(letters, []))
+               if two else (), clear_interactions=inter)
+    return _priced(hourly, d)
 
 
 def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None, *,
@@ -437,9 +452,10 @@ def fractional(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Ra
     aliased = tuple(chains.values())
     total = sum(c.card_hours for c in cells)
     gens = tuple(f"{g}={'-' if s < 0 else ''}{word(w)}" for g, s, w in parsed)
-    return Design("fractional", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
-                  _cost(total, hourly), gens, tuple(("-" if s < 0 else "") + word(w) for s, w in relation),
-                  resolution, tuple(al), clear, aliased, includes)
+    d = Design("fractional", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+               None, gens, tuple(("-" if s < 0 else "") + word(w) for s, w in relation),
+               resolution, tuple(al), clear, aliased, includes)
+    return _priced(hourly, d)
 
 
 def plackett_burman_rows(k: int) -> list[list[int]]:
@@ -469,8 +485,9 @@ def plackett_burman(factors: tuple[Factor, ...], seeds: int, hours: float, hourl
     cells = [_cell(factors, {f.name: (f.control if v < 0 else _other(f)) for f, v in zip(factors, row, strict=True)},
                    seeds, hours) for row in plackett_burman_rows(len(factors))]
     total = sum(c.card_hours for c in cells)
-    return Design("pb", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
-                  _cost(total, hourly), resolution=3)
+    d = Design("pb", tuple(f.name for f in factors), tuple(cells), seeds, len(cells) * seeds, total,
+               None, resolution=3)
+    return _priced(hourly, d)
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -523,11 +540,8 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     hourly = None
     if ff.card:
         pf = load_prices(prices)
-        exact = pf.for_card(ff.card).hourly_exact
-        if exact is None:
-            raise InputError(f"{pf.path}: card {ff.card!r} has no hourly price, which an ablation is costed at; add "
-                             f"'hourly' to it")
-        hourly = Rate(exact, ff.cards_per_run, ff.margin, pf.billing)
+        cp = pf.for_card(ff.card)
+        hourly = Rate(cp.card, cp.hourly_exact, cp.packages, ff.cards_per_run, ff.margin, pf.unit(cp), cp.terms)
     paired = None
     seeds_how = "given" if ff.seeds is not None else "default"
     notes: list[str] = []
@@ -581,7 +595,7 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
 
     def fits(d: Design) -> bool:
         return (ff.budget_card_hours is None or d.card_hours <= ff.budget_card_hours + 1e-9) and \
-            (ff.budget_cents is None or (d.cost_cents or 0) <= ff.budget_cents)
+            (ff.budget_cents is None or (d.cost_cents is not None and d.cost_cents <= ff.budget_cents))
 
     candidates: list[Design] = []
     if ff.design == "auto":
@@ -799,7 +813,9 @@ def _notes(d: Design, ff: FactorsFile, unit: str = "hour") -> list[str]:
     if ff.card is None:
         notes.append("no card given: cost in card-hours only; add card: for USD at its hourly price")
     else:
-        notes.append(f"cost: on demand at {ff.card}'s hourly price, the runs one after another, each card billed per "
-                     f"started {unit}, recovery margin {ff.margin:.0%} on every run, as campaign "
-                     f"budget bills; GPU-hours are the runs' hours, margin excluded; money {ROUNDING}")
+        rental = f"{d.rental} (the cheapest rental of {ff.card} that holds the runs" if d.rental else \
+            f"no rental of {ff.card} holds the runs ("
+        notes.append(f"cost: {rental}: its packages, on demand per started {unit} and packages combined, priced "
+                     f"as campaign budget prices the same runs; --json lists every rental); recovery margin "
+                     f"{ff.margin:.0%} on every run; GPU-hours are the runs' hours, margin excluded; money {ROUNDING}")
     return notes

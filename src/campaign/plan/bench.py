@@ -16,7 +16,7 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, combinations, parse_margin, price, runs_phase
+from .billing import MARGIN, ROUNDING, parse_margin, rentals, runs_phase
 from .money import usd
 from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml
 
@@ -268,26 +268,14 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
 
 def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int, margin: float) -> list[RentalCost]:
     """`repeats` runs of `hours` on `cards` cards each, priced under every rental of the card by the one billing
-    model (billing.price, as campaign budget does): each run lasts hours x (1 + margin); a package runs its cards
-    side by side and fits when the schedule ends inside its window; on demand each card is billed from its first
-    run to its last, per started unit."""
+    model (billing.rentals, as campaign budget and ablate plan do): each run lasts hours x (1 + margin); a package
+    runs its cards side by side and fits when the schedule ends inside its window; on demand each card is billed
+    from its first run to its last, per started unit; packages combined when cheaper."""
     prices = pf.for_card(card)
     phases = runs_phase("runs", repeats, hours, cards)
-    out = []
-    for pk in prices.packages:
-        o = price(phases, card=card, name=pk.name, cards=pk.cards, window=float(pk.hours), package_cents=pk.exact,
-                  hourly=None, margin=margin, unit=pf.billing)
-        out.append(RentalCost(pk.name, pk.cards, float(pk.hours), o.fits, o.cost_cents, o.hours,
-                              o.cost_exact_cents))
-    if prices.hourly_exact is not None:
-        o = price(phases, card=card, name="on-demand", cards=cards, window=None, package_cents=None,
-                  hourly=prices.hourly_exact, margin=margin, unit=pf.billing)
-        out.append(RentalCost("on-demand", cards, None, True, o.cost_cents, o.hours, o.cost_exact_cents))
-    cheapest = min((r.cost_cents for r in out if r.fits and r.cost_cents is not None), default=None)
-    for o in combinations(phases, card=card, packages=prices.packages, hourly=prices.hourly_exact, margin=margin,
-                          unit=pf.billing, cheapest_cents=cheapest)[:1]:     # as campaign budget: the cheapest, if less
-        out.append(RentalCost(o.name, o.cards, o.window_hours, o.fits, o.cost_cents, o.hours, o.cost_exact_cents))
-    return out
+    return [RentalCost(o.name, o.cards, o.window_hours, o.fits, o.cost_cents, o.hours, o.cost_exact_cents)
+            for o in rentals(phases, card=prices.card, packages=prices.packages, hourly=prices.hourly_exact,
+                             on_demand_cards=cards, margin=margin, unit=pf.unit(prices), terms=prices.terms)]
 
 
 def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] | PriceFile | None = None,
@@ -354,16 +342,16 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
             status = "never reaches"
         mean = math.fsum(reached) / len(reached) if reached else None
         worst = max(reached) if reached else None
-        rentals = _rentals(pf, card, ncards, worst, repeats, margin) \
+        priced = _rentals(pf, card, ncards, worst, repeats, margin) \
             if status == "reaches" and worst is not None else []
-        best = min((r for r in rentals if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
+        best = min((r for r in priced if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
                    default=None)
         finals = [r.final for r in runs if r.final is not None]
         p = None
         if quality_margin is not None and len(finals) == len(runs):
             p = quality_p(finals, target - quality_margin if higher else target + quality_margin, higher)
         configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),
-                                     status, mean, worst, tuple(rentals), best.name if best else None,
+                                     status, mean, worst, tuple(priced), best.name if best else None,
                                      best.cost_cents if best else None, p))
     if not configs:
         doc.fail("field 'configurations' is empty")

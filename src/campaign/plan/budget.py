@@ -13,9 +13,21 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, Cut, Option, combinations, parse_margin, price
-from .money import usd
-from .prices import PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml
+from .billing import (
+    MARGIN,
+    NO_TERMS,
+    ROUNDING,
+    Cut,
+    Option,
+    Terms,
+    cheapest,
+    parse_margin,
+    price,
+    rentals,
+    storage_cents,
+)
+from .money import round_cents, usd
+from .prices import CardPrices, PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml
 from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
 from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topological
 
@@ -76,6 +88,21 @@ class BudgetReport(Result):
     notes: tuple[str, ...] = ()
     plot: str | None = None
     schema: str = SCHEMA
+    stop_rules: tuple[StopRule, ...] = ()
+
+
+@dataclass(frozen=True)
+class StopRule(Record):
+    """A money stop rule derived from the plan on the recommended rental. scope 'run': a run of `phase` past `hours`
+    (its hours x (1 + margin)) has overrun the plan; cents: that run's card time at the hourly price (None: the card
+    has no hourly price). scope 'campaign': stop when the spend reaches `cents` (the plan's budget_usd, the cap);
+    hours: the card-hours billed by the hour that the cap leaves past what is prepaid (None: no hourly price)."""
+
+    scope: str
+    phase: str | None
+    hours: float | None
+    cents: int | None
+    rule: str
 
 
 def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
@@ -165,7 +192,8 @@ def _measured_hours(p: JsonObject, run_id: str) -> float:
 
 def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] = ()) -> str:
     """When one card's memory is short, what would make the run fit, each with campaign memory's estimate (the
-    memory needed against what the card offers): another card compared that holds it; the fewest cards (2, 4 or 8)
+    memory needed against what the card offers): another card compared that holds it, else the smallest rental card
+    of the catalog that does (to be priced); the fewest cards (2, 4 or 8)
     with ZeRO-3 sharding; an 8-bit optimizer (full training with AdamW); QLoRA (full or LoRA training). '' when
     none does."""
     from dataclasses import replace as with_
@@ -186,6 +214,18 @@ def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] 
         if other != card and (f := fit(workload, other)).verdict == "fits":
             found.append(f"it fits {other} ({gib(f)})")
             break
+    else:
+        from ..hardware.cards import all_cards
+
+        # no card compared holds it: the smallest rental card of the catalog that does (the catalog has no prices;
+        # the least memory, then the fewest FLOP/s, stands for the cheapest), for the user to price
+        catalog = sorted((c for c in all_cards() if c.typical_rental and c.name != card and c.name not in others),
+                         key=lambda c: (c.memory_bytes, c.bf16_dense_flops or 0, c.name))
+        for c in catalog:
+            if (f := fit(workload, c.name)).verdict == "fits":
+                found.append(f"it fits {c.name}, the smallest rental card of the catalog that holds it ({gib(f)}); "
+                             f"add its price to the price file and compare it (--card {c.name})")
+                break
     if workload.shard == "none":
         for n in (2, 4, 8):
             if n > workload.gpus and (f := fit(with_(workload, gpus=n, shard="zero3"), card)).verdict == "fits":
@@ -258,10 +298,10 @@ def _useful(phases: tuple[Phase, ...]) -> int:
 
 def _option(phases: tuple[Phase, ...], card: str, name: str, ncards: int, window: float | None,
             package: Decimal | None, hourly: Decimal | None, plan: CampaignPlan, refused: list[str],
-            unit: str = "hour") -> Option:
+            unit: str = "hour", terms: Terms = NO_TERMS) -> Option:
     return price(phases, card=card, name=name, cards=ncards, window=window, package_cents=package, hourly=hourly,
                  margin=plan.margin, unit=unit, deadline_hours=plan.deadline_hours, budget_cents=plan.budget_cents,
-                 refused=tuple(refused))
+                 refused=tuple(refused), terms=terms)
 
 
 def _cuts(phases: tuple[Phase, ...], fits: Any) -> tuple[tuple[Cut, ...], bool]:
@@ -321,8 +361,9 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         packages: only these packages (by name; 'on-demand' for the hourly price), each must be in the price file.
         mfu: model FLOPs utilization for estimated hours; margin: overrides the plan's recovery margin.
         plot: write the recommended schedule as a Gantt chart (.png or .svg; matplotlib).
-        combine: also price packages combined (billing.combinations: k in a row, two side by side, topped up on
-            demand) where one alone does not hold the work and the combination is the cheaper; not with packages.
+        combine: also price the packages compared combined (billing.combinations: k in a row, side by side, topped
+            up on demand when on-demand is compared) where one alone does not hold the work and the combination is
+            the cheaper.
     Raises:
         InputError: a bad plan or price file, or a card missing from the price file.
     """
@@ -345,25 +386,14 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         phases, est, refused = phases_on(p, cp.card, mfu=mfu, others=compared)
         per_card[cp.card] = phases
         estimates.extend(est)
-        if packages:
-            chosen = [pf.package(cp.card, n) for n in packages if n != "on-demand"]
-        else:
-            chosen = list(cp.packages)
-        for pk in chosen:
-            options.append(_option(phases, cp.card, pk.name, pk.cards, pk.hours, pk.exact, None, p, refused,
-                                   pf.billing))
+        chosen = tuple(pf.package(cp.card, n) for n in packages if n != "on-demand") if packages else cp.packages
         if packages and "on-demand" in packages and cp.hourly_exact is None:
             raise InputError(f"{pf.path}: card {cp.card!r} has no hourly price; add 'hourly' or drop on-demand")
-        if cp.hourly_exact is not None and (not packages or "on-demand" in packages):
-            n = p.on_demand_cards or max(ph.cards for ph in phases)
-            options.append(_option(phases, cp.card, "on-demand", n, None, None, cp.hourly_exact, p, refused,
-                                   pf.billing))
-        if combine and not packages:
-            cheapest = min((o.cost_cents for o in options if o.card == cp.card and o.fits), default=None)
-            combined = combinations(phases, card=cp.card, packages=cp.packages, hourly=cp.hourly_exact,
-                                    margin=p.margin, unit=pf.billing, deadline_hours=p.deadline_hours,
-                                    budget_cents=p.budget_cents, refused=tuple(refused), cheapest_cents=cheapest)
-            options.extend(combined[:1])        # the cheapest combination of the card's packages, if it is cheaper
+        hourly = cp.hourly_exact if not packages or "on-demand" in packages else None
+        options.extend(rentals(phases, card=cp.card, packages=chosen, hourly=hourly,
+                               on_demand_cards=p.on_demand_cards or max(ph.cards for ph in phases), margin=p.margin,
+                               unit=pf.unit(cp), deadline_hours=p.deadline_hours, budget_cents=p.budget_cents,
+                               refused=tuple(refused), combine=combine, terms=cp.terms))
     # what to cut, when no option fits: for each that does not (memory refusals aside)
     final: list[Option] = []
     anything_fits = any(o.fits for o in options)
@@ -372,17 +402,19 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
             final.append(o)
             continue
         phases = per_card[o.card]
-        pk_price = Decimal(o.cost_exact_cents) if o.window_hours is not None else None
-        hourly = pf.for_card(o.card).hourly_exact
+        cp = pf.for_card(o.card)
+        pk_price = Decimal(o.cost_exact_cents) - storage_cents(cp.terms, o.hours, pf.unit(cp)) \
+            if o.window_hours is not None else None           # the packages' price, storage billed apart
+        hourly = cp.hourly_exact
 
         def fits(ph: tuple[Phase, ...], o: Option = o, pk_price: Decimal | None = pk_price,
-                 hourly: Decimal | None = hourly) -> bool:
-            return _option(ph, o.card, o.name, o.cards, o.window_hours, pk_price, hourly, p, [], pf.billing).fits
+                 hourly: Decimal | None = hourly, cp: CardPrices = cp) -> bool:
+            return _option(ph, o.card, o.name, o.cards, o.window_hours, pk_price, hourly, p, [], pf.unit(cp),
+                           cp.terms).fits
 
         cuts, ok = _cuts(phases, fits)
         final.append(replace(o, cuts=cuts, fits_after_cuts=ok))
-    fitting = [o for o in final if o.fits]
-    best = min(fitting, key=lambda o: (o.cost_cents, -(o.slack_hours or 0), o.hours or 0), default=None)
+    best = cheapest(final)
     cut_first: tuple[Cut, ...] = ()
     cut_for = None
     if best is None:
@@ -399,12 +431,55 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     if plot is not None and sched is not None and best is not None:
         from .plots import gantt
 
-        written = str(gantt(sched, plot, title=f"{p.name}: {best.card} {best.name}", window=best.window_hours))
+        written = str(gantt(sched, plot, title=f"{p.name}: {best.card} {best.name}", window=best.package_hours,
+                            label=_package_end(best)))
+    rules = stop_rules(p, best, per_card[card], pf.for_card(card)) if best else ()
     return BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
                         best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
                         tuple(estimates), tuple(checks),
                         {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                        tuple(notes), written)
+                        tuple(notes), written, stop_rules=rules)
+
+
+def stop_rules(p: CampaignPlan, best: Option, phases: tuple[Phase, ...], prices: CardPrices) -> tuple[StopRule, ...]:
+    """Money stop rules for the recommended rental: per phase, the hours a run may take (hours x (1 + margin)) and
+    what that card time costs at the hourly price; with a budget (budget_usd, the cap), the campaign's: stop at the
+    cap, and the card-hours billed by the hour it leaves past the prepaid packages. Exact cents, rounded once."""
+    hourly = prices.hourly_exact
+    out: list[StopRule] = []
+    for ph in phases:
+        hours = ph.hours * (1 + p.margin)
+        exact = None if hourly is None else hourly * Decimal(repr(hours)) * ph.cards
+        cents = None if exact is None else round_cents(exact)
+        money = "" if cents is None else f", {usd(cents)} of card time at {usd(hourly or 0)}/h"
+        out.append(StopRule("run", ph.name, hours, cents, f"stop a run of {ph.name} that passes {hours:,.2f} h "
+                            f"({ph.hours:,.2f} h + {p.margin:.0%} margin) on {ph.cards} card(s){money}: it has "
+                            "overrun the plan"))
+    if p.budget_cents is not None:
+        prepaid = Decimal(0)
+        if best.package_hours is not None:                 # a package, alone, combined or topped up
+            exact = Decimal(best.cost_exact_cents)
+            topped = best.name.removesuffix(" + on-demand")
+            prepaid = exact if best.window_hours is not None else \
+                next(pk.exact for pk in prices.packages if pk.name == topped)
+        left = Decimal(p.budget_cents) - prepaid
+        card_hours = None if hourly is None or not hourly else max(float(left / hourly), 0.0)
+        what = f"{usd(round_cents(prepaid))} prepaid in {best.name.removesuffix(' + on-demand')}; " if prepaid else ""
+        room = "" if card_hours is None else f"{what}at most {card_hours:,.1f} card-hours billed by the hour"
+        out.append(StopRule("campaign", None, card_hours, p.budget_cents,
+                            f"stop the campaign when the spend reaches {usd(p.budget_cents)} (budget_usd): the plan "
+                            f"costs {usd(best.cost_cents)} on {best.card} {best.name}"
+                            + (f"; {room}" if room else "")))
+    return tuple(out)
+
+
+
+def _package_end(o: Option) -> str | None:
+    """The Gantt's label of where the package ends: '3-day ends at 72 h' (then 'on demand after' when topped up)."""
+    if o.package_hours is None:
+        return None
+    name = o.name.removesuffix(" + on-demand")
+    return f"{name} ends at {o.package_hours:,.4g} h" + ("; on demand after" if o.window_hours is None else "")
 
 
 def _why(best: Option | None, options: list[Option]) -> str:
@@ -476,6 +551,10 @@ def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: Pr
     if any(ph.hours_how == "scaled" for phases in per_card.values() for ph in phases):
         notes.append(f"hours given on {p.card} are scaled to other cards by the ratio of dense bf16 FLOP/s "
                      "(an estimate)")
+    for c in pf.cards:
+        if c.card in per_card and (c.billing or c.terms.describe()):
+            notes.append(f"{c.card} bills per started {pf.unit(c)}"
+                         + (f"; {c.terms.describe()}" if c.terms.describe() else "") + " (the price file)")
     notes.append(f"on-demand: each card billed per started {pf.billing} from its first run to its last; recovery "
                  f"margin {p.margin:.0%} on every run; money {ROUNDING}")
     return notes

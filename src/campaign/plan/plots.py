@@ -10,11 +10,13 @@ from ..plots import FORMATS, gantt as gantt_figure, write
 from .schedule import Schedule
 
 
-def gantt(sched: Schedule, path: str | os.PathLike[str], *, title: str = "", window: float | None = None) -> Path:
-    """Every run as a bar on the card slots it holds, coloured by phase; the rental's window as a line."""
+def gantt(sched: Schedule, path: str | os.PathLike[str], *, title: str = "", window: float | None = None,
+          label: str | None = None) -> Path:
+    """Every run as a bar on the card slots it holds, coloured by phase; where the package ends as a line (label:
+    its legend entry)."""
     if Path(path).suffix.lower() not in FORMATS:
         raise InputError(f"plot {str(path)!r}: write .png, .svg or .pdf")
-    fig = gantt_figure(sched.to_dict(), title, window=window)
+    fig = gantt_figure(sched.to_dict(), title, window=window, label=label)
     if fig is None:
         raise InputError(f"plot {str(path)!r}: the schedule has no run to draw")
     return write(fig, path)

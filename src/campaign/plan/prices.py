@@ -13,10 +13,12 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError
 from ..results import Record
 from ..validate import JsonObject
+from .billing import NO_TERMS, Terms
 from .money import round_cents
 
 EXAMPLE_PRICES = "prices.yaml"      # the bundled example file (campaign/plan/prices.yaml): example data, dated
 BILLING = {"per-hour": "hour", "per-minute": "minute", "per-second": "second"}
+MAX_TERM_HOURS = 24 * 366   # a minimum billed or a set-up time longer than a year is a typo
 
 
 def known_keys(obj: JsonObject, allowed: tuple[str, ...] | list[str]) -> None:
@@ -97,11 +99,16 @@ class CardPrices(Record):
     hourly_cents: int | None
     packages: tuple[Package, ...]
     hourly: Decimal | None = None
+    billing: str | None = None              # this card's billing unit (hour | minute | second); None: the file's
+    terms: Terms = NO_TERMS                 # minimum billed, set-up, storage (billing.Terms)
 
     def to_dict(self) -> dict[str, Any]:
+        t = self.terms
         return {"card": self.card, "hourly_cents": self.hourly_cents,
                 "hourly_exact_cents": None if self.hourly_exact is None else str(self.hourly_exact),
-                "packages": [p.to_dict() for p in self.packages]}
+                "packages": [p.to_dict() for p in self.packages], "billing": self.billing,
+                "minimum_hours": t.minimum_hours, "setup_hours": t.setup_hours,
+                "storage_hourly_exact_cents": None if t.storage_hourly is None else str(t.storage_hourly)}
 
     @property
     def hourly_exact(self) -> Decimal | None:
@@ -121,6 +128,10 @@ class PriceFile(Record):
     currency: str
     cards: tuple[CardPrices, ...]
     billing: str = "hour"                  # on-demand time billed per started hour | minute | second
+
+    def unit(self, card: CardPrices) -> str:
+        """How the card's on-demand time is billed: its own billing, else the file's."""
+        return card.billing or self.billing
 
     def for_card(self, card: str) -> CardPrices:
         """The prices of one card (a catalog name or alias); InputError naming the file when it has none."""
@@ -166,8 +177,10 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
 
     Format (YAML or JSON): source, date, example (bool), currency (USD), billing (per-hour | per-minute |
     per-second: how on-demand time is billed, default per-hour), cards: a list of {card, hourly, packages: [{name,
-    days, cards, price}]}; amounts as decimal text ('2.49', '0.347': kept exact). Each card must be in the catalog
-    (campaign cards) or a custom name.
+    days, cards, price}], billing (this card's, overriding the file's), minimum_hours (each on-demand card billed at
+    least this), setup_hours (billed before the first step, counted in every window), storage_hourly (billed from
+    the start to the last run's end, idle or not)}; amounts as decimal text ('2.49', '0.347': kept exact). Each
+    card must be in the catalog (campaign cards) or a custom name.
 
     Raises:
         InputError: one line naming the file and the field (an unknown key with the nearest valid one).
@@ -187,9 +200,20 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
     for entry in doc.items("cards"):
         card = entry.str("card")
         entry = JsonObject(entry.data, f"{where}: card {card!r}", fix=fix)
-        known_keys(entry, ("card", "hourly", "packages"))
+        known_keys(entry, ("card", "hourly", "packages", "billing", "minimum_hours", "setup_hours", "storage_hourly"))
         name = card_name(card, where, "card")
         hourly = exact_cents(entry.raw("hourly"), entry.where, "hourly") if "hourly" in entry else None
+        own = entry.str("billing", billing)
+        if own not in BILLING:
+            entry.fail(f"field 'billing' is {own!r}; use {', '.join(BILLING)}")
+        hours = {}
+        for key in ("minimum_hours", "setup_hours"):
+            hours[key] = float(entry.number(key, 0.0, minimum=0))
+            if hours[key] > MAX_TERM_HOURS:
+                entry.fail(f"field {key!r} is {hours[key]:g}; at most {MAX_TERM_HOURS:,} hours (a year)")
+        terms = Terms(hours["minimum_hours"], hours["setup_hours"],
+                      exact_cents(entry.raw("storage_hourly"), entry.where, "storage_hourly")
+                      if "storage_hourly" in entry else None)
         packages: list[Package] = []
         for pk in entry.items("packages") if "packages" in entry else []:
             known_keys(pk, ("name", "days", "cards", "price"))
@@ -206,7 +230,8 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
             entry.fail("neither 'hourly' nor 'packages': nothing to price")
         if any(c.card == name for c in cards):
             entry.fail(f"card {name!r} is listed twice; keep one entry per card")
-        cards.append(CardPrices(name, None if hourly is None else _rounded(hourly), tuple(packages), hourly))
+        cards.append(CardPrices(name, None if hourly is None else _rounded(hourly), tuple(packages), hourly,
+                                BILLING[own] if "billing" in entry else None, terms))
     if not cards:
         doc.fail("field 'cards' is empty; list at least one card with its prices")
     return PriceFile(str(path) if path is not None else str(p), str(doc.raw("source", "")), str(doc.raw("date", "")),

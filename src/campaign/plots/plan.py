@@ -10,10 +10,11 @@ from .canvas import figure, label_inside, number
 MiB = 2**20
 
 
-def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = None) -> Any:
-    """A schedule's (a budget's `schedule`) every run as a bar on the card slots it holds, coloured by phase; the
-    rental's window (hours: 168 for a 7-day package), when given, as a dashed line named with its hours in the legend
-    and the time past it shaded, so a schedule that outruns the package shows."""
+def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = None, label: str | None = None) -> Any:
+    """A schedule's (a budget's `schedule`) every run as a bar on the card slots it holds, coloured by phase; where
+    the package ends (hours: 168 for a 7-day package), when given, as a dashed line named in the legend (label, by
+    default 'rental window: 168 h') and the time past it shaded, so the runs past the package (a package topped
+    up on demand, or a schedule that outruns it) show."""
     runs = [r for r in schedule.get("runs") or [] if isinstance(r, dict)]
     if not runs:
         return None
@@ -36,7 +37,7 @@ def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = N
         right = max([window] + [float(r.get("end_hours", 0)) for r in runs])
         ax.axvspan(window, max(right, window * 1.05), color="tab:red", alpha=0.12, linewidth=0, zorder=0)
         handles.append(ax.axvline(window, color="black", linestyle="--", linewidth=1))
-        names.append(f"rental window: {window:,.4g} h")
+        names.append(label or f"rental window: {window:,.4g} h")
     ax.set_yticks(range(cards), [f"card {i}" for i in range(cards)])
     ax.invert_yaxis()
     ax.set_xlabel("hours from the start of the rental")
@@ -97,37 +98,86 @@ def lenth_margins(pse: float, m: int, alpha: float, stats: Any) -> tuple[float, 
 
 
 def quant(result: dict[str, Any], title: str | None = None) -> Any:
-    """A quantization comparison: each variant's stored weight bytes against its quality, one point each; flagged
-    variants (a guard broke) in red and named so, the reference in grey. `title`: the default names the model,
-    the examples, the reference and the device."""
+    """A quantization comparison: each variant's stored weight bytes (from zero) against its change in quality from
+    the reference (the reference at 0, its quality named), with the paired interval of that change; flagged
+    variants (a guard broke) in red and named so, the reference in grey. Perplexity changes are in percent of the
+    reference's, the interval of the paired t on per-example mean NLL as exp(d) - 1 (examples weighted equally);
+    accuracy changes in points, the interval recorded, else the Wald interval of a paired difference from the flips
+    (right to wrong b, wrong to right c, n examples: (c - b) / n +/- 1.96 sqrt(b + c - (c - b)^2 / n) / n). The
+    change axis spans at least +/- 1 (percent or point), so a change within noise does not fill the plot.
+    `title`: the default names the model, the examples, the reference and the device."""
+    import math
+
     variants = [v for v in result.get("variants") or [] if isinstance(v, dict)]
     if not variants:
         return None
+    metric = str(result.get("metric", "quality"))
+    perplexity = metric == "perplexity"
+    ref = next((v for v in variants if v.get("status") == "reference"), variants[0])
+    ref_quality = number(ref.get("quality"), math.nan)
+    evaluation = result.get("evaluation") if isinstance(result.get("evaluation"), dict) else {}
+    n = number((evaluation or {}).get("examples"), 0.0)
     fig = figure(6.4, 4.2)
     ax = fig.add_subplot()
     stored = [number(v.get("weight_bytes_stored")) for v in variants]
     unit, div = ("GiB", 2 ** 30) if max(stored) >= 2 ** 30 else ("MiB", MiB)
     xs = [size / div for size in stored]
     xmid = (min(xs) + max(xs)) / 2
+    reach = 1.0
     for v, x in zip(variants, xs, strict=True):
+        y, low, high = _quant_change(v, v is ref, ref_quality, perplexity, n)
+        if not math.isfinite(y):
+            continue
         flagged = v.get("status") == "flagged"
-        colour = "tab:red" if flagged else ("tab:gray" if v.get("status") == "reference" else "tab:blue")
-        y = number(v.get("quality"))
-        ax.scatter([x], [y], color=colour, zorder=3)
+        colour = "tab:red" if flagged else ("tab:gray" if v is ref else "tab:blue")
+        if low is not None and high is not None:
+            ax.errorbar([x], [y], yerr=[[max(0.0, y - low)], [max(0.0, high - y)]], color=colour, capsize=4,
+                        fmt="o", zorder=3)
+            reach = max(reach, abs(low), abs(high))
+        else:
+            ax.scatter([x], [y], color=colour, zorder=3)
+        reach = max(reach, abs(y))
         label_inside(ax, str(v.get("name")) + (" (flagged)" if flagged else ""), (x, y), xmid, fontsize=9)
-    ax.margins(x=0.2, y=0.2)
-    metric = str(result.get("metric", "quality"))
+    ax.axhline(0, color="tab:gray", linewidth=0.8)
+    ax.set_ylim(-1.25 * reach, 1.25 * reach)
+    ax.set_xlim(0, max(xs) * 1.3 if max(xs) > 0 else 1)
     ax.set_xlabel(f"weights stored ({unit})")
-    ax.set_ylabel("perplexity (lower is better)" if metric == "perplexity" else f"{metric} accuracy")
+    what = f"{ref.get('name')} {metric} {ref_quality:.4g}" if math.isfinite(ref_quality) else str(ref.get("name"))
+    ax.set_ylabel(f"perplexity change (% of {what};\nlower is better)" if perplexity else
+                  f"{metric} accuracy change (points;\nreference {what})")
     if title is None:
-        evaluation = result.get("evaluation")
-        if not isinstance(evaluation, dict):
-            evaluation = {}
-        title = (f"{result.get('model')}: memory against quality\n{evaluation.get('examples')} examples, reference "
-                 f"{result.get('reference')}, on {result.get('device')}")
+        title = (f"{result.get('model')}: memory against quality, with paired intervals\n"
+                 f"{(evaluation or {}).get('examples')} examples, reference {result.get('reference')}, on "
+                 f"{result.get('device')}")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     return fig
+
+
+def _quant_change(v: dict[str, Any], is_ref: bool, ref_quality: float, perplexity: bool,
+                  n: float) -> tuple[float, float | None, float | None]:
+    """A variant's change against the reference and its interval, in the figure's units (see quant)."""
+    import math
+
+    if is_ref:
+        return 0.0, None, None
+    delta = number(v.get("delta"), number(v.get("quality"), math.nan) - ref_quality)
+    interval = v.get("interval")
+    bounds = [number(b, math.nan) for b in interval] if isinstance(interval, list) and len(interval) == 2 else None
+    if perplexity:
+        y = 100 * delta / ref_quality if ref_quality else math.nan
+        if bounds and all(map(math.isfinite, bounds)):
+            return y, 100 * math.expm1(bounds[0]), 100 * math.expm1(bounds[1])
+        return y, None, None
+    y = 100 * delta
+    if bounds and all(map(math.isfinite, bounds)):
+        return y, 100 * bounds[0], 100 * bounds[1]
+    flips = v.get("flips")
+    if isinstance(flips, list) and len(flips) == 2 and n > 0:
+        b, c = number(flips[0]), number(flips[1])
+        half = 1.96 * math.sqrt(max(0.0, b + c - (c - b) ** 2 / n)) / n
+        return y, 100 * ((c - b) / n - half), 100 * ((c - b) / n + half)
+    return y, None, None
 
 
 __all__ = ["gantt", "half_normal", "lenth_margins", "quant"]

@@ -53,6 +53,16 @@ def budget(r: Any) -> None:
     console.print(p)
     if r.schedule is not None:
         _gantt(r)
+    runs = [x for x in r.stop_rules if x.scope == "run"]
+    if runs:
+        st = table("Stop rules: a run past its hours + margin",
+                   [("phase", "left"), ("stop a run past h", "right"), ("its card time", "right")])
+        for x in runs:
+            st.add_row(escape(x.phase or ""), _h2(x.hours), usd(x.cents))
+        console.print(st)
+    for x in r.stop_rules:
+        if x.scope == "campaign":
+            console.print(f"[bold]STOP[/bold] {escape(x.rule)}")
     if r.cut_first:
         c = table(f"Cut first (then {escape(r.cut_for)} fits)",
                   [("phase", "left"), ("runs cut", "right"), ("runs left", "right"), ("card-hours saved", "right")])
@@ -78,9 +88,11 @@ def _gantt(r: Any) -> None:
     s = r.schedule
     pk = next(o for o in r.packages if o.name == r.recommended and o.card == r.recommended_card)
     span = pk.window_hours or s.makespan_hours
+    ends = f"; the package ends at {pk.package_hours:,.1f} h, on demand after" \
+        if pk.package_hours is not None and pk.window_hours is None else ""
     g = table(f"Schedule: {escape(r.recommended_card)} {escape(r.recommended)}, {s.cards} card(s); each mark "
-              f"{span / BAR:,.1f} h of {span:,.0f} h", [("phase", "left"), ("start h", "right"), ("end h", "right"),
-                                                         ("", "left")])
+              f"{span / BAR:,.1f} h of {span:,.0f} h{ends}", [("phase", "left"), ("start h", "right"),
+                                                              ("end h", "right"), ("", "left")])
     for sp in s.spans:
         a = min(BAR, int(sp.start_hours / span * BAR))
         b = max(a + 1, min(BAR, round(sp.end_hours / span * BAR)))
@@ -100,7 +112,7 @@ def _x(v: float | None) -> str:
 def ablate_plan(r: Any) -> None:
     """An ablation plan: the verdict, the design and its cells, aliases, what runs first and what is cut."""
     d = r.design
-    cost = f", {usd(d.cost_cents)} at {escape(r.card)}'s hourly price" if d.cost_cents is not None else ""
+    cost = f", {usd(d.cost_cents)} on {escape(r.card)} {escape(d.rental or '')}" if d.cost_cents is not None else ""
     budget = []
     if r.budget_card_hours is not None:
         budget.append(f"{r.budget_card_hours:,.1f} GPU-hours")

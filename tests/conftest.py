@@ -239,6 +239,9 @@ test_watch_fed_batches_loss_on_padding
 test_watch_fed_batches_mask_over_padding
 test_watch_fed_batches_through_the_trainer[64]
 test_watch_fed_batches_through_the_trainer[10]
+test_watch_plain_script_saving_into_a_checkpoint_folder_is_not_taken_for_a_trainer
+test_watch_accumulation_lightning_clean
+test_watch_resume_peft_lora_clean
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",

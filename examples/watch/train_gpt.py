@@ -3,6 +3,13 @@ warm-up schedule, an evaluation every few iterations, a checkpoint now and then.
 watches unchanged:
 
     campaign check -- python examples/watch/train_gpt.py --max_iters 20
+
+It resumes as nanoGPT does (--init_from resume reads OUT_DIR/ckpt.pt), restoring the weights, the optimizer, the
+scheduler and the random generator that draws its batches and dropout masks; campaign checks that resume in a fresh
+process:
+
+    campaign check --resume-args "--init_from resume" -- python examples/watch/train_gpt.py --out_dir ck \
+        --checkpoint_interval 1
 """
 import argparse
 import math
@@ -18,6 +25,7 @@ parser.add_argument("--grad_accum", type=int, default=2)
 parser.add_argument("--eval_interval", type=int, default=2)
 parser.add_argument("--out_dir", default="")
 parser.add_argument("--checkpoint_interval", type=int, default=2)
+parser.add_argument("--init_from", choices=("scratch", "resume"), default="scratch")
 cfg = parser.parse_args()
 
 torch.manual_seed(1337)
@@ -99,7 +107,16 @@ model = GPT()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: min(1.0, (it + 1) / 10))
 
-for it in range(cfg.max_iters):
+start = 0
+if cfg.init_from == "resume":
+    checkpoint = torch.load(os.path.join(cfg.out_dir, "ckpt.pt"), weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    scheduler.load_state_dict(checkpoint["scheduler"])
+    torch.set_rng_state(checkpoint["rng"])
+    start = checkpoint["iter"] + 1
+
+for it in range(start, cfg.max_iters):
     if it % cfg.eval_interval == 0:
         print(f"iter {it}: val loss {estimate_loss():.4f}")
     for _micro_step in range(cfg.grad_accum):
@@ -113,5 +130,6 @@ for it in range(cfg.max_iters):
     optimizer.zero_grad(set_to_none=True)
     if cfg.out_dir and (it + 1) % cfg.checkpoint_interval == 0:
         os.makedirs(cfg.out_dir, exist_ok=True)
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter": it},
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(), "iter": it},
                    os.path.join(cfg.out_dir, "ckpt.pt"))

@@ -194,6 +194,8 @@ def test_watch_through_the_hf_trainer_clean(tmp_path):
     assert r.status == "pass", [(x.id, x.status, x.seen) for x in r.checks]
     assert r.micro_batches == (2, 2, 2)                                 # gradient_accumulation_steps=2
     assert c["batch.labels_aligned"].status == "pass" and c["model.causal"].status == "pass"
+    # the Trainer passes num_items_in_batch: the model's loss is already over the update's tokens, backpropagated as is
+    assert c["step.accumulation"].status == "pass" and "by 1, 1)" in c["step.accumulation"].seen
 
 
 ACCELERATE = '''
@@ -226,6 +228,9 @@ def test_watch_through_accelerate_clean(tmp_path):
     r = watch(["python", planted(tmp_path, source=ACCELERATE)], updates=3, timeout=180, resume=False)
     assert r.status == "pass", [(x.id, x.status, x.seen) for x in r.checks]
     assert r.micro_batches == (2, 2, 2)
+    # accelerator.backward divides by gradient_accumulation_steps=2
+    c = by_id(r)["step.accumulation"]
+    assert c.status == "pass" and "by 0.5, 0.5)" in c.seen
 
 
 def test_check_dash_dash_python_runs_the_script(tmp_path):

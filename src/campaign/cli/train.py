@@ -107,6 +107,11 @@ def check(
     timeout: Annotated[float, typer.Option("--timeout", help="With -- python SCRIPT: seconds before a script that "
                                                              "has not finished its updates is stopped.",
         rich_help_panel=WATCH)] = 600.0,
+    resume_args: Annotated[str | None, typer.Option(
+        "--resume-args", help="With -- python SCRIPT: the arguments that make the script resume from the checkpoint "
+                              "it saved (e.g. \"--init_from=resume\"); appended to its command line in a fresh "
+                              "process whose first update is compared with the uninterrupted run's next one.",
+        rich_help_panel=WATCH)] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Save the record (JSON, written atomically).",
         rich_help_panel=o.OUTPUT)] = None,
     as_json: o.Json = False,
@@ -120,8 +125,11 @@ def check(
 
     With -- python train.py ARGS: your script runs unchanged in a child process, watched through torch's hooks for
     --updates optimizer updates, then stopped: train mode, gradients zeroed between updates, the learning rate's
-    pace, the parameters that train and stay frozen, finite loss and gradients, the labels' shift and causality on a
-    batch your loop fed, and whether it saved a checkpoint (resume is not compared: "not verified", or --no-resume).
+    pace, the parameters that train and stay frozen, finite loss and gradients, the accumulated gradient against
+    the whole update's, padding and truncation in the batches it fed, the labels' shift and causality on a batch
+    your loop fed; where it saves a checkpoint within those updates and --resume-args say how it resumes, the
+    script run again in a fresh process from it, its first update compared with the uninterrupted run's next one
+    (else resume is "not verified", or --no-resume).
 
     Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
     skipped ("not verified"), 2 on bad input (needs the torch extra).
@@ -147,7 +155,13 @@ def check(
         from .render.watch import render_watch
 
         with _progress("check", as_json) as tell:
-            report = watch(setup, updates=updates, timeout=timeout, resume=resume, progress=tell)
+            import shlex
+
+            try:
+                extra = shlex.split(resume_args) if resume_args else []
+            except ValueError as e:
+                raise InputError(f"--resume-args {resume_args!r}: {e}; quote it as the shell would") from None
+            report = watch(setup, updates=updates, timeout=timeout, resume=resume, resume_args=extra, progress=tell)
         if out is not None:
             from ..io import atomic_write_json
 

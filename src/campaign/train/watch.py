@@ -9,14 +9,17 @@ The observers, installed before the script's first line runs:
 - module forward pre/post hooks (global): the outermost forward of each call (the "root": the model, or a loss
   module beside it), the dropout modules that ran inside it and their mode, its inputs (kept for the probes after
   the updates), and a gradient hook on its outputs that marks it as a training forward when a backward reaches it;
-- torch.autograd.backward: the loss each backward starts from, and how many backwards an update has;
+- torch.autograd.backward: the loss each backward starts from, and how many backwards an update has (beside the
+  loss the model's forward returned: the loop's own scaling, for the accumulation probe, train/watch_accumulation.py);
 - optimizer step pre/post hooks: the update count, the learning rates, the gradients (finite; and, from the first
   update on, a hook on each parameter that sees its .grad just before the next gradient is added: still holding the
   previous update's gradient means no zero_grad ran between updates), the parameters before and after the last
   watched update; after the N-th update the script is stopped by a private exception (a BaseException, which the
   script's own `except Exception` does not catch);
 - LRScheduler.step: the scheduler steps between two updates (the outermost call only: SequentialLR steps its own);
-- torch.save: the checkpoints written within the watched updates.
+- torch.save: the checkpoints written within the watched updates;
+- with --resume-record / --resume-compare (train/watch_resume.py): the update after the last checkpoint (the first
+  run) or the first update (the run resumed from it), captured to compare the two.
 A watchdog thread writes what was seen and ends the process at --timeout, naming where the script was.
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 import traceback
 from typing import Any
 
-from .watch_probes import _tensors
+from .watch_probes import _own_loss, _tensors
 
 # the phases named when the script is stopped at --timeout
 STARTING = "importing and starting the script (before its first model forward)"
@@ -44,12 +47,26 @@ def _lrs(optimizer: Any) -> tuple[float, ...]:
     return tuple(float(g.get("lr", 0.0)) for g in optimizer.param_groups)
 
 
+def _from_trainer(depth: int = 8) -> bool:
+    """Whether the torch.save being called comes from transformers' Trainer (its checkpoint), a few frames up."""
+    frame: Any = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").startswith("transformers.") and \
+                frame.f_code.co_name.startswith("_save"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Watcher:
     """What the observers saw, and the hooks that see it."""
 
-    def __init__(self, updates: int, bare: bool = False) -> None:
+    def __init__(self, updates: int, bare: bool = False, resume: Any = None) -> None:
         self.target = updates
         self.bare = bare
+        self.resume = resume                            # a watch_resume.ResumeCapture, or None
         self.step = 0
         self.phase = STARTING
         self.depth = 0
@@ -65,6 +82,8 @@ class Watcher:
         self.optimizer: Any = None
         self.model: Any = None
         self.batch: tuple[Any, Any] | None = None       # (args, kwargs) of the last training forward of the model
+        self.last_update: dict[str, Any] | None = None  # the model's micro-batches, own and backward losses
+        self.fed: list[tuple[Any, Any]] = []            # every micro-batch the model was trained on
         self.first_grads: dict[int, Any] = {}           # param id -> |old .grad| summed (0-dim), or None
         self.stochastic: dict[int, bool] = {}
         self.names: dict[int, str] = {}
@@ -90,7 +109,10 @@ class Watcher:
         self.handles.append(opt.register_optimizer_step_pre_hook(self.before_step))
         mod = torch.nn.modules.module
         self.handles.append(mod.register_module_forward_pre_hook(self.forward_pre))
-        self.handles.append(mod.register_module_forward_hook(self.forward_post))
+        try:    # the kwargs of a module's very first call reach only a global hook given them
+            self.handles.append(mod.register_module_forward_hook(self.forward_post_kwargs, with_kwargs=True))
+        except TypeError:    # an older torch: the module's own hook, from its second call on
+            self.handles.append(mod.register_module_forward_hook(self.forward_post))
         backward = torch.autograd.backward
 
         def watched_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
@@ -116,12 +138,23 @@ class Watcher:
                     self._lr_moved()
 
         sched.step = watched_step  # type: ignore[method-assign]
+        if self.resume is not None:
+            init = sched.__init__
+            capture = self.resume
+
+            def watched_init(scheduler: Any, *args: Any, **kwargs: Any) -> None:
+                init(scheduler, *args, **kwargs)
+                capture.scheduler_built(scheduler)
+
+            sched.__init__ = watched_init  # type: ignore[method-assign]
         save = torch.save
+        if self.resume is not None:
+            self.resume.save = save
 
         def watched_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
             if self.step:
                 self.saves.append({"update": self.step, "path": os.fspath(f) if isinstance(f, (str, os.PathLike))
-                                   else type(f).__name__})
+                                   else type(f).__name__, "trainer": _from_trainer()})
             return save(obj, f, *args, **kwargs)
 
         torch.save = watched_save
@@ -159,6 +192,12 @@ class Watcher:
         if self.current is not None and self.current["module"] is module:
             self.current["kwargs"] = dict(kwargs)
 
+    def forward_post_kwargs(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        if self.depth == 1 and self.current is not None and self.current["module"] is module \
+                and self.current["kwargs"] is None:
+            self.current["kwargs"] = dict(kwargs)
+        self.forward_post(module, args, output)
+
     def forward_post(self, module: Any, args: Any, output: Any) -> None:
         self.depth = max(self.depth - 1, 0)
         if self.depth or self.current is None or self.current["module"] is not module:
@@ -173,6 +212,8 @@ class Watcher:
 
         for t in outs:
             t.register_hook(reached)
+        own = _own_loss(output)
+        record["own"] = own.detach() if own is not None else None      # no sync: read after the updates
         self.forwards.append(record)
         self.phase = f"the loop's own code after a forward of {type(module).__name__} (after {self.step} updates)"
 
@@ -233,6 +274,13 @@ class Watcher:
             if not finite:
                 update["nonfinite"] = [self.names.get(id(p), "?") for (p, _), n in zip(grads, norms, strict=True)
                                        if not bool(torch.isfinite(n))][:20]
+        if self.resume is not None and self.resume.wanted(self.step, self.saves):
+            self.resume.before(self.step, self.saves, optimizer,
+                               [(r["args"], r["kwargs"]) for r in trained if r["module"] is self.model], self.losses)
+        mine = [r for r in trained if r["module"] is self.model]
+        self.fed.extend((r["args"], r["kwargs"]) for r in mine)
+        self.last_update = {"batches": [(r["args"], r["kwargs"]) for r in mine], "backward": list(self.losses),
+                            "own": [r.get("own") for r in mine]}
         for r in trained:
             if r["module"] is self.model:
                 self.batch = (r["args"], r["kwargs"])
@@ -283,6 +331,8 @@ class Watcher:
         self.optimizer = optimizer
         self.step += 1
         self.step_times.append(time.perf_counter())
+        if self.resume is not None and self.resume.pending is not None:
+            self.resume.after(self.model)
         self.phase = f"the loop's own code after update {self.step}"
         if self.step >= self.target and self.before is not None and self.params is not None \
                 and self.model is not None:
@@ -334,12 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--bare", action="store_true", help="only count and stop the updates (overhead baseline)")
+    parser.add_argument("--resume-record", help="capture the update after the last checkpoint into this file")
+    parser.add_argument("--resume-compare", help="compare the first update with the capture in this file")
+    parser.add_argument("--trainer-checkpoint", help="make transformers' Trainer.train resume from this checkpoint")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     ns = parser.parse_args(argv)
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     module = command[0] == "-m"
     target = command[1] if module else command[0]
-    watcher = Watcher(ns.updates, bare=ns.bare)
+    capture = None
+    if ns.resume_record or ns.resume_compare:
+        from .watch_resume import ResumeCapture
+
+        capture = ResumeCapture("compare" if ns.resume_compare else "record", ns.resume_compare or ns.resume_record)
+    watcher = Watcher(ns.updates, bare=ns.bare, resume=capture)
     done = threading.Event()
 
     def watchdog() -> None:
@@ -349,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=watchdog, daemon=True).start()
     watcher.install()
+    if ns.trainer_checkpoint:
+        from .watch_resume import resume_trainer_from
+
+        resume_trainer_from(ns.trainer_checkpoint)
     import runpy
 
     if module:
@@ -373,11 +435,31 @@ def main(argv: list[str] | None = None) -> int:
     for h in watcher.handles:
         h.remove()
     observed = watcher.observed(finished, error)
-    if watcher.step and watcher.model is not None and not ns.bare:
+    if capture is not None:
+        watcher.phase = "campaign's comparison of the resumed update"
+        try:
+            compared = capture.finish()
+        except Exception as e:  # noqa: BLE001 - a reference or capture that cannot be read: the check says why
+            compared = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
+        if compared is not None:
+            observed["resume"] = compared
+    if watcher.step and watcher.model is not None and not ns.bare and not ns.resume_compare:
         from .watch_probes import probes
 
         watcher.phase = "campaign's probes on the model after the watched updates"
         observed["probes"] = probes(watcher.model, watcher.batch)
+        found = observed["probes"]
+        if found.get("ids") and not found.get("error"):
+            from .watch_batches import batch_facts
+
+            watcher.phase = "campaign's reading of the batches the loop fed"
+            observed["batches"] = batch_facts(watcher.fed, found["ids"], found.get("targets"))
+        if watcher.last_update is not None:
+            from .watch_accumulation import accumulation
+
+            watcher.phase = "campaign's accumulation probe on the last watched update"
+            u = watcher.last_update
+            observed["accumulation"] = accumulation(watcher.model, u["batches"], u["backward"], u["own"])
     done.set()
     _write(ns.out, observed)
     sys.stdout.flush()

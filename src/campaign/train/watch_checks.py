@@ -11,11 +11,19 @@
 - params.in_optimizer, params.trainable_changed, params.frozen_unchanged: the optimizer holds exactly the trainable
   parameters; the last watched update changed every trainable one and no frozen one;
 - step.finite_loss, step.finite_grads;
+- step.accumulation: where the last watched update accumulated several backwards, the gradient the loop accumulated
+  (each micro-batch's own model loss scaled as the loop scaled it) against one backward of the model's own loss over
+  the micro-batches stacked (train/watch_accumulation.py);
 - batch.labels_aligned: on a batch the loop fed, whether the model's own loss shifts the labels (from its loss
   against the cross-entropy of its logits, shifted and not) and whether the labels fit that;
+- batch.padding_masked, batch.answer_truncated: read from every batch the loop fed (train/watch_batches.py):
+  no target where the attention mask is 0 and no attended padding after an answer; answers not cut by truncation
+  (their targets end on the end token the other rows end with);
 - model.causal: for a next-token model, the outputs at positions <= t do not move when the inputs after t change;
-- resume.next_step_equal: not compared by the watched run: skipped, saying whether the script saved a checkpoint
-  within the watched updates and how to check it (the verdict is then "not verified", never a go).
+- resume.next_step_equal: where the script saved a checkpoint within the watched updates and --resume-args say how
+  it resumes, the script run again in a fresh process with them, its first update compared with the uninterrupted
+  run's next one (train/watch_resume.py): the same batch, learning rates, scheduler position, optimizer state and
+  parameters after the update; else skipped, saying how to enable it (the verdict is then "not verified").
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ SCHEMA = "campaign.watch/1"
 INTERPRETER = re.compile(r"python(\d+(\.\d+)?)?(\.exe)?$")
 # the parent waits this much longer than the child's own --timeout watchdog before killing it
 GRACE_S = 30.0
+TRAINER_CHECKPOINT = re.compile(r"checkpoint-\d+$")
 
 
 @dataclass(frozen=True)
@@ -94,8 +103,12 @@ def _interpreter(command: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, resume: bool = True,
-          progress: Callable[[str], None] | None = None) -> WatchReport:
+          resume_args: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> WatchReport:
     """Run `python SCRIPT ARGS` (the command as the user types it) watched for `updates` optimizer updates.
+
+    resume_args: the arguments that make the script resume from the checkpoint it wrote (nanoGPT:
+    `--init_from=resume`); given, and a checkpoint written within the watched updates, the script is run again in a
+    fresh process with them appended, and its first update compared with the uninterrupted run's next one.
 
     Raises:
         InputError: no such script, a script that fails, ends or times out before its first update.
@@ -110,28 +123,55 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
     tell(f"running {script} for {updates} update{'s' if updates > 1 else ''}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="campaign-watch-") as tmp:
-        out = Path(tmp) / "observed.json"
-        cmd = [exe, "-m", "campaign.train.watch", "--out", str(out), "--updates", str(updates),
-               "--timeout", str(timeout), "--", *rest]
-        from .accumulation import launch
-
-        # in a session of its own: on a timeout or Ctrl-C the script and every process it started (DataLoader
-        # workers) are killed and waited for
-        code, stderr = launch(cmd, os.environ, timeout + GRACE_S, f"{script} (the watchdog did not stop it: stuck "
-                              "in native code; raise --timeout or run it with a smaller config)")
-        if not out.is_file():
-            tail = [line for line in stderr.strip().splitlines() if line.strip()]
-            raise InputError(f"{script}: the watched process ended (exit {code}) without a record: "
-                             f"{tail[-1] if tail else 'no message'}")
-        from ..io import load_json
-
-        observed = load_json(out, "the watched run's record")
+        reference = Path(tmp) / "resume-reference.pt"
+        record = ["--resume-record", str(reference)] if resume else []
+        observed = _run_watched(exe, [*record, "--updates", str(updates)], rest, Path(tmp) / "observed.json",
+                                timeout, script)
+        trainer = _trainer_checkpoint(observed.get("saves") or [])
+        if record and (resume_args or trainer) and observed.get("saves") and reference.is_file():
+            tell(f"running {script} again in a fresh process, resumed from its checkpoint")
+            how = [] if resume_args else ["--trainer-checkpoint", trainer or ""]
+            try:
+                again = _run_watched(exe, ["--resume-compare", str(reference), "--updates", "1", *how],
+                                     [*rest, *resume_args], Path(tmp) / "resumed.json", timeout, script)
+            except InputError as e:
+                again = {"finished": "error", "error": str(e)}
+            observed["resumed"] = again
     wall = time.perf_counter() - started
-    return _report(observed, tuple(command), script, updates, timeout, resume, wall)
+    return _report(observed, tuple(command), script, updates, timeout, resume, wall, tuple(resume_args))
+
+
+def _trainer_checkpoint(saves: list[dict[str, Any]]) -> str | None:
+    """The folder of the last checkpoint where it is a transformers Trainer's (saved from the Trainer's own _save
+    methods, into checkpoint-N)."""
+    if not saves or not saves[-1].get("trainer"):
+        return None
+    folder = os.path.dirname(saves[-1]["path"])
+    return folder if TRAINER_CHECKPOINT.match(os.path.basename(folder)) else None
+
+
+def _run_watched(exe: str, options: list[str], rest: list[str], out: Path, timeout: float, script: str) \
+        -> dict[str, Any]:
+    """One watched run of the script in a child process: its record."""
+    cmd = [exe, "-m", "campaign.train.watch", "--out", str(out), "--timeout", str(timeout), *options, "--", *rest]
+    from .accumulation import launch
+
+    # in a session of its own: on a timeout or Ctrl-C the script and every process it started (DataLoader
+    # workers) are killed and waited for
+    code, stderr = launch(cmd, os.environ, timeout + GRACE_S, f"{script} (the watchdog did not stop it: stuck "
+                          "in native code; raise --timeout or run it with a smaller config)")
+    if not out.is_file():
+        tail = [line for line in stderr.strip().splitlines() if line.strip()]
+        raise InputError(f"{script}: the watched process ended (exit {code}) without a record: "
+                         f"{tail[-1] if tail else 'no message'}")
+    from ..io import load_json
+
+    observed: dict[str, Any] = load_json(out, "the watched run's record")
+    return observed
 
 
 def _report(o: dict[str, Any], command: tuple[str, ...], script: str, updates: int, timeout: float, resume: bool,
-            wall: float) -> WatchReport:
+            wall: float, resume_args: tuple[str, ...] = ()) -> WatchReport:
     seen = int(o.get("updates_seen") or 0)
     if o["finished"] == "error":
         raise InputError(f"{script}: raised {o['error']} (after {seen} updates); fix the script, or run it as "
@@ -147,11 +187,14 @@ def _report(o: dict[str, Any], command: tuple[str, ...], script: str, updates: i
               *_params(o.get("params")), *_finite(ups)]
     if "probes" in o:
         labels, next_token = _labels(o["probes"])
-        checks += [labels, _causal(o["probes"], next_token)]
+        checks += [_accumulation(o.get("accumulation")), labels, *_fed(o.get("batches")),
+                   _causal(o["probes"], next_token)]
     else:        # the watchdog stopped the script (--timeout) before the probes could run on its model
         checks += [Check(cid, "skipped", "not run: the script was stopped at --timeout before the probes",
-                         "", "raise --timeout or lower --updates") for cid in ("batch.labels_aligned", "model.causal")]
-    checks.append(_resume(o, updates, resume))
+                         "", "raise --timeout or lower --updates")
+                   for cid in ("step.accumulation", "batch.labels_aligned", "batch.padding_masked",
+                               "batch.answer_truncated", "model.causal")]
+    checks.append(_resume(o, updates, resume, resume_args))
     losses = tuple(sum(u["losses"]) / len(u["losses"]) if u["losses"] and all(map(_finite_number, u["losses"]))
                    else math.nan for u in ups)
     notes: tuple[str, ...] = ()
@@ -297,6 +340,90 @@ def _finite(ups: list[dict[str, Any]]) -> list[Check]:
                         "clip gradients, run the loss in fp32, or use bf16 / a loss scaler")]
 
 
+def _accumulation(f: dict[str, Any] | None) -> Check:
+    cid = "step.accumulation"
+    if not f:
+        return Check(cid, "skipped", "the last watched update was not probed", gates=False)
+    if not f["applies"]:
+        return Check(cid, "skipped", f["why"], gates=False)
+    k, rel, tol = f["micro_batches"], f["relative_error"], f["tolerance"]
+    scaled = ", ".join(f"{x:.4g}" for x in f["factors"])
+    seen = (f"the gradient accumulated over the last update's {k} micro-batches (the loop scaled the model's own loss "
+            f"by {scaled}) is {_share(rel)} off the gradient of one backward over them stacked (cosine "
+            f"{f['cosine']:.4f}; {f['dtype']} tolerance {tol:g})")
+    if rel is not None and rel <= tol:
+        return Check(cid, "pass", seen)
+    factors = f["factors"]
+    hint = ""
+    if all(abs(x - 1) < 1e-6 for x in factors):
+        hint = f": each micro-batch's loss was backpropagated whole, not divided by the {k} accumulation steps"
+    elif all(abs(x - 1 / k) < 1e-6 for x in factors):
+        hint = ": each micro-batch's mean was divided by the steps, so a token of a short micro-batch weighs more"
+    return Check(cid, "fail", seen + hint,
+                 "the update is not the one the effective batch promises: too large a step (a sum of means), or "
+                 "micro-batches weighted by their length rather than their tokens",
+                 "divide each micro-batch's loss by the accumulation steps where micro-batches hold equal tokens; "
+                 "else sum the token losses and divide by the update's token count (transformers: "
+                 "num_items_in_batch)")
+
+
+def _fed(f: dict[str, Any] | None) -> list[Check]:
+    pad, cut = "batch.padding_masked", "batch.answer_truncated"
+    if not f or not f["applies"]:
+        why = f["why"] if f else "the batches the loop fed were not read (no token ids among the model's inputs)"
+        return [Check(pad, "skipped", why, gates=False), Check(cut, "skipped", why, gates=False)]
+    n = f["rows"]
+    if f["pad_learned"]:
+        b, r = f["first_pad_learned"]
+        padding = Check(pad, "fail", f"{f['pad_learned']} of the {f['padded']} padded rows (of {n} fed) have a target "
+                        f"where the attention mask is 0 (e.g. micro-batch {b + 1}, row {r + 1})",
+                        "the model learns to predict padding after every answer",
+                        "set labels to -100 where attention_mask is 0")
+    elif f["pad_attended"]:
+        padding = Check(pad, "fail", f"{f['pad_attended']} of {n} rows fed end in a run of one repeated token after "
+                        "their last target, left out of the loss yet at attention mask 1: the mask covers the padding",
+                        "the model attends to the padding, so a row's output depends on how long the others in its "
+                        "batch are", "build attention_mask from the padding (the tokenizer's pad() returns it), 0 on "
+                        "every padded position")
+    elif not f["masked"]:
+        padding = Check(pad, "skipped", "the model is fed no attention mask", gates=False)
+    elif not f["padded"]:
+        padding = Check(pad, "skipped", f"no row of the {n} fed was padded (attention mask all 1)", gates=False)
+    else:
+        padding = Check(pad, "pass", f"the {f['padded']} padded rows of {n} fed have no target where the attention "
+                        "mask is 0")
+    k = f["completion_rows"]
+    if not k:
+        return [padding, Check(cut, "skipped", f"no row of the {n} fed masks a prompt before its targets (labels from "
+                               "the first position: pre-training text)", gates=False)]
+    end = f["end_token"]
+    if f["cut"]:
+        truncated = Check(cut, "fail", f"{f['cut']} of {k} rows with an answer have their targets run to the batch's "
+                          f"last column and end on another token than the end token (id {end}) that "
+                          f"{f['ending_with_end']} other rows' targets end with: truncation cut the answer and its EOS",
+                          "the model is trained to stop mid-answer, and never sees the EOS that ends an answer",
+                          "raise max_length (max_seq_length), shorten the prompt, or drop the examples that do not fit")
+    elif f.get("all_at_edge_unended"):
+        truncated = Check(cut, "warn", f"all {k} rows with an answer run to the batch's last column and end on "
+                          "different tokens: truncation cut every answer, or the answers carry no EOS",
+                          "an answer cut by max_length, or trained without its EOS, does not teach the model to stop",
+                          "raise max_length (max_seq_length); append the EOS to every answer before tokenizing")
+    elif f["no_end"]:
+        truncated = Check(cut, "warn", f"{f['no_end']} of {k} rows with an answer end their targets on another token "
+                          f"than the end token (id {end}) the other {f['ending_with_end']} end with",
+                          "an answer trained without its EOS does not teach the model to stop",
+                          "append the EOS to every answer before tokenizing")
+    elif end is not None:
+        truncated = Check(cut, "pass", f"the targets of all {k} rows with an answer end with one token (id {end})")
+    else:
+        truncated = Check(cut, "skipped", f"the {k} rows with an answer share no end token", gates=False)
+    return [padding, truncated]
+
+
+def _share(rel: float) -> str:
+    return f"{rel:.2%}" if rel >= 1e-3 else f"{rel:.1e} (relative)"
+
+
 def _labels(probes: dict[str, Any]) -> tuple[Check, bool | None]:
     """The check, and whether the model learns the next token (None: not known)."""
     cid = "batch.labels_aligned"
@@ -369,23 +496,73 @@ def _causal(probes: dict[str, Any], next_token: bool | None) -> Check:
                  f"outputs after t moved by at least {c['after']:.2g} of the largest)")
 
 
-def _resume(o: dict[str, Any], updates: int, resume: bool) -> Check:
+def _resume(o: dict[str, Any], updates: int, resume: bool, resume_args: tuple[str, ...] = ()) -> Check:
     cid = "resume.next_step_equal"
+    why = "a resume that restores less than the run needs (the optimizer, the scheduler, the data order) restarts " \
+          "training from a different point"
     if not resume:
         return Check(cid, "skipped", "not run (--no-resume)", "", "run without --no-resume", gates=False)
     saves = o.get("saves") or []
-    if saves:
-        s = saves[0]
-        return Check(cid, "skipped", f"the script wrote a checkpoint at update {s['update']} ({s['path']}); the "
-                     "watched run does not yet reload it in a fresh process to compare the next update",
-                     "a resume that restores less than the run needs (the optimizer, the scheduler, the data order) "
-                     "restarts training from a different point", "check it with `campaign check SETUP.py:FUNCTION` "
-                     "(a factory returning the loop's objects and its save/load), or pass --no-resume to leave "
-                     "resume out of this verdict")
-    return Check(cid, "skipped", f"the script wrote no checkpoint (torch.save) within the first {updates} updates",
-                 "a resume is only proven by reloading a checkpoint in a fresh process",
-                 "make the script save within the watched updates (its checkpoint interval), or check resume with "
-                 "`campaign check SETUP.py:FUNCTION`; --no-resume leaves it out of this verdict")
+    if not saves:
+        return Check(cid, "skipped", f"the script wrote no checkpoint (torch.save) within the first {updates} "
+                     "updates", "a resume is only proven by reloading a checkpoint in a fresh process",
+                     "make the script save within the watched updates (its checkpoint interval) and give "
+                     "--resume-args with the arguments that make it resume; --no-resume leaves it out of this verdict")
+    s = saves[-1]
+    trainer = _trainer_checkpoint(saves)
+    if not resume_args and not trainer:
+        return Check(cid, "skipped", f"the script wrote a checkpoint at update {s['update']} ({s['path']}); how it "
+                     "resumes from it was not given", why,
+                     "give --resume-args with the arguments that make the script resume from it (nanoGPT: "
+                     "--resume-args \"--init_from=resume\"): it is run again in a fresh process and its first update "
+                     "compared; --no-resume leaves resume out of this verdict")
+    args = " ".join(resume_args) if resume_args else \
+        f"Trainer.train(resume_from_checkpoint={os.path.basename(trainer or '')!r})"
+    again = o.get("resumed")
+    if again is None:
+        return Check(cid, "skipped", f"the update after the checkpoint at update {s['update']} was not watched whole",
+                     why, f"watch one update more (--updates {s['update'] + 1})")
+    if again.get("finished") == "error" or not again.get("updates_seen"):
+        what = again.get("error") or (f"no optimizer update within --timeout (it was in {again.get('phase')})"
+                                      if again.get("finished") == "timeout" else "it ended without an update")
+        return Check(cid, "fail", f"the script run again with {args} did not resume: {what}",
+                     "a checkpoint that does not reload is no checkpoint",
+                     "make the script resume from what it saved with these arguments (or give the right ones)")
+    f = again.get("resume")
+    if f is None or "error" in f:
+        return Check(cid, "skipped", "the resumed update could not be compared"
+                     + (f": {f['error']}" if f else ""), why, "")
+    u, k = f["update"], f["saved_at"]
+    head = f"resumed with {args} from the checkpoint at update {k}, its first update against update {u}"
+    bad = []
+    if not f["batches_equal"]:
+        first = "the same" if f["first_batch_equal"] else "differs"
+        bad.append(f"another batch was fed ({listed(f['inputs_differ'])} differ; {f['resumed_batches']} "
+                   f"micro-batches against {f['batches']}, the first {first}): the data order restarted")
+    if f["optimizer_differ"]:
+        bad.append(f"the optimizer state differs ({f['resumed_optimizer_tensors']} tensors against "
+                   f"{f['optimizer_tensors']}; {listed(f['optimizer_differ'])}): it was not restored")
+    if f["lrs"] != f["resumed_lrs"] or f["schedulers"] != f["resumed_schedulers"]:
+        pos = [x.get("last_epoch") for x in f["schedulers"]]
+        got = [x.get("last_epoch") for x in f["resumed_schedulers"]]
+        bad.append(f"the learning rate or the scheduler differs (rates {_rates(f['lrs'])} against "
+                   f"{_rates(f['resumed_lrs'])}; scheduler position {pos} against {got}): the schedule restarted")
+    if f["params_differ"]:
+        bad.append(f"after the update {len(f['params_differ'])} of {f['params']} parameter tensors differ (by up to "
+                   f"{f['params_worst']:.2g} of their largest value; {listed(f['params_differ'])})")
+    if bad:
+        return Check(cid, "fail", f"{head}: " + "; ".join(bad), why,
+                     "save and load the whole state: model, optimizer.state_dict(), scheduler.state_dict(), the "
+                     "random generators and the data position (sampler / iteration), and resume the loop after the "
+                     "saved update")
+    return Check(cid, "pass", f"{head}: the same {f['batches']} micro-batches, learning rates {_rates(f['lrs'])} "
+                 f"and scheduler position, optimizer state bitwise equal ({f['optimizer_tensors']} tensors), all "
+                 f"{f['params']} parameter tensors equal after the update (within {f['ulps']} units in the last "
+                 "place of each tensor's largest value)")
+
+
+def _rates(lrs: list[float]) -> str:
+    return ", ".join(f"{x:.4g}" for x in lrs)
 
 
 __all__ = ["WatchReport", "watch", "watched_command"]

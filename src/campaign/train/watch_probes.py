@@ -52,7 +52,7 @@ def _targets(args: tuple[Any, ...], kwargs: dict[str, Any], ids: tuple[str, Any]
     """The per-token targets: another 2-D integer input of the ids' shape (labels may hold -100)."""
     found = [(f"argument {i}", v) for i, v in enumerate(args) if _integer_2d(v)] + \
         [(k, v) for k, v in kwargs.items() if _integer_2d(v)]
-    others = [(w, v) for w, v in found if v is not ids[1] and tuple(v.shape) == tuple(ids[1].shape)
+    others = [(w, v) for w, v in found if w != ids[0] and tuple(v.shape) == tuple(ids[1].shape)
               and int(v.unique().numel()) > 2]
     return others[0] if others else None
 

@@ -97,7 +97,8 @@ def start(
 
 @run_app.command("log", epilog="Example: campaign run log lora-r16-20261130T101500-ab12 step=100 loss=1.25")
 def log(run_id: RunId,
-        pairs: Annotated[list[str], typer.Argument(help="key=value metrics: numbers (nan and inf kept), true or false.")],
+        pairs: Annotated[list[str], typer.Argument(
+            help="key=value metrics: numbers (nan and inf kept), true or false.")],
         root: Root = None) -> None:
     """Append one record of metrics to a run (and keep it shown as running); a run that has ended is refused."""
     from ..track.run import log_run, parse_records

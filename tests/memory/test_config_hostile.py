@@ -211,12 +211,17 @@ def test_a_setting_of_the_wrong_shape_is_refused_naming_the_file_and_key(cli, tm
 def test_module_lists_and_all_linear_keep_working(cli, tmp_path):
     by_hand = cli(*MODEL, "--method", "lora", "--lora-targets", "q_proj,v_proj", "--no-logits-held", "--json")
     for name, text in (("ax.yaml", "base_model: x\nadapter: lora\nlora_target_modules: [q_proj, v_proj]\n"),
-                       ("adapter_config.json", '{"peft_type": "LORA", "target_modules": ["q_proj", "v_proj"]}'),
-                       ("tune.yaml", "model:\n  _component_: torchtune.models.llama3.lora_llama3_8b\n"
-                                     "  lora_attn_modules: [q_proj, v_proj]\n")):
+                       ("adapter_config.json", '{"peft_type": "LORA", "target_modules": ["q_proj", "v_proj"]}')):
         r = cli(*MODEL, "--config", _write(tmp_path, name, text), "--no-logits-held", "--json")
         assert r.code == 0, (name, r.err)
         assert r.json()["required_bytes"] == by_hand.json()["required_bytes"], name
+    # torchtune builds its adapters in the recipe's dtype: peft's fp32 autocast does not apply
+    tune = cli(*MODEL, "--config", _write(tmp_path, "tune.yaml", "model:\n  _component_: torchtune.models.llama3."
+                                          "lora_llama3_8b\n  lora_attn_modules: [q_proj, v_proj]\n"), "--json")
+    assert tune.code == 0, tune.err
+    no_autocast = cli(*MODEL, "--method", "lora", "--lora-targets", "q_proj,v_proj", "--no-logits-held",
+                      "--no-peft-autocast", "--json")
+    assert tune.json()["required_bytes"] == no_autocast.json()["required_bytes"]
     every = cli(*MODEL, "--method", "lora", "--no-logits-held", "--json")
     r = cli(*MODEL, "--config", _write(tmp_path, "adapter_config.json",
                                        '{"peft_type": "LORA", "target_modules": "all-linear"}'), "--no-logits-held",

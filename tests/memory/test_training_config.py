@@ -112,8 +112,6 @@ def test_accelerate_fsdp_config(tmp_path):
     ("args.json", {"output_dir": "o", "optim": "galore_adamw"}, "optim"),
     ("fsdp.yaml", {"distributed_type": "FSDP", "fsdp_config": {"fsdp_offload_params": True}},
      "fsdp_config.fsdp_offload_params"),
-    ("tune.yaml", {"model": {"_component_": "torchtune.models.llama3.llama3_8b"},
-                   "enable_activation_offloading": True}, "enable_activation_offloading"),
 ])
 def test_a_memory_key_that_cannot_be_honoured_is_refused(tmp_path, name, doc, key):
     with pytest.raises(InputError) as e:

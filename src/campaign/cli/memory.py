@@ -24,13 +24,16 @@ def _given(ctx: Any) -> set[str]:
 
 
 def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str], quiet: bool,
-                deepspeed: Path | None = None) -> dict[str, Any]:
+                deepspeed: Path | None = None, model_type: str | None = None) -> tuple[dict[str, Any], tuple]:
     """The workload options with the values the config files give (`deepspeed`: the --deepspeed file, which must be
-    a DeepSpeed config), where the command line gave none (`given`); each value read is said on stderr with its file
-    and key (and what the command line overrode). Each file is read once: a pipe (<(cat ds.json)) has one read."""
+    a DeepSpeed config), where the command line gave none (`given`), and every key of the files with its use
+    (recipe_keys.ConfigKey); each value read is said on stderr with its file and key (and what the command line
+    overrode). Each file is read once: a pipe (<(cat ds.json)) has one read. `model_type`: the model's (peft's
+    default LoRA targets)."""
     from ..memory.training_config import workload_from_configs
 
-    cfg = workload_from_configs(paths, deepspeed=deepspeed)
+    gpus = workload.get("gpus") if "gpus" in given else None
+    cfg = workload_from_configs(paths, deepspeed=deepspeed, gpus=gpus, model_type=model_type)
     merged = dict(workload)
     said = []
     for option, value, where in cfg.sources:
@@ -48,7 +51,7 @@ def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str],
         if cfg.model:
             lines.append(f"  the base model the files name: {cfg.model}")
         print("\n".join(lines), file=sys.stderr)
-    return merged
+    return merged, cfg.keys
 
 
 CONFIGS = "Your config files"
@@ -95,9 +98,15 @@ def memory(
 
         raise InputError("--frontier needs --card: the edge of what fits is one card's; give --card NAME")
     spec = load_spec(model)
+    recipe: tuple = ()
     if config or deepspeed is not None:
-        workload = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed)
+        workload, recipe = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed,
+                                       model_type=spec.model_type)
     w = o.workload_from(spec, **workload)
     result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
                          edge=edge, **o.overheads(fragmentation, cuda_context))
+    if recipe:
+        from dataclasses import replace
+
+        result = replace(result, recipe=recipe)
     o.emit(result, partial(render_plan, sources=sources), as_json)

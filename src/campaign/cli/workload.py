@@ -25,6 +25,8 @@ Which command takes which group, and why the gaps are meant:
               and measure run the versions installed.
   deepspeed   memory: the zero_optimization sizes of a DeepSpeed run (--zero-reduce-bucket, ...; or --deepspeed
               ds_config.json); trace runs FSDP2, not DeepSpeed.
+  loop        memory: what the training loop does beyond the model (--loss chunked/fused, --optimizer-in-backward,
+              --activation-offloading: torchtune's and Liger's); trace and measure run a plain step of the model.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Annotated, Any, Optional
 
-GROUPS = ("step", "formats", "parallel", "allocator", "ddp", "generation", "legacy", "deepspeed")
+GROUPS = ("step", "formats", "parallel", "allocator", "ddp", "generation", "legacy", "deepspeed", "loop")
 MEMORY = GROUPS
 TRACE = ("step", "formats", "parallel", "allocator")
 MEASURE = ("step",)
@@ -42,7 +44,8 @@ EXPLAIN = ("step",)
 # Each group's help panel (`campaign memory --help` shows the options grouped under these titles).
 PANELS = {"step": "Workload", "formats": "Workload: formats", "parallel": "Workload: parallelism",
           "allocator": "Workload: allocator and loop", "ddp": "Workload: DDP", "generation": "Workload: generation",
-          "legacy": "Workload: older library versions", "deepspeed": "Workload: DeepSpeed"}
+          "legacy": "Workload: older library versions", "deepspeed": "Workload: DeepSpeed",
+          "loop": "Workload: loss and offloading"}
 
 WorkloadOptions = dict  # the type a command's `workload` parameter declares: {option name: value}
 

@@ -150,9 +150,9 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     if w.dtype in QUANTIZED:
         kept = "fp32 (the k-bit preparation)" if w.kbit_fp32 else "16-bit"
         notes.append(f"quantized weights: embeddings and the LM head stay {kept}; for small models they dominate")
-    if w.training and spec.vocab_size >= 100_000 and w.method != "frozen":
+    if w.training and spec.vocab_size >= 100_000 and w.method != "frozen" and w.loss == "full":
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
-                     "cross-entropy (Liger, torchtune) removes most of it")
+                     "cross-entropy (Liger, torchtune) removes most of it: --loss chunked or --loss fused")
     if w.training and not w.grad_checkpointing and w.method != "frozen":
         notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
                      "(about a third more compute: each layer's forward runs twice)")

@@ -23,6 +23,7 @@ from .constants import (
 from .deepspeed import head_params, setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import estimate_kv, validate_tensor_parallel
+from .loss import backward_loss, forward_loss
 from .states import (
     adapter_dtype,
     deepspeed_casts,
@@ -128,7 +129,10 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     grad_s, grad_div = base.grad_s, base.grad_div
     load = base.load
     saved = training_activations(spec, w)
-    activations = Item("activations", saved.bytes, saved.formula, "activations", "saved tensors, per layer")
+    offload = offloaded_inputs(spec, w)
+    activations = Item("activations", saved.bytes - offload.bytes, saved.formula + (
+        f"; {offload.formula}" if offload.bytes else ""), "activations", "saved tensors, per layer" + (
+        "; torchtune OffloadActivations" if offload.bytes else ""))
     lg, lg_formula = logits_bytes(spec, w)
     c = ELEMENT_BYTES[w.logits_dtype]
     V, tokens = spec.vocab_size, w.batch * w.seq_len
@@ -146,6 +150,11 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      f"{LOG_SOFTMAX_OUTPUT_BYTES} fp32 log_softmax output) = {tokens} x {V} x {saved_per:g}"
                      if causal else lg_formula)
     logits = Item("logits and loss", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
+    chunked = w.loss != "full" and causal and bool(lg)
+    if chunked:  # named apart from "logits and loss": the allocator replay (reserved.py) replays the whole chain
+        fwd_loss = forward_loss(spec, w, c)
+        logits = Item(f"{w.loss} loss over the vocabulary", fwd_loss.bytes, fwd_loss.formula, "logits",
+                      LOSS_SOURCE[w.loss])
     if Pt == 0:  # a loss evaluated without autograd: one layer's temporaries, then the logits and the loss
         tmp = inference_temporaries(spec, w, tokens)
         transient = (Item("logits and loss (no grad)", lg, lg_formula, "logits", "transformers ForCausalLMLoss")
@@ -157,7 +166,14 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                                      + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
     bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
-    if lg:
+    if chunked:
+        kept_term, grad_term = backward_loss(spec, w, c, held)
+        bwd_start += [Item(f"{w.loss} loss: saved for backward", kept_term.bytes, kept_term.formula, "logits",
+                           LOSS_SOURCE[w.loss])]
+        if grad_term.bytes:
+            bwd_start.append(Item(f"{w.loss} loss: logits gradients", grad_term.bytes, grad_term.formula, "logits",
+                                  LOSS_SOURCE[w.loss]))
+    elif lg:
         grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
         bwd_start += [Item("logits (saved for backward)", logits_saved, saved_formula,
                            "logits", "transformers ForCausalLMLoss"),
@@ -190,6 +206,10 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     setup = base.setup
     return (load, setup, forward, backward, base.step) if setup else (load, forward, backward, base.step)
+
+
+LOSS_SOURCE = {"chunked": "torchtune CEWithChunkedOutputLoss (8 chunks)",
+               "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)"}
 
 
 def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
@@ -313,6 +333,19 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                     "ZeRO's optimizer step, as the optimizer runs on the fp32 gradient copy")
         step = max(copy, run, key=lambda p: p.bytes)
     held = w.method == "full" and not zero and not w.grads_held  # ZeRO and held gradients: counted whole elsewhere
+    if w.optimizer_in_backward and Pt:
+        # torchtune's optimizer_in_bwd (training.register_optim_in_bwd_hooks): one optimizer per parameter, stepped
+        # in its post-accumulate-grad hook, which then frees the gradient; at most one parameter's gradient is alive
+        largest = _largest_trainable(spec, w)
+        one = Item("gradient of one parameter (stepped in backward)", int(grad_s * largest),
+                   f"the largest trainable tensor's: {largest:,} x {grad_s:g} B; each freed after its step",
+                   "gradients", "torchtune optimizer_in_bwd: register_post_accumulate_grad_hook, step then zero_grad")
+        one_tmp = _step_temporaries(spec, w, largest)
+        step = Phase("optimizer step", tuple(states + persist + [one] + (
+            [Item("optimizer temporaries", one_tmp.bytes, one_tmp.formula + " (one parameter's)", "temporaries",
+                  "torch.optim")] if one_tmp.bytes else [])),
+                     "in backward, one parameter at a time: its gradient and its step's temporaries")
+        end_grads, held = [one], False
     return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
                       setup_phase(spec, w), head_params(spec) if held else 0)
 
@@ -389,9 +422,15 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
     each decoder layer's forward, the hidden states its input."""
     c = ELEMENT_BYTES[w.compute_dtype]  # fp32 on a k-bit-prepared base (Workload.compute_dtype)
     L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
-    items = [Item("checkpointed layer inputs", int(L * tokens * h * c),
-                  f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",
-                  "torch.utils.checkpoint (non-reentrant): each layer's input, kept for its recompute"),
+    if w.activation_offloading and L > 2:  # the layer recomputed and the next one's input, brought back ahead
+        inputs = Item("checkpointed layer inputs (on the card)", int(2 * tokens * h * c),
+                      f"2 x b x s x h x {c:g} B (the layer recomputed, the next one prefetched; the other {L - 2} on "
+                      "the CPU)", "activations", "torchtune OffloadActivations (use_streams: one layer prefetched)")
+    else:
+        inputs = Item("checkpointed layer inputs", int(L * tokens * h * c),
+                      f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",
+                      "torch.utils.checkpoint (non-reentrant): each layer's input, kept for its recompute")
+    items = [inputs,
              Item("backward temporaries", layer_grads + one_layer,
                   "the last layer's recomputed activations + its activation gradients", "temporaries",
                   "torch.utils.checkpoint recompute; autograd")]
@@ -400,6 +439,20 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
                           f"final norm and LM head (the tied embedding's when tied): {head:,} x {grad_bytes:g} B",
                           "gradients", "autograd: accumulated as their backward runs, before the layers'"))
     return items
+
+
+def offloaded_inputs(spec: ModelSpec, w: Workload) -> Term:
+    """Activation offloading (torchtune's enable_activation_offloading, with checkpointing): each checkpointed layer's
+    saved input goes to the CPU as the next layer runs, so at the end of forward all but the last layer's are off
+    the card (training/_activation_offloading.py OffloadActivations: a saved tensor is copied to pinned CPU memory
+    and its GPU storage freed once the copy stream is done). The host RAM they need is these bytes."""
+    if not (w.activation_offloading and w.grad_checkpointing and w.training) or spec.encdec is not None:
+        return Term(0, "")
+    c = ELEMENT_BYTES[w.compute_dtype]
+    L, tokens, h = spec.num_layers, w.batch * w.seq_len, spec.hidden_size
+    off = max(0, L - 1) * tokens * h * c
+    return Term(int(off), f"minus {max(0, L - 1)} layers' inputs offloaded to the CPU: (L - 1) x b x s x h x {c:g} B "
+                          f"= {off / 2**30:,.2f} GiB of host RAM")
 
 
 def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:

@@ -17,6 +17,7 @@ from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
 from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value
 from .kv import KVCard, KVEstimate, estimate_kv
+from .recipe_keys import ConfigKey
 from .trace import trace_memory
 from .workload import Workload, make_workload, weights_format
 
@@ -35,6 +36,7 @@ class MemoryPlan(Result):
     fits: tuple[Fit, ...]
     card: str | None = None
     frontier: Frontier | None = None  # --frontier: the edge of what fits the card, and what each change saves
+    recipe: tuple[ConfigKey, ...] = ()  # --config: every key of the user's files, with its use
     # the estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write
     schema: str = field(init=False)
 
@@ -43,6 +45,25 @@ class MemoryPlan(Result):
 
     @property
     def checks(self) -> tuple[Check, ...]:
+        return self._recipe_check() + self._fit_check()
+
+    def _recipe_check(self) -> tuple[Check, ...]:
+        """memory.recipe: every key of the user's recipe is counted or changes no memory; a key not modelled (or
+        unknown) makes the estimate a bound, so the check is skipped and the verdict "not verified"."""
+        if not self.recipe:
+            return ()
+        missing = [k for k in self.recipe if k.unmodelled]
+        counted = sum(k.use == "modelled" for k in self.recipe)
+        if not missing:
+            return (Check("memory.recipe", "pass", f"{len(self.recipe)} keys read: {counted} modelled, the others "
+                                                   "change no memory"),)
+        named = "; ".join(f"{k.file}: {k.key}" + (f" ({k.why})" if k.why else "") for k in missing)
+        return (Check("memory.recipe", "skipped", f"not modelled: {named}",
+                      "what these keys do to memory is not counted: the estimate is a bound, not a verified figure",
+                      "measure a step (campaign measure, or the run's own peak), or estimate without these keys "
+                      "(remove them from a copy of the file) for a figure campaign stands behind"),)
+
+    def _fit_check(self) -> tuple[Check, ...]:
         if self.card is None:
             return ()
         f = self.fits[0]
@@ -60,7 +81,8 @@ class MemoryPlan(Result):
         # by hand: the estimate's own JSON with the fits beside it, so that load_estimate (campaign explain) reads
         # what campaign memory --json and campaign trace --json write
         edge = {"frontier": self.frontier.to_dict()} if self.frontier else {}
-        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge
+        keys = {"config_keys": [k.to_dict() for k in self.recipe]} if self.recipe else {}
+        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge | keys
 
 
 def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str | None = None,

@@ -1,8 +1,10 @@
 """The user's own training configuration as the workload: HF TrainingArguments (JSON or YAML, TRL's configs
 included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a DeepSpeed JSON and an accelerate
 config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from; a key that changes
-memory and that the estimate cannot honour (CPU/NVMe offload, DoRA, modules_to_save, an optimizer whose states are
-not modelled) is refused in one line, never ignored. Keys that do not change memory are not read.
+memory and that the estimate cannot honour in a way that would make it low (DoRA, modules_to_save, an optimizer whose
+states are not modelled) or as an upper bound only (CPU/NVMe offload) is refused in one line, never ignored. Every
+other key is accounted for (recipe_keys.py): modelled, changing no memory, or named as not modelled (the estimate
+then a bound, its verdict "not verified"); a key campaign does not know is named, never refused.
 
 `workload_from_configs(paths)` returns the make_workload keywords, their sources, and the base model the files name
 (a PEFT config's base_model_name_or_path, axolotl's base_model), for `campaign memory --config FILE ...`.
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from .recipe_keys import PEFT_DEFAULTS_SOURCE, ConfigKey, account, default_lora_targets
 from .workload import zero_elements
 
 # TrainingArguments.optim / axolotl's optimizer -> (optimizer, implementation) of the estimate
@@ -32,28 +35,41 @@ TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam"
                    "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
                    "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
 TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
+# torchtune's loss components -> Workload.loss (memory/loss.py); another component is named as not modelled
+TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+                    "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
 FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed or accelerate"
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
     """options: make_workload keywords; sources: (option, value, 'file: key') for each; model: the base model the
-    files name, else None; notes: what was read but does not change the per-card estimate."""
+    files name, else None; notes: what was read but does not change the per-card estimate; keys: every key of every
+    file with its use (recipe_keys.ConfigKey)."""
 
     options: dict[str, Any]
     sources: tuple[tuple[str, Any, str], ...]
     model: str | None
     notes: tuple[str, ...]
+    keys: tuple[ConfigKey, ...] = ()
+
+    @property
+    def unmodelled(self) -> tuple[ConfigKey, ...]:
+        """The keys whose effect on memory the estimate does not count (not modelled, or unknown)."""
+        return tuple(k for k in self.keys if k.unmodelled)
 
 
 class _Reader:
     """Collects options from several files; two files that set one option differently are refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpus: int | None = None, model_type: str | None = None) -> None:
         self.options: dict[str, Any] = {}
         self.sources: dict[str, tuple[Any, str]] = {}
         self.model: str | None = None
         self.notes: list[str] = []
+        self.used: set[str] = set()  # 'file: key' of each key that changed the workload
+        self.keys: list[ConfigKey] = []
+        self.gpus, self.model_type = gpus, model_type
 
     def set(self, option: str, value: Any, where: str) -> None:
         if option in self.options and self.options[option] != value:
@@ -62,6 +78,18 @@ class _Reader:
                              "file, or pass the option on the command line)")
         self.options[option] = value
         self.sources[option] = (value, where)
+        self.used.add(where.split(" (")[0].split(" + ")[0])
+
+    def use(self, name: str, *keys: str) -> None:
+        """Keys of file `name` read for the workload without setting an option of their own (a value checked,
+        a note)."""
+        self.used.update(f"{name}: {k}" for k in keys)
+
+    def account(self, name: str, tool: str, doc: dict[str, Any], known: tuple[str, ...] = ()) -> None:
+        """Every key of file `name` with its use (recipe_keys.account)."""
+        head = f"{name}: "
+        used = {u[len(head):] for u in self.used if u.startswith(head)}
+        self.keys += account(name, tool, doc, used, known)
 
     def refuse(self, where: str, why: str, fix: str) -> None:
         raise InputError(f"{where}: {why}, which the memory estimate does not model; {fix}")
@@ -84,10 +112,13 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path | None = None) -> TrainingConfig:
+def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path | None = None,
+                          gpus: int | None = None, model_type: str | None = None) -> TrainingConfig:
     """The workload the configuration files describe (see the module docstring); `deepspeed`: a file that must be a
-    DeepSpeed config (--deepspeed), read as the others are. Each file is read once."""
-    r = _Reader()
+    DeepSpeed config (--deepspeed), read as the others are. Each file is read once. `gpus`: the cards the run uses,
+    where the command line says (a torchtune recipe over several is a distributed one: FSDP); `model_type`: the
+    model's, for peft's default LoRA targets of an adapter config without target_modules."""
+    r = _Reader(gpus, model_type)
     for path in paths:
         _read(r, Path(path), load_config_file(path))
     if deepspeed is not None:
@@ -98,7 +129,7 @@ def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path 
                              "the file with --config")
         _deepspeed(r, _label(Path(deepspeed)), doc)
     sources = tuple((k, v, where) for k, (v, where) in r.sources.items())
-    return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes))
+    return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes), tuple(r.keys))
 
 
 def _label(path: Path) -> str:
@@ -206,13 +237,24 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.set("seq_len", _int(d[key], f"{name}: {key}"), f"{name}: {key}")
     if d.get("gradient_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
-    if d.get("bf16") or d.get("fp16"):
-        key = "bf16" if d.get("bf16") else "fp16"
-        r.notes.append(f"{name}: {key}: autocast over the weights' own dtype (--dtype); add --mixed-precision when the "
-                       "model is loaded in fp32 (fp32 master weights, grads and states)")
+    _args_peft(r, name, d)
+    half = "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None
+    r.use(name, *(k for k in ("bf16", "fp16") if k in d))
+    loaded = _torch_dtype(d.get("torch_dtype"), f"{name}: torch_dtype")
+    r.use(name, *(k for k in ("torch_dtype",) if k in d))  # QLoRA: the compute dtype of its nf4 base
+    if loaded is not None and r.options.get("method") != "qlora":  # QLoRA: the compute dtype, the base nf4
+        if loaded == "fp32" and half:
+            r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 model torch_dtype loads)")
+        r.set("dtype", loaded, f"{name}: torch_dtype (the model loaded in it)")
+    elif half:
+        r.notes.append(f"{name}: {half}: autocast over the weights' own dtype (--dtype); add --mixed-precision when "
+                       "the model is loaded in fp32 (fp32 master weights, grads and states)")
     if d.get("optim") is not None:
         _optim(r, d["optim"], f"{name}: optim", OPTIM)
     _accumulation(r, d, name)
+    if d.get("use_liger_kernel") is not None:  # liger's fused linear cross-entropy among its patches (rms_norm,
+        # swiglu, rope change no saved tensor the estimate counts by more than their own temporaries)
+        r.set("loss", "fused" if d["use_liger_kernel"] is True else "full", f"{name}: use_liger_kernel")
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -222,7 +264,75 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
         if "shard_grad_op" in str(fsdp):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
+    elif "fsdp" in d:
+        r.use(name, "fsdp")
     _deepspeed_key(r, path, d)
+    name_or_path = d.get("model_name_or_path")
+    if isinstance(name_or_path, str) and name_or_path.strip() and r.model is None:
+        r.model = name_or_path.strip()
+    r.account(name, "TrainingArguments", d)
+
+
+# torch_dtype as from_pretrained takes it (a torch dtype's name, with or without "torch.")
+TORCH_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+                "float32": "fp32", "fp32": "fp32", "float": "fp32"}
+
+
+def _torch_dtype(value: Any, where: str) -> str | None:
+    """The dtype the model is loaded in (None: absent, or "auto", the checkpoint's own: the estimate's --dtype)."""
+    if value is None or value == "auto":
+        return None
+    key = str(value).removeprefix("torch.")
+    if key not in TORCH_DTYPES:
+        raise InputError(f"{where}: {_short(value)} is not a dtype from_pretrained loads in; write bfloat16, float16, "
+                         "float32 or auto")
+    return TORCH_DTYPES[key]
+
+
+def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    """LoRA settings carried by an argument file (fms-hf-tuning: peft_method, r, target_modules; TRL's ModelConfig:
+    use_peft, lora_r, lora_target_modules, load_in_4bit/8bit), handed by those scripts to peft's LoraConfig."""
+    method, use_peft = d.get("peft_method"), d.get("use_peft")
+    r.use(name, *(k for k in ("peft_method", "use_peft") if k in d))
+    if method is not None and str(method).lower() not in ("lora", "none", ""):
+        r.refuse(f"{name}: peft_method", f"{method!r}", "give lora, or estimate --method full")
+    if not (str(method).lower() == "lora" or use_peft is True):
+        return
+    key = "peft_method" if str(method).lower() == "lora" else "use_peft"
+    if d.get("use_dora"):
+        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
+                 "estimate as LoRA by removing use_dora from a copy, knowing it is low")
+    for saved in ("modules_to_save", "lora_modules_to_save"):
+        if d.get(saved):
+            r.refuse(f"{name}: {saved}", f"fully trained modules {d[saved]}",
+                     "estimate them with --method full, or the adapters without them")
+    four, eight = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
+    r.set("method", "qlora" if four else "lora", f"{name}: {key}" + (" + load_in_4bit" if four else ""))
+    r.use(name, *(k for k in ("load_in_4bit", "load_in_8bit", "use_dora", "modules_to_save", "lora_modules_to_save")
+                  if k in d))
+    if eight and not four:
+        r.set("dtype", "int8", f"{name}: load_in_8bit")
+    for rank in ("r", "lora_r"):
+        if d.get(rank) is not None:
+            r.set("lora_rank", _int(d[rank], f"{name}: {rank}"), f"{name}: {rank}")
+    targets = next((t for t in ("target_modules", "lora_target_modules") if d.get(t) is not None), None)
+    if targets:
+        r.set("lora_targets", _modules(d[targets], f"{name}: {targets}"), f"{name}: {targets}")
+    else:
+        _default_targets(r, f"{name}: {key}")
+
+
+def _default_targets(r: _Reader, where: str) -> None:
+    """No target_modules: peft's LoraConfig takes its default for the model type (recipe_keys.LORA_DEFAULT_TARGETS),
+    and raises for a model type it has none for."""
+    if r.model_type is None:
+        return
+    targets = default_lora_targets(r.model_type)
+    if targets is None:
+        raise InputError(f"{where}: no target_modules, and peft has no default for model type {r.model_type!r} "
+                         "(its LoraConfig raises); give target_modules")
+    r.set("lora_targets", targets, f"{where} (no target_modules: peft's default for {r.model_type}, "
+                                   f"{PEFT_DEFAULTS_SOURCE})")
 
 
 def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
@@ -231,6 +341,7 @@ def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     value = d.get("deepspeed")
     if value is None or value == "":
         return
+    r.use(_label(path), "deepspeed")
     if isinstance(value, dict):
         _deepspeed(r, f"{_label(path)}: deepspeed", value)
     elif isinstance(value, str):
@@ -252,13 +363,17 @@ def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.refuse(f"{name}: modules_to_save", f"fully trained modules {d['modules_to_save']}",
                  "estimate them with --method full, or the adapters without them")
     r.set("method", "lora", f"{name}: peft_type")
+    r.use(name, *(k for k in ("use_dora", "modules_to_save") if k in d))
     if d.get("r") is not None:
         r.set("lora_rank", _int(d["r"], f"{name}: r"), f"{name}: r")
     if d.get("target_modules") is not None:
         r.set("lora_targets", _modules(d["target_modules"], f"{name}: target_modules"), f"{name}: target_modules")
+    else:
+        _default_targets(r, f"{name}: target_modules")
     base = d.get("base_model_name_or_path")
     if isinstance(base, str) and base.strip():
         r.model = base.strip()
+    r.account(name, "peft", d)
 
 
 # zero_optimization keys (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig, fields and aliases) -> the workload
@@ -359,14 +474,19 @@ def _offload(r: _Reader, section: Any, where: str) -> None:
         r.refuse(where, f"offload to {device}", "estimate without offload (an upper bound on the card) or drop it")
 
 
-def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
+def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) -> None:
+    """A DeepSpeed config; `whole`: a file (or mapping) of the user's, each of its keys accounted for (not the stage
+    accelerate's own deepspeed_config names)."""
+    given = d
     if d.get("zero_optimization") is False:  # DeepSpeed's deprecated boolean form: false is stage 0
         d = {k: v for k, v in d.items() if k != "zero_optimization"}
+        r.use(name, "zero_optimization")
     zero = _section(d, "zero_optimization", name, 'DeepSpeed reads an object such as {"stage": 2}')
     for key in ("offload_optimizer", "offload_param"):
         _offload(r, zero.get(key), f"{name}: zero_optimization.{key}")
     stage = _stage(zero.get("stage", 0), f"{name}: zero_optimization.stage")
     r.set("shard", "none" if stage == 0 else f"zero{stage}", f"{name}: zero_optimization.stage")
+    r.use(name, *(f"zero_optimization.{k}" for k in ("offload_optimizer", "offload_param") if k in zero))
     for key, value in zero.items():
         where = f"{name}: zero_optimization.{key}"
         if key in ("stage", "offload_optimizer", "offload_param") or key in ZERO_NO_MEMORY:
@@ -376,9 +496,10 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
             if value not in (default, None, False):
                 r.refuse(where, what, "estimate without it (remove it from a copy of the file)")
             continue
-        if key not in ZERO_OPTIONS:
-            raise InputError(f"{where}: not a DeepSpeed zero_optimization key campaign knows; fix the name, or remove "
-                             "it from a copy of the file")
+        if key not in ZERO_OPTIONS:  # DeepSpeed refuses it too: DeepSpeedZeroConfig is a DeepSpeedConfigModel,
+            # extra = "forbid" (deepspeed/runtime/config_utils.py); an unknown top-level key it ignores is named instead
+            raise InputError(f"{where}: not a DeepSpeed zero_optimization key (DeepSpeed itself refuses it: its ZeRO "
+                             "config forbids other keys); fix the name, or remove it from a copy of the file")
         option = ZERO_OPTIONS[key]
         if option in ("zero_overlap_comm", "zero_contiguous_gradients"):
             if not isinstance(value, bool):
@@ -396,9 +517,8 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
             if _deepspeed_on(key, value):
                 r.refuse(f"{name}: {key}", DEEPSPEED_REFUSED[key], "estimate without it (remove it from a copy of the "
                          "file)")
-        elif key not in DEEPSPEED_READ and key not in DEEPSPEED_NO_MEMORY:
-            raise InputError(f"{name}: {key}: not a DeepSpeed config key campaign knows; fix the name, or remove it "
-                             "from a copy of the file")
+        elif key in DEEPSPEED_READ and key != "zero_optimization":  # its keys are accounted one by one
+            r.use(name, key)
     if d.get("communication_data_type") not in (None, "bf16", "fp16", "bfp16"):
         r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
                  "estimate without it (the ZeRO-3 reduce bucket then holds fp32: twice the bytes)")
@@ -441,6 +561,13 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any]) -> None:
         if checkpointing.get(key):
             r.refuse(f"{name}: activation_checkpointing.{key}", "DeepSpeed's own activation checkpointing",
                      "estimate with --grad-checkpointing (the model's own) instead")
+    if whole:
+        r.account(name, "DeepSpeed", given, DEEPSPEED_KNOWN)
+
+
+# DeepSpeed keys that change no memory on the card, or keys the refusals above left at their default (off)
+DEEPSPEED_KNOWN = (tuple(DEEPSPEED_NO_MEMORY) + tuple(DEEPSPEED_REFUSED) + tuple(
+    f"zero_optimization.{k}" for k in (*ZERO_NO_MEMORY, *ZERO_REFUSED)))
 
 
 def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str, Any]:
@@ -482,6 +609,7 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                 raise InputError(f"{name}: deepspeed_config.deepspeed_config_file is {_short(file)}; give the path of "
                                  "a ds_config.json")
             _deepspeed(r, _label(path.parent / file), load_config_file(path.parent / file))
+            r.use(name, "deepspeed_config.deepspeed_config_file")
         else:
             where = f"{name}: deepspeed_config"
             stage = _stage(ds.get("zero_stage", 0), f"{where}.zero_stage")
@@ -489,7 +617,18 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                 if ds.get(key) not in (None, "none"):
                     r.refuse(f"{where}.{key}", f"offload to {ds[key]}",
                              "estimate without offload (an upper bound on the card) or drop it")
-            _deepspeed(r, where, {"zero_optimization": {"stage": stage}})
+            _deepspeed(r, where, {"zero_optimization": {"stage": stage}}, whole=False)
+            r.use(name, "deepspeed_config.zero_stage", *(f"deepspeed_config.{k}" for k in (
+                "offload_optimizer_device", "offload_param_device") if k in ds))
+        steps = ds.get("gradient_accumulation_steps")
+        if steps not in (None, "auto"):
+            where = f"{name}: deepspeed_config.gradient_accumulation_steps"
+            r.set("grad_accumulation", _int(steps, where), where)
+    r.use(name, *(k for k in ("distributed_type", "num_processes", "mixed_precision") if k in d))
+    if kind == "FSDP":
+        r.use(name, *(f"fsdp_config.{k}" for k in ("fsdp_offload_params", "fsdp_sharding_strategy",
+                                                    "fsdp_activation_checkpointing") if k in fsdp))
+    r.account(name, "accelerate", d)
 
 
 def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
@@ -528,7 +667,13 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("optimizer") is not None:
         _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
     _accumulation(r, d, name)
+    if d.get("liger_fused_linear_cross_entropy") is not None:
+        r.set("loss", "fused" if d["liger_fused_linear_cross_entropy"] is True else "full",
+              f"{name}: liger_fused_linear_cross_entropy")
     _deepspeed_key(r, path, d)
+    r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
+                              "bf16", "fp16", "gradient_checkpointing") if k in d))
+    r.account(name, "axolotl", d)
 
 
 def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
@@ -538,7 +683,16 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     r.set("method", method, f"{name}: model._component_")
     r.set("logits_held", False, f"{name} ({TORCHTUNE_FREES_LOGITS})")
     model = d["model"]
+    # torchtune runs on several cards only through its *_distributed recipes, which all shard with FSDP
+    # (recipes/*_distributed.py: training.shard_model, fully_shard on each layer and the root)
+    if r.gpus is not None and r.gpus > 1:
+        r.set("shard", "fsdp", f"{name} (over {r.gpus} cards: a torchtune distributed recipe, FSDP)")
     if method != "full":
+        # the model is built under training.set_default_dtype(dtype): the LoRA weights in it too (no peft autocast);
+        # the QLoRA base is torchao's NF4Tensor, without peft's prepare_model_for_kbit_training
+        r.set("peft_autocast", False, f"{name} (torchtune builds the adapters in the recipe's dtype)")
+        if method == "qlora":
+            r.set("kbit_upcast", False, f"{name} (torchtune's QLoRA: no k-bit preparation, norms in the dtype)")
         if model.get("lora_rank") is not None:
             r.set("lora_rank", _int(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
         attn = _attn_modules(model.get("lora_attn_modules"), f"{name}: model.lora_attn_modules")
@@ -556,15 +710,37 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if d.get("enable_activation_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["enable_activation_checkpointing"]),
               f"{name}: enable_activation_checkpointing")
-    if d.get("enable_activation_offloading"):
-        r.refuse(f"{name}: enable_activation_offloading", "activations offloaded to the CPU",
-                 "estimate without it (an upper bound) or drop it")
     if d.get("dtype") in ("bf16", "fp32", "fp16"):
-        r.set("dtype", d["dtype"], f"{name}: dtype (torchtune trains in it: no fp32 master copy)")
+        if method == "qlora":  # the compute dtype: the base is NF4 (torchtune's qlora_* builders, quantize_base)
+            r.use(name, "dtype")
+            r.notes.append(f"{name}: dtype {d['dtype']}: QLoRA's compute dtype; the base is stored in NF4")
+        else:
+            r.set("dtype", d["dtype"], f"{name}: dtype (torchtune trains in it: no fp32 master copy)")
     optimizer = _section(d, "optimizer", name, "torchtune reads a component (_component_: torch.optim.AdamW, ...)")
     if optimizer.get("_component_"):
-        _optim(r, optimizer["_component_"], f"{name}: optimizer._component_", TORCHTUNE_OPTIM)
+        table = TORCHTUNE_OPTIM
+        if optimizer.get("fused") is True and optimizer["_component_"] in ("torch.optim.AdamW", "torch.optim.Adam"):
+            table = {optimizer["_component_"]: ("adamw", "fused")}
+            r.use(name, "optimizer.fused")
+        elif optimizer.get("foreach") is False and optimizer["_component_"] in ("torch.optim.AdamW",
+                                                                               "torch.optim.Adam"):
+            table = {optimizer["_component_"]: ("adamw", "loop")}
+            r.use(name, "optimizer.foreach")
+        _optim(r, optimizer["_component_"], f"{name}: optimizer._component_", table)
+        r.use(name, *(f"optimizer.{k}" for k in ("fused", "foreach") if k in optimizer))
     _accumulation(r, d, name)
+    loss = d.get("loss")
+    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    if component in TORCHTUNE_LOSSES:
+        r.set("loss", TORCHTUNE_LOSSES[component], f"{name}: loss")
+    if d.get("optimizer_in_bwd") is not None:
+        r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
+    if d.get("enable_activation_offloading") is not None:
+        r.set("activation_offloading", d["enable_activation_offloading"] is True,
+              f"{name}: enable_activation_offloading")
+    r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
+          "model.lora_attn_modules", "tokenizer.max_seq_len")
+    r.account(name, "torchtune", d)
 
 
 def _attn_modules(value: Any, where: str) -> list[str]:

@@ -17,6 +17,7 @@ SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
+LOSSES = ("full", "chunked", "fused")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,20 @@ class Workload:
         "help": "Recompute activations in backward (one tensor kept per layer)."})
     attention: str = field(default="sdpa", metadata={
         "flag": "--attention", "group": "step", "help": "sdpa (flash-style) | eager (materialized scores)."})
+    loss: str = field(default="full", metadata={
+        "flag": "--loss", "group": "loop",
+        "help": "The cross-entropy over the vocabulary: full (the whole logits, their fp32 upcast and gradients at "
+                "once; default) | chunked (torchtune's CEWithChunkedOutputLoss: upcast and gradients one of 8 chunks "
+                "at a time) | fused (Liger's fused linear cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
+                "tensor kept)."})
+    optimizer_in_backward: bool = field(default=False, metadata={
+        "flag": "--optimizer-in-backward", "group": "loop",
+        "help": "Each parameter stepped as its gradient is made (torchtune's optimizer_in_bwd): the gradients are "
+                "never all alive."})
+    activation_offloading: bool = field(default=False, metadata={
+        "flag": "--activation-offloading", "group": "loop",
+        "help": "With --grad-checkpointing: each layer's checkpointed input moved to the CPU (torchtune's "
+                "enable_activation_offloading); host RAM holds them."})
     lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
@@ -343,6 +358,18 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.hf_loss not in HF_LOSSES:
         raise InputError(f"hf-loss {w.hf_loss!r} is unknown; choose current (transformers 4.49 on), shift-copy "
                          "(4.46-4.48) or float-logits (4.45 and before)")
+    if w.loss not in LOSSES:
+        raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss) or "
+                         "fused (Liger's fused linear cross-entropy)")
+    if w.activation_offloading and not w.grad_checkpointing and w.mode == "train":
+        raise InputError("--activation-offloading moves each checkpointed layer's input to the CPU: add "
+                         "--grad-checkpointing (torchtune offloads with activation checkpointing on)")
+    if w.optimizer_in_backward and w.grad_accumulation > 1:
+        raise InputError("--optimizer-in-backward steps each parameter as its gradient is made, so gradients cannot "
+                         "be summed over micro-batches (torchtune refuses it too): drop --grad-accumulation or it")
+    if w.optimizer_in_backward and w.shard != "none" and w.gpus > 1:
+        raise InputError("--optimizer-in-backward is modelled on unsharded runs; estimate it without --shard, or "
+                         "without the option (an upper bound)")
     if w.kv_cache == "dynamic" and (w.mode != "infer"):
         raise InputError("--kv-cache dynamic is for inference (HF generate); drop it, or add --infer")
     if w.kv_cache == "dynamic" and w.new_tokens is None:

@@ -39,6 +39,33 @@ def plan(p: MemoryPlan, *, sources: bool = False) -> None:
     memory(p.estimate, p.fits, p.card, sources=sources)
     if p.frontier is not None:
         edge(p)
+    if p.recipe:
+        recipe(p)
+
+
+def recipe(p: MemoryPlan) -> None:
+    """--config: every key of the user's files, by use (modelled, no memory, off, not modelled), per file; the
+    keys not modelled one per line with what they do, and the verdict that follows."""
+    from . import escape
+
+    console.print("[bold]Read from your recipe[/bold]")
+    files = list(dict.fromkeys(k.file for k in p.recipe))
+    for file in files:
+        keys = [k for k in p.recipe if k.file == file]
+        parts = []
+        for use in ("modelled", "no memory", "off"):
+            names = [k.key for k in keys if k.use == use]
+            if names:
+                parts.append(f"{use}: {', '.join(names)}")
+        console.print(f"  {escape(file)} — " + escape("; ".join(parts) or "no key counted"))
+        for k in keys:
+            if k.unmodelled:
+                console.print(f"  [yellow]{k.use}[/yellow]: {escape(k.key)} = {escape(k.value)}"
+                              + (f" ({escape(k.why)})" if k.why else ""))
+    missing = sum(k.unmodelled for k in p.recipe)
+    if missing:
+        console.print(f"[yellow]not verified[/yellow]: {missing} key{'s' if missing > 1 else ''} not modelled, so the "
+                      "estimate is a bound (an upper bound where a key only lowers memory)")
 
 
 def edge(p: MemoryPlan) -> None:

@@ -1,0 +1,59 @@
+"""The cross-entropy over the vocabulary when it is not computed over the whole logits at once (Workload.loss):
+what the forward allocates at the loss, what backward starts with, and the logits' gradients.
+
+- chunked: torchtune's CEWithChunkedOutputLoss (torchtune/modules/loss/ce_chunked_output_loss.py,
+  num_output_chunks=8). The model returns its logits as 8 chunks in the compute dtype (TransformerDecoder with
+  num_output_chunks, all of them made); the loss upcasts one chunk at a time (`logits.float()`) and runs
+  cross_entropy on it, whose log_softmax saves its fp32 output: those are saved for every chunk. Backward runs
+  chunk by chunk: one chunk's fp32 gradients (into and out of log_softmax) at a time.
+- fused: Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py, which TRL's and the HF
+  Trainer's use_liger_kernel patch in): the LM head's matmul and the loss run chunk by chunk in forward, each
+  chunk's logits (compute dtype, chunk_size = next power of 2 of ceil(b x s / ceil(V / h))) overwritten by their
+  gradient, and the gradient of the hidden states (b x s x h) kept for backward. No vocabulary-sized tensor stays.
+"""
+from __future__ import annotations
+
+from math import ceil
+
+from ..models.spec import ModelSpec
+from .constants import FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES, LOGITS_GRAD_BYTES
+from .terms import Term
+from .workload import Workload
+
+TORCHTUNE_LOSS_CHUNKS = 8  # CEWithChunkedOutputLoss(num_output_chunks=8), torchtune's default and recipes' value
+
+
+def liger_chunk_tokens(spec: ModelSpec, tokens: int) -> int:
+    """Liger's chunk: next_power_of_2(cdiv(BT, cdiv(V, H))) tokens (fused_linear_cross_entropy_forward)."""
+    per = ceil(tokens / ceil(spec.vocab_size / spec.hidden_size))
+    return min(tokens, 1 << max(0, (per - 1).bit_length()))
+
+
+def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
+    """Alive at the loss in forward (`c`: the logits' bytes per element)."""
+    V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
+    if w.loss == "chunked":
+        per = c + LOG_SOFTMAX_OUTPUT_BYTES + FP32_BYTES / n
+        return Term(int(tokens * V * per), f"b x s x V x ({c:g} logits, every chunk + 4 fp32 log_softmax output, "
+                                           f"every chunk + 4 / {n} one chunk's fp32 upcast) = {tokens} x {V} x {per:g}")
+    chunk = liger_chunk_tokens(spec, tokens)
+    h = spec.hidden_size
+    return Term(int(chunk * V * c + tokens * h * c),
+                f"one chunk's logits, {chunk} tokens x V x {c:g} B + the hidden states' gradient b x s x h x {c:g} B "
+                f"= {chunk} x {V} x {c:g} + {tokens} x {h} x {c:g}")
+
+
+def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[Term, Term]:
+    """(saved for backward, gradients) at the start of backward; `held`: bytes per element of the logits the loop
+    keeps (the model output), 0 when it frees them."""
+    V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
+    if w.loss == "chunked":
+        per = held + LOG_SOFTMAX_OUTPUT_BYTES
+        saved = Term(int(tokens * V * per), f"b x s x V x ({held:g} logits held + 4 fp32 log_softmax output of every "
+                                            f"chunk) = {tokens} x {V} x {per:g}")
+        grads = Term(int(tokens * V * LOGITS_GRAD_BYTES / n),
+                     f"one chunk's grads into and out of log_softmax: b x s x V x {LOGITS_GRAD_BYTES} B / {n} chunks")
+        return saved, grads
+    h = spec.hidden_size
+    return (Term(int(tokens * h * c), f"the hidden states' gradient made in forward: b x s x h x {c:g} B"),
+            Term(0, "made in forward"))

@@ -1,0 +1,236 @@
+"""Every key of the user's recipe accounted for: each key of each file read by `--config` is modelled (it changed
+the workload: training_config.py marks it), changes no memory (this module's per-tool tables: logging, output
+folders, seeds, learning rates...), is not modelled (it may move the peak: the estimate is then a bound and the
+verdict "not verified"), or unknown to campaign (named, never refused, in a file that is otherwise that tool's).
+
+Also peft's per-model-type default LoRA targets, for an adapter_config.json without target_modules.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..results import Record
+
+USES = ("modelled", "no memory", "off", "not modelled", "unknown")
+
+
+@dataclass(frozen=True)
+class ConfigKey(Record):
+    """One key of a recipe file: `file` and `key` (dotted inside sections), its value as written (shortened), its
+    `use`: modelled | no memory | off (a not-modelled feature switched off) | not modelled | unknown, and `why`."""
+
+    file: str
+    key: str
+    value: str
+    use: str
+    why: str = ""
+
+    @property
+    def unmodelled(self) -> bool:
+        """The estimate does not count what this key does: a bound, not a verified figure."""
+        return self.use in ("not modelled", "unknown")
+
+
+# Keys that change no GPU memory of the training step, per tool. A name ending in "*" is a prefix.
+_COMMON = ("output_dir", "seed", "run_name", "project", "learning_rate", "lr", "weight_decay", "warmup_steps",
+           "warmup_ratio", "num_train_epochs", "epochs", "max_steps", "logging_*", "log_*", "save_*", "eval_*",
+           "report_to", "wandb_*", "hub_*", "push_to_hub", "resume_from_checkpoint", "dataset_*", "data_*")
+NO_MEMORY: dict[str, tuple[str, ...]] = {
+    # transformers TrainingArguments, TRL's configs (SFTConfig, DPOConfig, ModelConfig), fms-hf-tuning's arguments
+    "TrainingArguments": _COMMON + (
+        "overwrite_output_dir", "do_train", "do_eval", "do_predict", "evaluation_strategy",
+        "per_device_eval_batch_size", "per_gpu_eval_batch_size", "adam_beta1", "adam_beta2", "adam_epsilon",
+        "max_grad_norm", "lr_scheduler_type",
+        "lr_scheduler_kwargs", "log_level", "log_level_replica", "log_on_each_node", "disable_tqdm", "seed",
+        "data_seed", "full_determinism", "local_rank", "ddp_backend", "ddp_timeout", "ddp_find_unused_parameters",
+        "ddp_broadcast_buffers", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_persistent_workers",
+        "dataloader_prefetch_factor", "dataloader_drop_last", "remove_unused_columns", "label_names",
+        "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "ignore_data_skip", "tf32",
+        "label_smoothing_factor", "group_by_length", "length_column_name", "include_tokens_per_second",
+        "include_num_input_tokens_seen", "prediction_loss_only", "batch_eval_metrics", "use_cpu", "jit_mode_eval",
+        "bf16_full_eval", "fp16_full_eval", "half_precision_backend", "fp16_opt_level", "fp16_backend",
+        "skip_memory_metrics", "torchdynamo", "restore_callback_states_from_checkpoint",
+        "average_tokens_across_devices",
+        "accelerator_config", "optim_args", "model_init_kwargs", "packing", "padding_free", "completion_only_loss",
+        "assistant_only_loss", "model_name_or_path", "tokenizer_name_or_path", "trust_remote_code", "revision",
+        "training_data_path", "validation_data_path", "response_template", "chat_template", "lora_alpha",
+        "lora_dropout", "lora_task_type", "task_type", "use_rslora", "use_flash_attn", "attn_implementation",
+        "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "beta", "loss_type", "num_generations",
+        "max_prompt_length", "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
+        "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
+        "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens"),
+    "axolotl": _COMMON + (
+        "base_model", "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code",
+        "strict", "datasets", "test_datasets", "val_set_size", "chat_template", "special_tokens", "tokens",
+        "lora_alpha", "lora_dropout", "lora_fan_in_fan_out", "peft_use_rslora", "lr_scheduler", "num_epochs",
+        "evals_per_epoch", "saves_per_epoch", "train_on_inputs", "group_by_length", "early_stopping_patience",
+        "local_rank", "debug", "pad_to_sequence_len", "sample_packing", "eval_sample_packing", "flash_attention",
+        "sdp_attention", "xformers_attention", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
+        "cosine_min_lr_ratio", "hub_model_id", "tf32", "shuffle_merged_datasets", "default_system_message",
+        "special_tokens", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
+        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout"),
+    "torchtune": _COMMON + (
+        "checkpointer", "shuffle", "max_steps_per_epoch", "log_every_n_steps", "log_peak_memory_stats",
+        "metric_logger", "lr_scheduler", "device", "profiler", "save_adapter_weights_only", "clip_grad_norm",
+        "tokenizer._component_", "tokenizer.path", "tokenizer.prompt_template", "tokenizer.merges_file",
+        "model.lora_alpha", "model.lora_dropout", "optimizer.lr", "optimizer.weight_decay", "optimizer.betas",
+        "optimizer.eps", "optimizer.amsgrad", "batch_size_val", "run_val_every_n_steps", "dataset_val",
+        "cudnn_deterministic_mode", "output_dir",
+        "dataset"),  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
+    # peft's LoraConfig as adapter_config.json writes it
+    "peft": ("base_model_name_or_path", "revision", "task_type", "inference_mode", "lora_alpha", "lora_dropout",
+             "fan_in_fan_out", "init_lora_weights", "alpha_pattern", "use_rslora", "auto_mapping", "peft_type",
+             "megatron_config", "megatron_core", "loftq_config", "eva_config", "corda_config", "runtime_config",
+             "layers_pattern", "peft_version"),
+    "accelerate": ("compute_environment", "debug", "downcast_bf16", "enable_cpu_affinity", "machine_rank",
+                   "main_training_function", "main_process_ip", "main_process_port", "num_machines",
+                   "rdzv_backend", "same_network", "tpu_*", "use_cpu", "gpu_ids", "ipex_config", "mpirun_config",
+                   "fsdp_config.fsdp_auto_wrap_policy", "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+                   "fsdp_config.fsdp_state_dict_type", "fsdp_config.fsdp_sync_module_states",
+                   "fsdp_config.fsdp_use_orig_params", "fsdp_config.fsdp_cpu_ram_efficient_loading",
+                   "fsdp_config.fsdp_min_num_params", "deepspeed_config.gradient_clipping",
+                   "deepspeed_config.zero3_save_16bit_model", "deepspeed_config.deepspeed_multinode_launcher"),
+}
+# Keys that may change memory in a way the estimate does not model: named with what they do; the estimate is a
+# bound (an upper bound where the key can only lower the peak). Off values (false, none, 1...) change nothing.
+NOT_MODELLED: dict[str, dict[str, str]] = {
+    "TrainingArguments": {
+        "torch_compile": "torch.compile (fused kernels, fewer saved tensors): the eager estimate is an upper bound",
+        "use_liger_kernel": "Liger's fused kernels (fused linear cross-entropy: no full logits)",
+        "gradient_checkpointing_kwargs": "how checkpointing runs (use_reentrant...)",
+        "fsdp_config": "FSDP settings (prefetch, offload, wrap policy)", "torch_empty_cache_steps": "emptied cache",
+        "eval_accumulation_steps": "evaluation outputs kept on the GPU", "auto_find_batch_size": "a batch search",
+        "optim_target_modules": "optimizer target modules (GaLore...)",
+        "layers_to_transform": "LoRA on some layers only: an upper bound",
+        "fsdp_min_num_params": "FSDP wrap size", "torch_compile_mode": "torch.compile",
+        "torch_compile_backend": "torch.compile", "ref_model_init_kwargs": "a reference model (DPO)",
+        "precompute_ref_log_probs": "a reference model (DPO)", "sync_ref_model": "a reference model",
+        "use_vllm": "a vLLM engine beside the trained model", "vllm_gpu_memory_utilization": "a vLLM engine",
+        "activation_offloading": "activations offloaded to the CPU: an upper bound",
+        # fms-hf-tuning's fms-acceleration plugins
+        "auto_gptq": "a GPTQ 4-bit base (fms-acceleration): the 16-bit estimate is an upper bound",
+        "bnb_qlora": "a bitsandbytes 4-bit base (fms-acceleration): the 16-bit estimate is an upper bound",
+        "fast_kernels": "fused cross-entropy, RoPE and RMSNorm kernels (fms-acceleration)",
+        "fused_lora": "fused LoRA kernels (fms-acceleration)", "padding_free": "padding-free batches",
+        "multipack": "multipack sampling",
+    },
+    "axolotl": {
+        "torch_compile": "torch.compile: the eager estimate is an upper bound",
+        "liger_*": "Liger's fused kernels (fused linear cross-entropy, RMSNorm, SwiGLU, RoPE)",
+        "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
+        "cut_cross_entropy": "Cut Cross-Entropy: no full logits",
+        "fsdp": "FSDP sharding", "fsdp_config": "FSDP settings", "gradient_checkpointing_kwargs": "checkpointing",
+        "lora_modules_to_save": "fully trained modules", "peft_layers_to_transform": "LoRA on some layers only",
+        "activation_offloading": "activations offloaded to the CPU: an upper bound", "plugins": "axolotl plugins",
+        "relora_steps": "ReLoRA", "lora_on_cpu": "LoRA on the CPU", "gpu_memory_limit": "a memory limit",
+        "low_cpu_mem_usage": "loading", "sequence_parallel_degree": "sequence parallelism",
+    },
+    "torchtune": {
+        "compile": "torch.compile of the model and loss: the eager estimate is an upper bound",
+        "fsdp_cpu_offload": "parameters, gradients and states offloaded to the CPU (FSDP CPUOffload): an upper bound",
+        "custom_sharded_layers": "layers sharded separately (tok_embeddings, output)",
+        "fsdp_reshard_after_forward": "FSDP resharding", "tensor_parallel_dim": "tensor parallelism",
+        "tensor_parallel_plan": "tensor parallelism", "data_parallel_shard_dim": "hybrid sharding",
+        "data_parallel_replicate_dim": "hybrid sharding", "context_parallel_dim": "context parallelism",
+        "model.quantize_base": "the base quantized (QLoRA)", "model.use_dora": "DoRA",
+        "optimizer_in_bwd": "the optimizer step in backward (gradients freed layer by layer)",
+        "enable_activation_offloading": "activations offloaded to the CPU: an upper bound",
+        "loss": "the loss (chunked or fused cross-entropy)",
+    },
+    "peft": {
+        "layers_to_transform": "LoRA on some layers only: an upper bound", "rank_pattern": "other ranks per module",
+        "layer_replication": "replicated layers", "exclude_modules": "modules excluded: an upper bound",
+        "target_parameters": "LoRA on parameters (MoE experts)", "trainable_token_indices": "trained token rows",
+        "bias": "trained biases", "lora_bias": "a bias on lora_B", "use_qalora": "QA-LoRA",
+    },
+    "accelerate": {
+        "dynamo_config": "torch.compile: the eager estimate is an upper bound",
+        "fsdp_config.fsdp_backward_prefetch": "FSDP backward prefetch (one more layer gathered)",
+        "fsdp_config.fsdp_forward_prefetch": "FSDP forward prefetch", "fsdp_config.fsdp_version": "FSDP1 or FSDP2",
+        "fsdp_config.fsdp_reshard_after_forward": "FSDP resharding",
+        "fsdp_config.fsdp_offload_params": "parameters offloaded to the CPU: an upper bound",
+        "megatron_lm_config": "Megatron-LM parallelism", "parallelism_config": "parallelism",
+        "deepspeed_config.offload_optimizer_device": "optimizer states offloaded: an upper bound",
+        "deepspeed_config.offload_param_device": "parameters offloaded: an upper bound",
+        "deepspeed_config.zero3_init_flag": "zero.Init",
+    },
+    "DeepSpeed": {},
+}
+# The sections whose keys are accounted one by one (others stand as one key: a torchtune component, a dataset list)
+SECTIONS = {"torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
+            "DeepSpeed": ("zero_optimization",), "TrainingArguments": (), "axolotl": (), "peft": ()}
+OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
+
+
+def _match(key: str, names: Iterable[str]) -> str | None:
+    for name in names:
+        if name.endswith("*") and key.startswith(name[:-1]) or key == name:
+            return name
+    return None
+
+
+def account(file: str, tool: str, doc: dict[str, Any], used: set[str], known: Iterable[str] = ()) -> list[ConfigKey]:
+    """Each key of `doc` (a `tool` file named `file`) with its use: modelled when `used` holds it (or a section
+    above it, or a key inside it), else by the tool's tables; `known`: more keys of the tool that change no memory
+    (DeepSpeed's own tables in training_config.py)."""
+    out = []
+    no_memory = NO_MEMORY.get(tool, ()) + tuple(known)
+    not_modelled = NOT_MODELLED.get(tool, {})
+    for key, value in _flatten(doc, SECTIONS.get(tool, ())):
+        parts = key.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        shown = _short(value)
+        if prefixes & used or any(u.startswith(key + ".") for u in used):
+            out.append(ConfigKey(file, key, shown, "modelled"))
+        elif (name := _match(key, not_modelled)) is not None:
+            on = value not in OFF and not (isinstance(value, dict) and value.get("enabled") is False)
+            out.append(ConfigKey(file, key, shown, "not modelled" if on else "off", not_modelled[name]))
+        elif _match(key, no_memory) or _match(parts[-1], no_memory) or _match(parts[0], no_memory):
+            out.append(ConfigKey(file, key, shown, "no memory"))
+        else:
+            out.append(ConfigKey(file, key, shown, "unknown", f"not a {tool} key campaign knows: its effect on "
+                                                            "memory is not modelled"))
+    return out
+
+
+def _flatten(doc: dict[str, Any], sections: tuple[str, ...]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in doc.items():
+        if key in sections and isinstance(value, dict) and value:
+            out += [(f"{key}.{k}", v) for k, v in value.items()]
+        else:
+            out.append((str(key), value))
+    return out
+
+
+def _short(value: Any) -> str:
+    text = str(value) if isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# peft's default LoRA targets per model type, used when a LoraConfig has no target_modules
+# (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, peft 0.21.2; the decoder and encoder
+# model types campaign estimates). peft raises for a model type not in it.
+LORA_DEFAULT_TARGETS = {
+    "llama": ("q_proj", "v_proj"), "llama4": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"), "qwen2": ("q_proj", "v_proj"), "qwen3": ("q_proj", "v_proj"),
+    "gemma": ("q_proj", "v_proj"), "gemma2": ("q_proj", "v_proj"), "gemma3_text": ("q_proj", "v_proj"),
+    "phi": ("q_proj", "v_proj", "fc1", "fc2"), "stablelm": ("q_proj", "v_proj"), "opt": ("q_proj", "v_proj"),
+    "gptj": ("q_proj", "v_proj"), "gpt_neo": ("q_proj", "v_proj"), "gpt2": ("c_attn",),
+    "gpt_neox": ("query_key_value",), "bloom": ("query_key_value",), "falcon": ("query_key_value",),
+    "gpt_bigcode": ("c_attn",), "mpt": ("Wqkv",), "codegen": ("qkv_proj",), "t5": ("q", "v"), "mt5": ("q", "v"),
+    "bart": ("q_proj", "v_proj"), "bert": ("query", "value"), "roberta": ("query", "value"),
+    "xlm-roberta": ("query", "value"), "electra": ("query", "value"), "deberta-v2": ("query_proj", "value_proj"),
+    "deberta": ("in_proj",), "nemotron_h": ("q_proj", "k_proj", "v_proj", "o_proj"),
+}
+PEFT_DEFAULTS_SOURCE = "peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING"
+
+
+def default_lora_targets(model_type: str | None) -> tuple[str, ...] | None:
+    """peft's LoRA targets for a model type when the config names none (None: peft has no default for it)."""
+    return LORA_DEFAULT_TARGETS.get(model_type or "")
+
+
+__all__ = ["ConfigKey", "account", "default_lora_targets"]

@@ -1,0 +1,111 @@
+"""What a training loop does beyond the model: a chunked or fused cross-entropy, the optimizer stepped in backward,
+activations offloaded to the CPU. Each term's bytes worked out here from shapes; each key of a planted torchtune
+recipe, on and off, moves the estimate by that amount."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from campaign.errors import InputError
+from campaign.memory import estimate_memory, make_workload
+
+V = 128_256  # Llama 3's vocabulary
+TOKENS = 2 * 4096  # the issue's batch: 2 sequences of 4096 tokens
+
+
+def phase(est, name):
+    return next(p.bytes for p in est.phases if p.name == name)
+
+
+def items(est, category="logits"):
+    return {i.name: i.bytes for p in est.phases for i in p.items if i.category == category}
+
+
+def test_chunked_loss_keeps_one_chunk_of_the_logits_gradients():
+    # LoRA, no checkpointing: backward starts with every activation, the peak moment both times
+    kw = dict(method="lora", batch=2, seq_len=4096, logits_held=False)
+    full = estimate_memory("llama-3.1-8b", make_workload(**kw))
+    chunked = estimate_memory("llama-3.1-8b", make_workload(loss="chunked", **kw))
+    logits_fp32 = TOKENS * V * 4
+    assert logits_fp32 == 4_202_692_608 and logits_fp32 / 2**30 == pytest.approx(3.91, abs=0.005)  # the issue's
+    assert items(full)["logits gradients"] == 2 * logits_fp32  # 7.83 GiB: into and out of log_softmax
+    assert items(chunked)["chunked loss: logits gradients"] == 2 * logits_fp32 // 8  # one of 8 chunks
+    assert items(chunked)["chunked loss: saved for backward"] == logits_fp32  # every chunk's log_softmax output
+    assert phase(full, "backward") - phase(chunked, "backward") == 2 * logits_fp32 * 7 // 8
+    # forward at the loss: bf16 logits + fp32 upcast + fp32 log_softmax output, against bf16 logits (all chunks) +
+    # every chunk's log_softmax output + one chunk's upcast
+    assert phase(full, "forward") - phase(chunked, "forward") == TOKENS * V * (2 + 4 + 4) - TOKENS * V * (2 + 4 + 0.5)
+
+
+def test_fused_linear_cross_entropy_keeps_no_vocabulary_sized_tensor():
+    kw = dict(method="lora", batch=2, seq_len=4096, logits_held=False)
+    fused = estimate_memory("llama-3.1-8b", make_workload(loss="fused", **kw))
+    # Liger: chunk = next power of 2 of ceil(8192 / ceil(128256 / 4096) = 32) = 256 tokens; bf16 chunk logits,
+    # and the hidden states' gradient (b x s x h, bf16) made in forward
+    chunk_logits, grad_input = 256 * V * 2, TOKENS * 4096 * 2
+    got = items(fused)
+    assert got["fused loss over the vocabulary"] == chunk_logits + grad_input
+    assert got["fused loss: saved for backward"] == grad_input
+    assert not any("gradients" in name for name in got)
+
+
+def test_optimizer_in_backward_holds_one_parameters_gradient():
+    kw = dict(batch=1, seq_len=512, dtype="bf16", optimizer_impl="fused", logits_held=False)
+    plain = estimate_memory("llama-3.2-3b", make_workload(**kw))
+    inbwd = estimate_memory("llama-3.2-3b", make_workload(optimizer_in_backward=True, **kw))
+    params = 3_212_749_824  # Llama 3.2 3B (tied embeddings)
+    largest = V * 3072  # the embedding, its largest tensor
+    assert plain.trainable_params == params
+    # the step: weights + states, with all the bf16 gradients, or one tensor's
+    assert phase(plain, "optimizer step") - phase(inbwd, "optimizer step") == 2 * (params - largest)
+    assert items(inbwd, "gradients") == {"gradient of one parameter (stepped in backward)": 2 * largest}
+
+
+def test_activation_offloading_moves_every_layers_input_but_the_last_to_the_cpu():
+    kw = dict(batch=2, seq_len=4096, dtype="bf16", grad_checkpointing=True, loss="chunked", logits_held=False)
+    kept = estimate_memory("llama-3.2-3b", make_workload(**kw))
+    off = estimate_memory("llama-3.2-3b", make_workload(activation_offloading=True, **kw))
+    layer_input = TOKENS * 3072 * 2  # b x s x h x bf16: 48 MiB, the issue's figure
+    assert layer_input == 48 * 2**20
+    assert phase(kept, "forward") - phase(off, "forward") == 27 * layer_input  # 28 layers, the last one stays
+    with pytest.raises(InputError, match="add --grad-checkpointing"):
+        make_workload(activation_offloading=True)
+
+
+def test_the_issues_torchtune_full_finetune_peaks_at_the_optimizer_step_figures():
+    """weights 5.98 + gradients 5.98 + states 11.97 = 23.94 GiB: the step of a bf16 full fine-tune of Llama 3.2 3B
+    with bf16 AdamW states (torchtune trains in bf16)."""
+    est = estimate_memory("llama-3.2-3b", make_workload(batch=2, seq_len=4096, dtype="bf16", loss="chunked",
+                                                        grad_checkpointing=True, optimizer_impl="fused",
+                                                        logits_held=False))
+    params = 3_212_749_824
+    assert phase(est, "optimizer step") == pytest.approx(params * (2 + 2 + 4), rel=1e-3)
+    assert phase(est, "optimizer step") / 2**30 == pytest.approx(23.94, abs=0.01)
+
+
+def _recipe(tmp_path, name, **changes):
+    doc = {"model": {"_component_": "torchtune.models.llama3_2.llama3_2_3b"},
+           "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "max_seq_len": 4096},
+           "batch_size": 2, "dtype": "bf16", "enable_activation_checkpointing": True,
+           "optimizer": {"_component_": "torch.optim.AdamW", "fused": True, "lr": 2e-5},
+           "loss": {"_component_": "torch.nn.CrossEntropyLoss"}, "optimizer_in_bwd": False,
+           "enable_activation_offloading": False} | changes
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_each_loop_key_of_a_planted_torchtune_recipe_moves_the_estimate_by_its_term(cli, tmp_path):
+    def run(name, **changes):
+        r = cli("memory", "llama-3.2-3b", "--config", _recipe(tmp_path, name, **changes), "--json", "--no-solve")
+        assert r.code == 0, r.err
+        assert {k["use"] for k in r.json()["config_keys"]} <= {"modelled", "no memory"}
+        return {p["name"]: p["bytes"] for p in r.json()["phases"]}
+
+    base = run("base.yaml")
+    chunked = run("chunked.yaml", loss={"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"})
+    assert base["forward"] - chunked["forward"] == TOKENS * V * (4 - 0.5)  # the upcast copy, one chunk of it kept
+    offload = run("offload.yaml", enable_activation_offloading=True)
+    assert base["forward"] - offload["forward"] == 27 * TOKENS * 3072 * 2
+    inbwd = run("inbwd.yaml", optimizer_in_bwd=True)
+    assert base["optimizer step"] - inbwd["optimizer step"] == 2 * (3_212_749_824 - V * 3072)

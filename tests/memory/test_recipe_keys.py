@@ -1,0 +1,169 @@
+"""Every key of the user's recipe read, and accounted for: modelled (its option, from its file and key), changing no
+memory, or named as not modelled (the verdict then "not verified"). The recipes under tests/memory/recipes are the
+published ones (SOURCES.md there names each)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from campaign.memory.training_config import workload_from_configs
+from tests.conftest import tiny_llama
+
+RECIPES = Path(__file__).parent / "recipes"
+
+
+def write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if name.endswith((".yaml", ".yml")) else json.dumps(doc))
+    return path
+
+
+def item(result, prefix):
+    return next(i for i in result["items"] if i["name"].startswith(prefix))
+
+
+def test_fms_hf_tuning_arguments_with_peft_keys_are_a_lora_run(cli):
+    """fms-hf-tuning's published LoRA JSON: TrainingArguments keys with peft's beside them. It was estimated as a
+    full fine-tune; it is the LoRA run the same settings give as flags."""
+    recipe = str(RECIPES / "fms_hf_tuning_lora.json")
+    r = cli("memory", "gpt2", "--config", recipe, "--json", "--no-solve")
+    assert r.code == 0, r.err
+    got = r.json()
+    flags = cli("memory", "gpt2", "--method", "lora", "--lora-rank", "8", "--lora-targets", "c_attn,c_proj",
+                "--batch", "4", "--no-logits-held", "--json", "--no-solve").json()
+    assert got["required_bytes"] == flags["required_bytes"]
+    full = cli("memory", "gpt2", "--batch", "4", "--no-logits-held", "--json", "--no-solve").json()
+    assert got["required_bytes"] < full["required_bytes"]
+    # gpt2: 12 layers, c_attn 768 -> 2304, c_proj 768 -> 768 (attention) and 3072 -> 768 (MLP, same name):
+    # rank 8 x (in + out) each, fp32 adapters (peft's autocast on a bf16 base)
+    adapters = 12 * 8 * ((768 + 2304) + (768 + 768) + (3072 + 768))
+    assert item(got, "LoRA adapter weights")["bytes"] == adapters * 4
+    uses = {k["key"]: k["use"] for k in got["config_keys"]}
+    assert set(uses) == set(json.loads(Path(recipe).read_text()))  # every key of the file, none left out
+    assert {k for k, u in uses.items() if u == "modelled"} == {"per_device_train_batch_size", "peft_method", "r",
+                                                                "target_modules"}
+    assert set(uses.values()) == {"modelled", "no memory"}
+    assert got["status"] == "pass" and got["checks"][0]["id"] == "memory.recipe"
+
+
+def test_a_key_that_is_not_modelled_makes_the_estimate_not_verified_and_off_it_changes_nothing(cli, tmp_path):
+    base = {"output_dir": "o", "per_device_train_batch_size": 2, "max_seq_length": 512, "seed": 3}
+    off = cli("memory", "gpt2", "--config", write(tmp_path, "off.json", base | {"torch_compile": False}), "--json",
+              "--no-solve")
+    on = cli("memory", "gpt2", "--config", write(tmp_path, "on.json", base | {"torch_compile": True}), "--json",
+             "--no-solve")
+    assert off.code == 0 and off.json()["status"] == "pass"
+    assert on.code == 1 and on.json()["status"] == "not verified"
+    check = on.json()["checks"][0]
+    assert check["id"] == "memory.recipe" and check["status"] == "skipped" and "on.json: torch_compile" in check["seen"]
+    assert off.json()["required_bytes"] == on.json()["required_bytes"]  # named, not counted
+    named = {k["key"]: k["use"] for k in on.json()["config_keys"]}
+    assert named["torch_compile"] == "not modelled" and named["seed"] == "no memory"
+    # a key campaign does not know is named, not refused
+    odd = cli("memory", "gpt2", "--config", write(tmp_path, "odd.json", base | {"my_own_flag": 1}), "--json",
+              "--no-solve")
+    assert odd.code == 1 and {k["key"]: k["use"] for k in odd.json()["config_keys"]}["my_own_flag"] == "unknown"
+    text = cli("memory", "gpt2", "--config", str(tmp_path / "odd.json"), "--no-solve")
+    assert "Read from your recipe" in text.out and "unknown: my_own_flag = 1" in text.out
+    assert "not verified" in text.out
+
+
+def test_torchtune_distributed_lora_over_eight_cards_is_sharded_with_fsdp(cli):
+    """torchtune runs on several cards only through its *_distributed recipes (FSDP): the published 70B LoRA recipe
+    with --gpus 8 was 8 whole copies."""
+    recipe = str(RECIPES / "torchtune_llama3_1_70B_lora.yaml")
+    got = cli("memory", "llama-3.1-70b", "--config", recipe, "--gpus", "8", "--json", "--no-solve")
+    assert got.code in (0, 1), got.err
+    flags = cli("memory", "llama-3.1-70b", "--method", "lora", "--lora-rank", "16", "--lora-targets",
+                "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--batch", "2", "--grad-checkpointing",
+                "--dtype", "bf16", "--optimizer-impl", "fused", "--no-peft-autocast", "--no-logits-held",
+                "--loss", "chunked", "--gpus", "8", "--shard", "fsdp", "--json", "--no-solve").json()
+    w = got.json()["workload"]
+    assert (w["shard"], w["gpus"], w["optimizer_impl"], w["peft_autocast"]) == ("fsdp", 8, "fused", False)
+    assert got.json()["required_bytes"] == flags["required_bytes"]
+    assert got.json()["status"] == "pass"  # every key modelled or changing no memory (compile: False is off)
+    # the weights on each card: an eighth of the 16-bit base
+    params = got.json()["params"]
+    assert abs(item(got.json(), "weights")["bytes"] - params * 2 / 8) < params * 2 / 8 * 0.01
+    one = cli("memory", "llama-3.1-70b", "--config", recipe, "--json", "--no-solve").json()
+    assert one["workload"]["shard"] == "none"  # one card: the single-device recipe, no FSDP
+
+
+def test_torchtune_qlora_reads_its_dtype_as_the_compute_dtype(tmp_path):
+    """torchtune's QLoRA recipes say dtype: bf16 (compute); the base is NF4. Refused before with a message about a
+    --dtype flag the user never gave."""
+    path = write(tmp_path, "8B_qlora_single_device.yaml", {
+        "model": {"_component_": "torchtune.models.llama3_1.qlora_llama3_1_8b",
+                  "lora_attn_modules": ["q_proj", "v_proj", "output_proj"], "apply_lora_to_mlp": True,
+                  "lora_rank": 8, "lora_alpha": 16},
+        "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "max_seq_len": None},
+        "batch_size": 2, "dtype": "bf16", "enable_activation_checkpointing": True,
+        "optimizer": {"_component_": "torch.optim.AdamW", "fused": True, "lr": 3e-4}})
+    cfg = workload_from_configs([path])
+    assert cfg.options["method"] == "qlora" and "dtype" not in cfg.options
+    assert cfg.options["kbit_upcast"] is False and cfg.options["peft_autocast"] is False
+    assert {k.key: k.use for k in cfg.keys}["dtype"] == "modelled"
+
+
+def test_adapters_in_a_torchtune_recipe_are_counted_in_its_dtype_and_peft_upcasts_them(cli, tmp_path, write_config):
+    """torchtune builds the model, adapters included, under set_default_dtype(bf16); peft (autocast_adapter_dtype,
+    default since 0.12) keeps them in fp32 on a bf16 base. An adapter_config.json without target_modules takes peft's
+    default for llama: q_proj and v_proj."""
+    model = str(write_config(tiny_llama()))
+    # tiny llama: hidden 64, 4 heads of 16, 2 KV heads -> q_proj 64 -> 64, v_proj 64 -> 32; 2 layers, rank 8
+    lora_params = 2 * 8 * ((64 + 64) + (64 + 32))
+    adapter = write(tmp_path, "adapter_config.json", {"peft_type": "LORA", "r": 8, "lora_alpha": 16})
+    peft = cli("memory", model, "--config", str(adapter), "--json", "--no-solve")
+    assert peft.code == 0, peft.err
+    assert item(peft.json(), "LoRA adapter weights")["bytes"] == lora_params * 4
+    assert peft.json()["workload"]["lora_targets"] == ["q_proj", "v_proj"]
+    tune = write(tmp_path, "tune.yaml", {"model": {"_component_": "torchtune.models.llama3.lora_llama3_8b",
+                                                  "lora_attn_modules": ["q_proj", "v_proj"], "lora_rank": 8},
+                                        "dtype": "bf16"})
+    tt = cli("memory", model, "--config", str(tune), "--json", "--no-solve")
+    assert tt.code == 0, tt.err
+    assert item(tt.json(), "LoRA adapter weights")["bytes"] == lora_params * 2
+
+
+def test_peft_default_targets_match_peft_where_it_is_installed():
+    """The bundled copy against peft's own table, read from its source (importing peft imports torch: seconds)."""
+    import ast
+    import importlib.util
+
+    from campaign.memory.recipe_keys import LORA_DEFAULT_TARGETS
+
+    spec = importlib.util.find_spec("peft")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    source = Path(list(spec.submodule_search_locations)[0]) / "utils" / "constants.py"
+    tree = ast.parse(source.read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") ==
+                "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING")
+    mapping = ast.literal_eval(node.value)
+    for model_type, targets in LORA_DEFAULT_TARGETS.items():
+        assert tuple(mapping[model_type]) == targets, model_type
+
+
+def test_a_model_type_peft_has_no_default_for_is_refused_like_peft(tmp_path):
+    import pytest
+
+    from campaign.errors import InputError
+
+    adapter = write(tmp_path, "adapter_config.json", {"peft_type": "LORA", "r": 8})
+    with pytest.raises(InputError, match="no default for model type 'granite'"):
+        workload_from_configs([adapter], model_type="granite")
+
+
+def test_trl_model_config_keys_qlora(tmp_path):
+    """TRL's ModelConfig beside SFTConfig in one YAML (trl sft --config): use_peft, lora_r, lora_target_modules,
+    load_in_4bit."""
+    path = write(tmp_path, "sft.yaml", {"output_dir": "o", "per_device_train_batch_size": 1, "max_length": 1024,
+                                        "use_peft": True, "lora_r": 32, "lora_alpha": 16, "load_in_4bit": True,
+                                        "lora_target_modules": ["q_proj", "k_proj"], "torch_dtype": "bfloat16",
+                                        "gradient_checkpointing": True, "bnb_4bit_quant_type": "nf4"})
+    cfg = workload_from_configs([path], model_type="llama")
+    assert cfg.options["method"] == "qlora" and cfg.options["lora_rank"] == 32
+    assert cfg.options["lora_targets"] == ("q_proj", "k_proj") and "dtype" not in cfg.options
+    assert not cfg.unmodelled

@@ -110,7 +110,8 @@ def test_split_refuses_stray_split_files_and_force_removes_the_old_names(cli, da
     again = cli("split", str(dataset), "--out", str(out), "--ratios", "50/50", "--force", "--json")
     assert again.code == 0 and again.json()["campaign_version"]
     # x, y (listed by the earlier manifest) are gone; val.jsonl was never campaign's and stays untouched
-    assert sorted(p.name for p in out.iterdir()) == ["split_manifest.json", "test.jsonl", "train.jsonl", "val.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["split_clusters.jsonl", "split_manifest.json", "test.jsonl",
+                                                  "train.jsonl", "val.jsonl"]
     assert (out / "val.jsonl").read_text() == "mine\n"
 
 

@@ -298,8 +298,8 @@ def test_force_with_other_names_removes_the_earlier_split_files(tmp_path):
     split_file(data, out, ratios="50/50", names="a,b")
     (out / "notes.txt").write_text("keep me\n", encoding="utf-8")
     res = split_file(data, out, ratios="80/10/10", force=True)
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "split_manifest.json", "test.jsonl",
-                                                     "train.jsonl", "val.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "split_clusters.jsonl", "split_manifest.json",
+                                                     "test.jsonl", "train.jsonl", "val.jsonl"]
     assert any("removed 2 split file(s) of the earlier split: a.jsonl, b.jsonl" in n for n in res.notes)
     assert sum(len(read_jsonl(Path(p.path))) for p in res.parts) == 30
 

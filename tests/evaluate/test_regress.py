@@ -70,11 +70,17 @@ def test_per_class_deltas(pair):
 def test_guards_pass_and_fail_with_the_reason(pair):
     ok = regress(*pair, guards=["f1[a]>=0", "accuracy>=0.05", "f1[c]>0"])
     assert ok.passed and all(g.passed for g in ok.guards)
-    bad = regress(*pair, guards=["f1[a]>=0", "recall[a]>=-0.01", "precision[c]>=0.1", "accuracy<0"])
-    assert not bad.passed
-    assert [g.expression for g in bad.failed_guards] == ["precision[c]>=0.1", "accuracy<0"]
-    g = bad.failed_guards[0]
+    # broken on the point estimates, but 10 examples cannot show it: a guard is a test, so these warn
+    noisy = regress(*pair, guards=["f1[a]>=0", "recall[a]>=-0.01", "precision[c]>=0.1", "accuracy<0"])
+    assert noisy.status == "warn" and noisy.failed_guards == ()
+    assert [g.status for g in noisy.guards] == ["pass", "pass", "warn", "warn"]
+    g = noisy.guards[2]
     assert g.delta == pytest.approx(3 / 4 - 2 / 3) and "rose by 0.0833" in g.describe()
+    # accuracy 0.6 -> 0.7 can be shown to fall short of +0.9: per-item differences -1 x2, +1 x3, 0 x5 have
+    # sd 0.7379, se 0.2333, t = (0.1 - 0.9) / 0.2333 = -3.43 on 9 df, one-sided p = 0.0038
+    bad = regress(*pair, guards=["accuracy>=0.9"])
+    assert not bad.passed and [x.expression for x in bad.failed_guards] == ["accuracy>=0.9"]
+    assert bad.guards[0].p_value == pytest.approx(0.0038, abs=2e-4)
 
 
 def test_guard_on_equal_values_passes_despite_float_noise(pair):
@@ -131,7 +137,10 @@ def test_extraction_guards_on_validity_and_required_fields(tmp_path):
     # baseline right: 0, 2; candidate right: 0, 1, 3. valid JSON 4/4 -> 3/4; amount present 3/4 -> 3/4.
     assert r.right_to_wrong == ("2",) and r.wrong_to_right == ("1", "3")
     assert [g.passed for g in r.guards] == [False, True, True]
-    assert r.failed_guards[0].delta == pytest.approx(-0.25)
+    # valid_json 1 -> 0.75 on 4 examples is tested (per-item differences 0, 0, -1, 0: se 0.25, t = -1 on 3 df,
+    # one-sided p = 0.196, Holm over 1 tested guard): not shown, a warning; required/match are point checks
+    assert [g.status for g in r.guards] == ["warn", "pass", "pass"] and r.guards[0].delta == pytest.approx(-0.25)
+    assert r.guards[0].p_value == pytest.approx(0.1955, abs=1e-3) and not r.guards[1].tested
     fields = {f.field: f for f in r.per_field}
     # name: baseline misses 3 ("x"), candidate misses 2 (invalid); amount: baseline misses 1, candidate 2.
     assert fields["name"].match == (0.75, 0.75) and fields["amount"].match == (0.75, 0.75)

@@ -240,13 +240,14 @@ def test_runs_check_evaluates_the_guards_on_the_recorded_predictions(repo, cli):
     base = start_run("base")
     cand = start_run("cand", baseline=base.id, guards=["accuracy>=-0.05"])
     assert cli("run", "artifact", base.id, write("b.jsonl", gold), "--kind", "predictions").code == 0
-    # the candidate gets 2 of 10 wrong: accuracy 1.0 -> 0.8, a change of -0.2 against a guard of -0.05
-    worse = ["b", "a"] + gold[2:]
+    # the candidate gets 6 of 10 wrong: accuracy 1.0 -> 0.4, a change of -0.6 against a guard of -0.05; a guard
+    # is a test: paired t = (-0.6 + 0.05) / 0.1633 = -3.37 on 9 df, one-sided p = 0.004, shown broken
+    worse = ["b", "a", "b", "a", "b", "a"] + gold[6:]
     assert cli("run", "artifact", cand.id, write("c.jsonl", worse), "--kind", "predictions").code == 0
     r = cli("runs", "check", cand.id, "--json")
     assert r.code == 1
     guard = json.loads(r.out)["guards"][0]
-    assert guard["passed"] is False and guard["delta"] == pytest.approx(-0.2)
+    assert guard["passed"] is False and guard["delta"] == pytest.approx(-0.6)
     (repo / "c.jsonl").write_text("")                      # the recorded predictions changed afterwards
     r = cli("runs", "check", cand.id)
     assert r.code == 2 and "changed or are gone" in r.err

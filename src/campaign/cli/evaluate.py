@@ -82,6 +82,9 @@ def errors(
     seed: Seed = 0,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
             "user, document): standard errors and intervals become cluster-robust.", rich_help_panel=STATS)] = None,
+    clusters_from: Annotated[str | None, typer.Option("--clusters-from", help="A split_manifest.json of `campaign "
+            "split` (made with --id): its groups and duplicate clusters are the clusters, matched by --id-field.",
+            rich_help_panel=STATS)] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
     as_json: o.Json = False,
@@ -102,7 +105,7 @@ def errors(
 
         _not_harness("an lm-eval run", **{"--slice": slice_by, "--schema": schema, "--required": required,
                                           "--review-sheet": review_sheet, "--taxonomy": taxonomy, "--plot": plot,
-                                          "--cluster": cluster})
+                                          "--cluster": cluster, "--clusters-from": clusters_from})
         o.emit(harness_errors(predictions, metric=metric, filter=harness_filter), render_errors, as_json)
         return
     _not_harness("prediction files", **{"--metric": metric, "--filter": harness_filter})
@@ -112,7 +115,7 @@ def errors(
         rep = analyze_errors(predictions, task=task, id_field=id_field, gold_field=gold_field, pred_field=pred_field,
                              schema=schema, required=_split(required), slice_by=slice_by, top=top,
                              review_sheet=review_sheet, per_cell=per_cell, taxonomy=taxonomy, seed=seed,
-                             cluster=cluster)
+                             cluster=cluster, clusters_from=clusters_from)
         rep = o.with_plot(rep, plots.confusion if isinstance(rep, ClassificationReport) else plots.fields, plot)
     o.emit(rep, render_errors, as_json)
 
@@ -135,6 +138,9 @@ def regress(
             rich_help_panel=VERDICT)] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Metadata field grouping related examples (movie, "
             "user, document, template): the difference's interval and p-value become cluster-robust.",
+            rich_help_panel=STATS)] = None,
+    clusters_from: Annotated[str | None, typer.Option("--clusters-from", help="A split_manifest.json of `campaign "
+            "split` (made with --id): its groups and duplicate clusters are the clusters, matched by --id-field.",
             rich_help_panel=STATS)] = None,
     metric: MetricName = None,
     harness_filter: HarnessFilter = None,
@@ -159,7 +165,7 @@ def regress(
         from ..evaluate.harness_runs import compare_run_folders
         from .render.evaluate import harness as render_harness
 
-        _not_harness("lm-eval runs", **{"--cluster": cluster})
+        _not_harness("lm-eval runs", **{"--cluster": cluster, "--clusters-from": clusters_from})
         with progress_reporter("regress", enabled=not as_json) as tell:
             tell("pairing the two runs' documents")
             runs = compare_run_folders(baseline, candidate, metric=metric, filter=harness_filter, margin=margin,
@@ -175,7 +181,8 @@ def regress(
         tell(f"flips, McNemar's test and {len(guard or ())} guard(s) over the shared ids")
         rep = run_regress(baseline, candidate, task=task, guards=guard or (), schema=schema,
                           required=_split(required), id_field=id_field, gold_field=gold_field, pred_field=pred_field,
-                          margin=margin, non_inferiority=non_inferiority, cluster=cluster)
+                          margin=margin, non_inferiority=non_inferiority, cluster=cluster,
+                          clusters_from=clusters_from)
     o.emit(rep, render_regress, as_json)
 
 

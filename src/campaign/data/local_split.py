@@ -19,6 +19,7 @@ from .dedup import DedupResult, find_duplicates
 from .leak_report import LeakReport
 from .normalize import normalizer_id
 from .read import Dataset, Fields, read_dataset, scalar
+from .split_clusters import CLUSTERS_NAME, write_clusters
 from .split_manifest import MANIFEST_NAME, load_manifest
 from .split_result import (
     SplitPart,
@@ -53,7 +54,7 @@ class LocalSplitJob:
         self.paths = [out / f"{n}{ext}" for n in spec.names]
         self.manifest = out / MANIFEST_NAME
         own = {MANIFEST_NAME: "the manifest", f"{Path(MANIFEST_NAME).stem}.usage.jsonl": "the usage ledger",
-               HF_DICT: "the DatasetDict's"}
+               HF_DICT: "the DatasetDict's", CLUSTERS_NAME: "the per-row clusters'"}
         for p in self.paths:
             if p.name in own:
                 raise InputError(f"split name {p.stem!r} would write {p.name}, {own[p.name]}'s own file; choose "
@@ -89,7 +90,7 @@ class LocalSplitJob:
     @contextmanager
     def staged(self) -> Iterator[None]:
         """The set being written (files in a sibling folder), moved into place when the block ends."""
-        replaces = [p.name for p in (*self.paths, self.manifest, *self.stale)]
+        replaces = [p.name for p in (*self.paths, self.manifest, *self.stale)] + [CLUSTERS_NAME]
         # a DatasetDict holds folders, which a file set does not: the whole folder is staged and swapped in, and
         # only an earlier split's folder (its manifest there) is replaced, never one that holds the input
         stage_set = (export_folder(self.out, force=True, is_export=lambda p: (p / MANIFEST_NAME).is_file(),
@@ -146,6 +147,7 @@ class LocalSplitJob:
         result = _result(self.ds, self.fields, assign, units, self.dedup, at_final_paths(leaks, self.paths),
                          self.spec, self.paths, self.staged_paths, self.manifest, skip_bad=self.skip_bad,
                          notes=_stale_notes(notes, self.stale, self.stale_note, self.ds), links=links)
+        result = replace(result, clusters=write_clusters(self.stage, self.ds, assign, units, self.spec.names))
         atomic_write_json(self.stage / MANIFEST_NAME, result.to_dict())
         return result
 

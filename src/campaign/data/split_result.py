@@ -117,6 +117,7 @@ class SplitResult(Result):
     manifest: str
     created: str = ""
     notes: tuple[str, ...] = ()
+    clusters: dict[str, Any] | None = None   # the per-row units file (data/split_clusters.py): path, sha256, ...
     schema: str = SCHEMA
 
     def fields_dict(self) -> dict[str, Any]:
@@ -124,7 +125,8 @@ class SplitResult(Result):
         return {"created": self.created, "input": self.input, "parameters": self.parameters,
                 "normalizer": self.normalizer, "seed": self.seed, "splits": [p.to_dict() for p in self.parts],
                 "units": self.units, "largest_unit": self.largest_unit, "duplicates": self.duplicates,
-                "leaks": self.leaks.to_dict(), "manifest": self.manifest, "notes": list(self.notes)}
+                "leaks": self.leaks.to_dict(), "manifest": self.manifest, "notes": list(self.notes)} \
+            | ({"clusters": self.clusters} if self.clusters is not None else {})
 
 
 @dataclass(frozen=True)

@@ -209,7 +209,8 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
                    required: Sequence[str] | None = None, slice_by: str | None = None, top: int = 10,
                    review_sheet: str | os.PathLike[str] | None = None, per_cell: int = 5, correct_per_cell: int = 0,
                    taxonomy: str | os.PathLike[str] | None = None,
-                   seed: int = 0, cluster: str | None = None) -> ClassificationReport | ExtractionReport:
+                   seed: int = 0, cluster: str | None = None,
+                   clusters_from: str | os.PathLike[str] | None = None) -> ClassificationReport | ExtractionReport:
     """Read a prediction file and analyze its errors: task 'classification' or 'extraction'. Its figure is
     campaign.plots.confusion (fields for extraction) of the result's to_dict().
 
@@ -230,17 +231,28 @@ def analyze_errors(predictions: str | os.PathLike[str] | PredictionSet, *, task:
         rep = analyze_extraction(preds, schema=schema, required=required, slice_by=slice_by,
                                  review_sheet=review_sheet, per_cell=per_cell, correct_per_cell=correct_per_cell,
                                  taxonomy=taxonomy, seed=seed)
-    return with_estimates(rep, preds, cluster)
+    return with_estimates(rep, preds, cluster, clusters_from=clusters_from)
 
 
 def with_estimates(rep: ClassificationReport | ExtractionReport, preds: PredictionSet,
-                   cluster: str | None = None) -> ClassificationReport | ExtractionReport:
+                   cluster: str | None = None, *,
+                   clusters_from: str | os.PathLike[str] | None = None) -> ClassificationReport | ExtractionReport:
     """The report with each rate's standard error and 95% interval (evaluate/difference.rate_estimate):
     accuracy (classification); valid JSON and every field right (extraction); cluster-robust over the metadata
-    field `cluster` when given."""
+    field `cluster` when given, or over the units of the split manifest `clusters_from` (data/split_clusters.py:
+    its groups and duplicate clusters, matched by example id)."""
     from dataclasses import replace
 
+    if cluster is not None and clusters_from is not None:
+        raise InputError("--cluster and --clusters-from both name the clusters; give one")
     groups = None
+    notes = tuple(rep.notes)
+    if clusters_from is not None:
+        from ..data.split_clusters import clusters_of_ids, read_clusters
+
+        groups = clusters_of_ids(read_clusters(clusters_from), preds.ids, lambda i: preds.where(preds.predictions[i]))
+        notes += (f"clusters: the units of the split {clusters_from} (its groups and near/exact duplicate "
+                  "clusters), matched by id",)
     if cluster is not None:
         groups = []
         for p in preds.predictions:
@@ -256,7 +268,6 @@ def with_estimates(rep: ClassificationReport | ExtractionReport, preds: Predicti
     else:
         est = (rate_estimate([r.parsed for r in rep.per_example], metric="valid_json", clusters=groups),
                rate_estimate([r.correct for r in rep.per_example], metric="accuracy", clusters=groups))
-    notes = tuple(rep.notes)
     if est[0].clusters is not None and est[0].clusters < 20:
         notes += (f"only {est[0].clusters} clusters: cluster-robust intervals are too narrow under about 20",)
     return replace(rep, estimates=est, cluster_field=cluster, notes=notes)

@@ -21,7 +21,7 @@ from .difference import Difference, difference_checks, paired_difference
 from .equivalence import Equivalence, paired_tost
 from .extraction import ExtractionReport, analyze_extraction, canonical, parse_object
 from .predictions import PredictionSet, label_of, read_predictions
-from .stats import McNemar, mcnemar
+from .stats import McNemar, mcnemar, numpy
 
 SCHEMA = "campaign.regress/1"
 _GUARD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]+\])?)"        # metric, or metric[label]
@@ -32,7 +32,11 @@ EPS = 1e-12   # deltas are differences of rates: 0.1 - 0.1 must pass ">= 0" desp
 
 @dataclass(frozen=True)
 class Guard:
-    """One guard evaluated: passed when delta (candidate - baseline) `op` threshold."""
+    """One guard evaluated: `passed` when the point estimate delta (candidate - baseline) `op` threshold. Tested
+    (evaluate/guard_tests.py): the one-sided p-value that the bound is broken, its standard error and df, and the
+    Holm-adjusted p-value over the `family` of tested guards; status fail (shown broken: adjusted p < 0.05), warn
+    (broken on the point estimate only), pass. Untested (no per-item form of the metric): a point check, status
+    fail on a point breach."""
 
     expression: str
     metric: str
@@ -42,19 +46,58 @@ class Guard:
     candidate: float
     delta: float
     passed: bool
+    p_value: float | None = None
+    se: float | None = None
+    df: int | None = None
+    p_adjusted: float | None = None
+    family: int = 0
+
+    @property
+    def tested(self) -> bool:
+        return self.p_value is not None
+
+    @property
+    def status(self) -> str:
+        if not self.tested:
+            return "pass" if self.passed else "fail"
+        p = self.p_adjusted if self.p_adjusted is not None else self.p_value
+        assert p is not None
+        if p < 0.05:
+            return "fail"
+        return "pass" if self.passed else "warn"
 
     def describe(self) -> str:
         verb = "fell" if self.delta < 0 else "rose"
-        return (f"{self.metric} {verb} by {abs(self.delta):.4f} ({self.baseline:.4f} -> {self.candidate:.4f}); "
+        line = (f"{self.metric} {verb} by {abs(self.delta):.4f} ({self.baseline:.4f} -> {self.candidate:.4f}); "
                 f"the guard requires a change {self.op} {self.threshold:g}")
+        if self.tested:
+            line += (f"; one-sided p = {self.p_value:.3g} that it is broken (se {self.se:.4f}), Holm-adjusted over "
+                     f"{self.family} tested guard(s): {self.p_adjusted:.3g}")
+        else:
+            line += "; a point check (no standard error for this metric)"
+        return line
 
 
 def guard_checks(guards: Sequence[Guard]) -> tuple[Check, ...]:
-    """One check per guard, id guard.<expression>: pass when it holds, fail when it is broken."""
-    return tuple(Check(f"guard.{g.expression}", "pass" if g.passed else "fail", g.describe(),
-                       "" if g.passed else "the candidate is worse than the baseline by more than the guard allows",
-                       "" if g.passed else "fix the candidate, or change the guard if the trade is meant")
-                 for g in guards)
+    """One check per guard, id guard.<expression>: fail when shown broken (Holm over the tested guards) or, for an
+    untested guard, broken on the point estimate; warn when broken on the point estimate but not shown; else
+    pass."""
+    out = []
+    for g in guards:
+        status = g.status
+        if status == "pass":
+            out.append(Check(f"guard.{g.expression}", "pass", g.describe()))
+        elif status == "warn":
+            out.append(Check(f"guard.{g.expression}", "warn", g.describe(),
+                             "the point estimate breaks the bound, but the test (Holm over the guards) does not show "
+                             "it: the change is within the noise of this many examples",
+                             "more examples decide it; or fix the candidate if the point estimate worries you"))
+        else:
+            why = ("the candidate is worse than the baseline by more than the guard allows" if not g.tested else
+                   "the data show the bound broken (Holm-adjusted one-sided p < 0.05)")
+            out.append(Check(f"guard.{g.expression}", "fail", g.describe(), why,
+                             "fix the candidate, or change the guard if the trade is meant"))
+    return tuple(out)
 
 
 def parse_guard(text: str) -> tuple[str, str, float]:
@@ -66,7 +109,17 @@ def parse_guard(text: str) -> tuple[str, str, float]:
     return m.group(1), m.group(2), float(m.group(3))
 
 
-def evaluate_guards(guards: Sequence[str], base: dict[str, float], cand: dict[str, float]) -> tuple[Guard, ...]:
+def evaluate_guards(guards: Sequence[str], base: dict[str, float], cand: dict[str, float], *,
+                    influence: tuple[dict[str, Any], dict[str, Any]] | None = None,
+                    clusters: Sequence[Any] | None = None) -> tuple[Guard, ...]:
+    """The guards against the two models' metrics; with `influence` (per-item influence of each metric, baseline's
+    and candidate's: evaluate/guard_tests.py), each guard whose metric has one is tested (cluster-robust over
+    `clusters`) and the tested guards get Holm's correction."""
+    from dataclasses import replace
+
+    from .difference import holm
+    from .guard_tests import guard_p_value
+
     out = []
     for text in guards:
         name, op, threshold = parse_guard(text)
@@ -80,7 +133,27 @@ def evaluate_guards(guards: Sequence[str], base: dict[str, float], cand: dict[st
         delta = c - b
         slack = {">=": -EPS, ">": EPS, "<=": EPS, "<": -EPS}[op]
         passed = _OPS[op](delta, threshold + slack)
-        out.append(Guard(text, name, op, threshold, b, c, delta, passed))
+        g = Guard(text, name, op, threshold, b, c, delta, passed)
+        if influence is not None:
+            psi_b, psi_c = influence[0].get(name), influence[1].get(name)
+            if psi_b is None and psi_c is None:
+                pass
+            else:
+                np = numpy()
+                one = np.asarray(psi_b if psi_b is not None else psi_c, dtype=float)
+                zero = np.zeros(one.size)
+                x = (np.asarray(psi_c, dtype=float) if psi_c is not None else zero) \
+                    - (np.asarray(psi_b, dtype=float) if psi_b is not None else zero)
+                try:
+                    p, se, df = guard_p_value(delta, threshold, op, x, clusters=clusters, broken=not passed)
+                    g = replace(g, p_value=p, se=se, df=df)
+                except InputError:   # fewer than 2 items or clusters: no standard error, a point check
+                    pass
+        out.append(g)
+    tested = [i for i, g in enumerate(out) if g.tested]
+    adjusted = holm([out[i].p_value or 0.0 for i in tested])
+    for i, a in zip(tested, adjusted, strict=True):
+        out[i] = replace(out[i], p_adjusted=a, family=len(tested))
     return tuple(out)
 
 
@@ -135,7 +208,8 @@ class GuardedComparison:
 
     @property
     def failed_guards(self) -> tuple[Guard, ...]:
-        return tuple(g for g in self.guards if not g.passed)
+        """The guards that fail (shown broken, or an untested guard broken on its point estimate)."""
+        return tuple(g for g in self.guards if g.status == "fail")
 
 
 @dataclass(frozen=True)
@@ -162,6 +236,7 @@ class RegressionReport(GuardedComparison, Result):
     equivalence: Equivalence | None = None  # accuracy within +/- a stated margin (TOST on paired correctness)
     difference: Difference | None = None    # the accuracy's paired difference, its interval and verdict
     cluster_field: str | None = None
+    clusters_from: str | None = None       # the split manifest whose units are the clusters
     schema: str = SCHEMA
 
     @property
@@ -193,18 +268,22 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
             task: str = "classification", guards: Sequence[str] = (), schema: Any = None,
             required: Sequence[str] | None = None, id_field: str = "id", gold_field: str = "gold",
             pred_field: str = "pred", margin: float | None = None, non_inferiority: float | None = None,
-            cluster: str | None = None) -> RegressionReport:
+            cluster: str | None = None, clusters_from: str | os.PathLike[str] | None = None) -> RegressionReport:
     """Compare two prediction files on the same ids: flips with ids, per-class deltas, McNemar, guards, the
     accuracy's paired difference with its 95% interval and verdict (evaluate/difference.py; cluster-robust over
-    the metadata field `cluster`), and with `margin` equivalence of the accuracies within +/- margin (TOST on the
-    paired correctness), with `non_inferiority` a one-sided test that the loss is under that margin.
+    the metadata field `cluster`, or over the units of the split `clusters_from` names: its groups and duplicate
+    clusters, matched by example id to the split's --id), and with `margin` equivalence of the accuracies within
+    +/- margin (TOST on the paired correctness), with `non_inferiority` a one-sided test that the loss is under
+    that margin.
 
     Raises:
         InputError: different ids or gold values, an unknown task, a malformed guard or unknown metric, a cluster
-            field missing from a row or different between the files.
+            field missing from a row or different between the files, an example in no row of `clusters_from`.
     """
     if task not in ("classification", "extraction"):
         raise InputError(f"task {task!r} is not known; use classification or extraction")
+    if cluster and clusters_from:
+        raise InputError("--cluster and --clusters-from both name the clusters; give one")
     kw = dict(id_field=id_field, gold_field=gold_field, pred_field=pred_field)
     a = baseline if isinstance(baseline, PredictionSet) else read_predictions(baseline, **kw)
     b = candidate if isinstance(candidate, PredictionSet) else read_predictions(candidate, **kw)
@@ -249,15 +328,23 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
     ma, mb = rep_a.metrics(), rep_b.metrics()
     deltas = tuple(MetricDelta(k, ma.get(k, 0.0), mb.get(k, 0.0), mb.get(k, 0.0) - ma.get(k, 0.0))
                    for k in list(ma) + [k for k in mb if k not in ma])
-    checked = evaluate_guards(guards, ma, mb)
     notes = []
     if not guards:
         notes.append("no --guard: state what must not get worse (e.g. --guard \"f1[refund]>=-0.01\")")
-    if guards:
-        notes.append("guards are bounds on the point estimates (no test), so no multiple-comparison correction "
-                     "applies to them; the difference's verdict is the one test")
     test = mcnemar(len(r2w), len(w2r))
     groups = cluster_labels(a, b, cluster) if cluster else None
+    if clusters_from is not None:
+        from ..data.split_clusters import clusters_of_ids, read_clusters
+
+        groups = clusters_of_ids(read_clusters(clusters_from), order, lambda i: a.where(a.predictions[i]))
+        notes.append(f"clusters: the units of the split {clusters_from} (its groups and near/exact duplicate "
+                     "clusters), matched by id")
+    checked = evaluate_guards(guards, ma, mb, influence=_influence(task, a, b, rep_a, rep_b), clusters=groups)
+    if guards:
+        k = sum(g.tested for g in checked)
+        notes.append(f"guards are tests: each asks whether the data show its bound broken (one-sided, at 5%), with "
+                     f"Holm's correction over the {k} tested guard(s)"
+                     + (f"; {len(checked) - k} without a per-item form are point checks" if k < len(checked) else ""))
     diff = paired_difference([float(right_b[i]) - float(right_a[i]) for i in order], metric="accuracy",
                              clusters=groups, margin=margin, non_inferiority=non_inferiority)
     notes += diff.notes
@@ -268,7 +355,33 @@ def regress(baseline: str | os.PathLike[str] | PredictionSet, candidate: str | o
         accuracy_baseline=rep_a.accuracy, accuracy_candidate=rep_b.accuracy, both_right=both_right,
         both_wrong=both_wrong, right_to_wrong=r2w, wrong_to_right=w2r, mcnemar=test,
         per_class=tuple(per_class), per_field=tuple(per_field), deltas=deltas, guards=checked,
-        notes=tuple(notes), equivalence=equivalence, difference=diff, cluster_field=cluster)
+        notes=tuple(notes), equivalence=equivalence, difference=diff, cluster_field=cluster,
+        clusters_from=None if clusters_from is None else str(clusters_from))
+
+
+def _influence(task: str, a: PredictionSet, b: PredictionSet, rep_a: Any, rep_b: Any) -> tuple[dict[str, Any],
+                                                                                           dict[str, Any]]:
+    """Per-item influence of each metric of both models, in a's order (evaluate/guard_tests.py)."""
+    from .guard_tests import classification_influence, rate_influence
+
+    order = a.ids
+    if task == "classification":
+        out = []
+        for ps, rep in ((a, rep_a), (b, rep_b)):
+            gold, pred = labels_of(ps)
+            at = {i: k for k, i in enumerate(ps.ids)}
+            idx = [at[i] for i in order]
+            out.append(classification_influence([gold[k] for k in idx], [pred[k] for k in idx], rep.labels))
+        return out[0], out[1]
+    flags = []
+    for rep in (rep_a, rep_b):
+        ex = {r.id: r for r in rep.per_example}
+        rows = [ex[i] for i in order]
+        f = {"valid_json": [r.parsed for r in rows], "accuracy": [r.correct for r in rows]}
+        if rep.schema_valid is not None:
+            f["schema_valid"] = [bool(r.schema_ok) for r in rows]
+        flags.append(rate_influence(f))
+    return flags[0], flags[1]
 
 
 def cluster_labels(a: PredictionSet, b: PredictionSet, field: str) -> list[str]:

@@ -232,6 +232,72 @@ def crossed_interval(diffs: Any, *, confidence: float = 0.95, alternative: str =
     return CrossedInterval(s, n, grand, se, df, low, high, confidence, vs, ve, vr, scale)
 
 
+MAX_SEEDS, MAX_EXAMPLES = 100_000, 100_000_000     # where the search for seeds / examples needed stops
+
+
+@dataclass(frozen=True)
+class CrossedNeeds(Record):
+    """Seeds and examples needed for `power` to detect `effect`, from the crossed variance components
+    (sigma2_seed, sigma2_example, sigma2_residual, each clipped at 0, in the metric's units squared):
+
+        V(S, N) = sigma2_seed / S + sigma2_example / N + sigma2_residual / (S N)
+
+    seeds: the fewest S >= 2 (at the N examples given) with (t_crit + t_power) sqrt(V(S, N)) <= |effect|, the t's
+    on the Satterthwaite df that the expected mean squares at (S, N) give (the usual approximation of a t-test's
+    power); examples: the fewest N at the S seeds given. None where no number reaches it: the other source's
+    noise alone is too large (seeds: the test set's, sigma2_example / N; examples: the seeds', sigma2_seed / S)."""
+
+    effect: float
+    power: float
+    sigma2_seed: float
+    sigma2_example: float
+    sigma2_residual: float
+    seeds: int | None
+    examples: int | None
+    at_seeds: int
+    at_examples: int
+
+
+def crossed_needs(c: CrossedInterval, effect: float, *, alpha: float, power: float = 0.80,
+                  alternative: str = "two-sided") -> CrossedNeeds | None:
+    """Seeds needed (at c.examples) and examples needed (at c.seeds) for `power` to detect `effect` (see
+    CrossedNeeds); None without an effect or with one seed (no seed component)."""
+    from .stats import scipy_stats
+
+    if effect == 0 or c.seeds < 2:
+        return None
+    st = scipy_stats()
+    s0, n0 = c.seeds, c.examples
+    sig_s = max(c.var_seed, 0.0) * s0
+    sig_e = max(c.var_example, 0.0) * n0
+    sig_r = max(c.var_residual, 0.0) * s0 * n0
+    crit = 1 - alpha / 2 if alternative == "two-sided" else 1 - alpha
+
+    def enough(s: int, n: int) -> bool:
+        var = sig_s / s + sig_e / n + sig_r / (s * n)
+        if var <= 0:
+            return True
+        ms_s, ms_e, ms_r = sig_r + n * sig_s, sig_r + s * sig_e, sig_r
+        den = ms_s ** 2 / (s - 1) + ms_e ** 2 / (n - 1) + ms_r ** 2 / ((s - 1) * (n - 1))
+        df = (ms_s + ms_e - ms_r) ** 2 / den if den > 0 else float("inf")
+        q = float(st.t.ppf(crit, df)) + float(st.t.ppf(power, df))
+        return q * math.sqrt(var) <= abs(effect)
+
+    def fewest(test: Any, top: int) -> int | None:
+        if not test(top):
+            return None
+        low, high = 2, top                 # test(high) holds; find the fewest that holds (it is monotone)
+        if test(low):
+            return low
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if test(mid) else (mid, high)
+        return high
+
+    return CrossedNeeds(abs(effect), power, sig_s, sig_e, sig_r, fewest(lambda s: enough(s, n0), MAX_SEEDS),
+                        fewest(lambda n: enough(s0, n), MAX_EXAMPLES), s0, n0)
+
+
 def units_scale(seed_diffs: Any, example_diffs: Any) -> float | None:
     """How per-example differences convert to the metric's: 1 when each seed's metric difference is the mean of
     its per-example differences, 100 when it is 100 times it (points from proportions), None when neither."""
@@ -281,6 +347,7 @@ class SeedsReport(Result):
     sign: SignTest
     examples: ExampleBootstrap | None = None
     crossed: CrossedInterval | None = None   # seeds x examples, in the metric's units; the verdict's interval
+    needs: CrossedNeeds | None = None        # seeds and examples needed, from the crossed components
     verdict_interval: str = "t over seeds"
     units: str = ""                          # how the per-example figures relate to the metric's units
     source: dict[str, Any] = field(default_factory=dict)
@@ -300,6 +367,12 @@ class SeedsReport(Result):
         if self.verdict != "inconclusive":
             return (Check("seeds.conclusive", "pass", seen),)
         more = f"run {self.seeds_needed} seeds" if self.seeds_needed else "run more seeds"
+        if self.needs is not None:
+            x = self.needs
+            more = " or ".join(filter(None, (f"{x.seeds} seeds (at {x.at_examples:,} examples)" if x.seeds else "",
+                                             f"{x.examples:,} examples (at {x.at_seeds} seeds)" if x.examples else "")))
+            more = f"run {more} for 80% power" if more else ("neither more seeds nor more examples alone reach 80% "
+                                                              "power: add both")
         return (Check("seeds.conclusive", "warn", seen, "the interval holds both a useful effect and none", more),)
 
 
@@ -434,6 +507,23 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
                      "worth having in metric units")
     if crossed_note:
         warnings.append(crossed_note)
+    needs = None
+    if crossed_used and crossed is not None:
+        needs = crossed_needs(crossed, effect, alpha=alpha, power=TARGET_POWER, alternative=alternative)
+    if needs is not None:
+        t_seeds = seeds_needed
+        seeds_needed = needs.seeds
+        s_part = (f"{needs.seeds} seeds at these {needs.at_examples:,} examples" if needs.seeds else
+                  f"no number of seeds at these {needs.at_examples:,} examples (the test set's noise alone is too "
+                  "large)")
+        e_part = (f"{needs.examples:,} examples at these {needs.at_seeds} seeds" if needs.examples else
+                  f"no number of examples at these {needs.at_seeds} seeds (the seeds' noise alone is too large)")
+        more = t_seeds and (not needs.seeds or needs.seeds > t_seeds)
+        (warnings if more and verdict == "inconclusive" else notes).append(
+            f"for 80% power to detect {what}, from the crossed variance components (seed, example, residual): "
+            f"{s_part}, or {e_part}"
+            + (f"; a count from the seed SD only would say {t_seeds} seeds, leaving out the test set's noise"
+               if t_seeds else ""))
     if ex is not None:
         notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples: {ex.method} "
                      f"({ex.engine} resampling)")
@@ -445,7 +535,7 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         t_statistic=t.to_dict()["statistic"], t_pvalue=t.p_value, wilcoxon_statistic=w.statistic,
         wilcoxon_pvalue=w.p_value, wilcoxon_method=w.method, sign_pvalue=sg.p_value, min_effect=min_effect,
         verdict=verdict, power=power, power_effect=effect if effect != 0 else None, seeds_needed=seeds_needed,
-        t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, crossed=crossed,
+        t_test=t, bootstrap=boot, wilcoxon=w, sign=sg, examples=ex, crossed=crossed, needs=needs,
         verdict_interval=verdict_interval, units=units, source=source or {},
         warnings=tuple(warnings), notes=tuple(notes))
 
@@ -482,5 +572,5 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
 
 
 __all__ = ["CrossedInterval", "SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds",
-           "crossed_interval", "pair_seeds", "pick_variants", "read_example_scores", "read_seed_results",
-           "units_scale", "verdict_of"]
+           "crossed_interval", "crossed_needs", "pair_seeds", "pick_variants", "read_example_scores",
+           "read_seed_results", "units_scale", "verdict_of"]

@@ -156,8 +156,12 @@ def extraction(rep: Any) -> None:
 def _guards_line(rep: Any) -> None:
     """The guards' verdict in one line: which failed, or that all hold."""
     failed = rep.failed_guards
+    unsure = [g for g in rep.guards if g.status == "warn"]
     if failed:
         console.print(f"[red]{len(failed)} guard(s) failed[/red]: " + "; ".join(escape(g.describe()) for g in failed))
+    elif unsure:
+        console.print(f"[yellow]{len(unsure)} guard(s) broken on the point estimate but not shown broken[/yellow]: "
+                      + "; ".join(escape(g.describe()) for g in unsure))
     elif rep.guards:
         console.print(f"[green]all {len(rep.guards)} guard(s) hold[/green]")
 
@@ -198,10 +202,11 @@ def regress(rep: Any) -> None:
     if rep.guards:
         g = table("Guards (change = candidate - baseline)", [("guard", "left"), ("baseline", "right"),
                                                                ("candidate", "right"), ("change", "right"),
-                                                               ("status", "left")])
+                                                               ("p broken (Holm)", "right"), ("status", "left")])
         for x in rep.guards:
+            style = {"pass": "green", "warn": "yellow"}.get(x.status, "red")
             g.add_row(escape(x.expression), f"{x.baseline:.4f}", f"{x.candidate:.4f}", f"{x.delta:+.4f}",
-                      "[green]pass[/green]" if x.passed else "[red]fail[/red]")
+                      "point check" if x.p_adjusted is None else f"{x.p_adjusted:.3g}", f"[{style}]{x.status}[/]")
         console.print(g)
     if rep.per_class:
         c = table("Per class (baseline -> candidate)", [("label", "left"), ("support", "right"),
@@ -277,6 +282,13 @@ def seeds(rep: Any) -> None:
                   f"{rep.min_effect:g}")
     need = (f"{rep.seeds_needed} seeds for 80% power to detect {rep.power_effect:g}"
             if rep.seeds_needed else "seeds needed: unknown")
+    needs = getattr(rep, "needs", None)
+    if needs is not None:      # from the crossed seed, example and residual components: both counts
+        seeds_part = (f"{needs.seeds} seeds (at {needs.at_examples:,} examples)" if needs.seeds
+                      else f"no seed count at {needs.at_examples:,} examples")
+        examples_part = (f"{needs.examples:,} examples (at {needs.at_seeds} seeds)" if needs.examples
+                         else f"no example count at {needs.at_seeds} seeds")
+        need = f"{seeds_part} or {examples_part} for 80% power to detect {needs.effect:g} (crossed)"
     power = f" (power now {rep.power:.0%} with {rep.n_seeds})" if rep.power is not None else ""
     console.print(f"{rep.n_seeds} paired seeds · SD of differences "
                   f"{'-' if rep.sd_diff is None else f'{rep.sd_diff:.4g}'} · {need}{power}")

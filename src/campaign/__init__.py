@@ -40,7 +40,8 @@ _LAZY = {
     "Store": "track.store", "list_runs": "track.store", "show_run": "track.store", "diff_runs": "track.compare",
     "check_run": "track.compare", "export_mlflow": "track.export",
     # the hand-over: the report of every record, the bundle of the accepted run
-    "build_report": "report.build", "export_bundle": "report.bundle", "save_record": "track.records",
+    "build_report": "report.build", "export_bundle": "report.bundle", "check_bundle": "report.verify",
+    "save_record": "track.records",
     "load_records": "track.records",
     # 4. which variant: adapters bound to their base
     "save_adapter": "train.adapters", "load_adapter": "train.adapters",

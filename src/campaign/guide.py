@@ -58,6 +58,7 @@ QUESTIONS: tuple[Question, ...] = (
         Step("bench", "cost compared at equal quality"),
         Step("report", "the whole campaign in one HTML file: each figure, how and when obtained, what is missing"),
         Step("export", "the hand-over: the accepted model or adapter, manifests, report, limits observed"),
+        Step("verify", "the receiver's check of a bundle: every sha256, the adapter's binding, what is missing"),
     )),
 )
 

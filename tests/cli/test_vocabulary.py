@@ -39,7 +39,7 @@ def test_top_level_help_is_grouped_by_the_five_questions_in_order(cli):
     for q in QUESTIONS:
         title = next(t for t in titles if t.startswith(f"{q.number}. "))
         assert commands[title] and set(commands[title]) <= {s.command for s in q.steps}, title
-    assert commands["Records and hand-over"] == ["report", "export", "run", "runs"]
+    assert commands["Records and hand-over"] == ["report", "export", "verify", "run", "runs"]
     # every command is in one panel: none left in a plain "Commands" panel, none twice
     import campaign.cli as campaign_cli
 

@@ -30,7 +30,7 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("3. Before training: what to check first?", ("check", "inspect", "batch")),
     ("4. Fine-tune or compress: which variant?", ("quant", "ablate")),
     ("5. A limited budget: what to run first?", ("budget", "bench")),
-    ("Records and hand-over", ("run", "runs", "report", "export")),
+    ("Records and hand-over", ("run", "runs", "report", "export", "verify")),
 )
 
 

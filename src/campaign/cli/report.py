@@ -1,4 +1,5 @@
-"""`campaign report` and `campaign export`: the campaign's records in one HTML file, and the hand-over bundle."""
+"""`campaign report`, `campaign export` and `campaign verify`: the campaign's records in one HTML file, the hand-over
+bundle, and the receiver's check of it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,6 +13,7 @@ from . import common as o
 def register(app: typer.Typer) -> None:
     app.command("report", epilog="Example: campaign report --out report.html")(report)
     app.command("export", epilog="Example: campaign export handover/ --run lora-r16-20261130T101500-ab12")(export)
+    app.command("verify", epilog="Example: campaign verify handover/")(verify)
 
 
 def report(out: Annotated[Path, typer.Option("--out", help="The HTML file to write.",
@@ -52,3 +54,14 @@ def export(bundle: Annotated[Path, typer.Argument(help="A new folder for the bun
     with progress_reporter("export", enabled=not as_json) as say:
         result = export_bundle(bundle, run=run, root=root, force=force, progress=say)
     o.emit(result, render_bundle, as_json)
+
+
+def verify(bundle: Annotated[Path, typer.Argument(help="The bundle folder campaign export wrote.")],
+           as_json: o.Json = False) -> None:
+    """The receiver's check of a hand-over bundle: every file's sha256 against bundle.json (and bundle.json's own
+    against bundle.json.sha256), the artifacts against the run's manifest, the adapter's binding to its base, and the
+    files missing or not from the bundle. Exit 0 VERIFIED, 1 with the failing files, 2 not a bundle."""
+    from ..report.verify import check_bundle
+    from .render.report import verify as render_verify
+
+    o.emit(check_bundle(bundle), render_verify, as_json)

@@ -14,8 +14,9 @@ RUNS_DOTTED = 500        # more runs than this: how many started in each stretch
 
 
 def runs_over_time(runs: list[dict[str, Any]]) -> Any:
-    """Every run (a run manifest's dict) at its start time, coloured by status; accepted runs ringed, rejected
-    crossed (names written up to RUNS_NAMED runs). Beyond RUNS_DOTTED runs: the runs started per stretch of time,
+    """Every run (a run manifest's dict) at its start time, coloured by status (a legend names the colours);
+    accepted runs ringed, rejected crossed (names written up to RUNS_NAMED runs); tick labels distinct down to the
+    second. Beyond RUNS_DOTTED runs: the runs started per stretch of time,
     stacked by status."""
     from datetime import datetime
 
@@ -48,12 +49,14 @@ def runs_over_time(runs: list[dict[str, Any]]) -> Any:
         x = [mdates.date2num(w) for w, _ in points]
         for status in dict.fromkeys(str(r.get("status", "")) for _, r in points):
             index = [i for i, (_, r) in enumerate(points) if str(r.get("status", "")) == status]
-            ax.scatter([x[i] for i in index], index, color=STATUS_COLORS.get(status, "grey"), zorder=3)
+            ax.scatter([x[i] for i in index], index, color=STATUS_COLORS.get(status, "grey"), zorder=3,
+                       label=status or "no status")
         for decision, style in (("accepted", {"s": 160, "facecolors": "none", "edgecolors": "green"}),
                                 ("rejected", {"marker": "x", "s": 90, "color": "black"})):
             index = [i for i, (_, r) in enumerate(points) if r.get("decision") == decision]
             if index:
-                ax.scatter([x[i] for i in index], index, **style)
+                ax.scatter([x[i] for i in index], index, label=decision, **style)
+        legend_outside(ax, title="status, decision")
         if len(points) <= RUNS_NAMED:
             middle = (min(x) + max(x)) / 2
             for i, (_, r) in enumerate(points):
@@ -62,9 +65,16 @@ def runs_over_time(runs: list[dict[str, Any]]) -> Any:
         ax.set_ylabel("runs, in start order")
         ax.margins(x=0.15, y=0.15)
         ax.set_title("runs over time (colour: status; ring: accepted; cross: rejected)", fontsize=10)
-    # a date on every tick (not a bare time of day): runs span days, and the reader needs the day
+    # a date on every tick (not a bare time of day): runs span days, and the reader needs the day; down to the
+    # second where ticks are seconds apart, so that runs minutes apart get distinct labels
     ax.xaxis_date()
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d %H:%M"))
+    locator = mdates.AutoDateLocator(minticks=3, maxticks=7)
+    formatter = mdates.AutoDateFormatter(locator)
+    formatter.scaled = {365.0: "%Y", 30.0: "%Y-%m", 1.0: "%Y-%m-%d", 1 / 24: "%Y-%m-%d %H:%M",
+                        1 / (24 * 60): "%Y-%m-%d %H:%M", 1 / (24 * 60 * 60): "%Y-%m-%d %H:%M:%S",
+                        1 / (24 * 60 * 60 * 1000): "%Y-%m-%d %H:%M:%S.%f"}
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(formatter)
     ax.set_xlabel("start time (UTC)")
     fig.autofmt_xdate()
     return fig

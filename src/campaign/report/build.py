@@ -59,9 +59,24 @@ def _gib(n: Any) -> str:
     return f"{n / GiB:,.2f} GiB" if isinstance(n, (int, float)) and not isinstance(n, bool) else "-"
 
 
+def _cell(value: Any) -> str:
+    """A table cell as a reader writes it, never a Python repr: yes / no, '-' for nothing, a mapping as
+    'k=v, ...' (nested keys dotted: {'lora': {'r': 8}} -> 'lora.r=8'), a list as 'a, b'."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        flat = _flat(value)
+        return ", ".join(f"{k}={_cell(v)}" for k, v in flat.items()) if flat else "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) if value else "-"
+    return str(value)
+
+
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_e(_cell(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -952,6 +967,23 @@ def _flat(params: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _baseline_value(change: dict[str, Any], key: str, value: Any) -> Any:
+    """The baseline's value of one dotted parameter where it differs from the run's ('' where it does not): the
+    change records the baseline's whole set under the top-level key ({'lora': {'baseline': {'r': 8, ...}}})."""
+    top, _, rest = key.partition(".")
+    if top not in change:
+        return ""
+    was = _dict(change.get(top)).get("baseline", "")
+    if rest and isinstance(was, dict):
+        flat = _flat(was)
+        if rest not in flat:
+            return "(not set)"
+        was = flat[rest]
+    elif isinstance(was, float):
+        was = f"{was:.6g}"
+    return "" if was == value else was
+
+
 def _losses(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """Each loss logged (a metric whose name holds 'loss'), as (step, value); a record without a step counts as
     the next one."""
@@ -994,8 +1026,7 @@ def _runs(root: str | Path | None, runs: list[Any], say: Callable[[str], None]) 
             body += (f"<p>hypothesis: {_e(x.hypothesis)}</p>" if x.hypothesis
                      else "<p class='missing'>hypothesis: none recorded (run start --hypothesis)</p>")
             body += (_table(["parameter", "value", "baseline's, where it differs"],
-                            [[k, v, _dict(change.get(k.split('.')[0])).get("baseline", "")
-                              if k.split(".")[0] in change else ""] for k, v in params.items()]) if params
+                            [[k, v, _baseline_value(change, k, v)] for k, v in params.items()]) if params
                      else "<p class='missing'>parameters: none recorded</p>")
             body += (_table(["metric", "last value"], [[k, _number(v)] for k, v in x.metrics.items()])
                      if x.metrics else "<p class='missing'>metrics: none logged</p>")

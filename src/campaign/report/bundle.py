@@ -1,7 +1,8 @@
 """`campaign export BUNDLE_DIR`: what is handed over at the end of a rental, in one folder: the accepted run's
 model or adapter files (with the adapter's binding to its exact base), its manifest and its baseline's (with the
 uncommitted code diffs), the report, and a README of the limits observed (guards, slices that regressed, the memory
-margin measured). Every file is listed in bundle.json with its sha256.
+margin measured). Every file is listed in bundle.json with its sha256, and bundle.json's own in bundle.json.sha256
+(`campaign verify` checks both).
 
 The bundle is built in a sibling folder and renamed into place when complete; every copied artifact is hashed
 again and must match the hash its run recorded, so a checkpoint changed after it was recorded is refused, not
@@ -20,9 +21,13 @@ from typing import Any
 from ..errors import InputError
 from ..io import atomic_write_json, atomic_write_text, export_folder, sha256_file
 from ..results import Information
+from ..track.evidence import held_out
 from ..track.manifest import SHIPPED_KINDS, Artifact, Manifest, file_artifact
 from ..track.records import load_records
 from ..track.store import Store
+from .card import UNTRACKED_MAX, base_revision, readme
+from .names import shipped_names
+from .verify import SELF, self_hash_line
 
 SCHEMA = "campaign.bundle/1"
 SHIPPED = SHIPPED_KINDS
@@ -94,7 +99,16 @@ def _limits(m: Manifest, root: str | Path | None) -> list[str]:
                        f"({r.created})")
     if not measured:
         out.append("memory was not measured on a card (no `campaign measure` record): its figures are estimates")
+    out += _runs_not_completed(root)
     return out
+
+
+def _runs_not_completed(root: str | Path | None) -> list[str]:
+    """The campaign's runs that failed, stopped or are invalid (an out-of-memory run among them): what was tried
+    and did not finish is a limit of what was shown."""
+    rows = [r for r in Store(root).list() if r.status in ("failed", "stopped", "invalid")]
+    return [f"run {r.id} {r.status}" + (f": {r.reason}" if r.reason else "") + f" ({r.created})" for r in rows[:20]] \
+        + ([f"and {len(rows) - 20} more runs that did not complete (campaign runs list)"] if len(rows) > 20 else [])
 
 
 def _guards_checked(m: Manifest, root: str | Path | None) -> list[str]:
@@ -154,7 +168,8 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
                      progress=lambda phase: say(f"report: {phase}"))
         say("limits")
         limits = _limits(m, root)
-        atomic_write_text(stage / "README.md", _readme(m, base, limits, extras))
+        atomic_write_text(stage / "README.md", readme(m, base, limits, extras, held=held_out(m, load_records(root)),
+                                                      base_model=_base_model(m), revision=base_revision(m)))
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
         hashes = {}
         for i, f in enumerate(files, 1):
@@ -164,6 +179,7 @@ def export_bundle(out_dir: str | Path, *, run: str | None = None, root: str | Pa
             "schema": SCHEMA, "run": m.id, "baseline": m.baseline,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "sha256": hashes})
+        atomic_write_text(stage / SELF, self_hash_line(sha256_file(stage / "bundle.json")))  # bundle.json's own
     size = sum((out / f).stat().st_size for f in files)
     return BundleResult(str(out), m.id, m.baseline, tuple(files), size, tuple(limits))
 
@@ -204,10 +220,14 @@ def _ship_extras(stage: Path, m: Manifest, root: str | Path | None) -> dict[str,
     for i, manifest in enumerate(found, 1):
         dest = stage / "split" / f"{i}-{manifest.parent.name}"
         dest.mkdir(parents=True, exist_ok=True)
-        for kept in (manifest, manifest.with_name(manifest.stem + ".usage.jsonl")):
+        ledger = manifest.with_name(manifest.stem + ".usage.jsonl")  # and the row hashes each use saw
+        rows = sorted(manifest.parent.glob(f"{ledger.name.removesuffix('.jsonl')}.rows.*.txt"))
+        for kept in (manifest, ledger, *rows):
             if kept.is_file():
                 shutil.copy2(kept, dest / kept.name)
         shipped["split"].append(str(dest.relative_to(stage)))
+        if ledger.is_file():
+            shipped.setdefault("ledgers", []).append(str(dest.relative_to(stage)))
     repo = m.code.get("repo") if isinstance(m.code, dict) else None
     for name in (m.code.get("untracked") or []) if isinstance(m.code, dict) else []:
         src = Path(repo or ".") / str(name)
@@ -239,9 +259,6 @@ def recorded_packages(m: Manifest) -> tuple[dict[str, str], str]:
     return {}, ""
 
 
-UNTRACKED_MAX = 50 * 2**20  # an untracked file larger than this is named in the README, not copied (data, weights)
-
-
 def _is_bundle(folder: Path) -> bool:
     """An earlier export: its bundle.json names this schema (what `export --force` may replace)."""
     try:
@@ -251,20 +268,6 @@ def _is_bundle(folder: Path) -> bool:
         return str(schema).startswith("campaign.bundle/")
     except (InputError, AttributeError):
         return False
-
-
-def shipped_names(paths: list[str]) -> dict[str, str]:
-    """Each artifact's path inside artifacts/: its file or folder name, or where two share a name, the shortest
-    tail of its path that tells it apart (a/preds.jsonl, b/preds.jsonl)."""
-    parts = {p: Path(p).parts for p in paths}
-    out = {}
-    for p, tail in parts.items():
-        for k in range(1, len(tail) + 1):
-            name = tail[-k:]
-            if all(other == p or parts[other][-k:] != name for other in paths):
-                break
-        out[p] = str(Path(*name))
-    return out
 
 
 def _umask_modes(path: Path) -> None:
@@ -298,95 +301,11 @@ def _base_model(m: Manifest) -> str:
     return ""
 
 
-def _card_metadata(m: Manifest, base_model: str) -> str:
-    """The YAML front matter of a Hugging Face model card: base_model, library_name, metrics and a model-index
-    of the run's numeric metrics; the license is left for the user to set."""
-    import yaml
-
-    adapter = any(a.kind.split(":")[0] == "adapter" for a in m.artifacts)
-    numeric = {k: v for k, v in m.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    meta: dict[str, Any] = {}
-    if base_model:
-        meta["base_model"] = base_model
-    meta["library_name"] = "peft" if adapter else "transformers"
-    meta["tags"] = ["campaign"]
-    if numeric:
-        meta["metrics"] = sorted(numeric)
-        meta["model-index"] = [{"name": m.name, "results": [{
-            "task": {"type": "other", "name": m.hypothesis or m.name},
-            "dataset": {"name": "held-out split (split/ in this bundle)", "type": "custom"},
-            "metrics": [{"type": k, "value": v, "name": k} for k, v in sorted(numeric.items())]}]}]
-    return ("---\n# license: set it (the base model's and the data's terms apply)\n"
-            + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n")
-
-
-def _readme(m: Manifest, base: Manifest | None, limits: list[str], extras: dict[str, Any] | None = None) -> str:
-    """The bundle's README, a Hugging Face model card: front matter, then what the run is, its data, its
-    evaluation, its limits, how to load it, and every file shipped."""
-    extras = extras or {}
-    base_model = _base_model(m)
-    lines = [_card_metadata(m, base_model), f"# {m.name}: hand-over", "",
-             f"Run `{m.id}`, accepted: {m.decision.why if m.decision else ''}", ""]
-    lines += ["## Intended use", "", (f"Hypothesis: {m.hypothesis}" if m.hypothesis else
-                                      "No hypothesis was stated for this run."), ""]
-    if base is not None:
-        change = ", ".join(m.change) or "nothing"
-        lines += [f"Baseline `{base.id}`; what changed: {change}.", ""]
-    lines += ["## Training data", ""]
-    lines += [f"- {Path(a.path).name} (sha256 {a.sha256})" for a in m.data] or ["- no data file was recorded"]
-    lines += [f"- the split's manifest and usage ledger: {where}/" for where in extras.get("split", [])]
-    lines += ["", "## Evaluation", ""]
-    numeric = {k: v for k, v in m.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    lines += [f"- {k}: {v:.4g}" for k, v in sorted(numeric.items())] or ["- no metric was recorded with the run"]
-    if extras.get("records"):
-        lines.append(f"- {extras['records']} comparison record(s) in records/ (regress, seeds, errors, ... as JSON)")
-    if base is not None:
-        lines.append("- the baseline's predictions are in baseline/artifacts/: `campaign regress "
-                     "baseline/artifacts/FILE artifacts/FILE` gives the comparison again")
-    code = m.code
-    lines += ["", "## Code and environment", ""]
-    if code.get("commit"):
-        lines += [f"Code: commit {code['commit']}" + (" plus the uncommitted diff in run/code.diff"
-                                                      if code.get("diff_sha256") else ""), ""]
-    if extras.get("untracked"):
-        lines.append(f"- untracked files named by the run, as they are now: code/untracked/ "
-                     f"({', '.join(extras['untracked'][:5])})")
-    if extras.get("untracked_missing"):
-        lines.append(f"- untracked files named by the run but not shipped (gone, or over "
-                     f"{UNTRACKED_MAX // 2**20} MiB): {', '.join(extras['untracked_missing'][:5])}")
-    if extras.get("packages"):
-        lines.append(f"- {extras['packages']} package versions the run recorded: environment/packages.txt "
-                     "(`pip install -r environment/packages.txt`)")
-    lines += ["", "## Files", ""]
-    shipped = [a for a in m.artifacts if a.kind.split(":")[0] in SHIPPED]
-    names = shipped_names([a.path for a in shipped])
-    for a in shipped:
-        lines.append(f"- artifacts/{names[a.path]} ({a.kind}, sha256 {a.sha256})")
-        if (Path(a.path) / "campaign_binding.json").is_file():
-            lines.append("  bound to its base model by campaign_binding.json: load it with "
-                         "campaign.load_adapter(base, folder), which refuses another base")
-    if m.amendments:
-        lines += ["", "## Amended after the run ended", ""] + [
-            f"- {Path(a.path).name}: {a.reason} ({a.at}; sha256 {a.was_sha256[:12]}... -> {a.sha256[:12]}...)"
-            for a in m.amendments]
-    lines += ["", "## Limitations", "", "Limits observed:", ""] + [f"- {limit}" for limit in limits]
-    adapters = [names[a.path] for a in shipped if a.kind.split(":")[0] == "adapter"]
-    if adapters:
-        lines += ["", "## How to load", "", "```python", "from peft import PeftModel",
-                  "from transformers import AutoModelForCausalLM", "",
-                  f"base = AutoModelForCausalLM.from_pretrained({base_model or 'BASE_MODEL'!r})",
-                  f"model = PeftModel.from_pretrained(base, 'artifacts/{adapters[0]}')", "```"]
-    lines += ["", "Every file is listed with its sha256 in bundle.json; report.html is the campaign's report.", ""]
-    return "\n".join(lines)
-
-
 def verify_bundle(folder: str | Path) -> list[str]:
-    """Files of a bundle whose sha256 no longer matches bundle.json (empty when intact)."""
-    from ..io import load_json
+    """The files of a bundle that are changed, missing or not from it (empty when intact): check_bundle's list."""
+    from .verify import check_bundle
 
-    doc = load_json(Path(folder) / "bundle.json", "bundle")
-    hashes: dict[str, Any] = doc.get("sha256", {}) if isinstance(doc, dict) else {}
-    return [f for f, h in hashes.items() if not (Path(folder) / f).is_file() or sha256_file(Path(folder) / f) != h]
+    return list(check_bundle(folder).failing)
 
 
 __all__ = ["BundleResult", "export_bundle", "verify_bundle"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -20,7 +19,7 @@ from ..errors import CampaignError, ConfigError, InputError
 from ..io import atomic_write_bytes, atomic_write_json, load_json
 from ..strict_json import parse_json
 from ..validate import JsonObject, kind_of
-from .safetensors_header import MAX_HEADER, TensorStats, is_packed, shards_of_index, tensor_entry
+from .safetensors_header import MAX_HEADER, TensorStats, shards_of_index, stats_of
 
 # A Hub repo id: NAMESPACE/NAME of letters, digits, '-', '_', '.' (huggingface_hub's validate_repo_id, without '@').
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}", re.ASCII)
@@ -101,24 +100,12 @@ def header_stats(snapshot: Path) -> TensorStats | None:
     files = doc.obj("files").data
     if not files:
         return None
-    tensors = elements = total_bytes = 0
-    by_dtype: Counter[str] = Counter()
-    packed = False
-    for file, header in sorted(files.items()):
-        where = f"{snapshot.name}/{file}"
+    for file, header in files.items():
         if not isinstance(header, dict):
             raise ConfigError(f"{path}: the header of {file} is a JSON {kind_of(header)}; delete the folder and run "
                               "the command again online")
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            dtype, n, size = tensor_entry(where, name, info)
-            tensors += 1
-            elements += n
-            total_bytes += size
-            by_dtype[dtype] += n
-            packed = packed or is_packed(name, dtype)
-    return TensorStats(tuple(sorted(files)), tensors, elements, total_bytes, dict(by_dtype), packed)
+    return stats_of([(f"{snapshot.name}/{file}", header) for file, header in sorted(files.items())],
+                    tuple(sorted(files)))
 
 
 def fetch(repo_id: str, revision: str | None) -> Path:

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..io import load_json
@@ -116,17 +117,23 @@ def tensor_stats(directory: Path) -> TensorStats | None:
     files = weight_files(directory)
     if not files:
         return None
+    return stats_of([(path, read_header(path)) for path in files], tuple(str(f) for f in files))
+
+
+def stats_of(headers: list[tuple[Any, dict[str, Any]]], files: tuple[str, ...]) -> TensorStats:
+    """The TensorStats of (where, header) pairs: each tensor's elements and bytes by dtype, `__metadata__` skipped;
+    `where` names the file in an error."""
     tensors = elements = total_bytes = 0
     by_dtype: Counter[str] = Counter()
     packed = False
-    for path in files:
-        for name, info in read_header(path).items():
+    for where, header in headers:
+        for name, info in header.items():
             if name == "__metadata__":
                 continue
-            dtype, n, size = tensor_entry(path, name, info)
+            dtype, n, size = tensor_entry(where, name, info)
             tensors += 1
             elements += n
             total_bytes += size
             by_dtype[dtype] += n
             packed = packed or is_packed(name, dtype)
-    return TensorStats(tuple(str(f) for f in files), tensors, elements, total_bytes, dict(by_dtype), packed)
+    return TensorStats(files, tensors, elements, total_bytes, dict(by_dtype), packed)

@@ -224,18 +224,28 @@ def test_without_ray_the_engine_says_how_to_install_it_and_the_cli_never_imports
             and "cannot reach the Ray cluster at '127.0.0.1:1'" in r.stderr)
 
 
-def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray, tmp_path, cli):
-    from campaign.data.split import split_file
-
+def _copies_corpus(relabel: bool = False) -> list[dict]:
+    """400 rows: every 10th row from 23 on copies an earlier row (every other one with an edit); with `relabel`,
+    the copies at rows 43, 83, 123 carry another label than the row they copy (a label conflict, planted)."""
     rng = random.Random(1)
-    rows = []
-    for i in range(400):      # every 10th row from 23 on copies an earlier row (every other one with an edit)
+    rows: list[dict] = []
+    for i in range(400):
         if i % 10 == 3 and i > 20:
             src = rows[rng.randrange(i)]
             rows.append(dict(src, text=edit(rng, src["text"], 1) if i % 20 == 3 else src["text"], id=f"r{i}"))
+            if relabel and i in (43, 83, 123):
+                rows[-1]["label"] = {"a": "b", "b": "c", "c": "a"}[src["label"]]
         else:
             rows.append({"text": sentence(rng, 30, 50), "label": rng.choice("abc"), "user": f"u{rng.randrange(150)}",
                          "id": f"r{i}"})
+    return rows
+
+
+def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray, tmp_path, cli):
+    from campaign.data.split import split_file
+    from campaign.data.split_clusters import read_clusters
+
+    rows = _copies_corpus()
     write_jsonl(tmp_path / "all.jsonl", rows)
     (tmp_path / "shards").mkdir()
     for k in range(4):
@@ -248,12 +258,19 @@ def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray
     m = r.json()
     assert [s["rows"] for s in m["splits"]] == [p.rows for p in single.parts] == [320, 40, 40]
     assert m["units"] == single.units and m["leaks"]["status"] == "pass"
-    # the same verdict from the same checks: the split's and the leak check of the written shards, at the top level
-    # (split.label_conflict, the same text with two labels inside the input, is the local engine's only)
-    assert [(c["id"], c["status"]) for c in m["checks"]] == [(c.id, c.status) for c in single.checks
-                                                             if c.id != "split.label_conflict"]
+    # the same verdict from the same checks: the split's (split.label_conflict included: no copy here carries
+    # another label) and the leak check of the written shards, at the top level
+    assert [(c["id"], c["status"]) for c in m["checks"]] == [(c.id, c.status) for c in single.checks]
+    assert ("split.label_conflict", "pass") in [(c["id"], c["status"]) for c in m["checks"]]
     assert m["status"] == single.status == "pass" and json.loads((tmp_path / "engine" / "manifest.json").read_text(
         ))["checks"] == m["checks"]
+    # the per-row clusters: the same file as the local engine's, named by the manifest, read by --clusters-from
+    engine_file = tmp_path / "engine" / "split_clusters.jsonl"
+    assert engine_file.read_bytes() == (tmp_path / "single" / "split_clusters.jsonl").read_bytes()
+    assert m["clusters"] == {k: single.clusters[k] for k in ("path", "sha256", "rows", "clusters", "key")}
+    assert m["clusters"]["rows"] == 400 and m["clusters"]["clusters"] == m["units"]
+    back = read_clusters(tmp_path / "engine" / "manifest.json")
+    assert back.clusters == m["units"] and back.of_id == read_clusters(tmp_path / "single").of_id
     by_split: dict[str, list[dict]] = {}
     for s in m["shards"]:
         p = tmp_path / "engine" / s["path"]
@@ -267,6 +284,30 @@ def test_split_on_the_engine_writes_the_single_machine_split_as_shards(local_ray
     for row in rows:
         users.setdefault(row["user"], set()).add(where[row["id"]])
     assert all(len(s) == 1 for s in users.values())
+
+
+def test_split_on_the_engine_warns_of_copies_with_another_label_as_the_local_engine(local_ray, tmp_path, cli):
+    # planted: 3 copies (rows 43, 83, 123) carry another label than their source; both engines warn of the same
+    # 3 duplicate clusters and name the rows (row 123 is line 24 of shard p1), and the verdict is a warning on both
+    from campaign.data.split import split_file
+
+    rows = _copies_corpus(relabel=True)
+    write_jsonl(tmp_path / "all.jsonl", rows)
+    (tmp_path / "shards").mkdir()
+    for k in range(4):
+        write_jsonl(tmp_path / "shards" / f"p{k}.jsonl", rows[k * 100:(k + 1) * 100])
+    single = split_file(tmp_path / "all.jsonl", tmp_path / "single", Fields(label="label", group=("user",), id="id"))
+    r = cli("split", str(tmp_path / "shards"), "--out", str(tmp_path / "engine"), "--label", "label", "--group", "user",
+            "--id-field", "id", "--engine", "ray", "--json")
+    assert r.code == 0, r.err
+    m = r.json()
+    got = next(c for c in m["checks"] if c["id"] == "split.label_conflict")
+    want = next(c for c in single.checks if c.id == "split.label_conflict")
+    assert got["status"] == want.status == "warn" and m["status"] == single.status == "warn"
+    # the 3 planted clusters, 7 rows (one of them holds a third copy); the engine names rows by shard and line
+    head = "3 duplicate cluster(s) (7 rows) carry different labels"
+    assert got["seen"].startswith(head) and want.seen.startswith(head)
+    assert "p0.jsonl:44 (id r43)" in got["seen"] and "p1.jsonl:24 (id r123)" in got["seen"]
 
 
 def test_the_usage_ledger_of_a_split_in_shards_counts_uses_of_its_shards_and_refuses_changed_shards(local_ray,

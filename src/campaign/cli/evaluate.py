@@ -209,6 +209,12 @@ def seeds(
                                              rich_help_panel=o.INPUT)] = "score",
     id_field: Annotated[str, typer.Option(
         "--id-field", help="Column of the example id in the per-example scores.", rich_help_panel=o.INPUT)] = "id",
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Column of the per-example scores grouping related "
+            "examples (movie, document, template): the crossed interval's example term becomes cluster-robust.",
+            rich_help_panel=STATS)] = None,
+    clusters_from: Annotated[str | None, typer.Option("--clusters-from", help="A split_manifest.json of `campaign "
+            "split` (made with --id): its groups and duplicate clusters are the clusters, matched by --id-field.",
+            rich_help_panel=STATS)] = None,
     lower_is_better: Annotated[bool, typer.Option("--lower-is-better", help="The metric is a loss or an error rate: "
             "improvement = baseline - candidate.", rich_help_panel=VERDICT)] = False,
     confidence: Annotated[float, typer.Option(help="Confidence level of the intervals.", rich_help_panel=STATS)] = 0.95,
@@ -242,7 +248,8 @@ def seeds(
         from ..evaluate.harness_runs import compare_harness_seeds
 
         _not_harness("lm-eval runs", **{"RESULTS": results, "--example-scores": examples, "--baseline": baseline,
-                                        "--candidate": candidate})
+                                        "--candidate": candidate, "--cluster": cluster,
+                                        "--clusters-from": clusters_from})
         with progress_reporter("seeds", enabled=not as_json) as tell:
             tell(f"{resamples:,} bootstrap resamples over seeds x documents")
             rep = compare_harness_seeds(baseline_samples or [], candidate_samples or [], metric=metric,
@@ -264,6 +271,7 @@ def seeds(
         rep = compare_seeds(results, metric=metric or "metric", baseline=baseline, candidate=candidate,
                             examples=examples, score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,
-                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field)
+                            seed=seed, variant_field=variant_field, seed_field=seed_field, id_field=id_field,
+                            cluster=cluster, clusters_from=clusters_from)
         rep = o.with_plot(rep, plots.seeds, plot)
     o.emit(rep, render_seeds, as_json)

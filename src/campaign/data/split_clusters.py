@@ -7,7 +7,8 @@ The file (split_clusters.jsonl, one line per input row, in input order) holds {"
 --id field; null without one), "row": the first 16 hex digits of the sha256 of the row's text, "split": the split
 it went to, "cluster": its unit, an integer}. It is written into the split's file set (atomically, with the split
 files and the manifest), and the manifest names it with its sha256 under "clusters", so a reader can tell a file
-that changed since.
+that changed since. The Ray engine (a split in shards) writes the same file into its output folder, rows in the
+order of the listed shards, before the manifest.json that names it.
 """
 from __future__ import annotations
 
@@ -29,16 +30,28 @@ CLUSTERS_NAME = "split_clusters.jsonl"
 ROW_HASH_HEX = 16        # as the usage ledger's row hashes (track/usage.py)
 
 
+def row_hash(text: str) -> str:
+    """The row key of the clusters file: the first 16 hex digits of the sha256 of the row's text."""
+    from ..io import sha256_bytes
+
+    return sha256_bytes(text.encode("utf-8", "surrogatepass"))[:ROW_HASH_HEX]
+
+
 def write_clusters(folder: Path, ds: Dataset, assign: np.ndarray, units: np.ndarray,
                    names: Sequence[str]) -> dict[str, Any]:
     """Write folder/split_clusters.jsonl (see the module docstring); its entry in the manifest: path, sha256, rows,
     clusters (distinct units), key ("id" when the rows carry ids, else "row")."""
+    return write_cluster_rows(folder, ds.ids, [row_hash(t) for t in ds.texts], assign, units, names)
+
+
+def write_cluster_rows(folder: Path, ids: Sequence[Any] | None, rows: Sequence[str], assign: np.ndarray,
+                       units: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
+    """write_clusters from its parts, as either engine has them: each row's id (None without ids) and row hash
+    (row_hash), split (an index into names) and unit."""
     from ..io import atomic_write_text, sha256_bytes
 
-    ids = ds.ids
     lines = []
-    for i, text in enumerate(ds.texts):
-        row = sha256_bytes(text.encode("utf-8", "surrogatepass"))[:ROW_HASH_HEX]
+    for i, row in enumerate(rows):
         lines.append(json.dumps({"id": None if ids is None else ids[i], "row": row, "split": names[int(assign[i])],
                                  "cluster": int(units[i])}, ensure_ascii=False) + "\n")
     data = "".join(lines)
@@ -64,8 +77,8 @@ def read_clusters(manifest: str | os.PathLike[str]) -> SplitClusters:
     """The per-row clusters a split manifest names, checked against its sha256.
 
     Raises:
-        InputError: not a split manifest, one written before the split recorded clusters (or by the ray engine),
-            a split without ids, or a clusters file missing or changed since the split.
+        InputError: not a split manifest, one written before the split recorded clusters, a split without ids, or
+            a clusters file missing or changed since the split.
     """
     from ..io import sha256_file
     from .split_manifest import split_manifest_path
@@ -80,8 +93,8 @@ def read_clusters(manifest: str | os.PathLike[str]) -> SplitClusters:
     entry = doc.get("clusters")
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not isinstance(entry.get("sha256"),
                                                                                                 str):
-        raise InputError(f"{p}: records no per-row clusters (written by an earlier campaign, or by `split --engine "
-                         "ray`); re-split with `campaign split --force` (local engine), or give --cluster FIELD")
+        raise InputError(f"{p}: records no per-row clusters (written by an earlier campaign); re-split with "
+                         "`campaign split --force`, or give --cluster FIELD")
     if entry.get("key") != "id":
         raise InputError(f"{p}: the split was made without --id, so its rows cannot be matched to prediction ids; "
                          "re-split with --id FIELD (the field your predictions' --id-field holds) and --force")
@@ -133,4 +146,5 @@ def clusters_of_ids(clusters: SplitClusters, ids: Sequence[str], where: Any) -> 
     return out
 
 
-__all__ = ["CLUSTERS_NAME", "SplitClusters", "clusters_of_ids", "read_clusters", "write_clusters"]
+__all__ = ["CLUSTERS_NAME", "SplitClusters", "clusters_of_ids", "read_clusters", "row_hash", "write_cluster_rows",
+           "write_clusters"]

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..results import Record, Result
 from ..validate import check_seed
 from .bootstrap import BootstrapInterval, ExampleBootstrap, bootstrap_mean, paired_bootstrap
+from .difference import FEW_CLUSTERS
 from .predictions import label_of, number_of, read_rows, require_columns
 from .stats import (
     RankTest,
@@ -132,12 +133,36 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
 
     Every (variant, seed) of the pair must score the same example ids once each.
     """
+    table = read_example_table(path, seeds, baseline, candidate, score=score, variant_field=variant_field,
+                               seed_field=seed_field, id_field=id_field)
+    return table.diffs, len(table.ids)
+
+
+@dataclass(frozen=True)
+class ExampleTable:
+    """The per-example differences D (seeds x examples) with the examples' ids (D's columns, in file order) and,
+    with a cluster field, each example's cluster label (None without)."""
+
+    diffs: Any
+    ids: tuple[str, ...]
+    clusters: tuple[str, ...] | None = None
+
+
+def read_example_table(path: str | os.PathLike[str], seeds: Sequence[str], baseline: str, candidate: str, *,
+                       score: str = "score", variant_field: str = "variant", seed_field: str = "seed",
+                       id_field: str = "id", cluster_field: str | None = None) -> ExampleTable:
+    """read_example_scores with the ids and, with `cluster_field`, each example's cluster: the value of that
+    column, which every row of an example (both variants, every seed) must carry and agree on."""
     np = numpy()
     rows, _ = read_rows(path, what="per-example scores")
-    require_columns(rows, [variant_field, seed_field, id_field, score], path,
-                    options={score: "--score-field", variant_field: "--variant-field", seed_field: "--seed-field",
-                             id_field: "--id-field"})
+    columns = [variant_field, seed_field, id_field, score] + ([cluster_field] if cluster_field else [])
+    options = {score: "--score-field", variant_field: "--variant-field", seed_field: "--seed-field",
+               id_field: "--id-field"}
+    if cluster_field:
+        options[cluster_field] = "--cluster"
+    require_columns(rows, columns, path, options=options)
     table: dict[tuple[str, str], dict[str, float]] = {}
+    cluster_of: dict[str, tuple[str, int]] = {}
     for row in rows:
         where = f"{path} line {row.line}"
         v = _text(row.fields[variant_field], where, "variant")
@@ -150,6 +175,13 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
             raise InputError(f"{path} line {row.line}: id {ident!r} is scored twice for variant {key[0]!r} seed "
                              f"{key[1]!r}; keep one score per example and run")
         cell[ident] = number_of(row.fields[score], where=where, what=f"score {score!r}")
+        if cluster_field:
+            label = _text(row.fields[cluster_field], where, f"cluster {cluster_field!r}")
+            first = cluster_of.setdefault(ident, (label, row.line))
+            if first[0] != label:
+                raise InputError(f"{path}: id {ident!r} is in cluster {first[0]!r} on line {first[1]} and "
+                                 f"{label!r} on line {row.line}; give an example the same --cluster value in every "
+                                 "row")
     ids: list[str] | None = None
     diffs = []
     for s in seeds:
@@ -166,7 +198,9 @@ def read_example_scores(path: str | os.PathLike[str], seeds: Sequence[str], base
                 raise InputError(f"{path}: variant {v!r} seed {s!r} scores a different set of examples ({n} ids "
                                  f"differ); score the same examples in every run")
         diffs.append([cand[i] - base[i] for i in ids])
-    return np.asarray(diffs, dtype=float), len(ids or [])
+    ids = ids or []
+    clusters = tuple(cluster_of[i][0] for i in ids) if cluster_field else None
+    return ExampleTable(np.asarray(diffs, dtype=float), tuple(ids), clusters)
 
 
 @dataclass(frozen=True)
@@ -179,7 +213,18 @@ class CrossedInterval(Record):
     from the two-way ANOVA of D (S seeds x N examples) without replication, and a t interval on Satterthwaite's
     df. With one seed it is the examples' paired standard error sd(column) / sqrt(N) (Miller 2024, "Adding Error
     Bars to Evals"). `scale` converts to the metric's units (100 when the metric is in points and the scores are
-    proportions); every figure here is in the metric's units."""
+    proportions); every figure here is in the metric's units.
+
+    With clusters (examples that share a movie, a document, a template), the example term MS_example / (S N),
+    the naive variance of the mean of the seed-averaged differences c_i = mean_s D[s, i], becomes its
+    cluster-robust (CR1) variance over the G clusters,
+
+        V_cluster = G / (G - 1) * sum_g (sum_{i in g} (c_i - mean(c)))^2 / N^2
+
+    (statsmodels' OLS(c, 1).fit(cov_type='cluster') gives the same; with clusters of one size it is the variance
+    of the per-cluster means of c over G), on G - 1 df in Satterthwaite's sum: V = (MS_seed - MS_residual) / (S N)
+    + V_cluster. `design_effect` is V_cluster over the naive MS_example / (S N); var_example is then V_cluster
+    less the residual term, so that the three components still add up to V."""
 
     seeds: int
     examples: int
@@ -194,42 +239,83 @@ class CrossedInterval(Record):
     var_residual: float
     scale: float
     method: str = "crossed seeds x examples variance (two-way ANOVA components), t on Satterthwaite df"
+    clusters: int | None = None             # G, with clusters of examples; None without
+    design_effect: float | None = None      # the example term's cluster-robust variance over its naive one
+
+
+def cluster_robust_mean_variance(values: Any, codes: Any) -> float:
+    """CR1 variance of the mean of `values` over the clusters `codes` (integers 0..G-1): G / (G - 1) *
+    sum_g (sum_{i in g} e_i)^2 / n^2 with e = values - mean (see CrossedInterval)."""
+    np = numpy()
+    x = np.asarray(values, dtype=float)
+    c = np.asarray(codes)
+    g = int(c.max()) + 1
+    sums = np.bincount(c, weights=x - x.mean(), minlength=g)
+    return float(g / (g - 1) * (sums ** 2).sum() / x.size ** 2)
 
 
 def crossed_interval(diffs: Any, *, confidence: float = 0.95, alternative: str = "two-sided",
-                     scale: float = 1.0) -> CrossedInterval | None:
-    """The crossed interval of the mean of D (shape (seeds, examples)), see CrossedInterval; None with one example."""
+                     scale: float = 1.0, clusters: Sequence[Any] | None = None) -> CrossedInterval | None:
+    """The crossed interval of the mean of D (shape (seeds, examples)), see CrossedInterval; None with one example.
+    `clusters`: one label per example (D's columns) for the cluster-robust example term.
+
+    Raises:
+        InputError: clusters of another length than the examples, or fewer than 2 clusters.
+    """
     np = numpy()
+    from .difference import FEW_CLUSTERS, cluster_ids
     from .stats import scipy_stats
 
     d = np.asarray(diffs, dtype=float) * scale
     s, n = d.shape
     if n < 2:
         return None
+    g = None
+    codes = None
+    if clusters is not None:
+        if len(clusters) != n:
+            raise InputError(f"{len(clusters)} cluster labels for {n} examples; give one per example")
+        codes = np.asarray(cluster_ids(clusters))
+        g = int(codes.max()) + 1
+        if g < 2:
+            raise InputError("every example is in one cluster: a cluster-robust interval needs at least 2 clusters; "
+                             "give a finer --cluster field")
     grand = float(d.mean())
     col = d.mean(axis=0)
     ms_e = s * float(((col - grand) ** 2).sum()) / (n - 1)
+    # the example term of V (an estimate of Var(mean of the columns)) and its df: naive, or over the clusters
+    v_ex, df_ex = ms_e / (s * n), float(n - 1)
+    deff = None
+    if codes is not None and g is not None:
+        v_cl = cluster_robust_mean_variance(col, codes)
+        deff = v_cl / v_ex if v_ex > 0 else None
+        v_ex, df_ex = v_cl, float(g - 1)
     if s == 1:
-        var, df, vs, ve, vr = ms_e / n, float(n - 1), 0.0, ms_e / n, 0.0
+        var, df, vs, ve, vr = v_ex, df_ex, 0.0, v_ex, 0.0
     else:
         row = d.mean(axis=1)
         ms_s = n * float(((row - grand) ** 2).sum()) / (s - 1)
         resid = d - row[:, None] - col[None, :] + grand
         ms_r = float((resid ** 2).sum()) / ((s - 1) * (n - 1))
-        total = ms_s + ms_e - ms_r
-        vs, ve, vr = (ms_s - ms_r) / n / s, (ms_e - ms_r) / s / n, ms_r / (s * n)
+        a_s, c_r = ms_s / (s * n), ms_r / (s * n)
+        total = a_s + v_ex - c_r
+        vs, ve, vr = a_s - c_r, v_ex - c_r, c_r
         if total > 0:
-            den = ms_s ** 2 / (s - 1) + ms_e ** 2 / (n - 1) + ms_r ** 2 / ((s - 1) * (n - 1))
-            var, df = total / (s * n), (total ** 2 / den if den > 0 else float("inf"))
-        else:                       # components estimated negative: the larger mean square alone
-            big, dfb = max((ms_s, s - 1), (ms_e, n - 1))
-            var, df = big / (s * n), float(dfb)
+            den = a_s ** 2 / (s - 1) + v_ex ** 2 / df_ex + c_r ** 2 / ((s - 1) * (n - 1))
+            var, df = total, (total ** 2 / den if den > 0 else float("inf"))
+        else:                       # components estimated negative: the larger term alone
+            var, df = max((a_s, float(s - 1)), (v_ex, df_ex))
     se = float(np.sqrt(max(var, 0.0)))
     alpha = 1 - confidence
     q = float(scipy_stats().t.ppf(1 - alpha / 2 if alternative == "two-sided" else 1 - alpha, df)) if se else 0.0
     low = grand - q * se if alternative in ("two-sided", "greater") else None
     high = grand + q * se if alternative in ("two-sided", "less") else None
-    return CrossedInterval(s, n, grand, se, df, low, high, confidence, vs, ve, vr, scale)
+    if g is None:
+        return CrossedInterval(s, n, grand, se, df, low, high, confidence, vs, ve, vr, scale)
+    method = (f"crossed seeds x examples variance, the example term cluster-robust (CR1) over {g} clusters on "
+              f"{g - 1} df, t on Satterthwaite df" + (f" (only {g} clusters: too narrow under about {FEW_CLUSTERS})"
+                                                       if g < FEW_CLUSTERS else ""))
+    return CrossedInterval(s, n, grand, se, df, low, high, confidence, vs, ve, vr, scale, method, g, deff)
 
 
 MAX_SEEDS, MAX_EXAMPLES = 100_000, 100_000_000     # where the search for seeds / examples needed stops
@@ -245,7 +331,11 @@ class CrossedNeeds(Record):
     seeds: the fewest S >= 2 (at the N examples given) with (t_crit + t_power) sqrt(V(S, N)) <= |effect|, the t's
     on the Satterthwaite df that the expected mean squares at (S, N) give (the usual approximation of a t-test's
     power); examples: the fewest N at the S seeds given. None where no number reaches it: the other source's
-    noise alone is too large (seeds: the test set's, sigma2_example / N; examples: the seeds', sigma2_seed / S)."""
+    noise alone is too large (seeds: the test set's, sigma2_example / N; examples: the seeds', sigma2_seed / S).
+
+    With clusters, sigma2_example is the cluster-robust one (CrossedInterval), so N examples are taken to come in
+    clusters of the mean size seen (at_clusters over at_examples), and the example term's df is the number of
+    clusters less one."""
 
     effect: float
     power: float
@@ -256,6 +346,7 @@ class CrossedNeeds(Record):
     examples: int | None
     at_seeds: int
     at_examples: int
+    at_clusters: int | None = None
 
 
 def crossed_needs(c: CrossedInterval, effect: float, *, alpha: float, power: float = 0.80,
@@ -273,13 +364,17 @@ def crossed_needs(c: CrossedInterval, effect: float, *, alpha: float, power: flo
     sig_r = max(c.var_residual, 0.0) * s0 * n0
     crit = 1 - alpha / 2 if alternative == "two-sided" else 1 - alpha
 
+    per_cluster = n0 / c.clusters if c.clusters else 1.0
+
     def enough(s: int, n: int) -> bool:
         var = sig_s / s + sig_e / n + sig_r / (s * n)
         if var <= 0:
             return True
-        ms_s, ms_e, ms_r = sig_r + n * sig_s, sig_r + s * sig_e, sig_r
-        den = ms_s ** 2 / (s - 1) + ms_e ** 2 / (n - 1) + ms_r ** 2 / ((s - 1) * (n - 1))
-        df = (ms_s + ms_e - ms_r) ** 2 / den if den > 0 else float("inf")
+        # the three terms of V(s, n) (seed, example, residual) and their df; the example term's over the clusters
+        a, b, r = sig_s / s + sig_r / (s * n), sig_e / n + sig_r / (s * n), sig_r / (s * n)
+        df_e = max(n / per_cluster, 2.0) - 1
+        den = a ** 2 / (s - 1) + b ** 2 / df_e + r ** 2 / ((s - 1) * (n - 1))
+        df = var ** 2 / den if den > 0 else float("inf")
         q = float(st.t.ppf(crit, df)) + float(st.t.ppf(power, df))
         return q * math.sqrt(var) <= abs(effect)
 
@@ -295,7 +390,15 @@ def crossed_needs(c: CrossedInterval, effect: float, *, alpha: float, power: flo
         return high
 
     return CrossedNeeds(abs(effect), power, sig_s, sig_e, sig_r, fewest(lambda s: enough(s, n0), MAX_SEEDS),
-                        fewest(lambda n: enough(s0, n), MAX_EXAMPLES), s0, n0)
+                        fewest(lambda n: enough(s0, n), MAX_EXAMPLES), s0, n0, c.clusters)
+
+
+def in_clusters(needs: CrossedNeeds) -> str:
+    """' (in about K clusters of M)' for examples needed with clusters (CrossedNeeds), else ''."""
+    if not needs.at_clusters or needs.examples is None:
+        return ""
+    size = needs.at_examples / needs.at_clusters
+    return f" (in about {math.ceil(needs.examples / size):,} clusters of {size:.3g})"
 
 
 def units_scale(seed_diffs: Any, example_diffs: Any) -> float | None:
@@ -350,6 +453,8 @@ class SeedsReport(Result):
     needs: CrossedNeeds | None = None        # seeds and examples needed, from the crossed components
     verdict_interval: str = "t over seeds"
     units: str = ""                          # how the per-example figures relate to the metric's units
+    cluster_field: str | None = None         # the per-example scores' column naming each example's cluster
+    clusters_from: str | None = None         # or the split manifest whose units are the clusters
     source: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -369,8 +474,9 @@ class SeedsReport(Result):
         more = f"run {self.seeds_needed} seeds" if self.seeds_needed else "run more seeds"
         if self.needs is not None:
             x = self.needs
+            by_examples = f"{x.examples:,} examples{in_clusters(x)} (at {x.at_seeds} seeds)" if x.examples else ""
             more = " or ".join(filter(None, (f"{x.seeds} seeds (at {x.at_examples:,} examples)" if x.seeds else "",
-                                             f"{x.examples:,} examples (at {x.at_seeds} seeds)" if x.examples else "")))
+                                             by_examples)))
             more = f"run {more} for 80% power" if more else ("neither more seeds nor more examples alone reach 80% "
                                                               "power: add both")
         return (Check("seeds.conclusive", "warn", seen, "the interval holds both a useful effect and none", more),)
@@ -400,12 +506,15 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
                    seeds: Sequence[str] | None = None, baseline: str = "baseline", candidate: str = "candidate",
                    metric: str = "metric", min_effect: float = 0.0, confidence: float = 0.95,
                    alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
-                   seed: int = 0, example_diffs: Any = None, source: dict[str, Any] | None = None) -> SeedsReport:
+                   seed: int = 0, example_diffs: Any = None, example_clusters: Sequence[Any] | None = None,
+                   source: dict[str, Any] | None = None) -> SeedsReport:
     """All paired statistics for metric values of two variants on the same seeds (equal-length sequences).
 
     Args:
         example_diffs: optional per-example differences, shape (seeds, examples), for the crossed bootstrap
             (already oriented: candidate - baseline, or the reverse when lower is better).
+        example_clusters: with example_diffs, the cluster of each example (one label per column): the crossed
+            interval's example term becomes cluster-robust (see CrossedInterval).
         seed: seeds the bootstrap's numpy Generator.
     """
     np = numpy()
@@ -437,19 +546,26 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
     verdict_interval = "t over seeds"
     units = ""
     crossed_note = ""
+    if example_clusters is not None and example_diffs is None:
+        raise InputError("clusters of examples need the per-example scores: give --example-scores with --cluster "
+                         "or --clusters-from")
     if example_diffs is not None:
         scale = units_scale(d, example_diffs)
-        crossed = crossed_interval(example_diffs, confidence=confidence, alternative=alternative, scale=scale or 1.0)
+        crossed = crossed_interval(example_diffs, confidence=confidence, alternative=alternative, scale=scale or 1.0,
+                                   clusters=example_clusters)
         if crossed is not None and scale is not None:
             by_seeds = verdict
             crossed_used = True
             verdict = verdict_of(crossed.low, crossed.high, min_effect)
-            verdict_interval = f"crossed seeds x examples ({crossed.seeds} x {crossed.examples:,})"
+            verdict_interval = (f"crossed seeds x examples ({crossed.seeds} x {crossed.examples:,}"
+                                + (f", {crossed.clusters:,} clusters" if crossed.clusters else "") + ")")
             units = (f"every figure is in {metric}'s units" + (" (points: the per-example scores, proportions, "
                                                                "are shown x100)" if scale == 100 else ""))
             if by_seeds != verdict:
                 crossed_note = (f"the seeds alone say {by_seeds!r} (t interval [{_fmt(t.ci_low)}, "
-                                f"{_fmt(t.ci_high)}]), but the test set's noise widens the interval to "
+                                f"{_fmt(t.ci_high)}]), but the test set's noise"
+                                + (f" (over its {crossed.clusters:,} clusters)" if crossed.clusters else "")
+                                + " widens the interval to "
                                 f"[{_fmt(crossed.low)}, {_fmt(crossed.high)}]: {verdict!r}")
         elif crossed is not None:
             units = ("the per-example figures are in the scores' units: each seed's metric difference is not "
@@ -516,7 +632,8 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         s_part = (f"{needs.seeds} seeds at these {needs.at_examples:,} examples" if needs.seeds else
                   f"no number of seeds at these {needs.at_examples:,} examples (the test set's noise alone is too "
                   "large)")
-        e_part = (f"{needs.examples:,} examples at these {needs.at_seeds} seeds" if needs.examples else
+        e_part = (f"{needs.examples:,} examples{in_clusters(needs)} at these {needs.at_seeds} seeds"
+                  if needs.examples else
                   f"no number of examples at these {needs.at_seeds} seeds (the seeds' noise alone is too large)")
         more = t_seeds and (not needs.seeds or needs.seeds > t_seeds)
         (warnings if more and verdict == "inconclusive" else notes).append(
@@ -526,7 +643,17 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
                if t_seeds else ""))
     if ex is not None:
         notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples: {ex.method} "
-                     f"({ex.engine} resampling)")
+                     f"({ex.engine} resampling)" + ("; it resamples examples, not clusters, so it is too narrow "
+                                                   "where the clusters matter: the verdict reads the crossed "
+                                                   "interval" if crossed is not None and crossed.clusters else ""))
+    if crossed is not None and crossed.clusters:
+        deff = ("" if crossed.design_effect is None else
+                f", design effect {crossed.design_effect:.2f} on the example term (its variance over the naive one)")
+        notes.append(f"clusters: {crossed.clusters:,} clusters of {crossed.examples:,} examples; the crossed "
+                     f"interval's example term is cluster-robust (CR1, {crossed.clusters - 1} df){deff}")
+        if crossed.clusters < FEW_CLUSTERS:
+            warnings.append(f"only {crossed.clusters} clusters: cluster-robust intervals are too narrow under about "
+                            f"{FEW_CLUSTERS}; read the crossed interval as optimistic")
     return SeedsReport(
         baseline=baseline, candidate=candidate, metric=metric, higher_is_better=higher_is_better, seeds=seeds,
         baseline_values=tuple(map(float, a)), candidate_values=tuple(map(float, b)),
@@ -545,32 +672,56 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
                   score_field: str = "score", min_effect: float = 0.0, confidence: float = 0.95,
                   alternative: str = "two-sided", higher_is_better: bool = True, n_resamples: int = 10_000,
                   seed: int = 0, variant_field: str = "variant", seed_field: str = "seed",
-                  id_field: str = "id") -> SeedsReport:
+                  id_field: str = "id", cluster: str | None = None,
+                  clusters_from: str | os.PathLike[str] | None = None) -> SeedsReport:
     """Read a results file (variant, seed, metric) and compare two variants paired by seed. Its figure is
     campaign.plots.seeds of the result's to_dict().
 
     Args:
         metric, variant_field, seed_field: the columns of the results file (and, with id_field and score_field,
             of the per-example scores file).
+        cluster: a column of the per-example scores naming each example's cluster (movie, document, template);
+            or clusters_from: a split manifest whose units (groups and duplicate clusters, matched by id) are the
+            clusters. Either makes the crossed interval's example term cluster-robust.
     Raises:
-        InputError: missing columns, a non-numeric metric, unpaired seeds, not exactly two variants.
+        InputError: missing columns, a non-numeric metric, unpaired seeds, not exactly two variants; clusters
+            without per-example scores, an example in two clusters or in no row of the split.
     """
+    if cluster and clusters_from:
+        raise InputError("--cluster and --clusters-from both name the clusters; give one")
+    if (cluster or clusters_from) and examples is None:
+        raise InputError(f"{'--cluster' if cluster else '--clusters-from'} groups the test examples: give their "
+                         "per-example scores with --example-scores (variant, seed, id, score rows)")
     res = read_seed_results(results, metric=metric, variant_field=variant_field, seed_field=seed_field)
     base, cand = pick_variants(res.variants, baseline, candidate, str(results))
     seeds, a, b = pair_seeds(res, base, cand)
     ex = None
+    groups: Sequence[str] | None = None
     source: dict[str, Any] = {"results": {"path": res.path, "sha256": res.sha256}}
     if examples is not None:
-        ex, n_ex = read_example_scores(examples, seeds, base, cand, score=score_field, variant_field=variant_field,
-                                       seed_field=seed_field, id_field=id_field)
+        table = read_example_table(examples, seeds, base, cand, score=score_field, variant_field=variant_field,
+                                   seed_field=seed_field, id_field=id_field, cluster_field=cluster)
+        ex, groups = table.diffs, table.clusters
         if not higher_is_better:
             ex = -ex
-        source["examples"] = {"path": str(examples), "examples": n_ex}
-    return compare_paired(a, b, seeds=seeds, baseline=base, candidate=cand, metric=metric, min_effect=min_effect,
+        source["examples"] = {"path": str(examples), "examples": len(table.ids)}
+        if clusters_from is not None:
+            from ..data.split_clusters import clusters_of_ids, read_clusters
+
+            split = read_clusters(clusters_from)
+            groups = clusters_of_ids(split, table.ids, lambda i: f"{examples} (example {table.ids[i]!r})")
+            source["clusters"] = {"path": str(split.manifest)}
+    rep = compare_paired(a, b, seeds=seeds, baseline=base, candidate=cand, metric=metric, min_effect=min_effect,
                          confidence=confidence, alternative=alternative, higher_is_better=higher_is_better,
-                         n_resamples=n_resamples, seed=seed, example_diffs=ex, source=source)
+                         n_resamples=n_resamples, seed=seed, example_diffs=ex, example_clusters=groups,
+                         source=source)
+    if cluster is None and clusters_from is None:
+        return rep
+    from dataclasses import replace
+
+    return replace(rep, cluster_field=cluster, clusters_from=None if clusters_from is None else str(clusters_from))
 
 
-__all__ = ["CrossedInterval", "SeedResults", "SeedsReport", "VERDICTS", "compare_paired", "compare_seeds",
-           "crossed_interval", "crossed_needs", "pair_seeds", "pick_variants", "read_example_scores",
-           "read_seed_results", "units_scale", "verdict_of"]
+__all__ = ["CrossedInterval", "ExampleTable", "SeedResults", "SeedsReport", "VERDICTS", "cluster_robust_mean_variance",
+           "compare_paired", "compare_seeds", "crossed_interval", "crossed_needs", "pair_seeds", "pick_variants",
+           "read_example_scores", "read_example_table", "read_seed_results", "units_scale", "verdict_of"]

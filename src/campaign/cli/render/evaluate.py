@@ -284,9 +284,12 @@ def seeds(rep: Any) -> None:
             if rep.seeds_needed else "seeds needed: unknown")
     needs = getattr(rep, "needs", None)
     if needs is not None:      # from the crossed seed, example and residual components: both counts
+        from ...evaluate.seeds import in_clusters
+
         seeds_part = (f"{needs.seeds} seeds (at {needs.at_examples:,} examples)" if needs.seeds
                       else f"no seed count at {needs.at_examples:,} examples")
-        examples_part = (f"{needs.examples:,} examples (at {needs.at_seeds} seeds)" if needs.examples
+        examples_part = (f"{needs.examples:,} examples{in_clusters(needs)} (at {needs.at_seeds} seeds)"
+                         if needs.examples
                          else f"no example count at {needs.at_seeds} seeds")
         need = f"{seeds_part} or {examples_part} for 80% power to detect {needs.effect:g} (crossed)"
     power = f" (power now {rep.power:.0%} with {rep.n_seeds})" if rep.power is not None else ""
@@ -319,12 +322,17 @@ def seeds(rep: Any) -> None:
     tests.add_row("sign test", f"{rep.sign.positive}+ / {rep.sign.negative}-", f"{rep.sign_pvalue:.4g}", "")
     scale = x.scale if x is not None else 1.0
     if x is not None:
-        tests.add_row(f"crossed variance, seeds x examples ({x.seeds} x {x.examples:,})",
+        clustered = (f", {x.clusters:,} clusters, design effect {x.design_effect:.2f}"
+                     if getattr(x, "clusters", None) and x.design_effect is not None else
+                     f", {x.clusters:,} clusters" if getattr(x, "clusters", None) else "")
+        tests.add_row(f"crossed variance, seeds x examples ({x.seeds} x {x.examples:,}{clustered})",
                       f"mean {x.mean:+.4g}, se {x.se:.4g}", "",
                       f"[{_fmt(x.low)}, {'+inf' if x.high is None else f'{x.high:+.4g}'}]")
     if rep.examples is not None:
         e = rep.examples
-        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})", f"mean {scale * e.mean_diff:+.4g}",
+        free = " (examples independent)" if x is not None and getattr(x, "clusters", None) else ""
+        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,}){free}",
+                      f"mean {scale * e.mean_diff:+.4g}",
                       "", f"[{_fmt(None if e.low is None else scale * e.low)}, "
                           f"{'+inf' if e.high is None else f'{scale * e.high:+.4g}'}]")
     console.print(tests)

@@ -19,11 +19,17 @@ class ShardData:
 
 @dataclass(frozen=True)
 class ShardLabels:
-    """A shard's row count and labels (the split job's stratification)."""
+    """A shard's row count and labels (the split job's stratification), with what the split's clusters file and
+    messages name its rows by: ids (None without an id field), row hashes (split_clusters.row_hash), the shard's
+    format and each row's line (Dataset.lines)."""
 
     shard: int
     rows: int
     labels: Any
+    ids: Any = None
+    row_hashes: Any = None
+    format: str = "jsonl"
+    lines: Any = None
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,17 @@ import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...checks import status_of
 from ..dedup import connected_components, pairs_in_sorted_runs
 from ..leak_report import LeakReport
 from ..payload import dumps as dump_payload, loads as load_payload
-from ..read import Fields
+from ..read import Dataset, Fields
 from ..shards import finish_shard_set, list_shards, start_shard_set
+from ..split_clusters import row_hash, write_cluster_rows
 from ..split_manifest import SHARDS_MANIFEST_NAME, SHARDS_SCHEMA
-from ..split_result import ShardSplit, SplitPart, SplitSpec, ratio_checks, written_leak_checks
+from ..split_result import ShardSplit, SplitPart, SplitSpec, label_conflict_check, ratio_checks, written_leak_checks
 from ..splitter import NO_LABEL
 from ..units import UnitInputs
 from .records import Candidates, ExactAndGroups, ShardLabels
@@ -30,6 +31,8 @@ from .writes import write_split
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ..dedup import DedupResult
 
 
 class RaySplitJob:
@@ -70,6 +73,11 @@ class RaySplitJob:
         self.split = ShardedSplit("data", str(self.data), tuple({"rows": r} for r in self.rows_of_shard),
                                   self.offsets)
         self.labels = [x for g in got for x in g.labels] if self.fields.label else None
+        self.ids = [x for g in got for x in g.ids] if self.fields.id else None
+        self.row_hashes = [x for g in got for x in g.row_hashes]
+        # the rows as messages name them (Dataset.ref: the listed shard and line, with the id), without their texts
+        self.refs = [Dataset(p, g.format, self.fields, (), labels=g.labels, ids=g.ids, lines=g.lines)
+                     for p, g in zip(self.listed, got, strict=True)]
         self.dates = None
         return self.split.rows
 
@@ -93,7 +101,8 @@ class RaySplitJob:
         b = np.concatenate((sp.gid(first), np.asarray([p[1] for p in near_pairs], dtype=np.int64)))
         self.duplicates = {"exact_duplicates": len(copies), "near_pairs": len(near_pairs)}
         gl = np.asarray(group_links, dtype=np.int64).reshape(-1, 2)
-        return UnitInputs(connected_components(sp.rows, a, b),
+        self.cluster_of = connected_components(sp.rows, a, b)
+        return UnitInputs(self.cluster_of,
                           links=list(zip(sp.gid(gl[:, 0]).tolist(), sp.gid(gl[:, 1]).tolist(), strict=True)))
 
     def staged(self) -> AbstractContextManager[Any]:
@@ -133,6 +142,10 @@ class RaySplitJob:
                                          label_fractions={k: v / label_total[k] for k, v in per.items()
                                                           if label_total[k]}))
         checks, notes = ratio_checks(split_parts, label_total, spec.tolerance, spec.stratify)
+        if labels is not None:
+            # the local engine's check on what the engine holds: it reads only d.clusters, ds.labels and ds.ref(i)
+            checks.append(label_conflict_check(cast("DedupResult", DuplicateClusters(self.cluster_of)),
+                                               cast("Dataset", RowsAsRead(self))))
         sizes = np.bincount(np.unique(units, return_inverse=True)[1])
         if links:
             notes.append(f"the check of the written shards (MinHash seed {seed + 1}) found {len(links)} "
@@ -142,14 +155,52 @@ class RaySplitJob:
             notes.append(f"{self.capped} LSH bucket(s) held more than {config.max_bucket} texts; only neighbouring "
                          "pairs in them were checked")
         every = (*checks, *written_leak_checks(leaks))     # the verdict's checks: the split's and the leak check's
+        # the per-row clusters (split_clusters.py), as the local engine writes them, before the manifest that names it
+        clusters = write_cluster_rows(out, self.ids, self.row_hashes, assign, units, name_t)
         return ShardSplit(every, finish_shard_set(
             out, SHARDS_SCHEMA, shards, status=status_of(every), input=str(self.data),
             parameters={"ratios": list(ratio_t), "names": list(name_t), "stratify": spec.stratify,
                         "fields": self.fields.to_dict(), "dedup": config.to_dict(), "tolerance": spec.tolerance,
                         "leak_check_seed": seed + 1},
             splits=[p.to_dict() for p in split_parts], units=len(sizes), largest_unit=int(sizes.max()),
-            duplicates=self.duplicates, checks=[c.to_dict() for c in every], leaks=leaks.to_dict(), notes=notes),
+            duplicates=self.duplicates, checks=[c.to_dict() for c in every], leaks=leaks.to_dict(), notes=notes,
+            clusters=clusters),
             str(out / SHARDS_MANIFEST_NAME))
+
+
+class DuplicateClusters:
+    """The duplicate clusters as label_conflicts reads them (DedupResult.clusters): from each row's component."""
+
+    def __init__(self, cluster_of: np.ndarray) -> None:
+        self.cluster_of = cluster_of
+
+    @property
+    def clusters(self) -> list[list[int]]:
+        """Clusters of two or more rows, each sorted, ordered by first member."""
+        import numpy as np
+
+        c = np.asarray(self.cluster_of)
+        order = np.argsort(c, kind="stable")
+        roots, starts, counts = np.unique(c[order], return_index=True, return_counts=True)
+        out = [order[s:s + k].tolist() for s, k in zip(starts.tolist(), counts.tolist(), strict=True) if k > 1]
+        return sorted(out, key=lambda m: m[0])
+
+
+class RowsAsRead:
+    """The corpus's rows as label_conflict_check reads a Dataset: their labels, and ref(i) naming global row i by
+    its listed shard and line (with its id)."""
+
+    def __init__(self, job: RaySplitJob) -> None:
+        self.labels, self.job = job.labels, job
+
+    def __len__(self) -> int:
+        return int(self.job.split.rows)
+
+    def ref(self, i: int) -> str:
+        import numpy as np
+
+        k = int(np.searchsorted(self.job.offsets, i, side="right")) - 1
+        return self.job.refs[k].ref(i - int(self.job.offsets[k]))
 
 
 def exact_and_groups(batch: dict[str, Any]) -> dict[str, Any]:
@@ -203,14 +254,15 @@ def self_candidates(batch: dict[str, Any], *, copies: Any, cap: int) -> dict[str
 
 
 def shard_labels(batch: dict[str, Any]) -> dict[str, Any]:
-    """Each shard: (shard, rows, labels)."""
+    """Each shard: (shard, rows, labels, ids, row hashes, format, lines)."""
     import numpy as np
 
     out = []
     for sh, p in zip(batch["shard"].tolist(), batch["payload"], strict=True):
         ds = load_payload(p).dataset
-        out.append(dump_payload(ShardLabels(int(sh), len(ds), ds.labels)))
+        out.append(dump_payload(ShardLabels(int(sh), len(ds), ds.labels, ds.ids, [row_hash(t) for t in ds.texts],
+                                            ds.format, ds.lines)))
     return {"payload": np.asarray(out, dtype=object)}
 
 
-__all__ = ["RaySplitJob", "exact_and_groups", "self_candidates", "shard_labels"]
+__all__ = ["DuplicateClusters", "RaySplitJob", "RowsAsRead", "exact_and_groups", "self_candidates", "shard_labels"]

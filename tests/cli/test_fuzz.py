@@ -420,3 +420,28 @@ def test_help_examples_render_what_the_source_says(cli):
         shown = " ".join(cli(name, "--help").out.split())
         for token in re.findall(r"\w+\[[^\]]+\]", source):
             assert token in shown, (name, token)
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_JSON))
+@pytest.mark.parametrize("hashed", [False, True], ids=["no own hash", "its own hash beside it"])
+def test_a_hostile_bundle_json_is_a_failed_verification_never_a_traceback(cli, tmp_path, broken, hashed):
+    # campaign verify reads bundle.json: whatever it holds, the verdict is FAILED (exit 1) naming bundle.json, as for a
+    # flipped byte in it (tests/report/test_verify.py), with nothing on stderr; its own sha256 beside it (so that
+    # the hash check passes and the content is what is judged) changes nothing
+    import hashlib
+
+    from campaign.report.verify import self_hash_line
+
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    payload = BROKEN_JSON[broken]
+    (folder / "bundle.json").write_bytes(payload)
+    if hashed:
+        (folder / "bundle.json.sha256").write_text(self_hash_line(hashlib.sha256(payload).hexdigest()))
+    r = cli("verify", str(folder), "--json")
+    assert r.code == 1 and r.err == "", (r.code, r.err[-500:])
+    doc = r.json()
+    manifest = next(c for c in doc["checks"] if c["id"] == "bundle.manifest")
+    assert doc["status"] == "fail" and manifest["status"] == "fail" and manifest["seen"].startswith("bundle.json")
+    text = cli("verify", str(folder))
+    assert text.code == 1 and text.out.startswith("FAILED") and "Traceback" not in text.out + text.err

@@ -295,3 +295,17 @@ def test_stop_rules_derived_from_the_plan_and_the_cap(cli, write_yaml):
     # no budget: the per-run rules only
     free = cli("budget", str(write_yaml(_one(80, margin="10%"))), "--prices", str(_pk(write_yaml)), "--json").json()
     assert [x["scope"] for x in free["stop_rules"]] == ["run"]
+
+
+def test_the_schedule_says_the_set_up_before_the_first_run(cli, write_yaml, tmp_path):
+    # 0.5 h of set-up then a 10 h run on demand: 10.5 h, 11 started hours x $3.00 = $33.00; the text schedule and
+    # the Gantt (--plot) say the set-up comes first
+    out = tmp_path / "g.png"
+    r = cli("budget", str(write_yaml(_one(10))), "--prices", str(_termed(write_yaml, setup_hours=0.5)), "--package",
+            "on-demand", "--plot", str(out))
+    text = " ".join(r.out.split())
+    assert r.code == 0 and out.exists(), r.err
+    assert "$33.00" in text and "0.5 h set-up billed before the first run (hours below from its end)" in text
+    rep = cli("budget", str(write_yaml(_one(10))), "--prices", str(_termed(write_yaml, setup_hours=0.5)), "--package",
+              "on-demand", "--json").json()
+    assert [(o["name"], o["setup_hours"], o["hours"]) for o in rep["packages"]] == [("on-demand", 0.5, 10.5)]

@@ -123,3 +123,22 @@ def test_the_gantt_chart_draws_a_7_day_packages_window_at_168_hours():
     assert any(math.isclose(min(x), 168) and max(x) >= 190 for x in xs)
     fig3 = plots.gantt(schedule, "t", window=3 * 24.0)
     assert "rental window: 72 h" in [t.get_text() for t in fig3.axes[0].get_legend().get_texts()]
+
+
+def test_the_gantt_chart_draws_the_set_up_before_the_first_run():
+    from campaign import plots
+
+    # 0.5 h of set-up billed before the first step, then a 10 h run on each of 2 cards: on the rental's clock the
+    # runs go from 0.5 h to 10.5 h, the set-up from 0 to 0.5 h on both cards; the 3-day ends at 72 h
+    schedule = {"cards": 2, "runs": [{"phase": "sweep", "cards": [0], "start_hours": 0, "end_hours": 10},
+                                     {"phase": "sweep", "cards": [1], "start_hours": 0, "end_hours": 10}]}
+    fig = plots.gantt(schedule, "t", window=72.0, label="3-day ends at 72 h", setup_hours=0.5)
+    ax = fig.axes[0]
+    bars = [(round(p.get_x(), 9), round(p.get_width(), 9), p.get_hatch()) for p in ax.patches
+            if hasattr(p, "get_hatch") and hasattr(p, "get_x")]
+    assert bars.count((0.5, 10, None)) == 2 and bars.count((0, 0.5, "//")) == 2, bars
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "set-up: 0.5 h billed before the first step" in legend and "3-day ends at 72 h" in legend
+    # no set-up: the runs start at 0 and nothing is hatched
+    bare = [(p.get_x(), p.get_hatch()) for p in plots.gantt(schedule, "t").axes[0].patches if hasattr(p, "get_x")]
+    assert sorted(bare) == [(0, None), (0, None)]

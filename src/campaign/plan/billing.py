@@ -157,6 +157,7 @@ class Option(Record):
     margin: float = MARGIN
     billing: str = "per started hour"
     package_hours: float | None = None     # where the package ends (hours from the start); None on demand alone
+    setup_hours: float = 0.0               # set-up billed before the first step (the price file's setup_hours)
 
 
 def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window: float | None,
@@ -180,7 +181,7 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
         return Option(name, card, cards, window, None, cp, card_hours, None, None, round_cents(exact),
                       round_cents(exact) / 100, False, f"a run needs {need} cards, the rental holds {cards}", useful,
                       None, cost_exact_cents=str(exact), margin=margin, billing=how,
-                      package_hours=window if package_cents is not None else None)
+                      package_hours=window if package_cents is not None else None, setup_hours=setup)
     hours = sched.makespan_hours + setup
     exact = package_cents if package_cents is not None else \
         on_demand_cents(hourly or Decimal(0), [h + setup for h in card_spans(sched)], unit, terms.minimum_hours)
@@ -208,7 +209,7 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
     per_useful = round_cents(exact / useful) if useful and fits else None
     return Option(name, card, cards, window, hours, cp, card_hours, util, slack, cost, cost / 100, fits, why, useful,
                   per_useful, cost_exact_cents=str(exact), margin=margin, billing=how,
-                  package_hours=window if package_cents is not None else None)
+                  package_hours=window if package_cents is not None else None, setup_hours=setup)
 
 
 def runs_phase(name: str, runs: int, hours: float, cards: int = 1) -> tuple[Phase, ...]:

@@ -37,7 +37,8 @@ MAX_HOURS = 100_000          # hours of one run (11 years): above it, a typo, an
 MAX_RUNS = 100_000           # runs scheduled in all (once per card count: 100,000 runs take about 5 s)
 MAX_RUN_CARDS = 1_000_000    # runs x their cards: the card slots a schedule assigns
 PLAN_KEYS = ("name", "card", "compare", "margin", "deadline_days", "budget_usd", "on_demand_cards", "phases")
-PHASE_KEYS = ("name", "kind", "runs", "hours", "measured", "estimate", "cards", "after", "useful", "priority")
+PHASE_KEYS = ("name", "kind", "runs", "hours", "measured", "estimate", "cards", "after", "useful", "priority",
+              "card")
 # the fields of a phase's estimate: the model, the tokens a run processes, and campaign memory's workload options
 ESTIMATE_KEYS = ("model", "tokens", "mode", "method", "batch", "seq_len", "grad_checkpointing", "mixed_precision",
                  "lora_rank", "dtype", "shard", "optimizer")
@@ -89,6 +90,23 @@ class BudgetReport(Result):
     plot: str | None = None
     schema: str = SCHEMA
     stop_rules: tuple[StopRule, ...] = ()
+    rentals: tuple[CardRental, ...] = ()      # phases with a card of their own, each on a rental of that card
+    total_cents: int | None = None            # the recommended rental + those rentals, each bill rounded once
+    campaign_hours: float | None = None       # when the campaign's last run ends, every rental in its place
+
+
+@dataclass(frozen=True)
+class CardRental(Record):
+    """Phases that name their own card (a card per phase), on a rental of that card of their own: the cheapest of
+    its rentals that fits (None: none does; why says so) and where it lies in the campaign: it starts (start_hours)
+    when every phase its phases wait for has ended, and ends (end_hours) when its last run does."""
+
+    card: str
+    phases: tuple[Phase, ...]
+    option: Option | None
+    why: str = ""
+    start_hours: float | None = None
+    end_hours: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,8 +125,9 @@ class StopRule(Record):
 
 def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     """Read a plan file (YAML or JSON): name, card, compare, margin ('15%'), deadline_days, budget_usd,
-    on_demand_cards, phases: [{name, kind, runs, hours | measured | estimate, cards, after, useful, priority}]; hours
-    per run given, measured (a recorded run's id: its wall-clock from start to end) or estimated from FLOPs.
+    on_demand_cards, phases: [{name, kind, runs, hours | measured | estimate, cards, after, useful, priority, card}];
+    hours per run given, measured (a recorded run's id: its wall-clock from start to end) or estimated from FLOPs; a
+    phase's own `card` (a card per phase): it runs on a rental of that card of its own, its hours taken on it.
 
     Raises:
         InputError: one line naming the file and the field (a cycle, a negative duration, an unknown phase).
@@ -138,17 +157,18 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         estimate = p.obj("estimate").data if "estimate" in p else None
         if estimate is not None:
             known_keys(JsonObject(estimate, f"{where}: phase {name!r}: estimate", fix=FIX), ESTIMATE_KEYS)
+        pin = catalog_card(p.raw("card"), p.where, "card") if "card" in p else None
         if "hours" in p:
             hours = p.raw("hours")
             if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) \
                     or not 0 < hours <= MAX_HOURS:
                 p.fail(f"field 'hours' is {hours!r}; a duration must be a number of hours above 0 and at most "
                        f"{MAX_HOURS:,}")
-            if card is None:
+            if card is None and pin is None:
                 doc.fail(f"phase {name!r} gives hours but the plan names no 'card' they were taken on; add card:")
         elif "measured" in p:
             hours = _measured_hours(p, p.str("measured"))
-            if card is None:
+            if card is None and pin is None:
                 doc.fail(f"phase {name!r} is measured but the plan names no 'card' it ran on; add card:")
         elif estimate is None:
             p.fail("give 'hours' (per run), 'measured' (a recorded run's id) or an 'estimate' ({model, tokens, ...})")
@@ -159,9 +179,10 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         priority = p.count("priority", experiments if kind == "experiment" else None, minimum=0)
         useful = p.count("useful", runs if kind == "experiment" else 0, maximum=10**9)
         how = "given" if "hours" in p else "measured" if "measured" in p else "estimated"
-        phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority, how)
+        phase = Phase(name, kind, runs, float(hours), ncards, tuple(after), useful, priority, how, pin)
         specs.append(PhaseSpec(phase, estimate))
     check_phases(tuple(s.phase for s in specs), where)
+    card_groups(tuple(s.phase for s in specs), where)
     total = sum(s.phase.runs for s in specs)
     slots = sum(s.phase.runs * s.phase.cards for s in specs)
     if total > MAX_RUNS or slots > MAX_RUN_CARDS:
@@ -174,6 +195,42 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     return CampaignPlan(where, str(doc.raw("name", os.path.basename(where))), card, compare, margin, tuple(specs),
                         None if deadline is None else deadline * 24, budget,
                         doc.count("on_demand_cards", None, minimum=1, maximum=4096))
+
+
+def card_groups(phases: tuple[Phase, ...], where: str = "the plan") -> \
+        list[tuple[str | None, tuple[Phase, ...]]]:
+    """The phases by the card they run on (a phase's own `card`; None: the cards compared), each group a rental of
+    its own, in the order the rentals start: a group waits for the groups its phases come after. Two groups that
+    wait for each other are one InputError (a rental would stop and start again: give those phases one card)."""
+    by = {ph.name: ph for ph in phases}
+    keys = list(dict.fromkeys(ph.card for ph in phases))
+    needs: dict[str | None, set[str | None]] = {k: set() for k in keys}
+    for ph in phases:
+        needs[ph.card].update(by[d].card for d in ph.after if by[d].card != ph.card)
+    done: list[str | None] = []
+    while len(done) < len(keys):
+        ready = [k for k in keys if k not in done and needs[k] <= set(done)]
+        if not ready:
+            left = [k for k in keys if k not in done]
+            ph, d = next((ph, d) for ph in phases if ph.card in left for d in ph.after
+                         if by[d].card in left and by[d].card != ph.card)
+            raise InputError(f"{where}: phase {ph.name!r} on {_on(ph.card)} comes after {d!r} on {_on(by[d].card)}, "
+                             f"and phases on the two wait for each other: each card's rental runs its phases in one "
+                             f"stretch; give those phases the same card")
+        done.append(ready[0])
+    return [(k, tuple(ph for ph in phases if ph.card == k)) for k in done]
+
+
+def _on(card: str | None) -> str:
+    return "the cards compared" if card is None else card
+
+
+def _within(phases: tuple[Phase, ...]) -> tuple[Phase, ...]:
+    """A group's phases with the phases of other groups dropped from their 'after' (the group's rental starts when
+    those have ended)."""
+    names = {ph.name for ph in phases}
+    return tuple(ph if set(ph.after) <= names else replace(ph, after=tuple(a for a in ph.after if a in names))
+                 for ph in phases)
 
 
 def _measured_hours(p: JsonObject, run_id: str) -> float:
@@ -190,10 +247,12 @@ def _measured_hours(p: JsonObject, run_id: str) -> float:
     return hours
 
 
-def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] = ()) -> str:
+def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] = (),
+               priced: tuple[tuple[str, Decimal | None], ...] = ()) -> str:
     """When one card's memory is short, what would make the run fit, each with campaign memory's estimate (the
-    memory needed against what the card offers): another card compared that holds it, else the smallest rental card
-    of the catalog that does (to be priced); the fewest cards (2, 4 or 8)
+    memory needed against what the card offers): another card compared that holds it, else the cheapest by the hour
+    of the price file's other cards (priced: card, hourly exact cents) that does, else the smallest rental card of
+    the catalog that does (to be priced); the fewest cards (2, 4 or 8)
     with ZeRO-3 sharding; an 8-bit optimizer (full training with AdamW); QLoRA (full or LoRA training). '' when
     none does."""
     from dataclasses import replace as with_
@@ -217,11 +276,20 @@ def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] 
     else:
         from ..hardware.cards import all_cards
 
-        # no card compared holds it: the smallest rental card of the catalog that does (the catalog has no prices;
+        # no card compared holds it: the cheapest by the hour of the price file's other cards that does, compared
+        # when asked for; else the smallest rental card of the catalog that does (the catalog has no prices;
         # the least memory, then the fewest FLOP/s, stands for the cheapest), for the user to price
-        catalog = sorted((c for c in all_cards() if c.typical_rental and c.name != card and c.name not in others),
-                         key=lambda c: (c.memory_bytes, c.bf16_dense_flops or 0, c.name))
-        for c in catalog:
+        listed = {name for name, _ in priced}
+        by_price = sorted(((h, name) for name, h in priced if h is not None and name != card and name not in others
+                           and _known_card(name)), key=lambda x: (x[0], x[1]))
+        for hourly, name in by_price:
+            if (f := fit(workload, name)).verdict == "fits":
+                found.append(f"it fits {name}, the cheapest by the hour of the price file's other cards "
+                             f"({usd(hourly)}/h; {gib(f)}): compare it (--card {name})")
+                break
+        catalog = sorted((c for c in all_cards() if c.typical_rental and c.name != card and c.name not in others
+                          and c.name not in listed), key=lambda c: (c.memory_bytes, c.bf16_dense_flops or 0, c.name))
+        for c in catalog if not found else ():
             if (f := fit(workload, c.name)).verdict == "fits":
                 found.append(f"it fits {c.name}, the smallest rental card of the catalog that holds it ({gib(f)}); "
                              f"add its price to the price file and compare it (--card {c.name})")
@@ -247,7 +315,14 @@ def _what_fits(e: JsonObject, workload: Any, card: str, others: tuple[str, ...] 
     return "; " + "; ".join(found) if found else ""
 
 
-def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU, others: tuple[str, ...] = ()) -> \
+def _known_card(name: str) -> bool:
+    from .prices import _known
+
+    return _known(name)
+
+
+def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU, others: tuple[str, ...] = (),
+              priced: tuple[tuple[str, Decimal | None], ...] = ()) -> \
         tuple[tuple[Phase, ...], list[RuntimeEstimate], list[str]]:
     """The plan's phases with their hours on `card`: given hours on the plan's card as they are, scaled by the
     bf16 FLOP/s ratio on another card; estimated hours from FLOPs. Also the estimates and what cannot run there
@@ -277,7 +352,7 @@ def phases_on(plan: CampaignPlan, card: str, *, mfu: float = MFU, others: tuple[
             if est.memory_verdict != "fits":
                 refused.append(f"{p.name}: {est.model} does not fit {target.name} at this micro-batch "
                                f"({est.memory_verdict}; campaign memory)" + _what_fits(e, workload, target.name,
-                                                                                        others))
+                                                                                        others, priced))
             out.append(replace(p, hours=est.hours, hours_how="estimated"))
         elif plan.card is not None and target.name != plan.card:
             source = find_card(plan.card)
@@ -354,6 +429,12 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     """Compare every rental of the price file (its packages and on-demand hours, for each card compared) on the
     plan: fits, slack, utilization, cost and cost per useful result; recommend the cheapest that fits.
 
+    Phases that name their own card (a card per phase) run on a rental of that card of their own, the cheapest of
+    its offers that fits (`rentals`), started when every phase they wait for has ended; the cards compared (and
+    `packages`) are for the other phases (when every phase names its card: the first phase's card). The budget
+    (budget_usd) less those rentals is what the compared cards may cost; the deadline holds for the campaign with
+    every rental in its place (`campaign_hours`); `total_cents` adds up the bills.
+
     Args:
         plan: a plan file (read_plan) or a CampaignPlan.
         prices: a price file (load_prices; default the bundled example) or a PriceFile.
@@ -371,19 +452,50 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
 
     if not 0 < mfu <= 1:
         raise InputError(f"MFU {mfu!r} must be in (0, 1]; e.g. 0.4")
-    p = plan if isinstance(plan, CampaignPlan) else read_plan(plan)
+    whole = plan if isinstance(plan, CampaignPlan) else read_plan(plan)
     if margin is not None:
         if not 0 <= margin < 1:
             raise InputError(f"margin {margin!r} must be a share in [0, 1); e.g. 0.15")
-        p = replace(p, margin=margin)
+        whole = replace(whole, margin=margin)
     pf = prices if isinstance(prices, PriceFile) else load_prices(prices)
-    compared = tuple(find_card(c).name for c in cards) if cards else p.compare or tuple(c.card for c in pf.cards)
+    groups = card_groups(tuple(s.phase for s in whole.phases), whole.path)
+    main_card = None if any(g is None for g, _ in groups) else groups[0][0]
+    spec = {s.phase.name: s for s in whole.phases}
+
+    def part(members: tuple[Phase, ...], card: str | None) -> CampaignPlan:
+        """The plan of one group: its phases (on `card`, where their hours were taken, when they name it)."""
+        return replace(whole, card=card or whole.card, phases=tuple(replace(spec[ph.name], phase=ph)
+                                                                    for ph in _within(members)))
+
+    estimates: list[RuntimeEstimate] = []
+    others: list[tuple[CardRental, CardPrices]] = []
+    for g, members in groups:
+        if g is None or g == main_card:
+            continue
+        gp, gc = part(members, g), pf.for_card(g)
+        ph, est, refused = phases_on(gp, gc.card, mfu=mfu, priced=tuple((c.card, c.hourly_exact) for c in pf.cards))
+        estimates.extend(est)
+        offers = rentals(ph, card=gc.card, packages=gc.packages, hourly=gc.hourly_exact,
+                         on_demand_cards=whole.on_demand_cards or max(x.cards for x in ph), margin=whole.margin,
+                         unit=pf.unit(gc), deadline_hours=whole.deadline_hours, refused=tuple(refused),
+                         combine=combine, terms=gc.terms)
+        pick = cheapest(offers)
+        others.append((CardRental(gc.card, ph, pick, "" if pick else _why(None, offers)), gc))
+    elsewhere = sum(r.option.cost_cents for r, _ in others if r.option is not None)
+    p = part(next(m for g, m in groups if g == main_card), main_card)
+    if whole.budget_cents is not None and others:
+        p = replace(p, budget_cents=max(whole.budget_cents - elsewhere, 0))
+    compared: tuple[str, ...]
+    if main_card is not None:
+        compared = (main_card,)
+    else:
+        compared = tuple(find_card(c).name for c in cards) if cards else p.compare or tuple(c.card for c in pf.cards)
     options: list[Option] = []
     per_card: dict[str, tuple[Phase, ...]] = {}
-    estimates: list[RuntimeEstimate] = []
     for card in compared:
         cp = pf.for_card(card)
-        phases, est, refused = phases_on(p, cp.card, mfu=mfu, others=compared)
+        phases, est, refused = phases_on(p, cp.card, mfu=mfu, others=compared,
+                                         priced=tuple((c.card, c.hourly_exact) for c in pf.cards))
         per_card[cp.card] = phases
         estimates.extend(est)
         chosen = tuple(pf.package(cp.card, n) for n in packages if n != "on-demand") if packages else cp.packages
@@ -423,37 +535,92 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
             pick = min(rescued, key=lambda o: (sum(c.runs_cut for c in o.cuts), o.cost_cents))
             cut_first, cut_for = pick.cuts, f"{pick.card} {pick.name}"
     why = _why(best, final)
+    placed: list[CardRental] = [r for r, _ in others]
+    campaign_hours = None if best is None else best.hours
+    missing = [r for r in placed if r.option is None]
+    if best is not None and missing:
+        why = "; ".join(f"the phases on {r.card} ({', '.join(ph.name for ph in r.phases)}): {r.why}"
+                        for r in missing)
+        best = None
+    elif best is not None and placed:
+        chosen_on: dict[str | None, tuple[Option, tuple[Phase, ...]]] = {main_card: (best, per_card[best.card])}
+        for r in placed:
+            assert r.option is not None              # none is missing here
+            chosen_on[r.card] = (r.option, r.phases)
+        spans = _timeline(groups, chosen_on, p.margin)
+        placed = [replace(r, start_hours=spans[r.card][0], end_hours=spans[r.card][1]) for r in placed]
+        campaign_hours = max(end for _, end in spans.values())
+        if whole.deadline_hours is not None and campaign_hours > whole.deadline_hours + 1e-9:
+            why = f"every rental in its place, the campaign ends at {campaign_hours:,.1f} h > the " \
+                  f"{whole.deadline_hours:,.1f} h deadline (" + "; ".join(
+                      f"{r.card} from {r.start_hours:,.1f} h to {r.end_hours:,.1f} h" for r in placed) + ")"
+            best = None
+    total = None if best is None else best.cost_cents + elsewhere
     card = best.card if best else (p.card or compared[0])
+    card = card if card in per_card else next(iter(per_card))
     sched = schedule(per_card[card], best.cards, margin=p.margin) if best else None
-    checks = _checks(p, best, final, estimates)
-    notes = _notes(p, estimates, mfu, pf, per_card)
+    checks = _checks(whole, best, final, estimates, why if best is None and (missing or placed) else None)
+    notes = _notes(p, estimates, mfu, pf, per_card, tuple(r.card for r in placed))
+    if placed:
+        notes.append("phases with a card of their own ("
+                     + "; ".join(f"{', '.join(ph.name for ph in r.phases)} on {r.card}" for r in placed)
+                     + ") run on a rental of that card of their own, its cheapest that fits, started when every "
+                       "phase they wait for has ended"
+                     + (f"; budget_usd less those rentals ({usd(elsewhere)}) is what the cards compared may cost"
+                        if whole.budget_cents is not None else ""))
+    if main_card is not None and len(groups) > 1:
+        notes.append(f"every phase names its card: the rentals of {main_card} (the first phase's) are compared")
     written = None
     if plot is not None and sched is not None and best is not None:
         from .plots import gantt
 
         written = str(gantt(sched, plot, title=f"{p.name}: {best.card} {best.name}", window=best.package_hours,
-                            label=_package_end(best)))
-    rules = stop_rules(p, best, per_card[card], pf.for_card(card)) if best else ()
+                            label=_package_end(best), setup_hours=best.setup_hours))
+    rules = stop_rules(replace(p, budget_cents=whole.budget_cents), best, per_card[card], pf.for_card(card),
+                       tuple((r, c) for r, (_, c) in zip(placed, others, strict=True))) if best else ()
     return BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
                         best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
                         tuple(estimates), tuple(checks),
                         {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                        tuple(notes), written, stop_rules=rules)
+                        tuple(notes), written, stop_rules=rules, rentals=tuple(placed), total_cents=total,
+                        campaign_hours=campaign_hours)
 
 
-def stop_rules(p: CampaignPlan, best: Option, phases: tuple[Phase, ...], prices: CardPrices) -> tuple[StopRule, ...]:
+def _timeline(groups: list[tuple[str | None, tuple[Phase, ...]]],
+              chosen: dict[str | None, tuple[Option, tuple[Phase, ...]]], margin: float) -> \
+        dict[str | None, tuple[float, float]]:
+    """Where each group's rental lies (hours from the campaign's start): it starts when every phase of another
+    group its phases come after has ended (set-up included), and ends its own hours later (set-up included)."""
+    ends: dict[str, float] = {}
+    out: dict[str | None, tuple[float, float]] = {}
+    for g, members in groups:
+        option, phases = chosen[g]
+        names = {ph.name for ph in members}
+        start = max((ends[d] for ph in members for d in ph.after if d not in names), default=0.0)
+        sched = schedule(phases, option.cards, margin=margin)
+        for sp in sched.spans if sched is not None else ():
+            ends[sp.phase] = start + option.setup_hours + sp.end_hours
+        out[g] = (start, start + (option.hours or 0.0))
+    return out
+
+
+def stop_rules(p: CampaignPlan, best: Option, phases: tuple[Phase, ...], prices: CardPrices,
+               others: tuple[tuple[CardRental, CardPrices], ...] = ()) -> tuple[StopRule, ...]:
     """Money stop rules for the recommended rental: per phase, the hours a run may take (hours x (1 + margin)) and
-    what that card time costs at the hourly price; with a budget (budget_usd, the cap), the campaign's: stop at the
-    cap, and the card-hours billed by the hour it leaves past the prepaid packages. Exact cents, rounded once."""
+    what that card time costs at its card's hourly price; with a budget (budget_usd, the cap), the campaign's: stop
+    at the cap, and the card-hours billed by the hour it leaves past the prepaid packages and the rentals of the
+    phases with a card of their own (`others`). Exact cents, rounded once."""
     hourly = prices.hourly_exact
     out: list[StopRule] = []
-    for ph in phases:
+    each = [(ph, hourly, "") for ph in phases] + [(ph, c.hourly_exact, f" {r.card}") for r, c in others
+                                                     for ph in r.phases]
+    for ph, rate, on in each:
         hours = ph.hours * (1 + p.margin)
-        exact = None if hourly is None else hourly * Decimal(repr(hours)) * ph.cards
+        exact = None if rate is None else rate * Decimal(repr(hours)) * ph.cards
         cents = None if exact is None else round_cents(exact)
-        money = "" if cents is None else f", {usd(cents)} of card time at {usd(hourly or 0)}/h"
+        money = "" if cents is None else f", {usd(cents)} of card time at {usd(rate or 0)}/h"
         out.append(StopRule("run", ph.name, hours, cents, f"stop a run of {ph.name} that passes {hours:,.2f} h "
-                            f"({ph.hours:,.2f} h + {p.margin:.0%} margin) on {ph.cards} card(s){money}: it has "
+                            f"({ph.hours:,.2f} h + {p.margin:.0%} margin) on {ph.cards}{on} card(s){money}: it has "
                             "overrun the plan"))
     if p.budget_cents is not None:
         prepaid = Decimal(0)
@@ -462,13 +629,18 @@ def stop_rules(p: CampaignPlan, best: Option, phases: tuple[Phase, ...], prices:
             topped = best.name.removesuffix(" + on-demand")
             prepaid = exact if best.window_hours is not None else \
                 next(pk.exact for pk in prices.packages if pk.name == topped)
-        left = Decimal(p.budget_cents) - prepaid
+        elsewhere = sum((r.option.cost_cents for r, _ in others if r.option is not None), 0)
+        left = Decimal(p.budget_cents) - prepaid - elsewhere
         card_hours = None if hourly is None or not hourly else max(float(left / hourly), 0.0)
         what = f"{usd(round_cents(prepaid))} prepaid in {best.name.removesuffix(' + on-demand')}; " if prepaid else ""
-        room = "" if card_hours is None else f"{what}at most {card_hours:,.1f} card-hours billed by the hour"
+        what += "".join(f"{usd(r.option.cost_cents)} on {r.card} {r.option.name}; " for r, _ in others
+                        if r.option is not None)
+        room = "" if card_hours is None else f"{what}at most {card_hours:,.1f} {best.card} card-hours billed by " \
+            "the hour" if others else f"{what}at most {card_hours:,.1f} card-hours billed by the hour"
         out.append(StopRule("campaign", None, card_hours, p.budget_cents,
                             f"stop the campaign when the spend reaches {usd(p.budget_cents)} (budget_usd): the plan "
-                            f"costs {usd(best.cost_cents)} on {best.card} {best.name}"
+                            f"costs {usd(best.cost_cents + elsewhere)} on {best.card} {best.name}"
+                            + "".join(f" and {r.card} {r.option.name}" for r, _ in others if r.option is not None)
                             + (f"; {room}" if room else "")))
     return tuple(out)
 
@@ -503,8 +675,8 @@ def _why(best: Option | None, options: list[Option]) -> str:
     return text
 
 
-def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimates: list[RuntimeEstimate]) -> \
-        list[Check]:
+def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimates: list[RuntimeEstimate],
+            whole_why: str | None = None) -> list[Check]:
     phases = tuple(s.phase for s in p.phases)
     baselines = [ph.name for ph in phases if ph.kind == "baseline"]
     experiments = [ph for ph in phases if ph.kind == "experiment"]
@@ -535,14 +707,14 @@ def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimat
                          "an estimate, not a measurement: real MFU varies with batch, sequence and kernels",
                          "time a few steps on the card and give hours (or --mfu)"))
     out.append(Check("budget.fits", "pass" if best else "fail",
-                     f"{best.card} {best.name} fits" if best else "no rental fits the plan",
+                     f"{best.card} {best.name} fits" if best else whole_why or "no rental fits the plan",
                      "a campaign that overruns its window loses the runs in flight",
                      "cut runs as listed, take a longer package or more cards"))
     return out
 
 
 def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: PriceFile,
-           per_card: dict[str, tuple[Phase, ...]]) -> list[str]:
+           per_card: dict[str, tuple[Phase, ...]], own: tuple[str, ...] = ()) -> list[str]:
     notes = []
     if pf.example:
         notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
@@ -552,7 +724,7 @@ def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: Pr
         notes.append(f"hours given on {p.card} are scaled to other cards by the ratio of dense bf16 FLOP/s "
                      "(an estimate)")
     for c in pf.cards:
-        if c.card in per_card and (c.billing or c.terms.describe()):
+        if (c.card in per_card or c.card in own) and (c.billing or c.terms.describe()):
             notes.append(f"{c.card} bills per started {pf.unit(c)}"
                          + (f"; {c.terms.describe()}" if c.terms.describe() else "") + " (the price file)")
     notes.append(f"on-demand: each card billed per started {pf.billing} from its first run to its last; recovery "

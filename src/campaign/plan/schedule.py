@@ -21,7 +21,8 @@ class Phase(Record):
     """One phase: `runs` runs of `hours` each (margin not included) on `cards` cards each, started once every
     phase in `after` has ended. useful: results it produces that count for the decision (default: its runs for
     an experiment, else 0). priority: cut order when nothing fits (higher is cut first; None: never cut).
-    hours_how: given | measured | estimated | scaled (given on another card, scaled by bf16 FLOP/s)."""
+    hours_how: given | measured | estimated | scaled (given on another card, scaled by bf16 FLOP/s). card: the card
+    the phase runs on, on a rental of its own (budget.card_groups); None: the cards compared."""
 
     name: str
     kind: str
@@ -32,6 +33,7 @@ class Phase(Record):
     useful: int = 0
     priority: int | None = None
     hours_how: str = "given"
+    card: str | None = None
 
     @property
     def card_hours(self) -> float:

@@ -10,17 +10,21 @@ from .canvas import figure, label_inside, number
 MiB = 2**20
 
 
-def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = None, label: str | None = None) -> Any:
+def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = None, label: str | None = None,
+          setup_hours: float = 0.0) -> Any:
     """A schedule's (a budget's `schedule`) every run as a bar on the card slots it holds, coloured by phase; where
     the package ends (hours: 168 for a 7-day package), when given, as a dashed line named in the legend (label, by
     default 'rental window: 168 h') and the time past it shaded, so the runs past the package (a package topped
-    up on demand, or a schedule that outruns it) show."""
+    up on demand, or a schedule that outruns it) show. setup_hours: the set-up billed before the first step, drawn
+    hatched on every card from 0, the runs after it (the time axis is the rental's, from its start)."""
     runs = [r for r in schedule.get("runs") or [] if isinstance(r, dict)]
     if not runs:
         return None
     from matplotlib import colormaps
     from matplotlib.patches import Rectangle
 
+    setup = number(setup_hours)
+    setup = setup if 0 < setup < float("inf") else 0.0      # a bad record's set-up is not drawn
     cards = max(1, int(schedule.get("cards") or 1))
     phases = list(dict.fromkeys(str(r.get("phase")) for r in runs))
     palette = colormaps["tab10"]
@@ -30,11 +34,16 @@ def gantt(schedule: dict[str, Any], title: str = "", *, window: float | None = N
     for r in runs:
         start, end = float(r.get("start_hours", 0)), float(r.get("end_hours", 0))   # a bad record raises
         for c in r.get("cards") or [0]:
-            ax.barh(c, end - start, left=start, color=colors[str(r.get("phase"))], edgecolor="white")
+            ax.barh(c, end - start, left=start + setup, color=colors[str(r.get("phase"))], edgecolor="white")
     handles: list[Any] = [Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases]
     names = list(phases)
+    if setup > 0:
+        for c in range(cards):
+            ax.barh(c, setup, left=0, color="lightgrey", hatch="//", edgecolor="grey")
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="lightgrey", hatch="//", edgecolor="grey"))
+        names.append(f"set-up: {setup:,.4g} h billed before the first step")
     if window is not None:
-        right = max([window] + [float(r.get("end_hours", 0)) for r in runs])
+        right = max([window] + [float(r.get("end_hours", 0)) + setup for r in runs])
         ax.axvspan(window, max(right, window * 1.05), color="tab:red", alpha=0.12, linewidth=0, zorder=0)
         handles.append(ax.axvline(window, color="black", linestyle="--", linewidth=1))
         names.append(label or f"rental window: {window:,.4g} h")

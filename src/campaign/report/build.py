@@ -366,22 +366,43 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import gantt, svg as draw
 
     rows = [[p.get("name"), p.get("card"), p.get("cards"), _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
-             _usd(p.get("cost_cents")), "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
+             _hours(p.get("package_hours")), _hours(p.get("setup_hours")), _usd(p.get("cost_cents")),
+             "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
             for p in _rows(d, "packages")]
     body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))} — {_e(d.get('why', ''))}"
             "</p><p>caveats:</p><ul>" + "".join(f"<li>{_e(c)}</li>" for c in _caveats(d)) + "</ul>"
-            + _table(["rental", "card", "cards", "hours", "critical path", "cost", "fits", "slack h"], rows))
+            + _table(["rental", "card", "cards", "hours", "critical path", "package ends h", "set-up h", "cost",
+                      "fits", "slack h"], rows))
+    own = [[x.get("card"), ", ".join(str(ph.get("name")) for ph in _rows(x, "phases")),
+            _obj(x, "option").get("name") or "none fits", _hours(x.get("start_hours")), _hours(x.get("end_hours")),
+            _usd(_obj(x, "option").get("cost_cents"))] for x in _rows(d, "rentals")]
+    if own:
+        body += ("<p>phases with a card of their own, each on a rental of that card:</p>"
+                 + _table(["card", "phases", "rental", "starts h", "ends h", "cost"], own))
+    if _real(d.get("total_cents")):
+        body += (f"<p>total: <b>{_e(_usd(d.get('total_cents')))}</b> for the campaign, its last run ending at "
+                 f"{_e(_hours(d.get('campaign_hours')))} h</p>")
     phases = [[p.get("name"), p.get("kind"), p.get("runs"), p.get("cards"), _hours(p.get("hours")),
                p.get("hours_how") or "-", ", ".join(str(a) for a in _list(p.get("after"))) or "-"]
               for p in _rows(d, "phases")]
     body += (_table(["phase", "kind", "runs", "cards", "hours per run", "hours from", "after"], phases) if phases
-             else _absent("the phases")) + _checks(_rows(d, "checks"))
+             else _absent("the phases"))
+    rules = _rows(d, "stop_rules")
+    runs = [[x.get("phase"), _hours2(x.get("hours")), _usd(x.get("cents"))] for x in rules if x.get("scope") == "run"]
+    if runs:
+        body += "<p>stop rules (money):</p>" + _table(["phase", "stop a run past h", "its card time"], runs)
+    body += "".join(f"<p><b>stop</b> {_e(x.get('rule'))}</p>" for x in rules if x.get("scope") == "campaign")
+    if "stop_rules" not in d:
+        body += _absent("stop rules")
+    body += _checks(_rows(d, "checks"))
     chosen = next((p for p in _rows(d, "packages") if p.get("name") == d.get("recommended")
                    and p.get("card") == d.get("recommended_card")), {})
-    window = chosen.get("window_hours")
+    end, setup = chosen.get("package_hours"), chosen.get("setup_hours")
+    name = str(chosen.get("name") or "").removesuffix(" + on-demand")
+    label = None if not _real(end) else f"{name} ends at {end:,.4g} h" + \
+        ("; on demand after" if chosen.get("window_hours") is None else "")
     svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})",
-                     window=float(window) if isinstance(window, (int, float)) and not isinstance(window, bool)
-                     else None))
+                     window=number(end) if _real(end) else None, label=label, setup_hours=number(setup)))
     return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, recorded {r.created}")
 
 
@@ -741,8 +762,10 @@ def _regress_figure(rs: list[SavedRecord]) -> str:
 
 def _budget_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:
     best = next((p for p in _rows(d, "packages") if p.get("name") == d.get("recommended")), {})
-    return [d.get("name") or _name(d.get("plan")), d.get("recommended"), d.get("recommended_card"),
-            _hours(best.get("hours")), _usd(best.get("cost_cents")), "; ".join(_caveats(d))]
+    own = [f"{x.get('card')} {_obj(x, 'option').get('name')}" for x in _rows(d, "rentals")]
+    return [d.get("name") or _name(d.get("plan")), " + ".join([str(d.get("recommended")), *own]),
+            d.get("recommended_card"), _hours(d.get("campaign_hours") if own else best.get("hours")),
+            _usd(d.get("total_cents") if own else best.get("cost_cents")), "; ".join(_caveats(d))]
 
 
 def _quant_row(r: SavedRecord, d: dict[str, Any]) -> list[Any]:

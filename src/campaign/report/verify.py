@@ -9,7 +9,6 @@ config and the model card name. The base's weights are not in the bundle: `load_
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..checks import Check, check, listed
 from ..errors import InputError
 from ..io import sha256_file
 from ..results import Result
+from ..strict_json import parse_json
 
 SCHEMA = "campaign.bundle_verify/1"
 MANIFEST = "bundle.json"
@@ -107,9 +107,10 @@ def _manifest(root: Path) -> tuple[Check, dict[str, str] | None, str | None]:
         m = re.fullmatch(r"([0-9a-f]{64})  bundle\.json\n?", (root / SELF).read_bytes().decode("latin-1"))
         written = m.group(1) if m else ""
     try:
-        doc = json.loads((root / MANIFEST).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        doc = None
+        doc = parse_json((root / MANIFEST).read_bytes(), MANIFEST, ValueError)    # bounded: hostile JSON is damage
+        broken = ""
+    except ValueError as e:
+        doc, broken = None, str(e)
     run = doc.get("run") if isinstance(doc, dict) and isinstance(doc.get("run"), str) else None
     hashes = doc.get("sha256") if isinstance(doc, dict) else None
     valid = isinstance(hashes, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items()) \
@@ -123,7 +124,7 @@ def _manifest(root: Path) -> tuple[Check, dict[str, str] | None, str | None]:
         return check("bundle.manifest", False, f"{MANIFEST}, {SELF}: {MANIFEST} has sha256 {digest[:12]}..., {SELF} "
                      f"says {written[:12]}... (one of the two changed)", why, "copy the bundle again, whole"), None, run
     if not valid:
-        return check("bundle.manifest", False, f"{MANIFEST}: not a bundle manifest (damaged JSON, or no sha256 list)",
+        return check("bundle.manifest", False, broken or f"{MANIFEST}: not a bundle manifest (no sha256 list)",
                      why, "copy the bundle again, whole"), None, run
     if outside:
         return check("bundle.manifest", False, f"{MANIFEST}: lists paths outside the bundle ({listed(outside)})", why,
@@ -148,7 +149,7 @@ def _artifacts_recorded(root: Path, listing: dict[str, str]) -> list[Check]:
         if f"{tag}/manifest.json" not in listing or not path.is_file():
             continue
         try:
-            m = manifest_from(json.loads(path.read_text(encoding="utf-8")), str(path))
+            m = manifest_from(parse_json(path.read_bytes(), str(path), ValueError), str(path))
         except (InputError, ValueError, UnicodeDecodeError):
             out.append(check(f"bundle.artifacts_recorded.{tag}", False, f"{tag}/manifest.json: unreadable", why,
                              "copy the bundle again, whole"))
@@ -231,8 +232,8 @@ def _card_base(readme: Path) -> str | None:
 
 def _json(path: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        doc = parse_json(path.read_bytes(), str(path), ValueError)
+    except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
 

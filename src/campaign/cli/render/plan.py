@@ -21,7 +21,8 @@ def _h(hours: float | None) -> str:
 
 def budget(r: Any) -> None:
     """A budget: the verdict and why, every rental, the phases on the chosen card, its schedule, cuts, checks."""
-    console.print(f"[bold]{escape(r.plan)}[/bold] · {escape(r.name)} · {len(r.phases)} phases, recovery margin "
+    phases = len(r.phases) + sum(len(x.phases) for x in r.rentals)
+    console.print(f"[bold]{escape(r.plan)}[/bold] · {escape(r.name)} · {phases} phases, recovery margin "
                   f"{r.margin:.0%} on every run")
     if r.recommended:
         console.print(f"[green]TAKE[/green] {escape(r.recommended_card)} {escape(r.recommended)} — {escape(r.why)}")
@@ -43,6 +44,22 @@ def budget(r: Any) -> None:
     for o in r.packages:
         if not o.fits:
             console.print(f"[dim]{escape(o.card)} {escape(o.name)} does not fit: {escape(o.why)}[/dim]")
+    if r.rentals:
+        own = table("Phases with a card of their own: a rental each, started when the phases they wait for end",
+                    [("card", "left"), ("phases", "left"), ("rental", "left"), ("cards", "right"),
+                     ("starts h", "right"), ("ends h", "right"), ("cost", "right")])
+        for x in r.rentals:
+            o = x.option
+            own.add_row(escape(x.card), escape(", ".join(ph.name for ph in x.phases)),
+                        escape(o.name) if o else "[red]none fits[/red]", str(o.cards) if o else "-",
+                        _h(x.start_hours), _h(x.end_hours), usd(o.cost_cents) if o else "-")
+        console.print(own)
+        for x in r.rentals:
+            if x.option is None:
+                console.print(f"[dim]{escape(x.card)}: {escape(x.why)}[/dim]")
+        if r.total_cents is not None:
+            console.print(f"[bold]TOTAL[/bold] {usd(r.total_cents)} for the campaign (each rental's bill rounded "
+                          f"to the cent), its last run ending at {_h(r.campaign_hours)} h")
     card = r.recommended_card or (r.packages[0].card if r.packages else "")
     p = table(f"Phases on {escape(card)} (hours per run before the margin)",
               [("phase", "left"), ("kind", "left"), ("runs", "right"), ("h/run", "right"), ("hours", "left"),
@@ -90,6 +107,8 @@ def _gantt(r: Any) -> None:
     span = pk.window_hours or s.makespan_hours
     ends = f"; the package ends at {pk.package_hours:,.1f} h, on demand after" \
         if pk.package_hours is not None and pk.window_hours is None else ""
+    if pk.setup_hours:
+        ends += f"; {pk.setup_hours:,.4g} h set-up billed before the first run (hours below from its end)"
     g = table(f"Schedule: {escape(r.recommended_card)} {escape(r.recommended)}, {s.cards} card(s); each mark "
               f"{span / BAR:,.1f} h of {span:,.0f} h{ends}", [("phase", "left"), ("start h", "right"),
                                                               ("end h", "right"), ("", "left")])

@@ -6,7 +6,6 @@ Needs chromium and poppler's pdftotext (Debian: apt-get install chromium poppler
 from __future__ import annotations
 
 import html
-import json
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.test_report_plan_records import BENCH, NAMES, PRICES, _write_results
+from tests.report.test_report_plan_records import write_inputs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -45,14 +44,7 @@ def test_no_printed_page_holds_a_heading_alone(cli, tmp_path, monkeypatch):
     pytest.importorskip("scipy")
     monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
     data = EXAMPLES / "data"
-    factors = {"name": "lora ablation", "metric": "f1", "hours_per_run": 2, "card": "H100-SXM-80GB",
-               "seeds": 2, "budget_usd": "100", "margin": "0%",
-               "factors": [{"name": n, "levels": levels, "control": levels[0]} for n, levels in NAMES]}
-    (tmp_path / "factors.yaml").write_text(json.dumps(factors), encoding="utf-8")
-    (tmp_path / "prices.yaml").write_text(json.dumps(PRICES), encoding="utf-8")
-    (tmp_path / "bench.yaml").write_text(json.dumps(BENCH), encoding="utf-8")
-    _write_results(tmp_path / "single.csv", 1, {0: 1.5, 1: -0.8})
-    f, p = str(tmp_path / "factors.yaml"), str(tmp_path / "prices.yaml")
+    f, p = write_inputs(tmp_path)
     for argv in (["memory", "gpt2", "--card", "rtx-4090"], ["errors", str(data / "candidate.jsonl")],
                  ["regress", str(data / "baseline.jsonl"), str(data / "candidate.jsonl")],
                  ["budget", str(EXAMPLES / "plan" / "plan.yaml")], ["ablate", "plan", f, "--prices", p],

@@ -10,6 +10,7 @@ import html
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -65,20 +66,25 @@ def _write_results(path, seeds: int, effects: dict[int, float]) -> None:
                 w.writerow([NAMES[k][1][(x[k] + 1) // 2] for k in range(3)] + [s, round(y, 4)])
 
 
-@pytest.fixture
-def campaign(cli, tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
-    pytest.importorskip("scipy")
-    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+def write_inputs(tmp_path: Path) -> tuple[str, str]:
+    """factors.yaml, prices.yaml, bench.yaml and single.csv (one replicate) in tmp_path; (factors, prices) paths."""
     factors = {"name": "lora ablation", "metric": "f1", "hours_per_run": 2, "card": "H100-SXM-80GB",
                "seeds": 2, "budget_usd": "100", "margin": "0%",
                "factors": [{"name": n, "levels": levels, "control": levels[0]} for n, levels in NAMES]}
     (tmp_path / "factors.yaml").write_text(json.dumps(factors), encoding="utf-8")
     (tmp_path / "prices.yaml").write_text(json.dumps(PRICES), encoding="utf-8")
     (tmp_path / "bench.yaml").write_text(json.dumps(BENCH), encoding="utf-8")
-    _write_results(tmp_path / "replicated.csv", 2, {0: 0.9, 2: 0.4})
     _write_results(tmp_path / "single.csv", 1, {0: 1.5, 1: -0.8})
-    f, p = str(tmp_path / "factors.yaml"), str(tmp_path / "prices.yaml")
+    return str(tmp_path / "factors.yaml"), str(tmp_path / "prices.yaml")
+
+
+@pytest.fixture
+def campaign(cli, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("scipy")
+    monkeypatch.setenv("CAMPAIGN_ROOT", str(tmp_path / "root"))
+    f, p = write_inputs(tmp_path)
+    _write_results(tmp_path / "replicated.csv", 2, {0: 0.9, 2: 0.4})
     for argv in (["ablate", "plan", f, "--prices", p], ["ablate", "analyze", str(tmp_path / "replicated.csv"),
                                                         "--factors", f],
                  ["ablate", "analyze", str(tmp_path / "single.csv"), "--factors", f],

@@ -242,6 +242,18 @@ test_watch_fed_batches_through_the_trainer[10]
 test_watch_plain_script_saving_into_a_checkpoint_folder_is_not_taken_for_a_trainer
 test_watch_accumulation_lightning_clean
 test_watch_resume_peft_lora_clean
+test_resnet50_phases_match_a_cpu_measurement
+test_vit_phases_match_a_cpu_measurement
+test_diffusion_unet_phases_match_a_cpu_measurement
+test_torchvision_resnet50_phases_match_a_cpu_measurement
+test_watch_sft_lora_clean
+test_watch_sft_max_length_cuts_every_answer
+test_watch_sft_labels_shifted_twice
+test_watch_lightning_clean[2]
+test_watch_lightning_clean[1]
+test_watch_lightning_model_left_in_eval
+test_watch_lightning_zero_grad_that_does_nothing
+test_watch_lightning_scheduler_stepped_per_batch
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",

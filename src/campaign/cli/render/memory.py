@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the result types, for the annotations only: a renderer impo
     from ...memory.kv import KVEstimate
     from ...memory.measurement import Measurement
     from ...memory.plan import MemoryPlan
+    from ...memory.trace_module import ModulePlan
 
 
 def describe(est: MemoryEstimate) -> str:
@@ -41,6 +42,16 @@ def plan(p: MemoryPlan, *, sources: bool = False) -> None:
         edge(p)
     if p.recipe:
         recipe(p)
+
+
+def module_plan(p: ModulePlan) -> None:
+    """campaign trace FILE.py:FACTORY: the user's model, its traced micro-batch and optimizer, then as trace."""
+    from . import escape
+
+    inputs = ", ".join(f"{n} {t}" for n, t in p.inputs) or "no tensor"
+    title = escape(f"{p.setup} · {p.model_class.rsplit('.', 1)[-1]} · train ({p.estimate.workload.dtype}, "
+                   f"{p.optimizer.rsplit('.', 1)[-1]}) · inputs {inputs} · 1 card")
+    memory(p.estimate, p.fits, p.card, title=title)
 
 
 def recipe(p: MemoryPlan) -> None:
@@ -85,10 +96,13 @@ def edge(p: MemoryPlan) -> None:
         console.print("[dim]not modelled as a what-if: a chunked or fused loss (the logits are counted whole)[/dim]")
 
 
-def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, sources: bool = False) -> None:
+def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, sources: bool = False,
+           title: str | None = None) -> None:
     """Verdict, breakdown at the peak, phases, card fit, notes; for a traced estimate, the modules whose activations
-    are alive at the peak. `sources`: a column with where each item's formula comes from (the --json's `source`)."""
-    console.print(f"[bold]{describe(est)}[/bold]" + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
+    are alive at the peak. `sources`: a column with where each item's formula comes from (the --json's `source`);
+    `title`: the first line in place of the workload's description (a traced setup: what was run)."""
+    console.print(f"[bold]{title or describe(est)}[/bold]"
+                  + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
     params = f"{fmt_count(est.params)} params"
     if est.workload.training:
         params += f", {fmt_count(est.trainable_params)} trainable"

@@ -23,7 +23,7 @@ _LAZY = {
     "KVEstimate": "memory", "fit_cards": "memory", "Fit": "memory", "trace_memory": "memory.trace",
     "measure_workload": "memory.protocol", "measure_script": "memory.protocol", "MemoryMeter": "memory.measure",
     "load_measurement": "memory.measurement", "explain": "memory.explain", "explain_model": "memory.explain",
-    "load_estimate": "memory.breakdown",
+    "load_estimate": "memory.breakdown", "plan_module": "memory.trace_module",
     # 2. can I trust the score: split, leaks, usage, errors, regress, seeds
     "split_file": "data.split", "LeakFreeSplitter": "data.split", "load_manifest": "data.split",
     "check_files": "data.leaks", "find_leaks": "data.leaks", "find_duplicates": "data.dedup",

@@ -254,6 +254,12 @@ test_watch_lightning_clean[1]
 test_watch_lightning_model_left_in_eval
 test_watch_lightning_zero_grad_that_does_nothing
 test_watch_lightning_scheduler_stepped_per_batch
+test_catalog_count_equals_transformers_meta_count[ai21labs/AI21-Jamba-1.5-Mini]
+test_catalog_count_equals_transformers_meta_count[Qwen/Qwen2.5-VL-7B-Instruct]
+test_parameter_count_equals_transformers_on_the_meta_device
+test_watch_ranks_clean
+test_watch_ranks_fed_the_same_data
+test_check_processes_model_not_wrapped_in_ddp
 """.split())
 _SLOW_PARAMETERS = tuple(p.replace("[", "[[]", 1) for p in SLOW if "[" in p)  # fnmatch's literal [
 BROWSER = frozenset({"test_headless_chromium_renders_the_report",

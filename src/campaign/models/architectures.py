@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ConfigError
 from . import families
 from .config import TypedConfig, validate_fields
-from .meta import generic_spec, tower_groups
+from .meta import generic_spec, text_fields, tower_groups
 from .spec import ENCODER_TYPES, MLA, AttentionLayer, Block, ModelSpec, MoE, ParamGroup, linear_groups, norm_groups
 
 DECODER_TYPES = {
@@ -22,6 +22,16 @@ DECODER_TYPES = {
 }
 LAYERNORM_TYPES = {"gpt_neox", "gpt_bigcode", "falcon", "phi", "starcoder2"}
 SUPPORTED_TYPES = sorted(DECODER_TYPES | ENCODER_TYPES | LAYERNORM_TYPES | {"gpt2", "t5"})
+# vision-language configs that keep their text model's fields at the top level (no text_config): the text family
+FLAT_TEXT_TYPES = {"qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2"}
+
+
+def counted_on_meta_device(cfg: dict[str, Any]) -> bool:
+    """Whether this config's spec needs transformers on the meta device (other towers, or no family builder), so
+    listing it costs transformers' import and a model build; read from the config alone, nothing is built."""
+    return cfg.get("text_config") is not None or cfg.get("model_type") not in SUPPORTED_TYPES
+
+
 def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json.
 
@@ -37,7 +47,7 @@ def spec_from_config(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpe
     text = cfg.get("text_config")
     if text is not None:
         return _multimodal(cfg, name=name, source=source)
-    if model_type == "gemma3":  # a multimodal Gemma 3 config always has a text model, with or without the field
+    if model_type == "gemma3" or model_type in FLAT_TEXT_TYPES:  # a text model with or without text_config
         return _multimodal(cfg, name=name, source=source)
     fields = _family_fields(cfg, model_type, source)
     if fields is None:
@@ -78,8 +88,13 @@ def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """A config with a text model and other towers (LLaVA, Gemma 3, Qwen2-VL...): the text model from its family's
     builder (or the generic one), every other tower counted on the meta device (it needs transformers)."""
     text = dict(cfg.get("text_config") or {})
+    if not text and cfg["model_type"] in FLAT_TEXT_TYPES:  # Qwen2-VL, Qwen2.5-VL: the text fields are the top level
+        text = {k: v for k, v in cfg.items() if k != "vision_config"}
+        text["model_type"] = FLAT_TEXT_TYPES[cfg["model_type"]]
     text_type = text.get("model_type") or ("gemma3_text" if cfg["model_type"] == "gemma3" else None)
     towers, total = tower_groups(cfg, source)
+    if text_type and text_type in SUPPORTED_TYPES:  # the fields the file leaves to transformers' defaults
+        text = text_fields(cfg, text, source) | {"model_type": text_type}
     fields = _family_fields(text, text_type, f"{source} (text_config)") if text_type else None
     if fields is None or not text_type:  # (fields is None whenever text_type is empty)
         spec = generic_spec(cfg, name=name, source=source)
@@ -89,7 +104,8 @@ def _multimodal(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     fields["notes"] = tuple(fields.get("notes", ())) + (
         f"other towers counted on the meta device: {tower_params:,} parameters "
         f"({', '.join(sorted({g.name.split('.', 1)[0] for g in towers}))}); their activations are not modelled "
-        "(text-only batches)",)
+        "(text-only batches); training counts their gradients and optimizer states as for a step with images, "
+        "where a text-only step leaves them none (campaign trace shows that step)",)
     spec = _spec({**text, "architectures": cfg.get("architectures"), "quantization_config":
                   cfg.get("quantization_config"), "torch_dtype": cfg.get("torch_dtype") or text.get("torch_dtype")},
                  fields, text_type, name=name, source=source)

@@ -173,6 +173,22 @@ def tower_groups(cfg: dict[str, Any], source: str) -> tuple[tuple[ParamGroup, ..
     return meta_inventory(model, skip=skip), total
 
 
+def text_fields(cfg: dict[str, Any], text: dict[str, Any], source: str) -> dict[str, Any]:
+    """A multimodal config's text model as transformers reads it: the file's text fields over the defaults its
+    config class fills in (google/gemma-3-4b-it's text_config names 6 fields and leaves vocab_size, the heads and
+    head_dim to Gemma3TextConfig); the file's own values win.
+
+    Raises:
+        ConfigError: transformers refuses the config.
+    """
+    _, config = model_class_and_config(cfg, source=source)
+    inner = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else None
+    if inner is None or inner is config:
+        return text
+    defaults = {k: v for k, v in inner.to_dict().items() if v is not None and not k.startswith("_")}
+    return {**defaults, **text}
+
+
 def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
     """A ModelSpec for an architecture with no family builder: the inventory transformers builds on the meta device,
     sizes and KV heads from its config's fields, the generic activation model (stated in the notes).
@@ -215,6 +231,9 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         for t in (layer_types if isinstance(layer_types, list) and len(layer_types) == L else ["full_attention"] * L))
     dtype = cfg.get("torch_dtype") or cfg.get("dtype")
     tie = bool(getattr(config, "tie_word_embeddings", False))
+    unmodelled = unmodelled_layers({**config.to_dict(), **cfg}, text.to_dict() if text is not config else {})
+    if unmodelled:
+        notes.append(f"memory and kv refuse it: it {unmodelled}; campaign trace runs its real step")
     return ModelSpec(
         name=name, model_type=cfg["model_type"], architecture=cls.__name__, source=source, hidden_size=h,
         num_layers=L, num_heads=nh or 1, num_kv_heads=nkv or 0, head_dim=hd or 0,
@@ -224,7 +243,7 @@ def generic_spec(cfg: dict[str, Any], *, name: str, source: str) -> ModelSpec:
         checkpoint_quant=cfg.get("quantization_config"), params_exact=total, params_method="transformers",
         activation=str(getattr(text, "hidden_act", None) or getattr(text, "activation_function", None) or "gelu"),
         notes=tuple(notes), block=Block("layer", 2, 0), generic=GENERIC_ACTIVATIONS,
-        unmodelled=unmodelled_layers({**config.to_dict(), **cfg}, text.to_dict() if text is not config else {}),
+        unmodelled=unmodelled,
     )
 
 

@@ -168,7 +168,7 @@ class ModelSpec:
     def formulas_hold(self) -> None:
         """Refuse, in one line, an estimate from the formulas for a model whose layers they do not describe."""
         if self.unmodelled:
-            given = self.source.removeprefix("hub:")
+            given = self.source.removeprefix("hub:").removeprefix("catalog:")
             raise InputError(f"{self.name} ({self.model_type}) {self.unmodelled}: campaign's formulas do not model "
                              f"it; trace the real step instead: campaign trace {given} (add --attention eager where "
                              "it has no SDPA)")

@@ -22,21 +22,30 @@ def catalog(listing: Catalog) -> None:
     table = Table(title="Bundled models (real config.json files; sources in the catalog's SOURCES.md)",
                   title_justify="left")
     short = [s.name.split("/", 1)[-1] for s in specs]     # every command takes the name without its org
+    names = short + [m.name.split("/", 1)[-1] for m in listing.meta_device]
     # the name is what a user copies: never cut it; a narrow terminal drops the type and vocab columns
     wide = console.width >= 100
     cols = ("model", "type", "params", "active", "layers", "heads/kv", "vocab", "attention") if wide else \
         ("model", "params", "active", "layers", "heads/kv", "attention")
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "type", "attention") else "right",
-                         min_width=max(map(len, short)) if col == "model" else None,
+                         min_width=max(map(len, names)) if col == "model" else None,
                          no_wrap=col != "attention", overflow="fold")
+    rows = {}
     for name, s in zip(short, specs, strict=True):
-        cells = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
-                 "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
-                 "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
-                 "attention": _attention(s)}
-        table.add_row(*(cells[c] for c in cols))
+        rows[s.name] = {"model": name, "type": s.model_type, "params": fmt_count(s.params),
+                        "active": fmt_count(s.active_params) if s.moe else "", "layers": str(s.num_layers),
+                        "heads/kv": f"{s.num_heads}/{s.num_kv_heads}", "vocab": f"{s.vocab_size:,}",
+                        "attention": _attention(s)}
+    for m in listing.meta_device:  # counted on the meta device only when named: `campaign models NAME`
+        rows[m.name] = dict.fromkeys(cols, "") | {"model": m.name.split("/", 1)[-1], "type": m.model_type,
+                                                  "params": "*"}
+    for full in sorted(rows, key=str.lower):
+        table.add_row(*(rows[full][c] for c in cols))
     console.print(table)
+    if listing.meta_device:
+        console.print("* counted by transformers on the meta device: campaign models NAME (vision-language, "
+                      "encoder-decoder and state-space models; memory refuses those its formulas do not model)")
 
 
 def facts(described: ModelFacts) -> None:

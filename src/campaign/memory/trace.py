@@ -104,6 +104,7 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     with FakeTensorMode(), quiet_transformers(), _as_on_cuda(torch, notes):
         tell("build")
         net = _build(torch, transformers, cfg, base_dtype, w)
+        _reads_token_ids(net, spec)
         if mesh is not None:
             _shard(torch, net, mesh, w)
         trains = w.training and w.method != "frozen"
@@ -185,6 +186,18 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     return finish_estimate(spec, w, tuple(phases), reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="traced", notes=tuple(notes), top_modules=top,
                            simulated_reserved=reserved if fragmentation is None else None)
+
+
+def _reads_token_ids(net: Any, spec: ModelSpec) -> None:
+    """Refuse a model whose forward reads features, not token ids (Whisper's input_features): the step fed here is
+    token ids."""
+    import inspect
+
+    params = [n for n in inspect.signature(type(net).forward).parameters if n != "self"]
+    if "input_ids" not in params:
+        raise InputError(f"{spec.name}: its forward reads {params[0] if params else 'no input'} (features, not token "
+                         "ids), and campaign trace MODEL feeds token ids; trace your own step with a real batch: "
+                         "campaign trace FILE.py:FACTORY")
 
 
 def _fake_mesh(world: int) -> Any:

@@ -20,3 +20,11 @@ def test_models_never_cuts_a_name_at_80_columns(cli):
     for name, full in zip(shown, names, strict=True):
         assert full.endswith("/" + name) or full == name
         assert cli("models", name, "--json").json()["name"] == full
+
+
+def test_a_model_without_attention_heads_shows_no_head_rows(cli):
+    """mamba-130m-hf's config has no attention heads: the facts say so, never "1 head, 0 KV heads, GQA"."""
+    r = cli("models", "mamba-130m-hf")
+    assert r.code == 0, r.err
+    assert "none in the config" in r.out
+    assert "KV heads" not in r.out and "GQA" not in r.out

@@ -59,6 +59,8 @@ def facts(described: ModelFacts) -> None:
                   ("intermediate", spec.intermediate_size), ("vocab", f"{spec.vocab_size:,}"),
                   ("tied embeddings", spec.tie_embeddings), ("max positions", f"{spec.max_position:,}"),
                   ("attention", _attention(spec)), ("checkpoint dtype", spec.torch_dtype)]
+    if not spec.num_kv_heads:  # no attention heads in the config (Mamba): no head rows to show
+        facts_rows = [(k, v) for k, v in facts_rows if k not in ("heads", "KV heads", "head dim")]
     if spec.moe:
         facts_rows.append(("MoE", f"{spec.moe.num_experts} experts, {spec.moe.experts_per_token} per token, "
                                   f"{spec.moe.moe_layers} MoE layers, expert size {spec.moe.expert_intermediate_size}"))
@@ -73,6 +75,8 @@ def facts(described: ModelFacts) -> None:
 
 
 def _attention(spec: ModelSpec) -> str:
+    if not spec.num_kv_heads:
+        return "none in the config"
     if spec.mla:
         return "MLA"
     sliding = [a for a in spec.attention if a.kind == "sliding"]

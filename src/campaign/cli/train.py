@@ -101,7 +101,9 @@ def check(
         rich_help_panel=RESUME)] = True,
     processes: Annotated[int, typer.Option(help="Run one update of your step under torchrun with this many "
                                                 "processes (DDP; gloo on the CPU) and check the ranks stay in sync "
-                                                "instead of the one-process checks.", rich_help_panel=DDP)] = 1,
+                                                "instead of the one-process checks; with -- python SCRIPT: the "
+                                                "script under torchrun, each rank watched, and whether the ranks "
+                                                "fed different data and stayed in sync.", rich_help_panel=DDP)] = 1,
     updates: Annotated[int, typer.Option("--updates", help="With -- python SCRIPT: the optimizer updates to watch "
                                                            "before stopping the script.", rich_help_panel=WATCH)] = 3,
     timeout: Annotated[float, typer.Option("--timeout", help="With -- python SCRIPT: seconds before a script that "
@@ -129,7 +131,8 @@ def check(
     the whole update's, padding and truncation in the batches it fed, the labels' shift and causality on a batch
     your loop fed; where it saves a checkpoint within those updates and --resume-args say how it resumes, the
     script run again in a fresh process from it, its first update compared with the uninterrupted run's next one
-    (else resume is "not verified", or --no-resume).
+    (else resume is "not verified", or --no-resume). With --processes N as well: the script under torchrun, each
+    rank watched, and whether the ranks fed different batches and hold bitwise equal parameters after each update.
 
     Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
     skipped ("not verified"), 2 on bad input (needs the torch extra).
@@ -161,7 +164,8 @@ def check(
                 extra = shlex.split(resume_args) if resume_args else []
             except ValueError as e:
                 raise InputError(f"--resume-args {resume_args!r}: {e}; quote it as the shell would") from None
-            report = watch(setup, updates=updates, timeout=timeout, resume=resume, resume_args=extra, progress=tell)
+            report = watch(setup, updates=updates, timeout=timeout, resume=resume, resume_args=extra, progress=tell,
+                           processes=processes)
         if out is not None:
             from ..io import atomic_write_json
 

@@ -11,15 +11,20 @@ The observers, installed before the script's first line runs:
   the updates), and a gradient hook on its outputs that marks it as a training forward when a backward reaches it;
 - torch.autograd.backward: the loss each backward starts from, and how many backwards an update has (beside the
   loss the model's forward returned: the loop's own scaling, for the accumulation probe, train/watch_accumulation.py);
+  the forwards run inside a backward (gradient checkpointing's recomputation) are not the loop's and are not watched;
 - optimizer step pre/post hooks: the update count, the learning rates, the gradients (finite; and, from the first
   update on, a hook on each parameter that sees its .grad just before the next gradient is added: still holding the
   previous update's gradient means no zero_grad ran between updates), the parameters before and after the last
   watched update; after the N-th update the script is stopped by a private exception (a BaseException, which the
-  script's own `except Exception` does not catch);
+  script's own `except Exception` does not catch). A step given a closure (Lightning's optimizer.step(closure))
+  runs the update's last forward and backward inside the step: the update is read when its closure has run;
 - LRScheduler.step: the scheduler steps between two updates (the outermost call only: SequentialLR steps its own);
 - torch.save: the checkpoints written within the watched updates;
 - with --resume-record / --resume-compare (train/watch_resume.py): the update after the last checkpoint (the first
   run) or the first update (the run resumed from it), captured to compare the two.
+Under torchrun (WORLD_SIZE > 1: `campaign check --processes N`, train/watch_ranks.py) each rank writes its own
+record, with a digest of the micro-batches it fed at each update and a checksum of each parameter tensor's bits after
+it; the probes run on rank 0 only, on the model DDP wraps.
 A watchdog thread writes what was seen and ends the process at --timeout, naming where the script was.
 """
 from __future__ import annotations
@@ -47,6 +52,41 @@ def _lrs(optimizer: Any) -> tuple[float, ...]:
     return tuple(float(g.get("lr", 0.0)) for g in optimizer.param_groups)
 
 
+def _closure(optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, int | None]:
+    """The closure an optimizer.step call was given, and where: None for the keyword, else its index in the hook's
+    arguments (which start with the optimizer itself)."""
+    if callable(kwargs.get("closure")):
+        return kwargs["closure"], None
+    first = 1 if args and args[0] is optimizer else 0
+    if len(args) > first and callable(args[first]):
+        return args[first], first
+    return None, None
+
+
+def _bits(t: Any) -> Any:
+    """A tensor's bits as integers of its width (bitwise comparison without copying it off its device)."""
+    import torch
+
+    width = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}[t.element_size()]
+    return t.detach().contiguous().view(width)
+
+
+def _digest(batches: list[tuple[Any, Any]]) -> str | None:
+    """A digest of the tensors of the micro-batches an update fed its model (None: no tensor among them)."""
+    import hashlib
+
+    import torch
+
+    h, found = hashlib.sha1(), False
+    for args, kwargs in batches:
+        for v in [*args, *(kwargs or {}).values()]:
+            if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.element_size() in (1, 2, 4, 8) \
+                    and not v.is_complex():
+                h.update(_bits(v).flatten()[:1 << 20].cpu().numpy().tobytes())
+                found = True
+    return h.hexdigest() if found else None
+
+
 def _from_trainer(depth: int = 8) -> bool:
     """Whether the torch.save being called comes from transformers' Trainer (its checkpoint), a few frames up."""
     frame: Any = sys._getframe(2)
@@ -70,6 +110,9 @@ class Watcher:
         self.step = 0
         self.phase = STARTING
         self.depth = 0
+        # inside a backward: the forwards that run there are gradient checkpointing's recomputation (stopped early by
+        # an exception, so their post hooks may never run), not the loop's forwards
+        self.backward_depth = 0
         self.current: dict[str, Any] | None = None      # the root forward running now
         self.forwards: list[dict[str, Any]] = []        # root forwards with grad since the last update
         self.updates: list[dict[str, Any]] = []
@@ -95,6 +138,8 @@ class Watcher:
         self.max_lrs: list[float] = []
         self.params: dict[str, Any] | None = None
         self.started = time.perf_counter()
+        self.ranked = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1      # under torchrun: cross-rank facts
+        self.param_names: list[str] = []
         self.step_times: list[float] = []
         self.handles: list[Any] = []
         self.lock = threading.Lock()
@@ -121,7 +166,12 @@ class Watcher:
             t = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
             if isinstance(t, torch.Tensor) and t.numel() == 1:
                 self.losses.append(float(t.detach().float()))
-            return backward(tensors, *args, **kwargs)
+            self.backward_depth += 1
+            try:
+                return backward(tensors, *args, **kwargs)
+            finally:
+                self.backward_depth -= 1
+                self.depth = 0
 
         torch.autograd.backward = watched_backward   # Tensor.backward calls torch.autograd.backward
         sched = torch.optim.lr_scheduler.LRScheduler
@@ -171,6 +221,8 @@ class Watcher:
     def forward_pre(self, module: Any, args: Any) -> None:
         import torch
 
+        if self.backward_depth:
+            return
         if self.depth == 0:
             self.phase = f"forward of {type(module).__name__} (after {self.step} updates)"
             self.current = {"module": module, "drop": {}, "grad": False, "args": args, "kwargs": None,
@@ -199,6 +251,8 @@ class Watcher:
         self.forward_post(module, args, output)
 
     def forward_post(self, module: Any, args: Any, output: Any) -> None:
+        if self.backward_depth:
+            return
         self.depth = max(self.depth - 1, 0)
         if self.depth or self.current is None or self.current["module"] is not module:
             return
@@ -237,11 +291,41 @@ class Watcher:
                 best, size = r["module"], n
         return best
 
-    def before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        import torch
-
+    def before_step(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """The optimizer's step pre hook. A step given a closure (Lightning, LBFGS: optimizer.step(closure)) runs
+        the update's last forward and backward inside the step, after this hook: the update is read once the
+        closure has run (the closure is wrapped, through the hook's returned arguments), so that it is the update
+        the optimizer applies, not the previous one's last micro-batch with this one's first."""
         self.phase = f"optimizer step {self.step + 1}"
         self.depth = 0
+        closure, where = _closure(optimizer, args, kwargs)
+        if closure is None:
+            self._before_update(optimizer)
+            return None
+        ran = [False]
+
+        def watched_closure(*a: Any, **k: Any) -> Any:
+            if ran[0]:         # an optimizer that calls it again (LBFGS's line search) re-evaluates the same update:
+                forwards, losses = len(self.forwards), len(self.losses)     # not micro-batches of the next one
+                try:
+                    return closure(*a, **k)
+                finally:
+                    del self.forwards[forwards:], self.losses[losses:]
+                    self.first_grads = {}
+            result = closure(*a, **k)
+            ran[0] = True
+            self.phase = f"optimizer step {self.step + 1}"
+            self.depth = 0
+            self._before_update(optimizer)
+            return result
+
+        if where is None:
+            return args, {**kwargs, "closure": watched_closure}
+        return (*args[:where], watched_closure, *args[where + 1:]), kwargs
+
+    def _before_update(self, optimizer: Any) -> None:
+        import torch
+
         trained = [r for r in self.forwards if r["grad"]]
         if self.optimizer is None:
             self.optimizer = optimizer
@@ -278,6 +362,8 @@ class Watcher:
             self.resume.before(self.step, self.saves, optimizer,
                                [(r["args"], r["kwargs"]) for r in trained if r["module"] is self.model], self.losses)
         mine = [r for r in trained if r["module"] is self.model]
+        if self.ranked:
+            update["fed"] = _digest([(r["args"], r["kwargs"]) for r in mine])
         self.fed.extend((r["args"], r["kwargs"]) for r in mine)
         self.last_update = {"batches": [(r["args"], r["kwargs"]) for r in mine], "backward": list(self.losses),
                             "own": [r.get("own") for r in mine]}
@@ -331,6 +417,13 @@ class Watcher:
         self.optimizer = optimizer
         self.step += 1
         self.step_times.append(time.perf_counter())
+        if self.ranked and self.model is not None and self.updates:
+            import torch
+
+            named = list(self.model.named_parameters())
+            self.param_names = [n for n, _ in named]
+            sums = [_bits(p).sum(dtype=torch.int64) for _, p in named]
+            self.updates[-1]["param_sums"] = torch.stack(sums).tolist() if sums else []
         if self.resume is not None and self.resume.pending is not None:
             self.resume.after(self.model)
         self.phase = f"the loop's own code after update {self.step}"
@@ -357,7 +450,7 @@ class Watcher:
                 "model": type(self.model).__name__ if self.model is not None else None,
                 "updates": self.updates, "params": self.params, "saves": self.saves,
                 "dropout_seen": sorted(self.dropout_seen), "eval_dropout": self.eval_dropout,
-                "root_eval": self.root_eval,
+                "root_eval": self.root_eval, "param_names": self.param_names,
                 "seconds_to_first_update": times[0] - self.started if times else None,
                 "seconds_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
 
@@ -398,6 +491,11 @@ def main(argv: list[str] | None = None) -> int:
 
         capture = ResumeCapture("compare" if ns.resume_compare else "record", ns.resume_compare or ns.resume_record)
     watcher = Watcher(ns.updates, bare=ns.bare, resume=capture)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if watcher.ranked:
+        from .watch_ranks import rank_record
+
+        ns.out = rank_record(ns.out, rank)
     done = threading.Event()
 
     def watchdog() -> None:
@@ -443,9 +541,14 @@ def main(argv: list[str] | None = None) -> int:
             compared = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
         if compared is not None:
             observed["resume"] = compared
-    if watcher.step and watcher.model is not None and not ns.bare and not ns.resume_compare:
+    if watcher.step and watcher.model is not None and not ns.bare and not ns.resume_compare and rank == 0:
         from .watch_probes import probes
 
+        if watcher.ranked:      # the model DDP wraps: its forward and backward start no collective of the ranks
+            from torch.nn.parallel import DistributedDataParallel
+
+            if isinstance(watcher.model, DistributedDataParallel):
+                watcher.model = watcher.model.module
         watcher.phase = "campaign's probes on the model after the watched updates"
         observed["probes"] = probes(watcher.model, watcher.batch)
         found = observed["probes"]

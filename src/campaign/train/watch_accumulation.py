@@ -12,7 +12,10 @@ function):
   stacked, right-padded to the longest with the ignore index for targets and 0 elsewhere; scalars such as
   transformers' num_items_in_batch left out, so that the model's loss is its own mean over every target of the
   update: token-weighted where its loss is per token).
-They must agree within the dtype's tolerance (train/accumulation.py's TOLERANCE, its relative-error measure).
+They must agree within the tolerance of the dtype the model computes in (train/accumulation.py's TOLERANCE, its
+relative-error measure): the lowest-precision floating output its layers produced in the probe's forward, so that a
+forward run under autocast (accelerate wraps a bf16 model's forward in it; TRL defaults to bf16) is held to bf16's
+tolerance though its weights are fp32.
 """
 from __future__ import annotations
 
@@ -68,6 +71,22 @@ def concatenate(batches: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> tuple[
     return whole_args, {k: v for k, v in whole_kwargs.items() if v is not drop}
 
 
+# the floating dtypes from the least precise: the one a forward computes in is the least precise its layers output
+PRECISION = ("float16", "bfloat16", "float32", "float64")
+
+
+def _outputs_dtypes(seen: set[str]) -> Any:
+    """A global forward hook adding the dtype of each module's floating output to `seen`; returns its handle."""
+    import torch
+
+    def hook(_module: Any, _args: Any, output: Any) -> None:
+        t = output[0] if isinstance(output, (tuple, list)) and output else output
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            seen.add(str(t.dtype).removeprefix("torch."))
+
+    return torch.nn.modules.module.register_module_forward_hook(hook)
+
+
 def _gradient(model: Any, params: list[Any]) -> Any:
     import torch
 
@@ -101,6 +120,7 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
         return {"applies": False, "why": f"the micro-batches cannot be stacked into one batch: {e}"}
     was = model.training
     model.eval()
+    computed: set[str] = set()
     try:
         with torch.enable_grad():
             for p in params:
@@ -111,7 +131,11 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
             accumulated = _gradient(model, params)
             for p in params:
                 p.grad = None
-            loss = _own_loss(model(*whole[0], **whole[1]))
+            handle = _outputs_dtypes(computed)
+            try:
+                loss = _own_loss(model(*whole[0], **whole[1]))
+            finally:
+                handle.remove()
             if loss is None:
                 return {"applies": False, "why": "the model returns no loss on the whole update"}
             loss.backward()
@@ -124,9 +148,10 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
         for p in params:
             p.grad = None
     rel, cos = _compare(accumulated, reference)
-    dtype = str(params[0].dtype).removeprefix("torch.")
+    weights = str(params[0].dtype).removeprefix("torch.")
+    dtype = next((d for d in PRECISION if d in computed), weights)
     return {"applies": True, "micro_batches": k, "factors": factors, "relative_error": rel, "cosine": cos,
-            "tolerance": TOLERANCE.get(dtype, 1e-4), "dtype": dtype,
+            "tolerance": TOLERANCE.get(dtype, 1e-4), "dtype": dtype, "weights": weights,
             "rows": [int(next((t.shape[0] for t in [*a, *(kw or {}).values()] if isinstance(t, torch.Tensor)
                                   and t.dim() >= 1), 0)) for a, kw in batches]}
 

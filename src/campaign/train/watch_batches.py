@@ -9,8 +9,11 @@ holding only 0 and 1). No tokenizer is needed, so a Trainer's or TRL's collate i
   end with one token (EOS) in every row the length did not cut. A row whose targets run to the batch's last column
   and end on another token than the end token the other rows' targets end with was cut there, its EOS with it
   (the longest row of a batch padded to its longest also fills it, but ends on the end token). The end token is the
-  one at least half the rows that end inside the batch end with; where every row runs to the last column and no
-  token ends half of them, truncation cannot be told from answers without EOS (a warning).
+  one at least half the rows that end inside the batch end with. Where every row runs to the last column and no
+  token ends half of them, the lengths tell: answers that all end at exactly one length L (every micro-batch, two
+  or more, L wide, no row padded) though their prompts differ in length were cut at L (TRL's max_length, a
+  tokenizer's truncation=True), every EOS with them; otherwise truncation cannot be told from answers without EOS
+  (a warning).
 """
 from __future__ import annotations
 
@@ -48,6 +51,9 @@ def batch_facts(batches: list[tuple[Any, Any]], ids_where: str | None, targets_w
     rows = padded = pad_learned = pad_attended = 0
     first_learned: tuple[int, int] | None = None
     finals: list[tuple[int, bool]] = []          # (final target token, ends at the row's edge), completion rows
+    widths: set[int] = set()                     # the widths of the batches the completion rows came in
+    batches_with_answers: set[int] = set()
+    prompts: set[int] = set()                    # the lengths of the masked prompts before their targets
     masked = False
     for b, (a, kw) in enumerate(batches):
         args, kwargs = tuple(a), dict(kw or {})
@@ -81,6 +87,9 @@ def batch_facts(batches: list[tuple[Any, Any]], ids_where: str | None, targets_w
             if int(on[0]) == 0:
                 continue                  # targets from the first position: no prompt masked
             finals.append((int(t[r, last]), last == t.shape[1] - 1))    # the row filled to the batch's width
+            widths.add(int(t.shape[1]))
+            batches_with_answers.add(b)
+            prompts.add(int(on[0]))
     out: dict[str, Any] = {"applies": True, "rows": rows, "masked": masked, "padded": padded,
                            "pad_learned": pad_learned, "first_pad_learned": first_learned,
                            "pad_attended": pad_attended,
@@ -95,9 +104,17 @@ def batch_facts(batches: list[tuple[Any, Any]], ids_where: str | None, targets_w
         cut = [f for f, edge in finals if edge and f != end] if end is not None else []
         no_end = [f for f, edge in finals if not edge and f != end]
         at_edge = sum(e for _, e in finals)
+        unended = end is None and not inside and at_edge >= 2
+        # every answer, over two micro-batches or more, ends at one length though the prompts before them differ:
+        # cut there, not ended there (batches padded to their longest row would differ in width)
+        one_length = unended and len(widths) == 1 and len(prompts) >= 2 and padded == 0 \
+            and len(batches_with_answers) >= 2
         out |= {"end_token": end, "ending_with_end": sum(f == end for f, _ in finals) if end is not None else 0,
                 "cut": len(cut), "no_end": len(no_end) if end is not None else 0, "at_edge": at_edge,
-                "all_at_edge_unended": end is None and not inside and at_edge >= 2}
+                "all_at_edge_unended": unended and not one_length,
+                "cut_at_length": next(iter(widths)) if one_length else None,
+                "prompt_lengths": [min(prompts), max(prompts)] if prompts else None,
+                "final_tokens": len({f for f, _ in finals})}
     return out
 
 

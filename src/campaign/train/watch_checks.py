@@ -23,7 +23,9 @@
 - resume.next_step_equal: where the script saved a checkpoint within the watched updates and --resume-args say how
   it resumes, the script run again in a fresh process with them, its first update compared with the uninterrupted
   run's next one (train/watch_resume.py): the same batch, learning rates, scheduler position, optimizer state and
-  parameters after the update; else skipped, saying how to enable it (the verdict is then "not verified").
+  parameters after the update; else skipped, saying how to enable it (the verdict is then "not verified");
+- with processes=N (torchrun, train/watch_ranks.py): ddp.data_differs and ddp.params_in_sync across the ranks, the
+  other checks from rank 0.
 """
 from __future__ import annotations
 
@@ -103,12 +105,16 @@ def _interpreter(command: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, resume: bool = True,
-          resume_args: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> WatchReport:
+          resume_args: Sequence[str] = (), progress: Callable[[str], None] | None = None,
+          processes: int = 1) -> WatchReport:
     """Run `python SCRIPT ARGS` (the command as the user types it) watched for `updates` optimizer updates.
 
     resume_args: the arguments that make the script resume from the checkpoint it wrote (nanoGPT:
     `--init_from=resume`); given, and a checkpoint written within the watched updates, the script is run again in a
     fresh process with them appended, and its first update compared with the uninterrupted run's next one.
+
+    processes: N >= 2 runs the script under torchrun with N ranks (gloo on the CPU, NCCL on GPUs) and adds the
+    checks across ranks (train/watch_ranks.py); resume is then not checked (one process checks it).
 
     Raises:
         InputError: no such script, a script that fails, ends or times out before its first update.
@@ -117,9 +123,13 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
         raise InputError(f"--updates {updates!r} must be a whole number from 1 to 1000")
     if not timeout > 0:
         raise InputError(f"--timeout {timeout!r} must be > 0 seconds")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise InputError(f"--processes {processes!r} must be a whole number >= 1")
     exe, rest = _interpreter(command)
     script = rest[1] if rest[0] == "-m" else rest[0]
     tell = progress or (lambda _phase: None)
+    if processes > 1:
+        return _watch_ranks(exe, rest, tuple(command), script, updates, timeout, resume, processes, tell)
     tell(f"running {script} for {updates} update{'s' if updates > 1 else ''}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="campaign-watch-") as tmp:
@@ -139,6 +149,29 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
             observed["resumed"] = again
     wall = time.perf_counter() - started
     return _report(observed, tuple(command), script, updates, timeout, resume, wall, tuple(resume_args))
+
+
+def _watch_ranks(exe: str, rest: list[str], command: tuple[str, ...], script: str, updates: int, timeout: float,
+                 resume: bool, processes: int, tell: Callable[[str], None]) -> WatchReport:
+    from .accumulation import check_processes
+    from .watch_ranks import rank_checks, run_ranks
+
+    check_processes(processes)
+    tell(f"running {script} under torchrun: {processes} processes, {updates} update{'s' if updates > 1 else ''}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="campaign-watch-") as tmp:
+        records = run_ranks(exe, ["--updates", str(updates)], rest, Path(tmp), timeout, script, processes, GRACE_S)
+    report = _report(records[0], command, script, updates, timeout, False, time.perf_counter() - started)
+    checks = [c for c in report.checks if c.id != "resume.next_step_equal"]
+    checks += rank_checks(records)
+    checks.append(Check("resume.next_step_equal", "skipped", f"not run under --processes {processes}",
+                        "a resume is proven by reloading a checkpoint in a fresh process",
+                        "check resume in one process (without --processes), or say --no-resume")
+                  if resume else Check("resume.next_step_equal", "skipped", "not run (--no-resume)", "",
+                                       "run without --no-resume", gates=False))
+    from dataclasses import replace
+
+    return replace(report, checks=tuple(checks))
 
 
 def _trainer_checkpoint(saves: list[dict[str, Any]]) -> str | None:
@@ -350,7 +383,9 @@ def _accumulation(f: dict[str, Any] | None) -> Check:
     scaled = ", ".join(f"{x:.4g}" for x in f["factors"])
     seen = (f"the gradient accumulated over the last update's {k} micro-batches (the loop scaled the model's own loss "
             f"by {scaled}) is {_share(rel)} off the gradient of one backward over them stacked (cosine "
-            f"{f['cosine']:.4f}; {f['dtype']} tolerance {tol:g})")
+            f"{f['cosine']:.4f}; {f['dtype']} tolerance {tol:g}"
+            + (f": the forward computes in {f['dtype']} over {f['weights']} weights (autocast)"
+               if f.get("weights", f["dtype"]) != f["dtype"] else "") + ")")
     if rel is not None and rel <= tol:
         return Check(cid, "pass", seen)
     factors = f["factors"]
@@ -401,6 +436,14 @@ def _fed(f: dict[str, Any] | None) -> list[Check]:
         truncated = Check(cut, "fail", f"{f['cut']} of {k} rows with an answer have their targets run to the batch's "
                           f"last column and end on another token than the end token (id {end}) that "
                           f"{f['ending_with_end']} other rows' targets end with: truncation cut the answer and its EOS",
+                          "the model is trained to stop mid-answer, and never sees the EOS that ends an answer",
+                          "raise max_length (max_seq_length), shorten the prompt, or drop the examples that do not fit")
+    elif f.get("cut_at_length"):
+        low, high = f["prompt_lengths"]
+        truncated = Check(cut, "fail", f"all {k} rows with an answer end at exactly {f['cut_at_length']} tokens, the "
+                          f"batches' width, though their prompts run from {low} to {high} tokens, and their targets "
+                          f"end on {f['final_tokens']} different tokens: truncation at {f['cut_at_length']} cut every "
+                          "answer and its EOS",
                           "the model is trained to stop mid-answer, and never sees the EOS that ends an answer",
                           "raise max_length (max_seq_length), shorten the prompt, or drop the examples that do not fit")
     elif f.get("all_at_edge_unended"):

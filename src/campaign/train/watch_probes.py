@@ -119,15 +119,26 @@ def probes(model: Any, batch: tuple[Any, Any] | None) -> dict[str, Any]:
     try:
         with torch.no_grad():
             out = model(*args, **kwargs)
-            logits = _per_position(out, candidates[0][1])
-            ids = _ids(model, args, kwargs, logits)
+            # the call whose outputs are per position: the one the loop made, else the same tensors without its
+            # switches (TRL's fused_lm_head=True returns the labels' log-probabilities, no logits)
+            view, shown = kwargs, out
+            if _per_position(out, candidates[0][1]) is None:
+                plain = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+                if len(plain) < len(kwargs):
+                    again = model(*args, **plain)
+                    if _per_position(again, candidates[0][1]) is not None:
+                        view, shown = plain, again
+            logits = _per_position(shown, candidates[0][1])
+            ids = _ids(model, args, view, logits)
             if ids is None:
                 return {"ids": None}
             targets = _targets(args, kwargs, ids)
             facts: dict[str, Any] = {"ids": ids[0], "targets": targets[0] if targets else None,
                                      "shape": list(ids[1].shape)}
-            facts["labels"] = _labels(out, logits, ids[1], targets[1] if targets else None)
-            facts["causal"] = _causal(model, args, kwargs, ids, _per_position(out, ids[1]))
+            # the loss of the call the loop made (the one it trained on), against the cross-entropy of the logits
+            own = out if _own_loss(out) is not None else shown
+            facts["labels"] = _labels(own, logits, ids[1], targets[1] if targets else None)
+            facts["causal"] = _causal(model, args, view, ids, _per_position(shown, ids[1]))
     except Exception as e:  # the user's model refusing a probe: the check is skipped, saying why
         return {"ids": (ids or candidates[0])[0], "error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
     finally:

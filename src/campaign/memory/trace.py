@@ -189,15 +189,12 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
 
 
 def _reads_token_ids(net: Any, spec: ModelSpec) -> None:
-    """Refuse a model whose forward reads features, not token ids (Whisper's input_features): the step fed here is
-    token ids."""
-    import inspect
-
-    params = [n for n in inspect.signature(type(net).forward).parameters if n != "self"]
-    if "input_ids" not in params:
-        raise InputError(f"{spec.name}: its forward reads {params[0] if params else 'no input'} (features, not token "
-                         "ids), and campaign trace MODEL feeds token ids; trace your own step with a real batch: "
-                         "campaign trace FILE.py:FACTORY")
+    """Refuse a model whose main input is not token ids (Whisper's input_features; transformers' own
+    `main_input_name`): the step fed here is token ids."""
+    name = getattr(net, "main_input_name", "input_ids")
+    if name != "input_ids":
+        raise InputError(f"{spec.name}: its forward reads {name} (features, not token ids), and campaign trace MODEL "
+                         "feeds token ids; trace your own step with a real batch: campaign trace FILE.py:FACTORY")
 
 
 def _fake_mesh(world: int) -> Any:

@@ -105,13 +105,7 @@ def paired_difference(d: Sequence[float], *, metric: str = "accuracy", clusters:
         var, df, g, deff = naive_var, n - 1, None, None
         method = "paired t on per-item differences (items independent)"
     else:
-        if len(clusters) != n:
-            raise InputError(f"{len(clusters)} cluster labels for {n} items; give one per item")
-        codes = np.asarray(cluster_ids(clusters))
-        g = int(codes.max()) + 1
-        if g < 2:
-            raise InputError("every item is in one cluster: a cluster-robust standard error needs at least 2 "
-                             "clusters; give a finer --cluster field")
+        codes, g = cluster_codes(clusters, n)
         sums = np.bincount(codes, weights=e, minlength=g)
         var = float(g / (g - 1) * (sums ** 2).sum() / n ** 2)
         df = g - 1
@@ -287,3 +281,19 @@ def difference_checks(diffs: Sequence[Difference]) -> tuple[Check, ...]:
 
 __all__ = ["VERDICTS", "Difference", "RateEstimate", "cluster_ids", "describe", "difference_checks", "holm",
            "holm_family", "paired_difference", "rate_estimate", "wilson", "with_verdict"]
+
+
+def cluster_codes(clusters: Sequence[Any], n: int, unit: str = "item") -> tuple[Any, int]:
+    """Each of the n units' cluster as an integer code 0..G-1, and G.
+
+    Raises:
+        InputError: not one label per unit, or every unit in one cluster (a cluster-robust error needs 2).
+    """
+    if len(clusters) != n:
+        raise InputError(f"{len(clusters)} cluster labels for {n} {unit}s; give one per {unit}")
+    codes = numpy().asarray(cluster_ids(clusters))
+    g = int(codes.max()) + 1
+    if g < 2:
+        raise InputError(f"every {unit} is in one cluster: a cluster-robust standard error needs at least 2 "
+                         "clusters; give a finer --cluster field")
+    return codes, g

@@ -263,7 +263,7 @@ def crossed_interval(diffs: Any, *, confidence: float = 0.95, alternative: str =
         InputError: clusters of another length than the examples, or fewer than 2 clusters.
     """
     np = numpy()
-    from .difference import FEW_CLUSTERS, cluster_ids
+    from .difference import FEW_CLUSTERS, cluster_codes
     from .stats import scipy_stats
 
     d = np.asarray(diffs, dtype=float) * scale
@@ -273,13 +273,7 @@ def crossed_interval(diffs: Any, *, confidence: float = 0.95, alternative: str =
     g = None
     codes = None
     if clusters is not None:
-        if len(clusters) != n:
-            raise InputError(f"{len(clusters)} cluster labels for {n} examples; give one per example")
-        codes = np.asarray(cluster_ids(clusters))
-        g = int(codes.max()) + 1
-        if g < 2:
-            raise InputError("every example is in one cluster: a cluster-robust interval needs at least 2 clusters; "
-                             "give a finer --cluster field")
+        codes, g = cluster_codes(clusters, n, "example")
     grand = float(d.mean())
     col = d.mean(axis=0)
     ms_e = s * float(((col - grand) ** 2).sum()) / (n - 1)

@@ -164,7 +164,8 @@ def test_a_gain_inside_four_movies_is_not_convincing_with_clusters(tmp_path):
     assert x.design_effect > 5
     assert "40 clusters" in rep.checks[0].seen and rep.cluster_field == "movie"
     assert any("design effect" in n for n in rep.notes)
-    assert any("resamples examples, not clusters" in n for n in rep.notes)
+    assert rep.examples is not None and rep.examples.clusters == 40 and naive.examples.clusters is None
+    assert any("in 40 clusters: cluster bootstrap" in n for n in rep.notes)
     # the counts needed come from the clustered components: more examples than the naive count asks for
     assert rep.needs is not None and naive.needs is not None
     assert rep.needs.at_clusters == 40
@@ -214,6 +215,7 @@ def test_clusters_from_a_split_manifest(tmp_path):
     assert rep.crossed.clusters == len(set(g.tolist())) == 39
     assert rep.crossed.se == pytest.approx(by_hand.se, rel=1e-12)
     assert rep.clusters_from == str(manifest) and rep.source["clusters"]["path"] == str(manifest)
+    assert rep.examples is not None and rep.examples.clusters == 39 and rep.examples.engine == "clusters"
     other = tmp_path / "other.jsonl"
     other.write_text(ex.read_text(encoding="utf-8").replace('"r0-0"', '"zz"'), encoding="utf-8")
     with pytest.raises(InputError, match="'zz' is in no row of the split"):
@@ -279,7 +281,7 @@ def test_cli_seeds_with_cluster(tmp_path, cli):
     assert doc["cluster_field"] == "movie"
     text = cli("seeds", str(res), "--example-scores", str(ex), "--cluster", "movie", "--min-effect", "0.05",
                "--resamples", "200")
-    assert text.code == 0 and "40 clusters" in text.out and "examples independent" in text.out
+    assert text.code == 0 and "40 clusters" in text.out and "bootstrap seeds x clusters" in text.out
     bad = cli("seeds", str(res), "--cluster", "movie")
     assert bad.code == 2 and len(bad.err.strip().splitlines()) == 1 and "--example-scores" in bad.err
     # lm-eval runs carry no cluster column: refused, not ignored

@@ -210,7 +210,8 @@ def seeds(
     id_field: Annotated[str, typer.Option(
         "--id-field", help="Column of the example id in the per-example scores.", rich_help_panel=o.INPUT)] = "id",
     cluster: Annotated[str | None, typer.Option("--cluster", help="Column of the per-example scores grouping related "
-            "examples (movie, document, template): the crossed interval's example term becomes cluster-robust.",
+            "examples (movie, document, template): the crossed interval's example term becomes cluster-robust and "
+            "the bootstrap resamples clusters.",
             rich_help_panel=STATS)] = None,
     clusters_from: Annotated[str | None, typer.Option("--clusters-from", help="A split_manifest.json of `campaign "
             "split` (made with --id): its groups and duplicate clusters are the clusters, matched by --id-field.",
@@ -267,7 +268,8 @@ def seeds(
     _not_harness("a results file", **{"--filter": harness_filter})
     # a spinner: the per-example bootstrap can take seconds
     with progress_reporter("seeds", enabled=not as_json) as tell:
-        tell(f"{resamples:,} bootstrap resamples" + (" over seeds x examples" if examples else ""))
+        tell(f"{resamples:,} bootstrap resamples" + ("" if not examples else " over seeds x clusters"
+                                                      if cluster or clusters_from else " over seeds x examples"))
         rep = compare_seeds(results, metric=metric or "metric", baseline=baseline, candidate=candidate,
                             examples=examples, score_field=score_field, min_effect=min_effect, confidence=confidence,
                             alternative=alternative, higher_is_better=not lower_is_better, n_resamples=resamples,

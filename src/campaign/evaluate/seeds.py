@@ -508,7 +508,8 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
         example_diffs: optional per-example differences, shape (seeds, examples), for the crossed bootstrap
             (already oriented: candidate - baseline, or the reverse when lower is better).
         example_clusters: with example_diffs, the cluster of each example (one label per column): the crossed
-            interval's example term becomes cluster-robust (see CrossedInterval).
+            interval's example term becomes cluster-robust (see CrossedInterval), and the per-example bootstrap
+            resamples clusters, not examples (bootstrap.cluster_distribution).
         seed: seeds the bootstrap's numpy Generator.
     """
     np = numpy()
@@ -532,7 +533,7 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
     ex = None
     if example_diffs is not None:
         ex = paired_bootstrap(example_diffs, n_resamples=n_resamples, confidence=confidence, alternative=alternative,
-                              seed=seed)
+                              seed=seed, clusters=example_clusters)
     verdict = verdict_of(t.ci_low, t.ci_high, min_effect) if n >= 2 else "inconclusive"
     t_verdict = verdict
     crossed = None
@@ -635,11 +636,12 @@ def compare_paired(baseline_values: Sequence[float], candidate_values: Sequence[
             f"{s_part}, or {e_part}"
             + (f"; a count from the seed SD only would say {t_seeds} seeds, leaving out the test set's noise"
                if t_seeds else ""))
-    if ex is not None:
+    if ex is not None and ex.clusters:
+        notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples in {ex.clusters:,} "
+                     f"clusters: {ex.method}; the verdict reads the crossed interval")
+    elif ex is not None:
         notes.append(f"per-example bootstrap over {ex.seeds} seeds x {ex.examples:,} examples: {ex.method} "
-                     f"({ex.engine} resampling)" + ("; it resamples examples, not clusters, so it is too narrow "
-                                                   "where the clusters matter: the verdict reads the crossed "
-                                                   "interval" if crossed is not None and crossed.clusters else ""))
+                     f"({ex.engine} resampling)")
     if crossed is not None and crossed.clusters:
         deff = ("" if crossed.design_effect is None else
                 f", design effect {crossed.design_effect:.2f} on the example term (its variance over the naive one)")
@@ -676,7 +678,8 @@ def compare_seeds(results: str | os.PathLike[str], *, metric: str = "metric", ba
             of the per-example scores file).
         cluster: a column of the per-example scores naming each example's cluster (movie, document, template);
             or clusters_from: a split manifest whose units (groups and duplicate clusters, matched by id) are the
-            clusters. Either makes the crossed interval's example term cluster-robust.
+            clusters. Either makes the crossed interval's example term cluster-robust and the per-example
+            bootstrap a cluster bootstrap.
     Raises:
         InputError: missing columns, a non-numeric metric, unpaired seeds, not exactly two variants; clusters
             without per-example scores, an example in two clusters or in no row of the split.

@@ -330,8 +330,10 @@ def seeds(rep: Any) -> None:
                       f"[{_fmt(x.low)}, {'+inf' if x.high is None else f'{x.high:+.4g}'}]")
     if rep.examples is not None:
         e = rep.examples
-        free = " (examples independent)" if x is not None and getattr(x, "clusters", None) else ""
-        tests.add_row(f"bootstrap seeds x examples ({e.seeds} x {e.examples:,}){free}",
+        g = getattr(e, "clusters", None)
+        what = (f"bootstrap seeds x clusters ({e.seeds} x {g:,} clusters, {e.examples:,} examples)" if g else
+                f"bootstrap seeds x examples ({e.seeds} x {e.examples:,})")
+        tests.add_row(what,
                       f"mean {scale * e.mean_diff:+.4g}",
                       "", f"[{_fmt(None if e.low is None else scale * e.low)}, "
                           f"{'+inf' if e.high is None else f'{scale * e.high:+.4g}'}]")

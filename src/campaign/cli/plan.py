@@ -33,8 +33,9 @@ def budget(
     plan: Annotated[str, typer.Argument(help="Plan file (YAML or JSON): phases with runs, hours or an estimate, "
                                         "cards and dependencies; see examples/plan/plan.yaml.")],
     prices: Prices = None,
-    card: Annotated[list[str] | None, typer.Option("--card", help="Compare only this card (repeatable; default: "
-                                                   "the plan's 'compare', else every card priced).",
+    card: Annotated[list[str] | None, typer.Option("--card", help="Compare only this card, every offer of it, or "
+                                                   "one offer as CARD@OFFER (the price file's 'offer'; repeatable; "
+                                                   "default: the plan's 'compare', else every card priced).",
                                                    rich_help_panel=RENTALS)] = None,
     package: Annotated[list[str] | None, typer.Option("--package", help="Compare only this package of the price "
                                                       "file ('on-demand': the hourly price; repeatable); the "

@@ -40,7 +40,9 @@ class Terms:
     def describe(self) -> str:
         parts = []
         if self.minimum_hours:
-            parts.append(f"at least {self.minimum_hours:g} h per card")
+            minutes = self.minimum_hours * 60
+            parts.append(f"at least {round(minutes):g} min per card" if minutes < 60 and abs(minutes - round(minutes))
+                         < 1e-6 else f"at least {self.minimum_hours:g} h per card")
         if self.setup_hours:
             parts.append(f"{self.setup_hours:g} h set-up billed before the first step")
         if self.storage_hourly is not None:
@@ -158,6 +160,7 @@ class Option(Record):
     billing: str = "per started hour"
     package_hours: float | None = None     # where the package ends (hours from the start); None on demand alone
     setup_hours: float = 0.0               # set-up billed before the first step (the price file's setup_hours)
+    offer: str | None = None               # the card's offer priced (the price file's `offer`); None: the card has one
 
 
 def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window: float | None,

@@ -27,7 +27,18 @@ from .billing import (
     storage_cents,
 )
 from .money import round_cents, usd
-from .prices import CardPrices, PriceFile, catalog_card, cents, known_keys, load_prices, load_yaml
+from .prices import (
+    CardPrices,
+    PriceFile,
+    card_ref,
+    catalog_card,
+    cents,
+    known_keys,
+    load_prices,
+    load_yaml,
+    offer_label,
+    split_offer,
+)
 from .runtime import MFU, MFU_SOURCE, RuntimeEstimate, estimate_runtime
 from .schedule import KINDS, Phase, Schedule, check_phases, schedule, topological
 
@@ -93,12 +104,16 @@ class BudgetReport(Result):
     rentals: tuple[CardRental, ...] = ()      # phases with a card of their own, each on a rental of that card
     total_cents: int | None = None            # the recommended rental + those rentals, each bill rounded once
     campaign_hours: float | None = None       # when the campaign's last run ends, every rental in its place
+    recommended_offer: str | None = None      # the recommended rental's offer (the price file's `offer`)
+    start_hours: float | None = None          # where the recommended rental starts on the campaign's clock (with
+                                              # rentals: after the phases on other cards it waits for; else None)
 
 
 @dataclass(frozen=True)
 class CardRental(Record):
     """Phases that name their own card (a card per phase), on a rental of that card of their own: the cheapest of
-    its rentals that fits (None: none does; why says so) and where it lies in the campaign: it starts (start_hours)
+    its rentals (of every offer of it, or of the offer the phases name) that fits (None: none does; why says so)
+    and where it lies in the campaign: it starts (start_hours)
     when every phase its phases wait for has ended, and ends (end_hours) when its last run does."""
 
     card: str
@@ -107,6 +122,8 @@ class CardRental(Record):
     why: str = ""
     start_hours: float | None = None
     end_hours: float | None = None
+    offer: str | None = None                  # the offer taken (or named, when none fits); None: the card has one
+    schedule: Schedule | None = None          # its runs, hours from the end of its set-up (start_hours + set-up)
 
 
 @dataclass(frozen=True)
@@ -136,8 +153,11 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
     where = str(path)
     doc = JsonObject(load_yaml(path, "plan"), where, fix=FIX)
     known_keys(doc, PLAN_KEYS)
+    if isinstance(doc.raw("card", None), str) and "@" in doc.raw("card"):
+        doc.fail(f"field 'card' is {doc.raw('card')!r}: the card the hours were taken on, whatever the offer; drop "
+                 "the '@...' and name offers in 'compare', a phase's 'card' or --card CARD@OFFER")
     card = catalog_card(doc.raw("card"), where, "card") if "card" in doc else None
-    compare = tuple(catalog_card(c, where, "compare") for c in doc.list("compare", []))
+    compare = tuple(card_ref(c, where, "compare") for c in doc.list("compare", []))
     margin = parse_margin(doc.raw("margin", f"{MARGIN:.0%}"), where)
     specs: list[PhaseSpec] = []
     experiments = 0
@@ -157,7 +177,7 @@ def read_plan(path: str | os.PathLike[str]) -> CampaignPlan:
         estimate = p.obj("estimate").data if "estimate" in p else None
         if estimate is not None:
             known_keys(JsonObject(estimate, f"{where}: phase {name!r}: estimate", fix=FIX), ESTIMATE_KEYS)
-        pin = catalog_card(p.raw("card"), p.where, "card") if "card" in p else None
+        pin = card_ref(p.raw("card"), p.where, "card") if "card" in p else None
         if "hours" in p:
             hours = p.raw("hours")
             if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not math.isfinite(hours) \
@@ -438,7 +458,8 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     Args:
         plan: a plan file (read_plan) or a CampaignPlan.
         prices: a price file (load_prices; default the bundled example) or a PriceFile.
-        cards: the cards to compare (default: the plan's 'compare', else every card of the price file).
+        cards: the cards to compare, every offer of each (the price file's entries of that card), or one offer as
+            'CARD@OFFER' (default: the plan's 'compare', else every card of the price file).
         packages: only these packages (by name; 'on-demand' for the hourly price), each must be in the price file.
         mfu: model FLOPs utilization for estimated hours; margin: overrides the plan's recovery margin.
         plot: write the recommended schedule as a Gantt chart (.png or .svg; matplotlib).
@@ -448,8 +469,6 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     Raises:
         InputError: a bad plan or price file, or a card missing from the price file.
     """
-    from ..hardware import find_card
-
     if not 0 < mfu <= 1:
         raise InputError(f"MFU {mfu!r} must be in (0, 1]; e.g. 0.4")
     whole = plan if isinstance(plan, CampaignPlan) else read_plan(plan)
@@ -468,44 +487,60 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
                                                                     for ph in _within(members)))
 
     estimates: list[RuntimeEstimate] = []
-    others: list[tuple[CardRental, CardPrices]] = []
+    priced = _priced(pf)
+    labels: list[str] = []                       # every offer priced, for the notes on its billing
+    others: list[tuple[str, CardRental, CardPrices]] = []     # group, its rental, the offer taken (else the first)
     for g, members in groups:
         if g is None or g == main_card:
             continue
-        gp, gc = part(members, g), pf.for_card(g)
-        ph, est, refused = phases_on(gp, gc.card, mfu=mfu, priced=tuple((c.card, c.hourly_exact) for c in pf.cards))
+        offers = pf.offers(g)
+        labels.extend(c.label for c in offers)
+        ph, est, refused = phases_on(part(members, offers[0].card), offers[0].card, mfu=mfu, priced=priced)
         estimates.extend(est)
-        offers = rentals(ph, card=gc.card, packages=gc.packages, hourly=gc.hourly_exact,
-                         on_demand_cards=whole.on_demand_cards or max(x.cards for x in ph), margin=whole.margin,
-                         unit=pf.unit(gc), deadline_hours=whole.deadline_hours, refused=tuple(refused),
-                         combine=combine, terms=gc.terms)
-        pick = cheapest(offers)
-        others.append((CardRental(gc.card, ph, pick, "" if pick else _why(None, offers)), gc))
-    elsewhere = sum(r.option.cost_cents for r, _ in others if r.option is not None)
-    p = part(next(m for g, m in groups if g == main_card), main_card)
+        found = [replace(o, offer=gc.offer) for gc in offers for o in rentals(
+            ph, card=gc.card, packages=gc.packages, hourly=gc.hourly_exact,
+            on_demand_cards=whole.on_demand_cards or max(x.cards for x in ph), margin=whole.margin, unit=pf.unit(gc),
+            deadline_hours=whole.deadline_hours, refused=tuple(refused), combine=combine, terms=gc.terms)]
+        pick = cheapest(found)
+        gc = next(c for c in offers if c.offer == pick.offer) if pick else offers[0]
+        others.append((g, CardRental(gc.card, ph, pick, "" if pick else _why(None, found),
+                                     offer=pick.offer if pick else split_offer(g)[1]), gc))
+    elsewhere = sum(r.option.cost_cents for _, r, _ in others if r.option is not None)
+    p = part(next(m for g, m in groups if g == main_card), None if main_card is None else split_offer(main_card)[0])
     if whole.budget_cents is not None and others:
         p = replace(p, budget_cents=max(whole.budget_cents - elsewhere, 0))
-    compared: tuple[str, ...]
+    refs: tuple[str, ...]
     if main_card is not None:
-        compared = (main_card,)
+        refs = (main_card,)
     else:
-        compared = tuple(find_card(c).name for c in cards) if cards else p.compare or tuple(c.card for c in pf.cards)
+        refs = tuple(_ref(c) for c in cards) if cards else p.compare or tuple(dict.fromkeys(c.card for c in pf.cards))
+    offered = list({c.label: c for ref in refs for c in pf.offers(ref)}.values())    # each offer once, in order
+    labels.extend(c.label for c in offered)
+    compared = tuple(dict.fromkeys(c.card for c in offered))
     options: list[Option] = []
     per_card: dict[str, tuple[Phase, ...]] = {}
     for card in compared:
-        cp = pf.for_card(card)
-        phases, est, refused = phases_on(p, cp.card, mfu=mfu, others=compared,
-                                         priced=tuple((c.card, c.hourly_exact) for c in pf.cards))
-        per_card[cp.card] = phases
+        phases, est, refused = phases_on(p, card, mfu=mfu, others=compared, priced=priced)
+        per_card[card] = phases
         estimates.extend(est)
-        chosen = tuple(pf.package(cp.card, n) for n in packages if n != "on-demand") if packages else cp.packages
-        if packages and "on-demand" in packages and cp.hourly_exact is None:
-            raise InputError(f"{pf.path}: card {cp.card!r} has no hourly price; add 'hourly' or drop on-demand")
-        hourly = cp.hourly_exact if not packages or "on-demand" in packages else None
-        options.extend(rentals(phases, card=cp.card, packages=chosen, hourly=hourly,
-                               on_demand_cards=p.on_demand_cards or max(ph.cards for ph in phases), margin=p.margin,
-                               unit=pf.unit(cp), deadline_hours=p.deadline_hours, budget_cents=p.budget_cents,
-                               refused=tuple(refused), combine=combine, terms=cp.terms))
+        mine = [c for c in offered if c.card == card]
+        for n in packages or ():                 # a package or the hourly price asked for: some offer must sell it
+            if n != "on-demand" and not any(pk.name == n for c in mine for pk in c.packages):
+                pf.package(mine[0].label, n)      # one line naming the file and the packages it has
+        if packages and "on-demand" in packages and all(c.hourly_exact is None for c in mine):
+            raise InputError(f"{pf.path}: card {mine[0].label if len(mine) == 1 else card!r} has no hourly price"
+                             + ("" if len(mine) == 1 else " in any of its offers") + "; add 'hourly' or drop on-demand")
+        for cp in mine:
+            chosen = tuple(pk for n in packages if n != "on-demand" for pk in cp.packages if pk.name == n) \
+                if packages else cp.packages
+            hourly = cp.hourly_exact if not packages or "on-demand" in packages else None
+            if not chosen and hourly is None:
+                continue                          # this offer sells none of the rentals asked for
+            options.extend(replace(o, offer=cp.offer) for o in rentals(
+                phases, card=cp.card, packages=chosen, hourly=hourly,
+                on_demand_cards=p.on_demand_cards or max(ph.cards for ph in phases), margin=p.margin,
+                unit=pf.unit(cp), deadline_hours=p.deadline_hours, budget_cents=p.budget_cents,
+                refused=tuple(refused), combine=combine, terms=cp.terms))
     # what to cut, when no option fits: for each that does not (memory refusals aside)
     final: list[Option] = []
     anything_fits = any(o.fits for o in options)
@@ -514,7 +549,7 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
             final.append(o)
             continue
         phases = per_card[o.card]
-        cp = pf.for_card(o.card)
+        cp = pf.for_card(offer_label(o.card, o.offer))
         pk_price = Decimal(o.cost_exact_cents) - storage_cents(cp.terms, o.hours, pf.unit(cp)) \
             if o.window_hours is not None else None           # the packages' price, storage billed apart
         hourly = cp.hourly_exact
@@ -533,37 +568,40 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         rescued = [o for o in final if o.fits_after_cuts]
         if rescued:
             pick = min(rescued, key=lambda o: (sum(c.runs_cut for c in o.cuts), o.cost_cents))
-            cut_first, cut_for = pick.cuts, f"{pick.card} {pick.name}"
+            cut_first, cut_for = pick.cuts, f"{label(pick)} {pick.name}"
     why = _why(best, final)
-    placed: list[CardRental] = [r for r, _ in others]
+    placed: list[CardRental] = [r for _, r, _ in others]
     campaign_hours = None if best is None else best.hours
+    start = None
     missing = [r for r in placed if r.option is None]
     if best is not None and missing:
-        why = "; ".join(f"the phases on {r.card} ({', '.join(ph.name for ph in r.phases)}): {r.why}"
+        why = "; ".join(f"the phases on {_rental_card(r)} ({', '.join(ph.name for ph in r.phases)}): {r.why}"
                         for r in missing)
         best = None
     elif best is not None and placed:
         chosen_on: dict[str | None, tuple[Option, tuple[Phase, ...]]] = {main_card: (best, per_card[best.card])}
-        for r in placed:
+        for g, r, _ in others:
             assert r.option is not None              # none is missing here
-            chosen_on[r.card] = (r.option, r.phases)
+            chosen_on[g] = (r.option, r.phases)
         spans = _timeline(groups, chosen_on, p.margin)
-        placed = [replace(r, start_hours=spans[r.card][0], end_hours=spans[r.card][1]) for r in placed]
-        campaign_hours = max(end for _, end in spans.values())
+        placed = [replace(r, start_hours=spans[g][0], end_hours=spans[g][1], schedule=spans[g][2])
+                  for g, r, _ in others]
+        start = spans[main_card][0]
+        campaign_hours = max(end for _, end, _ in spans.values())
         if whole.deadline_hours is not None and campaign_hours > whole.deadline_hours + 1e-9:
             why = f"every rental in its place, the campaign ends at {campaign_hours:,.1f} h > the " \
                   f"{whole.deadline_hours:,.1f} h deadline (" + "; ".join(
-                      f"{r.card} from {r.start_hours:,.1f} h to {r.end_hours:,.1f} h" for r in placed) + ")"
+                      f"{_rental_card(r)} from {r.start_hours:,.1f} h to {r.end_hours:,.1f} h" for r in placed) + ")"
             best = None
     total = None if best is None else best.cost_cents + elsewhere
     card = best.card if best else (p.card or compared[0])
     card = card if card in per_card else next(iter(per_card))
     sched = schedule(per_card[card], best.cards, margin=p.margin) if best else None
     checks = _checks(whole, best, final, estimates, why if best is None and (missing or placed) else None)
-    notes = _notes(p, estimates, mfu, pf, per_card, tuple(r.card for r in placed))
+    notes = _notes(p, estimates, mfu, pf, per_card, tuple(dict.fromkeys(labels)))
     if placed:
         notes.append("phases with a card of their own ("
-                     + "; ".join(f"{', '.join(ph.name for ph in r.phases)} on {r.card}" for r in placed)
+                     + "; ".join(f"{', '.join(ph.name for ph in r.phases)} on {_rental_card(r)}" for r in placed)
                      + ") run on a rental of that card of their own, its cheapest that fits, started when every "
                        "phase they wait for has ended"
                      + (f"; budget_usd less those rentals ({usd(elsewhere)}) is what the cards compared may cost"
@@ -574,25 +612,59 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     if plot is not None and sched is not None and best is not None:
         from .plots import gantt
 
-        written = str(gantt(sched, plot, title=f"{p.name}: {best.card} {best.name}", window=best.package_hours,
+        written = str(gantt(sched, plot, title=f"{p.name}: {label(best)} {best.name}", window=best.package_hours,
                             label=_package_end(best), setup_hours=best.setup_hours))
-    rules = stop_rules(replace(p, budget_cents=whole.budget_cents), best, per_card[card], pf.for_card(card),
-                       tuple((r, c) for r, (_, c) in zip(placed, others, strict=True))) if best else ()
+    rules = stop_rules(replace(p, budget_cents=whole.budget_cents), best, per_card[card],
+                       pf.for_card(offer_label(best.card, best.offer)),
+                       tuple((r, c) for r, (_, _, c) in zip(placed, others, strict=True))) if best else ()
     return BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
                         best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
                         tuple(estimates), tuple(checks),
                         {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
                         tuple(notes), written, stop_rules=rules, rentals=tuple(placed), total_cents=total,
-                        campaign_hours=campaign_hours)
+                        campaign_hours=campaign_hours, recommended_offer=best.offer if best else None,
+                        start_hours=start if best else None)
+
+
+def label(o: Option) -> str:
+    """An option's card with its offer, as --card names it: 'H100-SXM-80GB@community' (the card alone when the
+    price file gives it one entry)."""
+    return offer_label(o.card, o.offer)
+
+
+def _rental_card(r: CardRental) -> str:
+    return offer_label(r.card, r.offer)
+
+
+def _ref(card: str) -> str:
+    """A card named on the command line ('h100', 'h100@community') as the price file names it: the catalog's
+    name (the catalog's one-line error for an unknown card), with its offer."""
+    from ..hardware import find_card
+
+    name, offer = split_offer(card)
+    if offer == "":
+        raise InputError(f"--card {card!r}: name the offer after '@' (CARD@OFFER, e.g. H100-SXM-80GB@community) or "
+                         "drop the '@'")
+    return offer_label(find_card(name).name, offer)
+
+
+def _priced(pf: PriceFile) -> tuple[tuple[str, Decimal | None], ...]:
+    """Each card of the price file with its lowest hourly price among its offers (None: none sold by the hour)."""
+    low: dict[str, Decimal | None] = {}
+    for c in pf.cards:
+        h, seen = c.hourly_exact, low.get(c.card)
+        low[c.card] = h if seen is None else seen if h is None else min(h, seen)
+    return tuple(low.items())
 
 
 def _timeline(groups: list[tuple[str | None, tuple[Phase, ...]]],
               chosen: dict[str | None, tuple[Option, tuple[Phase, ...]]], margin: float) -> \
-        dict[str | None, tuple[float, float]]:
+        dict[str | None, tuple[float, float, Schedule | None]]:
     """Where each group's rental lies (hours from the campaign's start): it starts when every phase of another
-    group its phases come after has ended (set-up included), and ends its own hours later (set-up included)."""
+    group its phases come after has ended (set-up included), and ends its own hours later (set-up included); with
+    its schedule (hours from the end of its set-up)."""
     ends: dict[str, float] = {}
-    out: dict[str | None, tuple[float, float]] = {}
+    out: dict[str | None, tuple[float, float, Schedule | None]] = {}
     for g, members in groups:
         option, phases = chosen[g]
         names = {ph.name for ph in members}
@@ -600,7 +672,7 @@ def _timeline(groups: list[tuple[str | None, tuple[Phase, ...]]],
         sched = schedule(phases, option.cards, margin=margin)
         for sp in sched.spans if sched is not None else ():
             ends[sp.phase] = start + option.setup_hours + sp.end_hours
-        out[g] = (start, start + (option.hours or 0.0))
+        out[g] = (start, start + (option.hours or 0.0), sched)
     return out
 
 
@@ -633,14 +705,15 @@ def stop_rules(p: CampaignPlan, best: Option, phases: tuple[Phase, ...], prices:
         left = Decimal(p.budget_cents) - prepaid - elsewhere
         card_hours = None if hourly is None or not hourly else max(float(left / hourly), 0.0)
         what = f"{usd(round_cents(prepaid))} prepaid in {best.name.removesuffix(' + on-demand')}; " if prepaid else ""
-        what += "".join(f"{usd(r.option.cost_cents)} on {r.card} {r.option.name}; " for r, _ in others
+        what += "".join(f"{usd(r.option.cost_cents)} on {_rental_card(r)} {r.option.name}; " for r, _ in others
                         if r.option is not None)
-        room = "" if card_hours is None else f"{what}at most {card_hours:,.1f} {best.card} card-hours billed by " \
+        room = "" if card_hours is None else f"{what}at most {card_hours:,.1f} {label(best)} card-hours billed by " \
             "the hour" if others else f"{what}at most {card_hours:,.1f} card-hours billed by the hour"
         out.append(StopRule("campaign", None, card_hours, p.budget_cents,
                             f"stop the campaign when the spend reaches {usd(p.budget_cents)} (budget_usd): the plan "
-                            f"costs {usd(best.cost_cents + elsewhere)} on {best.card} {best.name}"
-                            + "".join(f" and {r.card} {r.option.name}" for r, _ in others if r.option is not None)
+                            f"costs {usd(best.cost_cents + elsewhere)} on {label(best)} {best.name}"
+                            + "".join(f" and {_rental_card(r)} {r.option.name}" for r, _ in others
+                                      if r.option is not None)
                             + (f"; {room}" if room else "")))
     return tuple(out)
 
@@ -659,7 +732,7 @@ def _why(best: Option | None, options: list[Option]) -> str:
         if not options:
             return "no rental priced"
         widest = max(options, key=lambda o: (math.inf if o.window_hours is None else o.window_hours, o.cards))
-        return f"no rental fits; the widest, {widest.card} {widest.name}: {widest.why}"
+        return f"no rental fits; the widest, {label(widest)} {widest.name}: {widest.why}"
     text = f"the cheapest that fits: {usd(best.cost_cents)}"
     if best.window_hours is not None:
         text += f", ends at {best.hours:,.1f} h of {best.window_hours:,.0f} h ({best.slack_hours:,.1f} h slack)"
@@ -667,8 +740,8 @@ def _why(best: Option | None, options: list[Option]) -> str:
         text += f", {best.hours:,.1f} h billed by the hour"
     if best.cost_per_useful_cents is not None:
         text += f", {usd(best.cost_per_useful_cents)} per useful result"
-    shorter = [o for o in options if o.card == best.card and not o.fits and o.window_hours is not None
-               and (best.window_hours is None or o.window_hours < best.window_hours)]
+    shorter = [o for o in options if o.card == best.card and o.offer == best.offer and not o.fits
+               and o.window_hours is not None and (best.window_hours is None or o.window_hours < best.window_hours)]
     if shorter:
         o = min(shorter, key=lambda o: o.cost_cents)
         text += f"; {o.name} does not fit ({o.why})"
@@ -707,14 +780,14 @@ def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimat
                          "an estimate, not a measurement: real MFU varies with batch, sequence and kernels",
                          "time a few steps on the card and give hours (or --mfu)"))
     out.append(Check("budget.fits", "pass" if best else "fail",
-                     f"{best.card} {best.name} fits" if best else whole_why or "no rental fits the plan",
+                     f"{label(best)} {best.name} fits" if best else whole_why or "no rental fits the plan",
                      "a campaign that overruns its window loses the runs in flight",
                      "cut runs as listed, take a longer package or more cards"))
     return out
 
 
 def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: PriceFile,
-           per_card: dict[str, tuple[Phase, ...]], own: tuple[str, ...] = ()) -> list[str]:
+           per_card: dict[str, tuple[Phase, ...]], priced: tuple[str, ...] = ()) -> list[str]:
     notes = []
     if pf.example:
         notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
@@ -724,8 +797,8 @@ def _notes(p: CampaignPlan, estimates: list[RuntimeEstimate], mfu: float, pf: Pr
         notes.append(f"hours given on {p.card} are scaled to other cards by the ratio of dense bf16 FLOP/s "
                      "(an estimate)")
     for c in pf.cards:
-        if (c.card in per_card or c.card in own) and (c.billing or c.terms.describe()):
-            notes.append(f"{c.card} bills per started {pf.unit(c)}"
+        if c.label in priced and (c.billing or c.terms.describe()):
+            notes.append(f"{c.label} bills per started {pf.unit(c)}"
                          + (f"; {c.terms.describe()}" if c.terms.describe() else "") + " (the price file)")
     notes.append(f"on-demand: each card billed per started {pf.billing} from its first run to its last; recovery "
                  f"margin {p.margin:.0%} on every run; money {ROUNDING}")

@@ -101,14 +101,20 @@ class CardPrices(Record):
     hourly: Decimal | None = None
     billing: str | None = None              # this card's billing unit (hour | minute | second); None: the file's
     terms: Terms = NO_TERMS                 # minimum billed, set-up, storage (billing.Terms)
+    offer: str | None = None                # the offer's name, when the card is rented under several (prices.offer)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.terms
-        return {"card": self.card, "hourly_cents": self.hourly_cents,
+        return {"card": self.card, "offer": self.offer, "hourly_cents": self.hourly_cents,
                 "hourly_exact_cents": None if self.hourly_exact is None else str(self.hourly_exact),
                 "packages": [p.to_dict() for p in self.packages], "billing": self.billing,
                 "minimum_hours": t.minimum_hours, "setup_hours": t.setup_hours,
                 "storage_hourly_exact_cents": None if t.storage_hourly is None else str(t.storage_hourly)}
+
+    @property
+    def label(self) -> str:
+        """The card with its offer, as --card and a phase's card name it: 'H100-SXM-80GB@community'."""
+        return offer_label(self.card, self.offer)
 
     @property
     def hourly_exact(self) -> Decimal | None:
@@ -133,17 +139,33 @@ class PriceFile(Record):
         """How the card's on-demand time is billed: its own billing, else the file's."""
         return card.billing or self.billing
 
-    def for_card(self, card: str) -> CardPrices:
-        """The prices of one card (a catalog name or alias); InputError naming the file when it has none."""
-        from ..hardware import find_card
+    def offers(self, card: str) -> tuple[CardPrices, ...]:
+        """Every offer of one card (a catalog name or alias, or 'CARD@OFFER' for that offer alone), in the file's
+        order; InputError naming the file when it has none (or not that offer, with the offers it has)."""
+        name, offer = split_offer(card)
+        name = find_card_name(name)
+        entries = tuple(c for c in self.cards if c.card == name)
+        if not entries:
+            listed = ", ".join(dict.fromkeys(c.card for c in self.cards))
+            raise InputError(f"{self.path}: no prices for card {name!r} (its 'cards' list {listed}); add it to the "
+                             f"price file or pass --prices FILE")
+        if offer is None:
+            return entries
+        for c in entries:
+            if c.offer == offer:
+                return (c,)
+        named = [c.offer for c in entries if c.offer is not None]
+        close = difflib.get_close_matches(offer, named, n=1, cutoff=0.6)
+        has = f"its offers: {', '.join(named)}" if named else "its entry has no 'offer' name"
+        raise InputError(f"{self.path}: card {name!r} has no offer {offer!r} ({has})"
+                         + (f"; did you mean {offer_label(name, close[0])!r}?" if close else
+                            f"; name one as {offer_label(name, named[0])!r}" if named else
+                            f"; drop '@{offer}' or add 'offer: {offer}' to its entry"))
 
-        name = find_card(card).name if _known(card) else card
-        for c in self.cards:
-            if c.card == name:
-                return c
-        listed = ", ".join(c.card for c in self.cards)
-        raise InputError(f"{self.path}: no prices for card {name!r} (its 'cards' list {listed}); add it to the "
-                         f"price file or pass --prices FILE")
+    def for_card(self, card: str) -> CardPrices:
+        """The prices of one card (a catalog name or alias; 'CARD@OFFER' for one of its offers): without an offer
+        named, its first entry in the file. InputError naming the file when it has none."""
+        return self.offers(card)[0]
 
     def package(self, card: str, name: str) -> Package:
         """A card's package by name; InputError naming the file when the file lacks it."""
@@ -154,6 +176,28 @@ class PriceFile(Record):
         listed = ", ".join(p.name for p in prices.packages) or "none"
         raise InputError(f"{self.path}: card {prices.card!r} has no package {name!r} (it has {listed}); add it to "
                          f"the price file or pick one of those")
+
+
+OFFER_SEP = "@"      # 'H100-SXM-80GB@community': a card and one of its offers, in --card and a phase's card
+
+
+def split_offer(ref: str) -> tuple[str, str | None]:
+    """'CARD@OFFER' as (card, offer); 'CARD' as (card, None)."""
+    card, sep, offer = ref.partition(OFFER_SEP)
+    return card.strip(), (offer.strip() if sep else None)
+
+
+def offer_label(card: str, offer: str | None) -> str:
+    """A card with its offer as --card and a phase's card write it: 'H100-SXM-80GB@community' ('CARD' alone when
+    the entry has no offer name)."""
+    return card if offer is None else f"{card}{OFFER_SEP}{offer}"
+
+
+def find_card_name(card: str) -> str:
+    """A card's catalog name, or the name as written for a custom card."""
+    from ..hardware import find_card
+
+    return find_card(card).name if _known(card) else card
 
 
 def _known(card: str) -> bool:
@@ -176,11 +220,14 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
     """Read a price file (the bundled example when path is None).
 
     Format (YAML or JSON): source, date, example (bool), currency (USD), billing (per-hour | per-minute |
-    per-second: how on-demand time is billed, default per-hour), cards: a list of {card, hourly, packages: [{name,
-    days, cards, price}], billing (this card's, overriding the file's), minimum_hours (each on-demand card billed at
-    least this), setup_hours (billed before the first step, counted in every window), storage_hourly (billed from
-    the start to the last run's end, idle or not)}; amounts as decimal text ('2.49', '0.347': kept exact). Each
-    card must be in the catalog (campaign cards) or a custom name.
+    per-second: how on-demand time is billed, default per-hour), cards: a list of {card, offer, hourly, packages:
+    [{name, days, cards, price}], billing (this card's, overriding the file's), minimum_hours (each on-demand card
+    billed at least this), setup_hours (billed before the first step, counted in every window), storage_hourly
+    (billed from the start to the last run's end, idle or not)}; amounts as decimal text ('2.49', '0.347': kept
+    exact). Each card must be in the catalog (campaign cards) or a custom name. A card rented under several offers
+    (secure and community cloud, spot and on-demand, two providers) has an entry per offer, each with its own
+    `offer` name and its own prices, billing and terms; two entries of one card without distinct offer names are
+    refused.
 
     Raises:
         InputError: one line naming the file and the field (an unknown key with the nearest valid one).
@@ -197,10 +244,19 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
     if billing not in BILLING:
         doc.fail(f"field 'billing' is {billing!r}; use {', '.join(BILLING)}")
     cards: list[CardPrices] = []
-    for entry in doc.items("cards"):
+    for position, entry in enumerate(doc.items("cards")):
         card = entry.str("card")
-        entry = JsonObject(entry.data, f"{where}: card {card!r}", fix=fix)
-        known_keys(entry, ("card", "hourly", "packages", "billing", "minimum_hours", "setup_hours", "storage_hourly"))
+        offer = entry.str("offer") if "offer" in entry else None
+        entry = JsonObject(entry.data, f"{where}: card {card!r}" + (f" offer {offer!r}" if offer is not None else ""),
+                           fix=fix)
+        known_keys(entry, ("card", "offer", "hourly", "packages", "billing", "minimum_hours", "setup_hours",
+                           "storage_hourly"))
+        if OFFER_SEP in card:
+            entry.fail(f"a card's name cannot hold {OFFER_SEP!r} (it separates a card from its offer); write the "
+                       f"offer apart: card: {split_offer(card)[0]}, offer: {split_offer(card)[1]}")
+        if offer is not None and (not offer.strip() or OFFER_SEP in offer or offer != offer.strip()):
+            entry.fail(f"field 'offer' is {offer!r}; an offer's name is not blank and holds no {OFFER_SEP!r} and no "
+                       "surrounding spaces, e.g. offer: community")
         name = card_name(card, where, "card")
         hourly = exact_cents(entry.raw("hourly"), entry.where, "hourly") if "hourly" in entry else None
         own = entry.str("billing", billing)
@@ -228,14 +284,21 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
             entry.fail("a package is named 'on-demand', the name of the hourly price; rename it")
         if hourly is None and not packages:
             entry.fail("neither 'hourly' nor 'packages': nothing to price")
-        if any(c.card == name for c in cards):
-            entry.fail(f"card {name!r} is listed twice; keep one entry per card")
+        for i, c in enumerate(cards):
+            if c.card == name and (c.offer is None or offer is None or c.offer == offer):
+                raise InputError(f"{where}: card {name!r} is listed twice without distinct offer names (cards[{i}] "
+                                 f"{_offer_said(c.offer)} and cards[{position}] {_offer_said(offer)}); give each "
+                                 "entry of a card its own 'offer' name (e.g. offer: secure, offer: community)")
         cards.append(CardPrices(name, None if hourly is None else _rounded(hourly), tuple(packages), hourly,
-                                BILLING[own] if "billing" in entry else None, terms))
+                                BILLING[own] if "billing" in entry else None, terms, offer))
     if not cards:
         doc.fail("field 'cards' is empty; list at least one card with its prices")
     return PriceFile(str(path) if path is not None else str(p), str(doc.raw("source", "")), str(doc.raw("date", "")),
                      bool(doc.raw("example", False)), currency, tuple(cards), BILLING[billing])
+
+
+def _offer_said(offer: str | None) -> str:
+    return "with no offer" if offer is None else f"offer {offer!r}"
 
 
 def _rounded(exact: Decimal) -> int:
@@ -245,9 +308,20 @@ def _rounded(exact: Decimal) -> int:
 
 def card_name(card: str, where: str, field: str) -> str:
     """A card's catalog name, or the name as written for a custom card (a price file may price any card)."""
-    from ..hardware import find_card
+    return find_card_name(card)
 
-    return find_card(card).name if _known(card) else card
+
+def card_ref(value: Any, where: str, field: str) -> str:
+    """A card as a plan names it, with an offer or not ('H100-SXM-80GB', 'h100@community'): the catalog's name,
+    with the offer as written; else one line naming the file and the field. Whether the price file has that offer
+    is checked where it is priced (PriceFile.offers)."""
+    if not isinstance(value, str):
+        return catalog_card(value, where, field)
+    card, offer = split_offer(value)
+    if offer == "":
+        raise InputError(f"{where}: field {field!r} is {value!r}: name the offer after {OFFER_SEP!r} (CARD@OFFER, "
+                         "e.g. H100-SXM-80GB@community) or drop it")
+    return offer_label(catalog_card(card, where, field), offer)
 
 
 def catalog_card(card: Any, where: str, field: str) -> str:

@@ -365,11 +365,14 @@ def _caveats(d: dict[str, Any]) -> list[str]:
 def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     from ..plots import gantt, svg as draw
 
-    rows = [[p.get("name"), p.get("card"), p.get("cards"), _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
+    rows = [[p.get("name"), f"{p.get('card')}@{p['offer']}" if p.get("offer") else p.get("card"), p.get("cards"),
+             _hours(p.get("hours")), _hours(p.get("critical_path_hours")),
              _hours(p.get("package_hours")), _hours(p.get("setup_hours")), _usd(p.get("cost_cents")),
              "yes" if p.get("fits") else "no", _hours(p.get("slack_hours"))]
             for p in _rows(d, "packages")]
-    body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))} — {_e(d.get('why', ''))}"
+    offer = f"@{d['recommended_offer']}" if d.get("recommended_offer") else ""
+    body = (f"<p>recommended: {_e(d.get('recommended'))} on {_e(d.get('recommended_card'))}{_e(offer)} — "
+            f"{_e(d.get('why', ''))}"
             "</p><p>caveats:</p><ul>" + "".join(f"<li>{_e(c)}</li>" for c in _caveats(d)) + "</ul>"
             + _table(["rental", "card", "cards", "hours", "critical path", "package ends h", "set-up h", "cost",
                       "fits", "slack h"], rows))
@@ -396,7 +399,7 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
         body += _absent("stop rules")
     body += _checks(_rows(d, "checks"))
     chosen = next((p for p in _rows(d, "packages") if p.get("name") == d.get("recommended")
-                   and p.get("card") == d.get("recommended_card")), {})
+                   and p.get("card") == d.get("recommended_card") and p.get("offer") == d.get("recommended_offer")), {})
     end, setup = chosen.get("package_hours"), chosen.get("setup_hours")
     name = str(chosen.get("name") or "").removesuffix(" + on-demand")
     label = None if not _real(end) else f"{name} ends at {end:,.4g} h" + \

@@ -19,13 +19,21 @@ def _h(hours: float | None) -> str:
     return "-" if hours is None else f"{hours:,.1f}"
 
 
+def _card(card: str, offer: str | None) -> str:
+    """A card with its offer as --card names it ('H100-SXM-80GB@community'); the card alone without one."""
+    from ...plan.prices import offer_label
+
+    return offer_label(card, offer)
+
+
 def budget(r: Any) -> None:
     """A budget: the verdict and why, every rental, the phases on the chosen card, its schedule, cuts, checks."""
     phases = len(r.phases) + sum(len(x.phases) for x in r.rentals)
     console.print(f"[bold]{escape(r.plan)}[/bold] · {escape(r.name)} · {phases} phases, recovery margin "
                   f"{r.margin:.0%} on every run")
     if r.recommended:
-        console.print(f"[green]TAKE[/green] {escape(r.recommended_card)} {escape(r.recommended)} — {escape(r.why)}")
+        console.print(f"[green]TAKE[/green] {escape(_card(r.recommended_card, r.recommended_offer))} "
+                      f"{escape(r.recommended)} — {escape(r.why)}")
     else:
         console.print(f"[red]NOTHING FITS[/red] — {escape(r.why)}")
     t = table("Rentals (ends: when the last run ends, margin included; path: the critical path; use: busy "
@@ -36,27 +44,28 @@ def budget(r: Any) -> None:
     t.columns[0].no_wrap = True
     for o in r.packages:
         mark = "[green]yes[/green]" if o.fits else "[red]no[/red]"
-        t.add_row(escape(o.card), escape(o.name), str(o.cards), _h(o.window_hours), _h(o.hours),
+        t.add_row(escape(_card(o.card, o.offer)), escape(o.name), str(o.cards), _h(o.window_hours), _h(o.hours),
                   _h(o.critical_path_hours), _h(o.slack_hours),
                   "-" if o.utilization is None else f"{o.utilization:.0%}", usd(o.cost_cents),
                   usd(o.cost_per_useful_cents), mark)
     console.print(t)
     for o in r.packages:
         if not o.fits:
-            console.print(f"[dim]{escape(o.card)} {escape(o.name)} does not fit: {escape(o.why)}[/dim]")
+            console.print(f"[dim]{escape(_card(o.card, o.offer))} {escape(o.name)} does not fit: "
+                          f"{escape(o.why)}[/dim]")
     if r.rentals:
         own = table("Phases with a card of their own: a rental each, started when the phases they wait for end",
                     [("card", "left"), ("phases", "left"), ("rental", "left"), ("cards", "right"),
                      ("starts h", "right"), ("ends h", "right"), ("cost", "right")])
         for x in r.rentals:
             o = x.option
-            own.add_row(escape(x.card), escape(", ".join(ph.name for ph in x.phases)),
+            own.add_row(escape(_card(x.card, x.offer)), escape(", ".join(ph.name for ph in x.phases)),
                         escape(o.name) if o else "[red]none fits[/red]", str(o.cards) if o else "-",
                         _h(x.start_hours), _h(x.end_hours), usd(o.cost_cents) if o else "-")
         console.print(own)
         for x in r.rentals:
             if x.option is None:
-                console.print(f"[dim]{escape(x.card)}: {escape(x.why)}[/dim]")
+                console.print(f"[dim]{escape(_card(x.card, x.offer))}: {escape(x.why)}[/dim]")
         if r.total_cents is not None:
             console.print(f"[bold]TOTAL[/bold] {usd(r.total_cents)} for the campaign (each rental's bill rounded "
                           f"to the cent), its last run ending at {_h(r.campaign_hours)} h")
@@ -69,7 +78,10 @@ def budget(r: Any) -> None:
                   escape(", ".join(ph.after)) or "-", str(ph.useful))
     console.print(p)
     if r.schedule is not None:
-        _gantt(r)
+        if any(x.schedule is not None for x in r.rentals):
+            _gantt_rentals(r)
+        else:
+            _gantt(r)
     runs = [x for x in r.stop_rules if x.scope == "run"]
     if runs:
         st = table("Stop rules: a run past its hours + margin",
@@ -101,22 +113,63 @@ def budget(r: Any) -> None:
     notes(r.notes, escaped=True)
 
 
+def _chosen(r: Any) -> Any:
+    """The recommended option among the rentals compared (its card, its offer, its name)."""
+    return next(o for o in r.packages if o.name == r.recommended and o.card == r.recommended_card
+                and o.offer == r.recommended_offer)
+
+
+def _bar(start: float, end: float, span: float) -> str:
+    """One row of the text Gantt: '█' from start to end on BAR marks of span hours."""
+    a = min(BAR, int(start / span * BAR))
+    b = max(a + 1, min(BAR, round(end / span * BAR)))
+    return "·" * a + "█" * (b - a) + "·" * (BAR - b)
+
+
 def _gantt(r: Any) -> None:
     s = r.schedule
-    pk = next(o for o in r.packages if o.name == r.recommended and o.card == r.recommended_card)
+    pk = _chosen(r)
     span = pk.window_hours or s.makespan_hours
     ends = f"; the package ends at {pk.package_hours:,.1f} h, on demand after" \
         if pk.package_hours is not None and pk.window_hours is None else ""
     if pk.setup_hours:
         ends += f"; {pk.setup_hours:,.4g} h set-up billed before the first run (hours below from its end)"
-    g = table(f"Schedule: {escape(r.recommended_card)} {escape(r.recommended)}, {s.cards} card(s); each mark "
-              f"{span / BAR:,.1f} h of {span:,.0f} h{ends}", [("phase", "left"), ("start h", "right"),
-                                                              ("end h", "right"), ("", "left")])
+    g = table(f"Schedule: {escape(_card(r.recommended_card, r.recommended_offer))} {escape(r.recommended)}, "
+              f"{s.cards} card(s); each mark {span / BAR:,.1f} h of {span:,.0f} h{ends}",
+              [("phase", "left"), ("start h", "right"), ("end h", "right"), ("", "left")])
     for sp in s.spans:
-        a = min(BAR, int(sp.start_hours / span * BAR))
-        b = max(a + 1, min(BAR, round(sp.end_hours / span * BAR)))
         g.add_row(escape(sp.phase), f"{sp.start_hours:,.1f}", f"{sp.end_hours:,.1f}",
-                  "·" * a + "█" * (b - a) + "·" * (BAR - b))
+                  _bar(sp.start_hours, sp.end_hours, span))
+    console.print(g)
+
+
+def _gantt_rentals(r: Any) -> None:
+    """Every rental's schedule on the campaign's clock (a card per phase): each rental's phases on their own rows,
+    labelled with its card, offer and rental, from where it starts (after the phases it waits for) and its set-up;
+    the title says where each rental runs and where its package ends."""
+    best = _chosen(r)
+    lanes = [(f"{_card(best.card, best.offer)} {best.name}", best, r.start_hours or 0.0, r.schedule)]
+    lanes += [(f"{_card(x.card, x.offer)} {x.option.name}", x.option, x.start_hours or 0.0, x.schedule)
+              for x in r.rentals if x.option is not None and x.schedule is not None]
+    lanes.sort(key=lambda lane: lane[2])
+    span = max([r.campaign_hours or 0.0] + [start + (o.window_hours or o.hours or 0.0) for _, o, start, _ in lanes])
+    said = []
+    for name, o, start, _ in lanes:
+        text = f"{name} from {start:,.1f} h to {start + (o.hours or 0.0):,.1f} h"
+        if o.setup_hours:
+            text += f" ({o.setup_hours:,.4g} h set-up first)"
+        if o.package_hours is not None:
+            text += f", its package ending at {start + o.package_hours:,.1f} h" + \
+                ("; on demand after" if o.window_hours is None else "")
+        said.append(text)
+    g = table(f"Schedule of every rental, hours from the campaign's start; each mark {span / BAR:,.1f} h of "
+              f"{span:,.1f} h: " + escape("; ".join(said)),
+              [("phase", "left"), ("rental", "left"), ("start h", "right"), ("end h", "right"), ("", "left")])
+    g.columns[1].no_wrap = True
+    for name, o, start, s in lanes:
+        for sp in s.spans:
+            a, b = start + o.setup_hours + sp.start_hours, start + o.setup_hours + sp.end_hours
+            g.add_row(escape(sp.phase), escape(name), f"{a:,.1f}", f"{b:,.1f}", _bar(a, b, span))
     console.print(g)
 
 

@@ -208,8 +208,8 @@ WRONG_FIELDS = [
     ("DeepSpeed config", {"zero_optimization": {"stage": 3, "reduce_buket_size": 5e8}}, "reduce_buket_size"),
     ("training config", {"output_dir": "o", "per_device_train_batch_size": [4]},
      "args.json: per_device_train_batch_size: [4] is not a positive whole number"),
-    ("training config", {"output_dir": "o", "gradient_checkpointing": True, "fsdp": "full_shard offload"},
-     "CPU offload"),
+    ("training config", {"output_dir": "o", "gradient_checkpointing": True, "fsdp": "shard_grad_op offload"},
+     "CPU offload with shard_grad_op"),
     ("lm-eval samples", {"doc_id": 1, "doc": {"q": "b"}, "filter": "none", "metrics": ["acc"], "acc": "high"},
      "samples_task_2026-01-01T00-00-00.jsonl:2"),
 ]

@@ -105,12 +105,13 @@ def test_accelerate_fsdp_config(tmp_path):
 
 
 @pytest.mark.parametrize("name, doc, key", [
-    ("ds.json", {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
+    ("ds.json", {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}},
      "zero_optimization.offload_optimizer"),
     ("adapter_config.json", {"peft_type": "LORA", "r": 8, "modules_to_save": ["lm_head"]}, "modules_to_save"),
     ("adapter_config.json", {"peft_type": "LORA", "r": 8, "use_dora": True}, "use_dora"),
     ("args.json", {"output_dir": "o", "optim": "galore_adamw"}, "optim"),
-    ("fsdp.yaml", {"distributed_type": "FSDP", "fsdp_config": {"fsdp_offload_params": True}},
+    ("fsdp.yaml", {"distributed_type": "FSDP", "fsdp_config": {"fsdp_offload_params": True,
+                                                               "fsdp_sharding_strategy": "SHARD_GRAD_OP"}},
      "fsdp_config.fsdp_offload_params"),
 ])
 def test_a_memory_key_that_cannot_be_honoured_is_refused(tmp_path, name, doc, key):

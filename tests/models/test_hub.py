@@ -154,6 +154,14 @@ def test_single_file_repo_and_revision(hub, hub_env):
 
     err = one_line_error(campaign("models", "acme/tiny-llama", "--revision", "nope", env=hub_env))
     assert "no such revision" in err
+    # memory, kv and trace take --revision as models does (the one-layer branch, read offline from the cache now)
+    out = campaign("memory", "acme/tiny-llama", "--infer", "--revision", "one-layer", "--json", env=offline)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["params"] == by_hand(1)
+    # kv: K and V in bf16 (2 B), 1 layer x (2 KV heads x head dim 16) x 64 tokens (2 layers on main)
+    out = campaign("kv", "acme/tiny-llama", "--context", "64", "--revision", "one-layer", "--json", env=offline)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["bytes"] == 2 * 1 * KV * 64 * 2
 
 
 def test_gated_repo_needs_a_token_that_accepted_the_licence(hub, hub_env):

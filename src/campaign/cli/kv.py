@@ -39,14 +39,17 @@ def kv(
     fragmentation: o.Fragmentation = None,
     cuda_context: o.CudaContext = None,
     expandable_segments: o.ExpandableSegments = False,
+    revision: o.Revision = None,
     as_json: o.Json = False,
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
     from ..memory.plan import plan_kv
+    from ..models import load_spec
     from .render.memory import kv as render_kv
 
     # with --card, the same full inference estimate as campaign memory --infer, so both commands agree on what fits
-    est = plan_kv(model, seq_len=context, batch=sequences, dtype=kv_dtype, static=static, max_seq_len=max_context,
-                  max_batch=max_sequences, block_size=block_size, tp=tp, card=card, weights_dtype=weights_dtype,
-                  reserve=reserve, expandable_segments=expandable_segments, **o.overheads(fragmentation, cuda_context))
+    est = plan_kv(load_spec(model, revision=revision), seq_len=context, batch=sequences, dtype=kv_dtype,
+                  static=static, max_seq_len=max_context, max_batch=max_sequences, block_size=block_size, tp=tp,
+                  card=card, weights_dtype=weights_dtype, reserve=reserve, expandable_segments=expandable_segments,
+                  **o.overheads(fragmentation, cuda_context))
     o.emit(est, render_kv, as_json)

@@ -83,6 +83,11 @@ def memory(
     sources: bool = typer.Option(False, "--sources", help="Show where each breakdown item's formula comes from "
                                  "(DeepSpeed's, PyTorch's, peft's source; the --json always has it).",
                                  rich_help_panel=o.OUTPUT),
+    host_memory: str | None = typer.Option(
+        None, "--host-memory", help="Host RAM per training process (e.g. 256GiB, or the node's RAM / its cards): "
+        "checks what --offload-optimizer cpu or --offload-params cpu puts in host RAM (check memory.host).",
+        rich_help_panel=o.CARD),
+    revision: o.Revision = None,
     as_json: o.Json = False,
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.
@@ -97,16 +102,21 @@ def memory(
         from ..errors import InputError
 
         raise InputError("--frontier needs --card: the edge of what fits is one card's; give --card NAME")
-    spec = load_spec(model)
+    spec = load_spec(model, revision=revision)
     recipe: tuple = ()
     if config or deepspeed is not None:
         workload, recipe = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed,
                                        model_type=spec.model_type)
     w = o.workload_from(spec, **workload)
-    result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
-                         edge=edge, **o.overheads(fragmentation, cuda_context))
-    if recipe:
-        from dataclasses import replace
+    host = None
+    if host_memory is not None:
+        from ..units import parse_size
 
-        result = replace(result, recipe=recipe)
+        host = parse_size(host_memory, what="--host-memory")
+    result = plan_memory(spec, w, card=card, all_cards=all_cards, solve=not no_solve, reserve=reserve,
+                         edge=edge, host_memory_bytes=host, **o.overheads(fragmentation, cuda_context))
+    from dataclasses import replace
+
+    # the model as typed: for the trace command memory.family names
+    result = replace(result, recipe=recipe, ref=model + (f" --revision {revision}" if revision else ""))
     o.emit(result, partial(render_plan, sources=sources), as_json)

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
 def trace(
     model: o.Model, workload: WorkloadOptions, card: o.CardOpt = None, reserve: o.Reserve = "10%",
-    as_json: o.Json = False, fragmentation: o.Fragmentation = None,
+    as_json: o.Json = False, fragmentation: o.Fragmentation = None, revision: o.Revision = None,
 ) -> None:
     """Run one real step (two, so optimizer state exists) on fake tensors; peak per phase by category.
 
@@ -31,6 +31,11 @@ def trace(
     Needs the torch extra. Exit 1 when it does not fit the --card.
     """
     if is_setup(model):
+        if revision is not None:
+            from ..errors import InputError
+
+            raise InputError(f"--revision {revision}: {model} is your own setup file, not a Hub repo id; drop "
+                             "--revision")
         return trace_setup(model, workload, card=card, reserve=reserve, as_json=as_json,
                            fragmentation=fragmentation)
     from ..memory.plan import plan_memory
@@ -38,7 +43,7 @@ def trace(
     from .render import progress_reporter
     from .render.memory import plan as render_plan
 
-    spec = load_spec(model)
+    spec = load_spec(model, revision=revision)
     w = o.workload_from(spec, **workload)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
     with progress_reporter("tracing", enabled=not as_json) as tell:

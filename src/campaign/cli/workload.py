@@ -26,7 +26,8 @@ Which command takes which group, and why the gaps are meant:
   deepspeed   memory: the zero_optimization sizes of a DeepSpeed run (--zero-reduce-bucket, ...; or --deepspeed
               ds_config.json); trace runs FSDP2, not DeepSpeed.
   loop        memory: what the training loop does beyond the model (--loss chunked/fused, --optimizer-in-backward,
-              --activation-offloading: torchtune's and Liger's); trace and measure run a plain step of the model.
+              --activation-offloading: torchtune's and Liger's; --offload-params cpu: ZeRO-3's or FSDP's parameter
+              offload); trace and measure run a plain step of the model.
 """
 from __future__ import annotations
 

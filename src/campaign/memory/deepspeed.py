@@ -137,7 +137,7 @@ def zero_buffers(spec: ModelSpec, w: Workload, Pt: int) -> ZeroBuffers:
     if z.stage < 3:
         return ZeroBuffers(backward=tuple(reduce), step=tuple(step))
     always = list(reduce)
-    persistent = _persistent_params(spec, z.persistence_threshold)
+    persistent = persistent_params(spec, z.persistence_threshold)
     c = g  # the gathered parameters are the bit16 groups
     if persistent and N > 1:
         always.append(Item("ZeRO-3 persistent parameters", int(persistent * c) - _ceil_div(int(persistent * c), N),
@@ -150,8 +150,10 @@ def zero_buffers(spec: ModelSpec, w: Workload, Pt: int) -> ZeroBuffers:
     return ZeroBuffers(always=tuple(always), gathered_turn=turn, gathered_end=end, step=tuple(step))
 
 
-def _persistent_params(spec: ModelSpec, threshold: int) -> int:
+def persistent_params(spec: ModelSpec, threshold: int) -> int:
+    """Elements in tensors of at most `threshold` (stage3_param_persistence_threshold): whole on every card."""
     return sum(g.params for g in spec.groups if g.numel <= threshold)
+
 
 
 def head_params(spec: ModelSpec) -> int:

@@ -20,10 +20,11 @@ from .constants import (
     LOGITS_GRAD_BYTES,
     SOFTCAP_SAVED_COPIES,
 )
-from .deepspeed import head_params, setup_phase, zero_buffers
+from .deepspeed import grad_bytes, head_params, setup_phase, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import estimate_kv, validate_tensor_parallel
 from .loss import backward_loss, forward_loss
+from .offload import FSDP, PARTITION, fsdp_offloaded, offloaded, params_offloaded, zero3_card_params
 from .states import (
     adapter_dtype,
     deepspeed_casts,
@@ -61,6 +62,16 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
     n = w.gpus if w.shard in ("zero3", "fsdp", "tp") else 1
     split = f" / {n} cards ({w.shard})" if n > 1 else ""
     items = []
+    if params_offloaded(w):  # the parameters in host RAM (memory/offload.py): gathered to the card as they are used
+        persistent = zero3_card_params(spec, w) if w.shard == "zero3" else 0
+        if persistent:
+            c = grad_bytes(w)
+            items.append(Item("weights (persistent parameters' partition)", _div(persistent * c, n),
+                              f"{persistent:,} elements in tensors of at most stage3_param_persistence_threshold x "
+                              f"{c:g} B{split}; the other partitions in host RAM (--offload-params cpu)", "weights",
+                              f"{PARTITION} _partition_param: a ds_persist parameter's partition made on the card"))
+        return items + [Item("buffers", nbytes, what, "weights", "transformers module buffers")
+                        for what, nbytes in spec.buffers]
     if w.dtype in QUANTIZED:
         items.append(Item(f"weights, {w.dtype} linear layers", _div(wb.quantized, n),
                           f"{format_note(w.dtype, w.group_size, w.double_quant)}: data{split}", "weights",
@@ -222,7 +233,7 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     weights = _weights_items(spec, w)
     extra: list[Item] = []  # persistent items beside the weights
     fwd_only: list[Item] = []  # alive in forward and backward
-    if w.adapters:
+    if w.adapters and not params_offloaded(w):  # offloaded with the parameters: host RAM (memory/offload.py)
         ad = adapter_dtype(w)
         a = ELEMENT_BYTES[ad]
         n = N if w.shard in ("fsdp", "zero3") else 1  # sharded with the module they sit in
@@ -235,7 +246,8 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                           if ad == "fp32" and w.peft_autocast and w.dtype in ("bf16", "fp16") else
                           "peft: adapters in the base weights' dtype (before 0.12, or autocast_adapter_dtype=False)"
                           if ad != "fp32" else "peft"))
-    if w.mixed_precision and (w.base_trainable or (zero and Pt)):
+    off = offloaded(w)  # ZeRO-Offload: master, states and fp32 gradient partition in host RAM (memory/offload.py)
+    if w.mixed_precision and (w.base_trainable or (zero and Pt)) and not (off and zero):
         if zero:
             div = N if w.gpus > 1 else 1
             extra.append(Item("fp32 master weights", _div(4 * Pt, div),
@@ -273,8 +285,16 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     grads = Item("gradients", _div(grad_s * Pt, grad_div),
                  f"trainable params x {grad_s:g} B = {Pt:,} x {grad_s:g}" + (f" / {N} cards" if grad_div > 1 else ""),
                  "gradients", "one gradient per trainable parameter")
+    fsdp_off = fsdp_offloaded(w)
+    if fsdp_off:  # the sharded gradients live on the CPU: the card holds a unit's whole gradients until its reduce
+        grad_div = 1  # unsharded (the head's, in a checkpointed backward, too)
+        unit, what = _unit_trainable(spec, w, Pt)
+        grads = Item("gradients of the units being reduced (unsharded)", int(grad_s * unit),
+                     f"{what}: {unit:,} x {grad_s:g} B, before their reduce-scatter; the shards then copied to the CPU",
+                     "gradients", FSDP)
+    card_grads = [] if off and w.shard == "zero3" else [grads]  # ZeRO-3 offload: the partition in host RAM
     opt_div = N if w.shard in ("zero1", "zero2", "zero3", "fsdp") else 1
-    states_term = optimizer_bytes(spec, w, Pt)
+    states_term = Term(0, "in host RAM (CPU offload)") if off else optimizer_bytes(spec, w, Pt)
     optimizer = Item("optimizer states", _div(states_term.bytes, opt_div),
                      states_term.formula + (f" / {N} cards" if opt_div > 1 else ""), "optimizer", w.optimizer)
     states = weights + extra
@@ -286,7 +306,12 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     # ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
     whole = w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1  # gradients held unsharded between micro-batches
     c = ELEMENT_BYTES[w.compute_dtype]
-    if w.shard == "zero3":
+    kept: list[Item]
+    if w.shard == "zero3" and off:
+        kept = []  # grad_partitions_flat_buffer on the CPU under offload_optimizer (memory/offload.py)
+    elif fsdp_off and not whole:
+        kept = []  # summed or kept in the sharded gradients, on the CPU
+    elif w.shard == "zero3":
         kept = [Item("gradients (ZeRO-3 flat partition)", grads.bytes, grads.formula + "; one buffer from the "
                      "optimizer's init, alive through every phase", "gradients",
                      "deepspeed/runtime/zero/stage3.py: grad_partitions_flat_buffer = torch.zeros(partition numel)")]
@@ -311,20 +336,22 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                      "averaged partition (stage_1_and_2.py independent_gradient_partition_epilogue)")]
     else:
         kept = []
-    end_grads = [grads]
+    end_grads = card_grads
     if whole and kept[0].bytes > grads.bytes:
         end_grads = kept  # micro-batches 1..K-1 end holding the whole gradients, the last one the shards
     elif w.grad_accumulation > 1 and w.shard == "zero2":  # the micro-batch's new partition beside the summed one, until
         # the epilogue adds it in (stage_1_and_2.py copy_grads_in_partition: torch.empty(total_size) each micro-step,
         # independent_gradient_partition_epilogue: accumulated_grad.add_(new_avg_grad))
         end_grads = kept + [grads]
-    step_tmp = _step_temporaries(spec, w, Pt)
+    step_tmp = Term(0, "the step runs on the CPU (CPU offload)") if off else _step_temporaries(spec, w, Pt)
     step_items = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
                 "torch.optim")] if step_tmp.bytes else []
-    step = Phase("optimizer step", tuple(states + [grads] + persist + step_items),
+    in_step = [] if off and w.shard in ("zero3", "fsdp") else [grads]  # stepped on the CPU from host RAM
+    step = Phase("optimizer step", tuple(states + in_step + persist + step_items),
+                 "the optimizer steps on the CPU: what stays on the card" if in_step == [] else
                  "inside optimizer.step(), gradients still alive")
-    if ds.step:  # DeepSpeed: the fp32 copy is made from a flattened 16-bit copy, then (stages 1-2) the 16-bit
-        # gradients and the flat copy are freed before the optimizer runs: the larger of the two moments
+    if ds.step and not off:  # DeepSpeed: the fp32 copy is made from a flattened 16-bit copy, then (stages 1-2)
+        # the 16-bit gradients and the flat copy are freed before the optimizer runs: the larger of the two moments
         fp32 = [i for i in ds.step if i.category != "temporaries"]
         copy = Phase("optimizer step", tuple(states + [grads] + persist + list(ds.step)),
                      "ZeRO's optimizer step, as it copies the gradient partition to fp32")
@@ -399,6 +426,19 @@ def _load_items(spec: ModelSpec, w: Workload) -> list[Item]:
         return [Item("load temporaries", weight_bytes(spec, w).largest_quantized_16bit,
                      "largest quantized tensor, in 16-bit before conversion", "temporaries", "quantize on load")]
     return []
+
+
+def _unit_trainable(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
+    """FSDP with CPU offload: the trainable parameters whose unsharded gradients the card holds at once, and how
+    they were counted: a full fine-tune's root unit (embeddings, head, final norm: the head's gradient made first,
+    reduce-scattered last with the root) and one block's (an upper bound: the block's are reduced before the
+    embedding's are made); adapters, one block's share."""
+    if w.method == "full":
+        root = sum(g.params for g in spec.groups if not g.in_blocks)
+        block = _largest_layer_params(spec)
+        return min(Pt, root + block), f"the root unit's ({root:,}) and one block's ({block:,}) trainable parameters"
+    per = -(-Pt // max(1, spec.num_layers))
+    return per, f"one block's adapters (trainable params / {spec.num_layers} layers)"
 
 
 def _largest_layer_params(spec: ModelSpec) -> int:

@@ -17,6 +17,7 @@ from .breakdown import MemoryEstimate
 from .estimate import estimate_memory
 from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value
 from .kv import KVCard, KVEstimate, estimate_kv
+from .offload import HostMemory, host_memory
 from .recipe_keys import ConfigKey
 from .trace import trace_memory
 from .workload import Workload, make_workload, weights_format
@@ -37,6 +38,10 @@ class MemoryPlan(Result):
     card: str | None = None
     frontier: Frontier | None = None  # --frontier: the edge of what fits the card, and what each change saves
     recipe: tuple[ConfigKey, ...] = ()  # --config: every key of the user's files, with its use
+    host: HostMemory | None = None  # CPU offload: host RAM per process (memory/offload.py)
+    host_memory_bytes: int | None = None  # --host-memory: the host RAM each process may take
+    generic: str = ""  # the formulas' estimate used the generic activation model (a family they do not know)
+    ref: str = ""  # the model as the user named it (for the trace command to run instead)
     # the estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write
     schema: str = field(init=False)
 
@@ -45,7 +50,39 @@ class MemoryPlan(Result):
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        return self._recipe_check() + self._fit_check()
+        return self._recipe_check() + self._family_check() + self._fit_check() + self._host_check()
+
+    def _family_check(self) -> tuple[Check, ...]:
+        """memory.family: the formulas know the model's family. A family they do not know gets the generic
+        activation model (models/meta.py), whose activations, and so the fit, are a guess: with a card asked for,
+        the check is skipped and the verdict "not verified" until a trace of the real step says."""
+        if not self.generic or self.card is None:
+            return ()
+        return (Check("memory.family", "skipped", f"{self.estimate.model}: its family is not one the formulas "
+                      f"model; {self.generic}",
+                      "its activations, and so whether the step fits, are a guess",
+                      f"trace its real step: campaign trace {self.ref or self.estimate.model} with the same "
+                      f"options and --card {self.card}"),)
+
+    def _host_check(self) -> tuple[Check, ...]:
+        """memory.host: with CPU offload (ZeRO-Offload, ZeRO-3 or FSDP parameter offload), the host RAM what is
+        offloaded takes per process fits --host-memory; without the figure the check is skipped (an offload run
+        that overflows host RAM fails)."""
+        if self.host is None:
+            return ()
+        need = self.host.bytes
+        if self.host_memory_bytes is None:
+            return (Check("memory.host", "skipped", f"CPU offload needs {need / GiB:,.2f} GiB of host RAM per process "
+                          "(one per card of the node); no host RAM figure given",
+                          "an offload that overflows host RAM stops the run",
+                          "give --host-memory (the RAM per process, e.g. the node's RAM / its cards)"),)
+        seen = (f"host RAM: needs {need / GiB:,.2f} GiB per process, --host-memory "
+                f"{self.host_memory_bytes / GiB:,.2f} GiB")
+        if need <= self.host_memory_bytes:
+            return (Check("memory.host", "pass", seen + ": fits"),)
+        return (Check("memory.host", "fail", seen + ": does not fit",
+                      "what is offloaded (listed under Host RAM) does not fit host RAM: the run fails",
+                      "more host RAM, more cards (a smaller partition each), or no offload"),)
 
     def _recipe_check(self) -> tuple[Check, ...]:
         """memory.recipe: every key of the user's recipe is counted or changes no memory; a key not modelled (or
@@ -82,19 +119,22 @@ class MemoryPlan(Result):
         # what campaign memory --json and campaign trace --json write
         edge = {"frontier": self.frontier.to_dict()} if self.frontier else {}
         keys = {"config_keys": [k.to_dict() for k in self.recipe]} if self.recipe else {}
-        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge | keys
+        host = {"host": self.host.to_dict() | {"host_memory_bytes": self.host_memory_bytes}} if self.host else {}
+        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge | keys | host
 
 
 def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str | None = None,
                 all_cards: bool = False, solve: bool = True, trace: bool = False, reserve: str | float = "10%",
                 context_bytes: int | None = None, fragmentation: float | None = None,
-                progress: Callable[[str], None] | None = None, edge: bool = False) -> MemoryPlan:
+                progress: Callable[[str], None] | None = None, edge: bool = False,
+                host_memory_bytes: int | None = None) -> MemoryPlan:
     """Estimate the workload and fit it to cards: `card` (a name, alias or size like '24GiB'), else every catalog
     card with all_cards, else FEATURED_CARDS.
 
     trace: trace the step on fake tensors (trace_memory; the torch extra) instead of the formulas; its fits give the
     verdict only (the largest batch and context would each need more traces). solve: with the formulas, also the
-    largest batch and longest context per card; edge: also the card's frontier (fit.frontier). reserve,
+    largest batch and longest context per card; edge: also the card's frontier (fit.frontier);
+    host_memory_bytes: the host RAM per process the ZeRO-Offload check (memory.host) holds it to. reserve,
     context_bytes, fragmentation: as estimate_memory's; progress: trace_memory's.
     """
     spec = model_spec(model)
@@ -120,7 +160,9 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     if solve and not trace:
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
     edge_of = frontier(spec, workload, cards[0].memory_bytes, cards[0].name, **options) if edge and card else None
-    return MemoryPlan(est, tuple(fits), card, edge_of)
+    return MemoryPlan(est, tuple(fits), card, edge_of, host=host_memory(spec, workload),
+                      host_memory_bytes=host_memory_bytes, generic="" if trace else spec.generic,
+                      ref=spec.name if isinstance(model, ModelSpec) else str(model))
 
 
 SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "

@@ -2,7 +2,7 @@
 included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a DeepSpeed JSON and an accelerate
 config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from; a key that changes
 memory and that the estimate cannot honour in a way that would make it low (DoRA, modules_to_save, an optimizer whose
-states are not modelled) or as an upper bound only (CPU/NVMe offload) is refused in one line, never ignored. Every
+states are not modelled) or as an upper bound only (NVMe offload) is refused in one line, never ignored. Every
 other key is accounted for (recipe_keys.py): modelled, changing no memory, or named as not modelled (the estimate
 then a bound, its verdict "not verified"); a key campaign does not know is named, never refused.
 
@@ -259,9 +259,12 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
     if fsdp:
-        if "offload" in str(fsdp):
-            r.refuse(f"{name}: fsdp", "CPU offload", "estimate without offload (an upper bound) or drop it")
+        if "offload" in str(fsdp) and "shard_grad_op" in str(fsdp):
+            r.refuse(f"{name}: fsdp", "CPU offload with shard_grad_op", "estimate it with full_shard, or without "
+                     "offload (an upper bound)")
         r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
+        if "offload" in str(fsdp):  # the Trainer's "full_shard offload": CPUOffload(offload_params=True)
+            r.set("offload_params", "cpu", f"{name}: fsdp")
         if "shard_grad_op" in str(fsdp):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
     elif "fsdp" in d:
@@ -460,17 +463,33 @@ def _stage(value: Any, where: str) -> int:
     return value
 
 
-def _offload(r: _Reader, section: Any, where: str) -> None:
+def _offload(r: _Reader, section: Any, where: str, stage: int) -> None:
     """offload_optimizer / offload_param: DeepSpeed reads an object whose `device` is none, cpu or nvme
-    (DeepSpeedZeroOffloadOptimizerConfig, ...ParamConfig); offload is refused by name, since the estimate does not
-    model it, and a form DeepSpeed cannot read ("cpu", ["cpu"], true) is refused with the form it can."""
+    (DeepSpeedZeroOffloadOptimizerConfig, ...ParamConfig); offload_optimizer to the CPU sets --offload-optimizer cpu
+    at stage 1, 2 or 3 (ZeRO-Offload), offload_param to the CPU --offload-params cpu at stage 3 (ZeRO-Infinity's CPU
+    case; DeepSpeed offloads parameters at stage 3 only), nvme is refused by name, since the estimate does not model
+    it, and a form DeepSpeed cannot read ("cpu", ["cpu"], true) is refused with the form it can."""
     if section is None:
         return
     if not isinstance(section, dict):
         raise InputError(f"{where}: {_short(section)} is not a form DeepSpeed reads; it takes an object, "
                          f"{OFFLOAD_FORM}, and the estimate models no offload: drop the key for one without it")
-    device = section.get("device", "none")
-    if device not in (None, "none"):
+    kind = "offload_param" if where.endswith("offload_param") else "offload_optimizer"
+    _offload_device(r, section.get("device", "none"), where, stage, kind)
+
+
+def _offload_device(r: _Reader, device: Any, where: str, stage: int, kind: str) -> None:
+    """An offload device as a ds_config (offload_optimizer.device, offload_param.device) or accelerate
+    (offload_optimizer_device, offload_param_device) writes it, at ZeRO stage `stage` (memory/offload.py)."""
+    if device == "cpu" and kind == "offload_optimizer" and stage in (1, 2, 3):  # ZeRO-Offload
+        r.set("offload_optimizer", "cpu", where)
+    elif device == "cpu" and kind == "offload_param" and stage == 3:  # ZeRO-Infinity, its CPU case
+        r.set("offload_params", "cpu", where)
+    elif device == "cpu":
+        raise InputError(f"{where}: offload to cpu at ZeRO stage {stage}: DeepSpeed offloads "
+                         f"{'parameters at stage 3' if kind == 'offload_param' else 'the optimizer at stages 1-3'} "
+                         "only; set the stage to 3, or drop the key")
+    elif device not in (None, "none"):
         r.refuse(where, f"offload to {device}", "estimate without offload (an upper bound on the card) or drop it")
 
 
@@ -482,9 +501,9 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         d = {k: v for k, v in d.items() if k != "zero_optimization"}
         r.use(name, "zero_optimization")
     zero = _section(d, "zero_optimization", name, 'DeepSpeed reads an object such as {"stage": 2}')
-    for key in ("offload_optimizer", "offload_param"):
-        _offload(r, zero.get(key), f"{name}: zero_optimization.{key}")
     stage = _stage(zero.get("stage", 0), f"{name}: zero_optimization.stage")
+    for key in ("offload_optimizer", "offload_param"):
+        _offload(r, zero.get(key), f"{name}: zero_optimization.{key}", stage)
     r.set("shard", "none" if stage == 0 else f"zero{stage}", f"{name}: zero_optimization.stage")
     r.use(name, *(f"zero_optimization.{k}" for k in ("offload_optimizer", "offload_param") if k in zero))
     for key, value in zero.items():
@@ -587,9 +606,6 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("mixed_precision", True, f"{name}: mixed_precision")
     if kind == "FSDP":
         fsdp = _section(d, "fsdp_config", name, "accelerate reads a mapping of fsdp_* settings")
-        if fsdp.get("fsdp_offload_params"):
-            r.refuse(f"{name}: fsdp_config.fsdp_offload_params", "CPU offload",
-                     "estimate without offload (an upper bound) or drop it")
         strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
         shard = {"FULL_SHARD": "fsdp", "1": "fsdp", "SHARD_GRAD_OP": "zero2", "2": "zero2", "NO_SHARD": "none",
                  "3": "none"}.get(strategy)
@@ -597,6 +613,11 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.refuse(f"{name}: fsdp_config.fsdp_sharding_strategy", f"{strategy} (sharding within a node)",
                      "estimate with FULL_SHARD over the node's cards")
         r.set("shard", shard, f"{name}: fsdp_config.fsdp_sharding_strategy")
+        if str(fsdp.get("fsdp_offload_params", False)).lower() == "true":  # accelerate: CPUOffload(offload_params)
+            if shard != "fsdp":
+                r.refuse(f"{name}: fsdp_config.fsdp_offload_params", f"CPU offload with {strategy}",
+                         "estimate it with FULL_SHARD, or without offload (an upper bound)")
+            r.set("offload_params", "cpu", f"{name}: fsdp_config.fsdp_offload_params")
         if strategy in ("SHARD_GRAD_OP", "2"):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp_config.fsdp_sharding_strategy"))
         if fsdp.get("fsdp_activation_checkpointing"):
@@ -614,9 +635,7 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             where = f"{name}: deepspeed_config"
             stage = _stage(ds.get("zero_stage", 0), f"{where}.zero_stage")
             for key in ("offload_optimizer_device", "offload_param_device"):
-                if ds.get(key) not in (None, "none"):
-                    r.refuse(f"{where}.{key}", f"offload to {ds[key]}",
-                             "estimate without offload (an upper bound on the card) or drop it")
+                _offload_device(r, ds.get(key), f"{where}.{key}", stage, key.rsplit("_", 1)[0])
             _deepspeed(r, where, {"zero_optimization": {"stage": stage}}, whole=False)
             r.use(name, "deepspeed_config.zero_stage", *(f"deepspeed_config.{k}" for k in (
                 "offload_optimizer_device", "offload_param_device") if k in ds))
@@ -738,6 +757,17 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if d.get("enable_activation_offloading") is not None:
         r.set("activation_offloading", d["enable_activation_offloading"] is True,
               f"{name}: enable_activation_offloading")
+    # training.shard_model(cpu_offload=...): fully_shard(offload_policy=CPUOffloadPolicy()); only the *_distributed
+    # recipes read it, and they always shard with FSDP. Older recipes (lora_finetune_fsdp2.py, the first 405B QLoRA
+    # config) wrote it as a section, fsdp: {cpu_offload: ...}
+    nested = d.get("fsdp") if isinstance(d.get("fsdp"), dict) and set(d["fsdp"]) == {"cpu_offload"} else None
+    for key, present, value in (("fsdp_cpu_offload", "fsdp_cpu_offload" in d, d.get("fsdp_cpu_offload")),
+                                ("fsdp.cpu_offload", nested is not None, nested and nested["cpu_offload"])):
+        if value is True:
+            r.set("shard", "fsdp", f"{name}: {key} (a torchtune distributed recipe, FSDP)")
+            r.set("offload_params", "cpu", f"{name}: {key}")
+        elif present:
+            r.use(name, key)
     r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
           "model.lora_attn_modules", "tokenizer.max_seq_len")
     r.account(name, "torchtune", d)

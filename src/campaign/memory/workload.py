@@ -195,6 +195,17 @@ class Workload:
         "help": "zero3: the model built under deepspeed.zero.Init, partitioned as it is made (default, as "
                 "from_pretrained does once TrainingArguments with a ZeRO-3 config exist; not for a quantized base). "
                 "--no-zero-init: built whole first, moved whole to each card by deepspeed.initialize."})
+    offload_optimizer: str = field(default="none", metadata={
+        "flag": "--offload-optimizer", "group": "deepspeed",
+        "help": "none (default) | cpu: ZeRO-Offload (zero1/zero2/zero3, DeepSpeed offload_optimizer device cpu): "
+                "fp32 master weights, optimizer states and the gradient partition in host RAM, stepped on the CPU; "
+                "check host RAM with --host-memory."})
+    offload_params: str = field(default="none", metadata={
+        "flag": "--offload-params", "group": "loop",
+        "help": "none (default) | cpu: parameters in host RAM, gathered to the card module by module: with zero3, "
+                "DeepSpeed offload_param device cpu (ZeRO-Infinity); with fsdp, CPUOffload(offload_params=True), "
+                "which also puts gradients and optimizer states in host RAM and steps on the CPU; check host RAM "
+                "with --host-memory."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -364,6 +375,32 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.activation_offloading and not w.grad_checkpointing and w.mode == "train":
         raise InputError("--activation-offloading moves each checkpointed layer's input to the CPU: add "
                          "--grad-checkpointing (torchtune offloads with activation checkpointing on)")
+    if w.offload_optimizer not in ("none", "cpu"):
+        raise InputError(f"offload-optimizer {w.offload_optimizer!r} is not modelled; give cpu (ZeRO-Offload) or none"
+                         + (" (nvme offload is not modelled: estimate with cpu or none)"
+                            if w.offload_optimizer == "nvme" else ""))
+    if w.offload_optimizer == "cpu" and w.mode == "train" and w.shard not in ("zero1", "zero2", "zero3"):
+        raise InputError(f"--offload-optimizer cpu is DeepSpeed ZeRO-Offload, modelled with --shard zero1, zero2 or "
+                         f"zero3 (got --shard {w.shard}); add --shard zero2"
+                         + (", or --offload-params cpu (FSDP offloads the parameters, gradients and states together)"
+                            if w.shard == "fsdp" else "") + ", or drop --offload-optimizer")
+    if w.offload_optimizer == "cpu" and w.mode == "train" and not w.mixed_precision:
+        raise InputError("--offload-optimizer cpu is modelled with bf16/fp16 training (DeepSpeed's fp32 master on the "
+                         "CPU): add --mixed-precision, or drop --offload-optimizer")
+    if w.offload_params not in ("none", "cpu"):
+        raise InputError(f"offload-params {w.offload_params!r} is not modelled; give cpu (ZeRO-3's offload_param, "
+                         "FSDP's CPUOffload) or none" + (" (nvme offload is not modelled: estimate with cpu or none)"
+                                                         if w.offload_params == "nvme" else ""))
+    if w.offload_params == "cpu" and w.mode == "train" and w.shard not in ("zero3", "fsdp"):
+        raise InputError(f"--offload-params cpu keeps the parameters in host RAM, which only sharded parameters can: "
+                         f"modelled with --shard zero3 (DeepSpeed offload_param) or fsdp (FSDP CPUOffload), got "
+                         f"--shard {w.shard}; add --shard zero3 or fsdp, or drop --offload-params")
+    if w.offload_params == "cpu" and w.mode == "train" and w.shard == "zero3" and not w.mixed_precision:
+        raise InputError("--offload-params cpu with --shard zero3 is modelled with bf16/fp16 training (DeepSpeed's "
+                         "16-bit partitions on the CPU): add --mixed-precision, or drop --offload-params")
+    if w.offload_params == "cpu" and w.mode == "train" and w.shard == "fsdp" and w.optimizer_in_backward:
+        raise InputError("--offload-params cpu with --shard fsdp steps the optimizer on the CPU after backward; drop "
+                         "--optimizer-in-backward or it")
     if w.optimizer_in_backward and w.grad_accumulation > 1:
         raise InputError("--optimizer-in-backward steps each parameter as its gradient is made, so gradients cannot "
                          "be summed over micro-batches (torchtune refuses it too): drop --grad-accumulation or it")
@@ -390,6 +427,11 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"kv dtype {w.kv_dtype!r} is a weight format; KV caches use fp32, bf16, fp16, fp8 or int8")
     method, mode, optimizer = w.method, w.mode, w.optimizer
     if mode == "infer":
+        offload = [f"--{n.replace('_', '-')}" for n in ("offload_optimizer", "offload_params")
+                   if getattr(w, n) != "none"]
+        if offload:
+            notes.append(f"{', '.join(offload)}: training offload, not modelled for inference (the estimate keeps "
+                         "the weights on the card: an upper bound)")
         if method not in ("full", "frozen"):
             notes.append(f"inference with a {method} adapter: the adapter's few weights are ignored")
         method, optimizer = "frozen", "none"

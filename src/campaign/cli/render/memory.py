@@ -37,11 +37,27 @@ def describe(est: MemoryEstimate) -> str:
 
 def plan(p: MemoryPlan, *, sources: bool = False) -> None:
     """An estimate (memory or trace) with its card fits; `sources`: each item's source in the breakdown."""
-    memory(p.estimate, p.fits, p.card, sources=sources)
+    family = next((c for c in p.checks if c.id == "memory.family"), None)
+    memory(p.estimate, p.fits, p.card, sources=sources,
+           unverified=f"{p.estimate.model}'s family is not one the formulas model (the generic activation model "
+           f"guesses its activations); {family.fix}" if family else "")
+    if p.host is not None:
+        host(p)
     if p.frontier is not None:
         edge(p)
     if p.recipe:
         recipe(p)
+
+
+def host(p: MemoryPlan) -> None:
+    """CPU offload (ZeRO-Offload, ZeRO-3 or FSDP parameter offload): the host RAM each process holds, item by item."""
+    assert p.host is not None
+    console.print(f"[bold]Host RAM per process (CPU offload)[/bold]: {fmt_gib(p.host.bytes)}"
+                  + (" (no --host-memory: not checked)" if p.host_memory_bytes is None else
+                     f" of --host-memory {fmt_gib(p.host_memory_bytes)}: "
+                     + ("fits" if p.host.bytes <= p.host_memory_bytes else "[red]does not fit[/red]")))
+    for i in p.host.items:
+        console.print(f"  {i.name}: {fmt_gib(i.bytes)}  ({i.formula})", markup=False, highlight=False)
 
 
 def module_plan(p: ModulePlan) -> None:
@@ -97,10 +113,11 @@ def edge(p: MemoryPlan) -> None:
 
 
 def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, sources: bool = False,
-           title: str | None = None) -> None:
+           title: str | None = None, unverified: str = "") -> None:
     """Verdict, breakdown at the peak, phases, card fit, notes; for a traced estimate, the modules whose activations
     are alive at the peak. `sources`: a column with where each item's formula comes from (the --json's `source`);
-    `title`: the first line in place of the workload's description (a traced setup: what was run)."""
+    `title`: the first line in place of the workload's description (a traced setup: what was run); `unverified`:
+    why the card's fit is not verified, said under it."""
     console.print(f"[bold]{title or describe(est)}[/bold]"
                   + (" [dim](traced)[/dim]" if est.method == "traced" else ""))
     params = f"{fmt_count(est.params)} params"
@@ -126,6 +143,8 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, s
                       f"{gib(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch or '-'}, max seq "
                                                      f"{f'{f.max_seq_len:,}' if f.max_seq_len else '-'}"
                                                      if f.max_batch is not None else ""))
+        if unverified:
+            console.print(f"[yellow]not verified[/yellow]: {unverified}", highlight=False)
         if f.verdict == "tight":
             left = est.reserve_bytes + f.headroom_bytes
             console.print(f"[{style}]tight[/{style}]: the device total fits, the reserve does not: "

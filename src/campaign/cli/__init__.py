@@ -64,6 +64,47 @@ def _finite_floats(command: Any) -> Any:
     return command
 
 
+def _given_once(command: Any) -> Any:
+    """Every option that takes one value refuses to be given twice (exit 2, naming both values): click keeps the
+    last silently, so `memory --card H100 --card A100` would check one card while the user reads two. Options that
+    collect values (multiple), flags and counters are left as they are."""
+    for sub in getattr(command, "commands", {}).values():
+        _given_once(sub)
+    if getattr(command, "given_once", False):
+        return command
+    parse = command.parse_args
+
+    def parse_args(ctx: Any, args: list[str]) -> Any:
+        try:
+            _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+        except Exception:        # click's own error comes from its own parse, next
+            return parse(ctx, args)
+        counts: dict[Any, int] = {}
+        for param in order:
+            if param.param_type_name == "option" and not (param.multiple or param.count or param.is_flag):
+                counts[param] = counts.get(param, 0) + 1
+        for param, n in counts.items():
+            if n > 1:
+                values = [a.split("=", 1)[1] if "=" in a else args[i + 1] for i, a in enumerate(args)
+                          if a.split("=", 1)[0] in param.opts and ("=" in a or i + 1 < len(args))]
+                name = max(param.opts, key=len)
+                raise _usage_error(ctx, f"{name} is given {n} times ({', '.join(values)}); it takes one value: "
+                                        "give it once")
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
+    command.given_once = True
+    return command
+
+
+def _usage_error(ctx: Any, message: str) -> Exception:
+    """click's UsageError, from the click typer runs on (typer may bundle its own)."""
+    import importlib
+
+    exceptions = importlib.import_module(type(ctx).__module__.rsplit(".", 1)[0] + ".exceptions")
+    return exceptions.UsageError(message, ctx)
+
+
 def _finite(kind: type) -> type:
     class FiniteFloat(kind):  # type: ignore[misc, valid-type]
         finite_only = True
@@ -217,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if _help_wanted(args):
             _import_help_formatter()
-        command = _finite_floats(_click_command(args))
+        command = _given_once(_finite_floats(_click_command(args)))
         code = command.main(args=args, prog_name="campaign", standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)

@@ -99,3 +99,27 @@ def test_the_decision_is_a_description_a_file_and_a_registered_version(exported,
     other = found[rejected.id]
     assert other.data.tags["mlflow.note.content"].startswith("rejected: no gain")
     assert [m.name for m in client.search_registered_models()] == ["lora"]
+
+
+def test_the_run_end_figures_are_exported_after_the_logged_stream(cli, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from campaign.track.run import log_run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run = start_run("lora", with_torch=False)
+    log_run(run.id, [{"step": 10, "loss": 2.5}, {"step": 20, "loss": 1.75}])
+    # the end figures: the last logged loss again (no second point), a held-out F1 only given at the end
+    end_run(run.id, "completed", metrics={"loss": 1.75, "eval_f1": 0.905})
+    bare = start_run("no-log", with_torch=False)
+    end_run(bare.id, "completed", metrics={"accuracy": 0.8})
+    assert cli("runs", "to-mlflow", "--mlflow", "ml").code == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(tmp_path / "ml").resolve().as_uri())
+    experiment = client.get_experiment_by_name("campaign")
+    found = {x.data.tags["campaign.id"]: x for x in client.search_runs([experiment.experiment_id])}
+    mlrun = found[run.id].info.run_id
+    assert [(m.step, m.value) for m in client.get_metric_history(mlrun, "loss")] == [(10, 2.5), (20, 1.75)]
+    assert [(m.step, m.value) for m in client.get_metric_history(mlrun, "eval_f1")] == [(21, 0.905)]
+    assert found[bare.id].data.metrics == {"accuracy": 0.8}

@@ -1,6 +1,7 @@
 """Runs exported to an MLflow tracking store (`campaign runs to-mlflow --mlflow DIR`), written with MLflow's own client
 so any MLflow tool reads them: one MLflow run per campaign run, in the experiment 'campaign', with the parameters
-flattened to dotted keys, every numeric metric record at its step and time, the status (completed -> FINISHED,
+flattened to dotted keys, every numeric metric record at its step and time, the run's end figures (`run end
+--metric`) the stream does not end on, after its last step, the status (completed -> FINISHED,
 failed -> FAILED, stopped and invalid -> KILLED), tags for what MLflow has no field for (the campaign id, the
 hypothesis, the guards, the baseline, the reason, the decision, the git commit and branch, the seeds, the Python,
 torch and CUDA versions), the data files as dataset inputs with their digests and the context training or
@@ -39,6 +40,10 @@ MAX_PARAM = 6000              # MLflow's limit on a parameter value's length
 def _key(name: str) -> str:
     """A name MLflow accepts (letters, digits, _ - . space /): campaign's 'f1[refund]' becomes 'f1_refund_'."""
     return re.sub(r"[^\w\-. /]", "_", name)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _ms(text: str) -> int:
@@ -125,18 +130,25 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
     for i in range(0, len(params), 100):
         client.log_batch(run_id, params=params[i:i + 100])
     metrics = []
+    last: dict[str, float] = {}
     for n, rec in enumerate(store.metrics(m.id)):
         step = rec.get("step", n)
         stamp = _ms(rec["t"]) if isinstance(rec.get("t"), str) else _ms(m.created)
         for k, v in rec.items():
-            if k not in ("t", "step") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if k not in ("t", "step") and _number(v):
                 metrics.append(Metric(_key(k), float(v), stamp, int(step) if isinstance(step, int) else n))
+                last[_key(k)] = float(v)
+    # the run's end figures (`run end --metric`, the last logged values with them): those the stream does not end
+    # on, at the run's end and after its last step
+    end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    after = max((x.step for x in metrics), default=-1) + 1
+    metrics += [Metric(_key(k), float(v), end, after) for k, v in sorted(flatten(m.metrics).items())
+                if _number(v) and last.get(_key(k)) != float(v)]
     for i in range(0, len(metrics), 1000):                 # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
     _inputs_and_artifacts(client, run_id, m)
     _held_out(client, run_id, held_out(m, records))
     _decision(client, experiment, run_id, m)
-    end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
     if status == "planned":
         client.update_run(run_id, status="SCHEDULED")
     elif status != "running":

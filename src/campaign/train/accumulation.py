@@ -8,9 +8,10 @@ one, and differs as soon as micro-batches hold different token counts. Across pr
 the per-token loss must be divided by the token count of the whole update (all processes) times the world size;
 dividing by the local count is the same error again between processes.
 
-The token losses come from the model's logits and the batch's labels (-100 is ignored; causal LMs shift by one as
-transformers does), so the check is about the normalization, whatever loss function wraps it. Dropout is off
-(eval mode) so that two computations of one update see the same network.
+The token losses come from the model's logits and the batch's labels (`labels`, or the target the model's forward
+takes: nanoGPT's `targets`; every negative label is ignored, transformers' -100 as nanoGPT's -1; whether the model
+shifts them is read from its own loss), so the check is about the normalization, whatever loss function wraps it.
+Dropout is off (eval mode) so that two computations of one update see the same network.
 """
 from __future__ import annotations
 
@@ -87,134 +88,282 @@ def _torch() -> Any:
     return torch
 
 
-def _causal(model: Any, batch: Mapping[str, Any]) -> bool:
-    """Whether token t's logits are scored against label t + 1: decided from the model's own loss on the batch (its
-    loss against the cross-entropy of its logits with and without the shift, eval mode, no gradient), never from its
-    class name (GPT2LMHeadModel shifts and its name does not end in ForCausalLM). A model that returns no loss of
-    its own is scored unshifted: the labels are taken as given per position. Decided once per model."""
-    inner = getattr(model, "module", model)                      # DDP
-    known = _SHIFTS.get(id(inner))
-    if known is not None and known[0]() is inner:
-        return known[1]
-    shifts = _shifts_by_own_loss(model, batch)
+# The names a forward's target goes by (transformers: labels; nanoGPT: targets; other loops: target, label, y): the
+# field scored against the logits when the batch has no `labels`, if the model's forward takes it.
+TARGETS = ("labels", "targets", "target", "label", "y")
+IGNORED = -100        # a label position that is not scored: every negative label is (transformers -100, nanoGPT -1)
+
+
+@dataclass(frozen=True)
+class _Convention:
+    """How a model is called and scored, decided once per model from what it does on a micro-batch."""
+
+    label: str            # the batch's field of the targets
+    with_target: bool     # the forward is given the target: it needs it, or without it its logits miss positions
+    shifts: bool          # token t's logits are scored against label t + 1
+
+
+_CONVENTIONS: dict[tuple[int, tuple[str, ...]], tuple[Any, _Convention]] = {}
+
+
+def _convention(model: Any, batch: Mapping[str, Any]) -> _Convention:
+    """The model's calling convention on batches of these fields, decided on the plain module (not its DDP wrapper)
+    in eval mode without gradient, once per model."""
     import weakref
 
-    _SHIFTS[id(inner)] = (weakref.ref(inner), shifts)
-    return shifts
+    inner = getattr(model, "module", model)                      # DDP
+    key = (id(inner), tuple(sorted(batch)))
+    known = _CONVENTIONS.get(key)
+    if known is not None and known[0]() is inner:
+        return known[1]
+    label = label_field(inner, batch)
+    found = _Convention(label, _needs_target(inner, batch, label), _shifts_by_own_loss(inner, batch, label))
+    _CONVENTIONS[key] = (weakref.ref(inner), found)
+    return found
 
 
-_SHIFTS: dict[int, tuple[Any, bool]] = {}
+def _signature(model: Any) -> tuple[tuple[str, ...], bool] | None:
+    """(the parameters the model's forward takes by name, whether it also takes **kwargs); None when unreadable."""
+    import inspect
+
+    inner = getattr(model, "module", model)
+    if inner is None:
+        return None
+    try:
+        params = list(inspect.signature(inner.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    named = tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return named, any(p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _shifts_by_own_loss(model: Any, batch: Mapping[str, Any]) -> bool:
+def _forward_text(model: Any) -> str:
+    """'GPT.forward(idx, targets=None)', for messages."""
+    import inspect
+
+    inner = getattr(model, "module", model)
+    try:
+        text = str(inspect.signature(inner.forward))
+    except (AttributeError, TypeError, ValueError):
+        text = "(...)"
+    return f"{type(inner).__name__}.forward{text if len(text) <= 120 else text[:117] + '...)'}"
+
+
+def label_field(model: Any, batch: Mapping[str, Any]) -> str:
+    """The batch's field the logits are scored against: `labels` when the batch has it, else the first of TARGETS
+    that the model's forward takes as a parameter (any of them, for a forward that takes **kwargs).
+
+    Raises:
+        InputError: no such field.
+    """
+    if "labels" in batch:
+        return "labels"
+    sig = _signature(model)
+    for name in TARGETS:
+        if name in batch and (sig is None or sig[1] or name in sig[0]):
+            return name
+    raise InputError(f"the micro-batches hold {', '.join(map(repr, batch))}, none of them a target the model's "
+                     f"forward takes ({_forward_text(model)}); name the targets' field 'labels' (or one of "
+                     f"{', '.join(TARGETS[1:])} that the forward takes)")
+
+
+@contextlib.contextmanager
+def _evaluating(model: Any) -> Any:
     torch = _torch()
-    labels = batch["labels"]
-    if labels.dim() != 2 or labels.shape[1] < 2:
-        return False
     was = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(**batch)
-    except Exception:
-        return False          # the forward's own error is reported by the check's first forward (_logits)
+            yield
     finally:
         model.train(was)
+
+
+def _covers(logits: Any, labels: Any) -> bool:
+    """Whether the logits hold one row of scores per label position."""
+    return logits is not None and logits.dim() == labels.dim() + 1 and \
+        tuple(logits.shape[:labels.dim()]) == tuple(labels.shape)
+
+
+def _needs_target(model: Any, batch: Mapping[str, Any], label: str) -> bool:
+    """Whether the forward must be given the target to return logits for every label position: it requires it
+    (a TypeError without it), or without it returns fewer positions (nanoGPT: the last position only)."""
+    from .step import output_tensor
+
+    with _evaluating(model):
+        try:
+            out = model(**{k: v for k, v in batch.items() if k != label})
+        except TypeError:
+            return True
+        except Exception:
+            return False      # the forward's own error is reported by the check's first forward (_logits)
+    return not _covers(output_tensor(out), batch[label])
+
+
+def _own_loss(out: Any) -> Any:
+    """The loss a forward returned: .loss, ["loss"], or a tuple's scalar among its first two elements (nanoGPT's
+    (logits, loss))."""
     loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if loss is None and isinstance(out, (tuple, list)):
+        loss = next((t for t in out[:2] if hasattr(t, "dim") and t.dim() == 0), None)
+    return loss
+
+
+def _scored(labels: Any) -> Any:
+    """The labels as cross-entropy targets: int64, every negative label set to IGNORED."""
+    labels = labels.long()
+    return labels.masked_fill(labels < 0, IGNORED)
+
+
+def _shifts_by_own_loss(model: Any, batch: Mapping[str, Any], label: str) -> bool:
+    """Whether token t's logits are scored against label t + 1: decided from the model's own loss on the batch (its
+    loss against the cross-entropy of its logits with and without the shift), never from its class name
+    (GPT2LMHeadModel shifts and its name does not end in ForCausalLM; nanoGPT's targets come shifted). A model that
+    returns no loss of its own is scored unshifted: the labels are taken as given per position."""
+    torch = _torch()
+    labels = batch[label]
+    if labels.dim() != 2 or labels.shape[1] < 2:
+        return False
+    with _evaluating(model):
+        try:
+            out = model(**batch)
+        except Exception:
+            return False      # the forward's own error is reported by the check's first forward (_logits)
+    loss = _own_loss(out)
     from .step import output_tensor
 
     logits = output_tensor(out)
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or logits is None or logits.dim() != 3 \
-            or tuple(logits.shape[:2]) != tuple(labels.shape):
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not _covers(logits, labels) or logits.dim() != 3:
         return False
     ce = torch.nn.functional.cross_entropy
-    flat = logits.float()
-    shifted = float(ce(flat[:, :-1].reshape(-1, flat.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100))
-    plain = float(ce(flat.reshape(-1, flat.shape[-1]), labels.reshape(-1), ignore_index=-100))
+    flat, kept = logits.float(), _scored(labels)
+    shifted = float(ce(flat[:, :-1].reshape(-1, flat.shape[-1]), kept[:, 1:].reshape(-1), ignore_index=IGNORED))
+    plain = float(ce(flat.reshape(-1, flat.shape[-1]), kept.reshape(-1), ignore_index=IGNORED))
     own = float(loss.float())
     return abs(own - shifted) < abs(own - plain)
 
 
 def _logits(model: Any, batch: Mapping[str, Any]) -> Any:
-    """The per-token output of a forward on the batch without its labels (with them, for a forward that needs them):
-    .logits, a tuple's first element, or the tensor itself.
+    """The per-token output of a forward on the batch without its target (with it, for a forward that needs it or
+    without it scores fewer positions): .logits, a tuple's first element, or the tensor itself.
 
     Raises:
         InputError: the forward raises (naming the model's class and the error), or returns no logits.
     """
     from .step import output_tensor
 
+    conv = _convention(model, batch)
     name = type(getattr(model, "module", model)).__name__
     try:
-        try:
-            out = model(**{k: v for k, v in batch.items() if k != "labels"})
-        except TypeError:                                    # a forward that needs its labels
-            out = model(**batch)
+        out = model(**batch) if conv.with_target else model(**{k: v for k, v in batch.items() if k != conv.label})
     except InputError:
         raise
     except Exception as e:
         raise InputError(f"the model's forward ({name}) raised {type(e).__name__}: {first_line(e)}; campaign batch "
                          "calls model(**micro_batch) as your loop does") from None
     logits = output_tensor(out)
-    labels = batch["labels"]
-    if logits is None or logits.dim() != labels.dim() + 1 or tuple(logits.shape[:labels.dim()]) != \
-            tuple(labels.shape):
+    labels = batch[conv.label]
+    if not _covers(logits, labels):
         raise InputError(f"the model's forward ({name}) returned {type(out).__name__}"
                          f"{tuple(logits.shape) if logits is not None else ''}, not logits with one row of scores per "
-                         f"label (labels {tuple(labels.shape)}); return .logits, or a tuple whose first element is "
-                         "them")
+                         f"label ({conv.label} {tuple(labels.shape)}); return .logits, or a tuple whose first element "
+                         "is them")
     return logits
 
 
 def _token_loss_sum(model: Any, batch: Mapping[str, Any]) -> tuple[Any, int]:
-    """(sum of token losses, tokens counted) of one batch from the model's logits; labels -100 are ignored."""
+    """(sum of token losses, tokens counted) of one batch from the model's logits; negative labels are ignored."""
     torch = _torch()
+    conv = _convention(model, batch)
     logits = _logits(model, batch)
-    labels = batch["labels"]
-    if _causal(model, batch):
+    labels = _scored(batch[conv.label])
+    if conv.shifts:
         logits, labels = logits[:, :-1, :], labels[:, 1:]
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                             ignore_index=-100, reduction="sum")
+                                             ignore_index=IGNORED, reduction="sum")
     return loss, tokens(model, batch)
 
 
 def tokens(model: Any, batch: Mapping[str, Any]) -> int:
-    """Tokens whose loss counts in a batch (labels != -100, after the causal shift)."""
-    labels = batch["labels"][:, 1:] if _causal(model, batch) else batch["labels"]
-    return int((labels != -100).sum())
+    """Tokens whose loss counts in a batch (labels >= 0, after the causal shift)."""
+    conv = _convention(model, batch)
+    labels = batch[conv.label][:, 1:] if conv.shifts else batch[conv.label]
+    return int((labels >= 0).sum())
 
 
-def concatenate(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One batch holding every row of the micro-batches, right-padded to the longest (input ids 0, mask 0, labels
-    -100): the whole update at once."""
+def _pad_value(key: str, label: str) -> int | None:
+    return IGNORED if key == label else PAD_KEYS.get(key)
+
+
+def concatenate(batches: Sequence[Mapping[str, Any]], label: str = "labels") -> dict[str, Any]:
+    """One batch holding every row of the micro-batches (checked by check_fields): the whole update at once. A
+    field whose sequence width differs between micro-batches is right-padded to the longest (input ids 0, masks 0,
+    the targets IGNORED); one of the same width in every micro-batch is concatenated as it is."""
     torch = _torch()
-    keys = check_fields(batches)
-    length = max(int(b["input_ids"].shape[1]) for b in batches)
     out = {}
-    for k in keys:
-        rows = [torch.nn.functional.pad(b[k], (0, length - b[k].shape[1]), value=PAD_KEYS[k]) for b in batches]
-        out[k] = torch.cat(rows, dim=0)
+    for k in batches[0]:
+        parts = [b[k] for b in batches]
+        widths = {tuple(p.shape[1:]) for p in parts}
+        if len(widths) > 1:
+            value = _pad_value(k, label)
+            if value is None:
+                raise InputError(_unpaddable(k, parts))
+            length = max(int(p.shape[1]) for p in parts)
+            parts = [torch.nn.functional.pad(p, (0, length - p.shape[1]), value=value) for p in parts]
+        out[k] = torch.cat(parts, dim=0)
     return out
 
 
-def check_fields(batches: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The fields of the micro-batches, which the check pads and concatenates into the whole update: the same in
-    every batch, each a tensor and one of PAD_KEYS. Checked before any process is launched, so that a field such as
+def _unpaddable(key: str, parts: Sequence[Any]) -> str:
+    widths = sorted({int(p.shape[1]) for p in parts})
+    return (f"the micro-batches' field {key!r} has sequence widths {', '.join(map(str, widths))} and campaign knows no "
+            f"pad value for it (it pads {', '.join(k for k in PAD_KEYS if k != 'labels')} and the targets); give "
+            "micro-batches of one width (then no field is padded), or pad them yourself to one width")
+
+
+def check_fields(batches: Sequence[Mapping[str, Any]], model: Any = None) -> set[str]:
+    """The micro-batches' fields, after checking them: the same in every batch, each a tensor with one row per
+    example that the model's forward takes (by name, or through **kwargs; not checked without the model), the
+    targets (label_field) integer, and a field whose sequence width differs between micro-batches one that campaign
+    knows how to pad (PAD_KEYS, the targets). Checked before any process is launched, so that a field such as
     "source": [...] is named here rather than failing inside a rank."""
+    torch = _torch()
     keys = set(batches[0])
     for i, b in enumerate(batches):
         if set(b) != keys:
             raise InputError(f"micro-batches hold different fields ({sorted(keys)} vs {sorted(b)}); give the same "
                              "fields in every batch")
         for k, v in b.items():
-            if not (hasattr(v, "shape") and hasattr(v, "dtype")):
-                raise InputError(f"micro-batch {i + 1}'s field {k!r} is a {type(v).__name__}, not a tensor: the "
-                                 "accumulation check pads each field into the whole update and calls "
-                                 "model(**micro_batch) as your loop does; leave it out of the setup's batches")
-        unknown = set(b) - set(PAD_KEYS)
-        if unknown:
-            raise InputError(f"the accumulation check pads input_ids, attention_mask, labels and token_type_ids; "
-                             f"the batches also hold {sorted(unknown)}: leave them out of the setup's batches")
+            if not isinstance(v, torch.Tensor) or v.dim() == 0:
+                what = "a 0-dim tensor" if isinstance(v, torch.Tensor) else f"a {type(v).__name__}"
+                raise InputError(f"micro-batch {i + 1}'s field {k!r} is {what}, not a tensor with one row per "
+                                 "example: the accumulation check concatenates each field into the whole update and "
+                                 "calls model(**micro_batch) as your loop does; leave it out of the setup's batches")
+    label = label_field(model, batches[0])
+    sig = _signature(model) if model is not None else None
+    if sig is not None and not sig[1]:
+        other = next((k for k in batches[0] if k != label and k not in sig[0]), None)
+        if other is not None:
+            raise InputError(f"the micro-batches' field {other!r} is not a parameter of the model's forward "
+                             f"({_forward_text(model)}); campaign batch calls model(**micro_batch) as your loop "
+                             "does: leave it out of the setup's batches, or name it as the forward does")
+    for i, b in enumerate(batches):
+        t = b[label]
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise InputError(f"micro-batch {i + 1}'s {label!r} is {str(t.dtype).removeprefix('torch.')}, not integer "
+                             "class indices: the accumulation check scores the logits against them by "
+                             "cross-entropy; give the targets as token or class ids (negative ones ignored)")
+    for k in batches[0]:
+        parts = [b[k] for b in batches]
+        if len({tuple(p.shape[1:]) for p in parts}) == 1:
+            continue
+        if any(p.dim() != 2 for p in parts):
+            raise InputError(f"the micro-batches' field {k!r} has shapes "
+                             f"{', '.join(str(tuple(p.shape)) for p in parts)}: rows of different shapes beyond "
+                             "the batch dimension cannot be concatenated into the whole update; give micro-batches "
+                             "of one shape")
+        if _pad_value(k, label) is None:
+            raise InputError(_unpaddable(k, parts))
     return keys
 
 
@@ -270,7 +419,8 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
     if accumulation * processes > n:
         raise InputError(f"{accumulation} accumulation steps x {processes} process(es) need {accumulation * processes} "
                          f"micro-batches; the setup gives {n}")
-    check_fields(s.batches)
+    check_fields(s.batches, s.model)
+    label = label_field(s.model, s.batches[0])
     declared = normalization or s.normalization
     if declared is not None and declared not in ("token", "micro_batch_mean"):
         raise InputError(f"normalization {declared!r} must be 'token' or 'micro_batch_mean'")
@@ -350,7 +500,8 @@ def check_accumulation(setup: str | Setup | Any, *, accumulation: int | None = N
         notes.append("DDP keeps a full replica of the model on each process and averages gradients; it does not "
                      "share weights across cards (that is FSDP/ZeRO), and each process needs its own shard of the "
                      "data (a DistributedSampler), or the processes train on the same rows")
-    notes.append("the whole update's gradient from the model's logits and labels (-100 ignored), dropout off"
+    notes.append(f"the whole update's gradient from the model's logits and {label!r} (negative labels ignored), "
+                 "dropout off"
                  + ("; your accumulate ran on the micro-batches in eval mode" + (
                      " on each rank, given the model wrapped in DDP and that rank's share of them"
                      if processes > 1 else "") if loop is not None else
@@ -371,9 +522,10 @@ def _one_process(model: Any, batches: Sequence[Mapping[str, Any]],
     model.eval()
     total = 4 if loop is not None else 3
     try:
+        conv = _convention(model, batches[0])            # decided on a micro-batch as the loop gives it
         _zero(model)
         tell(f"gradient 1/{total}: the whole update at once ({len(batches)} micro-batches)")
-        loss, n_total = _token_loss_sum(model, concatenate(batches))
+        loss, n_total = _token_loss_sum(model, concatenate(batches, conv.label))
         (loss / n_total).backward()
         ref = _grads(model)
         out = {}
@@ -640,7 +792,7 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
     model = setup.model
     model.eval()
     ddp = DistributedDataParallel(model)                 # broadcasts rank 0's weights: every replica starts equal
-    local = sum(tokens(model, b) for b in mine)
+    local = sum(tokens(model, b) for b in mine)          # decides the model's convention on the plain module
     total = torch.tensor([local], dtype=torch.int64)
     dist.all_reduce(total)
     n_global = int(total.item())
@@ -654,7 +806,7 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
     ref = None
     if rank == 0:
         _zero(model)
-        loss, n = _token_loss_sum(model, concatenate(batches))   # the plain module: no DDP hook
+        loss, n = _token_loss_sum(model, concatenate(batches, _convention(model, mine[0]).label))   # no DDP hook
         (loss / n).backward()
         ref = _grads(model)
     out = {}
@@ -695,4 +847,4 @@ def ddp_variants(setup: Setup, accumulation: int) -> dict[str, Any]:
 
 
 __all__ = ["BatchReport", "ERROR_RECORD", "NORMALIZATIONS", "Variant", "check_accumulation", "concatenate",
-           "ddp_variants", "tokens"]
+           "ddp_variants", "label_field", "tokens"]

@@ -29,6 +29,7 @@ def test_watch_ranks_clean(tmp_path):
     assert c["ddp.data_differs"].status == "pass" and "each of the 3 watched updates" in c["ddp.data_differs"].seen
     # Linear(16, 32) and Linear(32, 1): 2 weights and 2 biases, equal bit for bit on both ranks after every update
     assert "all 4 parameter tensors are bitwise equal on the 2 ranks" in c["ddp.params_in_sync"].seen
+    assert c["ddp.grad_is_mean"].status == "pass" and "each of the 3 watched updates" in c["ddp.grad_is_mean"].seen
 
 
 def test_watch_ranks_fed_the_same_data(tmp_path):

@@ -47,7 +47,9 @@ def _users_code(setup: str) -> Iterator[None]:
 
 def batch(
     setup: Annotated[str, typer.Argument(help="FILE.py:FUNCTION returning the model and micro-batches (a dict or an "
-                                              "object with .model and .batches; see examples/train_setup.py).")],
+                                              "object with .model and .batches; see examples/train_setup.py, and "
+                                              "examples/plain_setup.py for a plain nn.Module taking idx and "
+                                              "targets).")],
     accumulation: Annotated[int | None, typer.Option(help="Micro-batches per update on each process (default: "
                                                              "all given, split over the processes).",
         rich_help_panel=STEP)] = None,
@@ -103,7 +105,9 @@ def check(
                                                 "processes (DDP; gloo on the CPU) and check the ranks stay in sync "
                                                 "instead of the one-process checks; with -- python SCRIPT: the "
                                                 "script under torchrun, each rank watched, and whether the ranks "
-                                                "fed different data and stayed in sync.", rich_help_panel=DDP)] = 1,
+                                                "fed different data, stayed in sync and applied the mean "
+                                                "gradient (resume: run again under torchrun, each rank "
+                                                "compared).", rich_help_panel=DDP)] = 1,
     updates: Annotated[int, typer.Option("--updates", help="With -- python SCRIPT: the optimizer updates to watch "
                                                            "before stopping the script.", rich_help_panel=WATCH)] = 3,
     timeout: Annotated[float, typer.Option("--timeout", help="With -- python SCRIPT: seconds before a script that "
@@ -132,7 +136,9 @@ def check(
     your loop fed; where it saves a checkpoint within those updates and --resume-args say how it resumes, the
     script run again in a fresh process from it, its first update compared with the uninterrupted run's next one
     (else resume is "not verified", or --no-resume). With --processes N as well: the script under torchrun, each
-    rank watched, and whether the ranks fed different batches and hold bitwise equal parameters after each update.
+    rank watched, and whether the ranks fed different batches, hold bitwise equal parameters after each update and
+    applied the mean of their gradients; the resume run is then under torchrun too, each rank's first update
+    compared with the same rank's.
 
     Exit 0 when every check passes (warnings are shown as such), 1 when one fails or one the verdict waits on was
     skipped ("not verified"), 2 on bad input (needs the torch extra).

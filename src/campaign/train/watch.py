@@ -23,8 +23,10 @@ The observers, installed before the script's first line runs:
 - with --resume-record / --resume-compare (train/watch_resume.py): the update after the last checkpoint (the first
   run) or the first update (the run resumed from it), captured to compare the two.
 Under torchrun (WORLD_SIZE > 1: `campaign check --processes N`, train/watch_ranks.py) each rank writes its own
-record, with a digest of the micro-batches it fed at each update and a checksum of each parameter tensor's bits after
-it; the probes run on rank 0 only, on the model DDP wraps.
+record, with a digest of the micro-batches it fed at each update, a checksum of each parameter tensor's bits after
+it, and fingerprints of the gradient its optimizer applies and of its own gradient (hooks on the parameters add up
+each gradient a backward computes for them, before DDP all-reduces it); the probes run on rank 0 only, on the model
+DDP wraps.
 A watchdog thread writes what was seen and ends the process at --timeout, naming where the script was.
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ import time
 import traceback
 from typing import Any
 
+from .grad_fingerprint import fingerprint
 from .watch_probes import _own_loss, _tensors
 
 # the phases named when the script is stopped at --timeout
@@ -87,6 +90,8 @@ def _digest(batches: list[tuple[Any, Any]]) -> str | None:
     return h.hexdigest() if found else None
 
 
+
+
 def _from_trainer(depth: int = 8) -> bool:
     """Whether the torch.save being called comes from transformers' Trainer (its checkpoint), a few frames up."""
     frame: Any = sys._getframe(2)
@@ -119,6 +124,11 @@ class Watcher:
         self.losses: list[float] = []                   # backward losses since the last update
         self.scheduler_depth = 0
         self.scheduler_steps = 0
+        # the scheduler's steps since the last update, in bursts: steps with no forward, backward or optimizer step
+        # between them are one call of the loop's (accelerate's prepared scheduler steps its scheduler once per
+        # process at each call: the schedule counts one process's batches)
+        self.scheduler_bursts: list[int] = []
+        self.burst_open = False
         self.lr_changes = 0
         self.last_lrs: tuple[float, ...] | None = None
         self.saves: list[dict[str, Any]] = []
@@ -140,6 +150,14 @@ class Watcher:
         self.started = time.perf_counter()
         self.ranked = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1      # under torchrun: cross-rank facts
         self.param_names: list[str] = []
+        # under torchrun: each trainable parameter's gradient fingerprint summed over the backwards of the update,
+        # read by a hook on the parameter as each gradient arrives, before DDP all-reduces it (the rank's own)
+        self.local: dict[int, Any] = {}
+        self.hooked: set[int] = set()
+        self.probe: dict[int, Any] = {}
+        # under torchrun: the factor gradient clipping (clip_grad_norm_) scaled the gradients by since the last
+        # update, so that the gradient the optimizer applies is compared with the ranks' mean before clipping
+        self.clipped = 1.0
         self.step_times: list[float] = []
         self.handles: list[Any] = []
         self.lock = threading.Lock()
@@ -162,6 +180,7 @@ class Watcher:
 
         def watched_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             self.depth = 0            # a forward that raised never ran its post hook
+            self.burst_open = False
             self.phase = f"backward (after {self.step} updates)"
             t = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
             if isinstance(t, torch.Tensor) and t.numel() == 1:
@@ -174,6 +193,8 @@ class Watcher:
                 self.depth = 0
 
         torch.autograd.backward = watched_backward   # Tensor.backward calls torch.autograd.backward
+        if self.ranked:
+            self._watch_clipping()
         sched = torch.optim.lr_scheduler.LRScheduler
         step = sched.step
 
@@ -185,6 +206,11 @@ class Watcher:
                 self.scheduler_depth -= 1
                 if self.scheduler_depth == 0:
                     self.scheduler_steps += 1
+                    if self.burst_open:
+                        self.scheduler_bursts[-1] += 1
+                    else:
+                        self.scheduler_bursts.append(1)
+                        self.burst_open = True
                     self._lr_moved()
 
         sched.step = watched_step  # type: ignore[method-assign]
@@ -205,9 +231,38 @@ class Watcher:
             if self.step:
                 self.saves.append({"update": self.step, "path": os.fspath(f) if isinstance(f, (str, os.PathLike))
                                    else type(f).__name__, "trainer": _from_trainer()})
+                if self.resume is not None and self.ranked:
+                    self.resume.shared(self.step, self.saves[-1]["path"])
             return save(obj, f, *args, **kwargs)
 
         torch.save = watched_save
+
+    def _watch_clipping(self) -> None:
+        """Gradient clipping by the total norm (torch's clip_grad_norm_, the Trainer's and accelerate's
+        clip_grads_with_norm_): the factor it multiplies every gradient by, min(1, max_norm / (norm + 1e-6)) as
+        torch computes it, recorded for ddp.grad_is_mean."""
+        import torch.nn.utils as utils
+        from torch.nn.utils import clip_grad
+
+        clip = clip_grad._clip_grads_with_norm_
+
+        def watched_clip(parameters: Any, max_norm: float, total_norm: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                self.clipped *= min(1.0, float(max_norm) / (float(total_norm) + 1e-6))
+            except (TypeError, ValueError):    # a norm that is not one number: nothing recorded
+                pass
+            return clip(parameters, max_norm, total_norm, *args, **kwargs)
+
+        clip_grad._clip_grads_with_norm_ = watched_clip  # type: ignore[assignment]
+        utils.clip_grads_with_norm_ = watched_clip  # type: ignore[assignment]
+        by_value = clip_grad.clip_grad_value_
+
+        def watched_value(*args: Any, **kwargs: Any) -> Any:
+            self.clipped = float("nan")       # clipped entry by entry: no one factor
+            return by_value(*args, **kwargs)
+
+        clip_grad.clip_grad_value_ = watched_value  # type: ignore[assignment]
+        utils.clip_grad_value_ = watched_value  # type: ignore[assignment]
 
     # --- forwards -----------------------------------------------------------------------------------------
     def _is_stochastic(self, module: Any) -> bool:
@@ -224,6 +279,7 @@ class Watcher:
         if self.backward_depth:
             return
         if self.depth == 0:
+            self.burst_open = False
             self.phase = f"forward of {type(module).__name__} (after {self.step} updates)"
             self.current = {"module": module, "drop": {}, "grad": False, "args": args, "kwargs": None,
                             "training": bool(module.training)} if torch.is_grad_enabled() else None
@@ -235,10 +291,27 @@ class Watcher:
                     pass
             if self.optimizer is not None:
                 self._lr_moved()
+            if self.ranked and self.current is not None:
+                self._hook_local(module)
         elif self.current is not None and self._is_stochastic(module):
             drop = self.current["drop"]
             drop[id(module)] = drop.get(id(module), True) and bool(module.training)
         self.depth += 1
+
+    def _hook_local(self, module: Any) -> None:
+        """Hooks on the parameters of a root module trained under torchrun: each gradient a backward computes for
+        them, added to the rank's own (local) gradient fingerprint of the update, before any communication."""
+        for p in module.parameters():
+            if p.requires_grad and id(p) not in self.hooked:
+                self.hooked.add(id(p))
+                p.register_hook(lambda g, p=p: self._local(p, g))
+
+    def _local(self, p: Any, g: Any) -> None:
+        if self.step >= self.target or g is None:
+            return
+        f = fingerprint(g, self.probe)
+        had = self.local.get(id(p))
+        self.local[id(p)] = f if had is None else had + f
 
     def _kwargs(self, module: Any, args: Any, kwargs: Any) -> None:
         if self.current is not None and self.current["module"] is module:
@@ -267,7 +340,8 @@ class Watcher:
         for t in outs:
             t.register_hook(reached)
         own = _own_loss(output)
-        record["own"] = own.detach() if own is not None else None      # no sync: read after the updates
+        # a copy: the loop may scale it in place (the Trainer: loss *= world size); no sync: read after the updates
+        record["own"] = own.detach().clone() if own is not None else None
         self.forwards.append(record)
         self.phase = f"the loop's own code after a forward of {type(module).__name__} (after {self.step} updates)"
 
@@ -342,6 +416,7 @@ class Watcher:
                                   "forwards": len(trained)}
         if self.step >= 1:
             update["scheduler_steps"] = self.scheduler_steps
+            update["scheduler_bursts"] = list(self.scheduler_bursts)
             update["lr_changes"] = self.lr_changes
             seen = [(pid, n) for pid, n in self.first_grads.items() if n is not None]
             carried: list[str] = []
@@ -364,6 +439,7 @@ class Watcher:
         mine = [r for r in trained if r["module"] is self.model]
         if self.ranked:
             update["fed"] = _digest([(r["args"], r["kwargs"]) for r in mine])
+            self._gradients(optimizer, update, mine)
         self.fed.extend((r["args"], r["kwargs"]) for r in mine)
         self.last_update = {"batches": [(r["args"], r["kwargs"]) for r in mine], "backward": list(self.losses),
                             "own": [r.get("own") for r in mine]}
@@ -395,7 +471,31 @@ class Watcher:
         self.updates.append(update)
         self.forwards, self.losses = [], []
         self.scheduler_steps = self.lr_changes = 0
+        self.scheduler_bursts, self.burst_open = [], False
         self.first_grads = {}
+
+    def _gradients(self, optimizer: Any, update: dict[str, Any], mine: list[dict[str, Any]]) -> None:
+        """Under torchrun: the fingerprints of the gradient the optimizer applies and of the rank's own gradient,
+        over the trainable parameters the optimizer holds, for ddp.grad_is_mean; and, where the model returns its
+        own loss, the loop's scaling of each micro-batch (the loss it backpropagated over the model's)."""
+        import torch
+
+        held = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        if held and all(id(p) in self.hooked for p in held):
+            zero = torch.zeros(2, dtype=torch.float64)
+            applied = [fingerprint(p.grad, self.probe) if p.grad is not None else zero.to(p.device) for p in held]
+            local = [self.local.get(id(p), zero.to(p.device)) for p in held]
+            update["grad_applied"] = torch.stack([a.cpu() for a in applied]).tolist()
+            update["grad_local"] = torch.stack([a.cpu() for a in local]).tolist()
+            update["grad_dtype"] = str(held[0].dtype).removeprefix("torch.")
+            update["grad_clipped"] = self.clipped
+        own = [o for r in mine if (o := r.get("own")) is not None]
+        if own and len(own) == len(mine) == len(self.losses):
+            own_f = [float(o.float()) for o in own]
+            if all(o != 0 and abs(o) < float("inf") for o in own_f):
+                update["loss_factors"] = [b / o for b, o in zip(self.losses, own_f, strict=True)]
+        self.local = {}
+        self.clipped = 1.0
 
     def _incoming(self, p: Any) -> None:
         if self.step >= 1 and id(p) not in self.first_grads:
@@ -451,6 +551,7 @@ class Watcher:
                 "updates": self.updates, "params": self.params, "saves": self.saves,
                 "dropout_seen": sorted(self.dropout_seen), "eval_dropout": self.eval_dropout,
                 "root_eval": self.root_eval, "param_names": self.param_names,
+                "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
                 "seconds_to_first_update": times[0] - self.started if times else None,
                 "seconds_per_update": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None}
 
@@ -486,12 +587,14 @@ def main(argv: list[str] | None = None) -> int:
     module = command[0] == "-m"
     target = command[1] if module else command[0]
     capture = None
+    rank = int(os.environ.get("RANK", "0") or 0)
+    ranked = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
     if ns.resume_record or ns.resume_compare:
         from .watch_resume import ResumeCapture
 
-        capture = ResumeCapture("compare" if ns.resume_compare else "record", ns.resume_compare or ns.resume_record)
+        capture = ResumeCapture("compare" if ns.resume_compare else "record", ns.resume_compare or ns.resume_record,
+                                rank if ranked else None)
     watcher = Watcher(ns.updates, bare=ns.bare, resume=capture)
-    rank = int(os.environ.get("RANK", "0") or 0)
     if watcher.ranked:
         from .watch_ranks import rank_record
 
@@ -541,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
             compared = {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
         if compared is not None:
             observed["resume"] = compared
-    if watcher.step and watcher.model is not None and not ns.bare and not ns.resume_compare and rank == 0:
+    if watcher.step and watcher.model is not None and not ns.bare and not ns.resume_compare:
         from .watch_probes import probes
 
         if watcher.ranked:      # the model DDP wraps: its forward and backward start no collective of the ranks
@@ -549,20 +652,22 @@ def main(argv: list[str] | None = None) -> int:
 
             if isinstance(watcher.model, DistributedDataParallel):
                 watcher.model = watcher.model.module
-        watcher.phase = "campaign's probes on the model after the watched updates"
-        observed["probes"] = probes(watcher.model, watcher.batch)
-        found = observed["probes"]
-        if found.get("ids") and not found.get("error"):
-            from .watch_batches import batch_facts
+        if rank == 0:
+            watcher.phase = "campaign's probes on the model after the watched updates"
+            observed["probes"] = probes(watcher.model, watcher.batch)
+            found = observed["probes"]
+            if found.get("ids") and not found.get("error"):
+                from .watch_batches import batch_facts
 
-            watcher.phase = "campaign's reading of the batches the loop fed"
-            observed["batches"] = batch_facts(watcher.fed, found["ids"], found.get("targets"))
-        if watcher.last_update is not None:
+                watcher.phase = "campaign's reading of the batches the loop fed"
+                observed["batches"] = batch_facts(watcher.fed, found["ids"], found.get("targets"))
+        if watcher.last_update is not None:     # on every rank under torchrun: the update is the ranks' together
             from .watch_accumulation import accumulation
 
             watcher.phase = "campaign's accumulation probe on the last watched update"
             u = watcher.last_update
-            observed["accumulation"] = accumulation(watcher.model, u["batches"], u["backward"], u["own"])
+            observed["accumulation"] = accumulation(watcher.model, u["batches"], u["backward"], u["own"],
+                                                    ranked=watcher.ranked)
     done.set()
     _write(ns.out, observed)
     sys.stdout.flush()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .grad_fingerprint import fingerprints
 from .watch_probes import _own_loss
 
 
@@ -94,9 +95,30 @@ def _gradient(model: Any, params: list[Any]) -> Any:
                       else torch.zeros(p.numel(), dtype=torch.float64, device=p.device) for p in params])
 
 
-def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[float], own: list[Any]) \
-        -> dict[str, Any]:
-    """Facts for the step.accumulation check (JSON)."""
+
+
+def _count(batches: list[tuple[Any, Any]]) -> tuple[str, Any] | None:
+    """A count over the update the micro-batches pass by keyword, the same in each (transformers'
+    num_items_in_batch): (its keyword, its value), or None."""
+    import torch
+
+    first = batches[0][1] or {}
+    for key, v in first.items():
+        scalar = isinstance(v, (int, float)) and not isinstance(v, bool) or \
+            isinstance(v, torch.Tensor) and v.dim() == 0
+        if scalar and all(float((kw or {}).get(key, float("nan"))) == float(v) for _, kw in batches):
+            return key, v
+    return None
+
+
+def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[float], own: list[Any],
+                 ranked: bool = False) -> dict[str, Any]:
+    """Facts for the step.accumulation check (JSON). ranked (under torchrun): also the fingerprints of the
+    accumulated and the whole gradients, and the rank's weight in the update, for the check across the ranks
+    (train/watch_ranks.py): where the micro-batches pass a count over the update (num_items_in_batch), the number
+    of terms the model's own loss averages over on the rank's micro-batches stacked, read from the model itself
+    (count x its loss given the count / its loss without it); else none (the ranks weigh alike, as DDP's mean
+    does)."""
     import torch
 
     from .accumulation import TOLERANCE, _compare
@@ -129,6 +151,8 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
                 loss = _own_loss(model(*a, **(kw or {})))
                 (loss * f).backward()
             accumulated = _gradient(model, params)
+            probe: dict[int, Any] = {}
+            acc_fp = fingerprints(params, probe) if ranked else None
             for p in params:
                 p.grad = None
             handle = _outputs_dtypes(computed)
@@ -140,6 +164,14 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
                 return {"applies": False, "why": "the model returns no loss on the whole update"}
             loss.backward()
             reference = _gradient(model, params)
+            ref_fp = fingerprints(params, probe) if ranked else None
+            weight = None
+            count = _count(batches) if ranked else None
+            if count is not None and float(count[1]) > 0:
+                with torch.no_grad():
+                    kept = _own_loss(model(*whole[0], **{**whole[1], count[0]: count[1]}))
+                if kept is not None and float(loss.detach()) != 0:
+                    weight = float(count[1]) * float(kept.detach()) / float(loss.detach())
     except Exception as e:  # the user's model refusing the stacked batch: the check is skipped, saying why
         return {"applies": False, "why": f"the model refused the stacked update: {type(e).__name__}: "
                                          f"{str(e).strip()[:160]}"}
@@ -150,7 +182,8 @@ def accumulation(model: Any, batches: list[tuple[Any, Any]], backward: list[floa
     rel, cos = _compare(accumulated, reference)
     weights = str(params[0].dtype).removeprefix("torch.")
     dtype = next((d for d in PRECISION if d in computed), weights)
-    return {"applies": True, "micro_batches": k, "factors": factors, "relative_error": rel, "cosine": cos,
+    ranks = {"accumulated": acc_fp, "whole": ref_fp, "weight": weight} if ranked else {}
+    return {**ranks, "applies": True, "micro_batches": k, "factors": factors, "relative_error": rel, "cosine": cos,
             "tolerance": TOLERANCE.get(dtype, 1e-4), "dtype": dtype, "weights": weights,
             "rows": [int(next((t.shape[0] for t in [*a, *(kw or {}).values()] if isinstance(t, torch.Tensor)
                                   and t.dim() >= 1), 0)) for a, kw in batches]}

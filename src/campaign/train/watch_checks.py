@@ -24,8 +24,9 @@
   it resumes, the script run again in a fresh process with them, its first update compared with the uninterrupted
   run's next one (train/watch_resume.py): the same batch, learning rates, scheduler position, optimizer state and
   parameters after the update; else skipped, saying how to enable it (the verdict is then "not verified");
-- with processes=N (torchrun, train/watch_ranks.py): ddp.data_differs and ddp.params_in_sync across the ranks, the
-  other checks from rank 0.
+- with processes=N (torchrun, train/watch_ranks.py): ddp.data_differs, ddp.params_in_sync and ddp.grad_is_mean
+  across the ranks, step.accumulation over the ranks' micro-batches together, resume.next_step_equal on every rank
+  (the script run again under torchrun), the other checks from rank 0.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,8 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
     fresh process with them appended, and its first update compared with the uninterrupted run's next one.
 
     processes: N >= 2 runs the script under torchrun with N ranks (gloo on the CPU, NCCL on GPUs) and adds the
-    checks across ranks (train/watch_ranks.py); resume is then not checked (one process checks it).
+    checks across ranks (train/watch_ranks.py); resume is then checked on every rank (the script run again under
+    torchrun from its checkpoint, each rank's first update against the same rank's update after it).
 
     Raises:
         InputError: no such script, a script that fails, ends or times out before its first update.
@@ -129,7 +131,8 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
     script = rest[1] if rest[0] == "-m" else rest[0]
     tell = progress or (lambda _phase: None)
     if processes > 1:
-        return _watch_ranks(exe, rest, tuple(command), script, updates, timeout, resume, processes, tell)
+        return _watch_ranks(exe, rest, tuple(command), script, updates, timeout, resume, processes, tell,
+                            tuple(resume_args))
     tell(f"running {script} for {updates} update{'s' if updates > 1 else ''}")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="campaign-watch-") as tmp:
@@ -152,26 +155,60 @@ def watch(command: Sequence[str], *, updates: int = 3, timeout: float = 600.0, r
 
 
 def _watch_ranks(exe: str, rest: list[str], command: tuple[str, ...], script: str, updates: int, timeout: float,
-                 resume: bool, processes: int, tell: Callable[[str], None]) -> WatchReport:
+                 resume: bool, processes: int, tell: Callable[[str], None], resume_args: tuple[str, ...] = ()) \
+        -> WatchReport:
+    """The script under torchrun, each rank watched; with resume, where it checkpoints within the watched updates
+    and how it resumes is known (--resume-args, or a Trainer's checkpoint), run again under torchrun from the
+    checkpoint, each rank's first update compared with the same rank's update after the checkpoint."""
     from .accumulation import check_processes
-    from .watch_ranks import rank_checks, run_ranks
+    from .watch_ranks import rank_accumulation, rank_checks, run_ranks
+    from .watch_resume import rank_path
 
     check_processes(processes)
     tell(f"running {script} under torchrun: {processes} processes, {updates} update{'s' if updates > 1 else ''}")
     started = time.perf_counter()
+    again: list[dict[str, Any]] | None = None
     with tempfile.TemporaryDirectory(prefix="campaign-watch-") as tmp:
-        records = run_ranks(exe, ["--updates", str(updates)], rest, Path(tmp), timeout, script, processes, GRACE_S)
+        reference = Path(tmp) / "resume-reference.pt"
+        record = ["--resume-record", str(reference)] if resume else []
+        records = run_ranks(exe, [*record, "--updates", str(updates)], rest, Path(tmp), timeout, script, processes,
+                            GRACE_S)
+        trainer = _trainer_checkpoint(records[0].get("saves") or [])
+        refs = [Path(rank_path(str(reference), r)) for r in range(processes)]
+        if record and (resume_args or trainer) and records[0].get("saves") and all(p.is_file() for p in refs):
+            tell(f"running {script} again under torchrun, resumed from its checkpoint")
+            how = [] if resume_args else ["--trainer-checkpoint", trainer or ""]
+            (Path(tmp) / "resumed").mkdir()
+            try:
+                again = run_ranks(exe, ["--resume-compare", str(reference), "--updates", "1", *how],
+                                  [*rest, *resume_args], Path(tmp) / "resumed", timeout, script, processes, GRACE_S)
+            except InputError as e:
+                again = [{"finished": "error", "error": str(e)}] * processes
     report = _report(records[0], command, script, updates, timeout, False, time.perf_counter() - started)
-    checks = [c for c in report.checks if c.id != "resume.next_step_equal"]
+    across = rank_accumulation(records)     # the update is the ranks' together: rank 0's own share is not it
+    checks = [across if across is not None and c.id == "step.accumulation" else c for c in report.checks
+              if c.id != "resume.next_step_equal"]
     checks += rank_checks(records)
-    checks.append(Check("resume.next_step_equal", "skipped", f"not run under --processes {processes}",
-                        "a resume is proven by reloading a checkpoint in a fresh process",
-                        "check resume in one process (without --processes), or say --no-resume")
-                  if resume else Check("resume.next_step_equal", "skipped", "not run (--no-resume)", "",
-                                       "run without --no-resume", gates=False))
-    from dataclasses import replace
+    checks.append(_resume_ranks(records, again, updates, resume, resume_args))
 
     return replace(report, checks=tuple(checks))
+
+
+def _resume_ranks(records: list[dict[str, Any]], again: list[dict[str, Any]] | None, updates: int, resume: bool,
+                  resume_args: tuple[str, ...]) -> Check:
+    """resume.next_step_equal under torchrun: each rank's first resumed update against the same rank's update after
+    the checkpoint (rank 0's checkpoint: a loop commonly saves on rank 0 only). Every rank must pass; the first
+    rank that does not is the verdict."""
+    saves = records[0].get("saves") or []
+    found = [_resume({**r, "saves": saves, "resumed": again[rank] if again else None}, updates, resume, resume_args)
+             for rank, r in enumerate(records)]
+    if again is None:          # not run: why (no checkpoint, no way to resume given, --no-resume) is rank 0's
+        return found[0]
+    n = len(records)
+    for rank, c in enumerate(found):
+        if c.status != "pass":
+            return replace(c, seen=f"rank {rank} of {n}: {c.seen}")
+    return replace(found[0], seen=f"on each of the {n} ranks, {found[0].seen}")
 
 
 def _trainer_checkpoint(saves: list[dict[str, Any]]) -> str | None:
@@ -216,8 +253,8 @@ def _report(o: dict[str, Any], command: tuple[str, ...], script: str, updates: i
         raise InputError(f"{script}: ended without an optimizer update (no torch.optim optimizer stepped); give the "
                          "arguments that make it train")
     ups = o["updates"]
-    checks = [_updates(o, seen, updates), _train_mode(o), _zeroed(ups, seen), _lr(ups, seen),
-              *_params(o.get("params")), *_finite(ups)]
+    checks = [_updates(o, seen, updates), _train_mode(o), _zeroed(ups, seen),
+              _lr(ups, seen, int(o.get("world_size") or 1)), *_params(o.get("params")), *_finite(ups)]
     if "probes" in o:
         labels, next_token = _labels(o["probes"])
         checks += [_accumulation(o.get("accumulation")), labels, *_fed(o.get("batches")),
@@ -288,13 +325,26 @@ def _zeroed(ups: list[dict[str, Any]], seen: int) -> Check:
                  "gradient was reset before the first backward")
 
 
-def _lr(ups: list[dict[str, Any]], seen: int) -> Check:
+def _per_process(u: dict[str, Any], world: int) -> bool:
+    """Under torchrun with `world` ranks: the scheduler stepped `world` times at once between two updates, with no
+    forward or backward between (one call of the loop's stepping it once per process, as accelerate's prepared
+    scheduler does when each process's dataloader yields a `world`th of the batches: the schedule is written in one
+    process's batches and keeps its pace)."""
+    return world > 1 and u.get("scheduler_bursts") == [world] and u["lr_changes"] <= world
+
+
+def _lr(ups: list[dict[str, Any]], seen: int, world: int = 1) -> Check:
     cid = "step.lr_per_update"
     between = [u for u in ups if "scheduler_steps" in u]
     if not between:
         return Check(cid, "skipped", f"{seen} update watched: the schedule's pace shows between two updates",
                      "a scheduler stepped per micro-batch runs its warm-up and decay too fast",
                      "watch two updates or more (--updates 2)")
+    if all(_per_process(u, world) for u in between):
+        rates = sorted({r for u in ups for r in u["lrs"]})
+        return Check(cid, "pass", f"the scheduler stepped {world} times in one call between updates, once per "
+                     f"process ({world} processes: the schedule counts one process's batches, as accelerate's "
+                     f"prepared scheduler does); rates seen {listed([f'{r:.3g}' for r in rates])}")
     worst = max(between, key=lambda u: (u["scheduler_steps"], u["lr_changes"]))
     steps, moves = worst["scheduler_steps"], worst["lr_changes"]
     if steps > 1 or moves > 1:

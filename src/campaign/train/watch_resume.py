@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from pathlib import Path
 from typing import Any
 
 # parameters after the update: |a - b| <= ULPS * eps(dtype) * max|a| per tensor
@@ -53,8 +54,13 @@ class ResumeCapture:
     """Captures one update: in the first run the one after the last save ("record"), in the resumed run the first
     ("compare")."""
 
-    def __init__(self, mode: str, path: str) -> None:
-        self.mode, self.path = mode, path
+    def __init__(self, mode: str, path: str, rank: int | None = None) -> None:
+        """rank: under torchrun, this rank's number: its capture is its own file (the reference path's
+        `.rank{rank}` sibling), and a checkpoint any rank writes is shared through a marker file beside it (a loop
+        saves on rank 0 only; every rank captures the update after it)."""
+        self.mode, self.path = mode, path if rank is None else rank_path(path, rank)
+        self.marker = None if rank is None else str(Path(path).with_name(MARKER))
+        self.saved: tuple[int, str] | None = None     # (after update, path) of the checkpoint the capture follows
         self.schedulers: list[Any] = []          # weak references, in construction order
         self.captured: dict[str, Any] | None = None
         self.pending: dict[str, Any] | None = None
@@ -63,10 +69,42 @@ class ResumeCapture:
     def scheduler_built(self, scheduler: Any) -> None:
         self.schedulers.append(weakref.ref(scheduler))
 
+    def shared(self, step: int, path: str) -> None:
+        """Under torchrun: a checkpoint written by this rank after update `step`, told to the other ranks (the
+        marker is replaced atomically; DDP's all-reduce of the next update makes every rank wait for this one)."""
+        if self.marker is None or self.mode != "record":
+            return
+        import json
+        import os
+
+        tmp = f"{self.marker}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"update": step, "path": path}, f)
+        os.replace(tmp, self.marker)
+
+    def _marked(self) -> tuple[int, str] | None:
+        import json
+
+        if self.marker is None:
+            return None
+        try:
+            with open(self.marker) as f:
+                m = json.load(f)
+            return int(m["update"]), str(m["path"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def wanted(self, step: int, saves: list[dict[str, Any]]) -> bool:
         if self.mode == "compare":
             return step == 0
-        return bool(saves) and saves[-1]["update"] == step
+        if saves and saves[-1]["update"] == step:
+            self.saved = (step, saves[-1]["path"])
+            return True
+        marked = self._marked() if step else None
+        if marked is not None and marked[0] == step:
+            self.saved = marked
+            return True
+        return False
 
     def before(self, step: int, saves: list[dict[str, Any]], optimizer: Any, batches: list[tuple[Any, Any]],
                losses: list[float]) -> None:
@@ -77,8 +115,8 @@ class ResumeCapture:
                if isinstance(v, torch.Tensor)}
         scheds = [_scheduler_state(s) for ref in self.schedulers if (s := ref()) is not None
                   and getattr(s, "optimizer", None) is optimizer]
-        self.pending = {"update": step + 1, "saved_at": saves[-1]["update"] if saves else None,
-                        "checkpoint": saves[-1]["path"] if saves else None,
+        saved = self.saved or ((saves[-1]["update"], saves[-1]["path"]) if saves else (None, None))
+        self.pending = {"update": step + 1, "saved_at": saved[0], "checkpoint": saved[1],
                         "batches": [digest(a, k) for a, k in batches], "losses": list(losses),
                         "lrs": [float(g.get("lr", 0.0)) for g in optimizer.param_groups],
                         "schedulers": scheds, "optimizer": opt, "optimizer_params": len(state)}
@@ -101,6 +139,16 @@ class ResumeCapture:
 
         reference = torch.load(self.path, weights_only=True)
         return compare(reference, self.captured)
+
+
+# under torchrun: the checkpoint any rank wrote, beside the reference (train/watch_checks.py's temporary folder)
+MARKER = "resume-saved.json"
+
+
+def rank_path(path: str, rank: int) -> str:
+    """Rank `rank`'s capture file under torchrun, beside the one-process one."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix}"))
 
 
 def resume_trainer_from(checkpoint: str) -> None:
@@ -155,4 +203,4 @@ def compare(ref: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
             "params_worst": worst, "ulps": ULPS}
 
 
-__all__ = ["ResumeCapture", "compare", "digest", "resume_trainer_from"]
+__all__ = ["MARKER", "ResumeCapture", "compare", "digest", "rank_path", "resume_trainer_from"]

@@ -323,7 +323,8 @@ POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", 
             "--prefill-chunk", "--new-tokens", "--max-context", "--max-sequences", "--block-size", "--tp", "--ngram",
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
             "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers",
-            "--equivalence-margin", "--non-inferiority", "--grad-accumulation", "--updates", "--timeout"}
+            "--equivalence-margin", "--non-inferiority", "--grad-accumulation", "--updates", "--timeout",
+            "--checkpoint-every"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu",
              "--recovery-margin"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..models.families import falcon_shared_attention
 from ..models.spec import ModelSpec
 from . import encdec
@@ -240,6 +241,10 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
     """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card (`formula`
     False: the bytes only, the formula left empty)."""
     if spec.encdec is not None:
+        if w.grad_checkpointing and (w.checkpoint_ops or w.checkpoint_every > 1):
+            raise InputError("selective checkpointing (--checkpoint-every, --checkpoint-ops) is modelled for decoders; "
+                             f"{spec.name} is an encoder-decoder: drop the option (--grad-checkpointing checkpoints "
+                             "every layer)")
         return encdec.training_activations(spec, w)
     saved, one_layer = _saved(spec, w, w.batch * w.seq_len)
     if not formula:
@@ -248,6 +253,21 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
     layer = layer_saved(spec, w)
     c = ELEMENT_BYTES[w.compute_dtype]
     generic = f"{spec.generic}; " if spec.generic else ""
+    if w.grad_checkpointing and w.checkpoint_ops:
+        kept = op_checkpoint_saved(spec, w)
+        return SavedActivations(saved, one_layer, generic + (
+            f"op-level selective checkpointing: L x b x s x ({c:g} x h input + {kept.per_token:,.0f} B kept ops) = "
+            f"{spec.num_layers} x {tokens} x ({c:g} x {spec.hidden_size} + {kept.per_token:,.0f}), + final norm; "
+            "kept: " + "; ".join(f"{n} {v:,.0f}" for n, v in kept.terms) + "; the rest of one layer is recomputed in "
+            "backward (torchtitan parallelize_llama.py _apply_ac_to_transformer_block, its _save_list policy)"))
+    if w.grad_checkpointing and w.checkpoint_every > 1:
+        n, L = checkpointed_layers(spec, w), spec.num_layers
+        return SavedActivations(saved, one_layer, generic + (
+            f"every {w.checkpoint_every}th layer checkpointed ({n} of {L}): {n} x b x s x h x {c:g} B (their inputs) "
+            f"+ {L - n} x b x s x {layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len):,.0f} "
+            f"B/token (the others' saved tensors) = {n} x {tokens} x {spec.hidden_size} x {c:g} + {L - n} x {tokens}, "
+            "+ final norm; one layer is recomputed in backward (torchtitan/torchtune checkpoint_wrapper: the blocks "
+            "counted from 1, those whose count % K == 0 wrapped)"))
     if w.grad_checkpointing:
         return SavedActivations(saved, one_layer, generic + (
             f"checkpointing: L x b x s x h x {c:g} B (each layer's input) = {spec.num_layers} x {tokens} x "
@@ -280,8 +300,72 @@ def _saved(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, int]:
     if mask:
         final += tokens * w.seq_len * c
     if checkpointing:
-        return int(L * tokens * c * h + final), int(one_layer)
+        return int(checkpoint_kept(spec, w, tokens, one_layer, L) + final), int(one_layer)
     return int(L * one_layer + final), int(one_layer)
+
+
+def checkpointed_layers(spec: ModelSpec, w: Workload) -> int:
+    """Layers whose forward runs under a checkpoint: every one with --grad-checkpointing (and --checkpoint-ops), every
+    K-th with --checkpoint-every K, none without. torchtitan (parallelize_llama.py _apply_ac_to_transformer_block) and
+    torchtune (training/_activation_checkpointing.py checkpoint_wrapper) count the blocks from 1 and wrap those whose
+    count % K == 0: L // K of L."""
+    if not w.grad_checkpointing:
+        return 0
+    n = spec.num_layers // w.checkpoint_every
+    if n == 0:
+        raise InputError(f"--checkpoint-every {w.checkpoint_every} checkpoints none of {spec.name}'s "
+                         f"{spec.num_layers} layers: give at most {spec.num_layers}, or drop --grad-checkpointing")
+    return n
+
+
+def checkpoint_kept(spec: ModelSpec, w: Workload, tokens: int, one_layer: float, layers: int) -> float:
+    """Bytes the first `layers` decoder layers keep for backward under checkpointing, at `tokens` (batch x length),
+    `one_layer` the bytes one layer saves without it: a checkpointed layer keeps its input (torch.utils.checkpoint,
+    non-reentrant: the function's inputs, for its recompute), with --checkpoint-ops also the outputs its policy saves
+    (op_checkpoint_saved); a layer left out of --checkpoint-every keeps everything it saves."""
+    c, h = ELEMENT_BYTES[w.compute_dtype], spec.hidden_size
+    if w.checkpoint_ops:
+        return layers * tokens * (c * h + op_checkpoint_saved(spec, w).per_token)
+    n = layers // w.checkpoint_every  # the checkpointed among the first `layers` (count % K == 0)
+    return n * tokens * c * h + (layers - n) * one_layer
+
+
+# torchtitan's op-level policy (torchtitan/parallelisms/parallelize_llama.py, read at 004b3148, not at the benchmark
+# row's 31a17bfd; `_save_list`): the outputs of these ops are saved, every other op of the layer recomputed; of
+# aten.mm, only the odd-numbered calls of each forward (its meta counter: "Saves output of all compute ops, except
+# every second mm"). A Linear with a bias runs aten.addmm: neither counted
+# nor saved. The SDPA ops are CUDA's (the CPU kernel, _scaled_dot_product_flash_attention_for_cpu, is not listed).
+_LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # in forward order
+
+
+def op_checkpoint_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
+    """Bytes per token one layer keeps under torchtitan's op-level selective checkpointing, besides its input: the
+    outputs of the odd-numbered bias-free matmuls in forward order (q, v, gate, down in a Llama layer), and the
+    attention kernel's outputs (the output and its fp32 logsumexp). Modelled for full fine-tuning of dense
+    Llama-shaped layers with SDPA (torchtitan's Llama; LoRA's extra matmuls would shift the count); else refused."""
+    linears = {g.module for g in spec.groups if g.in_blocks and g.role == "linear"}
+    biased = {g.module for g in spec.groups if g.in_blocks and g.role == "bias"}
+    shaped = spec.mlp == "gated" and spec.moe is None and spec.mla is None and set(_LLAMA_LINEARS) <= linears
+    if not shaped or w.attention != "sdpa" or uses_math_sdpa(spec, w) or w.method != "full":
+        why = ("with --method full" if w.method != "full" else "with --attention sdpa" if w.attention != "sdpa"
+               else f"for dense Llama-shaped layers (q/k/v/o, gate/up/down projections), which {spec.name}'s are not")
+        raise InputError(f"--checkpoint-ops (torchtitan's op-level policy) is modelled {why}; use --checkpoint-every K "
+                         "or --grad-checkpointing alone")
+    c = ELEMENT_BYTES[w.compute_dtype]
+    h, hd = spec.hidden_size, spec.head_dim
+    width = {"q_proj": spec.num_heads * hd, "k_proj": spec.num_kv_heads * hd,
+             "v_proj": spec.num_kv_heads * hd, "o_proj": h, "gate_proj": spec.intermediate_size,
+             "up_proj": spec.intermediate_size, "down_proj": h}
+    terms: list[tuple[str, float]] = []
+    count = 0
+    for name in _LLAMA_LINEARS:
+        if name in biased:
+            continue  # addmm
+        count += 1
+        if count % 2 == 1:
+            terms.append((f"{name} output (mm #{count})", c * width[name]))
+    terms.append(("attention output + logsumexp (SDPA)", c * spec.num_heads * hd + FP32 * spec.num_heads))
+    return LayerActivations(sum(t for _, t in terms), 0.0, tuple(terms))
 
 
 def eager_backward_scores(spec: ModelSpec, w: Workload) -> Term:

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models.spec import ModelSpec
-from .activations import eager_backward_scores, inference_temporaries, logits_bytes, training_activations
+from .activations import (
+    checkpoint_kept,
+    eager_backward_scores,
+    inference_temporaries,
+    logits_bytes,
+    training_activations,
+)
 from .breakdown import Item, Phase
 from .constants import (
     ADAFACTOR_STEP_COPIES,
@@ -120,6 +126,10 @@ class _StepItems:
     step: Phase
     setup: Phase | None
     head: int  # the head's parameters whose gradients a checkpointed backward holds as it recomputes (_recompute_items)
+    # FSDP units of their own (own_units): the output gathered for its backward with its gradient (start of backward),
+    # the token embedding for its own (end of backward)
+    head_unit: tuple[Item, ...] = ()
+    embed_unit: tuple[Item, ...] = ()
 
 
 KEPT_STEP_ITEMS = KeptBySpec(64)
@@ -176,7 +186,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
                                      + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
-    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations])
+    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations]
+                     + list(base.head_unit))
     if chunked:
         kept_term, grad_term = backward_loss(spec, w, c, held)
         bwd_start += [Item(f"{w.loss} loss: saved for backward", kept_term.bytes, kept_term.formula, "logits",
@@ -192,7 +203,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                            f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = saved.one_layer if w.grad_checkpointing else 0
-    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + base.end_grads)
+    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + base.end_grads
+                   + list(base.embed_unit))
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
                         "activation gradients of one layer"
@@ -260,26 +272,29 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                                  "2 B x params cast for matmuls, kept for backward" if w.shard != "fsdp" or N == 1
                                  else "2 B x params of the gathered unit and the prefetched one", "weights",
                                  "torch.autocast weight cache"))
+    apart = own_units(spec, w)  # (token embedding, output) parameters wrapped apart from the root (0, 0: not)
     if w.shard == "fsdp" and N > 1 and w.dtype in QUANTIZED:
         # a quantized base all-gathers its storage as it is (bitsandbytes' quant_storage: the packed 4-bit data in a
         # 16-bit-typed tensor, so that FSDP can flatten it), not a 16-bit copy
         wb = weight_bytes(spec, w)
         block_dense = 2 * sum(g.params for g in spec.groups if g.in_blocks and (g.role != "linear" or is_router(g)))
         per_block = (wb.quantized + wb.quant_overhead + block_dense) // max(1, spec.num_layers)
-        root = sum(g.params for g in spec.groups if not g.in_blocks) * 2
+        root = (sum(g.params for g in spec.groups if not g.in_blocks) - sum(apart)) * 2
         fwd_only.append(Item("all-gathered parameters", 2 * per_block + root,
                              f"(2 x one block as stored, current + prefetched: {per_block:,} B of "
                              f"{format_note(w.dtype, w.group_size, w.double_quant)} data, scales and 16-bit norms, "
-                             f"+ the root unit in 16-bit: {root:,} B)", "temporaries",
-                             "FSDP2 fully_shard per block + root; bitsandbytes bnb_4bit_quant_storage"))
+                             f"+ the root unit in 16-bit{ROOT_APART if any(apart) else ''}: {root:,} B)", "temporaries",
+                             "FSDP2 fully_shard per block + root; bitsandbytes bnb_4bit_quant_storage"
+                             + (f"; {CUSTOM_SHARDED}" if any(apart) else "")))
     elif w.shard == "fsdp" and N > 1:
         block_params = _largest_layer_params(spec)
-        root = sum(g.params for g in spec.groups if not g.in_blocks)
+        root = sum(g.params for g in spec.groups if not g.in_blocks) - sum(apart)
         fwd_only.append(Item("all-gathered parameters", int((2 * block_params + root) * ELEMENT_BYTES[w.compute_dtype]),
-                             "(2 x one block, current + prefetched, + the root unit: embeddings, head, final norm, "
-                             "kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with "
+                             "(2 x one block, current + prefetched, + the root unit: "
+                             + (f"final norm{ROOT_APART}" if any(apart) else "embeddings, head, final norm") +
+                             ", kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with "
                              "16-bit params under --mixed-precision)", "temporaries",
-                             "FSDP2 fully_shard per block + root"))
+                             "FSDP2 fully_shard per block + root" + (f"; {CUSTOM_SHARDED}" if any(apart) else "")))
     grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
     grad_s = 2 if zero and w.mixed_precision else s
     grads = Item("gradients", _div(grad_s * Pt, grad_div),
@@ -288,7 +303,7 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     fsdp_off = fsdp_offloaded(w)
     if fsdp_off:  # the sharded gradients live on the CPU: the card holds a unit's whole gradients until its reduce
         grad_div = 1  # unsharded (the head's, in a checkpointed backward, too)
-        unit, what = _unit_trainable(spec, w, Pt)
+        unit, what = _unit_trainable(spec, w, Pt, apart[1])
         grads = Item("gradients of the units being reduced (unsharded)", int(grad_s * unit),
                      f"{what}: {unit:,} x {grad_s:g} B, before their reduce-scatter; the shards then copied to the CPU",
                      "gradients", FSDP)
@@ -373,8 +388,9 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                   "torch.optim")] if one_tmp.bytes else [])),
                      "in backward, one parameter at a time: its gradient and its step's temporaries")
         end_grads, held = [one], False
+    head_unit, embed_unit = _own_unit_items(spec, w, apart, grad_s if w.method == "full" else 0, fsdp_off)
     return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
-                      setup_phase(spec, w), head_params(spec) if held else 0)
+                      setup_phase(spec, w), head_params(spec) - apart[1] if held else 0, head_unit, embed_unit)
 
 
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
@@ -428,17 +444,65 @@ def _load_items(spec: ModelSpec, w: Workload) -> list[Item]:
     return []
 
 
-def _unit_trainable(spec: ModelSpec, w: Workload, Pt: int) -> tuple[int, str]:
+def _unit_trainable(spec: ModelSpec, w: Workload, Pt: int, head_apart: int = 0) -> tuple[int, str]:
     """FSDP with CPU offload: the trainable parameters whose unsharded gradients the card holds at once, and how
     they were counted: a full fine-tune's root unit (embeddings, head, final norm: the head's gradient made first,
     reduce-scattered last with the root) and one block's (an upper bound: the block's are reduced before the
-    embedding's are made); adapters, one block's share."""
+    embedding's are made); adapters, one block's share. `head_apart`: the output's parameters when it is a unit of
+    its own (own_units), reduce-scattered after its own backward, at the start of backward (not counted here)."""
     if w.method == "full":
-        root = sum(g.params for g in spec.groups if not g.in_blocks)
+        root = sum(g.params for g in spec.groups if not g.in_blocks) - head_apart
         block = _largest_layer_params(spec)
-        return min(Pt, root + block), f"the root unit's ({root:,}) and one block's ({block:,}) trainable parameters"
+        return min(Pt, root + block), (f"the root unit's ({root:,}{', the output apart' if head_apart else ''}) and "
+                                       f"one block's ({block:,}) trainable parameters")
     per = -(-Pt // max(1, spec.num_layers))
     return per, f"one block's adapters (trainable params / {spec.num_layers} layers)"
+
+
+ROOT_APART = " (the token embedding and the output are FSDP units of their own)"
+CUSTOM_SHARDED = ("torchtune training.shard_model: fully_shard(m) per custom_sharded_layers name, "
+                  "reshard_after_forward=True")
+
+
+def own_units(spec: ModelSpec, w: Workload) -> tuple[int, int]:
+    """(token embedding, output projection) parameters wrapped as FSDP units of their own (--fsdp-embedding-units,
+    torchtune's custom_sharded_layers: ['tok_embeddings', 'output']), else (0, 0). torchtune's shard_model
+    (training/_distributed.py) calls fully_shard on each module a shard condition names, with the recipe's
+    reshard_after_forward (True by default), then on the root: those modules leave the root unit, which stays
+    gathered from forward to backward (FSDP2 gives the root no reshard after forward), and are gathered only for
+    their own forward and backward. A head tied to the embedding is one weight (torchtune's TiedLinear calls it
+    without the embedding module's hooks): not modelled, (0, 0), the root estimate kept (an upper bound)."""
+    if not (w.fsdp_embedding_units and w.shard == "fsdp" and w.gpus > 1 and w.training):
+        return 0, 0
+    inside = [k for k, g in enumerate(spec.groups) if g.in_blocks]
+    if not inside:
+        return 0, 0
+    before, after = spec.groups[:inside[0]], spec.groups[inside[-1] + 1:]
+    token = next((g.params for g in before if g.role == "embedding"), 0)
+    head = sum(g.params for g in after if g.role == "embedding")
+    return (token, head) if token and head else (0, 0)
+
+
+def _own_unit_items(spec: ModelSpec, w: Workload, apart: tuple[int, int], grad_s: float,
+                    grads_counted: bool) -> tuple[tuple[Item, ...], tuple[Item, ...]]:
+    """The output's unit at the start of backward (gathered again, with its unsharded gradient when it trains:
+    `grad_s` bytes per element, 0 for adapters) and the token embedding's at the end (gathered; its gradient too,
+    unless `grads_counted`: the CPU-offload unit gradients already hold it)."""
+    E, H = apart
+    if not H:
+        return (), ()
+    c = ELEMENT_BYTES[w.compute_dtype]
+    head = [Item("output projection gathered for its backward", int(H * c), f"{H:,} x {c:g} B (its own FSDP unit: "
+                 "resharded after forward, gathered again by its pre-backward hook)", "temporaries", CUSTOM_SHARDED)]
+    if grad_s:
+        head.append(Item("gradient of the output projection (unsharded)", int(H * grad_s),
+                         f"{H:,} x {grad_s:g} B, reduce-scattered after its own backward", "gradients", CUSTOM_SHARDED))
+    embed = [Item("token embedding gathered for its backward", int(E * c), f"{E:,} x {c:g} B (its own FSDP unit, the "
+                  "last backward of the step)", "temporaries", CUSTOM_SHARDED)]
+    if grad_s and not grads_counted:
+        embed.append(Item("gradient of the token embedding (unsharded)", int(E * grad_s),
+                          f"{E:,} x {grad_s:g} B, before its reduce-scatter", "gradients", CUSTOM_SHARDED))
+    return tuple(head), tuple(embed)
 
 
 def _largest_layer_params(spec: ModelSpec) -> int:
@@ -466,6 +530,15 @@ def _recompute_items(spec: ModelSpec, w: Workload, one_layer: int, layer_grads: 
         inputs = Item("checkpointed layer inputs (on the card)", int(2 * tokens * h * c),
                       f"2 x b x s x h x {c:g} B (the layer recomputed, the next one prefetched; the other {L - 2} on "
                       "the CPU)", "activations", "torchtune OffloadActivations (use_streams: one layer prefetched)")
+    elif w.checkpoint_ops or w.checkpoint_every > 1:
+        # selective: the layers up to the last checkpointed one still hold what they kept (the later ones, left out
+        # of --checkpoint-every, have run their backward and freed theirs)
+        upto = L if w.checkpoint_ops else w.checkpoint_every * (L // w.checkpoint_every)
+        inputs = Item("checkpointed layers' kept tensors", int(checkpoint_kept(spec, w, tokens, one_layer, upto)),
+                      (f"{upto} layers x b x s x (h x {c:g} B input + the outputs the op policy saves)"
+                       if w.checkpoint_ops else f"layers 1..{upto}: {upto // w.checkpoint_every} checkpointed inputs "
+                       f"(b x s x h x {c:g} B) + {upto - upto // w.checkpoint_every} layers' saved tensors"),
+                      "activations", "torch.utils.checkpoint selective checkpointing (torchtitan/torchtune)")
     else:
         inputs = Item("checkpointed layer inputs", int(L * tokens * h * c),
                       f"L x b x s x h x {c:g} B = {L} x {tokens} x {h} x {c:g}", "activations",

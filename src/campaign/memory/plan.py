@@ -14,6 +14,7 @@ from ..models.spec import ModelSpec
 from ..results import Result
 from ..units import GiB
 from .breakdown import MemoryEstimate
+from .device_map import DeviceMap, device_map_check
 from .estimate import estimate_memory
 from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value
 from .kv import KVCard, KVEstimate, estimate_kv
@@ -42,6 +43,7 @@ class MemoryPlan(Result):
     host_memory_bytes: int | None = None  # --host-memory: the host RAM each process may take
     generic: str = ""  # the formulas' estimate used the generic activation model (a family they do not know)
     ref: str = ""  # the model as the user named it (for the trace command to run instead)
+    device_map: DeviceMap | None = None  # --device-map: the layers per card and each card's peak (device_map.py)
     # the estimate's schema: load_estimate (campaign explain) reads what memory --json and trace --json write
     schema: str = field(init=False)
 
@@ -103,6 +105,8 @@ class MemoryPlan(Result):
     def _fit_check(self) -> tuple[Check, ...]:
         if self.card is None:
             return ()
+        if self.device_map is not None:  # every card's own peak; the largest decides
+            return (device_map_check(self.device_map, self.card),)
         f = self.fits[0]
         seen = (f"{f.card} ({f.memory_bytes / GiB:,.2f} GiB): {f.verdict}, needs "
                 f"{self.estimate.required_bytes / GiB:,.2f} GiB with the reserve "
@@ -120,7 +124,8 @@ class MemoryPlan(Result):
         edge = {"frontier": self.frontier.to_dict()} if self.frontier else {}
         keys = {"config_keys": [k.to_dict() for k in self.recipe]} if self.recipe else {}
         host = {"host": self.host.to_dict() | {"host_memory_bytes": self.host_memory_bytes}} if self.host else {}
-        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge | keys | host
+        cards = {"device_map": self.device_map.to_dict()} if self.device_map else {}
+        return self.estimate.to_dict() | {"fits": [f.to_dict() for f in self.fits]} | edge | keys | host | cards
 
 
 def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str | None = None,
@@ -141,6 +146,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     options: dict[str, Any] = {"reserve": reserve, "fragmentation": fragmentation}
     if context_bytes is not None:
         options["context_bytes"] = context_bytes
+    if workload.device_map != "none":
+        return _plan_device_map(spec, workload, card, trace=trace, edge=edge, **options)
     if trace:
         if fragmentation is None:
             options.pop("fragmentation")
@@ -163,6 +170,24 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
     return MemoryPlan(est, tuple(fits), card, edge_of, host=host_memory(spec, workload),
                       host_memory_bytes=host_memory_bytes, generic="" if trace else spec.generic,
                       ref=spec.name if isinstance(model, ModelSpec) else str(model))
+
+
+def _plan_device_map(spec: ModelSpec, w: Workload, card: str | None, *, trace: bool, edge: bool,
+                     **options: Any) -> MemoryPlan:
+    """plan_memory with --device-map: one card size, every card's peak (device_map.py), the largest judged."""
+    from ..errors import InputError
+    from .device_map import plan_device_map
+
+    if not card or trace or edge:
+        raise InputError("--device-map splits the model by the card's size: give --card NAME (and neither --trace "
+                         "nor --frontier)" if not card else "--device-map is estimated by the formulas: drop "
+                         + ("--trace" if trace else "--frontier"))
+    c = find_card(card)
+    est, dm = plan_device_map(spec, w, c.name, c.memory_bytes, **options)
+    worst = dm.cards[dm.deciding]
+    fit = Fit(c.name, c.memory_bytes, est.verdict(c.memory_bytes) if not dm.offloaded else "does not fit",
+              c.memory_bytes - worst.required_bytes)
+    return MemoryPlan(est, (fit,), card, generic=spec.generic, ref=spec.name, device_map=dm)
 
 
 SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "

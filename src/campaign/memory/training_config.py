@@ -217,6 +217,12 @@ def _optim(r: _Reader, value: Any, where: str, table: dict[str, tuple[str, str]]
     optimizer, impl = table[key]
     r.set("optimizer", optimizer, where)
     r.set("optimizer_impl", impl, where)
+    if "paged" in key.lower():
+        # bitsandbytes Optimizer8bit/Optimizer2State.get_state_buffer: F.get_paged (cudaMallocManaged) for a tensor
+        # of 1e5 elements or more when is_paged; torch.cuda's statistics do not see that memory
+        r.notes.append(f"{where}: {key}: paged states (bitsandbytes: CUDA unified memory, outside PyTorch's "
+                       "allocator, evicted to host RAM under pressure) are counted on the card: an upper bound for "
+                       "torch.cuda's peak figures")
 
 
 # The loops these configs drive free the logits before backward (memory/workload.py, logits_held): the HF Trainer's
@@ -726,9 +732,7 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
               f"{name}: tokenizer.max_seq_len")
     if d.get("batch_size") is not None:
         r.set("batch", _int(d["batch_size"], f"{name}: batch_size"), f"{name}: batch_size")
-    if d.get("enable_activation_checkpointing") is not None:
-        r.set("grad_checkpointing", bool(d["enable_activation_checkpointing"]),
-              f"{name}: enable_activation_checkpointing")
+    _torchtune_ac(r, d, name)
     if d.get("dtype") in ("bf16", "fp32", "fp16"):
         if method == "qlora":  # the compute dtype: the base is NF4 (torchtune's qlora_* builders, quantize_base)
             r.use(name, "dtype")
@@ -768,9 +772,60 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
             r.set("offload_params", "cpu", f"{name}: {key}")
         elif present:
             r.use(name, key)
+    _custom_sharded(r, name, d.get("custom_sharded_layers"))
     r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
           "model.lora_attn_modules", "tokenizer.max_seq_len")
     r.account(name, "torchtune", d)
+
+
+def _torchtune_ac(r: _Reader, d: dict[str, Any], name: str) -> None:
+    """Activation checkpointing of a torchtune recipe. Without ac_mode, enable_activation_checkpointing wraps every
+    layer. The distributed recipes also read ac_mode and ac_option, applied only with enable_activation_checkpointing
+    false (full_finetune_distributed.py _setup_model: "(not enable_activation_checkpointing) and (ac_mode is not None)";
+    with it true and an ac_mode, neither runs: no checkpointing). training.apply_selective_activation_checkpointing
+    (training/_activation_checkpointing.py) wraps every layer for ac_mode full; for selective the blocks counted from 1
+    whose count % int(ac_option) == 0 (0: all); any other mode, none. ac_option op is refused (torchtune's int('op')
+    raises): op-level checkpointing is torchtitan's."""
+    enable, mode = d.get("enable_activation_checkpointing"), d.get("ac_mode")
+    if mode is None:
+        if enable is not None:
+            r.set("grad_checkpointing", bool(enable), f"{name}: enable_activation_checkpointing")
+        r.use(name, "ac_option")  # read only with an ac_mode
+        return
+    r.use(name, "ac_mode", "ac_option", "enable_activation_checkpointing")
+    if enable:
+        r.set("grad_checkpointing", False, f"{name}: enable_activation_checkpointing with ac_mode (torchtune then "
+                                           "applies neither)")
+        return
+    if mode != "selective":
+        r.set("grad_checkpointing", mode == "full", f"{name}: ac_mode {_short(mode)}")
+        return
+    option = d.get("ac_option")
+    text = "" if isinstance(option, bool) else str(option).strip()
+    if not text.isdigit():
+        raise InputError(f"{name}: ac_option {_short(option)} with ac_mode selective must be a layer count (2: every "
+                         "second layer; torchtune takes int(ac_option)); op-level checkpointing is torchtitan's")
+    r.set("grad_checkpointing", True, f"{name}: ac_mode selective")
+    if int(text) > 1:
+        r.set("checkpoint_every", int(text), f"{name}: ac_option")
+
+
+def _custom_sharded(r: _Reader, name: str, value: Any) -> None:
+    """torchtune's custom_sharded_layers (the *_distributed recipes): each module it names becomes an FSDP unit of
+    its own (training.shard_model). ['tok_embeddings', 'output'] is modelled (--fsdp-embedding-units); another list
+    is left to the key's account, named as not modelled (the root estimate stays: an upper bound). A single-device
+    recipe (no FSDP) never reads it: off, changing no memory."""
+    if value in (None, [], ()):
+        if value is not None:
+            r.use(name, "custom_sharded_layers")
+        return
+    if r.options.get("shard") != "fsdp":
+        r.use(name, "custom_sharded_layers")
+        r.notes.append(f"{name}: custom_sharded_layers: read by torchtune's distributed recipes only (FSDP); one "
+                       "card: no effect")
+        return
+    if isinstance(value, list) and sorted(value) == ["output", "tok_embeddings"]:
+        r.set("fsdp_embedding_units", True, f"{name}: custom_sharded_layers")
 
 
 def _attn_modules(value: Any, where: str) -> list[str]:

@@ -18,6 +18,7 @@ ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
 LOSSES = ("full", "chunked", "fused")
+DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,16 @@ class Workload:
     grad_checkpointing: bool = field(default=False, metadata={
         "flag": "--grad-checkpointing", "group": "step",
         "help": "Recompute activations in backward (one tensor kept per layer)."})
+    # Selective checkpointing refines --grad-checkpointing (a switch that recipes and scripts already pass) rather than
+    # giving it values: the two ways torchtitan and torchtune select, by layer and by op, each a flag of its own
+    checkpoint_every: int = field(default=1, metadata={
+        "flag": "--checkpoint-every", "group": "loop",
+        "help": "With --grad-checkpointing: checkpoint only every K-th layer (torchtitan selective_ac_option K, "
+                "torchtune ac_mode selective + ac_option K); the others keep all their activations. Default 1."})
+    checkpoint_ops: bool = field(default=False, metadata={
+        "flag": "--checkpoint-ops", "group": "loop",
+        "help": "With --grad-checkpointing: per-op selective checkpointing (torchtitan selective_ac_option op): "
+                "each layer also keeps its attention output and every other matmul's output."})
     attention: str = field(default="sdpa", metadata={
         "flag": "--attention", "group": "step", "help": "sdpa (flash-style) | eager (materialized scores)."})
     loss: str = field(default="full", metadata={
@@ -107,6 +118,10 @@ class Workload:
     gpus: int = field(default=1, metadata={"flag": "--gpus", "group": "parallel", "help": "Number of cards."})
     shard: str = field(default="none", metadata={
         "flag": "--shard", "group": "parallel", "help": "none (DDP) | zero1 | zero2 | zero3 | fsdp | tp (inference)."})
+    fsdp_embedding_units: bool = field(default=False, metadata={
+        "flag": "--fsdp-embedding-units", "group": "parallel",
+        "help": "FSDP: the token embedding and the output projection each an FSDP unit of its own (torchtune's "
+                "custom_sharded_layers: [tok_embeddings, output]), gathered only while used, not with the root."})
     prefill_chunk: int = field(default=8192, metadata={
         "flag": "--prefill-chunk", "group": "step",
         "help": "Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context)."})
@@ -206,6 +221,12 @@ class Workload:
                 "DeepSpeed offload_param device cpu (ZeRO-Infinity); with fsdp, CPUOffload(offload_params=True), "
                 "which also puts gradients and optimizer states in host RAM and steps on the CPU; check host RAM "
                 "with --host-memory."})
+    device_map: str = field(default="none", metadata={
+        "flag": "--device-map", "group": "generation",
+        "help": "none (default) | auto | balanced | balanced_low_0: inference loaded with transformers' "
+                "from_pretrained(device_map=...) over --gpus cards (accelerate's balanced split: whole layers in "
+                "order, card by card; balanced_low_0 leaves card 0 only what the others cannot hold), one peak per "
+                "card; needs --card."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -372,6 +393,19 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.loss not in LOSSES:
         raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss) or "
                          "fused (Liger's fused linear cross-entropy)")
+    if isinstance(w.checkpoint_every, bool) or not isinstance(w.checkpoint_every, int) or w.checkpoint_every <= 0:
+        raise InputError(f"checkpoint-every must be a positive number of layers (2: every second layer "
+                         f"checkpointed), got {w.checkpoint_every!r}")
+    if (w.checkpoint_every != 1 or w.checkpoint_ops) and not w.grad_checkpointing and w.mode == "train":
+        flag = "--checkpoint-ops" if w.checkpoint_ops else "--checkpoint-every"
+        raise InputError(f"{flag} selects what --grad-checkpointing recomputes: add --grad-checkpointing, or drop "
+                         f"{flag}")
+    if w.checkpoint_ops and w.checkpoint_every != 1:
+        raise InputError("--checkpoint-ops and --checkpoint-every are two selective modes (torchtitan's "
+                         "selective_ac_option is op or a layer count): give one")
+    if w.activation_offloading and (w.checkpoint_every != 1 or w.checkpoint_ops) and w.mode == "train":
+        raise InputError("--activation-offloading is modelled with every layer checkpointed: drop --checkpoint-every / "
+                         "--checkpoint-ops, or --activation-offloading")
     if w.activation_offloading and not w.grad_checkpointing and w.mode == "train":
         raise InputError("--activation-offloading moves each checkpointed layer's input to the CPU: add "
                          "--grad-checkpointing (torchtune offloads with activation checkpointing on)")
@@ -407,6 +441,9 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.optimizer_in_backward and w.shard != "none" and w.gpus > 1:
         raise InputError("--optimizer-in-backward is modelled on unsharded runs; estimate it without --shard, or "
                          "without the option (an upper bound)")
+    if w.fsdp_embedding_units and w.mode == "train" and w.shard != "fsdp":
+        raise InputError(f"--fsdp-embedding-units wraps the embedding and the output as FSDP units of their own: "
+                         f"add --shard fsdp, or drop the option (got --shard {w.shard})")
     if w.kv_cache == "dynamic" and (w.mode != "infer"):
         raise InputError("--kv-cache dynamic is for inference (HF generate); drop it, or add --infer")
     if w.kv_cache == "dynamic" and w.new_tokens is None:
@@ -466,10 +503,19 @@ def make_workload(**kwargs: Any) -> Workload:
         notes.append("mixed precision: fp32 weights with 16-bit autocast compute")
     if mode == "train" and w.shard == "tp":
         raise InputError("shard 'tp' (tensor parallel) is for inference; for training use zero1, zero2, zero3 or fsdp")
+    if w.device_map not in DEVICE_MAPS:
+        raise InputError(f"device-map {w.device_map!r} is not modelled; choose none, auto (= balanced), balanced or "
+                         "balanced_low_0")
+    if w.device_map != "none" and mode == "train":
+        raise InputError(f"--device-map {w.device_map} places a model for inference (from_pretrained); add --infer, "
+                         "or drop --device-map (for training use --shard)")
+    if w.device_map != "none" and w.shard != "none":
+        raise InputError(f"--device-map {w.device_map} puts whole layers on each card; --shard {w.shard} splits each "
+                         "layer (tensor parallel): give one of them")
     shard = w.shard
     if w.gpus == 1 and shard != "none":
         notes.append(f"{shard} over 1 GPU shards nothing")
-    if w.gpus > 1 and shard == "none" and mode == "infer":
+    if w.gpus > 1 and shard == "none" and mode == "infer" and w.device_map == "none":
         shard = "tp"
         notes.append(f"inference over {w.gpus} GPUs: tensor parallel (weights and KV heads split)")
     targets = tuple(t.strip() for t in w.lora_targets if t.strip()) or ("all-linear",)

@@ -25,13 +25,18 @@ def describe(est: MemoryEstimate) -> str:
     w = est.workload
     if w.training:
         what = f"train {w.method} ({w.dtype}{', mixed precision' if w.mixed_precision else ''}, {w.optimizer})"
-        shape = f"batch {w.batch} x {w.seq_len} tokens" + (", grad checkpointing" if w.grad_checkpointing else "")
+        ckpt = ("" if not w.grad_checkpointing else ", selective (op) checkpointing" if w.checkpoint_ops else
+                f", grad checkpointing every {w.checkpoint_every} layers" if w.checkpoint_every > 1 else
+                ", grad checkpointing")
+        shape = f"batch {w.batch} x {w.seq_len} tokens" + ckpt
         if w.grad_accumulation > 1:
             shape += f", {w.grad_accumulation} micro-batches a step"
     else:
         what = f"inference ({w.dtype} weights, {w.cache_dtype} KV)"
         shape = f"{w.batch} sequence{'s' if w.batch > 1 else ''} x {w.seq_len} tokens"
     cards = f"{w.gpus} cards, {w.shard}" if w.gpus > 1 else "1 card"
+    if w.device_map != "none":
+        cards = f"{w.gpus} card{'s' if w.gpus > 1 else ''}, device_map {w.device_map}"
     return f"{est.model} · {what} · {shape} · {cards} · {w.attention}"
 
 
@@ -41,12 +46,36 @@ def plan(p: MemoryPlan, *, sources: bool = False) -> None:
     memory(p.estimate, p.fits, p.card, sources=sources,
            unverified=f"{p.estimate.model}'s family is not one the formulas model (the generic activation model "
            f"guesses its activations); {family.fix}" if family else "")
+    if p.device_map is not None:
+        device_map(p)
     if p.host is not None:
         host(p)
     if p.frontier is not None:
         edge(p)
     if p.recipe:
         recipe(p)
+
+
+def device_map(p: MemoryPlan) -> None:
+    """--device-map: one row per card (the layers accelerate places there, its weights, KV cache and requirement),
+    the card that decides marked, and what goes to the CPU or disk."""
+    dm = p.device_map
+    assert dm is not None
+    table = Table(title=f"Per card (device_map {dm.policy}, {dm.gpus} x {gib(dm.card_bytes)} GiB; the largest "
+                  "decides)", title_justify="left")
+    for name, justify in (("card", "right"), ("layers", "left"), ("holds", "left"), ("weights GiB", "right"),
+                          ("KV GiB", "right"), ("peak GiB", "right"), ("required GiB", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for s in dm.cards:
+        layers = "-" if s.layers is None else f"{s.layers[0]}-{s.layers[1]} ({s.layer_count})"
+        holds = ", ".join(x for x, on in (("embedding", s.embedding), ("lm_head", s.head)) if on)
+        need = gib(s.required_bytes) + (" *" if s.card == dm.deciding else "")
+        table.add_row(str(s.card), layers, holds, gib(s.weights_bytes), gib(s.kv_bytes), gib(s.peak_allocated_bytes),
+                      need)
+    console.print(table)
+    if dm.offloaded:
+        console.print(f"[red]offloaded[/red]: accelerate puts {', '.join(dm.offloaded)} on the CPU or disk "
+                      f"({dm.offloaded_layers} decoder layers): the cards cannot hold the weights", highlight=False)
 
 
 def host(p: MemoryPlan) -> None:

@@ -12,16 +12,15 @@ import itertools
 import math
 import os
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from typing import Any
 
 from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, NO_TERMS, ROUNDING, Option, Terms, cheapest, parse_margin, rentals
+from .billing import MARGIN, ROUNDING, Option, cheapest, offer_rentals, parse_margin
 from .money import usd
-from .prices import catalog_card, cents, known_keys, load_prices, load_yaml
+from .prices import CardPrices, PriceFile, card_ref, cents, known_keys, load_prices, load_yaml, offer_label, split_offer
 from .schedule import Phase
 
 SCHEMA = "campaign.ablate_plan/1"
@@ -110,7 +109,8 @@ class Design(Record):
     aliased_interactions: tuple[str, ...] = ()
     includes_control: bool = True
     rental: str | None = None               # the cheapest rental that holds the runs (billing.rentals)
-    rentals: tuple[Option, ...] = ()        # every rental of the card priced for the runs
+    rentals: tuple[Option, ...] = ()        # every rental of every offer of the card priced for the runs
+    offer: str | None = None                # the offer of the cheapest rental (the price file's `offer`)
 
     @property
     def name(self) -> str:
@@ -254,7 +254,7 @@ def read_factors(path: str | os.PathLike[str]) -> FactorsFile:
     hours = doc.number("hours_per_run", minimum=0)
     if not 0 < hours <= MAX_HOURS:
         doc.fail(f"field 'hours_per_run' is {hours:g}; give the hours of one run, above 0 and at most {MAX_HOURS:,}")
-    card = catalog_card(doc.raw("card"), where, "card") if "card" in doc else None
+    card = card_ref(doc.raw("card"), where, "card") if "card" in doc else None
     budget_hours = doc.number("budget_gpu_hours", None, minimum=0)
     budget = cents(doc.raw("budget_usd"), where, "budget_usd") if "budget_usd" in doc else None
     if budget is not None and card is None:
@@ -347,17 +347,20 @@ def _other(f: Factor) -> str:
 
 @dataclass(frozen=True)
 class Rate:
-    """How a design is billed (billing.rentals, as campaign budget and bench bill): its runs on `cards` cards, each
-    lengthened by the margin, under every rental of the card (its packages, on demand at `hourly` exact cents per
-    card-hour per started `unit`, packages combined), at the cheapest that holds them."""
+    """How a design is billed (billing.offer_rentals, as campaign budget and bench bill): its runs on `cards` cards,
+    each lengthened by the margin, under every rental of every offer of the card (`offers`, from the price file
+    `prices`: its packages, on demand per started unit of its billing, packages combined), at the cheapest that
+    holds them."""
 
-    card: str
-    hourly: Decimal | None
-    packages: tuple = ()
+    prices: PriceFile
+    offers: tuple[CardPrices, ...]
     cards: int = 1
     margin: float = MARGIN
-    unit: str = "hour"
-    terms: Terms = NO_TERMS
+
+    @property
+    def unit(self) -> str:
+        """The offers' billing units, for the notes: 'hour', or 'hour or second' when they differ."""
+        return " or ".join(dict.fromkeys(self.prices.unit(c) for c in self.offers))
 
 
 def _priced(rate: Rate | None, d: Design) -> Design:
@@ -368,11 +371,10 @@ def _priced(rate: Rate | None, d: Design) -> Design:
         return d
     phases = tuple(Phase(f"cell {c.label}", "experiment", c.seeds, c.card_hours / c.seeds / rate.cards, rate.cards,
                          (), c.seeds) for c in d.cells if c.seeds)       # each cell's runs take its own hours
-    options = rentals(phases, card=rate.card, packages=rate.packages, hourly=rate.hourly, on_demand_cards=rate.cards,
-                      margin=rate.margin, unit=rate.unit, terms=rate.terms)
+    options = offer_rentals(rate.prices, rate.offers, phases, on_demand_cards=rate.cards, margin=rate.margin)
     best = cheapest(options)
     return replace(d, cost_cents=None if best is None else best.cost_cents, rental=None if best is None else best.name,
-                   rentals=tuple(options))
+                   rentals=tuple(options), offer=None if best is None else best.offer)
 
 
 def ofat(factors: tuple[Factor, ...], seeds: int, hours: float, hourly: Rate | None = None) -> Design:
@@ -540,8 +542,7 @@ def plan_ablation(factors_file: str | os.PathLike[str] | FactorsFile, *, design:
     hourly = None
     if ff.card:
         pf = load_prices(prices)
-        cp = pf.for_card(ff.card)
-        hourly = Rate(cp.card, cp.hourly_exact, cp.packages, ff.cards_per_run, ff.margin, pf.unit(cp), cp.terms)
+        hourly = Rate(pf, pf.offers(ff.card), ff.cards_per_run, ff.margin)
     paired = None
     seeds_how = "given" if ff.seeds is not None else "default"
     notes: list[str] = []
@@ -813,7 +814,10 @@ def _notes(d: Design, ff: FactorsFile, unit: str = "hour") -> list[str]:
     if ff.card is None:
         notes.append("no card given: cost in card-hours only; add card: for USD at its hourly price")
     else:
-        rental = f"{d.rental} (the cheapest rental of {ff.card} that holds the runs" if d.rental else \
+        card, named = split_offer(ff.card)
+        taken = "" if d.offer is None else f" on {offer_label(card, d.offer)}"
+        every = " among its offers" if d.offer is not None and named is None else ""
+        rental = f"{d.rental}{taken} (the cheapest rental of {ff.card}{every} that holds the runs" if d.rental else \
             f"no rental of {ff.card} holds the runs ("
         notes.append(f"cost: {rental}: its packages, on demand per started {unit} and packages combined, priced "
                      f"as campaign budget prices the same runs; --json lists every rental); recovery margin "

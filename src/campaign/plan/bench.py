@@ -16,9 +16,9 @@ from ..checks import Check
 from ..errors import InputError
 from ..results import Record, Result
 from ..validate import JsonObject
-from .billing import MARGIN, ROUNDING, parse_margin, rentals, runs_phase
+from .billing import MARGIN, ROUNDING, Option, cheapest, offer_rentals, parse_margin, runs_phase
 from .money import usd
-from .prices import PriceFile, catalog_card, known_keys, load_prices, load_yaml
+from .prices import OFFER_SEP, PriceFile, card_ref, known_keys, load_prices, load_yaml, offer_label, split_offer
 
 SCHEMA = "campaign.bench/1"
 FIX = "see examples/plan/cost.yaml for the format"
@@ -55,6 +55,12 @@ class RentalCost(Record):
     cost_cents: int | None
     hours: float | None = None
     cost_exact_cents: str = ""
+    offer: str | None = None                # the card's offer it rents (the price file's `offer`)
+
+    @property
+    def label(self) -> str:
+        """The rental with its offer when the card has several: '@community 3-day' (the name alone without)."""
+        return rental_label(self.name, self.offer)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class Configuration(Record):
     cheapest: str | None
     cheapest_cents: int | None
     quality_p: float | None = None  # one-sided t-test that the runs' mean final quality is past target - margin
+    offer: str | None = None        # the offer of the cheapest rental (or the one 'CARD@OFFER' names)
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ class BenchReport(Result):
     margin: float = MARGIN
     quality_margin: float | None = None
     schema: str = SCHEMA
+    cheapest_offer: str | None = None       # the offer of the cheapest configuration's rental
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -266,16 +274,19 @@ def _runs(c: JsonObject, target: float, higher: bool, metric: str) -> list[Bench
     return out
 
 
-def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int, margin: float) -> list[RentalCost]:
-    """`repeats` runs of `hours` on `cards` cards each, priced under every rental of the card by the one billing
-    model (billing.rentals, as campaign budget and ablate plan do): each run lasts hours x (1 + margin); a package
-    runs its cards side by side and fits when the schedule ends inside its window; on demand each card is billed
-    from its first run to its last, per started unit; packages combined when cheaper."""
-    prices = pf.for_card(card)
+def rental_label(name: str, offer: str | None) -> str:
+    """A rental with its offer: '@community 3-day' ('3-day' when the card has one entry)."""
+    return name if offer is None else f"{OFFER_SEP}{offer} {name}"
+
+
+def _rentals(pf: PriceFile, card: str, cards: int, hours: float, repeats: int, margin: float) -> list[Option]:
+    """`repeats` runs of `hours` on `cards` cards each, priced under every rental of every offer of the card (or
+    the one 'CARD@OFFER' names) by the one billing model (billing.offer_rentals, as campaign budget and ablate plan
+    do): each run lasts hours x (1 + margin); a package runs its cards side by side and fits when the schedule ends
+    inside its window; on demand each card is billed from its first run to its last, per started unit; packages
+    combined when cheaper."""
     phases = runs_phase("runs", repeats, hours, cards)
-    return [RentalCost(o.name, o.cards, o.window_hours, o.fits, o.cost_cents, o.hours, o.cost_exact_cents)
-            for o in rentals(phases, card=prices.card, packages=prices.packages, hourly=prices.hourly_exact,
-                             on_demand_cards=cards, margin=margin, unit=pf.unit(prices), terms=prices.terms)]
+    return offer_rentals(pf, pf.offers(card), phases, on_demand_cards=cards, margin=margin)
 
 
 def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] | PriceFile | None = None,
@@ -318,6 +329,7 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
     hashes: list[str | None] = []
     pf = prices if isinstance(prices, PriceFile) else load_prices(prices)
     configs: list[Configuration] = []
+    units: list[str] = []               # the billing units of the offers priced, for the notes
     names: set[str] = set()
     for c in doc.items("configurations"):
         name = c.str("name")
@@ -326,7 +338,8 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
         if name in names:
             c.fail(f"configuration {name!r} is listed twice")
         names.add(name)
-        card = catalog_card(c.raw("card"), c.where, "card")
+        card = card_ref(c.raw("card"), c.where, "card")
+        card, named = split_offer(card)
         ncards = c.count("cards", 1, minimum=1, maximum=4096)
         if repeats * ncards > 1_000_000:
             c.fail(f"{repeats:,} runs x {ncards:,} cards is more than 1,000,000 run-cards to schedule; cost fewer "
@@ -342,24 +355,26 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
             status = "never reaches"
         mean = math.fsum(reached) / len(reached) if reached else None
         worst = max(reached) if reached else None
-        priced = _rentals(pf, card, ncards, worst, repeats, margin) \
+        options = _rentals(pf, offer_label(card, named), ncards, worst, repeats, margin) \
             if status == "reaches" and worst is not None else []
-        best = min((r for r in priced if r.fits and r.cost_cents is not None), key=lambda r: r.cost_cents or 0,
-                   default=None)
+        units.extend(u for u in (pf.unit(c) for c in pf.offers(offer_label(card, named))) if u not in units)
+        priced = [RentalCost(o.name, o.cards, o.window_hours, o.fits, o.cost_cents, o.hours, o.cost_exact_cents,
+                             o.offer) for o in options]
+        best = cheapest(options)
         finals = [r.final for r in runs if r.final is not None]
         p = None
         if quality_margin is not None and len(finals) == len(runs):
             p = quality_p(finals, target - quality_margin if higher else target + quality_margin, higher)
         configs.append(Configuration(name, card, ncards, c.str("method", ""), c.str("precision", ""), tuple(runs),
                                      status, mean, worst, tuple(priced), best.name if best else None,
-                                     best.cost_cents if best else None, p))
+                                     best.cost_cents if best else None, p, best.offer if best else named))
     if not configs:
         doc.fail("field 'configurations' is empty")
     ok = [c for c in configs if c.cheapest_cents is not None]
     win = min(ok, key=lambda c: (c.cheapest_cents or 0, c.hours_worst or 0), default=None)
     if win:
         why = f"{win.name} reaches {metric} {target:g} in {win.hours_worst:,.2f} h (slowest of {len(win.runs)} runs) " \
-              f"on {win.cards} x {win.card}: {usd(win.cheapest_cents or 0)} {win.cheapest}" + \
+              f"on {win.cards} x {offer_label(win.card, win.offer)}: {usd(win.cheapest_cents or 0)} {win.cheapest}" + \
               (f" for {repeats} such runs" if repeats > 1 else "") + f" (recovery margin {margin:.0%})"
         others = sorted((c for c in ok if c is not win), key=lambda c: c.cheapest_cents or 0)
         if others:
@@ -368,7 +383,8 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
         why = f"no configuration reaches {metric} {target:g} in every run"
     notes = ["every run must reach the target for a configuration to count; its cost is the slowest run's hours, "
              f"x {repeats} run(s), each lengthened by the recovery margin {margin:.0%}, priced under each rental as "
-             f"campaign budget does (on demand: each card per started {pf.billing} from its first run to its last; "
+             f"campaign budget does (on demand: each card per started {' or '.join(units or [pf.billing])} from its "
+             "first run to its last; "
              f"a package: its cards side by side within its window); money {ROUNDING}"]
     if pf.example:
         notes.append(f"prices: example data ({pf.source}, {pf.date}); pass --prices FILE with your provider's")
@@ -380,7 +396,7 @@ def bench(cost_file: str | os.PathLike[str], *, prices: str | os.PathLike[str] |
                          tuple(configs), win.name if win else None, win.cheapest if win else None,
                          win.cheapest_cents if win else None, why, protocol | {"source": source},
                          {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                         (), tuple(notes), margin, quality_margin)
+                         (), tuple(notes), margin, quality_margin, cheapest_offer=win.offer if win else None)
     if out is not None:
         from dataclasses import replace
 

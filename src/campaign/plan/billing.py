@@ -15,10 +15,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from ..results import Record
 from .money import round_cents, usd
 from .schedule import Phase, Schedule, critical_path, schedule
+
+if TYPE_CHECKING:
+    from .prices import CardPrices, PriceFile
 
 MARGIN = 0.15                       # the default recovery margin on every run
 UNITS = {"hour": 1, "minute": 60, "second": 3600}          # billing units per hour
@@ -36,13 +40,21 @@ class Terms:
     minimum_hours: float = 0.0
     setup_hours: float = 0.0
     storage_hourly: Decimal | None = None
+    minimum_seconds: Decimal | None = None  # the minimum exact, in seconds (minimum_minutes: 1 is 60); None: from hours
+
+    @property
+    def minimum(self) -> Decimal:
+        """The minimum billed per card, exact seconds: minimum_seconds, else minimum_hours as written x 3,600."""
+        if self.minimum_seconds is not None:
+            return self.minimum_seconds
+        return Decimal(repr(self.minimum_hours)) * 3600
 
     def describe(self) -> str:
         parts = []
-        if self.minimum_hours:
-            minutes = self.minimum_hours * 60
-            parts.append(f"at least {round(minutes):g} min per card" if minutes < 60 and abs(minutes - round(minutes))
-                         < 1e-6 else f"at least {self.minimum_hours:g} h per card")
+        if self.minimum:
+            minutes = (self.minimum / 60).quantize(Decimal("1e-6"))      # 1/60 h written as a float is 1 min
+            parts.append(f"at least {int(minutes)} min per card" if minutes < 60 and
+                         minutes == minutes.to_integral_value() else f"at least {self.minimum_hours:g} h per card")
         if self.setup_hours:
             parts.append(f"{self.setup_hours:g} h set-up billed before the first step")
         if self.storage_hourly is not None:
@@ -73,12 +85,19 @@ def started_units(hours: float, unit: str = "hour") -> int:
     return math.ceil(round(hours * UNITS[unit], 9))
 
 
+def minimum_units(seconds: Decimal, unit: str = "hour") -> int:
+    """Units billed at least, for a minimum of `seconds` (exact): every started unit counts (a 1-minute minimum is
+    60 seconds, 1 minute, 1 hour); noise below 1e-9 of a unit is not a started unit, as in started_units."""
+    return math.ceil((seconds * UNITS[unit] / 3600).quantize(Decimal("1e-9")))
+
+
 def on_demand_cents(hourly: Decimal, spans: list[float] | tuple[float, ...], unit: str = "hour",
-                    minimum_hours: float = 0.0) -> Decimal:
+                    minimum_hours: float = 0.0, minimum_seconds: Decimal | None = None) -> Decimal:
     """Exact cents of on-demand cards: `hourly` exact cents per card-hour, one span of use (hours) per card, each
-    billed per started unit and at least minimum_hours."""
+    billed per started unit and at least the minimum (minimum_seconds exact, else minimum_hours)."""
     per = UNITS[unit]
-    return sum((hourly * started_units(max(h, minimum_hours), unit) / per for h in spans), Decimal(0))
+    least = minimum_units(Terms(minimum_hours, minimum_seconds=minimum_seconds).minimum, unit)
+    return sum((hourly * max(started_units(h, unit), least) / per for h in spans), Decimal(0))
 
 
 def storage_cents(terms: Terms, hours: float, unit: str = "hour") -> Decimal:
@@ -187,7 +206,8 @@ def price(phases: tuple[Phase, ...], *, card: str, name: str, cards: int, window
                       package_hours=window if package_cents is not None else None, setup_hours=setup)
     hours = sched.makespan_hours + setup
     exact = package_cents if package_cents is not None else \
-        on_demand_cents(hourly or Decimal(0), [h + setup for h in card_spans(sched)], unit, terms.minimum_hours)
+        on_demand_cents(hourly or Decimal(0), [h + setup for h in card_spans(sched)], unit, terms.minimum_hours,
+                        terms.minimum_seconds)
     exact += storage_cents(terms, hours, unit)
     cost = round_cents(exact)
     limit = window if window is not None else math.inf
@@ -320,10 +340,25 @@ def topped_up(phases: tuple[Phase, ...], *, card: str, package: object, hourly: 
             first[c] = min(first.get(c, math.inf), max(r.start_hours, window))
             last[c] = max(last.get(c, 0.0), r.end_hours)
     exact = pk.exact + on_demand_cents(hourly, [last[c] - first[c] for c in first], unit,  # type: ignore[attr-defined]
-                                       terms.minimum_hours) + storage_cents(terms, o.hours or 0, unit)
+                                       terms.minimum_hours, terms.minimum_seconds) \
+        + storage_cents(terms, o.hours or 0, unit)
     cost = round_cents(exact)
     why = f"costs {usd(cost)} > the budget of {usd(budget_cents)}" if budget_cents is not None and \
         cost > budget_cents else ""
     per_useful = round_cents(exact / o.useful) if o.useful and not why else None
     return with_(o, cost_cents=cost, cost_usd=cost / 100, cost_exact_cents=str(exact), fits=not why, why=why,
                  cost_per_useful_cents=per_useful, package_hours=float(pk.hours))  # type: ignore[attr-defined]
+
+
+def offer_rentals(pf: PriceFile, offers: tuple[CardPrices, ...] | list[CardPrices], phases: tuple[Phase, ...], *,
+                  on_demand_cards: int, margin: float, deadline_hours: float | None = None,
+                  budget_cents: int | None = None, refused: tuple[str, ...] = (), combine: bool = True) -> list[Option]:
+    """Every rental of every offer of a card (PriceFile.offers: all of them, or the one 'CARD@OFFER' names) for
+    the phases, each priced by `rentals` at its own prices, billing unit and terms and marked with its offer: the
+    one way campaign budget, bench and ablate plan price the same runs. cheapest() of them is the one to take."""
+    from dataclasses import replace as with_
+
+    return [with_(o, offer=c.offer) for c in offers for o in rentals(
+        phases, card=c.card, packages=c.packages, hourly=c.hourly_exact, on_demand_cards=on_demand_cards,
+        margin=margin, unit=pf.unit(c), deadline_hours=deadline_hours, budget_cents=budget_cents, refused=refused,
+        combine=combine, terms=c.terms)]

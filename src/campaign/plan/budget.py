@@ -21,9 +21,9 @@ from .billing import (
     Option,
     Terms,
     cheapest,
+    offer_rentals,
     parse_margin,
     price,
-    rentals,
     storage_cents,
 )
 from .money import round_cents, usd
@@ -497,10 +497,9 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         labels.extend(c.label for c in offers)
         ph, est, refused = phases_on(part(members, offers[0].card), offers[0].card, mfu=mfu, priced=priced)
         estimates.extend(est)
-        found = [replace(o, offer=gc.offer) for gc in offers for o in rentals(
-            ph, card=gc.card, packages=gc.packages, hourly=gc.hourly_exact,
-            on_demand_cards=whole.on_demand_cards or max(x.cards for x in ph), margin=whole.margin, unit=pf.unit(gc),
-            deadline_hours=whole.deadline_hours, refused=tuple(refused), combine=combine, terms=gc.terms)]
+        found = offer_rentals(pf, offers, ph, on_demand_cards=whole.on_demand_cards or max(x.cards for x in ph),
+                              margin=whole.margin, deadline_hours=whole.deadline_hours, refused=tuple(refused),
+                              combine=combine)
         pick = cheapest(found)
         gc = next(c for c in offers if c.offer == pick.offer) if pick else offers[0]
         others.append((g, CardRental(gc.card, ph, pick, "" if pick else _why(None, found),
@@ -530,17 +529,19 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
         if packages and "on-demand" in packages and all(c.hourly_exact is None for c in mine):
             raise InputError(f"{pf.path}: card {mine[0].label if len(mine) == 1 else card!r} has no hourly price"
                              + ("" if len(mine) == 1 else " in any of its offers") + "; add 'hourly' or drop on-demand")
+        asked = []                                # each offer with only the rentals asked for (--package)
         for cp in mine:
             chosen = tuple(pk for n in packages if n != "on-demand" for pk in cp.packages if pk.name == n) \
                 if packages else cp.packages
-            hourly = cp.hourly_exact if not packages or "on-demand" in packages else None
-            if not chosen and hourly is None:
-                continue                          # this offer sells none of the rentals asked for
-            options.extend(replace(o, offer=cp.offer) for o in rentals(
-                phases, card=cp.card, packages=chosen, hourly=hourly,
-                on_demand_cards=p.on_demand_cards or max(ph.cards for ph in phases), margin=p.margin,
-                unit=pf.unit(cp), deadline_hours=p.deadline_hours, budget_cents=p.budget_cents,
-                refused=tuple(refused), combine=combine, terms=cp.terms))
+            by_hour = not packages or "on-demand" in packages
+            offer = replace(cp, packages=chosen) if by_hour else \
+                replace(cp, packages=chosen, hourly=None, hourly_cents=None)
+            if offer.packages or offer.hourly_exact is not None:    # else it sells none of the rentals asked for
+                asked.append(offer)
+        cards_on_demand = p.on_demand_cards or max(x.cards for x in phases)
+        options.extend(offer_rentals(pf, asked, phases, on_demand_cards=cards_on_demand, margin=p.margin,
+                                     deadline_hours=p.deadline_hours, budget_cents=p.budget_cents,
+                                     refused=tuple(refused), combine=combine))
     # what to cut, when no option fits: for each that does not (memory refusals aside)
     final: list[Option] = []
     anything_fits = any(o.fits for o in options)
@@ -609,7 +610,8 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     if main_card is not None and len(groups) > 1:
         notes.append(f"every phase names its card: the rentals of {main_card} (the first phase's) are compared")
     written = None
-    if plot is not None and sched is not None and best is not None:
+    several = best is not None and any(r.schedule is not None for r in placed)
+    if plot is not None and sched is not None and best is not None and not several:
         from .plots import gantt
 
         written = str(gantt(sched, plot, title=f"{p.name}: {label(best)} {best.name}", window=best.package_hours,
@@ -617,13 +619,19 @@ def budget(plan: str | os.PathLike[str] | CampaignPlan, *, prices: str | os.Path
     rules = stop_rules(replace(p, budget_cents=whole.budget_cents), best, per_card[card],
                        pf.for_card(offer_label(best.card, best.offer)),
                        tuple((r, c) for r, (_, _, c) in zip(placed, others, strict=True))) if best else ()
-    return BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
-                        best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
-                        tuple(estimates), tuple(checks),
-                        {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
-                        tuple(notes), written, stop_rules=rules, rentals=tuple(placed), total_cents=total,
-                        campaign_hours=campaign_hours, recommended_offer=best.offer if best else None,
-                        start_hours=start if best else None)
+    report = BudgetReport(p.path, p.name, p.margin, tuple(final), best.name if best else None,
+                          best.card if best else None, why, per_card[card], sched, cut_first, cut_for,
+                          tuple(estimates), tuple(checks),
+                          {"path": pf.path, "source": pf.source, "date": pf.date, "example": pf.example},
+                          tuple(notes), written, stop_rules=rules, rentals=tuple(placed), total_cents=total,
+                          campaign_hours=campaign_hours, recommended_offer=best.offer if best else None,
+                          start_hours=start if best else None)
+    if plot is not None and several:                 # a card per phase: every rental's phases on their own rows
+        from .plots import gantt_rentals
+
+        report = replace(report, plot=str(gantt_rentals(report.to_dict(), plot,
+                                                        title=f"{p.name}: every rental on the campaign's clock")))
+    return report
 
 
 def label(o: Option) -> str:

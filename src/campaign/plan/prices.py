@@ -221,8 +221,9 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
 
     Format (YAML or JSON): source, date, example (bool), currency (USD), billing (per-hour | per-minute |
     per-second: how on-demand time is billed, default per-hour), cards: a list of {card, offer, hourly, packages:
-    [{name, days, cards, price}], billing (this card's, overriding the file's), minimum_hours (each on-demand card
-    billed at least this), setup_hours (billed before the first step, counted in every window), storage_hourly
+    [{name, days, cards, price}], billing (this card's, overriding the file's), minimum_hours or minimum_minutes
+    (each on-demand card billed at least this; minutes exact: minimum_minutes: 1 is 60 s), setup_hours (billed
+    before the first step, counted in every window), storage_hourly
     (billed from the start to the last run's end, idle or not)}; amounts as decimal text ('2.49', '0.347': kept
     exact). Each card must be in the catalog (campaign cards) or a custom name. A card rented under several offers
     (secure and community cloud, spot and on-demand, two providers) has an entry per offer, each with its own
@@ -249,8 +250,8 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
         offer = entry.str("offer") if "offer" in entry else None
         entry = JsonObject(entry.data, f"{where}: card {card!r}" + (f" offer {offer!r}" if offer is not None else ""),
                            fix=fix)
-        known_keys(entry, ("card", "offer", "hourly", "packages", "billing", "minimum_hours", "setup_hours",
-                           "storage_hourly"))
+        known_keys(entry, ("card", "offer", "hourly", "packages", "billing", "minimum_hours", "minimum_minutes",
+                           "setup_hours", "storage_hourly"))
         if OFFER_SEP in card:
             entry.fail(f"a card's name cannot hold {OFFER_SEP!r} (it separates a card from its offer); write the "
                        f"offer apart: card: {split_offer(card)[0]}, offer: {split_offer(card)[1]}")
@@ -267,9 +268,12 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
             hours[key] = float(entry.number(key, 0.0, minimum=0))
             if hours[key] > MAX_TERM_HOURS:
                 entry.fail(f"field {key!r} is {hours[key]:g}; at most {MAX_TERM_HOURS:,} hours (a year)")
+        minimum_seconds = _minimum_seconds(entry)
+        if minimum_seconds is not None:
+            hours["minimum_hours"] = float(minimum_seconds / 3600)
         terms = Terms(hours["minimum_hours"], hours["setup_hours"],
                       exact_cents(entry.raw("storage_hourly"), entry.where, "storage_hourly")
-                      if "storage_hourly" in entry else None)
+                      if "storage_hourly" in entry else None, minimum_seconds)
         packages: list[Package] = []
         for pk in entry.items("packages") if "packages" in entry else []:
             known_keys(pk, ("name", "days", "cards", "price"))
@@ -295,6 +299,19 @@ def load_prices(path: str | os.PathLike[str] | None = None) -> PriceFile:
         doc.fail("field 'cards' is empty; list at least one card with its prices")
     return PriceFile(str(path) if path is not None else str(p), str(doc.raw("source", "")), str(doc.raw("date", "")),
                      bool(doc.raw("example", False)), currency, tuple(cards), BILLING[billing])
+
+
+def _minimum_seconds(entry: JsonObject) -> Decimal | None:
+    """The minimum billed written in minutes (minimum_minutes: 1), exact in seconds; None when not given. Refused
+    with minimum_hours beside it (one minimum per entry)."""
+    if "minimum_minutes" not in entry:
+        return None
+    if "minimum_hours" in entry:
+        entry.fail("both 'minimum_hours' and 'minimum_minutes' are given; keep one (e.g. minimum_minutes: 1)")
+    minutes = entry.number("minimum_minutes", minimum=0)
+    if minutes > MAX_TERM_HOURS * 60:
+        entry.fail(f"field 'minimum_minutes' is {minutes:g}; at most {MAX_TERM_HOURS * 60:,} minutes (a year)")
+    return Decimal(repr(minutes)) * 60
 
 
 def _offer_said(offer: str | None) -> str:

@@ -376,7 +376,7 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
             "</p><p>caveats:</p><ul>" + "".join(f"<li>{_e(c)}</li>" for c in _caveats(d)) + "</ul>"
             + _table(["rental", "card", "cards", "hours", "critical path", "package ends h", "set-up h", "cost",
                       "fits", "slack h"], rows))
-    own = [[x.get("card"), ", ".join(str(ph.get("name")) for ph in _rows(x, "phases")),
+    own = [[_offered(x.get("card"), x.get("offer")), ", ".join(str(ph.get("name")) for ph in _rows(x, "phases")),
             _obj(x, "option").get("name") or "none fits", _hours(x.get("start_hours")), _hours(x.get("end_hours")),
             _usd(_obj(x, "option").get("cost_cents"))] for x in _rows(d, "rentals")]
     if own:
@@ -404,8 +404,13 @@ def _budget(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     name = str(chosen.get("name") or "").removesuffix(" + on-demand")
     label = None if not _real(end) else f"{name} ends at {end:,.4g} h" + \
         ("; on demand after" if chosen.get("window_hours") is None else "")
-    svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})",
-                     window=number(end) if _real(end) else None, label=label, setup_hours=number(setup)))
+    if any(isinstance(x.get("schedule"), dict) for x in _rows(d, "rentals")):    # a card per phase: every rental
+        from ..plan.plots import rentals_figure
+
+        svg = draw(rentals_figure(d, "schedule of every rental on the campaign's clock"))
+    else:
+        svg = draw(gantt(_obj(d, "schedule"), f"schedule on the recommended rental ({d.get('recommended')})",
+                         window=number(end) if _real(end) else None, label=label, setup_hours=number(setup)))
     return f"budget of {d.get('name') or _name(d.get('plan'))}", body + _figure(svg, f"planned, recorded {r.created}")
 
 
@@ -553,27 +558,39 @@ def _ablate_plan(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     return f"ablation plan {d.get('name') or _name(d.get('path'))}", body + _checks(_rows(d, "checks")) + _notes(d)
 
 
+def _offered(card: Any, offer: Any) -> Any:
+    """A card with its offer as --card names it ('L40S-48GB@spot'); the card alone without one."""
+    return f"{card}@{offer}" if offer else card
+
+
+def _rental(x: dict[str, Any]) -> str:
+    """A rental with its offer when the card has several ('@spot 3-day'), as `campaign bench` prints it."""
+    return f"@{x['offer']} {x.get('name')}" if x.get("offer") else str(x.get("name"))
+
+
 def _bench(r: SavedRecord, d: dict[str, Any]) -> tuple[str, str]:
     """A bench: the cheapest way to the target, every configuration with its hours and cost, each rental's cost."""
     direction = ">=" if d.get("higher_is_better", True) else "<="
-    head = (f"cheapest: <b>{_e(d.get('cheapest'))}</b> on {_e(d.get('cheapest_rental'))} at "
+    offer = f"@{d['cheapest_offer']} " if d.get("cheapest_offer") else ""
+    head = (f"cheapest: <b>{_e(d.get('cheapest'))}</b> on {_e(offer)}{_e(d.get('cheapest_rental'))} at "
             f"{_e(_usd(d.get('cheapest_cents')))}" if d.get("cheapest")
             else "<b>no configuration reaches the target</b>")
     margin = d.get("margin")
     body = (f"<p>target {_e(d.get('metric'))} {direction} {_e(d.get('target'))}, {_e(d.get('repeats'))} run(s) to "
             f"the target costed, recovery margin {f'{margin:.0%}' if _real(margin) else '?'}"
             f" — {head} — {_e(d.get('why'))}</p>")
-    rows = [[c.get("name"), c.get("card"), c.get("cards"), f"{c.get('method', '')} {c.get('precision', '')}".strip(),
+    rows = [[c.get("name"), _offered(c.get("card"), c.get("offer")), c.get("cards"),
+             f"{c.get('method', '')} {c.get('precision', '')}".strip(),
              len(_list(c.get("runs"))), c.get("status"), _hours2(c.get("hours_mean")), _hours2(c.get("hours_worst")),
              c.get("cheapest") or "-", _usd(c.get("cheapest_cents")), p_value(c.get("quality_p"))]
             for c in _rows(d, "configurations")]
     body += _table(["configuration", "card", "cards", "method", "runs", "status", "mean h", "slowest h", "cheapest",
                     "cost", "quality p"], rows) if rows else _absent("the configurations")
-    names = list(dict.fromkeys(str(x.get("name")) for c in _rows(d, "configurations") for x in _rows(c, "rentals")))
+    names = list(dict.fromkeys(_rental(x) for c in _rows(d, "configurations") for x in _rows(c, "rentals")))
     if names:
         costs = []
         for c in _rows(d, "configurations"):
-            by = {str(x.get("name")): x for x in _rows(c, "rentals")}
+            by = {_rental(x): x for x in _rows(c, "rentals")}
             if by:
                 costs.append([c.get("name"), *(_usd(by[n].get("cost_cents")) if n in by and by[n].get("fits")
                                                else "-" for n in names)])

@@ -184,7 +184,8 @@ def _x(v: float | None) -> str:
 def ablate_plan(r: Any) -> None:
     """An ablation plan: the verdict, the design and its cells, aliases, what runs first and what is cut."""
     d = r.design
-    cost = f", {usd(d.cost_cents)} on {escape(r.card)} {escape(d.rental or '')}" if d.cost_cents is not None else ""
+    on = _card(r.card.partition("@")[0], d.offer) if d.offer is not None else r.card
+    cost = f", {usd(d.cost_cents)} on {escape(on)} {escape(d.rental or '')}" if d.cost_cents is not None else ""
     budget = []
     if r.budget_card_hours is not None:
         budget.append(f"{r.budget_card_hours:,.1f} GPU-hours")
@@ -299,17 +300,18 @@ def bench(r: Any) -> None:
                ("cost", "right")])
     t.columns[0].no_wrap = t.columns[1].no_wrap = True
     for c in r.configurations:
-        t.add_row(escape(c.name), escape(c.card), str(c.cards), escape(f"{c.method} {c.precision}".strip()),
+        t.add_row(escape(c.name), escape(_card(c.card, c.offer)), str(c.cards),
+                  escape(f"{c.method} {c.precision}".strip()),
                   str(len(c.runs)), c.status, _h2(c.hours_mean), _h2(c.hours_worst), escape(c.cheapest or "-"),
                   usd(c.cheapest_cents))
     console.print(t)
-    names = list(dict.fromkeys(x.name for c in r.configurations for x in c.rentals))
+    names = list(dict.fromkeys(x.label for c in r.configurations for x in c.rentals))
     if names:
         p = table("Cost under each rental (- : the rental's window or cards do not hold the runs)",
                   [("configuration", "left")] + [(escape(n), "right") for n in names])
         for c in r.configurations:
             if c.rentals:
-                by = {x.name: x for x in c.rentals}
+                by = {x.label: x for x in c.rentals}
                 p.add_row(escape(c.name), *(usd(by[n].cost_cents) if n in by and by[n].fits else "-" for n in names))
         console.print(p)
     checks(c for c in r.checks if c.id == "bench.quality")

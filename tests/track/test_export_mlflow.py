@@ -122,4 +122,5 @@ def test_the_run_end_figures_are_exported_after_the_logged_stream(cli, tmp_path,
     mlrun = found[run.id].info.run_id
     assert [(m.step, m.value) for m in client.get_metric_history(mlrun, "loss")] == [(10, 2.5), (20, 1.75)]
     assert [(m.step, m.value) for m in client.get_metric_history(mlrun, "eval_f1")] == [(21, 0.905)]
+    assert found[run.id].data.metrics == {"loss": 1.75, "eval_f1": 0.905}     # the step is no metric
     assert found[bare.id].data.metrics == {"accuracy": 0.8}

@@ -143,7 +143,7 @@ def _one(client: Any, experiment: str, store: Store, m: Manifest, status: str, r
     end = _ms(m.ended) if m.ended else int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
     after = max((x.step for x in metrics), default=-1) + 1
     metrics += [Metric(_key(k), float(v), end, after) for k, v in sorted(flatten(m.metrics).items())
-                if _number(v) and last.get(_key(k)) != float(v)]
+                if k not in ("t", "step") and _number(v) and last.get(_key(k)) != float(v)]
     for i in range(0, len(metrics), 1000):                 # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i:i + 1000])
     _inputs_and_artifacts(client, run_id, m)

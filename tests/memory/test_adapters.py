@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from campaign.memory import estimate_memory, make_workload
+from campaign.memory.phases import step_items
 from campaign.memory.states import adapter_dtype
 from campaign.models import load_spec
 from campaign.models.architectures import spec_from_config
@@ -53,8 +54,11 @@ def test_qlora_under_fsdp_gathers_its_4_bit_storage():
     est = estimate_memory(load_spec("llama-3.1-8b"), make_workload(method="qlora", double_quant=False, gpus=8,
                                                                    shard="fsdp", batch=1, seq_len=512))
     forward = {i.name: i.bytes for i in next(p for p in est.phases if p.name == "forward").items}
-    assert forward["all-gathered parameters"] == 2 * per_block + root
-    assert forward["all-gathered parameters"] < 2 * block * 2 + root  # not a bf16 copy of the blocks
+    assert forward["all-gathered parameters"] == per_block + root  # at the loss: the root + one block
+    gathered = {i.name: i.bytes for i in step_items(load_spec("llama-3.1-8b"), make_workload(
+        method="qlora", double_quant=False, gpus=8, shard="fsdp", batch=1, seq_len=512)).fwd_only}
+    assert gathered["all-gathered parameters"] == 2 * per_block + root  # in backward: current + prefetched
+    assert gathered["all-gathered parameters"] < 2 * block * 2 + root  # not a bf16 copy of the blocks
 
 
 def test_deepspeed_casts_the_adapters_and_keeps_their_fp32_master():

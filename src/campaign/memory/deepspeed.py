@@ -150,6 +150,18 @@ def zero_buffers(spec: ModelSpec, w: Workload, Pt: int) -> ZeroBuffers:
     return ZeroBuffers(always=tuple(always), gathered_turn=turn, gathered_end=end, step=tuple(step))
 
 
+def zero3_step_numel(spec: ModelSpec, w: Workload, Pt: int) -> int:
+    """ZeRO-3 (optimizer on the card): the elements of the one tensor the optimizer steps at a time, the largest
+    sub-group's flat fp32 partition (0 elsewhere). stage3.py step() loops over the sub-groups; _optimizer_step sets
+    param_groups[group]['params'] = [fp32_partitioned_groups_flat[sub_group]], calls optimizer.step(), then sets it
+    back to []: the optimizer's temporaries (foreach AdamW's sqrt(exp_avg_sq)) are one sub-group's, freed before the
+    next."""
+    z = zero_settings(spec, w)
+    if z is None or z.stage != 3 or not Pt:
+        return 0
+    return min(_ceil_div(Pt, w.gpus), z.sub_group_size)
+
+
 def persistent_params(spec: ModelSpec, threshold: int) -> int:
     """Elements in tensors of at most `threshold` (stage3_param_persistence_threshold): whole on every card."""
     return sum(g.params for g in spec.groups if g.numel <= threshold)

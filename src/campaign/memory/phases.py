@@ -26,7 +26,7 @@ from .constants import (
     LOGITS_GRAD_BYTES,
     SOFTCAP_SAVED_COPIES,
 )
-from .deepspeed import grad_bytes, head_params, setup_phase, zero_buffers
+from .deepspeed import grad_bytes, head_params, setup_phase, zero3_step_numel, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import estimate_kv, validate_tensor_parallel
 from .loss import backward_loss, forward_loss
@@ -130,6 +130,10 @@ class _StepItems:
     # the token embedding for its own (end of backward)
     head_unit: tuple[Item, ...] = ()
     embed_unit: tuple[Item, ...] = ()
+    # fwd_only as the turn from forward to backward holds it (the loss, the start of backward): under FSDP with more
+    # than one card the blocks are resharded by then: the root unit and one block gathered (_turn_gathered).
+    # None: fwd_only
+    fwd_turn: tuple[Item, ...] | None = None
 
 
 KEPT_STEP_ITEMS = KeptBySpec(64)
@@ -147,6 +151,7 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     zero.Init has a setup phase after the load (memory/deepspeed.py setup_phase)."""
     base = step_items(spec, w)
     Pt, states, persist, kept, fwd_only, ds = base.Pt, base.states, base.persist, base.kept, base.fwd_only, base.ds
+    turn = list(base.fwd_turn) if base.fwd_turn is not None else fwd_only
     grad_s, grad_div = base.grad_s, base.grad_div
     load = base.load
     saved = training_activations(spec, w)
@@ -183,10 +188,10 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
-    forward = Phase("forward", tuple(states + persist + kept + fwd_only + list(ds.gathered_turn)
+    forward = Phase("forward", tuple(states + persist + kept + turn + list(ds.gathered_turn)
                                      + [activations, logits]),
                     "end of forward, during the loss (optimizer states exist from step 2)")
-    bwd_start = list(states + persist + kept + fwd_only + list(ds.gathered_turn) + list(ds.backward) + [activations]
+    bwd_start = list(states + persist + kept + turn + list(ds.gathered_turn) + list(ds.backward) + [activations]
                      + list(base.head_unit))
     if chunked:
         kept_term, grad_term = backward_loss(spec, w, c, held)
@@ -273,6 +278,7 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                                  else "2 B x params of the gathered unit and the prefetched one", "weights",
                                  "torch.autocast weight cache"))
     apart = own_units(spec, w)  # (token embedding, output) parameters wrapped apart from the root (0, 0: not)
+    turn_gathered: Item | None = None  # the gathered parameters at the turn from forward to backward (FSDP)
     if w.shard == "fsdp" and N > 1 and w.dtype in QUANTIZED:
         # a quantized base all-gathers its storage as it is (bitsandbytes' quant_storage: the packed 4-bit data in a
         # 16-bit-typed tensor, so that FSDP can flatten it), not a 16-bit copy
@@ -286,6 +292,7 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                              f"+ the root unit in 16-bit{ROOT_APART if any(apart) else ''}: {root:,} B)", "temporaries",
                              "FSDP2 fully_shard per block + root; bitsandbytes bnb_4bit_quant_storage"
                              + (f"; {CUSTOM_SHARDED}" if any(apart) else "")))
+        turn_gathered = _turn_gathered(root, per_block, f"in 16-bit{ROOT_APART if any(apart) else ''}")
     elif w.shard == "fsdp" and N > 1:
         block_params = _largest_layer_params(spec)
         root = sum(g.params for g in spec.groups if not g.in_blocks) - sum(apart)
@@ -295,6 +302,9 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                              ", kept gathered between forward and backward) x compute bytes (MixedPrecisionPolicy with "
                              "16-bit params under --mixed-precision)", "temporaries",
                              "FSDP2 fully_shard per block + root" + (f"; {CUSTOM_SHARDED}" if any(apart) else "")))
+        turn_gathered = _turn_gathered(int(root * ELEMENT_BYTES[w.compute_dtype]),
+                                       int(block_params * ELEMENT_BYTES[w.compute_dtype]),
+                                       (f"final norm{ROOT_APART}" if any(apart) else "embeddings, head, final norm"))
     grad_div = N if w.shard in ("zero2", "zero3", "fsdp") else 1
     grad_s = 2 if zero and w.mixed_precision else s
     grads = Item("gradients", _div(grad_s * Pt, grad_div),
@@ -358,9 +368,13 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
         # the epilogue adds it in (stage_1_and_2.py copy_grads_in_partition: torch.empty(total_size) each micro-step,
         # independent_gradient_partition_epilogue: accumulated_grad.add_(new_avg_grad))
         end_grads = kept + [grads]
-    step_tmp = Term(0, "the step runs on the CPU (CPU offload)") if off else _step_temporaries(spec, w, Pt)
-    step_items = [Item("optimizer temporaries", _div(step_tmp.bytes, opt_div), step_tmp.formula, "temporaries",
-                "torch.optim")] if step_tmp.bytes else []
+    flat = zero3_step_numel(spec, w, Pt)  # ZeRO-3 steps one sub-group's flat fp32 partition at a time
+    step_tmp = Term(0, "the step runs on the CPU (CPU offload)") if off else _step_temporaries(spec, w, flat or Pt,
+                                                                                                 flat=bool(flat))
+    step_items = [Item("optimizer temporaries", step_tmp.bytes if flat else _div(step_tmp.bytes, opt_div),
+                       step_tmp.formula, "temporaries", "torch.optim" + (
+                           "; deepspeed/runtime/zero/stage3.py _optimizer_step (one sub-group per optimizer.step())"
+                           if flat else ""))] if step_tmp.bytes else []
     in_step = [] if off and w.shard in ("zero3", "fsdp") else [grads]  # stepped on the CPU from host RAM
     step = Phase("optimizer step", tuple(states + in_step + persist + step_items),
                  "the optimizer steps on the CPU: what stays on the card" if in_step == [] else
@@ -389,8 +403,28 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                      "in backward, one parameter at a time: its gradient and its step's temporaries")
         end_grads, held = [one], False
     head_unit, embed_unit = _own_unit_items(spec, w, apart, grad_s if w.method == "full" else 0, fsdp_off)
+    fwd_turn = None if turn_gathered is None else tuple(
+        turn_gathered if i.name == "all-gathered parameters" else i for i in fwd_only)
     return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
-                      setup_phase(spec, w), head_params(spec) - apart[1] if held else 0, head_unit, embed_unit)
+                      setup_phase(spec, w), head_params(spec) - apart[1] if held else 0, head_unit, embed_unit,
+                      fwd_turn)
+
+
+def _turn_gathered(root: int, block: int, what: str) -> Item:
+    """FSDP2's gathered parameters at the turn from forward to backward (the loss, the start of backward): the root
+    unit's `root` bytes and one block's `block`, not two. torchtune's shard_model (training/_distributed.py, at
+    30b8519e and since) calls fully_shard on each block with reshard_after_forward=True (the distributed recipes'
+    cfg.get("fsdp_reshard_after_forward", True)), so each block frees its unsharded parameters in its post-forward
+    hook; FSDP2's lazy init sets post_forward_mesh_info = None on the
+    root alone ("for the root, do not reshard after forward"), and the root's post-forward frees the last deferred
+    all-gather result (all_gather_state; torch before that flush kept it to the next unshard, and torchtitan keeps
+    the last block gathered). The one block counted: at the start of backward the root's (or the output unit's)
+    pre-backward hook prefetches the last block (_backward_prefetch) while the head's backward runs; the recompute
+    and the end of backward keep the 2 blocks, current + prefetched."""
+    return Item("all-gathered parameters", root + block, f"the root unit ({what}, kept gathered between forward and "
+                f"backward): {root:,} B + one block (the last, prefetched for backward): {block:,} B; the others "
+                "resharded after their forward (reshard_after_forward=True)", "temporaries",
+                "FSDP2 fully_shard: blocks reshard after forward, the root does not; pre_backward prefetch")
 
 
 def inference_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
@@ -577,14 +611,16 @@ def _layer_grad_temporaries(spec: ModelSpec, w: Workload) -> int:
     return int(w.batch * w.seq_len * c * (2 * inter + 2 * spec.hidden_size))
 
 
-def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> Term:
-    """What optimizer.step() allocates beside the states (a Term of 0 bytes when nothing)."""
+def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int, *, flat: bool = False) -> Term:
+    """What optimizer.step() allocates beside the states (a Term of 0 bytes when nothing). `flat`: the optimizer
+    steps one flat tensor of `Pt` elements (a ZeRO-3 sub-group: deepspeed.zero3_step_numel)."""
     s = state_bytes_per_element(w)
+    one = " (one ZeRO-3 sub-group's flat fp32 partition at a time)" if flat else ""
     if w.optimizer == "adamw":
         if w.optimizer_impl == "foreach":
             return Term(int(s * Pt), f"foreach AdamW (the CUDA default since torch 2.0): one state-sized temporary, "
-                                     f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}")
-        largest = _largest_trainable(spec, w)
+                                     f"sqrt(exp_avg_sq) = {s:g} B x {Pt:,}{one}")
+        largest = Pt if flat else _largest_trainable(spec, w)
         if w.optimizer_impl == "loop":
             return Term(int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})")
         return Term(0, "")
@@ -593,8 +629,8 @@ def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int) -> Term:
         # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
         if w.optimizer_impl == "foreach":
             return Term(int(ADAFACTOR_STEP_COPIES * s * Pt), f"foreach Adafactor (the CUDA default): one var_estimate "
-                                                             f"per tensor, all at once = {s:g} B x {Pt:,}")
-        largest = _largest_trainable(spec, w)
+                                                             f"per tensor, all at once = {s:g} B x {Pt:,}{one}")
+        largest = Pt if flat else _largest_trainable(spec, w)
         return Term(int(ADAFACTOR_STEP_COPIES * s * largest), f"for-loop Adafactor: one var_estimate the size of the "
                                                               f"largest tensor ({largest:,}) x {s:g} B")
     return Term(0, "")

@@ -374,7 +374,8 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
         r.free(*extra)
         last = step == 1  # frees after the last allocation change no peak: not replayed
         if zero is not None:
-            total = sum(zero.subgroups)
+            total = max(zero.subgroups)  # the temporaries item is the largest sub-group's (ZeRO-3 steps one at a time;
+            # stages 1-2 have one): each sub-group's in proportion
             zero_replay.step(r, zero, grads, zero_states if step == 0 else None,
                              lambda size, total=total: [r.alloc(step_tmp * size // total)] if step_tmp else [])
             continue

@@ -1,0 +1,77 @@
+"""FSDP2's gathered parameters at the turn from forward to backward (issue #53, torchtune's 70B LoRA recipe).
+
+torchtune's shard_model (training/_distributed.py at 30b8519e) calls fully_shard(layer, reshard_after_forward=True) on
+each `layers.i`, then on the root; FSDP2 exempts the root alone from resharding after forward. So during the loss and
+at the start of backward the card holds the root unit (embeddings, head, final norm) and one block (the last one,
+prefetched by the root's pre-backward hook), not the two blocks (current + prefetched) of a layer's forward or
+backward. Bytes worked by hand from the shapes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from campaign.memory import make_workload
+from campaign.memory.phases import step_items, training_phases
+from campaign.models.architectures import spec_from_config
+from tests.conftest import tiny_llama
+
+RECIPES = Path(__file__).parent / "recipes"
+
+# tiny_llama: hidden 64, intermediate 160, 4 heads of 16, 2 KV heads, 2 layers, vocab 1000, untied head
+BLOCK = (64 * 64 + 2 * 32 * 64 + 64 * 64) + 3 * 64 * 160 + 2 * 64  # q, k, v, o + gate, up, down + 2 norms = 43,136
+ROOT = 2 * 1000 * 64 + 64  # tok_embeddings, output, final norm = 128,064
+
+# Llama 3.1 70B: hidden 8192, 64 heads, 8 KV heads of 128, intermediate 28672, 80 layers, vocab 128,256, untied
+BLOCK_70B = 2 * 8192 * 8192 + 2 * 1024 * 8192 + 3 * 8192 * 28672 + 2 * 8192  # = 855,654,400
+ROOT_70B = 2 * 128256 * 8192 + 8192  # = 2,101,354,496
+
+
+def _gathered(phase) -> list[int]:
+    return [i.bytes for i in phase.items if i.name == "all-gathered parameters"]
+
+
+def _setup(**kw):
+    spec = spec_from_config(tiny_llama(), name="tiny", source="test")
+    return spec, make_workload(dtype="bf16", batch=1, seq_len=16, grad_checkpointing=True, **kw)
+
+
+def _phases(**kw):
+    return training_phases(*_setup(**kw))
+
+
+def test_at_the_loss_fsdp_holds_the_root_and_one_block():
+    load, forward, backward, step = _phases(method="lora", gpus=4, shard="fsdp")
+    assert _gathered(forward) == [(ROOT + BLOCK) * 2]  # bf16
+    # a tiny model's backward peaks at its start (the logits' gradients): the turn too
+    assert backward.moment.startswith("start of backward")
+    assert _gathered(backward) == [(ROOT + BLOCK) * 2]
+    # the last layer's recompute and the end of backward: current + prefetched block
+    gathered = [i.bytes for i in step_items(*_setup(method="lora", gpus=4, shard="fsdp")).fwd_only
+                if i.name == "all-gathered parameters"]
+    assert gathered == [(ROOT + 2 * BLOCK) * 2]
+    assert _gathered(load) == _gathered(step) == []
+
+
+def test_one_card_or_zero3_has_no_fsdp_gathered_term():
+    """No false alarm: without FSDP over several cards nothing is gathered; ZeRO-3 keeps its own terms."""
+    for phase in _phases(method="lora", gpus=1):
+        assert _gathered(phase) == []
+    z3 = {p.name: p for p in _phases(method="full", gpus=4, shard="zero3")}
+    assert all(i.source != "FSDP2 fully_shard: blocks reshard after forward, the root does not"
+               for p in z3.values() for i in p.items)
+
+
+def test_the_70b_lora_recipe_at_the_readme_commit(cli):
+    """torchtune 70B_lora.yaml at 30b8519e (the README's 27.6 GiB row): LoRA rank 16 on q, k, v, bf16, batch 2, AC,
+    CEWithChunkedOutputLoss, FSDP over 8 cards. The loss holds the root + one block, the last layer's recompute (the
+    peak) two blocks; the base weights are sharded over the 8 cards in bf16."""
+    recipe = RECIPES / "torchtune_llama3_1_70B_lora_30b8519e.yaml"
+    d = cli("memory", "llama-3.1-70b", "--config", str(recipe), "--gpus", "8", "--seq-len", "2048", "--json",
+            "--no-solve").json()
+    assert d["trainable_params"] == 80 * 16 * ((8192 + 8192) + 2 * (8192 + 1024))  # q, k, v: 44,564,480
+    phases = {p["name"]: p for p in d["phases"]}
+    fwd = {i["name"]: i["bytes"] for i in phases["forward"]["items"]}
+    bwd = {i["name"]: i["bytes"] for i in phases["backward"]["items"]}
+    assert fwd["all-gathered parameters"] == (ROOT_70B + BLOCK_70B) * 2  # 5,914,017,792 B
+    assert bwd["all-gathered parameters"] == (ROOT_70B + 2 * BLOCK_70B) * 2  # 7,625,326,592 B
+    assert fwd["weights"] == 70_553_706_496 * 2 // 8
+    assert d["peak_phase"] == "backward"

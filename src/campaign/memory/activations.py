@@ -64,6 +64,7 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         return lora_in * (tg[module] + r) if module in tg else 0.0
 
     decoder = spec.mlp == "gated"
+    liger = liger_kernels(spec, w)
     drop = spec.dropout > 0 and w.training
     block = spec.block
     # Norms that keep their normalized tensor in fp32 (weight * x in fp32): Gemma 2/3's (1 + w), OLMo 2's
@@ -77,13 +78,21 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         elif spec.model_type == "olmo2":
             # OLMo 2 normalizes each sublayer's output (no norm on its input): the Linears keep the residual stream
             norms = 2 * fp32_norm + (2 * c * h if full else 0.0)
+        elif "rms_norm" in liger:
+            norms = 2 * liger_rmsnorm_saved(h, c, full)
         else:
             norms = 2 * rmsnorm_saved(h, c, full)
-        terms.append(("rmsnorm inputs (fp32) and outputs", norms))
+        terms.append(("Liger RMSNorm inputs, rstd and outputs" if "rms_norm" in liger
+                      else "rmsnorm inputs (fp32) and outputs", norms))
         if block.qk_norm == "head":
             heads = spec.num_heads + spec.num_kv_heads  # q_norm / k_norm over each head's vector, before RoPE
             kept = FP32 if spec.model_type == "gemma3_text" else c  # Gemma's (1 + w) product is fp32
-            terms.append(("q/k norms (fp32 inputs)", FP32 * heads * (hd + 1) + (kept * heads * hd if full else 0.0)))
+            if "rms_norm" in liger:  # apply_liger_kernel_to_qwen3 patches q_norm/k_norm too: each head's input in
+                # the compute dtype and one fp32 rstd per head (RoPE after them keeps only cos and sin)
+                terms.append(("q/k norms (Liger: inputs and rstd)", c * heads * hd + FP32 * heads))
+            else:
+                terms.append(("q/k norms (fp32 inputs)",
+                              FP32 * heads * (hd + 1) + (kept * heads * hd if full else 0.0)))
         elif block.qk_norm == "full":
             width = (spec.num_heads + spec.num_kv_heads) * hd  # OLMo 2: one RMSNorm over all of q, one over k
             terms.append(("q/k norms (fp32 inputs and products)", 2 * FP32 * width + 2 * FP32))
@@ -151,6 +160,10 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     act_saves = 4 if spec.activation in ("gelu_new", "gelu_fast") else 1
 
     def dense_mlp(inter: int) -> float:
+        if decoder and "swiglu" in liger:
+            # LigerSiLUMulFunction saves the gate and up outputs only (silu recomputed in backward); the product is
+            # down_proj's input, kept when down_proj trains
+            return c * inter * 2 + (c * inter if full else 0.0)
         if decoder:
             # gate output (activation input), activation output and up output (kept by the mul), product (down input)
             return c * inter * (2 + act_saves) + (c * inter if full else 0.0)
@@ -173,7 +186,8 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         if frac < 1:
             terms.append(("dense MLP layers", (1 - frac) * dense_bytes))
     else:
-        terms.append(("MLP gate/up/activation/product" if decoder else "MLP fc output and GELU", dense_mlp(inter_size)))
+        name = "MLP gate/up (Liger SwiGLU)/product" if "swiglu" in liger else "MLP gate/up/activation/product"
+        terms.append((name if decoder else "MLP fc output and GELU", dense_mlp(inter_size)))
     if mlp_lora:
         terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
 
@@ -237,6 +251,30 @@ def rmsnorm_saved(h: int, c: float, trains: bool) -> float:
     return FP32 * h + FP32 + (2 * c * h if trains else 0.0)
 
 
+def liger_rmsnorm_saved(h: int, c: float, trains: bool) -> float:
+    """Bytes per token Liger's RMSNorm keeps for backward (liger_kernel/ops/rms_norm.py LigerRMSNormFunction:
+    save_for_backward(X, W, RSTD)): its input in the compute dtype and one fp32 rstd per row (casting mode llama),
+    the weight being a parameter; when weights train, also the output (kept by the next Linear)."""
+    return c * h + FP32 + (c * h if trains else 0.0)
+
+
+# The model types whose Liger patches (liger_kernel/transformers/monkey_patch.py apply_liger_kernel_to_llama,
+# _mistral, _qwen2, _qwen3) are modelled: Llama's RMSNorm (casting mode llama, no offset) and SiLU-gated MLP
+LIGER_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def liger_kernels(spec: ModelSpec, w: Workload) -> frozenset[str]:
+    """The Liger layer kernels of --liger-kernels (rope changes nothing saved: its backward needs only cos and sin,
+    as HF's rotation's multiplications do), refused for a model whose Liger patches are not modelled."""
+    names = frozenset(k for k in w.liger_kernels.split(",") if k)
+    if names and (spec.model_type not in LIGER_MODEL_TYPES or spec.moe is not None or spec.mla is not None
+                  or spec.mlp != "gated" or spec.activation not in ("silu", "swish")):
+        raise InputError(f"--liger-kernels is modelled for dense {', '.join(LIGER_MODEL_TYPES)} models (Liger's "
+                         f"Llama-style RMSNorm and SwiGLU), not {spec.name} ({spec.model_type}); drop it for an "
+                         "estimate without Liger's layer kernels (an upper bound)")
+    return names
+
+
 def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) -> SavedActivations:
     """Bytes saved over all layers at the end of forward, bytes of one layer, and the formula, per card (`formula`
     False: the bytes only, the formula left empty)."""
@@ -288,6 +326,8 @@ def _saved(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, int]:
     h = spec.hidden_size
     if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
         final_per_token = FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0)
+    elif spec.mlp == "gated" and "rms_norm" in liger_kernels(spec, w):
+        final_per_token = liger_rmsnorm_saved(h, c, w.base_trainable)
     elif spec.mlp == "gated":
         final_per_token = rmsnorm_saved(h, c, w.base_trainable)
     else:

@@ -10,6 +10,9 @@ what the forward allocates at the loss, what backward starts with, and the logit
   Trainer's use_liger_kernel patch in): the LM head's matmul and the loss run chunk by chunk in forward, each
   chunk's logits (compute dtype, chunk_size = next power of 2 of ceil(b x s / ceil(V / h))) overwritten by their
   gradient, and the gradient of the hidden states (b x s x h) kept for backward. No vocabulary-sized tensor stays.
+  When the LM head trains (full fine-tuning), forward also makes its weight's gradient,
+  `grad_weight = torch.zeros_like(weight)` (V x h in the weight's dtype), summed chunk by chunk and held until the
+  head's backward, which hands it on as the head's .grad: it is alive from the loss to the start of backward.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from math import ceil
 
 from ..models.spec import ModelSpec
 from .constants import FP32_BYTES, LOG_SOFTMAX_OUTPUT_BYTES, LOGITS_GRAD_BYTES
+from .dtypes import ELEMENT_BYTES
+from .states import deepspeed_casts
 from .terms import Term
 from .workload import Workload
 
@@ -29,6 +34,17 @@ def liger_chunk_tokens(spec: ModelSpec, tokens: int) -> int:
     return min(tokens, 1 << max(0, (per - 1).bit_length()))
 
 
+def liger_grad_weight(spec: ModelSpec, w: Workload) -> Term:
+    """The LM head's weight gradient Liger's fused loss makes in forward when the head trains
+    (fused_linear_cross_entropy_forward: grad_weight = torch.zeros_like(weight) if weight.requires_grad; the bias
+    too, which causal LM heads lack): V x h in the weight's dtype, fp32 under autocast over fp32 weights."""
+    if not w.base_trainable:
+        return Term(0, "")
+    b = FP32_BYTES if w.mixed_precision and not deepspeed_casts(w) else ELEMENT_BYTES[w.compute_dtype]
+    V, h = spec.vocab_size, spec.hidden_size
+    return Term(V * h * int(b), f" + the head's grad_weight V x h x {b:g} B = {V} x {h} x {b:g}")
+
+
 def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
     """Alive at the loss in forward (`c`: the logits' bytes per element)."""
     V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
@@ -38,9 +54,10 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
                                            f"every chunk + 4 / {n} one chunk's fp32 upcast) = {tokens} x {V} x {per:g}")
     chunk = liger_chunk_tokens(spec, tokens)
     h = spec.hidden_size
-    return Term(int(chunk * V * c + tokens * h * c),
+    gw = liger_grad_weight(spec, w)
+    return Term(int(chunk * V * c + tokens * h * c) + gw.bytes,
                 f"one chunk's logits, {chunk} tokens x V x {c:g} B + the hidden states' gradient b x s x h x {c:g} B "
-                f"= {chunk} x {V} x {c:g} + {tokens} x {h} x {c:g}")
+                f"= {chunk} x {V} x {c:g} + {tokens} x {h} x {c:g}{gw.formula}")
 
 
 def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[Term, Term]:
@@ -55,5 +72,7 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
                      f"one chunk's grads into and out of log_softmax: b x s x V x {LOGITS_GRAD_BYTES} B / {n} chunks")
         return saved, grads
     h = spec.hidden_size
-    return (Term(int(tokens * h * c), f"the hidden states' gradient made in forward: b x s x h x {c:g} B"),
+    gw = liger_grad_weight(spec, w)
+    return (Term(int(tokens * h * c) + gw.bytes,
+                 f"the hidden states' gradient made in forward: b x s x h x {c:g} B{gw.formula}"),
             Term(0, "made in forward"))

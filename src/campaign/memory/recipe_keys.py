@@ -104,7 +104,9 @@ COMPILE_BOUND = ("torch.compile (fused kernels, fewer saved tensors): not modell
 NOT_MODELLED: dict[str, dict[str, str]] = {
     "TrainingArguments": {
         "torch_compile": COMPILE_BOUND,
-        "use_liger_kernel": "Liger's fused kernels (fused linear cross-entropy: no full logits)",
+        # use_liger_kernel is modelled when set (training_config.py: --loss fused, --liger-kernels rope,rms_norm,swiglu)
+        "use_liger_kernel": "Liger's kernels (modelled when true or false)",
+        "liger_kernel_config": "Liger's kernels chosen one by one (give --liger-kernels and --loss)",
         "gradient_checkpointing_kwargs": "how checkpointing runs (use_reentrant...)",
         "fsdp_config": "FSDP settings (prefetch, offload, wrap policy)", "torch_empty_cache_steps": "emptied cache",
         "eval_accumulation_steps": "evaluation outputs kept on the GPU", "auto_find_batch_size": "a batch search",
@@ -124,7 +126,10 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     },
     "axolotl": {
         "torch_compile": COMPILE_BOUND,
-        "liger_*": "Liger's fused kernels (fused linear cross-entropy, RMSNorm, SwiGLU, RoPE)",
+        # liger_rope, liger_rms_norm, liger_glu_activation, liger_fused_linear_cross_entropy are modelled
+        # (training_config.py) for Llama, Mistral, Qwen2, Qwen3: this is the rest, and those on another model
+        "liger_*": "Liger's kernels (modelled: liger_rope, liger_rms_norm, liger_glu_activation, "
+                   "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2, Qwen3)",
         "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
         "cut_cross_entropy": "Cut Cross-Entropy: no full logits",
         "fsdp": "FSDP sharding", "fsdp_config": "FSDP settings", "gradient_checkpointing_kwargs": "checkpointing",

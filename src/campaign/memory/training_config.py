@@ -199,6 +199,22 @@ def _modules(value: Any, where: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value)
 
 
+AXOLOTL_LIGER = {"liger_rope": "rope", "liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu"}
+
+
+def _liger_layers(r: _Reader, kernels: tuple[str, ...], where: str) -> bool:
+    """Liger's layer kernels (--liger-kernels) where the model's Liger patches are modelled (True); else a note: the
+    estimate without them is an upper bound (they only drop saved tensors)."""
+    from .activations import LIGER_MODEL_TYPES
+
+    if not kernels or r.model_type in LIGER_MODEL_TYPES:
+        r.set("liger_kernels", ",".join(kernels), where)
+        return True
+    r.notes.append(f"{where}: Liger's {', '.join(kernels)} kernels are modelled for {', '.join(LIGER_MODEL_TYPES)} "
+                   f"models, not {r.model_type or 'this model'}: the estimate without them is an upper bound")
+    return False
+
+
 def _accumulation(r: _Reader, d: dict[str, Any], name: str) -> None:
     """gradient_accumulation_steps: micro-batches per optimizer step, whose summed gradients stay allocated through
     the next micro-batch's forward and backward (Workload.grad_accumulation); 'auto' (a ds_config the HF Trainer
@@ -258,9 +274,11 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("optim") is not None:
         _optim(r, d["optim"], f"{name}: optim", OPTIM)
     _accumulation(r, d, name)
-    if d.get("use_liger_kernel") is not None:  # liger's fused linear cross-entropy among its patches (rms_norm,
-        # swiglu, rope change no saved tensor the estimate counts by more than their own temporaries)
-        r.set("loss", "fused" if d["use_liger_kernel"] is True else "full", f"{name}: use_liger_kernel")
+    if d.get("use_liger_kernel") is not None:  # Liger's defaults for the model type (_apply_liger_kernel_to_instance):
+        # rope, rms_norm, swiglu and fused_linear_cross_entropy for Llama, Mistral, Qwen2, Qwen3
+        on = d["use_liger_kernel"] is True
+        r.set("loss", "fused" if on else "full", f"{name}: use_liger_kernel")
+        _liger_layers(r, ("rope", "rms_norm", "swiglu") if on else (), f"{name}: use_liger_kernel")
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -695,6 +713,11 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("liger_fused_linear_cross_entropy") is not None:
         r.set("loss", "fused" if d["liger_fused_linear_cross_entropy"] is True else "full",
               f"{name}: liger_fused_linear_cross_entropy")
+    liger = {k: kernel for k, kernel in AXOLOTL_LIGER.items() if d.get(k) is not None}
+    if liger:
+        if _liger_layers(r, tuple(kernel for k, kernel in liger.items() if d[k] is True),
+                         " + ".join(f"{name}: {k}" for k in liger)):
+            r.use(name, *liger)
     _deepspeed_key(r, path, d)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
                               "bf16", "fp16", "gradient_checkpointing") if k in d))

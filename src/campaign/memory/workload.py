@@ -18,6 +18,7 @@ ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
 LOSSES = ("full", "chunked", "fused")
+LIGER_KERNELS = ("rope", "rms_norm", "swiglu")  # apply_liger_kernel_to_llama's keywords, in its order
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
 
 
@@ -103,6 +104,11 @@ class Workload:
                 "once; default) | chunked (torchtune's CEWithChunkedOutputLoss: upcast and gradients one of 8 chunks "
                 "at a time) | fused (Liger's fused linear cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
                 "tensor kept)."})
+    liger_kernels: str = field(default="", metadata={
+        "flag": "--liger-kernels", "group": "loop",
+        "help": "Liger's layer kernels, comma-separated: rms_norm (no fp32 copy of each norm's input kept), swiglu "
+                "(the MLP keeps gate and up only), rope (nothing saved changes); Llama, Mistral, Qwen2/3. TRL's "
+                "use_liger_kernel: --liger-kernels rope,rms_norm,swiglu --loss fused."})
     optimizer_in_backward: bool = field(default=False, metadata={
         "flag": "--optimizer-in-backward", "group": "loop",
         "help": "Each parameter stepped as its gradient is made (torchtune's optimizer_in_bwd): the gradients are "
@@ -367,6 +373,21 @@ def zero_elements(value: Any, name: str) -> int | str | None:
     return int(number)
 
 
+def parse_liger_kernels(text: Any) -> str:
+    """--liger-kernels as a canonical comma list (Liger's order, each once; "" for none), or a one-line refusal."""
+    if not isinstance(text, str):
+        raise InputError(f"liger-kernels must be a comma-separated list of {', '.join(LIGER_KERNELS)}, got {text!r}")
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    if "fused_linear_cross_entropy" in names:
+        raise InputError("--liger-kernels fused_linear_cross_entropy: Liger's fused cross-entropy is --loss fused; "
+                         "drop it from --liger-kernels and add --loss fused")
+    unknown = sorted(names - set(LIGER_KERNELS))
+    if unknown:
+        raise InputError(f"--liger-kernels {','.join(unknown)} is not a Liger kernel campaign models; choose among "
+                         f"{', '.join(LIGER_KERNELS)}")
+    return ",".join(k for k in LIGER_KERNELS if k in names)
+
+
 def make_workload(**kwargs: Any) -> Workload:
     """Validate and normalize a Workload from loose values (CLI or notebook); one-line errors on bad input."""
     w = Workload(**{k: v for k, v in kwargs.items() if v is not None})
@@ -393,6 +414,9 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.loss not in LOSSES:
         raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss) or "
                          "fused (Liger's fused linear cross-entropy)")
+    liger = parse_liger_kernels(w.liger_kernels)
+    if liger and w.mode != "train":
+        raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")
     if isinstance(w.checkpoint_every, bool) or not isinstance(w.checkpoint_every, int) or w.checkpoint_every <= 0:
         raise InputError(f"checkpoint-every must be a positive number of layers (2: every second layer "
                          f"checkpointed), got {w.checkpoint_every!r}")
@@ -526,6 +550,6 @@ def make_workload(**kwargs: Any) -> Workload:
                          "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; "
                          "give a number of elements")
     return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, grads_kept=grads_kept, grad_accumulation=accumulation,
+                   lora_targets=targets, liger_kernels=liger, grads_kept=grads_kept, grad_accumulation=accumulation,
                    bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
                    notes=tuple(notes))

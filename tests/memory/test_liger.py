@@ -1,0 +1,163 @@
+"""Liger's kernels (--liger-kernels rope,rms_norm,swiglu and --loss fused): what each changes in the tensors saved for
+backward, worked out here from the shapes and from what liger_kernel's autograd functions save (ops/rms_norm.py
+LigerRMSNormFunction: X, W, fp32 RSTD; ops/swiglu.py LigerSiLUMulFunction: the gate and up outputs;
+ops/fused_linear_cross_entropy.py: grad_weight = zeros_like(weight) in forward when the head trains), against
+transformers' LlamaRMSNorm (fp32 copy of the input and the rsqrt) and LlamaMLP (act_fn(gate) * up)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from campaign.errors import InputError
+from campaign.memory import estimate_memory, make_workload
+from campaign.memory.activations import layer_saved
+from campaign.memory.loss import backward_loss
+from campaign.memory.training_config import workload_from_configs
+from campaign.models import load_spec
+
+# Llama 3.2 1B: h 2048, I 8192, 32 query heads and 8 KV heads of 64, 16 layers, vocabulary 128256
+H, INTER, NH, KV, HD, L, V = 2048, 8192, 32, 8, 64, 16, 128_256
+B = 2  # bf16
+
+
+def hf_layer(full: bool) -> int:
+    """One Llama layer's saved bytes per token without Liger (SDPA, no LoRA), from the shapes."""
+    norm = 4 * H + 4 + (2 * B * H if full else 0)  # fp32 input copy, fp32 rsqrt; normalized x and output
+    attention = B * (NH + 2 * KV) * HD + B * NH * HD + 4 * NH  # q, k, v; output; fp32 logsumexp
+    mlp = B * INTER * 3 + (B * INTER if full else 0)  # gate, silu(gate), up; product (down_proj's input)
+    return 2 * norm + attention + mlp
+
+
+# per norm: HF's fp32 copy of the input (4h) becomes Liger's bf16 input (2h); when the weight trains, HF's normalized
+# bf16 product (kept by weight * x, 2h) is not kept either (the output, the next Linear's input, is in both)
+NORM = {True: 4 * H - B * H + B * H, False: 4 * H - B * H}
+NORM_SAVING = {full: 2 * NORM[full] for full in (True, False)}  # two norms a layer
+MLP_SAVING = B * INTER  # silu(gate) no longer kept
+
+
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("kernels,saving", [
+    ("", lambda full: 0),
+    ("rope", lambda full: 0),
+    ("rms_norm", lambda full: NORM_SAVING[full]),
+    ("swiglu", lambda full: MLP_SAVING),
+    ("swiglu,rope,rms_norm", lambda full: NORM_SAVING[full] + MLP_SAVING),
+])
+def test_each_kernel_changes_a_layers_saved_bytes_by_what_it_keeps(full, kernels, saving):
+    w = make_workload(method="full" if full else "lora", lora_targets=("q_proj",), batch=1, seq_len=512,
+                      liger_kernels=kernels)
+    lora_q = 4 * (H + 16) if not full else 0  # peft's fp32 cast of q_proj's input and lora_A's output (rank 16)
+    assert layer_saved(load_spec("llama-3.2-1b"), w).per_token == hf_layer(full) + lora_q - saving(full)
+
+
+def test_full_finetune_figures_by_hand():
+    # with weights training: HF's norm keeps 4h + 4 + 2 x 2h = 16,388 B a token, Liger's 2h + 4 + 2h = 8,196
+    assert hf_layer(True) == 108_680
+    w = make_workload(batch=1, seq_len=512, liger_kernels="rope,rms_norm,swiglu")
+    assert layer_saved(load_spec("llama-3.2-1b"), w).per_token == 108_680 - 2 * 8_192 - 16_384 == 75_912
+
+
+def test_the_whole_step_saves_that_much_less_over_every_layer_and_the_final_norm():
+    kw = dict(batch=2, seq_len=1024, loss="fused", logits_held=False)
+    spec = load_spec("llama-3.2-1b")
+    plain = estimate_memory(spec, make_workload(**kw))
+    liger = estimate_memory(spec, make_workload(liger_kernels="rope,rms_norm,swiglu", **kw))
+    acts = [next(i.bytes for p in e.phases if p.name == "forward" for i in p.items if i.name == "activations")
+            for e in (plain, liger)]
+    tokens = 2 * 1024
+    final_norm = (4 * H + 4 + 2 * B * H) - (B * H + 4 + B * H)
+    assert final_norm == NORM[True]
+    assert acts[0] - acts[1] == tokens * (L * (NORM_SAVING[True] + MLP_SAVING) + final_norm)
+
+
+def test_qwen3_head_norms_keep_their_input_and_one_rstd_per_head():
+    # Qwen3 0.6B: q_norm / k_norm over 16 + 8 heads of 128 (apply_liger_kernel_to_qwen3 patches them too)
+    spec = load_spec("qwen3-0.6b")
+    heads, hd = 16 + 8, 128
+
+    def qk(kernels):
+        terms = dict(layer_saved(spec, make_workload(batch=1, seq_len=256, liger_kernels=kernels)).terms)
+        return next(v for k, v in terms.items() if k.startswith("q/k norms"))
+
+    assert qk("") == 4 * heads * (hd + 1) + B * heads * hd  # fp32 input and rsqrt; the normalized bf16 product
+    assert qk("rms_norm") == B * heads * hd + 4 * heads
+
+
+def fused(est, name):
+    return next(i.bytes for p in est.phases for i in p.items if i.name == name)
+
+
+def test_fused_loss_holds_the_heads_weight_gradient_when_the_head_trains():
+    spec = load_spec("llama-3.2-1b")
+    tokens = 512
+    chunk = 16  # next power of 2 of ceil(512 / ceil(128256 / 2048) = 63) = 9
+    kept = chunk * V * B + tokens * H * B  # one chunk's bf16 logits, the bf16 hidden states' gradient
+    full = estimate_memory(spec, make_workload(batch=1, seq_len=tokens, loss="fused"))
+    assert fused(full, "fused loss over the vocabulary") == kept + V * H * B
+
+    def at_backward(**kw):  # the start of backward (a full fine-tune's backward peaks at its end)
+        return backward_loss(spec, make_workload(batch=1, seq_len=tokens, loss="fused", **kw), B, 0)[0].bytes
+
+    assert at_backward() == tokens * H * B + V * H * B
+    assert at_backward(mixed_precision=True) == tokens * H * B + V * H * 4  # zeros_like of the fp32 weight
+    assert at_backward(method="lora") == tokens * H * B  # a frozen head: grad_weight is None
+    lora = estimate_memory(spec, make_workload(batch=1, seq_len=tokens, loss="fused", method="lora"))
+    assert fused(lora, "fused loss over the vocabulary") == kept
+
+
+def test_refusals_are_one_line():
+    with pytest.raises(InputError, match="modelled for dense llama, mistral, qwen2, qwen3.*gemma2"):
+        estimate_memory("gemma-2-9b-it", make_workload(liger_kernels="rms_norm"))
+    with pytest.raises(InputError, match="--loss fused"):
+        make_workload(liger_kernels="rms_norm,fused_linear_cross_entropy")
+    with pytest.raises(InputError, match="geglu is not a Liger kernel campaign models"):
+        make_workload(liger_kernels="geglu")
+    with pytest.raises(InputError, match="drop it for inference"):
+        make_workload(mode="infer", liger_kernels="rope")
+
+
+def test_the_flag_on_the_command_line(cli):
+    got = cli("memory", "llama-3.2-1b", "--liger-kernels", "swiglu,rms_norm", "--batch", "1", "--seq-len", "512",
+              "--json", "--no-solve")
+    assert got.code == 0, got.err
+    plain = cli("memory", "llama-3.2-1b", "--batch", "1", "--seq-len", "512", "--json", "--no-solve")
+    # the peak is the optimizer step for a full fine-tune at 512 tokens; the forward phase shows the saving
+    forward = [next(p["bytes"] for p in r.json()["phases"] if p["name"] == "forward") for r in (plain, got)]
+    assert forward[0] - forward[1] == 512 * (L * (NORM_SAVING[True] + MLP_SAVING) + NORM[True])  # and final norm
+    bad = cli("memory", "llama-3.2-1b", "--liger-kernels", "geglu")
+    assert bad.code == 2 and bad.err.count("\n") == 1 and "Traceback" not in bad.err
+
+
+def write(tmp_path, name, doc):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc) if name.endswith((".yaml", ".yml")) else json.dumps(doc))
+    return path
+
+
+def test_use_liger_kernel_is_liger_s_defaults_for_llama(tmp_path):
+    args = write(tmp_path, "training_args.json", {"output_dir": "o", "use_liger_kernel": True, "bf16": True})
+    cfg = workload_from_configs([args], model_type="llama")
+    assert cfg.options["loss"] == "fused" and cfg.options["liger_kernels"] == "rope,rms_norm,swiglu"
+    assert {k.key: k.use for k in cfg.keys}["use_liger_kernel"] == "modelled"
+    # a model whose Liger patches are not modelled: the fused loss still is, the layer kernels noted
+    gemma = workload_from_configs([args], model_type="gemma2")
+    assert gemma.options["loss"] == "fused" and "liger_kernels" not in gemma.options
+    assert any("not gemma2" in n and "upper bound" in n for n in gemma.notes)
+
+
+def test_axolotl_liger_keys_each_read(tmp_path):
+    path = write(tmp_path, "axolotl.yml", {
+        "base_model": "meta-llama/Llama-3.2-1B", "sequence_len": 1024, "micro_batch_size": 1,
+        "plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_rope": False, "liger_rms_norm": True,
+        "liger_glu_activation": True, "liger_fused_linear_cross_entropy": True})
+    cfg = workload_from_configs([path], model_type="llama")
+    assert cfg.options["liger_kernels"] == "rms_norm,swiglu" and cfg.options["loss"] == "fused"
+    uses = {k.key: k.use for k in cfg.keys}
+    assert all(uses[k] == "modelled" for k in ("liger_rope", "liger_rms_norm", "liger_glu_activation",
+                                               "liger_fused_linear_cross_entropy"))
+    by_hand = make_workload(batch=1, seq_len=1024, liger_kernels="rms_norm,swiglu", loss="fused", logits_held=False)
+    spec = load_spec("llama-3.2-1b")
+    assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
+        estimate_memory(spec, by_hand).required_bytes

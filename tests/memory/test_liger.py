@@ -161,3 +161,9 @@ def test_axolotl_liger_keys_each_read(tmp_path):
     spec = load_spec("llama-3.2-1b")
     assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
         estimate_memory(spec, by_hand).required_bytes
+
+
+def test_the_headline_names_the_loss_and_the_kernels(cli):
+    r = cli("memory", "llama-3.2-1b", "--liger-kernels", "rope,rms_norm,swiglu", "--loss", "fused", "--no-solve")
+    assert r.code == 0, r.err
+    assert ", fused loss, Liger rope,rms_norm,swiglu ·" in " ".join(r.out.split("\n")[0:2])

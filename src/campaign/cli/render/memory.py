@@ -28,7 +28,8 @@ def describe(est: MemoryEstimate) -> str:
         ckpt = ("" if not w.grad_checkpointing else ", selective (op) checkpointing" if w.checkpoint_ops else
                 f", grad checkpointing every {w.checkpoint_every} layers" if w.checkpoint_every > 1 else
                 ", grad checkpointing")
-        shape = f"batch {w.batch} x {w.seq_len} tokens" + ckpt
+        shape = f"batch {w.batch} x {w.seq_len} tokens" + ckpt + (f", {w.loss} loss" if w.loss != "full" else "") \
+            + (f", Liger {w.liger_kernels}" if w.liger_kernels else "")
         if w.grad_accumulation > 1:
             shape += f", {w.grad_accumulation} micro-batches a step"
     else:

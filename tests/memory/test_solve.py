@@ -129,8 +129,7 @@ def test_where_large_batches_peak_at_a_recompute_the_answer_fits_and_the_next_do
     # as the last layer is recomputed, not at its end (the review's case: 187.5 GiB, where not even batch 1 fits,
     # was once solved as 6). On an MI300X the allocator model's overhead swings by gigabytes from batch to batch:
     # batches 12 and 15 come out tight while 48 fits. Those steps lie inside the 10% reserve
-    # ("tight", not "does not fit"); the search answers 48, the exhaustive check 11. (Batches 3 and 5, 50 and 2 before
-    # the turn from forward to backward held one FSDP block gathered, not two: issue #53.)
+    # ("tight", not "does not fit"); the search answers 48, the exhaustive check 11.
     spec = load_spec("mistralai/Mixtral-8x22B-Instruct-v0.1")
     w = make_workload(seq_len=1024, grad_checkpointing=True, gpus=8, shard="fsdp")
     mi300x = find_card("MI300X-192GB").memory_bytes

@@ -51,11 +51,11 @@ def test_each_command_takes_the_options_of_its_groups(command, groups):
 
 
 def test_the_gaps_are_the_documented_ones():
-    # 5, --hf-loss, --peft-autocast, 10 DeepSpeed (--offload-optimizer among them), 7 of the loop (--loss,
-    # --liger-kernels, --optimizer-in-backward, --activation-offloading, --offload-params, --checkpoint-every,
-    # --checkpoint-ops), --device-map (generation)
-    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 25
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 34  # and --fsdp-embedding-units (parallel)
+    # 5, --hf-loss, --peft-autocast, 10 DeepSpeed (--offload-optimizer among them), 8 of the loop (--loss,
+    # --liger-kernels, --optimizer-in-backward, --activation-offloading, --reference, --offload-params,
+    # --checkpoint-every, --checkpoint-ops), --device-map (generation)
+    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 26
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 35  # and --fsdp-embedding-units (parallel)
     assert options.MEASURE == options.EXPLAIN
 
 
@@ -70,7 +70,8 @@ def test_each_memory_option_reaches_the_workload(cli):
             "--no-zero-contiguous-gradients",
             "--zero-sub-group-size", "1e8", "--zero-prefetch-bucket", "auto", "--zero-max-live-params", "3e8",
             "--zero-reuse-distance", "4e8", "--zero-persistence-threshold", "1000", "--no-zero-init",
-            "--hf-loss", "shift-copy", "--no-peft-autocast", "--liger-kernels", "swiglu,rms_norm")
+            "--hf-loss", "shift-copy", "--no-peft-autocast", "--liger-kernels", "swiglu,rms_norm", "--reference",
+            "adapters-off")
     assert r.code in (0, 1), r.err
     w = r.json()["workload"]
     assert (w["method"], w["lora_rank"], w["lora_targets"], w["optimizer"], w["optimizer_impl"]) == \
@@ -86,7 +87,7 @@ def test_each_memory_option_reaches_the_workload(cli):
             w["zero_persistence_threshold"]) == (200_000_000, False, False, 100_000_000, "auto", 300_000_000,
                                                  400_000_000, 1000)
     assert w["zero_init"] is False and w["hf_loss"] == "shift-copy" and w["peft_autocast"] is False
-    assert w["liger_kernels"] == "rms_norm,swiglu"
+    assert w["liger_kernels"] == "rms_norm,swiglu" and w["reference"] == "adapters-off"
     inf = cli("memory", "llama-3.2-1b", "--json", "--no-solve", "--infer", "--context", "4096", "--sequences", "2",
               "--kv-cache", "dynamic", "--new-tokens", "64").json()["workload"]
     assert (inf["mode"], inf["seq_len"], inf["batch"], inf["kv_cache"], inf["new_tokens"]) == ("infer", 4096, 2,

@@ -147,6 +147,26 @@ def test_use_liger_kernel_is_liger_s_defaults_for_llama(tmp_path):
     assert any("not gemma2" in n and "upper bound" in n for n in gemma.notes)
 
 
+def test_liger_kernel_config_overrides_the_defaults_one_by_one(tmp_path):
+    base = {"output_dir": "o", "use_liger_kernel": True, "bf16": True}
+    args = write(tmp_path, "a.json", base | {"liger_kernel_config": {"rope": False,
+                                                                       "fused_linear_cross_entropy": False}})
+    cfg = workload_from_configs([args], model_type="llama")
+    assert cfg.options["loss"] == "full" and cfg.options["liger_kernels"] == "rms_norm,swiglu"
+    assert {k.key: k.use for k in cfg.keys}["liger_kernel_config"] == "modelled"
+    # Liger's unfused cross_entropy kernel, or a kernel campaign does not model: named, the rest still read
+    other = write(tmp_path, "b.json", base | {"liger_kernel_config": {"swiglu": False, "cross_entropy": True,
+                                                                        "fused_linear_cross_entropy": False}})
+    cfg = workload_from_configs([other], model_type="llama")
+    assert cfg.options["liger_kernels"] == "rope,rms_norm"
+    assert [k.key for k in cfg.unmodelled] == ["liger_kernel_config"]
+    # a DPO config with Liger: its fused DPO loss, no vocabulary-sized tensor
+    dpo = write(tmp_path, "c.json", base | {"beta": 0.1, "per_device_train_batch_size": 2})
+    assert workload_from_configs([dpo], model_type="llama", reference="copy").options["loss"] == "fused"
+    off = write(tmp_path, "d.json", base | {"beta": 0.1, "use_liger_kernel": False})
+    assert workload_from_configs([off], model_type="llama", reference="copy").options["loss"] == "logps"
+
+
 def test_axolotl_liger_keys_each_read(tmp_path):
     path = write(tmp_path, "axolotl.yml", {
         "base_model": "meta-llama/Llama-3.2-1B", "sequence_len": 1024, "micro_batch_size": 1,

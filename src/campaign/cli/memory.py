@@ -33,7 +33,8 @@ def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str],
     from ..memory.training_config import workload_from_configs
 
     gpus = workload.get("gpus") if "gpus" in given else None
-    cfg = workload_from_configs(paths, deepspeed=deepspeed, gpus=gpus, model_type=model_type)
+    reference = workload.get("reference") if "reference" in given else None
+    cfg = workload_from_configs(paths, deepspeed=deepspeed, gpus=gpus, model_type=model_type, reference=reference)
     merged = dict(workload)
     said = []
     for option, value, where in cfg.sources:

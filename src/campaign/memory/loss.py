@@ -13,6 +13,12 @@ what the forward allocates at the loss, what backward starts with, and the logit
   When the LM head trains (full fine-tuning), forward also makes its weight's gradient,
   `grad_weight = torch.zeros_like(weight)` (V x h in the weight's dtype), summed chunk by chunk and held until the
   head's backward, which hands it on as the head's .grad: it is alive from the loss to the start of backward.
+- logps: the sequences' log-probabilities as TRL's preference and RL trainers take them (trl/trainer/utils.py
+  selective_log_softmax, DPO's _compute_loss): 16-bit logits go through log_softmax one row (sequence) at a time,
+  each row's output in the logits' dtype saved for backward, so forward holds the logits and every row's output (2 x
+  the logits' bytes); fp32 logits go through logsumexp row by row, which saves views of the logits (1 x, and one
+  row's temporary). The logits are iterated row by row (unbind), so backward gathers every row's gradient before
+  stacking them: the rows' gradients and the stacked one (2 x), the saved outputs freed row by row before.
 """
 from __future__ import annotations
 
@@ -48,6 +54,13 @@ def liger_grad_weight(spec: ModelSpec, w: Workload) -> Term:
 def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
     """Alive at the loss in forward (`c`: the logits' bytes per element)."""
     V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
+    if w.loss == "logps":
+        if c < FP32_BYTES:
+            return Term(int(tokens * V * 2 * c), f"b x s x V x ({c:g} logits + {c:g} every row's log_softmax output, "
+                                                 f"saved) = {tokens} x {V} x {2 * c:g}")
+        row = V * w.seq_len * c
+        return Term(int(tokens * V * c + row), f"b x s x V x {c:g} logits (logsumexp saves views of them) + one "
+                                               f"row's exp temporary s x V x {c:g} = {tokens} x {V} x {c:g} + {row}")
     if w.loss == "chunked":
         per = c + LOG_SOFTMAX_OUTPUT_BYTES + FP32_BYTES / n
         return Term(int(tokens * V * per), f"b x s x V x ({c:g} logits, every chunk + 4 fp32 log_softmax output, "
@@ -64,6 +77,11 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
     """(saved for backward, gradients) at the start of backward; `held`: bytes per element of the logits the loop
     keeps (the model output), 0 when it frees them."""
     V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
+    if w.loss == "logps":
+        saved = Term(int(tokens * V * held), f"b x s x V x {held:g} logits held" if held else
+                     "the logits freed (--no-logits-held); every row's saved output freed as its backward runs")
+        return saved, Term(int(tokens * V * 2 * c), f"every row's gradient, then stacked (unbind's backward): "
+                                                    f"b x s x V x 2 x {c:g} B = {tokens} x {V} x {2 * c:g}")
     if w.loss == "chunked":
         per = held + LOG_SOFTMAX_OUTPUT_BYTES
         saved = Term(int(tokens * V * per), f"b x s x V x ({held:g} logits held + 4 fp32 log_softmax output of every "

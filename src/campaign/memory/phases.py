@@ -188,8 +188,9 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
+    reference = _reference_forward(spec, w, tokens, V, c) if w.reference != "none" and causal and lg else []
     forward = Phase("forward", tuple(states + persist + kept + turn + list(ds.gathered_turn)
-                                     + [activations, logits]),
+                                     + [activations, logits] + reference),
                     "end of forward, during the loss (optimizer states exist from step 2)")
     bwd_start = list(states + persist + kept + turn + list(ds.gathered_turn) + list(ds.backward) + [activations]
                      + list(base.head_unit))
@@ -236,7 +237,46 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     return (load, setup, forward, backward, base.step) if setup else (load, forward, backward, base.step)
 
 
+REFERENCE = ("TRL DPOTrainer: ref_model = create_model_from_path(the model's id, **model_init_kwargs), prepared by "
+             "prepare_deepspeed (sharded under ZeRO-3, else stage 0: whole) or prepare_fsdp (sharded)")
+
+
+def _reference_model(weights: list[Item], w: Workload) -> Item:
+    """The frozen reference model a preference trainer keeps (--reference copy): the trained model's weights again,
+    loaded with the same arguments, so in the same dtype and format; sharded under ZeRO-3 and FSDP as they are, whole
+    under ZeRO-1/2 (TRL's prepare_deepspeed runs the reference at stage 0), as `weights` (_weights_items) counts
+    them."""
+    total = sum(i.bytes for i in weights)
+    shown = " + ".join(f"{i.bytes:,}" for i in weights) if len(weights) > 1 else f"{total:,}"
+    return Item("reference model (frozen copy)", total,
+                f"the trained model's weights again, frozen: {shown} B" + (
+                    " (whole on each card: TRL runs the reference at ZeRO stage 0)" if w.shard in ("zero1", "zero2")
+                    and w.gpus > 1 else ""), "weights", REFERENCE)
+
+
+def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: float) -> list[Item]:
+    """The reference forward, run without autograd after the trained model's log-probs (TRL's DPO _compute_loss),
+    beside everything the forward holds: its logits (none with a fused loss, which runs the reference chunk by chunk
+    too), and under FSDP or ZeRO-3 over several cards its blocks gathered one at a time, with the next prefetched.
+    A copy or the LoRA model with its adapters disabled (TRL's use_adapter(model, None)): the same forward."""
+    items = []
+    if w.loss != "fused":
+        items.append(Item("reference forward's logits (no grad)", int((tokens + w.seq_len) * V * c),
+                          f"(b x s + one row's log_softmax output, s) x V x {c:g} B = ({tokens} + {w.seq_len}) x {V} x "
+                          f"{c:g}; made after the trained model's log-probs, the reference's own activations freed "
+                          "layer by layer", "logits",
+                          "TRL DPOTrainer._compute_loss: torch.no_grad(): self.ref_model(**inputs), then "
+                          "selective_log_softmax"))
+    if w.shard in ("fsdp", "zero3") and w.gpus > 1 and not params_offloaded(w):
+        block = _largest_layer_params(spec)
+        items.append(Item("reference forward's gathered blocks", int(2 * block * ELEMENT_BYTES[w.compute_dtype]),
+                          f"2 x one block, current + prefetched: 2 x {block:,} x {ELEMENT_BYTES[w.compute_dtype]:g} B",
+                          "temporaries", REFERENCE))
+    return items
+
+
 LOSS_SOURCE = {"chunked": "torchtune CEWithChunkedOutputLoss (8 chunks)",
+               "logps": "TRL selective_log_softmax (trl/trainer/utils.py), DPOTrainer._compute_loss",
                "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)"}
 
 
@@ -263,6 +303,8 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
                           if ad == "fp32" and w.peft_autocast and w.dtype in ("bf16", "fp16") else
                           "peft: adapters in the base weights' dtype (before 0.12, or autocast_adapter_dtype=False)"
                           if ad != "fp32" else "peft"))
+    if w.reference == "copy" and w.training:
+        extra.append(_reference_model(weights, w))
     off = offloaded(w)  # ZeRO-Offload: master, states and fp32 gradient partition in host RAM (memory/offload.py)
     if w.mixed_precision and (w.base_trainable or (zero and Pt)) and not (off and zero):
         if zero:

@@ -57,8 +57,8 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "assistant_only_loss", "model_name_or_path", "tokenizer_name_or_path", "trust_remote_code", "revision",
         "training_data_path", "validation_data_path", "response_template", "chat_template", "lora_alpha",
         "lora_dropout", "lora_task_type", "task_type", "use_rslora", "use_flash_attn", "attn_implementation",
-        "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "beta", "loss_type", "num_generations",
-        "max_prompt_length", "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
+        "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "loss_type", "max_prompt_length",
+        "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
         "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
         "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens"),
     "axolotl": _COMMON + (
@@ -70,7 +70,8 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "sdp_attention", "xformers_attention", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
         "cosine_min_lr_ratio", "hub_model_id", "tf32", "shuffle_merged_datasets", "default_system_message",
         "special_tokens", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
-        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout"),
+        "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout",
+        "rl_beta", "orpo_alpha", "simpo_gamma", "cpo_alpha", "dpo_use_weighting", "dpo_label_smoothing"),
     "torchtune": _COMMON + (
         "checkpointer", "shuffle", "max_steps_per_epoch", "log_every_n_steps", "log_peak_memory_stats",
         "metric_logger", "lr_scheduler", "device", "profiler", "save_adapter_weights_only", "clip_grad_norm",
@@ -99,6 +100,12 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
 # 0031bfb0, Llama 3.1 8B QLoRA, batch 2 x 2048 packed, chunked loss, RTX 4090: 10.65 GiB against 7.4)
 COMPILE_BOUND = ("torch.compile (fused kernels, fewer saved tensors): not modelled, the eager estimate is an upper "
                  "bound (measured 1.44x a compiled run's peak: torchtune's Llama 3.1 8B QLoRA README row)")
+# TRL's preference and RL trainers (training_config.py reads a pair trainer's batch and reference model)
+REFERENCE_UNSAID = ("a preference trainer's: whether it runs a reference model the file does not say (DPO and IPO "
+                    "do, ORPO, CPO and SimPO do not): give --reference copy (full), adapters-off (LoRA) or none")
+GENERATION = ("generation by the trained model (GRPO, RLOO): the completions per prompt, their KV cache and a "
+              "reference model when beta > 0 are not modelled")
+KTO = "KTO: a KL batch beside each batch and a reference model are not modelled"
 # Keys that may change memory in a way the estimate does not model: named with what they do; the estimate is a
 # bound (an upper bound where the key can only lower the peak). Off values (false, none, 1...) change nothing.
 NOT_MODELLED: dict[str, dict[str, str]] = {
@@ -106,7 +113,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "torch_compile": COMPILE_BOUND,
         # use_liger_kernel is modelled when set (training_config.py: --loss fused, --liger-kernels rope,rms_norm,swiglu)
         "use_liger_kernel": "Liger's kernels (modelled when true or false)",
-        "liger_kernel_config": "Liger's kernels chosen one by one (give --liger-kernels and --loss)",
+        "liger_kernel_config": "Liger's kernels chosen one by one: read for rope, rms_norm, swiglu and "
+                               "fused_linear_cross_entropy; another kernel (cross_entropy on, layer_norm, geglu...) is "
+                               "not modelled",
         "gradient_checkpointing_kwargs": "how checkpointing runs (use_reentrant...)",
         "fsdp_config": "FSDP settings (prefetch, offload, wrap policy)", "torch_empty_cache_steps": "emptied cache",
         "eval_accumulation_steps": "evaluation outputs kept on the GPU", "auto_find_batch_size": "a batch search",
@@ -115,6 +124,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "fsdp_min_num_params": "FSDP wrap size", "torch_compile_mode": COMPILE_BOUND,
         "torch_compile_backend": COMPILE_BOUND, "ref_model_init_kwargs": "a reference model (DPO)",
         "precompute_ref_log_probs": "a reference model (DPO)", "sync_ref_model": "a reference model",
+        "beta": REFERENCE_UNSAID,
+        "num_generations": GENERATION, "generation_batch_size": GENERATION, "steps_per_generation": GENERATION,
+        "desirable_weight": KTO, "undesirable_weight": KTO,
         "use_vllm": "a vLLM engine beside the trained model", "vllm_gpu_memory_utilization": "a vLLM engine",
         "activation_offloading": "activations offloaded to the CPU: an upper bound",
         # fms-hf-tuning's fms-acceleration plugins
@@ -135,6 +147,7 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "fsdp": "FSDP sharding", "fsdp_config": "FSDP settings", "gradient_checkpointing_kwargs": "checkpointing",
         "lora_modules_to_save": "fully trained modules", "peft_layers_to_transform": "LoRA on some layers only",
         "activation_offloading": "activations offloaded to the CPU: an upper bound", "plugins": "axolotl plugins",
+        "rl": "a preference or RL trainer (KTO, GRPO...; dpo, ipo, orpo and simpo are modelled)",
         "relora_steps": "ReLoRA", "lora_on_cpu": "LoRA on the CPU", "gpu_memory_limit": "a memory limit",
         "low_cpu_mem_usage": "loading", "sequence_parallel_degree": "sequence parallelism",
     },
@@ -164,7 +177,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "megatron_lm_config": "Megatron-LM parallelism", "parallelism_config": "parallelism",
         "deepspeed_config.offload_optimizer_device": "optimizer offloaded (read without a deepspeed_config_file)",
         "deepspeed_config.offload_param_device": "parameters offloaded (read without a deepspeed_config_file)",
-        "deepspeed_config.zero3_init_flag": "zero.Init",
+        "deepspeed_config.zero3_init_flag": "zero.Init off: a script that builds the model under accelerate alone "
+                                            "loads it whole (TrainingArguments still load under zero.Init): give "
+                                            "--zero-init or --no-zero-init",
     },
     "DeepSpeed": {},
 }
@@ -181,7 +196,8 @@ def _match(key: str, names: Iterable[str]) -> str | None:
     return None
 
 
-def account(file: str, tool: str, doc: dict[str, Any], used: set[str], known: Iterable[str] = ()) -> list[ConfigKey]:
+def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
+            known: Iterable[str] = ()) -> list[ConfigKey]:
     """Each key of `doc` (a `tool` file named `file`) with its use: modelled when `used` holds it (or a section
     above it, or a key inside it), else by the tool's tables; `known`: more keys of the tool that change no memory
     (DeepSpeed's own tables in training_config.py)."""

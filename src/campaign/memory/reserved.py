@@ -41,6 +41,7 @@ from .replay import (
     replay_load,
     replay_weights,
     split_bytes,
+    tensor_numels,
 )
 from .states import lora_groups, state_bytes_per_element
 from .workload import KeptBySpec, Workload, size_free_key
@@ -109,7 +110,8 @@ def training_overhead(spec: ModelSpec, w: Workload, phases, *, expandable: bool 
     blocks = tokens * c * spec.hidden_size if w.grad_checkpointing else sum([tokens * piece for piece in pieces])
     final = max(0, acts - max(1, spec.num_layers) * int(blocks))
     logits = bool(spec.vocab_size and item_bytes(phases, "logits and loss", "logits"))
-    _replay_step(r, spec, w, plan, tokens, final, logits, inter, pieces)
+    _replay_step(r, spec, w, plan, tokens, final, logits, inter, pieces,
+                 item_bytes(phases, "reference forward's logits (no grad)", "logits"))
     return overhead_of(r)
 
 
@@ -126,6 +128,7 @@ def clear_kept() -> None:
     KEPT_STEP_ITEMS.clear()
 
 
+REFERENCE = "reference model (frozen copy)"  # --reference copy (phases.py _reference_model)
 ADAPTERS = "LoRA adapter weights"  # f"LoRA adapter weights ({dtype})": the adapters in the run's dtype (phases.py)
 
 
@@ -134,6 +137,8 @@ def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int
     hold them (with a setup phase, the whole model first: replay.replay_load), the LoRA adapters, DDP's buckets, the
     fp32 master weights, and DeepSpeed's init (memory/zero_replay.py). No handle is kept: none is freed later."""
     weights = replay_load(r, spec, w, phases)
+    for size in split_bytes(item_bytes(phases, REFERENCE, "weights"), tensor_numels(spec, list(spec.groups))):
+        r.alloc(size)  # the reference model, loaded tensor by tensor after the trained one (TRL's DPOTrainer)
     adapter_bytes = item_bytes(phases, ADAPTERS, "weights")
     adapters = [r.alloc(size) for size in split_bytes(adapter_bytes, trainable)]
     buckets = item_bytes(phases, "DDP gradient buckets")
@@ -157,7 +162,7 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
     if expandable or allocator_for(phases) is not CachingAllocator:
         return None
     before = tuple(p for p in phases if p.name in ("load", "setup"))
-    key = (size_free_key(w), before, item_bytes(phases, ADAPTERS, "weights"), *(
+    key = (size_free_key(w), before, item_bytes(phases, ADAPTERS, "weights"), item_bytes(phases, REFERENCE), *(
         item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
 
     def replayed() -> Allocator:
@@ -260,7 +265,7 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
 
 
 def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, tokens: int, final: int, lg: bool,
-                 inter: int, pieces: list[float]) -> None:
+                 inter: int, pieces: list[float], reference: int = 0) -> None:
     """The replay of the module docstring through `r` (past the prefix: _after_prefix), at `tokens` (the batch's
     tokens); training_overhead works out the rest: the final norm's bytes, whether there are logits (`lg`), the
     MLP's width and the per-token sizes of a block's saved tensors."""
@@ -324,6 +329,7 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             up = r.alloc(tokens * V * FP32) if causal else None
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up)
+            _reference_forward(r, reference, tokens, w.seq_len)
             if co:  # the turn to backward: the head is used again at once (kept), then runs its backward
                 co.release("head")
                 co.fetch("head")
@@ -336,6 +342,7 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             gh = r.alloc(tokens * h * c)  # LM head backward: the hidden states' gradient
             r.free(g3)  # the logits stay: the model output holds them until the step drops it, after backward
         else:
+            _reference_forward(r, reference, tokens, w.seq_len)
             if co:
                 co.release("head")
                 co.fetch("head")
@@ -389,6 +396,15 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             r.pass_each(plan.loop_tmp)
         if not last and not w.grads_held:
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
+
+
+def _reference_forward(r: Replay, reference: int, tokens: int, seq_len: int) -> None:
+    """The reference forward's logits and one row's log_softmax output (`reference` bytes in all), made and dropped
+    before backward (phases.py _reference_forward); nothing without a reference model."""
+    if reference:
+        row = reference * seq_len // (tokens + seq_len)
+        logits = r.alloc(reference - row)
+        r.free(r.alloc(row), logits)
 
 
 _WEIGHTS = KeptBySpec(16)  # the allocator after an inference's weights, by what their replay read

@@ -62,14 +62,14 @@ class TrainingConfig:
 class _Reader:
     """Collects options from several files; two files that set one option differently are refused."""
 
-    def __init__(self, gpus: int | None = None, model_type: str | None = None) -> None:
+    def __init__(self, gpus: int | None = None, model_type: str | None = None, reference: str | None = None) -> None:
         self.options: dict[str, Any] = {}
         self.sources: dict[str, tuple[Any, str]] = {}
         self.model: str | None = None
         self.notes: list[str] = []
         self.used: set[str] = set()  # 'file: key' of each key that changed the workload
         self.keys: list[ConfigKey] = []
-        self.gpus, self.model_type = gpus, model_type
+        self.gpus, self.model_type, self.reference = gpus, model_type, reference
 
     def set(self, option: str, value: Any, where: str) -> None:
         if option in self.options and self.options[option] != value:
@@ -80,6 +80,11 @@ class _Reader:
         self.sources[option] = (value, where)
         self.used.add(where.split(" (")[0].split(" + ")[0])
 
+    def used_keys(self, name: str) -> frozenset[str]:
+        """The keys of file `name` read so far."""
+        head = f"{name}: "
+        return frozenset(u[len(head):] for u in self.used if u.startswith(head))
+
     def use(self, name: str, *keys: str) -> None:
         """Keys of file `name` read for the workload without setting an option of their own (a value checked,
         a note)."""
@@ -87,9 +92,7 @@ class _Reader:
 
     def account(self, name: str, tool: str, doc: dict[str, Any], known: tuple[str, ...] = ()) -> None:
         """Every key of file `name` with its use (recipe_keys.account)."""
-        head = f"{name}: "
-        used = {u[len(head):] for u in self.used if u.startswith(head)}
-        self.keys += account(name, tool, doc, used, known)
+        self.keys += account(name, tool, doc, self.used_keys(name), known)
 
     def refuse(self, where: str, why: str, fix: str) -> None:
         raise InputError(f"{where}: {why}, which the memory estimate does not model; {fix}")
@@ -113,12 +116,14 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path | None = None,
-                          gpus: int | None = None, model_type: str | None = None) -> TrainingConfig:
+                          gpus: int | None = None, model_type: str | None = None,
+                          reference: str | None = None) -> TrainingConfig:
     """The workload the configuration files describe (see the module docstring); `deepspeed`: a file that must be a
     DeepSpeed config (--deepspeed), read as the others are. Each file is read once. `gpus`: the cards the run uses,
     where the command line says (a torchtune recipe over several is a distributed one: FSDP); `model_type`: the
-    model's, for peft's default LoRA targets of an adapter config without target_modules."""
-    r = _Reader(gpus, model_type)
+    model's, for peft's default LoRA targets of an adapter config without target_modules; `reference`: the command
+    line's --reference (None: not given), for a preference config that does not say."""
+    r = _Reader(gpus, model_type, reference)
     for path in paths:
         _read(r, Path(path), load_config_file(path))
     if deepspeed is not None:
@@ -199,6 +204,31 @@ def _modules(value: Any, where: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value)
 
 
+# Liger's kernels _apply_liger_kernel_to_instance applies by default to Llama, Mistral, Qwen2 and Qwen3
+# (liger_kernel/transformers/monkey_patch.py apply_liger_kernel_to_llama: rope, rms_norm, swiglu and
+# fused_linear_cross_entropy on, cross_entropy off), which TrainingArguments' liger_kernel_config overrides one by one
+LIGER_DEFAULTS = {"rope": True, "rms_norm": True, "swiglu": True, "fused_linear_cross_entropy": True,
+                  "cross_entropy": False}
+LIGER_LAYERS = ("rope", "rms_norm", "swiglu")
+
+
+def _liger_config(r: _Reader, name: str, d: dict[str, Any]) -> dict[str, bool]:
+    """The Liger kernels use_liger_kernel applies ({} when off): Liger's defaults, overridden by liger_kernel_config
+    where it names only those kernels with true or false (read); a config with another kernel (cross_entropy on:
+    Liger's unfused loss kernel, layer_norm, geglu...) stays named as not modelled, its known kernels still read."""
+    if d.get("use_liger_kernel") is not True:
+        return {}
+    config = d.get("liger_kernel_config")
+    kernels = dict(LIGER_DEFAULTS)
+    if isinstance(config, dict):
+        kernels.update({k: v for k, v in config.items() if k in LIGER_DEFAULTS and isinstance(v, bool)})
+        if all(k in LIGER_DEFAULTS and isinstance(v, bool) for k, v in config.items()) and not kernels["cross_entropy"]:
+            r.use(name, "liger_kernel_config")
+    return kernels
+
+
+# axolotl's `rl` trainers of chosen and rejected pairs -> whether each runs a reference model
+AXOLOTL_PAIRS = {"dpo": True, "ipo": True, "orpo": False, "simpo": False}
 AXOLOTL_LIGER = {"liger_rope": "rope", "liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu"}
 
 
@@ -248,18 +278,65 @@ TRAINER_FREES_LOGITS = "the HF Trainer's compute_loss returns the loss only: log
 TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.backward()"
 
 
+# Keys of TRL's configs that name a trainer whose memory the file alone does not settle (GRPO, RLOO: generation by
+# the trained model; KTO: a KL batch beside each batch): named as not modelled (recipe_keys.NOT_MODELLED)
+GENERATING = ("num_generations", "generation_batch_size", "steps_per_generation")
+KTO = ("desirable_weight", "undesirable_weight")
+# Keys that say a pair trainer keeps no reference model: TRL's CPOConfig (cpo_alpha, simpo_gamma; loss_type simpo)
+# and the older DPOConfig's reference_free
+REFERENCE_FREE = ("cpo_alpha", "simpo_gamma", "reference_free")
+PAIRS = ("x 2: a pair's chosen and rejected run in one forward, as TRL's DPO, ORPO and CPO trainers concatenate "
+         "them")
+
+
+LOGPS = "a preference trainer takes the sequences' log-probabilities: TRL's selective_log_softmax, row by row"
+
+
+def _pairs(d: dict[str, Any]) -> bool:
+    """A TRL pair-preference config (DPO, IPO, ORPO, CPO, SimPO): a `beta` without the keys of a generating trainer
+    (GRPO, RLOO) or of KTO, whose batches are not pairs."""
+    return "beta" in d and not any(k in d for k in GENERATING + KTO)
+
+
+def _reference(r: _Reader, name: str, d: dict[str, Any], reference: str | None) -> None:
+    """A pair trainer's reference model (Workload.reference): none with precompute_ref_log_probs (computed before
+    training, the model freed) or in a reference-free loss; else the file does not say (DPO keeps one, ORPO does
+    not): `reference`, the command line's word, or `beta` stays named as not modelled. With PEFT a DPO reference is
+    the trained model with its adapters disabled (adapters-off: TRL's use_adapter(model, None)), no copy."""
+    why = None
+    if d.get("precompute_ref_log_probs") is True:
+        why = ("the reference log-probs computed before training (TRL: no reference model kept)",
+               "precompute_ref_log_probs")
+    elif d.get("loss_type") == "simpo" or any(d.get(k) not in (None, False) for k in REFERENCE_FREE):
+        key = next((k for k in REFERENCE_FREE if d.get(k) not in (None, False)), "loss_type")
+        why = ("a reference-free loss (CPO, SimPO)", key)
+    if why is not None:
+        r.set("reference", "none", f"{name}: {why[1]} ({why[0]})")
+        r.use(name, "beta")
+    elif reference is not None:
+        r.use(name, "beta")  # the command line says (--reference)
+
+
 def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     name = _label(path)
     r.set("logits_held", False, f"{name} ({TRAINER_FREES_LOGITS})")
+    pairs = _pairs(d)
     if "per_device_train_batch_size" in d:
-        r.set("batch", _int(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size"),
-              f"{name}: per_device_train_batch_size")
+        per = _int(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size")
+        r.set("batch", 2 * per if pairs else per,
+              f"{name}: per_device_train_batch_size" + (f" ({PAIRS})" if pairs else ""))
     for key in ("max_seq_length", "max_length"):  # TRL's SFTConfig
         if d.get(key) is not None:
             r.set("seq_len", _int(d[key], f"{name}: {key}"), f"{name}: {key}")
     if d.get("gradient_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
+    _checkpointing_kwargs(r, name, d)
     _args_peft(r, name, d)
+    liger = _liger_config(r, name, d)
+    if pairs:
+        _reference(r, name, d, r.reference)
+        if not liger.get("fused_linear_cross_entropy"):  # Liger's fused DPO loss: --loss fused, below
+            r.set("loss", "logps", f"{name} (beta, {LOGPS})")  # beta stays open: the reference (_reference)
     half = "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None
     r.use(name, *(k for k in ("bf16", "fp16") if k in d))
     loaded = _torch_dtype(d.get("torch_dtype"), f"{name}: torch_dtype")
@@ -274,11 +351,14 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("optim") is not None:
         _optim(r, d["optim"], f"{name}: optim", OPTIM)
     _accumulation(r, d, name)
-    if d.get("use_liger_kernel") is not None:  # Liger's defaults for the model type (_apply_liger_kernel_to_instance):
-        # rope, rms_norm, swiglu and fused_linear_cross_entropy for Llama, Mistral, Qwen2, Qwen3
-        on = d["use_liger_kernel"] is True
-        r.set("loss", "fused" if on else "full", f"{name}: use_liger_kernel")
-        _liger_layers(r, ("rope", "rms_norm", "swiglu") if on else (), f"{name}: use_liger_kernel")
+    if d.get("use_liger_kernel") is not None:
+        where = f"{name}: use_liger_kernel" + (" + liger_kernel_config" if "liger_kernel_config" in r.used_keys(name)
+                                              else "")
+        if liger.get("fused_linear_cross_entropy"):
+            r.set("loss", "fused", where)
+        elif not pairs:
+            r.set("loss", "full", where)
+        _liger_layers(r, tuple(k for k in LIGER_LAYERS if liger.get(k)), where)
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -298,6 +378,20 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if isinstance(name_or_path, str) and name_or_path.strip() and r.model is None:
         r.model = name_or_path.strip()
     r.account(name, "TrainingArguments", d)
+
+
+# torch.utils.checkpoint's keywords that keep what the estimate counts: each checkpointed layer's input, the layer
+# recomputed in backward, whether by the reentrant autograd Function or by saved-tensor hooks (use_reentrant), with or
+# without the RNG state (a few bytes) or its checks
+CHECKPOINT_KWARGS = ("use_reentrant", "preserve_rng_state", "determinism_check", "debug")
+
+
+def _checkpointing_kwargs(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    """gradient_checkpointing_kwargs made of CHECKPOINT_KWARGS is read (accounted as modelled); any other keyword
+    (a context_fn choosing what to save) stays named as not modelled (recipe_keys)."""
+    kwargs = d.get("gradient_checkpointing_kwargs")
+    if isinstance(kwargs, dict) and set(kwargs) <= set(CHECKPOINT_KWARGS):
+        r.use(name, "gradient_checkpointing_kwargs")
 
 
 # torch_dtype as from_pretrained takes it (a torch dtype's name, with or without "torch.")
@@ -661,6 +755,8 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             for key in ("offload_optimizer_device", "offload_param_device"):
                 _offload_device(r, ds.get(key), f"{where}.{key}", stage, key.rsplit("_", 1)[0])
             _deepspeed(r, where, {"zero_optimization": {"stage": stage}}, whole=False)
+            if stage == 3 and ds.get("zero3_init_flag") is True:  # from_pretrained under deepspeed.zero.Init
+                r.set("zero_init", True, f"{where}.zero3_init_flag")
             r.use(name, "deepspeed_config.zero_stage", *(f"deepspeed_config.{k}" for k in (
                 "offload_optimizer_device", "offload_param_device") if k in ds))
         steps = ds.get("gradient_accumulation_steps")
@@ -698,8 +794,16 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                  "estimate them with --method full, or the adapters without them")
     if d.get("sequence_len") is not None:
         r.set("seq_len", _int(d["sequence_len"], f"{name}: sequence_len"), f"{name}: sequence_len")
+    rl = str(d.get("rl") or "").lower()
+    pairs = rl in AXOLOTL_PAIRS
     if d.get("micro_batch_size") is not None:
-        r.set("batch", _int(d["micro_batch_size"], f"{name}: micro_batch_size"), f"{name}: micro_batch_size")
+        per = _int(d["micro_batch_size"], f"{name}: micro_batch_size")
+        r.set("batch", 2 * per if pairs else per, f"{name}: micro_batch_size" + (f" ({PAIRS})" if pairs else ""))
+    if pairs:  # axolotl's DPO loads a reference model for a full fine-tune; with an adapter TRL disables it
+        reference = ("adapters-off" if method in ("lora", "qlora") else "copy") if AXOLOTL_PAIRS[rl] else "none"
+        r.set("reference", reference, f"{name}: rl")
+        if d.get("liger_fused_linear_cross_entropy") is not True:
+            r.set("loss", "logps", f"{name}: rl ({LOGPS})")
     if d.get("gradient_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
     if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
@@ -710,9 +814,12 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("optimizer") is not None:
         _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
     _accumulation(r, d, name)
-    if d.get("liger_fused_linear_cross_entropy") is not None:
-        r.set("loss", "fused" if d["liger_fused_linear_cross_entropy"] is True else "full",
-              f"{name}: liger_fused_linear_cross_entropy")
+    if d.get("liger_fused_linear_cross_entropy") is True:
+        r.set("loss", "fused", f"{name}: liger_fused_linear_cross_entropy")
+    elif d.get("liger_fused_linear_cross_entropy") is not None:
+        if not pairs:
+            r.set("loss", "full", f"{name}: liger_fused_linear_cross_entropy")
+        r.use(name, "liger_fused_linear_cross_entropy")
     liger = {k: kernel for k, kernel in AXOLOTL_LIGER.items() if d.get(k) is not None}
     if liger:
         if _liger_layers(r, tuple(kernel for k, kernel in liger.items() if d[k] is True),

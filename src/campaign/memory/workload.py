@@ -17,7 +17,8 @@ SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
-LOSSES = ("full", "chunked", "fused")
+LOSSES = ("full", "chunked", "fused", "logps")
+REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu")  # apply_liger_kernel_to_llama's keywords, in its order
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
 
@@ -103,7 +104,8 @@ class Workload:
         "help": "The cross-entropy over the vocabulary: full (the whole logits, their fp32 upcast and gradients at "
                 "once; default) | chunked (torchtune's CEWithChunkedOutputLoss: upcast and gradients one of 8 chunks "
                 "at a time) | fused (Liger's fused linear cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
-                "tensor kept)."})
+                "tensor kept) | logps (the sequences' log-probabilities of TRL's DPO, ORPO and GRPO: log_softmax row "
+                "by row in the logits' dtype, no fp32 copy)."})
     liger_kernels: str = field(default="", metadata={
         "flag": "--liger-kernels", "group": "loop",
         "help": "Liger's layer kernels, comma-separated: rms_norm (no fp32 copy of each norm's input kept), swiglu "
@@ -117,6 +119,13 @@ class Workload:
         "flag": "--activation-offloading", "group": "loop",
         "help": "With --grad-checkpointing: each layer's checkpointed input moved to the CPU (torchtune's "
                 "enable_activation_offloading); host RAM holds them."})
+    reference: str = field(default="none", metadata={
+        "flag": "--reference", "group": "loop",
+        "help": "The reference model of a preference trainer (DPO), whose forward runs after the trained model's at "
+                "each step: none (default; ORPO, SimPO, precompute_ref_log_probs) | copy (a frozen copy of the "
+                "weights, TRL's DPO without PEFT: loaded and sharded as the trained ones, whole on each card under "
+                "ZeRO-1/2) | adapters-off (LoRA: the trained model with its adapters disabled, TRL's DPO with PEFT: "
+                "no copy). --batch counts sequences: a DPO pair is 2."})
     lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
@@ -412,8 +421,8 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"hf-loss {w.hf_loss!r} is unknown; choose current (transformers 4.49 on), shift-copy "
                          "(4.46-4.48) or float-logits (4.45 and before)")
     if w.loss not in LOSSES:
-        raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss) or "
-                         "fused (Liger's fused linear cross-entropy)")
+        raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss), "
+                         "fused (Liger's fused linear cross-entropy) or logps (TRL's per-sequence log-probabilities)")
     liger = parse_liger_kernels(w.liger_kernels)
     if liger and w.mode != "train":
         raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")
@@ -459,6 +468,18 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.offload_params == "cpu" and w.mode == "train" and w.shard == "fsdp" and w.optimizer_in_backward:
         raise InputError("--offload-params cpu with --shard fsdp steps the optimizer on the CPU after backward; drop "
                          "--optimizer-in-backward or it")
+    if w.reference not in REFERENCES:
+        raise InputError(f"reference {w.reference!r} is unknown; choose none, copy (a frozen copy of the weights) or "
+                         "adapters-off (LoRA's base with the adapters disabled)")
+    if w.reference != "none" and w.mode != "train":
+        raise InputError("--reference is the reference model a preference trainer (DPO) runs beside the trained "
+                         "model; drop it for inference")
+    if w.reference != "none" and w.method == "frozen":
+        raise InputError("--reference beside a model that does not train is a second frozen model: estimate the "
+                         "inference of each, or give --method full/lora")
+    if w.reference == "adapters-off" and w.method not in ("lora", "qlora"):
+        raise InputError(f"--reference adapters-off runs the reference as the LoRA model with its adapters disabled; "
+                         f"with --method {w.method} give --reference copy (a frozen copy of the weights)")
     if w.optimizer_in_backward and w.grad_accumulation > 1:
         raise InputError("--optimizer-in-backward steps each parameter as its gradient is made, so gradients cannot "
                          "be summed over micro-batches (torchtune refuses it too): drop --grad-accumulation or it")

@@ -275,3 +275,29 @@ def test_a_card_ruled_out_by_memory_names_a_compared_card_that_fits(write_yaml):
     assert rep.recommended_card == "H100-SXM-80GB"
     l40s = next(o for o in rep.packages if o.card == "L40S-48GB")
     assert re.search(r"does not fit L40S-48GB .*; it fits H100-SXM-80GB \([\d.]+ of [\d.]+ GiB\)", l40s.why), why
+
+
+def test_an_estimated_phase_of_a_family_the_formulas_do_not_know_is_not_verified(write_yaml, prices, tmp_path, cli):
+    """campaign memory's memory.family, in the budget: the fit of a generic-family model is a guess, so the budget
+    cannot be a go on it; a known family adds no such check."""
+    pytest.importorskip("transformers")
+    opt = tmp_path / "opt"
+    opt.mkdir()
+    (opt / "config.json").write_text(json.dumps({
+        "model_type": "opt", "architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "ffn_dim": 256, "vocab_size": 1000, "word_embed_proj_dim": 64,
+        "max_position_embeddings": 128}))
+    est = {"model": str(opt), "tokens": 1_000_000, "batch": 1, "seq_len": 64}
+    plan = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": est})
+    rep = budget(write_yaml(plan), prices=prices, packages=["7-day"])
+    (e,) = rep.estimates
+    assert e.memory_verdict == "fits" and e.memory_generic
+    check = next(c for c in rep.checks if c.id == "budget.memory_family")
+    assert check.status == "skipped" and "ft:" in check.seen and f"campaign trace {opt}" in check.fix
+    assert rep.status == "not verified"
+    r = cli("budget", str(write_yaml(plan)), "--prices", str(prices), "--package", "7-day")
+    assert r.code == 1 and "NOT VERIFIED" in r.out and "TAKE" not in r.out
+    known = _plan({"name": "a", "kind": "baseline", "hours": 1}, {"name": "ft", "after": ["a"], "estimate": {
+        "model": "llama-3.2-1b", "tokens": 1_000_000, "batch": 1, "seq_len": 64}})
+    assert all(c.id != "budget.memory_family" for c in budget(write_yaml(known), prices=prices,
+                                                                packages=["7-day"]).checks)

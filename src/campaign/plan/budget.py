@@ -787,6 +787,17 @@ def _checks(p: CampaignPlan, best: Option | None, options: list[Option], estimat
         out.append(Check("budget.estimated_hours", "warn", f"hours of {names} estimated from FLOPs",
                          "an estimate, not a measurement: real MFU varies with batch, sequence and kernels",
                          "time a few steps on the card and give hours (or --mfu)"))
+    guessed = sorted((e for e in estimates if e.memory_generic and e.memory_verdict == "fits"),
+                     key=lambda e: best is None or e.card != best.card)  # the chosen card's first
+    if guessed:  # campaign memory's memory.family: the fit of a family the formulas do not know is a guess
+        e = guessed[0]
+        out.append(Check("budget.memory_family", "skipped",
+                         f"{', '.join(dict.fromkeys(g.phase for g in guessed))}: {e.model} fits {e.card} on a "
+                         f"guess ({e.memory_generic})",
+                         "its family is not one campaign memory's formulas model: whether a run fits is a guess, and "
+                         "a run that does not fit stops the campaign",
+                         f"trace its real step: campaign trace {e.ref or e.model} --card {e.card} with the phase's "
+                         "options"))
     out.append(Check("budget.fits", "pass" if best else "fail",
                      f"{label(best)} {best.name} fits" if best else whole_why or "no rental fits the plan",
                      "a campaign that overruns its window loses the runs in flight",

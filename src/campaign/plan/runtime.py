@@ -41,6 +41,8 @@ class RuntimeEstimate(Record):
     max_batch: int | None
     how: str = "estimated"
     phase: str = ""             # the plan phase it was made for, when there is one
+    memory_generic: str = ""    # the fit used the generic activation model (a family the formulas do not know)
+    ref: str = ""               # the model as the plan names it
 
 
 def run_flops(params: int, trainable: int, *, layers: int, attention_dim: int, seq_len: int, tokens: int,
@@ -87,7 +89,7 @@ def estimate_runtime(model: str | Path, workload: object, *, tokens: int, card: 
                                grad_checkpointing=w.grad_checkpointing)
     hours = flops / (c.bf16_dense_flops * w.gpus * mfu) / 3600
     return RuntimeEstimate(est.model, c.name, w.gpus, w.method, tokens, params, trainable, flops, formula, mfu, hours,
-                           fit.verdict, fit.max_batch)
+                           fit.verdict, fit.max_batch, memory_generic=plan.generic, ref=str(model))
 
 
 def _attention(model: str | Path) -> tuple[int, int]:

@@ -31,7 +31,10 @@ def budget(r: Any) -> None:
     phases = len(r.phases) + sum(len(x.phases) for x in r.rentals)
     console.print(f"[bold]{escape(r.plan)}[/bold] · {escape(r.name)} · {phases} phases, recovery margin "
                   f"{r.margin:.0%} on every run")
-    if r.recommended:
+    if r.recommended and r.status == "not verified":  # a check did not run: no go (the checks below say which)
+        console.print(f"[yellow]NOT VERIFIED[/yellow] {escape(_card(r.recommended_card, r.recommended_offer))} "
+                      f"{escape(r.recommended)} would be {escape(r.why)}, once the skipped checks below have run")
+    elif r.recommended:
         console.print(f"[green]TAKE[/green] {escape(_card(r.recommended_card, r.recommended_offer))} "
                       f"{escape(r.recommended)} — {escape(r.why)}")
     else:

@@ -55,7 +55,8 @@ def test_the_gaps_are_the_documented_ones():
     # --liger-kernels, --optimizer-in-backward, --activation-offloading, --reference, --offload-params,
     # --checkpoint-every, --checkpoint-ops), --device-map (generation)
     assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 26
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 35  # and --fsdp-embedding-units (parallel)
+    # and the parallel group's --fsdp-embedding-units and --reshard-after-forward
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 36
     assert options.MEASURE == options.EXPLAIN
 
 

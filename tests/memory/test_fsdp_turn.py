@@ -75,3 +75,57 @@ def test_the_70b_lora_recipe_at_the_readme_commit(cli):
     assert bwd["all-gathered parameters"] == (ROOT_70B + 2 * BLOCK_70B) * 2  # 7,625,326,592 B
     assert fwd["weights"] == 70_553_706_496 * 2 // 8
     assert d["peak_phase"] == "backward"
+
+
+def test_without_resharding_after_forward_the_whole_model_stays_gathered(tmp_path):
+    """reshard_after_forward=False (torchtune's fsdp_reshard_after_forward: False): each unit keeps its gathered
+    parameters from its forward to its backward: the whole model, 2 x (root + 2 blocks), at the loss and the last
+    layer's recompute; by the end of backward each block is resharded again, the root and the prefetched block left."""
+    whole = (ROOT + 2 * BLOCK) * 2  # tiny_llama has 2 layers
+    kept = step_items(*_setup(gpus=4, shard="fsdp", reshard_after_forward=False))
+    assert [i.bytes for i in kept.fwd_only if i.name == "all-gathered parameters"] == [whole]
+    assert [i.bytes for i in kept.fwd_turn if i.name == "all-gathered parameters"] == [whole]
+    assert [i.bytes for i in kept.fwd_end if i.name == "all-gathered parameters"] == [(ROOT + 2 * BLOCK) * 2]
+    load, forward, backward, step = _phases(gpus=4, shard="fsdp", reshard_after_forward=False)
+    assert _gathered(forward) == [whole] and _gathered(step) == []
+    resharded = _phases(gpus=4, shard="fsdp")
+    assert forward.bytes - resharded[1].bytes == whole - (ROOT + BLOCK) * 2
+    # read from torchtune's key; without FSDP the key changes nothing
+    import yaml
+
+    from campaign.memory.training_config import workload_from_configs
+
+    recipe = yaml.safe_load((RECIPES / "torchtune_llama3_1_70B_lora_30b8519e.yaml").read_text())
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe | {"fsdp_reshard_after_forward": False}))
+    cfg = workload_from_configs([path], gpus=8)
+    assert cfg.options["reshard_after_forward"] is False
+    assert {k.key: k.use for k in cfg.keys}["fsdp_reshard_after_forward"] == "modelled"
+    one = workload_from_configs([path])
+    assert "reshard_after_forward" not in one.options and not any(
+        k.key == "fsdp_reshard_after_forward" and k.unmodelled for k in one.keys)
+
+
+def test_the_traced_fsdp_step_keeps_the_blocks_gathered_as_counted(cli, tmp_path):
+    """The real FSDP2 step traced over 4 fake ranks, with reshard_after_forward=False: at the start of backward the
+    3 blocks other than the prefetched last one are still gathered, 3 x 725,504 params x 2 B more, as the estimate
+    counts them (4 layers; hidden 256, 4 heads of 64, 2 KV heads, intermediate 688)."""
+    import json
+
+    pytest = __import__("pytest")
+    pytest.importorskip("transformers")
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(tiny_llama(
+        hidden_size=256, intermediate_size=688, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=4,
+        vocab_size=8000, max_position_embeddings=1024)))
+    block = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688 + 2 * 256
+
+    def peak(command, *flags):
+        args = [command, str(model), "--shard", "fsdp", "--gpus", "4", "--batch", "2", "--seq-len", "128", "--json"]
+        r = cli(*args, *flags, *(("--no-solve",) if command == "memory" else ()))
+        assert r.code == 0, r.err
+        return r.json()["peak_allocated_bytes"]
+
+    for command in ("trace", "memory"):
+        assert peak(command, "--no-reshard-after-forward") - peak(command) == 3 * block * 2

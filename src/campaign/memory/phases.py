@@ -134,6 +134,9 @@ class _StepItems:
     # than one card the blocks are resharded by then: the root unit and one block gathered (_turn_gathered).
     # None: fwd_only
     fwd_turn: tuple[Item, ...] | None = None
+    # fwd_only as the end of backward holds it, where it differs (FSDP without resharding after forward: each block
+    # resharded after its backward, the root unit and the prefetched block left). None: fwd_only
+    fwd_end: tuple[Item, ...] | None = None
 
 
 KEPT_STEP_ITEMS = KeptBySpec(64)
@@ -209,7 +212,8 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                            f"grads into and out of log_softmax: b x s x V x {grad_per:g} B "
                            f"({'fp32, causal LM' if causal else '2 x compute bytes, MLM'})", "logits", "autograd")]
     bwd_transient = saved.one_layer if w.grad_checkpointing else 0
-    bwd_end = list(states + persist + fwd_only + list(ds.gathered_end) + list(ds.backward) + base.end_grads
+    end_only = list(base.fwd_end) if base.fwd_end is not None else fwd_only
+    bwd_end = list(states + persist + end_only + list(ds.gathered_end) + list(ds.backward) + base.end_grads
                    + list(base.embed_unit))
     layer_grads = _layer_grad_temporaries(spec, w)
     bwd_end.append(Item("backward temporaries", layer_grads + bwd_transient,
@@ -447,9 +451,32 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     head_unit, embed_unit = _own_unit_items(spec, w, apart, grad_s if w.method == "full" else 0, fsdp_off)
     fwd_turn = None if turn_gathered is None else tuple(
         turn_gathered if i.name == "all-gathered parameters" else i for i in fwd_only)
+    fwd_end = None
+    if turn_gathered is not None and not w.reshard_after_forward:  # every unit stays gathered from its forward to its
+        # backward: the whole model at the end of forward and the turn; resharded unit by unit in backward
+        kept_gathered = _kept_gathered(spec, w)
+        fwd_end = tuple(fwd_only)
+        fwd_only = [kept_gathered if i.name == "all-gathered parameters" else i for i in fwd_only]
+        fwd_turn = tuple(fwd_only)
     return _StepItems(Pt, states, persist, kept, fwd_only, ds, grads, grad_s, grad_div, end_grads, load, step,
                       setup_phase(spec, w), head_params(spec) - apart[1] if held else 0, head_unit, embed_unit,
-                      fwd_turn)
+                      fwd_turn, fwd_end)
+
+
+def _kept_gathered(spec: ModelSpec, w: Workload) -> Item:
+    """FSDP2 with reshard_after_forward=False: each unit keeps its all-gathered parameters from its forward until its
+    backward, so at the end of forward every unit is gathered: the whole model as FSDP gathers it (16-bit compute
+    copies; a quantized base as stored)."""
+    if w.dtype in QUANTIZED:
+        wb = weight_bytes(spec, w)
+        whole, how = wb.total, f"as stored ({format_note(w.dtype, w.group_size, w.double_quant)})"
+    else:
+        c = ELEMENT_BYTES[w.compute_dtype]
+        whole, how = int(spec.inventory_params * c), f"{spec.inventory_params:,} x {c:g} B"
+    return Item("all-gathered parameters", whole, f"every unit kept gathered from its forward to its backward "
+                f"(reshard_after_forward=False): the whole model, {how}", "temporaries",
+                "FSDP2 fully_shard(reshard_after_forward=False): post_forward_mesh_info None, no reshard until "
+                "post-backward")
 
 
 def _turn_gathered(root: int, block: int, what: str) -> Item:

@@ -154,7 +154,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     "torchtune": {
         "compile": COMPILE_BOUND,
         "custom_sharded_layers": "layers sharded separately (modelled for [tok_embeddings, output] only)",
-        "fsdp_reshard_after_forward": "FSDP resharding", "tensor_parallel_dim": "tensor parallelism",
+        "fsdp_reshard_after_forward": "FSDP resharding (read when true or false)",
+        "tensor_parallel_dim": "tensor parallelism",
         "tensor_parallel_plan": "tensor parallelism", "data_parallel_shard_dim": "hybrid sharding",
         "data_parallel_replicate_dim": "hybrid sharding", "context_parallel_dim": "context parallelism",
         "model.quantize_base": "the base quantized (QLoRA)", "model.use_dora": "DoRA",
@@ -172,7 +173,7 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "dynamo_config": COMPILE_BOUND,
         "fsdp_config.fsdp_backward_prefetch": "FSDP backward prefetch (one more layer gathered)",
         "fsdp_config.fsdp_forward_prefetch": "FSDP forward prefetch", "fsdp_config.fsdp_version": "FSDP1 or FSDP2",
-        "fsdp_config.fsdp_reshard_after_forward": "FSDP resharding",
+        "fsdp_config.fsdp_reshard_after_forward": "FSDP1's sharding strategy by name (read when true or false)",
         "fsdp_config.fsdp_offload_params": "parameters offloaded to the CPU (read with distributed_type FSDP)",
         "megatron_lm_config": "Megatron-LM parallelism", "parallelism_config": "parallelism",
         "deepspeed_config.offload_optimizer_device": "optimizer offloaded (read without a deepspeed_config_file)",

@@ -210,7 +210,9 @@ def _fake_mesh(world: int) -> Any:
 
 
 def _shard(torch: Any, net: Any, mesh: Any, w: Workload) -> None:
-    """FSDP2: each transformer block is a unit (transformers' _no_split_modules), then the root."""
+    """FSDP2: each transformer block is a unit (transformers' _no_split_modules), the input and output embeddings
+    each one of their own with --fsdp-embedding-units, then the root; every unit reshards after its forward unless
+    --no-reshard-after-forward (the root never does: FSDP2's own rule)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     blocks: set[str] = set()
@@ -218,9 +220,14 @@ def _shard(torch: Any, net: Any, mesh: Any, w: Workload) -> None:
         blocks.update(getattr(module, "_no_split_modules", None) or [])
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if w.mixed_precision \
         else MixedPrecisionPolicy()
+    reshard = w.reshard_after_forward
     for module in list(net.modules()):
         if type(module).__name__ in blocks:
-            fully_shard(module, mesh=mesh, mp_policy=policy)
+            fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    embed, head = net.get_input_embeddings(), net.get_output_embeddings()
+    if w.fsdp_embedding_units and embed is not None and head is not None and head.weight is not embed.weight:
+        for module in (embed, head):  # a tied head is one weight: left in the root, as the estimate leaves it
+            fully_shard(module, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(net, mesh=mesh, mp_policy=policy)
 
 

@@ -740,6 +740,7 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp_config.fsdp_sharding_strategy"))
         if fsdp.get("fsdp_activation_checkpointing"):
             r.set("grad_checkpointing", True, f"{name}: fsdp_config.fsdp_activation_checkpointing")
+        _reshard(r, name, fsdp.get("fsdp_reshard_after_forward"), "fsdp_config.fsdp_reshard_after_forward")
     elif kind == "DEEPSPEED":
         ds = _section(d, "deepspeed_config", name, "accelerate reads a mapping of zero_stage, offload_*_device...")
         file = ds.get("deepspeed_config_file")
@@ -903,6 +904,7 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
         elif present:
             r.use(name, key)
     _custom_sharded(r, name, d.get("custom_sharded_layers"))
+    _reshard(r, name, d.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward")
     r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
           "model.lora_attn_modules", "tokenizer.max_seq_len")
     r.account(name, "torchtune", d)
@@ -956,6 +958,19 @@ def _custom_sharded(r: _Reader, name: str, value: Any) -> None:
         return
     if isinstance(value, list) and sorted(value) == ["output", "tok_embeddings"]:
         r.set("fsdp_embedding_units", True, f"{name}: custom_sharded_layers")
+
+
+def _reshard(r: _Reader, name: str, value: Any, key: str) -> None:
+    """FSDP2's reshard_after_forward (torchtune's fsdp_reshard_after_forward, accelerate's FSDP2
+    fsdp_reshard_after_forward): True, the default, frees each block's gathered parameters after its forward; False
+    keeps them to its backward (--no-reshard-after-forward). Without FSDP (one card) it changes nothing. Another value
+    (FSDP1's sharding-strategy names) is left to the key's account."""
+    if not isinstance(value, bool):
+        return
+    if r.options.get("shard") != "fsdp":
+        r.use(name, key)  # not sharded: nothing to reshard
+        return
+    r.set("reshard_after_forward", value, f"{name}: {key}")
 
 
 def _attn_modules(value: Any, where: str) -> list[str]:

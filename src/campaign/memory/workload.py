@@ -137,6 +137,11 @@ class Workload:
         "flag": "--fsdp-embedding-units", "group": "parallel",
         "help": "FSDP: the token embedding and the output projection each an FSDP unit of its own (torchtune's "
                 "custom_sharded_layers: [tok_embeddings, output]), gathered only while used, not with the root."})
+    reshard_after_forward: bool = field(default=True, metadata={
+        "flag": "--reshard-after-forward/--no-reshard-after-forward", "group": "parallel",
+        "help": "FSDP: each block frees its gathered parameters after its forward (default, FSDP2's and torchtune's); "
+                "--no-reshard-after-forward keeps them gathered until its backward (torchtune's "
+                "fsdp_reshard_after_forward: False): the whole model unsharded at the turn to backward."})
     prefill_chunk: int = field(default=8192, metadata={
         "flag": "--prefill-chunk", "group": "step",
         "help": "Tokens per prefill forward (vLLM chunked prefill; HF generate: batch x context)."})
@@ -486,6 +491,9 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.optimizer_in_backward and w.shard != "none" and w.gpus > 1:
         raise InputError("--optimizer-in-backward is modelled on unsharded runs; estimate it without --shard, or "
                          "without the option (an upper bound)")
+    if not w.reshard_after_forward and w.mode == "train" and w.shard != "fsdp":
+        raise InputError(f"--no-reshard-after-forward is FSDP's reshard_after_forward=False: add --shard fsdp, or drop "
+                         f"the option (got --shard {w.shard})")
     if w.fsdp_embedding_units and w.mode == "train" and w.shard != "fsdp":
         raise InputError(f"--fsdp-embedding-units wraps the embedding and the output as FSDP units of their own: "
                          f"add --shard fsdp, or drop the option (got --shard {w.shard})")

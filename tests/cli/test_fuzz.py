@@ -324,7 +324,9 @@ POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", 
             "--max-bucket", "--examples", "--per-cell", "--top", "--resamples", "--accumulation", "--processes",
             "--overfit-steps", "--overfit-lr", "--seeds", "--fraction", "--budget-gpu-hours", "--workers",
             "--equivalence-margin", "--non-inferiority", "--grad-accumulation", "--updates", "--timeout",
-            "--checkpoint-every"}
+            "--checkpoint-every", "--completion-tokens"}
+# Counts where zero means none: a negative number cannot be right.
+NON_NEGATIVE = {"--rollouts"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu",
              "--recovery-margin"}
@@ -332,7 +334,8 @@ FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "
 
 def test_every_numeric_option_is_covered():
     assert len(NUMERIC) >= 40
-    assert {o for _, o, _ in NUMERIC} <= POSITIVE | FRACTIONS | {"--seed", "--max-final-uses", "--min-effect"}
+    assert {o for _, o, _ in NUMERIC} <= POSITIVE | FRACTIONS | NON_NEGATIVE | {"--seed", "--max-final-uses",
+                                                                               "--min-effect"}
 
 
 @pytest.fixture
@@ -381,6 +384,8 @@ def test_every_numeric_option_refuses_what_cannot_be_right(cli, bases, command, 
     if option in POSITIVE:
         for v in ("0", "-1"):
             refused(cli(*base, option, v))
+    if option in NON_NEGATIVE:
+        refused(cli(*base, option, "-1"))
     if option in FRACTIONS:
         for v in ("-0.5", "1.5"):
             refused(cli(*base, option, v))

@@ -90,6 +90,13 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         replay = (reserved.training_overhead if w.training else reserved.inference_overhead)(
             spec, w, phases, expandable=w.expandable_segments, limit=limit)
         frag, released_bytes, allocator_model = replay.bytes, replay.released, replay.model
+        if w.training and w.rollouts:  # GRPO's generation grows its cache in segments of its own (dynamic cache):
+            # the larger of the two replays' overheads, on the step's peak
+            from .phases import generation_workload, inference_phases
+
+            gen = generation_workload(w)
+            frag = max(frag, reserved.inference_overhead(spec, gen, inference_phases(spec, gen),
+                                                         expandable=w.expandable_segments).bytes)
         if replay.model == "python":  # memory/_allocator.c not built at install, or sizes past its 2^56 B
             model_note = ("the allocator replay ran on the Python model, not the compiled one: same results, slower",)
         if limit is not None and replay.peak_reserved <= limit and allocated <= limit:

@@ -34,6 +34,14 @@ from .workload import Workload
 TORCHTUNE_LOSS_CHUNKS = 8  # CEWithChunkedOutputLoss(num_output_chunks=8), torchtune's default and recipes' value
 
 
+def logit_positions(w: Workload) -> int:
+    """The positions whose logits the loss takes: every token, or with --completion-tokens C the completion's only,
+    C + 1 per sequence (TRL's GRPO calls the model with logits_to_keep = C + 1 and drops the last)."""
+    if w.completion_tokens is not None:
+        return w.batch * min(w.completion_tokens + 1, w.seq_len)
+    return w.batch * w.seq_len
+
+
 def liger_chunk_tokens(spec: ModelSpec, tokens: int) -> int:
     """Liger's chunk: next_power_of_2(cdiv(BT, cdiv(V, H))) tokens (fused_linear_cross_entropy_forward)."""
     per = ceil(tokens / ceil(spec.vocab_size / spec.hidden_size))
@@ -55,10 +63,11 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
     """Alive at the loss in forward (`c`: the logits' bytes per element)."""
     V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
     if w.loss == "logps":
+        tokens = logit_positions(w)
         if c < FP32_BYTES:
             return Term(int(tokens * V * 2 * c), f"b x s x V x ({c:g} logits + {c:g} every row's log_softmax output, "
                                                  f"saved) = {tokens} x {V} x {2 * c:g}")
-        row = V * w.seq_len * c
+        row = V * (tokens // w.batch) * c
         return Term(int(tokens * V * c + row), f"b x s x V x {c:g} logits (logsumexp saves views of them) + one "
                                                f"row's exp temporary s x V x {c:g} = {tokens} x {V} x {c:g} + {row}")
     if w.loss == "chunked":
@@ -78,6 +87,7 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
     keeps (the model output), 0 when it frees them."""
     V, tokens, n = spec.vocab_size, w.batch * w.seq_len, TORCHTUNE_LOSS_CHUNKS
     if w.loss == "logps":
+        tokens = logit_positions(w)
         saved = Term(int(tokens * V * held), f"b x s x V x {held:g} logits held" if held else
                      "the logits freed (--no-logits-held); every row's saved output freed as its backward runs")
         return saved, Term(int(tokens * V * 2 * c), f"every row's gradient, then stacked (unbind's backward): "

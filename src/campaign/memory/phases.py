@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
 from ..models.spec import ModelSpec
 from .activations import (
     checkpoint_kept,
@@ -29,7 +30,7 @@ from .constants import (
 from .deepspeed import grad_bytes, head_params, setup_phase, zero3_step_numel, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
 from .kv import estimate_kv, validate_tensor_parallel
-from .loss import backward_loss, forward_loss
+from .loss import backward_loss, forward_loss, logit_positions
 from .offload import FSDP, PARTITION, fsdp_offloaded, offloaded, params_offloaded, zero3_card_params
 from .states import (
     adapter_dtype,
@@ -191,7 +192,10 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
                      else Item("forward temporaries (no grad)", tmp.bytes, tmp.formula, "temporaries"))
         forward = Phase("forward", tuple(states + [transient]), "no trainable parameters: a forward without autograd")
         return load, forward
-    reference = _reference_forward(spec, w, tokens, V, c) if w.reference != "none" and causal and lg else []
+    # GRPO (--completion-tokens) takes the reference's log-probs with the generation, not in the loss: no reference
+    # forward beside the trained model's (its logits, c x the completions' positions, below the forward's 2 c)
+    reference = _reference_forward(spec, w, tokens, V, c) if w.reference != "none" and causal and lg and \
+        w.completion_tokens is None else []
     forward = Phase("forward", tuple(states + persist + kept + turn + list(ds.gathered_turn)
                                      + [activations, logits] + reference),
                     "end of forward, during the loss (optimizer states exist from step 2)")
@@ -238,7 +242,53 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
             "gradients"))
     backward = max(moments, key=lambda p: p.bytes)  # the first of equals: start, end, recompute
     setup = base.setup
-    return (load, setup, forward, backward, base.step) if setup else (load, forward, backward, base.step)
+    before = (load, setup) if setup else (load,)
+    # generation runs at an optimizer step's start, every steps_per_generation micro-batches (the accumulation's by
+    # default): no summed gradients then; ZeRO-3's flat partition and gradients zero_grad keeps stay
+    generation = _generation(spec, w, states + persist + [k for k in kept if "summed" not in k.name])
+    return before + generation + (forward, backward, base.step)
+
+
+GENERATE = "TRL GRPOTrainer._generate_and_score_completions: unwrapped_model.generate under torch.no_grad"
+
+
+def generation_workload(w: Workload) -> Workload:
+    """The generation a GRPO step runs before it trains (--rollouts): HF generate over the rollouts, each prompt
+    (--seq-len less --completion-tokens) prefilled at once and the completion decoded into a dynamic cache, in the
+    trained model's compute dtype (fp32 when autocast runs over fp32 weights: generate runs outside autocast)."""
+    from dataclasses import replace
+
+    completion = min(w.completion_tokens or 1, w.seq_len - 1)
+    amp = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3", "fsdp")
+    return replace(w, mode="infer", method="frozen", batch=w.rollouts, kv_cache="dynamic", new_tokens=completion,
+                   prefill_chunk=max(1, w.rollouts * (w.seq_len - completion)), dtype="fp32" if amp else w.dtype,
+                   mixed_precision=False if amp else w.mixed_precision, reference="none", loss="full",
+                   liger_kernels="", grad_checkpointing=False, checkpoint_every=1, checkpoint_ops=False,
+                   activation_offloading=False, optimizer="none", rollouts=0, completion_tokens=None,
+                   shard="none", gpus=1)
+
+
+def _generation(spec: ModelSpec, w: Workload, held: list[Item]) -> tuple[Phase, ...]:
+    """The generation phase of a GRPO step (--rollouts), at the larger of its prefill and its last decode step:
+    what the training holds between steps (`held`: weights, adapters, optimizer states, the reference model), the
+    rollouts' cache and generate's temporaries and logits (inference_phases of generation_workload), and under
+    ZeRO-3 the whole model gathered (TRL's ds3_gather_for_generation, on by default)."""
+    if not w.rollouts or not w.training:
+        return ()
+    if spec.encoder or spec.encdec is not None:
+        raise InputError("--rollouts generates with a decoder-only model; this one is not: drop --rollouts")
+    gen = generation_workload(w)
+    _, prefill, decode = inference_phases(spec, gen)
+    skip = len(_weights_items(spec, gen))  # the weights: counted once, as the training holds them
+    extra: list[Item] = []
+    if w.shard == "zero3" and w.gpus > 1:
+        c = ELEMENT_BYTES[w.compute_dtype]
+        extra.append(Item("parameters gathered for generation", int(spec.inventory_params * c),
+                          f"the whole model, {spec.inventory_params:,} x {c:g} B (ds3_gather_for_generation)",
+                          "temporaries", "TRL unwrap_model_for_generation: GatheredParameters(model.parameters())"))
+    moments = [Phase("generation", tuple(held + extra + list(p.items[skip:])),
+                     f"generating {w.rollouts} rollouts: {p.moment}") for p in (prefill, decode)]
+    return (max(moments, key=lambda p: p.bytes),)
 
 
 REFERENCE = ("TRL DPOTrainer: ref_model = create_model_from_path(the model's id, **model_init_kwargs), prepared by "
@@ -265,10 +315,12 @@ def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: flo
     A copy or the LoRA model with its adapters disabled (TRL's use_adapter(model, None)): the same forward."""
     items = []
     if w.loss != "fused":
-        items.append(Item("reference forward's logits (no grad)", int((tokens + w.seq_len) * V * c),
-                          f"(b x s + one row's log_softmax output, s) x V x {c:g} B = ({tokens} + {w.seq_len}) x {V} x "
-                          f"{c:g}; made after the trained model's log-probs, the reference's own activations freed "
-                          "layer by layer", "logits",
+        positions = logit_positions(w)
+        row = positions // w.batch
+        items.append(Item("reference forward's logits (no grad)", int((positions + row) * V * c),
+                          f"(the logits' positions + one row's log_softmax output) x V x {c:g} B = ({positions} + "
+                          f"{row}) x {V} x {c:g}; made after the trained model's log-probs, the reference's own "
+                          "activations freed layer by layer", "logits",
                           "TRL DPOTrainer._compute_loss: torch.no_grad(): self.ref_model(**inputs), then "
                           "selective_log_softmax"))
     if w.shard in ("fsdp", "zero3") and w.gpus > 1 and not params_offloaded(w):

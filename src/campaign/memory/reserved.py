@@ -30,6 +30,7 @@ from .activations import FP32, KEPT_LAYERS, layer_saved
 from .allocator import Allocator, CachingAllocator
 from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS
 from .dtypes import ELEMENT_BYTES
+from .loss import logit_positions
 from .phases import KEPT_STEP_ITEMS, step_items
 from .replay import (
     Overhead,
@@ -329,7 +330,7 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             up = r.alloc(tokens * V * FP32) if causal else None
             ls = r.alloc(tokens * V * (FP32 if causal else c))
             r.free(up)
-            _reference_forward(r, reference, tokens, w.seq_len)
+            _reference_forward(r, reference, w)
             if co:  # the turn to backward: the head is used again at once (kept), then runs its backward
                 co.release("head")
                 co.fetch("head")
@@ -342,7 +343,7 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             gh = r.alloc(tokens * h * c)  # LM head backward: the hidden states' gradient
             r.free(g3)  # the logits stay: the model output holds them until the step drops it, after backward
         else:
-            _reference_forward(r, reference, tokens, w.seq_len)
+            _reference_forward(r, reference, w)
             if co:
                 co.release("head")
                 co.fetch("head")
@@ -398,11 +399,12 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             r.free(*grads)  # zero_grad(set_to_none=True); without it the gradients are zeroed and stay
 
 
-def _reference_forward(r: Replay, reference: int, tokens: int, seq_len: int) -> None:
+def _reference_forward(r: Replay, reference: int, w: Workload) -> None:
     """The reference forward's logits and one row's log_softmax output (`reference` bytes in all), made and dropped
     before backward (phases.py _reference_forward); nothing without a reference model."""
     if reference:
-        row = reference * seq_len // (tokens + seq_len)
+        positions = logit_positions(w)
+        row = reference * (positions // w.batch) // (positions + positions // w.batch)
         logits = r.alloc(reference - row)
         r.free(r.alloc(row), logits)
 

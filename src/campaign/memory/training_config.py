@@ -289,7 +289,60 @@ PAIRS = ("x 2: a pair's chosen and rejected run in one forward, as TRL's DPO, OR
          "them")
 
 
-LOGPS = "a preference trainer takes the sequences' log-probabilities: TRL's selective_log_softmax, row by row"
+LOGPS = "TRL's preference and RL trainers take the sequences' log-probabilities: selective_log_softmax, row by row"
+
+
+def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]) -> None:
+    """TRL's GRPO and RLOO configs (num_generations): each card generates its rollouts with the trained model
+    (per_device_train_batch_size x steps_per_generation, which defaults to gradient_accumulation_steps; or
+    generation_batch_size over the cards), max_completion_length tokens after each prompt, then trains on the
+    completions' log-probabilities. vLLM in server mode generates on other cards (no rollouts here); colocated vLLM
+    is left named as not modelled. beta > 0 loads a reference model, 0 none; absent, its default moved between
+    TRL versions (0.04, then 0.0): the command line's --reference, or beta's absence is noted and num_generations
+    stays named as not modelled. The prompt length is the dataset's unless max_prompt_length bounds it."""
+    completion = d.get("max_completion_length")
+    if completion is None:
+        r.notes.append(f"{name}: no max_completion_length (its default moved between TRL versions): give "
+                       "--completion-tokens and --rollouts; num_generations stays not modelled")
+        return
+    where = f"{name}: max_completion_length"
+    r.set("completion_tokens", _int(completion, where), where)
+    if d.get("max_prompt_length") is not None:
+        prompt = _int(d["max_prompt_length"], f"{name}: max_prompt_length")
+        r.set("seq_len", prompt + completion, f"{name}: max_prompt_length + max_completion_length")
+    else:
+        r.notes.append(f"{name}: no max_prompt_length: --seq-len is the longest prompt + {completion} completion "
+                       "tokens (give it)")
+    if not liger.get("fused_linear_cross_entropy"):
+        r.set("loss", "logps", f"{name} (num_generations, {LOGPS})")
+    vllm = d.get("use_vllm") is True
+    if vllm and str(d.get("vllm_mode", "colocate")) == "server":  # trl vllm-serve on other cards
+        r.set("rollouts", 0, f"{name}: use_vllm + vllm_mode server (generated on other cards)")
+        r.use(name, "use_vllm", "vllm_mode")
+    elif not vllm:
+        per = d.get("per_device_train_batch_size", 8)  # TrainingArguments' default
+        if d.get("generation_batch_size") is not None:
+            if r.gpus is None:
+                r.notes.append(f"{name}: generation_batch_size is over every card: give --gpus to read it")
+                return
+            total = _int(d["generation_batch_size"], f"{name}: generation_batch_size")
+            r.set("rollouts", -(-total // r.gpus), f"{name}: generation_batch_size / {r.gpus} cards")
+        else:
+            key = next((k for k in ("steps_per_generation", "gradient_accumulation_steps") if d.get(k) is not None),
+                       None)
+            steps = _int(d[key], f"{name}: {key}") if key else 1
+            r.set("rollouts", per * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
+        r.use(name, *(k for k in ("use_vllm",) if k in d))
+    beta = d.get("beta")
+    if isinstance(beta, (int, float)) and not isinstance(beta, bool):
+        adapters = r.options.get("method") in ("lora", "qlora")
+        r.set("reference", ("adapters-off" if adapters else "copy") if beta > 0 else "none",
+              f"{name}: beta" + (" (TRL loads no reference model at 0)" if beta == 0 else ""))
+    elif r.reference is None:
+        r.notes.append(f"{name}: no beta, whose default moved between TRL versions (0.04, then 0.0): give "
+                       "--reference copy, adapters-off or none")
+        return
+    r.use(name, "num_generations", "temperature")
 
 
 def _pairs(d: dict[str, Any]) -> bool:
@@ -333,6 +386,8 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     _checkpointing_kwargs(r, name, d)
     _args_peft(r, name, d)
     liger = _liger_config(r, name, d)
+    if "num_generations" in d and not any(k in d for k in KTO):
+        _generating(r, name, d, liger)
     if pairs:
         _reference(r, name, d, r.reference)
         if not liger.get("fused_linear_cross_entropy"):  # Liger's fused DPO loss: --loss fused, below

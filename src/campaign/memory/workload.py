@@ -126,6 +126,16 @@ class Workload:
                 "weights, TRL's DPO without PEFT: loaded and sharded as the trained ones, whole on each card under "
                 "ZeRO-1/2) | adapters-off (LoRA: the trained model with its adapters disabled, TRL's DPO with PEFT: "
                 "no copy). --batch counts sequences: a DPO pair is 2."})
+    rollouts: int = field(default=0, metadata={
+        "flag": "--rollouts", "group": "loop",
+        "help": "Sequences the trained model generates on this card before it trains on them (TRL's GRPO and RLOO "
+                "without vLLM: generate without grad, per_device_train_batch_size x steps_per_generation): a "
+                "generation phase with their cache of --seq-len, beside the optimizer states. 0: none (default)."})
+    completion_tokens: int | None = field(default=None, metadata={
+        "flag": "--completion-tokens", "group": "loop",
+        "help": "The tokens generated after each prompt (GRPO's max_completion_length; --seq-len is prompt + "
+                "completion): generation grows its cache over them, and the loss's logits cover them only "
+                "(logits_to_keep). With --loss logps."})
     lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
@@ -485,6 +495,22 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.reference == "adapters-off" and w.method not in ("lora", "qlora"):
         raise InputError(f"--reference adapters-off runs the reference as the LoRA model with its adapters disabled; "
                          f"with --method {w.method} give --reference copy (a frozen copy of the weights)")
+    if isinstance(w.rollouts, bool) or not isinstance(w.rollouts, int) or w.rollouts < 0:
+        raise InputError(f"rollouts must be a whole number of sequences (0: none), got {w.rollouts!r}")
+    if w.rollouts and w.mode != "train":
+        raise InputError("--rollouts is the generation a GRPO step runs before it trains; for inference give "
+                         "--infer with --sequences")
+    if w.completion_tokens is not None:
+        c = w.completion_tokens
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 < c < w.seq_len:
+            raise InputError(f"completion-tokens must be a positive number below --seq-len ({w.seq_len}: prompt + "
+                             f"completion), got {c!r}")
+        if w.loss != "logps" and w.mode == "train":
+            raise InputError("--completion-tokens is modelled with --loss logps (TRL's GRPO and RLOO take the "
+                             "completions' log-probabilities): add --loss logps")
+    if w.rollouts and w.completion_tokens is None:
+        raise InputError("--rollouts generates completions: give --completion-tokens N (max_completion_length; "
+                         "--seq-len is prompt + completion)")
     if w.optimizer_in_backward and w.grad_accumulation > 1:
         raise InputError("--optimizer-in-backward steps each parameter as its gradient is made, so gradients cannot "
                          "be summed over micro-batches (torchtune refuses it too): drop --grad-accumulation or it")

@@ -1,0 +1,148 @@
+"""GRPO and RLOO (TRL): the trained model generates its rollouts (no grad, a dynamic cache) at the start of a step,
+then trains on the completions' log-probabilities only (logits_to_keep). Counted by hand from shapes, and measured on
+a GRPO step of ours on a real tiny Llama with the storage tracker: HF generate over the rollouts, then micro-batches
+whose loss takes the completions' log-probabilities row by row, backward and AdamW."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from campaign import estimate_memory
+from campaign.errors import InputError
+from campaign.memory import make_workload
+from campaign.memory.training_config import workload_from_configs
+from campaign.models.architectures import spec_from_config
+from tests.conftest import tiny_llama
+
+H, INTER, L, V = 256, 688, 4, 8000
+
+
+def _spec():
+    return spec_from_config(tiny_llama(hidden_size=H, intermediate_size=INTER, num_attention_heads=4,
+                                       num_key_value_heads=2, num_hidden_layers=L, vocab_size=V,
+                                       max_position_embeddings=1024), name="tiny", source="test")
+
+
+def _phases(**kw) -> dict:
+    w = make_workload(**({"loss": "logps", "logits_held": False} | kw))
+    return {p.name: p for p in estimate_memory(_spec(), w).phases}
+
+
+def _measured(prompt: int, completion: int, rollouts: int, batch: int) -> dict[str, int]:
+    """Peak live bytes of two GRPO steps of ours: the generation's, and the training micro-batches'."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from campaign.memory.tracker import StorageTracker
+
+    cfg = _spec()
+    config = transformers.AutoConfig.for_model("llama", hidden_size=H, intermediate_size=INTER, num_attention_heads=4,
+                                               num_key_value_heads=2, num_hidden_layers=L, vocab_size=V,
+                                               max_position_embeddings=1024, tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    assert cfg.inventory_params == sum(p.numel() for p in transformers.LlamaForCausalLM(config).parameters())
+    torch.manual_seed(0)
+    policy = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    policy.generation_config.pad_token_id = 0
+    policy.train()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5, foreach=True)
+    prompts = torch.randint(1, V, (rollouts, prompt))
+    tracker = StorageTracker()
+    for t in [*policy.parameters(), *policy.buffers(), prompts]:
+        tracker.register(t, "weights")
+    peaks = {"generation": 0, "training": 0}
+
+    def mark(phase):
+        peaks[phase] = max(peaks[phase], tracker.snapshot()[0])
+
+    with tracker:
+        for _ in range(2):
+            tracker.phase("activations")
+            with torch.no_grad():
+                seqs = policy.generate(prompts, max_new_tokens=completion, min_new_tokens=completion, do_sample=True,
+                                       use_cache=True, eos_token_id=None)
+            mark("generation")
+            for start in range(0, rollouts, batch):
+                tracker.phase("activations")
+                ids = seqs[start:start + batch]
+                logits = policy(input_ids=ids, logits_to_keep=completion + 1, use_cache=False).logits[:, :-1]
+                logits = logits / 1.0  # the sampling temperature
+                rows = [torch.log_softmax(row, dim=-1).gather(-1, lab.unsqueeze(-1)).squeeze(-1)
+                        for row, lab in zip(logits, ids[:, -completion:], strict=True)]
+                logps = torch.stack(rows)
+                del logits, rows
+                advantages = torch.randn(batch, 1)
+                loss = -(advantages * torch.exp(logps - logps.detach())).mean()
+                mark("training")
+                tracker.phase("temporaries")
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                mark("training")
+    return peaks
+
+
+@pytest.mark.parametrize("prompt, completion, rollouts, batch", [(64, 64, 8, 4), (32, 192, 32, 2)])
+def test_the_estimate_matches_a_tracked_grpo_step(prompt, completion, rollouts, batch):
+    measured = _measured(prompt, completion, rollouts, batch)
+    phases = _phases(batch=batch, seq_len=prompt + completion, rollouts=rollouts, completion_tokens=completion)
+    assert phases["generation"].bytes == pytest.approx(measured["generation"], rel=0.03)
+    peak = max(p.bytes for name, p in phases.items() if name != "generation")
+    assert peak == pytest.approx(measured["training"], rel=0.01)
+
+
+def test_the_generation_and_the_completions_logits_by_hand():
+    B, S, C, R = 4, 256, 64, 16
+    phases = _phases(batch=B, seq_len=S, rollouts=R, completion_tokens=C)
+    gen = {i.name: i.bytes for i in phases["generation"].items}
+    # K and V of 2 heads of 64 in bf16 per layer and token, for every rollout's whole sequence
+    assert gen["KV cache"] == R * S * L * 2 * 2 * 64 * 2
+    assert gen["optimizer states"] == 2 * 2 * _spec().inventory_params  # AdamW, bf16 states on bf16 weights
+    forward = {i.name: i.bytes for i in phases["forward"].items}
+    assert forward["logps loss over the vocabulary"] == B * (C + 1) * V * (2 + 2)  # the completions' only
+    # gradients summed over micro-batches are gone when generation runs (a step's start)
+    accumulated = {i.name for i in _phases(batch=B, seq_len=S, rollouts=R, completion_tokens=C,
+                                           grad_accumulation=4)["generation"].items}
+    assert not any("summed" in name for name in accumulated)
+    # ZeRO-3 gathers the whole model for generate (TRL's ds3_gather_for_generation)
+    z3 = {i.name: i.bytes for i in _phases(batch=B, seq_len=S, rollouts=R, completion_tokens=C, shard="zero3",
+                                             gpus=4, mixed_precision=True)["generation"].items}
+    assert z3["parameters gathered for generation"] == _spec().inventory_params * 2
+
+
+def test_bad_generation_options_are_one_line():
+    for kw, words in [({"rollouts": 8}, "--completion-tokens"),
+                      ({"completion_tokens": 64, "loss": "full"}, "--loss logps"),
+                      ({"completion_tokens": 4096}, "below --seq-len"),
+                      ({"rollouts": 8, "completion_tokens": 64, "mode": "infer"}, "--sequences")]:
+        with pytest.raises(InputError, match=words):
+            make_workload(**({"loss": "logps"} | kw))
+
+
+def _read(tmp_path, doc, **kw):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return workload_from_configs([path], **kw)
+
+
+def test_a_grpo_config_is_read(tmp_path):
+    base = {"output_dir": "o", "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4,
+            "num_generations": 8, "max_prompt_length": 512, "max_completion_length": 1024, "bf16": True}
+    cfg = _read(tmp_path, base | {"beta": 0.04})
+    o = cfg.options
+    assert (o["batch"], o["rollouts"], o["completion_tokens"], o["seq_len"]) == (4, 16, 1024, 1536)
+    assert o["loss"] == "logps" and o["reference"] == "copy" and not cfg.unmodelled
+    assert _read(tmp_path, base | {"beta": 0.0}).options["reference"] == "none"
+    lora = _read(tmp_path, base | {"beta": 0.1, "use_peft": True, "lora_r": 16}, model_type="llama").options
+    assert lora["reference"] == "adapters-off"
+    # steps_per_generation, or generation_batch_size over the cards
+    assert _read(tmp_path, base | {"beta": 0.0, "steps_per_generation": 2}).options["rollouts"] == 8
+    assert _read(tmp_path, base | {"beta": 0.0, "generation_batch_size": 64}, gpus=8).options["rollouts"] == 8
+    # vLLM: a server generates on other cards; colocated it is named as not modelled
+    server = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True, "vllm_mode": "server"})
+    assert server.options["rollouts"] == 0 and not server.unmodelled
+    colocate = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True})
+    assert "rollouts" not in colocate.options and [k.key for k in colocate.unmodelled] == ["use_vllm"]
+    # no beta: its default moved between TRL versions; the command line says, else not verified
+    unsaid = _read(tmp_path, base)
+    assert "num_generations" in {k.key for k in unsaid.unmodelled} and any("no beta" in n for n in unsaid.notes)
+    assert not _read(tmp_path, base, reference="none").unmodelled

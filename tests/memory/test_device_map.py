@@ -61,12 +61,46 @@ def test_layer_split_is_accelerates(tmp_path, tie, low_zero, cards):
     spec = model_spec(path)
     tree = module_tree(spec, make_workload(mode="infer", dtype="bf16"))
     assert sum(n.bytes for n in tree) == MODEL_BYTES - (EMBED_BYTES if tie else 0)
-    ours = balanced_memory(tree, list(cards), low_zero=low_zero)
+    ours = balanced_memory(tree, list(cards), low_zero=low_zero, rule="accelerate")
     assert ours == [balanced[i] for i in range(len(cards))]
     placed = split_modules(tree, ours)
     expected = layer_split(theirs, LAYERS)
     assert layer_split(placed, LAYERS) == expected
     assert len(set(expected)) > 1 or expected[0] == "cpu"  # a real split, not one card taking everything
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("low_zero", [False, True])
+@pytest.mark.parametrize("cards", [(420_000, 420_000, 420_000), (300_000, 300_000, 300_000, 300_000),
+                                   (700_000, 420_000), (350_000, 350_000), (200_000, 200_000, 200_000)])
+def test_layer_split_is_transformers_5s(tmp_path, tie, low_zero, cards):
+    """transformers 5's from_pretrained balances with its own copy of get_balanced_memory (a buffer of the largest
+    layer or leaf module, not accelerate's first layer or mean leaf) and splits with its own infer_auto_device_map:
+    --balance transformers (the default) gives the same caps and the same layers per card."""
+    ta = pytest.importorskip("transformers.integrations.accelerate")
+    if not hasattr(ta, "get_balanced_memory"):
+        pytest.skip("transformers before 5 calls accelerate's balancing (test_layer_split_is_accelerates)")
+    path, cfg = _config_dir(tmp_path, tie_word_embeddings=tie)
+    model = _meta_model(cfg)
+    given = {i: size for i, size in enumerate(cards)} | {"cpu": 10**12}
+    balanced = ta.get_balanced_memory(model, max_memory=dict(given), no_split_module_classes={"LlamaDecoderLayer"},
+                                      low_zero=low_zero)
+    theirs = ta.infer_auto_device_map(model, max_memory=balanced, no_split_module_classes={"LlamaDecoderLayer"})
+    tree = module_tree(model_spec(path), make_workload(mode="infer", dtype="bf16"))
+    ours = balanced_memory(tree, list(cards), low_zero=low_zero)
+    assert ours == [balanced[i] for i in range(len(cards))]
+    assert layer_split(split_modules(tree, ours), LAYERS) == layer_split(theirs, LAYERS)
+
+
+def test_the_two_balancings_differ_by_their_buffer(tmp_path):
+    """By hand, untied, 2 cards of 700,000 B: the model / 2 + 1.25 x the buffer; accelerate's buffer is the first
+    layer (86,272 B, above the mean leaf module), transformers 5's the largest leaf module, the embedding
+    (128,000 B)."""
+    path, cfg = _config_dir(tmp_path)
+    tree = module_tree(model_spec(path), make_workload(mode="infer", dtype="bf16"))
+    half = MODEL_BYTES // 2
+    assert balanced_memory(tree, [700_000, 420_000], rule="accelerate")[0] == half + int(1.25 * LAYER_BYTES)
+    assert balanced_memory(tree, [700_000, 420_000])[0] == half + int(1.25 * EMBED_BYTES)
 
 
 def test_balanced_low_0_gives_card_0_less(tmp_path):
@@ -83,10 +117,16 @@ def test_bytes_per_card_by_hand(tmp_path):
     """Two cards of 700,000 B free each. Balanced: every card but the last capped at model / 2 + 1.25 x one layer
     (larger than the mean leaf) = 946,368 // 2 + 107,840 = 581,024; card 0 keeps the largest layer (the 128,000 B
     embedding) free, so it takes the embedding and 3 layers (386,816 B; a 4th would make 473,088 > 453,024); card 1
-    the other 5, the final norm, the rotary buffers and the LM head (559,552 B <= 700,000), with the logits."""
+    the other 5, the final norm, the rotary buffers and the LM head (559,552 B <= 700,000), with the logits. That is
+    accelerate's balancing (--balance accelerate); transformers 5's buffer is 1.25 x the embedding: card 0 capped at
+    473,184 + 160,000 = 633,184, so 4 layers (473,088 <= 633,184 - 128,000), card 1 the other 4 and the head."""
     path, _ = _config_dir(tmp_path)
     spec = model_spec(path)
-    w = make_workload(mode="infer", dtype="bf16", gpus=2, device_map="auto", seq_len=128, batch=3)
+    five = make_workload(mode="infer", dtype="bf16", gpus=2, device_map="auto", seq_len=128, batch=3)
+    dm5, _ = device_map_estimates(spec, five, 700_000 + (1 << 20), context_bytes=1 << 20, fragmentation=0.0)
+    assert [s.layers for s in dm5.cards] == [(0, 3), (4, 7)]
+    assert [s.max_memory_bytes for s in dm5.cards] == [633_184, 700_000]
+    w = make_workload(mode="infer", dtype="bf16", gpus=2, device_map="auto", seq_len=128, batch=3, balance="accelerate")
     context = 1 << 20
     dm, ests = device_map_estimates(spec, w, 700_000 + context, context_bytes=context, fragmentation=0.0)
     assert sum(n.bytes for n in module_tree(spec, w)) == MODEL_BYTES == 946_368
@@ -134,7 +174,12 @@ def test_fit_per_card_pass_and_offload_fail():
     the CPU, and the fit fails naming them."""
     w = make_workload(mode="infer", gpus=4, device_map="auto", seq_len=8192, batch=8)
     ok = plan_memory("llama-3.1-70b", w, card="H100-SXM-80GB")
-    assert ok.status == "pass" and [c.layer_count for c in ok.device_map.cards] == [19, 21, 21, 19]
+    # transformers 5's own balancing, run on the real 70B built on the meta device: 19, 22, 22, 17 (accelerate's,
+    # which transformers 4 calls: 19, 21, 21, 19)
+    assert ok.status == "pass" and [c.layer_count for c in ok.device_map.cards] == [19, 22, 22, 17]
+    four = plan_memory("llama-3.1-70b", make_workload(mode="infer", gpus=4, device_map="auto", seq_len=8192, batch=8,
+                                                      balance="accelerate"), card="H100-SXM-80GB")
+    assert [c.layer_count for c in four.device_map.cards] == [19, 21, 21, 19]
     assert all(c.required_bytes <= ok.device_map.card_bytes for c in ok.device_map.cards)
     assert ok.estimate.required_bytes == max(c.required_bytes for c in ok.device_map.cards)
     small = plan_memory("llama-3.1-70b", make_workload(mode="infer", gpus=2, device_map="auto"), card="A100-40GB")
@@ -166,8 +211,9 @@ def test_cli_rows_and_json(cli):
             "--json")
     assert r.code == 0
     cards = r.json()["device_map"]["cards"]
-    assert [c["layers"] for c in cards] == [[0, 18], [19, 39], [40, 60], [61, 79]]
-    text = cli("memory", "llama-3.1-70b", "--infer", "--gpus", "4", "--device-map", "auto", "--card", "H100")
+    assert [c["layers"] for c in cards] == [[0, 18], [19, 40], [41, 62], [63, 79]]
+    text = cli("memory", "llama-3.1-70b", "--infer", "--gpus", "4", "--device-map", "auto", "--card", "H100",
+               "--balance", "accelerate")
     assert text.code == 0 and "19-39 (21)" in text.out and "lm_head" in text.out
 
 

@@ -1,8 +1,9 @@
 """Inference loaded with transformers' `from_pretrained(..., device_map="auto")` over several cards: which card holds
 which layers, as accelerate places them, and each card's own peak.
 
-from_pretrained(device_map="auto" | "balanced" | "balanced_low_0") calls accelerate's `get_balanced_memory` (a
-max_memory per card) and then `infer_auto_device_map` (accelerate/utils/modeling.py), with the model's
+from_pretrained(device_map="auto" | "balanced" | "balanced_low_0") calls `get_balanced_memory` (a max_memory per
+card: transformers 5's own copy, whose buffer differs from accelerate's, which transformers 4 calls) and then
+`infer_auto_device_map` (accelerate/utils/modeling.py; transformers 5's copy splits alike), with the model's
 `_no_split_modules` (its decoder layer class) as the modules never split. `split_modules` is that pair of functions
 on a tree of module sizes worked out from the config's shapes (`module_tree`): whole decoder layers in order on card
 0, 1, ..., the embedding first, the final norm and the LM head last (a tied head goes with the embedding); card 0
@@ -25,7 +26,8 @@ from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
 from .workload import Workload
 
 OFFLOAD = "cpu"  # where accelerate puts what the cards cannot hold (the CPU, then the disk)
-SOURCE = "accelerate get_balanced_memory + infer_auto_device_map (utils/modeling.py)"
+SOURCE = ("get_balanced_memory (transformers 5's own copy, or accelerate's: --balance) + infer_auto_device_map "
+          "(accelerate/utils/modeling.py, the same in transformers/integrations/accelerate.py)")
 _DEFAULT_CHUNK = Workload.__dataclass_fields__["prefill_chunk"].default  # --prefill-chunk not given
 
 
@@ -110,11 +112,13 @@ def _walk(nodes: list[Node]) -> list[Node]:
 
 
 def balanced_memory(tree: list[Node], max_memory: list[int], *, low_zero: bool = False,
-                    user_set: bool = True) -> list[int]:
-    """accelerate's get_balanced_memory over the cards' max_memory (bytes each): every card but the last capped at
-    model / cards + a buffer of 1.25 x max(the first no-split layer, the mean leaf module); low_zero
-    (balanced_low_0): card 0 gets only what the others cannot hold. One card without a user max_memory: 90% of it
-    (from_pretrained passes none)."""
+                    user_set: bool = True, rule: str = "transformers") -> list[int]:
+    """get_balanced_memory over the cards' max_memory (bytes each): every card but the last capped at model / cards
+    + a buffer; low_zero (balanced_low_0): card 0 gets only what the others cannot hold. One card without a user
+    max_memory: 90% of it (from_pretrained passes none). The buffer, `rule`: transformers 5's own copy
+    (transformers/integrations/accelerate.py) takes 1.25 x max(the largest no-split layer, the largest module holding
+    tensors); accelerate's (transformers 4's from_pretrained calls it) 1.25 x max(the first no-split layer, the mean
+    leaf module)."""
     out = list(max_memory)
     n = len([m for m in out if m > 0])
     if n == 0:
@@ -126,11 +130,13 @@ def balanced_memory(tree: list[Node], max_memory: list[int], *, low_zero: bool =
     total = sum(t.bytes for t in tree)
     per_gpu = total // (n - 1 if low_zero else n)
     nodes = _walk(tree)
-    first_layer = next((x.bytes for x in nodes if x.no_split), 0)
+    layers = [x.bytes for x in nodes if x.no_split]
     # leaf modules holding tensors (a tied head holds none: named_parameters lists the embedding's weight once)
     leaves = [x.bytes for x in nodes if not x.children and not x.tied]
-    mean_leaves = int(sum(leaves) / max(len(leaves), 1))
-    per_gpu += int(1.25 * max(first_layer, mean_leaves))
+    if rule == "transformers":
+        per_gpu += int(1.25 * max(max(layers, default=0), max(leaves, default=0)))
+    else:
+        per_gpu += int(1.25 * max(layers[0] if layers else 0, int(sum(leaves) / max(len(leaves), 1))))
     ids = [i for i, m in enumerate(out) if m > 0]
     for i in ids[:-1]:
         out[i] = min(out[0] if low_zero and i == 0 else per_gpu, out[i])
@@ -259,7 +265,7 @@ def device_map_estimates(spec: ModelSpec, w: Workload, card_bytes: int, *, reser
     low_zero = w.device_map == "balanced_low_0"
     tree = module_tree(spec, w)
     free = [max(0, card_bytes - context_bytes)] * w.gpus
-    max_memory = balanced_memory(tree, free, low_zero=low_zero, user_set=False)
+    max_memory = balanced_memory(tree, free, low_zero=low_zero, user_set=False, rule=w.balance)
     placed = split_modules(tree, max_memory)
     nodes = {n.name: n for n in _walk(tree)}
     split = layer_split(placed, spec.num_layers)

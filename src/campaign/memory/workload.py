@@ -254,9 +254,14 @@ class Workload:
     device_map: str = field(default="none", metadata={
         "flag": "--device-map", "group": "generation",
         "help": "none (default) | auto | balanced | balanced_low_0: inference loaded with transformers' "
-                "from_pretrained(device_map=...) over --gpus cards (accelerate's balanced split: whole layers in "
+                "from_pretrained(device_map=...) over --gpus cards (the balanced split: whole layers in "
                 "order, card by card; balanced_low_0 leaves card 0 only what the others cannot hold), one peak per "
                 "card; needs --card."})
+    balance: str = field(default="transformers", metadata={
+        "flag": "--balance", "group": "generation",
+        "help": "With --device-map: whose balancing caps each card: transformers (transformers 5's own "
+                "get_balanced_memory: a buffer of 1.25 x the largest layer or leaf module; default) | accelerate "
+                "(transformers 4, accelerate's: 1.25 x the first layer or the mean leaf module)."})
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -582,6 +587,9 @@ def make_workload(**kwargs: Any) -> Workload:
         notes.append("mixed precision: fp32 weights with 16-bit autocast compute")
     if mode == "train" and w.shard == "tp":
         raise InputError("shard 'tp' (tensor parallel) is for inference; for training use zero1, zero2, zero3 or fsdp")
+    if w.balance not in ("transformers", "accelerate"):
+        raise InputError(f"balance {w.balance!r} is unknown; choose transformers (transformers 5) or accelerate "
+                         "(transformers 4)")
     if w.device_map not in DEVICE_MAPS:
         raise InputError(f"device-map {w.device_map!r} is not modelled; choose none, auto (= balanced), balanced or "
                          "balanced_low_0")

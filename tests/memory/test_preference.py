@@ -247,3 +247,9 @@ def test_axolotl_rl_names_the_trainer(tmp_path):
     path.write_text(yaml.safe_dump(base | {"rl": "kto"}))
     cfg = workload_from_configs([path])
     assert cfg.options["batch"] == 2 and [k.key for k in cfg.unmodelled] == ["rl"]
+
+
+def test_a_k_bit_trl_recipe_says_what_newer_trl_does():
+    cfg = _read("alignment_handbook_zephyr_dpo_qlora.yaml", reference="adapters-off", model_type="mistral")
+    assert cfg.options["method"] == "qlora" and cfg.options["lora_rank"] == 128
+    assert any("TRL 0.22" in n and "--no-kbit-upcast --no-peft-autocast" in n for n in cfg.notes)

@@ -484,6 +484,10 @@ def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
                      "estimate them with --method full, or the adapters without them")
     four, eight = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
     r.set("method", "qlora" if four else "lora", f"{name}: {key}" + (" + load_in_4bit" if four else ""))
+    if four or eight:  # trl/trainer/sft_trainer.py and dpo_trainer.py since 0.22 (TRL #3882, #3906)
+        r.notes.append(f"{name}: a k-bit base: TRL 0.22 and later neither call peft's prepare_model_for_kbit_training "
+                       "nor keep the adapters in fp32 (they cast them to bf16): add --no-kbit-upcast "
+                       "--no-peft-autocast for those; the estimate without is the older stack's, higher")
     r.use(name, *(k for k in ("load_in_4bit", "load_in_8bit", "use_dora", "modules_to_save", "lora_modules_to_save")
                   if k in d))
     if eight and not four:

@@ -119,9 +119,10 @@ def workload_for(entry: dict):
 
 
 def _recipe_workload(entry: dict):
-    """The workload of an entry given by its recipe (`config`: the recipe's keys, a YAML file of the tool's): the keys
-    written to a file named `config_file` and read as `campaign memory --config FILE --gpus N` reads it, with the
-    entry's seq_len (a packed length the row states; torchtune's max_seq_len is null in the recipe)."""
+    """The workload of an entry given by its recipe (`config`: the recipe's keys, a YAML or TOML file of the tool's):
+    the keys written to a file named `config_file` and read as `campaign memory --config FILE --gpus N` reads it,
+    with the entry's seq_len (a packed length the row states; torchtune's max_seq_len is null in the recipe) and the
+    options the run gave on its command line (`command_line`)."""
     import tempfile
 
     import yaml
@@ -131,9 +132,20 @@ def _recipe_workload(entry: dict):
     w = entry["workload"]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / entry.get("config_file", "recipe.yaml")
-        path.write_text(yaml.safe_dump(entry["config"], sort_keys=False), encoding="utf-8")
+        text = _toml(entry["config"]) if path.suffix == ".toml" else yaml.safe_dump(entry["config"], sort_keys=False)
+        path.write_text(text, encoding="utf-8")
         cfg = workload_from_configs([path], gpus=w.get("gpus"))
-    return make_workload(**{**cfg.options, "gpus": w.get("gpus", 1), "seq_len": w["seq_len"]})
+    return make_workload(**{**cfg.options, "gpus": w.get("gpus", 1), "seq_len": w["seq_len"],
+                            **entry.get("command_line", {})})
+
+
+def _toml(doc: dict) -> str:
+    """A TOML text of tables of scalars and lists (a torchtitan job file), each value as JSON writes it."""
+    lines = []
+    for table, values in doc.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _zero_options(name: str, w: dict) -> dict:

@@ -106,6 +106,28 @@ def parse_yaml(raw: bytes, where: str, error: type[Exception] = InputError) -> A
             loader.dispose()
 
 
+def parse_toml(raw: bytes, where: str, error: type[Exception] = InputError) -> Any:
+    """TOML bytes parsed (tomllib, Python 3.11; tomli before), every way they can fail as one `error` naming
+    `where`: not UTF-8, malformed (with its line and column)."""
+    try:
+        import tomllib as toml  # type: ignore[import-not-found,unused-ignore]
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as toml  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ModuleNotFoundError:
+            raise error(f"{where}: reading TOML needs Python 3.11, or the tomli package (pip install tomli)") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{where}: not valid UTF-8 (byte {e.start + 1}); save it as UTF-8") from None
+    try:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as e:
+        raise error(f"{where}: not valid TOML ({str(e).splitlines()[0]}); fix the file") from None
+    except RecursionError:
+        raise error(f"{where}: not readable TOML (nested too deep)") from None
+
+
 @cache
 def _strict_loader() -> type:
     """PyYAML's pure-Python SafeLoader (whose composer can be checked node by node) with the guards of parse_yaml,

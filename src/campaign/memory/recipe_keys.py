@@ -80,6 +80,20 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "optimizer.eps", "optimizer.amsgrad", "batch_size_val", "run_val_every_n_steps", "dataset_val",
         "cudnn_deterministic_mode", "output_dir",
         "dataset"),  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
+    # torchtitan's job TOML (recipe_torchtitan.py), tables flattened to table.key
+    "torchtitan": ("job.*", "profiling.*", "metrics.*", "checkpoint.*", "lr_scheduler.*", "comm.*",
+                   "memory_estimation.*", "fault_tolerance.*", "validation.*", "model.name", "model.flavor",
+                   "model.tokenizer_path", "model.hf_assets_path", "model.print_after_conversion", "optimizer.lr",
+                   "optimizer.eps", "optimizer.weight_decay", "optimizer.beta1", "optimizer.beta2", "training.dataset",
+                   "training.dataset_path", "training.max_norm", "training.steps", "training.warmup_steps",
+                   "training.gc_freq", "training.gc_debug", "training.seed", "training.deterministic",
+                   "training.dataloader*", "training.mixed_precision_reduce", "experimental.custom_*",
+                   "parallelism.disable_loss_parallel", "parallelism.enable_async_tensor_parallel",
+                   "parallelism.pipeline_parallel_*", "parallelism.context_parallel_*", "parallelism.expert_*",
+                   "training.enable_loss_parallel", "experimental.pipeline_parallel_*", "float8.*", "mx.*",
+                   "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
+                   "activation_checkpoint.debug", "activation_checkpoint.early_stop",
+                   "activation_checkpoint.visualize_memory_budget_pareto", "compile.backend", "compile.components"),
     # peft's LoraConfig as adapter_config.json writes it
     "peft": ("base_model_name_or_path", "revision", "task_type", "inference_mode", "lora_alpha", "lora_dropout",
              "fan_in_fan_out", "init_lora_weights", "alpha_pattern", "use_rslora", "auto_mapping", "peft_type",
@@ -163,6 +177,24 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "enable_activation_offloading": "activations offloaded to the CPU: an upper bound",
         "loss": "the loss (chunked or fused cross-entropy)",
     },
+    "torchtitan": {
+        "training.compile": COMPILE_BOUND, "compile.enable": COMPILE_BOUND,
+        "model.converters": "Float8 or MX training (converted linears keep other tensors)",
+        "model.norm_type": "a fused RMSNorm kernel (saves less: an upper bound)",
+        "float8.enable_float8_linear": "Float8 training (converted linears keep other tensors)",
+        "quantize": "quantized training (converted linears keep other tensors)",
+        "parallelism.tensor_parallel_degree": "tensor parallelism", "training.tensor_parallel_degree":
+            "tensor parallelism", "parallelism.pipeline_parallel_degree": "pipeline parallelism",
+        "experimental.pipeline_parallel_degree": "pipeline parallelism",
+        "parallelism.context_parallel_degree": "context parallelism",
+        "experimental.context_parallel_degree": "context parallelism",
+        "parallelism.data_parallel_replicate_degree": "hybrid sharding (HSDP)",
+        "training.data_parallel_replicate_degree": "hybrid sharding (HSDP)",
+        "parallelism.expert_parallel_degree": "expert parallelism",
+        "activation_checkpoint.memory_budget": "the compiler's memory-budget checkpointing",
+        "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns": "matmuls forced to recompute: an "
+                                                                               "upper bound",
+    },
     "peft": {
         "layers_to_transform": "LoRA on some layers only: an upper bound", "rank_pattern": "other ranks per module",
         "layer_replication": "replicated layers", "exclude_modules": "modules excluded: an upper bound",
@@ -185,7 +217,10 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     "DeepSpeed": {},
 }
 # The sections whose keys are accounted one by one (others stand as one key: a torchtune component, a dataset list)
-SECTIONS = {"torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
+SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training",
+                          "parallelism", "experimental", "checkpoint", "activation_checkpoint", "float8", "mx",
+                          "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
+            "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization",), "TrainingArguments": (), "axolotl": (), "peft": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from . import recipe_torchtitan
 from .recipe_keys import PEFT_DEFAULTS_SOURCE, ConfigKey, account, default_lora_targets
 from .workload import zero_elements
 
@@ -38,7 +39,7 @@ TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
 # torchtune's loss components -> Workload.loss (memory/loss.py); another component is named as not modelled
 TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
                     "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
-FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, DeepSpeed or accelerate"
+FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, torchtitan, DeepSpeed or accelerate"
 
 
 @dataclass(frozen=True)
@@ -99,15 +100,20 @@ class _Reader:
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """A JSON or YAML file as a mapping, read once (a pipe, bash's <(cat ds.json), holds its text for one read):
-    .json is JSON, .yaml/.yml YAML, any other name (a pipe's /dev/fd/63) JSON when it opens with '{', else YAML.
-    Every way the file can fail is one line naming it (strict_json: parse_json, parse_yaml)."""
+    """A JSON, YAML or TOML file as a mapping, read once (a pipe, bash's <(cat ds.json), holds its text for one
+    read): .json is JSON, .toml TOML (torchtitan's), .yaml/.yml YAML, any other name (a pipe's /dev/fd/63) JSON when
+    it opens with '{', else YAML. Every way the file can fail is one line naming it (strict_json)."""
     from ..io import read_input
-    from ..strict_json import parse_json, parse_yaml
+    from ..strict_json import parse_json, parse_toml, parse_yaml
 
     p = Path(path)
-    raw = read_input(p, "a training config file (JSON or YAML)")
+    raw = read_input(p, "a training config file (JSON, YAML or TOML)")
     suffix = p.suffix.lower()
+    if suffix == ".toml":
+        doc = parse_toml(raw, str(p))
+        if not doc:
+            raise InputError(f"{p}: holds no settings; give a training config file")
+        return doc
     yaml = suffix in (".yaml", ".yml") or (suffix != ".json" and not raw.lstrip().startswith(b"{"))
     doc = parse_yaml(raw, str(p)) if yaml else parse_json(raw, str(p))
     if not isinstance(doc, dict):
@@ -156,6 +162,8 @@ def _read(r: _Reader, path: Path, doc: dict[str, Any]) -> None:
         _accelerate(r, path, doc)
     elif isinstance(doc.get("model"), dict) and "_component_" in doc["model"]:
         _torchtune(r, name, doc)
+    elif recipe_torchtitan.is_torchtitan(doc):
+        recipe_torchtitan.read(r, name, doc)
     elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
         _axolotl(r, path, doc)
     elif "per_device_train_batch_size" in doc or "output_dir" in doc or "gradient_accumulation_steps" in doc:

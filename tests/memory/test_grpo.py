@@ -146,3 +146,6 @@ def test_a_grpo_config_is_read(tmp_path):
     unsaid = _read(tmp_path, base)
     assert "num_generations" in {k.key for k in unsaid.unmodelled} and any("no beta" in n for n in unsaid.notes)
     assert not _read(tmp_path, base, reference="none").unmodelled
+    # Liger: its fused GRPO loss; off, the log-probabilities
+    assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": True}).options["loss"] == "fused"
+    assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": False}).options["loss"] == "logps"

@@ -394,7 +394,8 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     _checkpointing_kwargs(r, name, d)
     _args_peft(r, name, d)
     liger = _liger_config(r, name, d)
-    if "num_generations" in d and not any(k in d for k in KTO):
+    generating = "num_generations" in d and not any(k in d for k in KTO)
+    if generating:
         _generating(r, name, d, liger)
     if pairs:
         _reference(r, name, d, r.reference)
@@ -419,7 +420,7 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                                               else "")
         if liger.get("fused_linear_cross_entropy"):
             r.set("loss", "fused", where)
-        elif not pairs:
+        elif not (pairs or generating):  # theirs take the log-probabilities (logps), set above
             r.set("loss", "full", where)
         _liger_layers(r, tuple(k for k in LIGER_LAYERS if liger.get(k)), where)
     fsdp = d.get("fsdp")

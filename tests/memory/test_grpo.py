@@ -149,3 +149,14 @@ def test_a_grpo_config_is_read(tmp_path):
     # Liger: its fused GRPO loss; off, the log-probabilities
     assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": True}).options["loss"] == "fused"
     assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": False}).options["loss"] == "logps"
+
+
+def test_fsdp_generation_gathers_its_blocks_as_a_forward_does():
+    """FSDP2 gathers each block for generate's forwards as for training's: the root unit (embedding, head, final
+    norm) and two blocks, current and prefetched; without resharding after forward, every block (bf16)."""
+    kw = dict(batch=2, seq_len=256, rollouts=8, completion_tokens=64, shard="fsdp", gpus=4)
+    root = 2 * V * H + H
+    block = 2 * H * H + 2 * H * 128 + 3 * H * INTER + 2 * H
+    for extra, blocks in (({}, 2), ({"reshard_after_forward": False}, L)):
+        gen = _phases(**kw, **extra)["generation"]
+        assert [i.bytes for i in gen.items if i.name == "all-gathered parameters"] == [(root + blocks * block) * 2]

@@ -245,7 +245,9 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
     before = (load, setup) if setup else (load,)
     # generation runs at an optimizer step's start, every steps_per_generation micro-batches (the accumulation's by
     # default): no summed gradients then; ZeRO-3's flat partition and gradients zero_grad keeps stay
-    generation = _generation(spec, w, states + persist + [k for k in kept if "summed" not in k.name])
+    # generation runs the model's forward: under FSDP its blocks gathered as in a training forward
+    gathered = [i for i in fwd_only if i.name == "all-gathered parameters"]
+    generation = _generation(spec, w, states + persist + [k for k in kept if "summed" not in k.name] + gathered)
     return before + generation + (forward, backward, base.step)
 
 
@@ -270,7 +272,8 @@ def generation_workload(w: Workload) -> Workload:
 
 def _generation(spec: ModelSpec, w: Workload, held: list[Item]) -> tuple[Phase, ...]:
     """The generation phase of a GRPO step (--rollouts), at the larger of its prefill and its last decode step:
-    what the training holds between steps (`held`: weights, adapters, optimizer states, the reference model), the
+    what the training holds between steps (`held`: weights, adapters, optimizer states, the reference model; FSDP's
+    gathered blocks), the
     rollouts' cache and generate's temporaries and logits (inference_phases of generation_workload), and under
     ZeRO-3 the whole model gathered (TRL's ds3_gather_for_generation, on by default)."""
     if not w.rollouts or not w.training:

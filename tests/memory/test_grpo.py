@@ -140,8 +140,11 @@ def test_a_grpo_config_is_read(tmp_path):
     # vLLM: a server generates on other cards; colocated it is named as not modelled
     server = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True, "vllm_mode": "server"})
     assert server.options["rollouts"] == 0 and not server.unmodelled
-    colocate = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True})
-    assert "rollouts" not in colocate.options and [k.key for k in colocate.unmodelled] == ["use_vllm"]
+    unsaid = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True})
+    assert "rollouts" not in unsaid.options and [k.key for k in unsaid.unmodelled] == ["use_vllm"]
+    colocate = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True, "vllm_mode": "colocate",
+                                       "vllm_gpu_memory_utilization": 0.3})
+    assert (colocate.options["vllm_share"], colocate.options["rollouts"]) == (0.3, 0) and not colocate.unmodelled
     # no beta: its default moved between TRL versions; the command line says, else not verified
     unsaid = _read(tmp_path, base)
     assert "num_generations" in {k.key for k in unsaid.unmodelled} and any("no beta" in n for n in unsaid.notes)
@@ -160,3 +163,20 @@ def test_fsdp_generation_gathers_its_blocks_as_a_forward_does():
     for extra, blocks in (({}, 2), ({"reshard_after_forward": False}, L)):
         gen = _phases(**kw, **extra)["generation"]
         assert [i.bytes for i in gen.items if i.name == "all-gathered parameters"] == [(root + blocks * block) * 2]
+
+
+def test_a_colocated_vllm_engine_takes_its_share_of_the_card():
+    from campaign.hardware import find_card
+    from campaign.memory.plan import plan_memory
+
+    card = find_card("H100-SXM-80GB")
+    w = dict(batch=4, seq_len=1024, completion_tokens=512, loss="logps", grad_checkpointing=True)
+    alone = plan_memory("qwen2.5-7b", make_workload(**w), card=card.name, solve=False)
+    shared = plan_memory("qwen2.5-7b", make_workload(**w, vllm_share=0.3), card=card.name, solve=False)
+    assert shared.fits[0].memory_bytes == card.memory_bytes - int(0.3 * card.memory_bytes)
+    # the training's own figure (the allocator replayed against the room left may release a cached segment more)
+    assert shared.estimate.peak_allocated_bytes == alone.estimate.peak_allocated_bytes
+    # Qwen2.5-7B's full fine-tune peaks near 71 GiB allocated: about the whole 79 GiB card alone, not beside vLLM's 30%
+    assert alone.fits[0].verdict in ("fits", "tight") and shared.fits[0].verdict == "does not fit"
+    with pytest.raises(InputError, match="drop --rollouts"):
+        make_workload(**w, vllm_share=0.3, rollouts=8)

@@ -50,7 +50,7 @@ PANELS = {"step": "Workload", "formats": "Workload: formats", "parallel": "Workl
 
 WorkloadOptions = dict  # the type a command's `workload` parameter declares: {option name: value}
 
-_TYPES: dict[str, type] = {"int": int, "str": str, "bool": bool}
+_TYPES: dict[str, type] = {"int": int, "str": str, "bool": bool, "float": float}
 
 
 def _base_type(annotation: str) -> str:

@@ -27,6 +27,17 @@ class Fit(Record):
     max_seq_len: int | None = None
 
 
+def training_bytes(card_bytes: int, w: Workload) -> int:
+    """What a card leaves the training: all of it, less a colocated vLLM engine's share (--vllm-share: vLLM
+    reserves gpu_memory_utilization x the card's total memory at start, and keeps it)."""
+    return card_bytes - vllm_bytes(card_bytes, w)
+
+
+def vllm_bytes(card_bytes: int, w: Workload) -> int:
+    """The colocated vLLM engine's share of the card (0 without one)."""
+    return int(w.vllm_share * card_bytes) if w.training else 0
+
+
 def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str, *, limit: int,
               cache: dict[int, int] | None = None, **options: Any) -> int:
     """Largest `field` ('batch' or 'seq_len') in [0, limit] whose step fits (0: not even 1): exponential then binary
@@ -83,13 +94,13 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
     batches, lengths = dict[int, int](), dict[int, int]()
     for card in cards:
         mb = mc = None
+        usable = training_bytes(card.memory_bytes, workload)  # less a colocated vLLM engine's share
         if solve:
-            mb = max_value(spec, workload, card.memory_bytes, "batch", limit=1 << 16, cache=batches, **options)
-            mc = max_value(spec, workload, card.memory_bytes, "seq_len", limit=seq_limit, cache=lengths, **options)
+            mb = max_value(spec, workload, usable, "batch", limit=1 << 16, cache=batches, **options)
+            mc = max_value(spec, workload, usable, "seq_len", limit=seq_limit, cache=lengths, **options)
         on_card = est if card.memory_bytes == estimate_card else card_estimate(
-            spec, workload, card.memory_bytes, estimate=est, **options)
-        out.append(Fit(card.name, card.memory_bytes, on_card.verdict(card.memory_bytes),
-                       card.memory_bytes - on_card.required_bytes, mb, mc))
+            spec, workload, usable, estimate=est, **options)
+        out.append(Fit(card.name, usable, on_card.verdict(usable), usable - on_card.required_bytes, mb, mc))
     return out
 
 

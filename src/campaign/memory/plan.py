@@ -16,7 +16,7 @@ from ..units import GiB
 from .breakdown import MemoryEstimate
 from .device_map import DeviceMap, device_map_check
 from .estimate import estimate_memory
-from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value
+from .fit import Fit, Frontier, card_estimate, fit_cards, frontier, max_value, training_bytes
 from .kv import KVCard, KVEstimate, estimate_kv
 from .offload import HostMemory, host_memory
 from .recipe_keys import ConfigKey
@@ -153,7 +153,7 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
             options.pop("fragmentation")
         est = trace_memory(model, workload, progress=progress, **options)
     elif card:  # the estimate the card is judged by in every view (the replay against it, where that can matter)
-        est = card_estimate(spec, workload, find_card(card).memory_bytes, **options)
+        est = card_estimate(spec, workload, training_bytes(find_card(card).memory_bytes, workload), **options)
     else:
         est = estimate_memory(spec, workload, **options)
     if card:
@@ -166,7 +166,10 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
                      estimate_card=cards[0].memory_bytes if card and not trace else None, **options)
     if solve and not trace:
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
-    edge_of = frontier(spec, workload, cards[0].memory_bytes, cards[0].name, **options) if edge and card else None
+    if workload.vllm_share and workload.training:
+        est = replace(est, notes=est.notes + (VLLM_NOTE.format(share=workload.vllm_share),))
+    edge_of = frontier(spec, workload, training_bytes(cards[0].memory_bytes, workload), cards[0].name,
+                       **options) if edge and card else None
     return MemoryPlan(est, tuple(fits), card, edge_of, host=host_memory(spec, workload),
                       host_memory_bytes=host_memory_bytes, generic="" if trace else spec.generic,
                       ref=spec.name if isinstance(model, ModelSpec) else str(model))
@@ -190,6 +193,9 @@ def _plan_device_map(spec: ModelSpec, w: Workload, card: str | None, *, trace: b
     return MemoryPlan(est, (fit,), card, generic=spec.generic, ref=spec.name, device_map=dm)
 
 
+VLLM_NOTE = ("a vLLM engine colocated on the card (--vllm-share {share:g}, TRL's vllm_mode colocate and "
+             "vllm_gpu_memory_utilization) holds that share of the card's memory: the usable figure is the rest, "
+             "for the training (vLLM's sleep mode, which frees it during training, is not modelled)")
 SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "
               "the allocator can reserve a segment less at a larger one, so a smaller batch can come out tight: "
               "check the batch you pick with --batch")

@@ -60,7 +60,9 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "loss_type", "max_prompt_length",
         "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
         "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
-        "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens"),
+        "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens",
+        # vLLM's settings beyond use_vllm (which is read or named): where it runs, how it is reached
+        "vllm_mode", "vllm_tensor_parallel_size", "vllm_server_*", "vllm_model_impl", "vllm_guided_decoding_regex"),
     "axolotl": _COMMON + (
         "base_model", "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "trust_remote_code",
         "strict", "datasets", "test_datasets", "val_set_size", "chat_template", "special_tokens", "tokens",
@@ -141,7 +143,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "beta": REFERENCE_UNSAID,
         "num_generations": GENERATION, "generation_batch_size": GENERATION, "steps_per_generation": GENERATION,
         "desirable_weight": KTO, "undesirable_weight": KTO,
-        "use_vllm": "a vLLM engine beside the trained model", "vllm_gpu_memory_utilization": "a vLLM engine",
+        "use_vllm": "a vLLM engine beside the trained model",
+        "vllm_enable_sleep_mode": "vLLM's sleep mode, freeing its share during training: an upper bound", "vllm_gpu_memory_utilization": "a vLLM engine",
         "activation_offloading": "activations offloaded to the CPU: an upper bound",
         # fms-hf-tuning's fms-acceleration plugins
         "auto_gptq": "a GPTQ 4-bit base (fms-acceleration): the 16-bit estimate is an upper bound",

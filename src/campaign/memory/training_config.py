@@ -323,10 +323,18 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
                        "tokens (give it)")
     if not liger.get("fused_linear_cross_entropy"):
         r.set("loss", "logps", f"{name} (num_generations, {LOGPS})")
-    vllm = d.get("use_vllm") is True
-    if vllm and str(d.get("vllm_mode", "colocate")) == "server":  # trl vllm-serve on other cards
+    vllm, mode = d.get("use_vllm") is True, d.get("vllm_mode")
+    share = d.get("vllm_gpu_memory_utilization")
+    if vllm and mode == "server":  # trl vllm-serve on other cards
         r.set("rollouts", 0, f"{name}: use_vllm + vllm_mode server (generated on other cards)")
         r.use(name, "use_vllm", "vllm_mode")
+    elif vllm and mode == "colocate" and isinstance(share, (int, float)) and not isinstance(share, bool):
+        r.set("vllm_share", float(share), f"{name}: use_vllm + vllm_mode colocate + vllm_gpu_memory_utilization")
+        r.set("rollouts", 0, f"{name}: use_vllm (the colocated vLLM engine generates)")
+        r.use(name, "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization")
+    elif vllm:  # vllm_mode's default moved (server, then colocate), and so did the share's (0.9, then 0.3)
+        r.notes.append(f"{name}: use_vllm without vllm_mode colocate and vllm_gpu_memory_utilization (their defaults "
+                       "moved between TRL versions): give --vllm-share for a colocated engine")
     elif not vllm:
         per = d.get("per_device_train_batch_size", 8)  # TrainingArguments' default
         if d.get("generation_batch_size") is not None:

@@ -136,6 +136,11 @@ class Workload:
         "help": "The tokens generated after each prompt (GRPO's max_completion_length; --seq-len is prompt + "
                 "completion): generation grows its cache over them, and the loss's logits cover them only "
                 "(logits_to_keep). With --loss logps."})
+    vllm_share: float = field(default=0.0, metadata={
+        "flag": "--vllm-share", "group": "loop",
+        "help": "A vLLM engine colocated on each card to generate (TRL's vllm_mode colocate): it holds this share of "
+                "the card (vllm_gpu_memory_utilization) beside the training, which is fitted to the rest. 0: none "
+                "(default)."})
     lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
@@ -513,6 +518,15 @@ def make_workload(**kwargs: Any) -> Workload:
         if w.loss != "logps" and w.mode == "train":
             raise InputError("--completion-tokens is modelled with --loss logps (TRL's GRPO and RLOO take the "
                              "completions' log-probabilities): add --loss logps")
+    share = w.vllm_share
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+        raise InputError(f"vllm-share must be a share of the card in [0, 1) (vllm_gpu_memory_utilization, e.g. 0.3), "
+                         f"got {share!r}")
+    if share and w.mode != "train":
+        raise InputError("--vllm-share is the vLLM engine colocated with training; for vLLM alone give --infer with "
+                         "--sequences and --context")
+    if share and w.rollouts:
+        raise InputError("--vllm-share: the colocated vLLM engine generates, not the trained model: drop --rollouts")
     if w.rollouts and w.completion_tokens is None:
         raise InputError("--rollouts generates completions: give --completion-tokens N (max_completion_length; "
                          "--seq-len is prompt + completion)")

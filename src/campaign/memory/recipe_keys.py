@@ -144,7 +144,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "num_generations": GENERATION, "generation_batch_size": GENERATION, "steps_per_generation": GENERATION,
         "desirable_weight": KTO, "undesirable_weight": KTO,
         "use_vllm": "a vLLM engine beside the trained model",
-        "vllm_enable_sleep_mode": "vLLM's sleep mode, freeing its share during training: an upper bound", "vllm_gpu_memory_utilization": "a vLLM engine",
+        "vllm_enable_sleep_mode": "vLLM's sleep mode, freeing its share during training: an upper bound",
+        "vllm_gpu_memory_utilization": "a vLLM engine",
         "activation_offloading": "activations offloaded to the CPU: an upper bound",
         # fms-hf-tuning's fms-acceleration plugins
         "auto_gptq": "a GPTQ 4-bit base (fms-acceleration): the 16-bit estimate is an upper bound",

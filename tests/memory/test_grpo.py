@@ -141,7 +141,7 @@ def test_a_grpo_config_is_read(tmp_path):
     server = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True, "vllm_mode": "server"})
     assert server.options["rollouts"] == 0 and not server.unmodelled
     unsaid = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True})
-    assert "rollouts" not in unsaid.options and [k.key for k in unsaid.unmodelled] == ["use_vllm"]
+    assert "rollouts" not in unsaid.options and {k.key for k in unsaid.unmodelled} == {"num_generations", "use_vllm"}
     colocate = _read(tmp_path, base | {"beta": 0.0, "use_vllm": True, "vllm_mode": "colocate",
                                        "vllm_gpu_memory_utilization": 0.3})
     assert (colocate.options["vllm_share"], colocate.options["rollouts"]) == (0.3, 0) and not colocate.unmodelled
@@ -180,3 +180,45 @@ def test_a_colocated_vllm_engine_takes_its_share_of_the_card():
     assert alone.fits[0].verdict in ("fits", "tight") and shared.fits[0].verdict == "does not fit"
     with pytest.raises(InputError, match="drop --rollouts"):
         make_workload(**w, vllm_share=0.3, rollouts=8)
+
+
+def test_the_solve_keeps_the_completions_and_the_rollouts():
+    """max seq is a prompt and its C completion tokens (never shorter than C + 1); max batch is at most the rollouts
+    a step generates (TRL's per-card batch comes out of them)."""
+    from campaign.memory.plan import plan_memory
+
+    w = make_workload(batch=2, seq_len=512, rollouts=8, completion_tokens=256, loss="logps", grad_checkpointing=True,
+                      method="lora")
+    fit = plan_memory(_spec(), w, card="H100-SXM-80GB").fits[0]
+    assert fit.max_seq_len > 256 and fit.max_batch == 8  # the tiny model holds everything: capped by the rollouts
+    tight = plan_memory("qwen2.5-7b", make_workload(rollouts=8, completion_tokens=200, seq_len=256, loss="logps"),
+                        card="H100-SXM-80GB").fits[0]
+    assert tight.max_seq_len in (0, None) or tight.max_seq_len > 200
+
+
+def test_what_a_grpo_workload_refuses():
+    for kw, words in [({"batch": 16, "rollouts": 8, "completion_tokens": 64}, "more than the 8 rollouts"),
+                      ({"rollouts": 8, "completion_tokens": 64, "method": "frozen"}, "--method full/lora"),
+                      ({"completion_tokens": 64, "mode": "infer"}, "--new-tokens")]:
+        with pytest.raises(InputError, match=words):
+            make_workload(**({"loss": "logps"} | kw))
+    with pytest.raises(InputError, match="for inference"):
+        make_workload(mode="infer", reshard_after_forward=False)
+
+
+def test_a_grpo_config_with_liger_runs_its_fused_loss_over_the_completions(tmp_path, cli):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump({"output_dir": "o", "per_device_train_batch_size": 2, "num_generations": 8,
+                                    "max_prompt_length": 256, "max_completion_length": 512, "beta": 0.0,
+                                    "use_liger_kernel": True}))
+    r = cli("memory", "qwen2.5-7b", "--config", str(path), "--json", "--no-solve")
+    assert r.code == 0, r.err
+    w = r.json()["workload"]
+    assert (w["loss"], w["completion_tokens"], w["rollouts"]) == ("fused", 512, 2)
+    forward = next(p for p in r.json()["phases"] if p["name"] == "forward")
+    fused = next(i["bytes"] for i in forward["items"] if i["name"] == "fused loss over the vocabulary")
+    # Liger's chunk over the 2 x 513 completion positions, and their hidden states' gradient (h 3584, bf16)
+    positions = 2 * 513
+    chunk = 1 << max(0, (-(-positions // -(-152064 // 3584)) - 1).bit_length())
+    grad_weight = 152064 * 3584 * 2  # the head trains: its weight's gradient made in forward
+    assert fused == chunk * 152064 * 2 + positions * 3584 * 2 + grad_weight

@@ -89,3 +89,13 @@ def test_bad_files_are_one_line(tmp_path, cli):
     uneven = _write(tmp_path, "[job]\n[training]\nlocal_batch_size = 3\nglobal_batch_size = 10\n")
     with pytest.raises(InputError, match="not a multiple"):
         workload_from_configs([uneven], gpus=2)
+
+
+def test_resharding_and_the_global_batch_follow_the_files_degree(tmp_path):
+    text = ('[job]\n[training]\nseq_len = 128\n[parallelism]\ndata_parallel_shard_degree = 1\n'
+            'fsdp_reshard_after_forward = "never"\n')
+    one = workload_from_configs([_write(tmp_path, text)], gpus=4)
+    assert "shard" not in one.options and "reshard_after_forward" not in one.options and not one.unmodelled
+    four = workload_from_configs([_write(tmp_path, '[job]\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 16\n'
+                                                   '[parallelism]\ndata_parallel_shard_degree = 4\n')])
+    assert (four.options["shard"], four.options["gpus"], four.options["grad_accumulation"]) == ("fsdp", 4, 2)

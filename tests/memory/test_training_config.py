@@ -134,3 +134,19 @@ def test_a_file_of_no_known_format_is_one_line(tmp_path):
     (tmp_path / "bad.yaml").write_text("a: [1, 2\n")
     with pytest.raises(InputError, match="not valid YAML"):
         workload_from_configs([tmp_path / "bad.yaml"])
+
+
+def test_accelerates_zero3_init_flag(tmp_path):
+    """true: from_pretrained under zero.Init (read); false: a script that builds the model itself loads it whole,
+    which the file alone does not say (TrainingArguments still use zero.Init): named, not "off"."""
+    base = {"distributed_type": "DEEPSPEED", "num_processes": 4, "mixed_precision": "bf16",
+            "deepspeed_config": {"zero_stage": 3}}
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump({**base, "deepspeed_config": {"zero_stage": 3, "zero3_init_flag": True}}))
+    on = workload_from_configs([path])
+    assert on.options["zero_init"] is True and not on.unmodelled
+    path.write_text(yaml.safe_dump({**base, "deepspeed_config": {"zero_stage": 3, "zero3_init_flag": False}}))
+    off = workload_from_configs([path])
+    assert "zero_init" not in off.options and [k.key for k in off.unmodelled] == ["deepspeed_config.zero3_init_flag"]
+    path.write_text(yaml.safe_dump({**base, "deepspeed_config": {"zero_stage": 2, "zero3_init_flag": False}}))
+    assert not workload_from_configs([path]).unmodelled  # read by ZeRO-3 only

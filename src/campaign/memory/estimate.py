@@ -90,6 +90,12 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         replay = (reserved.training_overhead if w.training else reserved.inference_overhead)(
             spec, w, phases, expandable=w.expandable_segments, limit=limit)
         frag, released_bytes, allocator_model = replay.bytes, replay.released, replay.model
+        if replay.model == "python":  # memory/_allocator.c not built at install, or sizes past its 2^56 B
+            model_note = ("the allocator replay ran on the Python model, not the compiled one: same results, slower",)
+        if limit is not None and replay.peak_reserved <= limit and allocated <= limit:
+            # the allocator stayed within the card by releasing cached segments: so does the figure (the replay's
+            # own allocated figure may differ from the estimate's by a few blocks)
+            frag = min(frag, limit - allocated)
         if w.training and w.rollouts:  # GRPO's generation grows its cache in segments of its own (dynamic cache):
             # the larger of the two replays' overheads, on the step's peak
             from .phases import generation_workload, inference_phases
@@ -97,12 +103,6 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
             gen = generation_workload(w)
             frag = max(frag, reserved.inference_overhead(spec, gen, inference_phases(spec, gen),
                                                          expandable=w.expandable_segments).bytes)
-        if replay.model == "python":  # memory/_allocator.c not built at install, or sizes past its 2^56 B
-            model_note = ("the allocator replay ran on the Python model, not the compiled one: same results, slower",)
-        if limit is not None and replay.peak_reserved <= limit and allocated <= limit:
-            # the allocator stayed within the card by releasing cached segments: so does the figure (the replay's
-            # own allocated figure may differ from the estimate's by a few blocks)
-            frag = min(frag, limit - allocated)
         released = "" if not replay.released else (
             f", its cached free segments released before it would pass the {limit:,} B the card leaves it"
             if limit is not None else  # a dynamic cache without a card: released where it would pass its peak

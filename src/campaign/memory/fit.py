@@ -45,8 +45,16 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
     that: tests/memory/test_solve.py lists where). A probe whose lower bound (no allocator overhead; `cache`, by
     value, may be shared by the cards of one workload) passes the card fails without a replay."""
     low = {} if cache is None else cache
+    # with --completion-tokens C a sequence is a prompt and C tokens: the length solved is the prompt's, from 1 (the
+    # answer C + it); with --rollouts the micro-batch takes at most the rollouts generated (TRL's per-card batch)
+    offset = (workload.completion_tokens or 0) if field == "seq_len" and workload.training else 0
+    if field == "batch" and workload.rollouts and workload.training:
+        limit = min(limit, workload.rollouts)
+    if offset:
+        limit = max(0, limit - offset)
 
     def ok(n: int) -> bool:
+        n += offset
         w = resized(workload, field, n)
         if options.get("fragmentation") is None:
             if n not in low:
@@ -55,7 +63,8 @@ def max_value(spec: ModelSpec, workload: Workload, memory_bytes: int, field: str
                 return False
         return fits(spec, w, memory_bytes, **options)
 
-    return largest_satisfying(ok, limit, getattr(workload, field))
+    found = largest_satisfying(ok, limit, getattr(workload, field) - offset)
+    return found + offset if found else 0
 
 
 def fits(spec: ModelSpec, workload: Workload, memory_bytes: int, **options: Any) -> bool:

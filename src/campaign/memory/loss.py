@@ -74,6 +74,7 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
         per = c + LOG_SOFTMAX_OUTPUT_BYTES + FP32_BYTES / n
         return Term(int(tokens * V * per), f"b x s x V x ({c:g} logits, every chunk + 4 fp32 log_softmax output, "
                                            f"every chunk + 4 / {n} one chunk's fp32 upcast) = {tokens} x {V} x {per:g}")
+    tokens = logit_positions(w)  # the fused loss's hidden states: every position, or the completions' (GRPO)
     chunk = liger_chunk_tokens(spec, tokens)
     h = spec.hidden_size
     gw = liger_grad_weight(spec, w)
@@ -101,6 +102,7 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
         return saved, grads
     h = spec.hidden_size
     gw = liger_grad_weight(spec, w)
+    tokens = logit_positions(w)
     return (Term(int(tokens * h * c) + gw.bytes,
                  f"the hidden states' gradient made in forward: b x s x h x {c:g} B{gw.formula}"),
             Term(0, "made in forward"))

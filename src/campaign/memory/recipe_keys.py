@@ -227,6 +227,8 @@ SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", 
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization",), "TrainingArguments": (), "axolotl": (), "peft": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
+# Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)
+FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})
 
 
 def _match(key: str, names: Iterable[str]) -> str | None:
@@ -251,7 +253,8 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
         if prefixes & used or any(u.startswith(key + ".") for u in used):
             out.append(ConfigKey(file, key, shown, "modelled"))
         elif (name := _match(key, not_modelled)) is not None:
-            on = value not in OFF and not (isinstance(value, dict) and value.get("enabled") is False)
+            on = (value not in OFF and not (isinstance(value, dict) and value.get("enabled") is False)
+                  or key in FALSE_MATTERS and value is False)
             out.append(ConfigKey(file, key, shown, "not modelled" if on else "off", not_modelled[name]))
         elif _match(key, no_memory) or _match(parts[-1], no_memory) or _match(parts[0], no_memory):
             out.append(ConfigKey(file, key, shown, "no memory"))
@@ -264,7 +267,7 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
 def _flatten(doc: dict[str, Any], sections: tuple[str, ...]) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     for key, value in doc.items():
-        if key in sections and isinstance(value, dict) and value:
+        if key in sections and isinstance(value, dict):  # an empty section holds no key
             out += [(f"{key}.{k}", v) for k, v in value.items()]
         else:
             out.append((str(key), value))

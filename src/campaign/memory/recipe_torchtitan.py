@@ -66,7 +66,8 @@ def read(r: Any, name: str, doc: dict[str, Any]) -> None:
     _optimizer(r, name, _table(doc, "optimizer", name))
     accumulation = training.get("global_batch_size")
     if isinstance(accumulation, int) and accumulation > 0:
-        cards = r.gpus if r.gpus is not None else None
+        shard = degree("data_parallel_shard_degree")  # the data-parallel cards: the file's degree, else --gpus
+        cards = shard[0] if shard is not None and isinstance(shard[0], int) and shard[0] > 0 else r.gpus
         if cards is None:
             r.notes.append(f"{name}: training.global_batch_size is over every card: give --gpus to read its "
                            "gradient accumulation")
@@ -133,7 +134,10 @@ def _sharding(r: Any, name: str, training: dict[str, Any], degree: Any) -> None:
             r.use(name, given[1].split(": ", 1)[1])  # 1: not used
     reshard = degree("fsdp_reshard_after_forward")
     if reshard is not None and reshard[0] in ("default", "always", "never"):
-        r.set("reshard_after_forward", reshard[0] != "never", reshard[1])
+        if r.options.get("shard") == "fsdp":
+            r.set("reshard_after_forward", reshard[0] != "never", reshard[1])
+        else:
+            r.use(name, reshard[1].split(": ", 1)[1])  # no FSDP: nothing to reshard
     if training.get("enable_cpu_offload") is True:
         r.set("offload_params", "cpu", f"{name}: training.enable_cpu_offload")
     elif "enable_cpu_offload" in training:

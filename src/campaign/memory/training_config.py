@@ -335,6 +335,7 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
     elif vllm:  # vllm_mode's default moved (server, then colocate), and so did the share's (0.9, then 0.3)
         r.notes.append(f"{name}: use_vllm without vllm_mode colocate and vllm_gpu_memory_utilization (their defaults "
                        "moved between TRL versions): give --vllm-share for a colocated engine")
+        return
     elif not vllm:
         per = d.get("per_device_train_batch_size", 8)  # TrainingArguments' default
         if d.get("generation_batch_size") is not None:
@@ -834,6 +835,8 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             _deepspeed(r, where, {"zero_optimization": {"stage": stage}}, whole=False)
             if stage == 3 and ds.get("zero3_init_flag") is True:  # from_pretrained under deepspeed.zero.Init
                 r.set("zero_init", True, f"{where}.zero3_init_flag")
+            elif stage != 3 and "zero3_init_flag" in ds:
+                r.use(name, "deepspeed_config.zero3_init_flag")  # read by ZeRO-3 only
             r.use(name, "deepspeed_config.zero_stage", *(f"deepspeed_config.{k}" for k in (
                 "offload_optimizer_device", "offload_param_device") if k in ds))
         steps = ds.get("gradient_accumulation_steps")

@@ -515,9 +515,12 @@ def make_workload(**kwargs: Any) -> Workload:
         if isinstance(c, bool) or not isinstance(c, int) or not 0 < c < w.seq_len:
             raise InputError(f"completion-tokens must be a positive number below --seq-len ({w.seq_len}: prompt + "
                              f"completion), got {c!r}")
-        if w.loss != "logps" and w.mode == "train":
+        if w.loss not in ("logps", "fused") and w.mode == "train":
             raise InputError("--completion-tokens is modelled with --loss logps (TRL's GRPO and RLOO take the "
-                             "completions' log-probabilities): add --loss logps")
+                             "completions' log-probabilities) or fused (Liger's GRPO loss): add --loss logps")
+        if w.mode != "train":
+            raise InputError("--completion-tokens is the completions a GRPO step trains on; for inference give "
+                             "--context (prompt + generated) and --new-tokens")
     share = w.vllm_share
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
         raise InputError(f"vllm-share must be a share of the card in [0, 1) (vllm_gpu_memory_utilization, e.g. 0.3), "
@@ -527,6 +530,15 @@ def make_workload(**kwargs: Any) -> Workload:
                          "--sequences and --context")
     if share and w.rollouts:
         raise InputError("--vllm-share: the colocated vLLM engine generates, not the trained model: drop --rollouts")
+    if w.rollouts and w.method == "frozen":
+        raise InputError("--rollouts generates with the model a GRPO step trains: give --method full/lora, or --infer "
+                         "with --sequences to estimate generation alone")
+    if w.rollouts and w.batch > w.rollouts and w.mode == "train":
+        raise InputError(f"--batch {w.batch} is more than the {w.rollouts} rollouts a step trains on (TRL's "
+                         "per-card rollouts: per_device_train_batch_size x steps_per_generation): lower --batch or "
+                         "raise --rollouts")
+    if not w.reshard_after_forward and w.mode != "train":
+        raise InputError("--no-reshard-after-forward is FSDP's for training; drop it for inference")
     if w.rollouts and w.completion_tokens is None:
         raise InputError("--rollouts generates completions: give --completion-tokens N (max_completion_length; "
                          "--seq-len is prompt + completion)")

@@ -129,3 +129,14 @@ def test_the_traced_fsdp_step_keeps_the_blocks_gathered_as_counted(cli, tmp_path
 
     for command in ("trace", "memory"):
         assert peak(command, "--no-reshard-after-forward") - peak(command) == 3 * block * 2
+
+
+def test_without_resharding_the_output_unit_is_not_gathered_twice():
+    """--fsdp-embedding-units with --no-reshard-after-forward: the output projection is still gathered from its
+    forward (inside the whole model counted), so the start of backward adds its unsharded gradient only."""
+    kept = step_items(*_setup(gpus=4, shard="fsdp", fsdp_embedding_units=True, reshard_after_forward=False))
+    items = {i.name: i.bytes for i in kept.head_unit}
+    assert items == {"gradient of the output projection (unsharded)": 1000 * 64 * 2}  # bf16, full fine-tuning
+    resharded = step_items(*_setup(gpus=4, shard="fsdp", fsdp_embedding_units=True))
+    assert {i.name: i.bytes for i in resharded.head_unit} == items | {
+        "output projection gathered for its backward": 1000 * 64 * 2}

@@ -650,8 +650,10 @@ def _own_unit_items(spec: ModelSpec, w: Workload, apart: tuple[int, int], grad_s
     if not H:
         return (), ()
     c = ELEMENT_BYTES[w.compute_dtype]
+    # without resharding after forward it is still gathered from its forward: in the whole model counted (fwd_turn)
     head = [Item("output projection gathered for its backward", int(H * c), f"{H:,} x {c:g} B (its own FSDP unit: "
-                 "resharded after forward, gathered again by its pre-backward hook)", "temporaries", CUSTOM_SHARDED)]
+                 "resharded after forward, gathered again by its pre-backward hook)", "temporaries", CUSTOM_SHARDED)
+            ] if w.reshard_after_forward else []
     if grad_s:
         head.append(Item("gradient of the output projection (unsharded)", int(H * grad_s),
                          f"{H:,} x {grad_s:g} B, reduce-scattered after its own backward", "gradients", CUSTOM_SHARDED))

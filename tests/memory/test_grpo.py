@@ -149,6 +149,9 @@ def test_a_grpo_config_is_read(tmp_path):
     unsaid = _read(tmp_path, base)
     assert "num_generations" in {k.key for k in unsaid.unmodelled} and any("no beta" in n for n in unsaid.notes)
     assert not _read(tmp_path, base, reference="none").unmodelled
+    # no per-card batch: no count of the rollouts either (the command line's --batch is not the file's)
+    unsized = _read(tmp_path, {k: v for k, v in base.items() if k != "per_device_train_batch_size"} | {"beta": 0.0})
+    assert "rollouts" not in unsized.options and "num_generations" in {k.key for k in unsized.unmodelled}
     # Liger: its fused GRPO loss; off, the log-probabilities
     assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": True}).options["loss"] == "fused"
     assert _read(tmp_path, base | {"beta": 0.0, "use_liger_kernel": False}).options["loss"] == "logps"

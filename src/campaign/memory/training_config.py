@@ -337,7 +337,11 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
                        "moved between TRL versions): give --vllm-share for a colocated engine")
         return
     elif not vllm:
-        per = d.get("per_device_train_batch_size", 8)  # TrainingArguments' default
+        per = d.get("per_device_train_batch_size")
+        if per is None and d.get("generation_batch_size") is None:
+            r.notes.append(f"{name}: no per_device_train_batch_size, so no count of the rollouts: give --batch and "
+                           "--rollouts")
+            return
         if d.get("generation_batch_size") is not None:
             if r.gpus is None:
                 r.notes.append(f"{name}: generation_batch_size is over every card: give --gpus to read it")
@@ -348,7 +352,7 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
             key = next((k for k in ("steps_per_generation", "gradient_accumulation_steps") if d.get(k) is not None),
                        None)
             steps = _int(d[key], f"{name}: {key}") if key else 1
-            r.set("rollouts", per * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
+            r.set("rollouts", _int(per, f"{name}: per_device_train_batch_size") * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
         r.use(name, *(k for k in ("use_vllm",) if k in d))
     beta = d.get("beta")
     if isinstance(beta, (int, float)) and not isinstance(beta, bool):

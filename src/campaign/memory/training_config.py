@@ -352,7 +352,8 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
             key = next((k for k in ("steps_per_generation", "gradient_accumulation_steps") if d.get(k) is not None),
                        None)
             steps = _int(d[key], f"{name}: {key}") if key else 1
-            r.set("rollouts", _int(per, f"{name}: per_device_train_batch_size") * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
+            per = _int(per, f"{name}: per_device_train_batch_size")
+            r.set("rollouts", per * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
         r.use(name, *(k for k in ("use_vllm",) if k in d))
     beta = d.get("beta")
     if isinstance(beta, (int, float)) and not isinstance(beta, bool):

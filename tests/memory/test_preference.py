@@ -198,6 +198,7 @@ def test_what_settles_the_reference_in_the_file(tmp_path):
         path.write_text(yaml.safe_dump(base | extra))
         cfg = workload_from_configs([path])
         assert cfg.options["reference"] == reference and cfg.options["batch"] == 4 and not cfg.unmodelled
+        assert any("no max_length" in n for n in cfg.notes)  # the length counted is said
     # Liger's fused DPO loss: no vocabulary-sized tensor
     path = tmp_path / "liger.yaml"
     path.write_text(yaml.safe_dump(base | {"use_liger_kernel": True}))

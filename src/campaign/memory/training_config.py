@@ -415,6 +415,9 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         _reference(r, name, d, r.reference)
         if not liger.get("fused_linear_cross_entropy"):  # Liger's fused DPO loss: --loss fused, below
             r.set("loss", "logps", f"{name} (beta, {LOGPS})")  # beta stays open: the reference (_reference)
+    if "seq_len" not in r.options:  # TRL's defaults for it moved between trainers and versions
+        r.notes.append(f"{name}: no max_length or max_seq_length: the length counted is --seq-len's (2048 unless "
+                       "given); give the longest sequence your data packs or truncates to")
     half = "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None
     r.use(name, *(k for k in ("bf16", "fp16") if k in d))
     loaded = _torch_dtype(d.get("torch_dtype"), f"{name}: torch_dtype")

@@ -176,7 +176,7 @@ def test_a_colocated_vllm_engine_takes_its_share_of_the_card():
     w = dict(batch=4, seq_len=1024, completion_tokens=512, loss="logps", grad_checkpointing=True)
     alone = plan_memory("qwen2.5-7b", make_workload(**w), card=card.name, solve=False)
     shared = plan_memory("qwen2.5-7b", make_workload(**w, vllm_share=0.3), card=card.name, solve=False)
-    assert shared.fits[0].memory_bytes == card.memory_bytes - int(0.3 * card.memory_bytes)
+    assert shared.fits[0].usable_bytes == card.memory_bytes - int(0.3 * card.memory_bytes)
     # the training's own figure (the allocator replayed against the room left may release a cached segment more)
     assert shared.estimate.peak_allocated_bytes == alone.estimate.peak_allocated_bytes
     # Qwen2.5-7B's full fine-tune peaks near 71 GiB allocated: about the whole 79 GiB card alone, not beside vLLM's 30%
@@ -225,3 +225,21 @@ def test_a_grpo_config_with_liger_runs_its_fused_loss_over_the_completions(tmp_p
     chunk = 1 << max(0, (-(-positions // -(-152064 // 3584)) - 1).bit_length())
     grad_weight = 152064 * 3584 * 2  # the head trains: its weight's gradient made in forward
     assert fused == chunk * 152064 * 2 + positions * 3584 * 2 + grad_weight
+
+
+def test_the_vllm_share_in_the_fit_the_frontier_and_explain():
+    """The fit keeps the card's own size and says what vLLM holds; the frontier lists prompts with their completions
+    (lengths above C); explain judges the card less the share, as memory does."""
+    from campaign.hardware import find_card
+    from campaign.memory.fit import training_bytes
+    from campaign.memory.plan import plan_memory
+
+    card = find_card("H100-SXM-80GB")
+    w = make_workload(batch=1, seq_len=4096, completion_tokens=3000, loss="logps", vllm_share=0.3, method="lora",
+                      grad_checkpointing=True)
+    plan = plan_memory("qwen2.5-0.5b", w, card=card.name, edge=True)
+    fit = plan.fits[0]
+    assert fit.memory_bytes == card.memory_bytes and fit.vllm_bytes == int(0.3 * card.memory_bytes)
+    assert fit.usable_bytes == training_bytes(card.memory_bytes, w)
+    assert plan.frontier.rows and all(length > 3000 for length, _, _ in plan.frontier.rows)
+    assert any("vLLM" in n for n in plan.estimate.notes)

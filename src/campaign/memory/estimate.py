@@ -58,6 +58,10 @@ def allocator_limit(card_bytes: int, *, reserve: str | float, context_bytes: int
     return device - context_bytes - other_bytes
 
 
+GENERATION_REPLAY = ("the generation's tensors (weights, the rollouts' cache as it grows, temporaries, logits; its "
+                     "overhead the larger of the step's two)")
+
+
 def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, reserve: str | float,
                     context_bytes: int, fragmentation: float | None, method: str, notes: tuple[str, ...] = (),
                     top_modules: tuple[tuple[str, int], ...] = (),
@@ -90,6 +94,7 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
         replay = (reserved.training_overhead if w.training else reserved.inference_overhead)(
             spec, w, phases, expandable=w.expandable_segments, limit=limit)
         frag, released_bytes, allocator_model = replay.bytes, replay.released, replay.model
+        what = ""
         if replay.model == "python":  # memory/_allocator.c not built at install, or sizes past its 2^56 B
             model_note = ("the allocator replay ran on the Python model, not the compiled one: same results, slower",)
         if limit is not None and replay.peak_reserved <= limit and allocated <= limit:
@@ -101,17 +106,19 @@ def finish_estimate(spec: ModelSpec, w: Workload, phases: tuple[Phase, ...], *, 
             from .phases import generation_workload, inference_phases
 
             gen = generation_workload(w)
-            frag = max(frag, reserved.inference_overhead(spec, gen, inference_phases(spec, gen),
-                                                         expandable=w.expandable_segments).bytes)
+            generated = reserved.inference_overhead(spec, gen, inference_phases(spec, gen),
+                                                    expandable=w.expandable_segments)
+            if generated.bytes > frag:
+                frag, replay, what = generated.bytes, generated, GENERATION_REPLAY  # the formula's figures
         released = "" if not replay.released else (
             f", its cached free segments released before it would pass the {limit:,} B the card leaves it"
             if limit is not None else  # a dynamic cache without a card: released where it would pass its peak
             ", its cached free segments released before it would grow past the peak allocated (the cache's "
             "shorter copies)")
-        frag_formula = (f"the step's tensors (weights, states, per-layer activations, logits, temporaries"
-                        f"{', the cache as it grows' if w.kv_cache == 'dynamic' else ''}) replayed through the "
-                        f"caching allocator's rules{pages}{released}: peak reserved {replay.peak_reserved:,} - peak "
-                        f"allocated {replay.peak_allocated:,} B")
+        tensors = what or (f"the step's tensors (weights, states, per-layer activations, logits, temporaries"
+                           f"{', the cache as it grows' if w.kv_cache == 'dynamic' else ''})")
+        frag_formula = (f"{tensors} replayed through the caching allocator's rules{pages}{released}: peak reserved "
+                        f"{replay.peak_reserved:,} - peak allocated {replay.peak_allocated:,} B")
         frag_source = "CUDACachingAllocator rules (memory/reserved.py)"
     reserved_bytes = allocated + frag
     comm = _nccl_items(w)

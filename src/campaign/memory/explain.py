@@ -201,8 +201,11 @@ def explain(analytic: MemoryEstimate, measured: Measurement, *, traced: MemoryEs
                      "underestimated more than the peak; the plan scales the whole estimate by it, so it errs safe")
     planned = int(a.device_bytes * (1 + margin))
     seen = max(a.device_bytes, measured.device_bytes or 0)
-    verdicts = tuple((card.name, card.memory_bytes,
-                      "fits" if planned <= card.memory_bytes else "tight" if seen <= card.memory_bytes
+    from .fit import training_bytes
+
+    usable = {card.name: training_bytes(card.memory_bytes, a.workload) for card in cards or []}  # less vLLM's share
+    verdicts = tuple((card.name, usable[card.name],
+                      "fits" if planned <= usable[card.name] else "tight" if seen <= usable[card.name]
                       else "does not fit") for card in cards or [])
     return Explanation(measured.label, measured.environment.device_name, rows, levels, gaps, margin, reason,
                        planned, verdicts, tuple(notes), card=card)

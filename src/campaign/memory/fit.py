@@ -25,6 +25,12 @@ class Fit(Record):
     headroom_bytes: int
     max_batch: int | None = None
     max_seq_len: int | None = None
+    vllm_bytes: int = 0  # a colocated vLLM engine's share of the card (--vllm-share): the training has the rest
+
+    @property
+    def usable_bytes(self) -> int:
+        """The card's memory the step is judged against: all of it, less a colocated vLLM engine's share."""
+        return self.memory_bytes - self.vllm_bytes
 
 
 def training_bytes(card_bytes: int, w: Workload) -> int:
@@ -109,7 +115,8 @@ def fit_cards(spec: ModelSpec, workload: Workload, cards: Iterable[Card], *, sol
             mc = max_value(spec, workload, usable, "seq_len", limit=seq_limit, cache=lengths, **options)
         on_card = est if card.memory_bytes == estimate_card else card_estimate(
             spec, workload, usable, estimate=est, **options)
-        out.append(Fit(card.name, usable, on_card.verdict(usable), usable - on_card.required_bytes, mb, mc))
+        out.append(Fit(card.name, card.memory_bytes, on_card.verdict(usable), usable - on_card.required_bytes, mb, mc,
+                       vllm_bytes=card.memory_bytes - usable))
     return out
 
 
@@ -141,6 +148,8 @@ def frontier(spec: ModelSpec, workload: Workload, memory_bytes: int, card: str, 
     """Lengths 256, 512, ... up to the model's context (and the workload's own) with their largest batch, up to the
     first where none fits; then the workload with 8-bit AdamW, checkpointing, half the LoRA rank, where they apply."""
     lengths = sorted({n for n in (1 << k for k in range(8, 24)) if n <= spec.max_position} | {workload.seq_len})
+    if workload.training and workload.completion_tokens:  # a prompt and its completion: longer than the completion
+        lengths = [n for n in lengths if n > workload.completion_tokens]
     rows = []
     for n in lengths:
         if not (most := max_value(spec, w := resized(workload, "seq_len", n), memory_bytes, "batch", limit=1 << 16,

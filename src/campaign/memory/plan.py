@@ -108,7 +108,8 @@ class MemoryPlan(Result):
         if self.device_map is not None:  # every card's own peak; the largest decides
             return (device_map_check(self.device_map, self.card),)
         f = self.fits[0]
-        seen = (f"{f.card} ({f.memory_bytes / GiB:,.2f} GiB): {f.verdict}, needs "
+        seen = (f"{f.card} ({f.usable_bytes / GiB:,.2f} GiB"
+                + (f" left by vLLM's {f.vllm_bytes / GiB:,.2f}" if f.vllm_bytes else "") + f"): {f.verdict}, needs "
                 f"{self.estimate.required_bytes / GiB:,.2f} GiB with the reserve "
                 f"(headroom {f.headroom_bytes / GiB:+,.2f} GiB)")
         if f.verdict == "fits":
@@ -168,6 +169,8 @@ def plan_memory(model: str | Path | ModelSpec, workload: Workload, *, card: str 
         est = replace(est, notes=est.notes + (SOLVE_NOTE,))
     if workload.vllm_share and workload.training:
         est = replace(est, notes=est.notes + (VLLM_NOTE.format(share=workload.vllm_share),))
+    if solve and not trace and workload.rollouts and workload.training:
+        est = replace(est, notes=est.notes + (ROLLOUTS_NOTE.format(rollouts=workload.rollouts),))
     edge_of = frontier(spec, workload, training_bytes(cards[0].memory_bytes, workload), cards[0].name,
                        **options) if edge and card else None
     return MemoryPlan(est, tuple(fits), card, edge_of, host=host_memory(spec, workload),
@@ -196,6 +199,8 @@ def _plan_device_map(spec: ModelSpec, w: Workload, card: str | None, *, trace: b
 VLLM_NOTE = ("a vLLM engine colocated on the card (--vllm-share {share:g}, TRL's vllm_mode colocate and "
              "vllm_gpu_memory_utilization) holds that share of the card's memory: the usable figure is the rest, "
              "for the training (vLLM's sleep mode, which frees it during training, is not modelled)")
+ROLLOUTS_NOTE = ("max batch is at most the {rollouts} rollouts a step trains on (TRL's per-card batch comes out of "
+                 "them): a larger one needs more rollouts (--rollouts), whose cache the generation phase holds")
 SOLVE_NOTE = ("max batch, max seq: found by a search that takes a larger batch or a longer context to need no less; "
               "the allocator can reserve a segment less at a larger one, so a smaller batch can come out tight: "
               "check the batch you pick with --batch")

@@ -328,7 +328,7 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
     if vllm and mode == "server":  # trl vllm-serve on other cards
         r.set("rollouts", 0, f"{name}: use_vllm + vllm_mode server (generated on other cards)")
         r.use(name, "use_vllm", "vllm_mode")
-    elif vllm and mode == "colocate" and isinstance(share, (int, float)) and not isinstance(share, bool):
+    elif vllm and mode == "colocate" and isinstance(share, (int, float)) and not isinstance(share, bool) and share > 0:
         r.set("vllm_share", float(share), f"{name}: use_vllm + vllm_mode colocate + vllm_gpu_memory_utilization")
         r.set("rollouts", 0, f"{name}: use_vllm (the colocated vLLM engine generates)")
         r.use(name, "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization")

@@ -529,7 +529,8 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError("--vllm-share is the vLLM engine colocated with training; for vLLM alone give --infer with "
                          "--sequences and --context")
     if share and w.rollouts:
-        raise InputError("--vllm-share: the colocated vLLM engine generates, not the trained model: drop --rollouts")
+        raise InputError("--vllm-share: the colocated vLLM engine generates, not the trained model: drop --rollouts "
+                         "(--rollouts 0 where a config file counted them)")
     if w.rollouts and w.method == "frozen":
         raise InputError("--rollouts generates with the model a GRPO step trains: give --method full/lora, or --infer "
                          "with --sequences to estimate generation alone")

@@ -51,6 +51,8 @@ PLAN_KEYS = ("name", "card", "compare", "margin", "deadline_days", "budget_usd",
 PHASE_KEYS = ("name", "kind", "runs", "hours", "measured", "estimate", "cards", "after", "useful", "priority",
               "card")
 # the fields of a phase's estimate: the model, the tokens a run processes, and campaign memory's workload options
+# (a DPO or GRPO phase is not one of these: its hours are not the FLOPs of training on its tokens, the reference's
+# forward and the generation aside; give such a phase its hours)
 ESTIMATE_KEYS = ("model", "tokens", "mode", "method", "batch", "seq_len", "grad_checkpointing", "mixed_precision",
                  "lora_rank", "dtype", "shard", "optimizer")
 

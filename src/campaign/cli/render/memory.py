@@ -169,7 +169,8 @@ def memory(est: MemoryEstimate, fits: Sequence[Fit], card_name: str | None, *, s
     if card_name and fits:
         f = fits[0]
         style = VERDICT_STYLE[f.verdict]
-        console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {gib(f.memory_bytes)} GiB usable, headroom "
+        console.print(f"[{style}]{f.card}: {f.verdict}[/{style}] — {gib(f.usable_bytes)} GiB usable"
+                      + (f" (vLLM holds {gib(f.vllm_bytes)})" if f.vllm_bytes else "") + ", headroom "
                       f"{gib(f.headroom_bytes)} GiB" + (f", max batch {f.max_batch or '-'}, max seq "
                                                      f"{f'{f.max_seq_len:,}' if f.max_seq_len else '-'}"
                                                      if f.max_batch is not None else ""))
@@ -224,7 +225,7 @@ def fit_table(fits: Sequence[Fit]) -> None:
         table.add_column(col, justify=just)
     for f in fits:
         style = VERDICT_STYLE[f.verdict]
-        table.add_row(f.card, gib(f.memory_bytes), f"[{style}]{f.verdict}[/{style}]", gib(f.headroom_bytes),
+        table.add_row(f.card, gib(f.usable_bytes), f"[{style}]{f.verdict}[/{style}]", gib(f.headroom_bytes),
                       "-" if not f.max_batch else str(f.max_batch), "-" if not f.max_seq_len else f"{f.max_seq_len:,}")
     console.print(table)
 

@@ -96,8 +96,13 @@ FAMILIES = {
                        num_experts_per_tok=2, moe_intermediate_size=96, head_dim=16), "sdpa", ATTN_ONLY, 0.10),
     "phi3": (dict(model_type="phi3", architectures=["Phi3ForCausalLM"], pad_token_id=0, eos_token_id=1,
                   bos_token_id=1), "sdpa", ("all-linear",), 0.10),
+    # Gemma's RMSNorm keeps an fp32 (1 + w) product; eager attention scores every key, a sliding layer's too
+    "gemma": (dict(model_type="gemma", architectures=["GemmaForCausalLM"], head_dim=16,
+                   hidden_act="gelu_pytorch_tanh"), "sdpa", ("all-linear",), 0.03),
     "gemma2": (dict(model_type="gemma2", architectures=["Gemma2ForCausalLM"], head_dim=16, sliding_window=16),
-               "eager", ("all-linear",), 0.10),
+               "eager", ("all-linear",), 0.03),
+    "gemma3_text": (dict(model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], head_dim=16,
+                         sliding_window=64), "sdpa", ("all-linear",), 0.03),
     "gpt2": (dict(model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=128, n_layer=3, n_head=8,
                   n_positions=256), "eager", ("all-linear",), 0.15),
 }
@@ -252,3 +257,19 @@ def test_eager_attention_keeps_what_autograd_saves(model):
     # under autocast with dropout: softmax's fp32 output, the mask, one 16-bit copy (the matmul's input)
     assert _saved_per_score(attention, torch.bfloat16, torch.float32, 0.1) == {"float32": 4, "bool": 1,
                                                                                "bfloat16": 2}
+
+
+def test_eager_attention_scores_every_key_of_a_sliding_layer_too():
+    """HF's eager attention multiplies q by every key and masks the rest: a sliding layer's scores are s x s, as a
+    full layer's (Gemma 2 9B: 42 layers, half of them sliding over 4096 keys, 16 heads)."""
+    from campaign.models import load_spec
+
+    spec = load_spec("gemma-2-9b-it")
+    per_key = 16 * (4 + 2 + 2)  # fp32 softmax, its bf16 copy (the matmul with V's input), the soft-capping tanh
+
+    def per_token(s):
+        w = make_workload(batch=1, seq_len=s, attention="eager")
+        return training_activations(spec, w)[0] / s
+
+    # from 4096 to 8192 tokens every layer's scores grow by 4096 keys a token, the sliding layers' included
+    assert per_token(8192) - per_token(4096) == 42 * per_key * 4096

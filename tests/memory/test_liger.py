@@ -16,6 +16,7 @@ from campaign.memory.activations import layer_saved
 from campaign.memory.loss import backward_loss
 from campaign.memory.training_config import workload_from_configs
 from campaign.models import load_spec
+from campaign.models.architectures import spec_from_config
 
 # Llama 3.2 1B: h 2048, I 8192, 32 query heads and 8 KV heads of 64, 16 layers, vocabulary 128256
 H, INTER, NH, KV, HD, L, V = 2048, 8192, 32, 8, 64, 16, 128_256
@@ -72,17 +73,66 @@ def test_the_whole_step_saves_that_much_less_over_every_layer_and_the_final_norm
     assert acts[0] - acts[1] == tokens * (L * (NORM_SAVING[True] + MLP_SAVING) + final_norm)
 
 
-def test_qwen3_head_norms_keep_their_input_and_one_rstd_per_head():
-    # Qwen3 0.6B: q_norm / k_norm over 16 + 8 heads of 128 (apply_liger_kernel_to_qwen3 patches them too)
+def test_head_norms_are_liger_s_where_its_patch_of_a_loaded_model_reaches_them():
+    # apply_liger_kernel_to_qwen3(model=...) (the Trainer's use_liger_kernel) patches the layer norms, not the
+    # attention's q_norm / k_norm: Qwen3 0.6B's 16 + 8 heads of 128 keep HF's fp32 input, rsqrt and product
     spec = load_spec("qwen3-0.6b")
     heads, hd = 16 + 8, 128
 
-    def qk(kernels):
+    def qk(spec, kernels):
         terms = dict(layer_saved(spec, make_workload(batch=1, seq_len=256, liger_kernels=kernels)).terms)
         return next(v for k, v in terms.items() if k.startswith("q/k norms"))
 
-    assert qk("") == 4 * heads * (hd + 1) + B * heads * hd  # fp32 input and rsqrt; the normalized bf16 product
-    assert qk("rms_norm") == B * heads * hd + 4 * heads
+    assert qk(spec, "") == qk(spec, "rms_norm") == 4 * heads * (hd + 1) + B * heads * hd
+    # apply_liger_kernel_to_gemma3_text patches them: each head's bf16 input and one fp32 rstd per head
+    gemma3 = spec_from_config(dict(GEMMA, model_type="gemma3_text", architectures=["Gemma3ForCausalLM"],
+                                   sliding_window=512), name="tiny-gemma3", source="test")
+    heads = 4 + 2
+    assert qk(gemma3, "") == 4 * heads * (32 + 1) + 4 * heads * 32  # Gemma's (1 + w) product is fp32
+    assert qk(gemma3, "rms_norm") == B * heads * 32 + 4 * heads
+
+
+# a small Gemma: h 128, I 352, 4 heads and 2 KV heads of 32, 2 layers
+GEMMA = dict(vocab_size=512, hidden_size=128, intermediate_size=352, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=32, num_hidden_layers=2, hidden_act="gelu_pytorch_tanh", max_position_embeddings=1024)
+
+
+@pytest.mark.parametrize("model_type,post_norms", [("gemma", False), ("gemma2", True), ("gemma3_text", True)])
+@pytest.mark.parametrize("full", [True, False])
+def test_gemma_norms_and_geglu_by_hand(model_type, post_norms, full):
+    """GemmaRMSNorm keeps its fp32 input, rsqrt and, when the weight trains, the fp32 (1 + w) product; Liger's
+    LigerRMSNormForGemma keeps the bf16 input and the rstd. The input and pre-feedforward norms' outputs are the next
+    Linear's input (kept when it trains); Gemma 2/3's post norms feed the residual add. GEGLU keeps gate and up."""
+    h, inter = 128, 352
+    cfg = dict(GEMMA, model_type=model_type, architectures=["X"], sliding_window=512)
+    spec = spec_from_config(cfg, name="tiny-gemma", source="test")
+    w = dict(method="full" if full else "lora", lora_targets=("q_proj",), batch=1, seq_len=256)
+    hf = dict(layer_saved(spec, make_workload(**w)).terms)
+    liger = dict(layer_saved(spec, make_workload(**w, liger_kernels="rms_norm,geglu")).terms)
+    pre, post = (2, 2) if post_norms else (2, 0)
+    hf_norm = 4 * h + 4 + (4 * h if full else 0)
+    assert hf["rmsnorm inputs (fp32) and outputs"] == pre * (hf_norm + (B * h if full else 0)) + post * hf_norm
+    assert liger["Liger RMSNorm inputs, rstd and outputs"] == pre * (B * h + 4 + (B * h if full else 0)) + \
+        post * (B * h + 4)
+    assert hf["MLP gate/up/activation/product"] - liger["MLP gate/up (Liger GEGLU)/product"] == B * inter
+
+
+def test_mixtral_s_fused_experts_keep_gate_up_weights_and_indices():
+    """transformers 5's Mixtral with Liger's swiglu runs LigerExperts (ops/fused_moe.py LigerFusedMoEFunction), which
+    saves per routed token its gate/up output (2 x I), its fp32 routing weight and three int32 indices, and the
+    layer's input once; HF's experts keep each routed token's copy, gate, silu, up, product and output."""
+    spec = load_spec("Mixtral-8x7B-Instruct-v0.1")  # h 4096, experts' I 14336, 2 of 8 experts per token
+    h, inter, k = 4096, 14336, 2
+
+    def moe(method, kernels):
+        terms = dict(layer_saved(spec, make_workload(method=method, lora_targets=("q_proj",), batch=1,
+                                                     seq_len=256, liger_kernels=kernels)).terms)
+        return next(v for n, v in terms.items() if n.startswith("MoE MLP"))
+
+    router = (B + 4) * 8  # the router's logits and fp32 probabilities, as before
+    assert moe("full", "swiglu") == k * (2 * B * inter + 4 + 3 * 4) + router
+    assert moe("full", "") == k * (B * h + B * inter * 4 + B * h) + router
+    assert moe("lora", "swiglu") == k * (2 * B * inter + 4 + 3 * 4) + B * h + router  # the input, no norm keeps it
 
 
 def fused(est, name):
@@ -108,12 +158,16 @@ def test_fused_loss_holds_the_heads_weight_gradient_when_the_head_trains():
 
 
 def test_refusals_are_one_line():
-    with pytest.raises(InputError, match="modelled for dense llama, mistral, qwen2, qwen3.*gemma2"):
-        estimate_memory("gemma-2-9b-it", make_workload(liger_kernels="rms_norm"))
+    with pytest.raises(InputError, match=r"modelled for llama, .*, gemma3_text models, not microsoft/phi-4 \(phi3\)"):
+        estimate_memory("phi-4", make_workload(liger_kernels="rms_norm"))
+    with pytest.raises(InputError, match="gemma-2-9b-it.s gated MLP is Liger.s geglu .*; write geglu"):
+        estimate_memory("gemma-2-9b-it", make_workload(liger_kernels="swiglu"))
+    with pytest.raises(InputError, match="gated MLP is Liger's swiglu .*; write swiglu"):
+        estimate_memory("llama-3.2-1b", make_workload(liger_kernels="geglu"))
     with pytest.raises(InputError, match="--loss fused"):
         make_workload(liger_kernels="rms_norm,fused_linear_cross_entropy")
-    with pytest.raises(InputError, match="geglu is not a Liger kernel campaign models"):
-        make_workload(liger_kernels="geglu")
+    with pytest.raises(InputError, match="layer_norm is not a Liger kernel campaign models"):
+        make_workload(liger_kernels="layer_norm")
     with pytest.raises(InputError, match="drop it for inference"):
         make_workload(mode="infer", liger_kernels="rope")
 
@@ -126,7 +180,7 @@ def test_the_flag_on_the_command_line(cli):
     # the peak is the optimizer step for a full fine-tune at 512 tokens; the forward phase shows the saving
     forward = [next(p["bytes"] for p in r.json()["phases"] if p["name"] == "forward") for r in (plain, got)]
     assert forward[0] - forward[1] == 512 * (L * (NORM_SAVING[True] + MLP_SAVING) + NORM[True])  # and final norm
-    bad = cli("memory", "llama-3.2-1b", "--liger-kernels", "geglu")
+    bad = cli("memory", "llama-3.2-1b", "--liger-kernels", "geglu")  # Llama's gated MLP is swiglu
     assert bad.code == 2 and bad.err.count("\n") == 1 and "Traceback" not in bad.err
 
 
@@ -141,10 +195,13 @@ def test_use_liger_kernel_is_liger_s_defaults_for_llama(tmp_path):
     cfg = workload_from_configs([args], model_type="llama")
     assert cfg.options["loss"] == "fused" and cfg.options["liger_kernels"] == "rope,rms_norm,swiglu"
     assert {k.key: k.use for k in cfg.keys}["use_liger_kernel"] == "modelled"
-    # a model whose Liger patches are not modelled: the fused loss still is, the layer kernels noted
+    # Gemma's gated MLP is Liger's geglu
     gemma = workload_from_configs([args], model_type="gemma2")
-    assert gemma.options["loss"] == "fused" and "liger_kernels" not in gemma.options
-    assert any("not gemma2" in n and "upper bound" in n for n in gemma.notes)
+    assert gemma.options["loss"] == "fused" and gemma.options["liger_kernels"] == "rope,rms_norm,geglu"
+    # a model whose Liger patches are not modelled: the fused loss still is, the layer kernels noted
+    phi = workload_from_configs([args], model_type="phi3")
+    assert phi.options["loss"] == "fused" and "liger_kernels" not in phi.options
+    assert any("not phi3" in n and "upper bound" in n for n in phi.notes)
 
 
 def test_liger_kernel_config_overrides_the_defaults_one_by_one(tmp_path):
@@ -187,3 +244,20 @@ def test_the_headline_names_the_loss_and_the_kernels(cli):
     r = cli("memory", "llama-3.2-1b", "--liger-kernels", "rope,rms_norm,swiglu", "--loss", "fused", "--no-solve")
     assert r.code == 0, r.err
     assert ", fused loss, Liger rope,rms_norm,swiglu ·" in " ".join(r.out.split("\n")[0:2])
+
+
+def test_a_gemma_recipe_s_glu_kernel_is_geglu(tmp_path):
+    # liger_kernel_config's swiglu is not a keyword of apply_liger_kernel_to_gemma2: Liger drops it (geglu stays on)
+    args = write(tmp_path, "a.json", {"output_dir": "o", "use_liger_kernel": True, "bf16": True,
+                                      "liger_kernel_config": {"swiglu": False, "rope": False}})
+    cfg = workload_from_configs([args], model_type="gemma2")
+    assert cfg.options["liger_kernels"] == "rms_norm,geglu"
+    assert any("swiglu is not a keyword of Liger's apply_liger_kernel_to_gemma2" in n for n in cfg.notes)
+    # axolotl's liger_glu_activation is geglu on Gemma (its plugin passes it as the apply function's geglu)
+    ax = write(tmp_path, "ax.yml", {"base_model": "google/gemma-2-9b-it", "sequence_len": 2048, "micro_batch_size": 1,
+                                    "liger_rms_norm": True, "liger_glu_activation": True})
+    assert workload_from_configs([ax], model_type="gemma2").options["liger_kernels"] == "rms_norm,geglu"
+    # on Qwen3, axolotl's class patch reaches the q/k norms, counted as HF's: said to be an upper bound
+    qwen = workload_from_configs([ax], model_type="qwen3")
+    assert qwen.options["liger_kernels"] == "rms_norm,swiglu"
+    assert any("q/k norms" in n and "upper bound" in n for n in qwen.notes)

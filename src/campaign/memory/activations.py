@@ -71,15 +71,19 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     # weight * x before the cast back. Their fp32 input and rsqrt are kept as in Llama's RMSNorm.
     fp32_norm = FP32 * h + FP32 + (FP32 * h if full else 0.0)
     if decoder:
-        if spec.model_type in ("gemma2", "gemma3_text"):
+        post_norms = spec.model_type in ("gemma2", "gemma3_text")  # and pre-feedforward: four norms a layer
+        if "rms_norm" in liger:
+            # Liger's RMSNorm (Gemma's too: offset 1, casting mode gemma) keeps its input and one fp32 rstd; the
+            # output where a Linear reads it (the input and pre-feedforward norms), not the post norms' (the
+            # residual add keeps nothing)
+            norms = 2 * liger_rmsnorm_saved(h, c, full) + (2 * (c * h + FP32) if post_norms else 0.0)
+        elif spec.model_type in ("gemma", "gemma2", "gemma3_text"):
             # GemmaRMSNorm computes in fp32 and multiplies by (1 + w) in fp32: the normalized tensor it keeps is
-            # fp32. Input and pre-feedforward norms feed a Linear; the post norms feed the residual add.
-            norms = 2 * (fp32_norm + (c * h if full else 0.0)) + 2 * fp32_norm
+            # fp32. Input and pre-feedforward norms feed a Linear; Gemma 2/3's post norms feed the residual add.
+            norms = 2 * (fp32_norm + (c * h if full else 0.0)) + (2 * fp32_norm if post_norms else 0.0)
         elif spec.model_type == "olmo2":
             # OLMo 2 normalizes each sublayer's output (no norm on its input): the Linears keep the residual stream
             norms = 2 * fp32_norm + (2 * c * h if full else 0.0)
-        elif "rms_norm" in liger:
-            norms = 2 * liger_rmsnorm_saved(h, c, full)
         else:
             norms = 2 * rmsnorm_saved(h, c, full)
         terms.append(("Liger RMSNorm inputs, rstd and outputs" if "rms_norm" in liger
@@ -87,8 +91,10 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         if block.qk_norm == "head":
             heads = spec.num_heads + spec.num_kv_heads  # q_norm / k_norm over each head's vector, before RoPE
             kept = FP32 if spec.model_type == "gemma3_text" else c  # Gemma's (1 + w) product is fp32
-            if "rms_norm" in liger:  # apply_liger_kernel_to_qwen3 patches q_norm/k_norm too: each head's input in
-                # the compute dtype and one fp32 rstd per head (RoPE after them keeps only cos and sin)
+            if "rms_norm" in liger and spec.model_type == "gemma3_text":
+                # apply_liger_kernel_to_gemma3_text patches the model's q_norm/k_norm too: each head's input in the
+                # compute dtype and one fp32 rstd per head (RoPE after them keeps only cos and sin). Qwen3's patch
+                # of a loaded model (the Trainer's use_liger_kernel) leaves them HF's.
                 terms.append(("q/k norms (Liger: inputs and rstd)", c * heads * hd + FP32 * heads))
             else:
                 terms.append(("q/k norms (fp32 inputs)",
@@ -159,10 +165,12 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     # GPT-2's gelu_new is written with elementwise ops, each keeping its input: x, tanh(.), 0.5x, 1 + tanh(.)
     act_saves = 4 if spec.activation in ("gelu_new", "gelu_fast") else 1
 
+    glu = liger & {"swiglu", "geglu"}
+
     def dense_mlp(inter: int) -> float:
-        if decoder and "swiglu" in liger:
-            # LigerSiLUMulFunction saves the gate and up outputs only (silu recomputed in backward); the product is
-            # down_proj's input, kept when down_proj trains
+        if decoder and glu:
+            # LigerSiLUMulFunction and LigerGELUMulFunction save the gate and up outputs only (the activation is
+            # recomputed in backward); the product is down_proj's input, kept when down_proj trains
             return c * inter * 2 + (c * inter if full else 0.0)
         if decoder:
             # gate output (activation input), activation output and up output (kept by the mul), product (down input)
@@ -175,18 +183,26 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     if spec.moe is not None:
         moe = spec.moe
         k, E = moe.experts_per_token, moe.num_experts
-        routed = k * (c * h + dense_mlp(moe.expert_intermediate_size) + c * h)
+        if glu:
+            # Liger's experts (transformers 5: LigerExperts, ops/fused_moe.py LigerFusedMoEFunction) keep each routed
+            # token's gate/up output, its fp32 routing weight and three int32 indices, and the layer's input once
+            # (the norm's output, counted there when the weights train); post-activation and outputs recomputed
+            routed = k * (2 * c * moe.expert_intermediate_size + FP32 + 3 * 4) + (0.0 if full else c * h)
+        else:
+            routed = k * (c * h + dense_mlp(moe.expert_intermediate_size) + c * h)
         shared = dense_mlp(moe.shared_intermediate_size) if moe.shared_intermediate_size else 0.0
         router = (c + FP32) * E
         moe_bytes = routed + shared + router
         dense_bytes = dense_mlp(inter_size)
         frac = moe.moe_layers / spec.num_layers
-        terms.append((f"MoE MLP: router, {k} of {E} experts per token (token copies, gate/up/act/product)",
-                      frac * moe_bytes))
+        terms.append((f"MoE MLP: router, {k} of {E} experts per token " + (
+            "(Liger's fused experts: gate/up, weights, indices)" if glu else "(token copies, gate/up/act/product)"),
+            frac * moe_bytes))
         if frac < 1:
             terms.append(("dense MLP layers", (1 - frac) * dense_bytes))
     else:
-        name = "MLP gate/up (Liger SwiGLU)/product" if "swiglu" in liger else "MLP gate/up/activation/product"
+        name = (f"MLP gate/up (Liger {'GEGLU' if 'geglu' in glu else 'SwiGLU'})/product" if glu
+                else "MLP gate/up/activation/product")
         terms.append((name if decoder else "MLP fc output and GELU", dense_mlp(inter_size)))
     if mlp_lora:
         terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
@@ -258,20 +274,30 @@ def liger_rmsnorm_saved(h: int, c: float, trains: bool) -> float:
     return c * h + FP32 + (c * h if trains else 0.0)
 
 
-# The model types whose Liger patches (liger_kernel/transformers/monkey_patch.py apply_liger_kernel_to_llama,
-# _mistral, _qwen2, _qwen3) are modelled: Llama's RMSNorm (casting mode llama, no offset) and SiLU-gated MLP
-LIGER_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# The model types whose Liger patches are modelled (liger_kernel/transformers/monkey_patch.py at ead96b6,
+# apply_liger_kernel_to_<model type>), with the name of their gated-MLP kernel: SiLU's swiglu (the MoE ones: the
+# fused experts of transformers 5), Gemma's geglu (GELU, tanh approximation)
+LIGER_GLU = {"llama": "swiglu", "mistral": "swiglu", "qwen2": "swiglu", "qwen3": "swiglu", "mixtral": "swiglu",
+             "qwen3_moe": "swiglu", "gemma": "geglu", "gemma2": "geglu", "gemma3_text": "geglu"}
+LIGER_MODEL_TYPES = tuple(LIGER_GLU)
 
 
 def liger_kernels(spec: ModelSpec, w: Workload) -> frozenset[str]:
     """The Liger layer kernels of --liger-kernels (rope changes nothing saved: its backward needs only cos and sin,
     as HF's rotation's multiplications do), refused for a model whose Liger patches are not modelled."""
     names = frozenset(k for k in w.liger_kernels.split(",") if k)
-    if names and (spec.model_type not in LIGER_MODEL_TYPES or spec.moe is not None or spec.mla is not None
-                  or spec.mlp != "gated" or spec.activation not in ("silu", "swish")):
-        raise InputError(f"--liger-kernels is modelled for dense {', '.join(LIGER_MODEL_TYPES)} models (Liger's "
-                         f"Llama-style RMSNorm and SwiGLU), not {spec.name} ({spec.model_type}); drop it for an "
-                         "estimate without Liger's layer kernels (an upper bound)")
+    if not names:
+        return names
+    glu = LIGER_GLU.get(spec.model_type)
+    if glu is None or spec.mla is not None or spec.mlp != "gated" or (
+            spec.moe is not None and spec.moe.shared_intermediate_size):
+        raise InputError(f"--liger-kernels is modelled for {', '.join(LIGER_MODEL_TYPES)} models, not {spec.name} "
+                         f"({spec.model_type}); drop it for an estimate without Liger's layer kernels (an upper "
+                         "bound)")
+    wrong = sorted(names & {"swiglu", "geglu"} - {glu})
+    if wrong:
+        raise InputError(f"--liger-kernels {wrong[0]}: {spec.name}'s gated MLP is Liger's {glu} "
+                         f"(apply_liger_kernel_to_{spec.model_type}); write {glu}")
     return names
 
 
@@ -302,7 +328,7 @@ def training_activations(spec: ModelSpec, w: Workload, *, formula: bool = True) 
         n, L = checkpointed_layers(spec, w), spec.num_layers
         return SavedActivations(saved, one_layer, generic + (
             f"every {w.checkpoint_every}th layer checkpointed ({n} of {L}): {n} x b x s x h x {c:g} B (their inputs) "
-            f"+ {L - n} x b x s x {layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len):,.0f} "
+            f"+ {L - n} x b x s x {layer.per_token + layer.attention_per_token * w.seq_len:,.0f} "
             f"B/token (the others' saved tensors) = {n} x {tokens} x {spec.hidden_size} x {c:g} + {L - n} x {tokens}, "
             "+ final norm; one layer is recomputed in backward (torchtitan/torchtune checkpoint_wrapper: the blocks "
             "counted from 1, those whose count % K == 0 wrapped)"))
@@ -320,14 +346,15 @@ def _saved(spec: ModelSpec, w: Workload, tokens: int) -> tuple[int, int]:
     """(bytes saved over all layers at the end of forward, of one layer) of a decoder at `tokens` (batch x length):
     what training_activations counts."""
     layer = layer_saved(spec, w)
-    per_token = layer.per_token + layer.attention_per_token * _mean_keys(spec, w.seq_len)
+    per_token = layer.per_token + layer.attention_per_token * w.seq_len
     c = ELEMENT_BYTES[w.compute_dtype]
     # after the blocks: the final norm (its output is the LM head's input)
     h = spec.hidden_size
-    if spec.model_type in ("gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM head's 16-bit input
-        final_per_token = FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0)
-    elif spec.mlp == "gated" and "rms_norm" in liger_kernels(spec, w):
+    if spec.mlp == "gated" and "rms_norm" in liger_kernels(spec, w):
         final_per_token = liger_rmsnorm_saved(h, c, w.base_trainable)
+    elif spec.model_type in ("gemma", "gemma2", "gemma3_text", "olmo2"):  # the fp32 normalized tensor, and the LM
+        # head's 16-bit input
+        final_per_token = FP32 * h + FP32 + ((FP32 + c) * h if w.base_trainable else 0)
     elif spec.mlp == "gated":
         final_per_token = rmsnorm_saved(h, c, w.base_trainable)
     else:
@@ -429,18 +456,10 @@ def eager_backward_scores(spec: ModelSpec, w: Workload) -> Term:
     else:
         extra = 2 * FP32 + c - (FP32 + (c if c < FP32 else 0))
         held = "fp32 dP and dScores beside the saved probabilities"
-    keys = _mean_keys(spec, w.seq_len)
+    keys = w.seq_len
     per = spec.num_heads * keys * extra
     return Term(int(w.batch * w.seq_len * per), f"b x s x heads x keys x {extra:g} B ({held}) = {w.batch} x "
                                                 f"{w.seq_len} x {spec.num_heads} x {keys:,.0f} x {extra:g}")
-
-
-def _mean_keys(spec: ModelSpec, seq_len: int) -> float:
-    """Mean keys attended per query row materialized by eager attention (sliding layers cap at the window)."""
-    total = 0
-    for a in spec.attention:
-        total += min(seq_len, a.window) if a.kind == "sliding" and a.window else seq_len
-    return total / max(1, len(spec.attention))
 
 
 def logits_bytes(spec: ModelSpec, w: Workload) -> Term:
@@ -507,11 +526,11 @@ def inference_temporaries(spec: ModelSpec, w: Workload, tokens: int, *, decode: 
     if w.attention == "eager" or uses_math_sdpa(spec, w):
         # a chunk of `tokens` query rows attends to up to the whole context; the math SDPA kernel works in fp32
         per = 2 * FP32 if w.attention == "sdpa" else FP32 + c
-        scores = spec.num_heads * tokens * _mean_keys(spec, w.seq_len) * per
+        scores = spec.num_heads * tokens * w.seq_len * per
         if w.attention == "sdpa":  # and fp32 copies: q and the output per query, K and V (expanded to every
             # head) over the whole context of each sequence
             width = FP32 * spec.num_heads * spec.head_dim
-            scores += 2 * width * tokens + 2 * width * _mean_keys(spec, w.seq_len) * w.batch
+            scores += 2 * width * tokens + 2 * width * w.seq_len * w.batch
         if scores > mlp:
             kind = "math SDPA kernel scores (fp32)" if w.attention == "sdpa" else "eager attention scores"
             return Term(int(scores), f"{kind}: b x heads x s x keys x {per:g} B" + (

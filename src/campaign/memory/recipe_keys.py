@@ -129,9 +129,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "torch_compile": COMPILE_BOUND,
         # use_liger_kernel is modelled when set (training_config.py: --loss fused, --liger-kernels rope,rms_norm,swiglu)
         "use_liger_kernel": "Liger's kernels (modelled when true or false)",
-        "liger_kernel_config": "Liger's kernels chosen one by one: read for rope, rms_norm, swiglu and "
-                               "fused_linear_cross_entropy; another kernel (cross_entropy on, layer_norm, geglu...) is "
-                               "not modelled",
+        "liger_kernel_config": "Liger's kernels chosen one by one: read for rope, rms_norm, swiglu, geglu and "
+                               "fused_linear_cross_entropy; another kernel (cross_entropy on, layer_norm...) is not "
+                               "modelled",
         "gradient_checkpointing_kwargs": "how checkpointing runs (use_reentrant...)",
         "fsdp_config": "FSDP settings (prefetch, offload, wrap policy)", "torch_empty_cache_steps": "emptied cache",
         "eval_accumulation_steps": "evaluation outputs kept on the GPU", "auto_find_batch_size": "a batch search",
@@ -157,9 +157,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     "axolotl": {
         "torch_compile": COMPILE_BOUND,
         # liger_rope, liger_rms_norm, liger_glu_activation, liger_fused_linear_cross_entropy are modelled
-        # (training_config.py) for Llama, Mistral, Qwen2, Qwen3: this is the rest, and those on another model
+        # (training_config.py) for activations.LIGER_GLU's models: this is the rest, and those on another model
         "liger_*": "Liger's kernels (modelled: liger_rope, liger_rms_norm, liger_glu_activation, "
-                   "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2, Qwen3)",
+                   "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
         "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
         "cut_cross_entropy": "Cut Cross-Entropy: no full logits",
         "fsdp": "FSDP sharding", "fsdp_config": "FSDP settings", "gradient_checkpointing_kwargs": "checkpointing",

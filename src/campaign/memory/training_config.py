@@ -212,32 +212,45 @@ def _modules(value: Any, where: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in value)
 
 
-# Liger's kernels _apply_liger_kernel_to_instance applies by default to Llama, Mistral, Qwen2 and Qwen3
-# (liger_kernel/transformers/monkey_patch.py apply_liger_kernel_to_llama: rope, rms_norm, swiglu and
-# fused_linear_cross_entropy on, cross_entropy off), which TrainingArguments' liger_kernel_config overrides one by one
-LIGER_DEFAULTS = {"rope": True, "rms_norm": True, "swiglu": True, "fused_linear_cross_entropy": True,
-                  "cross_entropy": False}
-LIGER_LAYERS = ("rope", "rms_norm", "swiglu")
+def _glu(r: _Reader) -> str:
+    """The name of the model's gated-MLP kernel in Liger's apply_liger_kernel_to_<model type> (geglu for Gemma)."""
+    from .activations import LIGER_GLU
+
+    return LIGER_GLU.get(r.model_type or "", "swiglu")
+
+
+def _liger_defaults(r: _Reader) -> dict[str, bool]:
+    """What _apply_liger_kernel_to_instance applies by default (liger_kernel/transformers/monkey_patch.py
+    apply_liger_kernel_to_llama and its siblings: rope, rms_norm, the gated MLP's kernel and fused_linear_cross_entropy
+    on, cross_entropy off), which TrainingArguments' liger_kernel_config overrides one by one."""
+    return {"rope": True, "rms_norm": True, _glu(r): True, "fused_linear_cross_entropy": True, "cross_entropy": False}
 
 
 def _liger_config(r: _Reader, name: str, d: dict[str, Any]) -> dict[str, bool]:
     """The Liger kernels use_liger_kernel applies ({} when off): Liger's defaults, overridden by liger_kernel_config
     where it names only those kernels with true or false (read); a config with another kernel (cross_entropy on:
-    Liger's unfused loss kernel, layer_norm, geglu...) stays named as not modelled, its known kernels still read."""
+    Liger's unfused loss kernel, layer_norm...) stays named as not modelled, its known kernels still read. The other
+    family's gated-MLP kernel (swiglu for Gemma, geglu for Llama) is not in that model's apply function: Liger drops
+    it, and so does campaign, saying so."""
     if d.get("use_liger_kernel") is not True:
         return {}
     config = d.get("liger_kernel_config")
-    kernels = dict(LIGER_DEFAULTS)
+    kernels = _liger_defaults(r)
     if isinstance(config, dict):
-        kernels.update({k: v for k, v in config.items() if k in LIGER_DEFAULTS and isinstance(v, bool)})
-        if all(k in LIGER_DEFAULTS and isinstance(v, bool) for k, v in config.items()) and not kernels["cross_entropy"]:
+        other = ({"swiglu", "geglu"} - {_glu(r)}) & set(config)
+        for key in sorted(other):
+            r.notes.append(f"{name}: liger_kernel_config: {key} is not a keyword of Liger's apply_liger_kernel_to_"
+                           f"{r.model_type or 'llama'} (its gated MLP is {_glu(r)}): Liger drops it")
+        config = {k: v for k, v in config.items() if k not in other}
+        kernels.update({k: v for k, v in config.items() if k in kernels and isinstance(v, bool)})
+        if all(k in kernels and isinstance(v, bool) for k, v in config.items()) and not kernels["cross_entropy"]:
             r.use(name, "liger_kernel_config")
     return kernels
 
 
 # axolotl's `rl` trainers of chosen and rejected pairs -> whether each runs a reference model
 AXOLOTL_PAIRS = {"dpo": True, "ipo": True, "orpo": False, "simpo": False}
-AXOLOTL_LIGER = {"liger_rope": "rope", "liger_rms_norm": "rms_norm", "liger_glu_activation": "swiglu"}
+AXOLOTL_LIGER = {"liger_rope": "rope", "liger_rms_norm": "rms_norm", "liger_glu_activation": "glu"}  # glu: _glu
 
 
 def _liger_layers(r: _Reader, kernels: tuple[str, ...], where: str) -> bool:
@@ -439,7 +452,7 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
             r.set("loss", "fused", where)
         elif not (pairs or generating):  # theirs take the log-probabilities (logps), set above
             r.set("loss", "full", where)
-        _liger_layers(r, tuple(k for k in LIGER_LAYERS if liger.get(k)), where)
+        _liger_layers(r, tuple(k for k in ("rope", "rms_norm", _glu(r)) if liger.get(k)), where)
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -908,11 +921,17 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         if not pairs:
             r.set("loss", "full", f"{name}: liger_fused_linear_cross_entropy")
         r.use(name, "liger_fused_linear_cross_entropy")
-    liger = {k: kernel for k, kernel in AXOLOTL_LIGER.items() if d.get(k) is not None}
+    liger = {k: _glu(r) if kernel == "glu" else kernel for k, kernel in AXOLOTL_LIGER.items() if d.get(k) is not None}
     if liger:
         if _liger_layers(r, tuple(kernel for k, kernel in liger.items() if d[k] is True),
                          " + ".join(f"{name}: {k}" for k in liger)):
             r.use(name, *liger)
+            if d.get("liger_rms_norm") is True and r.model_type in ("qwen3", "qwen3_moe"):
+                # axolotl patches Liger's RMSNorm class before the model loads (LigerPlugin.pre_model_load), so
+                # Qwen3's q_norm/k_norm are Liger's too; campaign counts them as the Trainer's patch of a loaded
+                # model leaves them, HF's
+                r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
+                               "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
     _deepspeed_key(r, path, d)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
                               "bf16", "fp16", "gradient_checkpointing") if k in d))

@@ -19,7 +19,7 @@ KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
 LOSSES = ("full", "chunked", "fused", "logps")
 REFERENCES = ("none", "copy", "adapters-off")
-LIGER_KERNELS = ("rope", "rms_norm", "swiglu")  # apply_liger_kernel_to_llama's keywords, in its order
+LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
 
 
@@ -109,7 +109,8 @@ class Workload:
     liger_kernels: str = field(default="", metadata={
         "flag": "--liger-kernels", "group": "loop",
         "help": "Liger's layer kernels, comma-separated: rms_norm (no fp32 copy of each norm's input kept), swiglu "
-                "(the MLP keeps gate and up only), rope (nothing saved changes); Llama, Mistral, Qwen2/3. TRL's "
+                "or, for Gemma, geglu (the MLP keeps gate and up only; Mixtral's and Qwen3-MoE's fused experts), "
+                "rope (nothing saved changes); Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE. TRL's "
                 "use_liger_kernel: --liger-kernels rope,rms_norm,swiglu --loss fused."})
     optimizer_in_backward: bool = field(default=False, metadata={
         "flag": "--optimizer-in-backward", "group": "loop",

@@ -41,6 +41,13 @@ EXTRA_CONFIGS = {
     # n_positions=1024, vocab_size=50257)), GPT2Config's other defaults (n_inner 4 h, dropout 0.1, gelu_new)
     "hpcaitech/benchmark-gpt2_xl": GPT2 | dict(n_embd=1600, n_layer=48, n_head=25),
     "hpcaitech/benchmark-gpt2_12B": GPT2 | dict(n_embd=4096, n_layer=60, n_head=16),
+    # DeepSpeedExamples training/bf16_master_weight train.py SimpleTransformerModel(hidden 4096, 32 layers, 32 heads,
+    # max_seq_len 512): the same parameter shapes as a GPT-2 with an untied head (per block nn.MultiheadAttention's
+    # in_proj 3h x h + 3h and out_proj h x h + h, two LayerNorms, Linear(h, 4h) and Linear(4h, h) with biases;
+    # embeddings V x h and 512 x h; output Linear(h, V), whose V-element bias is not counted), no dropout, exact GELU
+    "deepspeedai/bf16_master_weight-SimpleTransformer-6.86B": GPT2 | dict(
+        n_embd=4096, n_layer=32, n_head=32, n_positions=512, tie_word_embeddings=False, activation_function="gelu",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
     "meta-llama/Meta-Llama-3-8B": None,  # same architecture as Llama-3.1-8B (catalog)
     "meta-llama/Llama-3.1-8B-Instruct": None,
     # facebook/opt-1.3b config.json (OPTConfig; not a family with a builder, so counted on the meta device with the

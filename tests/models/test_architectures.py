@@ -25,6 +25,17 @@ def test_gpt2_by_hand():
     assert load_spec("gpt2").params == V * h + P * h + L * per_layer + 2 * h == 124_439_808
 
 
+def test_gpt2_with_an_untied_head_counts_it_as_transformers_does():
+    # tie_word_embeddings false: GPT2LMHeadModel's lm_head is its own V x h matrix (no bias)
+    pytest.importorskip("transformers")
+    from campaign.models.meta import count_with_transformers
+
+    cfg = load_catalog_config("openai-community/gpt2") | {"tie_word_embeddings": False}
+    spec = spec_from_config(cfg, name="gpt2-untied", source="test")
+    assert spec.params == 124_439_808 + 50257 * 768 == count_with_transformers(cfg)
+    assert not spec.tie_embeddings
+
+
 def test_bert_checkpoint_holds_the_pretraining_heads():
     # bert-base-uncased's safetensors hold 110,106,428 values (huggingface.js): BertForPreTraining's tensors,
     # while its config names BertForMaskedLM. Pooler (h*h + h) and NSP head (2h + 2) make the difference.

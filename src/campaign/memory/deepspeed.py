@@ -125,7 +125,8 @@ def zero_buffers(spec: ModelSpec, w: Workload, Pt: int) -> ZeroBuffers:
     step = []
     sub = min(part, z.sub_group_size) if z.stage == 3 else part
     per = f" per sub-group (sub_group_size {z.sub_group_size:,}, {said['sub_group_size']})" if z.stage == 3 else ""
-    fp32_master = w.mixed_precision and g < FP32_BYTES
+    # bf16_master_weights_and_grads: the partition's gradient is already in the master dtype, no fp32 copy
+    fp32_master = w.mixed_precision and g < FP32_BYTES and not w.zero_bf16_master
     if fp32_master:
         step.append(Item("ZeRO fp32 gradient copy", FP32_BYTES * sub,
                          f"the card's gradient partition in fp32 for the optimizer: {sub:,} x {FP32_BYTES} B{per}",

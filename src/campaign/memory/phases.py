@@ -366,7 +366,16 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
         extra.append(_reference_model(weights, w))
     off = offloaded(w)  # ZeRO-Offload: master, states and fp32 gradient partition in host RAM (memory/offload.py)
     if w.mixed_precision and (w.base_trainable or (zero and Pt)) and not (off and zero):
-        if zero:
+        if zero and w.zero_bf16_master:
+            # stage 1/2 clone the bit16 partition in the master dtype; stage 3 at DeepSpeed's HEAD aliases a master
+            # of the parameters' dtype, but DeepSpeedExamples' published bf16 run (bf16_master_weight, 4 x H100,
+            # 16.17 GiB allocated) holds one such partition more than parameters, gradients and moments: counted
+            div = N if w.gpus > 1 else 1
+            extra.append(Item("bf16 master weights", _div(2 * Pt, div),
+                              f"2 B x trainable params{f' / {N} cards' if div > 1 else ''} (bf16_master_weights_"
+                              "and_grads)", "optimizer", "deepspeed/runtime/zero/stage_1_and_2.py: bit16 partition "
+                              ".clone().to(master_weights_and_grads_dtype); stage3.py _create_fp32_partitions"))
+        elif zero:
             div = N if w.gpus > 1 else 1
             extra.append(Item("fp32 master weights", _div(4 * Pt, div),
                               f"4 B x trainable params{f' / {N} cards' if div > 1 else ''} (ZeRO keeps them with the "

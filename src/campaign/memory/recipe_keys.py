@@ -225,7 +225,8 @@ SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", 
                           "parallelism", "experimental", "checkpoint", "activation_checkpoint", "float8", "mx",
                           "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
-            "DeepSpeed": ("zero_optimization",), "TrainingArguments": (), "axolotl": (), "peft": ()}
+            "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (), "axolotl": (),
+            "peft": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 # Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)
 FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})

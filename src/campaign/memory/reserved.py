@@ -146,7 +146,7 @@ def _prefix(r: Replay, spec: ModelSpec, w: Workload, phases, trainable: list[int
     while buckets > 0:  # DDP's flat buckets of bucket_cap_mb = 25 MiB (its default)
         r.alloc(min(buckets, DDP_BUCKET_CAP))
         buckets -= DDP_BUCKET_CAP
-    master = item_bytes(phases, "fp32 master weights")
+    master = item_bytes(phases, "fp32 master weights") + item_bytes(phases, "bf16 master weights")
     zero = zero_plan(spec, w)
     if zero is not None:
         full = w.method == "full"  # the optimizer's groups: every parameter, or the adapters
@@ -164,7 +164,7 @@ def _prefix_kept(spec: ModelSpec, w: Workload, phases, trainable: list[int], exp
         return None
     before = tuple(p for p in phases if p.name in ("load", "setup"))
     key = (size_free_key(w), before, item_bytes(phases, ADAPTERS, "weights"), item_bytes(phases, REFERENCE), *(
-        item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights")))
+        item_bytes(phases, name) for name in ("DDP gradient buckets", "fp32 master weights", "bf16 master weights")))
 
     def replayed() -> Allocator:
         r = Replay(expandable, None)

@@ -117,7 +117,9 @@ def state_bytes_per_element(w: Workload) -> float:
     """dtype of gradients and optimizer states: the adapters' own dtype (they follow the parameters: torch.optim
     makes its states like each parameter), fp32 for mixed precision, else the weight dtype."""
     if deepspeed_casts(w):
-        return 4  # the ZeRO optimizer steps fp32 master partitions
+        # the ZeRO optimizer steps fp32 master partitions; bf16 ones with bf16_master_weights_and_grads, whose Adam
+        # moments bf16_optimizer_states keeps in bf16 (FusedAdam's zeros_like of the master)
+        return 2 if w.zero_bf16_master else 4
     if w.adapters:
         return ELEMENT_BYTES[adapter_dtype(w)]
     if w.mixed_precision:

@@ -637,8 +637,12 @@ SHARD_GRAD_OP_NOTE = ("{where}: FSDP SHARD_GRAD_OP is estimated as --shard zero2
 # top-level ds_config keys (DeepSpeed's docs, config-json) read above, or that change no buffer on the card: batch
 # arithmetic, clipping, schedules, logging and monitors, checkpoint files, tuning, data sampling
 DEEPSPEED_READ = frozenset(("zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                            "bf16", "bfloat16", "fp16",
                             "optimizer", "data_types", "activation_checkpointing", "communication_data_type"))
+# the bf16 / fp16 sections' keys besides enabled and the low-precision master (_low_precision_master): loss scaling,
+# overflow checks, the moment of the update (DeepSpeed's DeepSpeedBF16Config and DeepSpeedFP16Config)
+HALF_NO_MEMORY = ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                  "min_loss_scale", "auto_cast", "immediate_grad_update", "check_grad_overflow", "check_overflow",
+                  "fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states")
 DEEPSPEED_NO_MEMORY = frozenset((
     "train_batch_size", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
     "dump_state", "memory_breakdown", "scheduler", "prescale_gradients", "gradient_predivide_factor",
@@ -709,6 +713,24 @@ def _offload_device(r: _Reader, device: Any, where: str, stage: int, kind: str) 
         r.refuse(where, f"offload to {device}", "estimate without offload (an upper bound on the card) or drop it")
 
 
+def _low_precision_master(r: _Reader, name: str, key: str, section: dict[str, Any]) -> None:
+    """DeepSpeed's bf16 section's bf16_master_weights_and_grads with bf16_optimizer_states (--zero-bf16-master, both
+    on: master, gradient partition and Adam moments in bf16 on the card); the master alone (DeepSpeed then requires
+    ZeRO-Offload's CPU Adam) and fp16's fp16_master_weights_and_grads are refused by name."""
+    master = section.get(f"{'fp16' if key == 'fp16' else 'bf16'}_master_weights_and_grads") is True
+    states = section.get("bf16_optimizer_states") is True
+    if not (master or states):
+        return
+    if key == "fp16" or not (master and states):
+        on = [k for k in ("fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states")
+              if section.get(k) is True]
+        r.refuse(f"{name}: {key}.{on[0]}", "a 16-bit master without bf16 optimizer states on the card (DeepSpeed "
+                 "keeps them with ZeRO-Offload's CPU Adam)", "estimate without it (fp32 master and states: an upper "
+                 "bound), or set bf16_master_weights_and_grads and bf16_optimizer_states together")
+    r.set("zero_bf16_master", True, f"{name}: {key}.bf16_master_weights_and_grads + bf16_optimizer_states")
+    r.use(name, f"{key}.bf16_master_weights_and_grads", f"{key}.bf16_optimizer_states")
+
+
 def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) -> None:
     """A DeepSpeed config; `whole`: a file (or mapping) of the user's, each of its keys accounted for (not the stage
     accelerate's own deepspeed_config names)."""
@@ -770,6 +792,9 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         section = _section(d, key, name, 'DeepSpeed reads an object such as {"enabled": true}')
         if section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")
+        if "enabled" in section:
+            r.use(name, f"{key}.enabled")
+        _low_precision_master(r, name, key, section)
     optimizer = _section(d, "optimizer", name, 'DeepSpeed reads an object such as {"type": "AdamW", "params": {}}')
     if optimizer.get("type") is not None:
         kind = str(optimizer["type"]).lower()
@@ -802,7 +827,8 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
 
 # DeepSpeed keys that change no memory on the card, or keys the refusals above left at their default (off)
 DEEPSPEED_KNOWN = (tuple(DEEPSPEED_NO_MEMORY) + tuple(DEEPSPEED_REFUSED) + tuple(
-    f"zero_optimization.{k}" for k in (*ZERO_NO_MEMORY, *ZERO_REFUSED)))
+    f"zero_optimization.{k}" for k in (*ZERO_NO_MEMORY, *ZERO_REFUSED)) + tuple(
+    f"{s}.{k}" for s in ("bf16", "bfloat16", "fp16") for k in (*HALF_NO_MEMORY, "enabled")))
 
 
 def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str, Any]:

@@ -246,6 +246,11 @@ class Workload:
         "help": "zero3: the model built under deepspeed.zero.Init, partitioned as it is made (default, as "
                 "from_pretrained does once TrainingArguments with a ZeRO-3 config exist; not for a quantized base). "
                 "--no-zero-init: built whole first, moved whole to each card by deepspeed.initialize."})
+    zero_bf16_master: bool = field(default=False, metadata={
+        "flag": "--zero-bf16-master", "group": "deepspeed",
+        "help": "DeepSpeed's bf16 block with bf16_master_weights_and_grads and bf16_optimizer_states (zero1/zero2/"
+                "zero3, bf16): the master weights, the gradient partition the optimizer steps and the Adam moments "
+                "in bf16 (2 B each, not 4)."})
     offload_optimizer: str = field(default="none", metadata={
         "flag": "--offload-optimizer", "group": "deepspeed",
         "help": "none (default) | cpu: ZeRO-Offload (zero1/zero2/zero3, DeepSpeed offload_optimizer device cpu): "
@@ -480,6 +485,15 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.offload_optimizer == "cpu" and w.mode == "train" and not w.mixed_precision:
         raise InputError("--offload-optimizer cpu is modelled with bf16/fp16 training (DeepSpeed's fp32 master on the "
                          "CPU): add --mixed-precision, or drop --offload-optimizer")
+    if w.zero_bf16_master and w.mode == "train" and (
+            w.shard not in ("zero1", "zero2", "zero3") or not w.mixed_precision or w.dtype == "fp16"):
+        raise InputError("--zero-bf16-master is DeepSpeed's bf16 master weights and optimizer states, for bf16 "
+                         "training under ZeRO: give it with --shard zero1, zero2 or zero3 and --mixed-precision "
+                         "(DeepSpeed's bf16 enabled), or drop it")
+    if w.zero_bf16_master and w.offload_optimizer == "cpu":
+        raise InputError("--zero-bf16-master with --offload-optimizer cpu (bf16 moments in DeepSpeedCPUAdam on the "
+                         "host) is not modelled: drop one of them (without --zero-bf16-master the host holds fp32 "
+                         "master and states: an upper bound)")
     if w.offload_params not in ("none", "cpu"):
         raise InputError(f"offload-params {w.offload_params!r} is not modelled; give cpu (ZeRO-3's offload_param, "
                          "FSDP's CPUOffload) or none" + (" (nvme offload is not modelled: estimate with cpu or none)"

@@ -292,7 +292,8 @@ def _decoder(c: TypedConfig, mt: str) -> dict[str, Any]:
 
 
 def _gpt2(c: TypedConfig) -> dict[str, Any]:
-    """GPT-2: Conv1D layers (same element counts as Linear), learned positions, LayerNorm with bias, tied head."""
+    """GPT-2: Conv1D layers (same element counts as Linear), learned positions, LayerNorm with bias, the head tied
+    unless the config says tie_word_embeddings false (GPT2LMHeadModel then makes its own lm_head, no bias)."""
     h, L, V = c.int("n_embd"), c.int("n_layer"), c.int("vocab_size")
     nh = c.int("n_head")
     if h % nh:
@@ -305,9 +306,12 @@ def _gpt2(c: TypedConfig) -> dict[str, Any]:
     g += norm_groups("ln_2", h, L, bias=True)
     g += linear_groups("mlp.c_fc", inner, h, L, bias=True) + linear_groups("mlp.c_proj", h, inner, L, bias=True)
     g += norm_groups("ln_f", h, 1, bias=True, in_blocks=False)
+    tie = bool(c.get("tie_word_embeddings", True))
+    if not tie:
+        g.append(ParamGroup("lm_head", "embedding", (V, h), 1, "lm_head", False))
     drop = max(c.probability("attn_pdrop", 0.1), c.probability("resid_pdrop", 0.1))
     return dict(hidden_size=h, num_layers=L, num_heads=nh, num_kv_heads=nh, head_dim=h // nh,
-                intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=True, mlp="plain",
+                intermediate_size=inner, vocab_size=V, max_position=P, tie_embeddings=tie, mlp="plain",
                 groups=tuple(g), attention=tuple(AttentionLayer("full") for _ in range(L)), dropout=drop,
                 activation=str(c.get("activation_function", "gelu_new")), block=Block("layer", 2, 0))
 

@@ -109,3 +109,16 @@ def test_a_dynamic_cache_copies_one_self_attention_layer_not_the_cross_attention
     decode = next(p for p in est.phases if p.name == "decode")
     copy = next(i for i in decode.items if i.name.startswith("cache copy"))
     assert copy.bytes == 2 * 512 * 8 * 64 * 2
+
+
+@pytest.mark.parametrize("loss", ["chunked", "fused", "logps"])
+def test_a_decoder_s_loss_option_on_an_encoder_is_refused_not_ignored(loss):
+    """The chunked, fused and log-probability losses replace a causal LM's cross-entropy; an encoder's or an
+    encoder-decoder's loss is counted as transformers computes it, so the option would change nothing: one line."""
+    from campaign.errors import InputError
+    from campaign.memory import estimate_memory
+    from campaign.models import load_spec
+
+    for spec, kind in ((_spec(), "an encoder-decoder"), (load_spec("bert-base-uncased"), "an encoder")):
+        with pytest.raises(InputError, match=f"--loss {loss} is modelled for a decoder's causal-LM loss; .* is {kind}"):
+            estimate_memory(spec, make_workload(batch=1, seq_len=128, loss=loss))

@@ -261,3 +261,19 @@ def test_a_gemma_recipe_s_glu_kernel_is_geglu(tmp_path):
     qwen = workload_from_configs([ax], model_type="qwen3")
     assert qwen.options["liger_kernels"] == "rms_norm,swiglu"
     assert any("q/k norms" in n and "upper bound" in n for n in qwen.notes)
+
+
+def test_axolotl_s_whole_liger_block_is_read_on_a_modelled_model(tmp_path):
+    # axolotl's LigerPlugin passes only the keywords the model's apply function takes: Gemma 2's has no layer_norm,
+    # so liger_layer_norm changes nothing (read, with a note); the plugins list of LigerPlugin alone is read too
+    block = {"plugins": ["axolotl.integrations.liger.LigerPlugin"], "liger_rope": True, "liger_rms_norm": True,
+             "liger_glu_activation": True, "liger_layer_norm": True, "liger_fused_linear_cross_entropy": True}
+    ax = write(tmp_path, "ax.yml", {"base_model": "google/gemma-2-9b-it", "sequence_len": 2048,
+                                    "micro_batch_size": 1, **block})
+    cfg = workload_from_configs([ax], model_type="gemma2")
+    assert not cfg.unmodelled and cfg.options["liger_kernels"] == "rope,rms_norm,geglu"
+    assert {k.key: k.use for k in cfg.keys}["liger_layer_norm"] == "modelled"
+    assert any("takes no layer_norm" in n for n in cfg.notes)
+    # on a model whose Liger patches are not modelled, both stay named
+    other = workload_from_configs([ax], model_type="phi3")
+    assert {k.key for k in other.unmodelled} >= {"plugins", "liger_layer_norm"}

@@ -961,7 +961,29 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     _deepspeed_key(r, path, d)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
                               "bf16", "fp16", "gradient_checkpointing") if k in d))
+    _axolotl_liger_inert(r, name, d)
     r.account(name, "axolotl", d)
+
+
+LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
+
+
+def _axolotl_liger_inert(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    """axolotl's LigerPlugin passes a liger_* key only where the model's apply_liger_kernel_to_<type> takes that
+    keyword: liger_layer_norm changes nothing on the RMSNorm models campaign models Liger for (no layer_norm keyword),
+    read as such. The plugins list is read when it holds LigerPlugin alone and its kernels are modelled."""
+    from .activations import LIGER_MODEL_TYPES
+
+    if r.model_type not in LIGER_MODEL_TYPES:
+        return
+    if d.get("plugins") == [LIGER_PLUGIN] and "liger_kernels" in r.options:
+        r.use(name, "plugins")
+    if d.get("liger_layer_norm") is not None:
+        r.use(name, "liger_layer_norm")
+        if d["liger_layer_norm"] is True:
+            r.notes.append(f"{name}: liger_layer_norm: Liger's apply_liger_kernel_to_{r.model_type} takes no "
+                           "layer_norm (the model's norms are RMSNorms): axolotl's plugin passes nothing, no memory "
+                           "changes")
 
 
 def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:

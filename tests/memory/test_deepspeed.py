@@ -110,16 +110,27 @@ def test_a_ds_config_gives_the_buffer_sizes(tmp_path):
 
 @pytest.mark.parametrize("zero, said", [
     ({"stage": 3, "reduce_bucket_sise": 5e8}, "zero_optimization.reduce_bucket_sise: not a DeepSpeed"),
-    ({"stage": 3, "zero_quantized_weights": True}, "zero_optimization.zero_quantized_weights: quantized weight"),
-    ({"stage": 3, "zero_hpz_partition_size": 8}, "zero_optimization.zero_hpz_partition_size: a secondary"),
     ({"stage": 2, "reduce_bucket_size": -1}, "zero_optimization.reduce_bucket_size: -1 is not a whole number"),
     ({"stage": 2, "overlap_comm": "yes"}, "is not true or false"),
 ])
-def test_a_zero_key_the_estimate_cannot_honour_is_refused(tmp_path, zero, said):
+def test_a_zero_key_deepspeed_itself_refuses_is_refused(tmp_path, zero, said):
     ds = tmp_path / "ds_config.json"
     ds.write_text(json.dumps({"zero_optimization": zero}))
     with pytest.raises(InputError, match=said):
         workload_from_configs([ds])
+
+
+@pytest.mark.parametrize("zero, key, said", [
+    ({"stage": 3, "zero_quantized_weights": True}, "zero_optimization.zero_quantized_weights", "quantized weight"),
+    ({"stage": 3, "zero_hpz_partition_size": 8}, "zero_optimization.zero_hpz_partition_size", "a secondary"),
+])
+def test_a_zero_key_the_estimate_does_not_model_is_named(tmp_path, zero, key, said):
+    ds = tmp_path / "ds_config.json"
+    ds.write_text(json.dumps({"zero_optimization": zero}))
+    cfg = workload_from_configs([ds])
+    named = {k.key: k.why for k in cfg.unmodelled}
+    assert named[key].startswith(said) and "not modelled: counted without it" in named[key]
+    assert cfg.options["shard"] == "zero3"  # the rest of the file still read
 
 
 def test_auto_where_transformers_fills_none_is_refused():
@@ -189,12 +200,13 @@ def test_the_hf_documented_zero3_config_is_read_and_unknown_top_level_keys_refus
     ds.write_text(json.dumps(hf))
     options = workload_from_configs([ds]).options
     assert options["shard"] == "zero3" and options["zero_reduce_bucket"] == "auto"
-    for extra, said in [({"tensor_parallel": {"autotp_size": 2}}, "tensor_parallel: tensor parallelism"),
-                        ({"sequence_parallel_size": 4}, "sequence_parallel_size: sequence parallelism"),
-                        ({"communication_data_type": "fp32"}, "communication_data_type: gradients reduced in fp32")]:
+    for extra, said in [({"tensor_parallel": {"autotp_size": 2}}, "tensor parallelism"),
+                        ({"sequence_parallel_size": 4}, "sequence parallelism"),
+                        ({"communication_data_type": "fp32"}, "gradients reduced in fp32")]:
         ds.write_text(json.dumps(hf | extra))
-        with pytest.raises(InputError, match=said):
-            workload_from_configs([ds])
+        cfg = workload_from_configs([ds])  # read whole; the setting named as not modelled
+        named = {k.key: k.why for k in cfg.unmodelled}
+        assert named[next(iter(extra))].startswith(said) and cfg.options["shard"] == "zero3"
 
 
 def test_fsdp_shard_grad_op_read_as_zero2_says_deepspeeds_buffers_are_counted(tmp_path):

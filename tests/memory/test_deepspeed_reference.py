@@ -58,7 +58,7 @@ def test_a_ds_config_in_memory_reads_as_the_same_file_does(tmp_path):
                        "zero_max_live_params": 1_000_000_000, "zero_reuse_distance": 1_000_000_000}
 
 
-def test_a_ds_config_in_memory_is_refused_as_the_file_is():
+def test_a_reference_ds_config_with_a_setting_not_modelled_is_not_compared():
     offload = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}}
     with pytest.raises(InputError, match="run-x: zero_optimization.offload_optimizer: offload to nvme"):
         deepspeed_options(offload, "run-x")

@@ -60,10 +60,15 @@ def test_the_ds_config_s_bf16_keys_are_read_one_by_one(tmp_path):
     assert uses["bf16.enabled"] == "modelled" and uses["bf16.immediate_grad_update"] == "no memory"
     assert uses["fp16.loss_scale"] == "no memory"
     assert uses["bf16.bf16_new_thing"] == "unknown"  # named, not swallowed by the bf16 section
-    # the master alone (DeepSpeed then needs ZeRO-Offload's CPU Adam) and fp16's master: refused by name
-    for section in ({"enabled": True, "bf16_master_weights_and_grads": True},):
-        with pytest.raises(InputError, match=r"bf16\.bf16_master_weights_and_grads: a 16-bit master"):
-            deepspeed_options({"bf16": section, "zero_optimization": {"stage": 2}})
+    # the master alone (DeepSpeed then needs ZeRO-Offload's CPU Adam): named as not modelled, fp32 master counted;
+    # a benchmark row with it is not compared (deepspeed_options), and neither is fp16's master
+    alone = {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True}, "zero_optimization": {"stage": 2}}
+    path.write_text(json.dumps(alone))
+    cfg = workload_from_configs([path])
+    assert "zero_bf16_master" not in cfg.options
+    assert [k.key for k in cfg.unmodelled] == ["bf16.bf16_master_weights_and_grads"]
+    with pytest.raises(InputError, match=r"bf16\.bf16_master_weights_and_grads: a 16-bit master"):
+        deepspeed_options(alone)
     with pytest.raises(InputError, match=r"fp16\.fp16_master_weights_and_grads"):
         deepspeed_options({"fp16": {"enabled": True, "fp16_master_weights_and_grads": True},
                            "zero_optimization": {"stage": 2}})
@@ -88,3 +93,18 @@ def test_the_flag_on_the_command_line(cli):
     assert low.json()["peak_allocated_bytes"] < plain.json()["peak_allocated_bytes"]
     bad = cli("memory", "llama-3.2-1b", "--zero-bf16-master")
     assert bad.code == 2 and bad.err.count("\n") == 1 and "Traceback" not in bad.err
+
+
+def test_the_published_bf16_recipe_is_read_whole_and_its_autocast_named(cli):
+    """DeepSpeedExamples' bf16_full.json: the low-precision master read, torch_autocast (not modelled) named, the
+    estimate made without it and "not verified" (it was a refusal of the whole file, exit 2)."""
+    from pathlib import Path
+
+    recipe = Path(__file__).parent / "recipes" / "deepspeedexamples_bf16_full.json"
+    r = cli("memory", "llama-3.2-1b", "--deepspeed", str(recipe), "--gpus", "4", "--batch", "1", "--seq-len", "512",
+            "--card", "H100-SXM-80GB", "--json", "--no-solve")
+    assert r.code == 1, r.err  # fits the card, but not verified: exit 1
+    doc = r.json()
+    assert doc["status"] == "not verified" and doc["workload"]["zero_bf16_master"] is True
+    named = {k["key"]: k["why"] for k in doc["config_keys"] if k["use"] == "not modelled"}
+    assert list(named) == ["torch_autocast"] and "counted without it" in named["torch_autocast"]

@@ -240,18 +240,23 @@ def _match(key: str, names: Iterable[str]) -> str | None:
 
 
 def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
-            known: Iterable[str] = ()) -> list[ConfigKey]:
-    """Each key of `doc` (a `tool` file named `file`) with its use: modelled when `used` holds it (or a section
+            known: Iterable[str] = (), unread: dict[str, str] | None = None) -> list[ConfigKey]:
+    """Each key of `doc` (a `tool` file named `file`) with its use: not modelled when `unread` names it (or a key
+    inside it: a setting the reader met and does not model, with why), modelled when `used` holds it (or a section
     above it, or a key inside it), else by the tool's tables; `known`: more keys of the tool that change no memory
     (DeepSpeed's own tables in training_config.py)."""
     out = []
     no_memory = NO_MEMORY.get(tool, ()) + tuple(known)
     not_modelled = NOT_MODELLED.get(tool, {})
+    unread = unread or {}
     for key, value in _flatten(doc, SECTIONS.get(tool, ())):
         parts = key.split(".")
         prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         shown = _short(value)
-        if prefixes & used or any(u.startswith(key + ".") for u in used):
+        why = next((w for u, w in unread.items() if u == key or u.startswith(key + ".")), None)
+        if why is not None:
+            out.append(ConfigKey(file, key, shown, "not modelled", why))
+        elif prefixes & used or any(u.startswith(key + ".") for u in used):
             out.append(ConfigKey(file, key, shown, "modelled"))
         elif (name := _match(key, not_modelled)) is not None:
             on = (value not in OFF and not (isinstance(value, dict) and value.get("enabled") is False)

@@ -176,9 +176,10 @@ def _checkpointing(r: Any, name: str, ac: dict[str, Any]) -> None:
 def _optimizer(r: Any, name: str, opt: dict[str, Any]) -> None:
     kind = opt.get("name", "AdamW")
     if kind not in ADAMW:
-        r.refuse(f"{name}: optimizer.name", f"optimizer {kind!r}", "give --optimizer with the nearest one (AdamW's "
-                 "two fp32 states are what torchtitan's default keeps)")
-    r.set("optimizer", "adamw", f"{name}: optimizer.name" if "name" in opt else f"{name} (torchtitan's AdamW)")
+        r.refuse(f"{name}: optimizer.name", f"optimizer {kind!r}", "the estimate keeps --optimizer's (AdamW unless "
+                 "given)")
+    else:
+        r.set("optimizer", "adamw", f"{name}: optimizer.name" if "name" in opt else f"{name} (torchtitan's AdamW)")
     impl = opt.get("implementation")
     if impl is not None:
         if impl not in IMPLEMENTATIONS:

@@ -69,6 +69,7 @@ class _Reader:
         self.model: str | None = None
         self.notes: list[str] = []
         self.used: set[str] = set()  # 'file: key' of each key that changed the workload
+        self.unread: dict[str, dict[str, str]] = {}  # file -> key -> why: settings met and not modelled
         self.keys: list[ConfigKey] = []
         self.gpus, self.model_type, self.reference = gpus, model_type, reference
 
@@ -93,10 +94,14 @@ class _Reader:
 
     def account(self, name: str, tool: str, doc: dict[str, Any], known: tuple[str, ...] = ()) -> None:
         """Every key of file `name` with its use (recipe_keys.account)."""
-        self.keys += account(name, tool, doc, self.used_keys(name), known)
+        self.keys += account(name, tool, doc, self.used_keys(name), known, self.unread.get(name))
 
-    def refuse(self, where: str, why: str, fix: str) -> None:
-        raise InputError(f"{where}: {why}, which the memory estimate does not model; {fix}")
+    def refuse(self, where: str, why: str, counted: str) -> None:
+        """A setting of a valid recipe the estimate does not model (`where`: 'file: key'): named as not modelled in
+        the output, with `why` and what the estimate counts instead, never a refusal of the whole file; the status
+        is then "not verified"."""
+        name, _, key = where.partition(": ")
+        self.unread.setdefault(name, {})[key] = f"{why}, not modelled: {counted}"
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -279,8 +284,9 @@ def _accumulation(r: _Reader, d: dict[str, Any], name: str) -> None:
 def _optim(r: _Reader, value: Any, where: str, table: dict[str, tuple[str, str]]) -> None:
     key = str(value).strip()
     if key not in table:
-        r.refuse(where, f"optimizer {key!r}", f"use one of {', '.join(sorted(table))}, or give --optimizer with the "
-                                              "nearest one (its states are what memory depends on)")
+        r.refuse(where, f"optimizer {key!r}", f"the estimate keeps --optimizer's (AdamW unless given); campaign reads "
+                                              f"{', '.join(sorted(table))}")
+        return
     optimizer, impl = table[key]
     r.set("optimizer", optimizer, where)
     r.set("optimizer_impl", impl, where)
@@ -457,11 +463,12 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
     if fsdp:
-        if "offload" in str(fsdp) and "shard_grad_op" in str(fsdp):
-            r.refuse(f"{name}: fsdp", "CPU offload with shard_grad_op", "estimate it with full_shard, or without "
-                     "offload (an upper bound)")
+        grad_op_offload = "offload" in str(fsdp) and "shard_grad_op" in str(fsdp)
+        if grad_op_offload:
+            r.refuse(f"{name}: fsdp", "CPU offload with shard_grad_op", "counted without the offload (an upper "
+                     "bound on the card)")
         r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
-        if "offload" in str(fsdp):  # the Trainer's "full_shard offload": CPUOffload(offload_params=True)
+        if "offload" in str(fsdp) and not grad_op_offload:  # "full_shard offload": CPUOffload(offload_params=True)
             r.set("offload_params", "cpu", f"{name}: fsdp")
         if "shard_grad_op" in str(fsdp):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
@@ -510,17 +517,18 @@ def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     method, use_peft = d.get("peft_method"), d.get("use_peft")
     r.use(name, *(k for k in ("peft_method", "use_peft") if k in d))
     if method is not None and str(method).lower() not in ("lora", "none", ""):
-        r.refuse(f"{name}: peft_method", f"{method!r}", "give lora, or estimate --method full")
+        r.refuse(f"{name}: peft_method", f"{method!r}", "counted as --method's (full unless given; campaign reads "
+                 "lora)")
     if not (str(method).lower() == "lora" or use_peft is True):
         return
     key = "peft_method" if str(method).lower() == "lora" else "use_peft"
     if d.get("use_dora"):
         r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
-                 "estimate as LoRA by removing use_dora from a copy, knowing it is low")
+                 "counted as LoRA, which is low")
     for saved in ("modules_to_save", "lora_modules_to_save"):
         if d.get(saved):
             r.refuse(f"{name}: {saved}", f"fully trained modules {d[saved]}",
-                     "estimate them with --method full, or the adapters without them")
+                     "the adapters are counted without them, which is low")
     four, eight = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
     r.set("method", "qlora" if four else "lora", f"{name}: {key}" + (" + load_in_4bit" if four else ""))
     if four or eight:  # trl/trainer/sft_trainer.py and dpo_trainer.py since 0.22 (TRL #3882, #3906)
@@ -574,13 +582,14 @@ def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
 def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     kind = str(d.get("peft_type", "")).upper()
     if kind != "LORA":
-        r.refuse(f"{name}: peft_type", f"{kind}", "give a LoRA adapter config")
+        r.refuse(f"{name}: peft_type", f"{kind}", "counted as --method's (full unless given; campaign reads LORA)")
+        return
     if d.get("use_dora"):
         r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
-                 "estimate as LoRA by removing use_dora from a copy, knowing it is low")
+                 "counted as LoRA, which is low")
     if d.get("modules_to_save"):
         r.refuse(f"{name}: modules_to_save", f"fully trained modules {d['modules_to_save']}",
-                 "estimate them with --method full, or the adapters without them")
+                 "the adapters are counted without them, which is low")
     r.set("method", "lora", f"{name}: peft_type")
     r.use(name, *(k for k in ("use_dora", "modules_to_save") if k in d))
     if d.get("r") is not None:
@@ -653,7 +662,7 @@ DEEPSPEED_NO_MEMORY = frozenset((
     "eigenvalue", "load_universal_checkpoint", "use_node_local_storage", "use_data_before_expert_parallel_"))
 # top-level keys that change memory in ways the estimate does not model: refused when they are on
 DEEPSPEED_REFUSED = {
-    "amp": "apex AMP", "torch_autocast": "DeepSpeed's torch autocast (fp32 parameters)", "compile": "DeepCompile",
+    "amp": "apex AMP", "torch_autocast": "DeepSpeed's torch autocast", "compile": "DeepCompile",
     "sparse_attention": "sparse attention", "compression_training": "compression training",
     "hybrid_engine": "the hybrid (RLHF) engine", "weight_quantization": "weight quantization",
     "quantize_training": "quantized training", "progressive_layer_drop": "progressive layer drop",
@@ -710,7 +719,7 @@ def _offload_device(r: _Reader, device: Any, where: str, stage: int, kind: str) 
                          f"{'parameters at stage 3' if kind == 'offload_param' else 'the optimizer at stages 1-3'} "
                          "only; set the stage to 3, or drop the key")
     elif device not in (None, "none"):
-        r.refuse(where, f"offload to {device}", "estimate without offload (an upper bound on the card) or drop it")
+        r.refuse(where, f"offload to {device}", "counted on the card (an upper bound)")
 
 
 def _low_precision_master(r: _Reader, name: str, key: str, section: dict[str, Any]) -> None:
@@ -725,8 +734,8 @@ def _low_precision_master(r: _Reader, name: str, key: str, section: dict[str, An
         on = [k for k in ("fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states")
               if section.get(k) is True]
         r.refuse(f"{name}: {key}.{on[0]}", "a 16-bit master without bf16 optimizer states on the card (DeepSpeed "
-                 "keeps them with ZeRO-Offload's CPU Adam)", "estimate without it (fp32 master and states: an upper "
-                 "bound), or set bf16_master_weights_and_grads and bf16_optimizer_states together")
+                 "keeps them with ZeRO-Offload's CPU Adam)", "fp32 master and states counted (an upper bound)")
+        return
     r.set("zero_bf16_master", True, f"{name}: {key}.bf16_master_weights_and_grads + bf16_optimizer_states")
     r.use(name, f"{key}.bf16_master_weights_and_grads", f"{key}.bf16_optimizer_states")
 
@@ -751,7 +760,7 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         if key in ZERO_REFUSED:
             default, what = ZERO_REFUSED[key]
             if value not in (default, None, False):
-                r.refuse(where, what, "estimate without it (remove it from a copy of the file)")
+                r.refuse(where, what, "counted without it")
             continue
         if key not in ZERO_OPTIONS:  # DeepSpeed refuses it too: DeepSpeedZeroConfig is a DeepSpeedConfigModel,
             # extra = "forbid" (deepspeed/runtime/config_utils.py); an unknown top-level key it ignores is named instead
@@ -772,13 +781,12 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
     for key, value in d.items():
         if key in DEEPSPEED_REFUSED:
             if _deepspeed_on(key, value):
-                r.refuse(f"{name}: {key}", DEEPSPEED_REFUSED[key], "estimate without it (remove it from a copy of the "
-                         "file)")
+                r.refuse(f"{name}: {key}", DEEPSPEED_REFUSED[key], "counted without it")
         elif key in DEEPSPEED_READ and key != "zero_optimization":  # its keys are accounted one by one
             r.use(name, key)
     if d.get("communication_data_type") not in (None, "bf16", "fp16", "bfp16"):
         r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
-                 "estimate without it (the ZeRO-3 reduce bucket then holds fp32: twice the bytes)")
+                 "the reduce bucket counted in the 16-bit dtype (fp32 holds twice the bytes)")
     _accumulation(r, d, name)
     if d.get("gradient_accumulation_steps") is None and d.get("train_batch_size") not in (None, "auto"):
         r.notes.append(f"{name}: train_batch_size {d['train_batch_size']} without gradient_accumulation_steps: "
@@ -801,11 +809,12 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         params = optimizer.get("params") or {}
         if kind not in DEEPSPEED_OPTIMIZERS:
             r.refuse(f"{name}: optimizer.type", f"DeepSpeed optimizer {optimizer['type']!r}",
-                     "use Adam or AdamW, or give --optimizer with the nearest one")
+                     "the estimate keeps --optimizer's (AdamW unless given); campaign reads Adam and AdamW")
         # deepspeed/runtime/engine.py _configure_basic_optimizer: Adam/AdamW -> FusedAdam (multi-tensor, in place),
         # torch's AdamW with "torch_adam": true
         torch_adam = isinstance(params, dict) and params.get("torch_adam") is True
-        for option, value in (("optimizer", "adamw"), ("optimizer_impl", "foreach" if torch_adam else "fused")):
+        for option, value in (("optimizer", "adamw"), ("optimizer_impl", "foreach" if torch_adam else "fused")) \
+                if kind in DEEPSPEED_OPTIMIZERS else ():
             if option in r.options and r.options[option] != value:  # the Trainer's optim gives way to DeepSpeed's
                 r.notes.append(f"{name}: optimizer.type replaces {r.sources[option][1]} ({option} "
                                f"{r.options[option]!r}): the HF Trainer uses DeepSpeed's optimizer when it names one")
@@ -814,13 +823,14 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
     types = _section(d, "data_types", name, 'DeepSpeed reads an object such as {"grad_accum_dtype": "bf16"}')
     if types.get("grad_accum_dtype") not in (None, "bf16", "fp16"):
         r.refuse(f"{name}: data_types.grad_accum_dtype", f"gradients accumulated in {types['grad_accum_dtype']}",
-                 "estimate without it (an fp32 gradient partition: 2 B more per trainable parameter and card)")
+                 "the gradient partition counted in the 16-bit dtype (fp32: 2 B more per trainable parameter and "
+                 "card)")
     checkpointing = _section(d, "activation_checkpointing", name,
                              'DeepSpeed reads an object such as {"partition_activations": false}')
     for key in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"):
         if checkpointing.get(key):
             r.refuse(f"{name}: activation_checkpointing.{key}", "DeepSpeed's own activation checkpointing",
-                     "estimate with --grad-checkpointing (the model's own) instead")
+                     "the activations counted as --grad-checkpointing says (the model's own)")
     if whole:
         r.account(name, "DeepSpeed", given, DEEPSPEED_KNOWN)
 
@@ -836,6 +846,9 @@ def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str,
     refusals); `name` stands for the file in messages. benchmarks/memory_reference.py reads its entries' configs so."""
     r = _Reader()
     _deepspeed(r, name, doc)
+    unread = next(iter(r.unread.get(name, {}).items()), None)
+    if unread is not None:  # a published row with a setting the estimate does not model is not compared
+        raise InputError(f"{name}: {unread[0]}: {unread[1]}")
     return dict(r.options)
 
 
@@ -853,13 +866,15 @@ def _accelerate(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                  "3": "none"}.get(strategy)
         if shard is None:
             r.refuse(f"{name}: fsdp_config.fsdp_sharding_strategy", f"{strategy} (sharding within a node)",
-                     "estimate with FULL_SHARD over the node's cards")
+                     "counted as FULL_SHARD over the cards (low where the node has fewer cards)")
+            shard = "fsdp"
         r.set("shard", shard, f"{name}: fsdp_config.fsdp_sharding_strategy")
         if str(fsdp.get("fsdp_offload_params", False)).lower() == "true":  # accelerate: CPUOffload(offload_params)
             if shard != "fsdp":
                 r.refuse(f"{name}: fsdp_config.fsdp_offload_params", f"CPU offload with {strategy}",
-                         "estimate it with FULL_SHARD, or without offload (an upper bound)")
-            r.set("offload_params", "cpu", f"{name}: fsdp_config.fsdp_offload_params")
+                         "counted without the offload (an upper bound on the card)")
+            else:
+                r.set("offload_params", "cpu", f"{name}: fsdp_config.fsdp_offload_params")
         if strategy in ("SHARD_GRAD_OP", "2"):
             r.notes.append(SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp_config.fsdp_sharding_strategy"))
         if fsdp.get("fsdp_activation_checkpointing"):
@@ -903,7 +918,8 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     r.model = str(d["base_model"])
     adapter = str(d.get("adapter") or "").lower()
     if adapter not in ("", "lora", "qlora"):
-        r.refuse(f"{name}: adapter", f"{adapter!r}", "use lora or qlora, or estimate --method full")
+        r.refuse(f"{name}: adapter", f"{adapter!r}", "counted as a full fine-tune (an upper bound; campaign reads "
+                 "lora and qlora)")
     method = "qlora" if adapter == "qlora" or (adapter == "lora" and d.get("load_in_4bit")) else \
         "lora" if adapter == "lora" else "full"
     r.set("method", method, f"{name}: adapter" + (" + load_in_4bit" if d.get("load_in_4bit") else ""))
@@ -918,7 +934,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
               f"{name}: lora_target_modules")
     if d.get("lora_modules_to_save"):
         r.refuse(f"{name}: lora_modules_to_save", f"fully trained modules {d['lora_modules_to_save']}",
-                 "estimate them with --method full, or the adapters without them")
+                 "the adapters are counted without them, which is low")
     if d.get("sequence_len") is not None:
         r.set("seq_len", _int(d["sequence_len"], f"{name}: sequence_len"), f"{name}: sequence_len")
     rl = str(d.get("rl") or "").lower()

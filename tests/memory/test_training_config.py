@@ -152,3 +152,13 @@ def test_accelerates_zero3_init_flag(tmp_path):
     assert "zero_init" not in off.options and [k.key for k in off.unmodelled] == ["deepspeed_config.zero3_init_flag"]
     path.write_text(yaml.safe_dump({**base, "deepspeed_config": {"zero_stage": 2, "zero3_init_flag": False}}))
     assert not workload_from_configs([path]).unmodelled  # read by ZeRO-3 only
+
+
+def test_torchaos_8bit_adamw_reads_as_the_8bit_states(tmp_path):
+    """TrainingArguments' optim adamw_torch_8bit is torchao's AdamW8bit: 8-bit states with one fp32 scale per block of
+    256, the bytes of bitsandbytes' (2 x (1 + 4 / 256) B a parameter); a 4-bit one is named, not guessed."""
+    eight = write(tmp_path, "a.json", {"output_dir": "o", "optim": "adamw_torch_8bit"})
+    assert workload_from_configs([eight]).options["optimizer"] == "adamw-8bit"
+    four = write(tmp_path, "b.json", {"output_dir": "o", "optim": "adamw_torch_4bit"})
+    cfg = workload_from_configs([four])
+    assert "optimizer" not in cfg.options and [k.key for k in cfg.unmodelled] == ["optim"]

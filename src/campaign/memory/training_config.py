@@ -27,6 +27,9 @@ OPTIM = {
     "adamw_apex_fused": ("adamw", "fused"), "adamw": ("adamw", "foreach"), "adam": ("adamw", "foreach"),
     "adamw_bnb_8bit": ("adamw-8bit", "foreach"), "adamw_8bit": ("adamw-8bit", "foreach"),
     "paged_adamw_8bit": ("adamw-8bit", "foreach"), "paged_adamw_32bit": ("adamw", "foreach"),
+    # torchao's AdamW8bit (torchao/optim/adam.py): blockwise 8-bit states, one fp32 scale per block of 256, as
+    # bitsandbytes' (campaign's adamw-8bit)
+    "adamw_torch_8bit": ("adamw-8bit", "foreach"),
     "adafactor": ("adafactor", "foreach"), "sgd": ("sgd", "foreach"),
 }
 # torchtune's optimizer components

@@ -241,5 +241,6 @@ def test_the_vllm_share_in_the_fit_the_frontier_and_explain():
     fit = plan.fits[0]
     assert fit.memory_bytes == card.memory_bytes and fit.vllm_bytes == int(0.3 * card.memory_bytes)
     assert fit.usable_bytes == training_bytes(card.memory_bytes, w)
+    assert fit.to_dict()["usable_bytes"] == card.memory_bytes - int(0.3 * card.memory_bytes)  # as --json writes it
     assert plan.frontier.rows and all(length > 3000 for length, _, _ in plan.frontier.rows)
     assert any("vLLM" in n for n in plan.estimate.notes)

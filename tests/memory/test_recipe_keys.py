@@ -167,3 +167,50 @@ def test_trl_model_config_keys_qlora(tmp_path):
     assert cfg.options["method"] == "qlora" and cfg.options["lora_rank"] == 32
     assert cfg.options["lora_targets"] == ("q_proj", "k_proj") and "dtype" not in cfg.options
     assert not cfg.unmodelled
+
+
+def test_an_adapter_config_of_another_peft_method_is_read_and_named(tmp_path):
+    """peft's IA3 adapter_config.json: its method is named as not modelled (counted as --method's), its settings
+    with it, and its base model is read, as a LoRA file's is."""
+    path = write(tmp_path, "adapter_config.json", {"peft_type": "IA3", "target_modules": ["k_proj", "v_proj"],
+                                                   "feedforward_modules": ["down_proj"], "task_type": "CAUSAL_LM",
+                                                   "base_model_name_or_path": "meta-llama/Llama-3.2-1B"})
+    cfg = workload_from_configs([path])
+    assert cfg.options == {} and cfg.model == "meta-llama/Llama-3.2-1B"
+    uses = {k.key: k.use for k in cfg.keys}
+    assert uses == {"peft_type": "not modelled", "target_modules": "not modelled",
+                    "feedforward_modules": "not modelled", "task_type": "no memory",
+                    "base_model_name_or_path": "no memory"}
+
+
+def test_a_decoder_s_loss_settings_on_an_encoder_are_named_not_applied(tmp_path):
+    """Liger patches decoders only: use_liger_kernel on BERT or T5 changes nothing (a note). DPO's log-probability
+    loss on an encoder-decoder is not modelled: named, the model's own loss counted, never an error."""
+    liger = write(tmp_path, "liger.json", {"output_dir": "o", "per_device_train_batch_size": 2, "max_length": 512,
+                                           "use_liger_kernel": True})
+    dpo = write(tmp_path, "dpo.json", {"output_dir": "o", "per_device_train_batch_size": 2, "max_length": 512,
+                                       "beta": 0.1})
+    for model_type in ("bert", "t5"):
+        cfg = workload_from_configs([liger], model_type=model_type, causal=False)
+        assert "loss" not in cfg.options and any("Liger has no kernels" in n for n in cfg.notes)
+        assert {k.key: k.use for k in cfg.keys}["use_liger_kernel"] == "modelled"
+    cfg = workload_from_configs([dpo], model_type="t5", causal=False)
+    assert "loss" not in cfg.options and {k.key: k.use for k in cfg.keys}["beta"] == "not modelled"
+    # a decoder's are applied (the correct setup)
+    assert workload_from_configs([liger], model_type="llama", causal=True).options["loss"] == "fused"
+    assert workload_from_configs([dpo], model_type="llama", causal=True).options["loss"] == "logps"
+
+
+def test_t5_with_a_liger_recipe_on_the_command_line(cli, tmp_path):
+    t5 = tmp_path / "t5"
+    t5.mkdir()
+    (t5 / "config.json").write_text(json.dumps({
+        "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 64, "d_ff": 128, "d_kv": 16,
+        "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2, "vocab_size": 320, "feed_forward_proj": "relu",
+        "is_encoder_decoder": True, "tie_word_embeddings": True}))
+    recipe = write(tmp_path, "liger.json", {"output_dir": "o", "per_device_train_batch_size": 2, "max_length": 64,
+                                            "use_liger_kernel": True})
+    r = cli("memory", str(t5), "--config", str(recipe), "--json", "--no-solve")
+    assert r.code == 0, r.err
+    plain = cli("memory", str(t5), "--batch", "2", "--seq-len", "64", "--no-logits-held", "--json", "--no-solve")
+    assert r.json()["required_bytes"] == plain.json()["required_bytes"]

@@ -1,5 +1,5 @@
 """The user's own training configuration as the workload: each format written here as its tool documents it, each
-value traced to its file and key, a memory-changing key that cannot be honoured refused in one line."""
+value traced to its file and key, a memory-changing key the estimate does not model named, never dropped."""
 from __future__ import annotations
 
 import json
@@ -33,17 +33,19 @@ def test_training_arguments_with_a_deepspeed_file_and_a_peft_config(tmp_path):
     cfg = workload_from_configs([args, adapter])
     assert cfg.options == {"batch": 4, "seq_len": 1024, "grad_checkpointing": True, "optimizer": "adamw",
                            "optimizer_impl": "fused", "grad_accumulation": 8, "shard": "zero2", "method": "lora",
-                           "lora_rank": 32, "lora_targets": ("q_proj", "v_proj"), "logits_held": False}
+                           "lora_rank": 32, "lora_targets": ("q_proj", "v_proj"), "logits_held": False,
+                           "mixed_precision": True}  # ds.json's bf16 "auto" is the Trainer's bf16: on
     assert cfg.model == "meta-llama/Llama-3.1-8B"
     where = {option: source for option, _, source in cfg.sources}
     assert where["batch"] == "training_args.json: per_device_train_batch_size"
     assert where["shard"] == "ds.json: zero_optimization.stage" and where["lora_rank"] == "adapter_config.json: r"
     assert where["grad_accumulation"] == "training_args.json: gradient_accumulation_steps"  # ds.json's is absent
+    assert where["mixed_precision"] == "training_args.json: bf16 (fills ds.json: bf16.enabled auto)"
     # the same estimate as the options given by hand
     spec = load_spec("llama-3.1-8b")
     by_hand = make_workload(batch=4, seq_len=1024, grad_checkpointing=True, optimizer="adamw", optimizer_impl="fused",
                             shard="zero2", method="lora", lora_rank=32, lora_targets=("q_proj", "v_proj"),
-                            logits_held=False, grad_accumulation=8)
+                            logits_held=False, grad_accumulation=8, mixed_precision=True)
     assert estimate_memory(spec, make_workload(**cfg.options)).required_bytes == \
         estimate_memory(spec, by_hand).required_bytes
 

@@ -108,3 +108,54 @@ def test_the_published_bf16_recipe_is_read_whole_and_its_autocast_named(cli):
     assert doc["status"] == "not verified" and doc["workload"]["zero_bf16_master"] is True
     named = {k["key"]: k["why"] for k in doc["config_keys"] if k["use"] == "not modelled"}
     assert list(named) == ["torch_autocast"] and "counted without it" in named["torch_autocast"]
+
+
+def test_auto_is_the_trainer_s_bf16_and_a_master_it_leaves_off_is_named(tmp_path, cli):
+    """A ds_config's bf16 "enabled": "auto" is filled by the HF Trainer from its own bf16: a TrainingArguments file
+    with bf16 on makes it mixed precision (fp32 master under ZeRO); alone, "auto" is named as not modelled. The bf16
+    master where bf16 is not on, or with the optimizer on the CPU, is named too, and fp32 master and states are
+    counted: never a refusal of the recipe."""
+    ds = {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3}}
+    (tmp_path / "ds_auto.json").write_text(json.dumps(ds))
+    (tmp_path / "args.json").write_text(json.dumps({"output_dir": "o", "per_device_train_batch_size": 1,
+                                                    "max_length": 256, "bf16": True, "deepspeed": "ds_auto.json"}))
+    cfg = workload_from_configs([tmp_path / "args.json"])
+    assert cfg.options["mixed_precision"] is True
+    assert dict((o, w) for o, _, w in cfg.sources)["mixed_precision"] == \
+        "args.json: bf16 (fills ds_auto.json: bf16.enabled auto)"
+    alone = workload_from_configs([tmp_path / "ds_auto.json"])
+    assert "mixed_precision" not in alone.options
+    assert {k.key: k.use for k in alone.keys}["bf16.enabled"] == "not modelled"
+
+    master = {"bf16": {"enabled": "auto", "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True},
+              "zero_optimization": {"stage": 3}}
+    offloaded = {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True},
+                 "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    for name, doc in (("master_auto.json", master), ("master_offload.json", offloaded)):
+        (tmp_path / name).write_text(json.dumps(doc))
+        cfg = workload_from_configs([tmp_path / name])
+        assert "zero_bf16_master" not in cfg.options
+        uses = {k.key: k.use for k in cfg.keys}
+        assert uses["bf16.bf16_master_weights_and_grads"] == uses["bf16.bf16_optimizer_states"] == "not modelled"
+        r = cli("memory", "llama-3.2-1b", "--deepspeed", str(tmp_path / name), "--gpus", "4", "--card", "h100",
+                "--json", "--no-solve")
+        assert r.code == 1 and r.json()["status"] == "not verified", r.err
+        names = [i["name"] for p in r.json()["phases"] if p["name"] == "optimizer step" for i in p["items"]]
+        assert "bf16 master weights" not in names
+    # the offloaded one keeps its fp32 master and states on the host: the same as the flags without the master
+    flags = cli("memory", "llama-3.2-1b", "--shard", "zero2", "--gpus", "4", "--mixed-precision",
+                "--offload-optimizer", "cpu", "--card", "h100", "--json", "--no-solve").json()
+    assert r.json()["required_bytes"] == flags["required_bytes"]
+
+
+def test_a_setting_inside_an_inline_ds_config_is_named_under_its_own_file(tmp_path):
+    """An inline ds_config's name holds ': ' ('args.json: deepspeed'); its unmodelled settings are still named."""
+    ds = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}}
+    (tmp_path / "args.json").write_text(json.dumps({"output_dir": "o", "per_device_train_batch_size": 1,
+                                                    "deepspeed": ds}))
+    cfg = workload_from_configs([tmp_path / "args.json"])
+    named = {(k.file, k.key): k.use for k in cfg.keys}
+    assert named[("args.json: deepspeed", "zero_optimization.offload_param")] == "not modelled"
+    # a benchmark row with it is not compared
+    with pytest.raises(InputError, match="row 7: ds_config: zero_optimization.offload_param: offload to nvme"):
+        deepspeed_options(ds, "row 7: ds_config")

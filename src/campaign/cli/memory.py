@@ -24,17 +24,19 @@ def _given(ctx: Any) -> set[str]:
 
 
 def from_config(workload: dict[str, Any], paths: list[Path], *, given: set[str], quiet: bool,
-                deepspeed: Path | None = None, model_type: str | None = None) -> tuple[dict[str, Any], tuple]:
+                deepspeed: Path | None = None, model_type: str | None = None,
+                causal: bool | None = None) -> tuple[dict[str, Any], tuple]:
     """The workload options with the values the config files give (`deepspeed`: the --deepspeed file, which must be
     a DeepSpeed config), where the command line gave none (`given`), and every key of the files with its use
     (recipe_keys.ConfigKey); each value read is said on stderr with its file and key (and what the command line
     overrode). Each file is read once: a pipe (<(cat ds.json)) has one read. `model_type`: the model's (peft's
-    default LoRA targets)."""
+    default LoRA targets); `causal`: whether it is a decoder."""
     from ..memory.training_config import workload_from_configs
 
     gpus = workload.get("gpus") if "gpus" in given else None
     reference = workload.get("reference") if "reference" in given else None
-    cfg = workload_from_configs(paths, deepspeed=deepspeed, gpus=gpus, model_type=model_type, reference=reference)
+    cfg = workload_from_configs(paths, deepspeed=deepspeed, gpus=gpus, model_type=model_type, reference=reference,
+                                causal=causal)
     merged = dict(workload)
     said = []
     for option, value, where in cfg.sources:
@@ -108,7 +110,8 @@ def memory(
     recipe: tuple = ()
     if config or deepspeed is not None:
         workload, recipe = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed,
-                                       model_type=spec.model_type)
+                                       model_type=spec.model_type,
+                                       causal=not (spec.encoder or spec.encdec is not None))
     w = o.workload_from(spec, **workload)
     host = None
     if host_memory is not None:

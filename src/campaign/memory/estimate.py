@@ -41,8 +41,8 @@ def estimate_memory(model: str | Path | ModelSpec, workload: Workload, *, reserv
     if w.training and w.loss != "full" and (spec.encoder or spec.encdec is not None):
         kind = "an encoder" if spec.encoder else "an encoder-decoder"
         raise InputError(f"--loss {w.loss} is modelled for a decoder's causal-LM loss; {spec.name} is {kind} "
-                         f"({spec.model_type}), whose loss is counted as transformers computes it: drop --loss (or "
-                         "the recipe key that sets it)")
+                         f"({spec.model_type}), whose loss is counted as transformers computes it: give --loss full "
+                         "(or drop --loss)")
     phases = training_phases(spec, w) if w.training else inference_phases(spec, w)
     return finish_estimate(spec, w, phases, reserve=reserve, context_bytes=context_bytes,
                            fragmentation=fragmentation, method="formula", card_bytes=card_bytes)

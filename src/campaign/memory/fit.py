@@ -32,6 +32,10 @@ class Fit(Record):
         """The card's memory the step is judged against: all of it, less a colocated vLLM engine's share."""
         return self.memory_bytes - self.vllm_bytes
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, and the bytes the step is judged against (usable_bytes), as the text's fit line says."""
+        return {**super().to_dict(), "usable_bytes": self.usable_bytes}
+
 
 def training_bytes(card_bytes: int, w: Workload) -> int:
     """What a card leaves the training: all of it, less a colocated vLLM engine's share (--vllm-share: vLLM

@@ -1,10 +1,10 @@
 """The user's own training configuration as the workload: HF TrainingArguments (JSON or YAML, TRL's configs
 included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a DeepSpeed JSON and an accelerate
-config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from; a key that changes
-memory and that the estimate cannot honour in a way that would make it low (DoRA, modules_to_save, an optimizer whose
-states are not modelled) or as an upper bound only (NVMe offload) is refused in one line, never ignored. Every
-other key is accounted for (recipe_keys.py): modelled, changing no memory, or named as not modelled (the estimate
-then a bound, its verdict "not verified"); a key campaign does not know is named, never refused.
+config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from. Every key is accounted
+for (recipe_keys.py): modelled, changing no memory, or named as not modelled, with what the estimate counts instead
+(DoRA, NVMe offload, an optimizer whose states are not modelled: the estimate then a bound, its verdict "not
+verified"); a key campaign does not know is named. A valid recipe is never refused whole: only a value its own tool
+refuses too (a ZeRO stage 2.0, a misspelt zero_optimization key) is one line, exit 2.
 
 `workload_from_configs(paths)` returns the make_workload keywords, their sources, and the base model the files name
 (a PEFT config's base_model_name_or_path, axolotl's base_model), for `campaign memory --config FILE ...`.
@@ -66,7 +66,8 @@ class TrainingConfig:
 class _Reader:
     """Collects options from several files; two files that set one option differently are refused."""
 
-    def __init__(self, gpus: int | None = None, model_type: str | None = None, reference: str | None = None) -> None:
+    def __init__(self, gpus: int | None = None, model_type: str | None = None, reference: str | None = None,
+                 causal: bool | None = None) -> None:
         self.options: dict[str, Any] = {}
         self.sources: dict[str, tuple[Any, str]] = {}
         self.model: str | None = None
@@ -74,7 +75,8 @@ class _Reader:
         self.used: set[str] = set()  # 'file: key' of each key that changed the workload
         self.unread: dict[str, dict[str, str]] = {}  # file -> key -> why: settings met and not modelled
         self.keys: list[ConfigKey] = []
-        self.gpus, self.model_type, self.reference = gpus, model_type, reference
+        self.ds_auto: list[str] = []  # 'file: bf16.enabled' of a ds_config's half precision left "auto"
+        self.gpus, self.model_type, self.reference, self.causal = gpus, model_type, reference, causal
 
     def set(self, option: str, value: Any, where: str) -> None:
         if option in self.options and self.options[option] != value:
@@ -102,8 +104,9 @@ class _Reader:
     def refuse(self, where: str, why: str, counted: str) -> None:
         """A setting of a valid recipe the estimate does not model (`where`: 'file: key'): named as not modelled in
         the output, with `why` and what the estimate counts instead, never a refusal of the whole file; the status
-        is then "not verified"."""
-        name, _, key = where.partition(": ")
+        is then "not verified". A file's name may hold ': ' itself (an inline ds_config, 'args.json: deepspeed'); a
+        key never does, so the key is what follows the last one."""
+        name, _, key = where.rpartition(": ")
         self.unread.setdefault(name, {})[key] = f"{why}, not modelled: {counted}"
 
 
@@ -131,13 +134,14 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path | None = None,
                           gpus: int | None = None, model_type: str | None = None,
-                          reference: str | None = None) -> TrainingConfig:
+                          reference: str | None = None, causal: bool | None = None) -> TrainingConfig:
     """The workload the configuration files describe (see the module docstring); `deepspeed`: a file that must be a
     DeepSpeed config (--deepspeed), read as the others are. Each file is read once. `gpus`: the cards the run uses,
     where the command line says (a torchtune recipe over several is a distributed one: FSDP); `model_type`: the
     model's, for peft's default LoRA targets of an adapter config without target_modules; `reference`: the command
-    line's --reference (None: not given), for a preference config that does not say."""
-    r = _Reader(gpus, model_type, reference)
+    line's --reference (None: not given), for a preference config that does not say; `causal`: whether the model is a
+    decoder (False: an encoder or encoder-decoder, whose loss the decoder's loss settings do not describe)."""
+    r = _Reader(gpus, model_type, reference, causal)
     for path in paths:
         _read(r, Path(path), load_config_file(path))
     if deepspeed is not None:
@@ -147,6 +151,7 @@ def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path 
                              "train_micro_batch_size_per_gpu); give the ds_config.json the run passes to deepspeed, or "
                              "the file with --config")
         _deepspeed(r, _label(Path(deepspeed)), doc)
+    _settle(r)
     sources = tuple((k, v, where) for k, (v, where) in r.sources.items())
     return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes), tuple(r.keys))
 
@@ -274,6 +279,16 @@ def _liger_layers(r: _Reader, kernels: tuple[str, ...], where: str) -> bool:
     return False
 
 
+def _loss(r: _Reader, value: str, where: str, key: str) -> None:
+    """--loss from the recipe (`key`: 'file: key' of the setting); a decoder's loss (chunked, fused, log-probs) on
+    an encoder or encoder-decoder is named as not modelled, the model's own loss counted."""
+    if value != "full" and r.causal is False:
+        r.refuse(key, f"the {value} loss (modelled for a decoder's causal-LM loss; {r.model_type or 'this model'} "
+                 "is not a decoder)", "the model's own loss counted, as transformers computes it")
+        return
+    r.set("loss", value, where)
+
+
 def _accumulation(r: _Reader, d: dict[str, Any], name: str) -> None:
     """gradient_accumulation_steps: micro-batches per optimizer step, whose summed gradients stay allocated through
     the next micro-batch's forward and backward (Workload.grad_accumulation); 'auto' (a ds_config the HF Trainer
@@ -344,7 +359,7 @@ def _generating(r: _Reader, name: str, d: dict[str, Any], liger: dict[str, bool]
         r.notes.append(f"{name}: no max_prompt_length: --seq-len is the longest prompt + {completion} completion "
                        "tokens (give it)")
     if not liger.get("fused_linear_cross_entropy"):
-        r.set("loss", "logps", f"{name} (num_generations, {LOGPS})")
+        _loss(r, "logps", f"{name} (num_generations, {LOGPS})", f"{name}: num_generations")
     vllm, mode = d.get("use_vllm") is True, d.get("vllm_mode")
     share = d.get("vllm_gpu_memory_utilization")
     if vllm and mode == "server":  # trl vllm-serve on other cards
@@ -436,7 +451,7 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if pairs:
         _reference(r, name, d, r.reference)
         if not liger.get("fused_linear_cross_entropy"):  # Liger's fused DPO loss: --loss fused, below
-            r.set("loss", "logps", f"{name} (beta, {LOGPS})")  # beta stays open: the reference (_reference)
+            _loss(r, "logps", f"{name} (beta, {LOGPS})", f"{name}: beta")  # beta stays open: _reference
     if "seq_len" not in r.options:  # TRL's defaults for it moved between trainers and versions
         r.notes.append(f"{name}: no max_length or max_seq_length: the length counted is --seq-len's (2048 unless "
                        "given); give the longest sequence your data packs or truncates to")
@@ -448,20 +463,23 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         if loaded == "fp32" and half:
             r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 model torch_dtype loads)")
         r.set("dtype", loaded, f"{name}: torch_dtype (the model loaded in it)")
-    elif half:
-        r.notes.append(f"{name}: {half}: autocast over the weights' own dtype (--dtype); add --mixed-precision when "
-                       "the model is loaded in fp32 (fp32 master weights, grads and states)")
     if d.get("optim") is not None:
         _optim(r, d["optim"], f"{name}: optim", OPTIM)
     _accumulation(r, d, name)
     if d.get("use_liger_kernel") is not None:
         where = f"{name}: use_liger_kernel" + (" + liger_kernel_config" if "liger_kernel_config" in r.used_keys(name)
                                               else "")
-        if liger.get("fused_linear_cross_entropy"):
-            r.set("loss", "fused", where)
-        elif not (pairs or generating):  # theirs take the log-probabilities (logps), set above
-            r.set("loss", "full", where)
-        _liger_layers(r, tuple(k for k in ("rope", "rms_norm", _glu(r)) if liger.get(k)), where)
+        if r.causal is False:  # Liger's apply table (MODEL_TYPE_TO_APPLY_LIGER_FN) holds decoders only
+            r.use(name, "use_liger_kernel")
+            if liger:
+                r.notes.append(f"{where}: Liger has no kernels for {r.model_type or 'this model'} (not a decoder): "
+                               "the Trainer's patch changes nothing")
+        else:
+            if liger.get("fused_linear_cross_entropy"):
+                _loss(r, "fused", where, f"{name}: use_liger_kernel")
+            elif not (pairs or generating):  # theirs take the log-probabilities (logps), set above
+                r.set("loss", "full", where)
+            _liger_layers(r, tuple(k for k in ("rope", "rms_norm", _glu(r)) if liger.get(k)), where)
     fsdp = d.get("fsdp")
     if isinstance(fsdp, list):
         fsdp = " ".join(str(x) for x in fsdp)
@@ -478,6 +496,10 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     elif "fsdp" in d:
         r.use(name, "fsdp")
     _deepspeed_key(r, path, d)
+    _auto_half(r, name, half)
+    if half and (loaded is None or r.options.get("method") == "qlora") and "mixed_precision" not in r.options:
+        r.notes.append(f"{name}: {half}: autocast over the weights' own dtype (--dtype); add --mixed-precision when "
+                       "the model is loaded in fp32 (fp32 master weights, grads and states)")
     name_or_path = d.get("model_name_or_path")
     if isinstance(name_or_path, str) and name_or_path.strip() and r.model is None:
         r.model = name_or_path.strip()
@@ -584,8 +606,16 @@ def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
 
 def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     kind = str(d.get("peft_type", "")).upper()
-    if kind != "LORA":
-        r.refuse(f"{name}: peft_type", f"{kind}", "counted as --method's (full unless given; campaign reads LORA)")
+    base = d.get("base_model_name_or_path")
+    if isinstance(base, str) and base.strip():
+        r.model = base.strip()
+    if kind != "LORA":  # the file's other keys are then the other method's: named, not read
+        r.refuse(f"{name}: peft_type", f"an adapter of type {kind}",
+                 "counted as --method's (full unless given; campaign reads LORA)")
+        for key in d:  # the other method's settings: named with it, not as unknown peft keys
+            if key not in ("peft_type", "base_model_name_or_path", "task_type", "revision", "inference_mode"):
+                r.refuse(f"{name}: {key}", f"a setting of the {kind} adapter", "not read")
+        r.account(name, "peft", d)
         return
     if d.get("use_dora"):
         r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
@@ -601,9 +631,6 @@ def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.set("lora_targets", _modules(d["target_modules"], f"{name}: target_modules"), f"{name}: target_modules")
     else:
         _default_targets(r, f"{name}: target_modules")
-    base = d.get("base_model_name_or_path")
-    if isinstance(base, str) and base.strip():
-        r.model = base.strip()
     r.account(name, "peft", d)
 
 
@@ -725,6 +752,46 @@ def _offload_device(r: _Reader, device: Any, where: str, stage: int, kind: str) 
         r.refuse(where, f"offload to {device}", "counted on the card (an upper bound)")
 
 
+def _auto_half(r: _Reader, name: str, half: str | None) -> None:
+    """A ds_config's bf16/fp16 "enabled": "auto" is the Trainer's own bf16/fp16 (transformers' HfTrainerDeepSpeedConfig
+    fills it): with it on, DeepSpeed trains a 16-bit model over fp32 master weights (mixed precision)."""
+    if r.ds_auto and half and "mixed_precision" not in r.options:
+        r.set("mixed_precision", True, f"{name}: {half} (fills {r.ds_auto[0]} auto)")
+
+
+def _settle(r: _Reader) -> None:
+    """What only the files together decide, named as not modelled where they leave it open (the estimate then a
+    bound): a ds_config's bf16 "auto" that no Trainer file fills (counted as --mixed-precision says), and DeepSpeed's
+    bf16 master (zero_bf16_master, modelled for bf16 training on the card) read where bf16 is not on or the optimizer
+    is offloaded to the CPU (fp32 master and states counted, an upper bound), rather than refusing the recipe."""
+    if r.ds_auto and "mixed_precision" not in r.options:
+        file, _, key = r.ds_auto[0].rpartition(": ")
+        _restate(r, file, {key}, "auto: the HF Trainer fills it from its bf16/fp16, and no TrainingArguments file "
+                 "given here says", "counted as --mixed-precision says (off unless given: no fp32 master, low where "
+                 "the Trainer's bf16 is on)")
+    if not r.options.get("zero_bf16_master"):
+        return
+    if r.options.get("offload_optimizer") == "cpu":
+        why = "a bf16 master with the optimizer offloaded to the CPU (bf16 moments in DeepSpeedCPUAdam)"
+    elif not r.options.get("mixed_precision"):
+        why = "a bf16 master without bf16 training on"
+    else:
+        return
+    file, _, keys = r.sources.pop("zero_bf16_master")[1].rpartition(": ")
+    del r.options["zero_bf16_master"]
+    section = keys.split(".")[0]
+    _restate(r, file, {f"{section}.bf16_master_weights_and_grads", f"{section}.bf16_optimizer_states"}, why,
+             "fp32 master and states counted (an upper bound)")
+
+
+def _restate(r: _Reader, file: str, keys: set[str], why: str, counted: str) -> None:
+    """Keys of `file` accounted before the other files were read, named now as not modelled."""
+    for key in keys:
+        r.refuse(f"{file}: {key}", why, counted)
+    r.keys = [ConfigKey(k.file, k.key, k.value, "not modelled", r.unread[file][k.key])
+              if k.file == file and k.key in keys else k for k in r.keys]
+
+
 def _low_precision_master(r: _Reader, name: str, key: str, section: dict[str, Any]) -> None:
     """DeepSpeed's bf16 section's bf16_master_weights_and_grads with bf16_optimizer_states (--zero-bf16-master, both
     on: master, gradient partition and Adam moments in bf16 on the card); the master alone (DeepSpeed then requires
@@ -803,6 +870,8 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         section = _section(d, key, name, 'DeepSpeed reads an object such as {"enabled": true}')
         if section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")
+        elif section.get("enabled") == "auto":  # the HF Trainer fills it from its own bf16/fp16 (_auto_half)
+            r.ds_auto.append(f"{name}: {key}.enabled")
         if "enabled" in section:
             r.use(name, f"{key}.enabled")
         _low_precision_master(r, name, key, section)
@@ -949,7 +1018,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         reference = ("adapters-off" if method in ("lora", "qlora") else "copy") if AXOLOTL_PAIRS[rl] else "none"
         r.set("reference", reference, f"{name}: rl")
         if d.get("liger_fused_linear_cross_entropy") is not True:
-            r.set("loss", "logps", f"{name}: rl ({LOGPS})")
+            _loss(r, "logps", f"{name}: rl ({LOGPS})", f"{name}: rl")
     if d.get("gradient_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
     if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
@@ -961,7 +1030,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
         _optim(r, d["optimizer"], f"{name}: optimizer", OPTIM)
     _accumulation(r, d, name)
     if d.get("liger_fused_linear_cross_entropy") is True:
-        r.set("loss", "fused", f"{name}: liger_fused_linear_cross_entropy")
+        _loss(r, "fused", f"{name}: liger_fused_linear_cross_entropy", f"{name}: liger_fused_linear_cross_entropy")
     elif d.get("liger_fused_linear_cross_entropy") is not None:
         if not pairs:
             r.set("loss", "full", f"{name}: liger_fused_linear_cross_entropy")
@@ -978,6 +1047,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
     _deepspeed_key(r, path, d)
+    _auto_half(r, name, "bf16" if d.get("bf16") in (True, "auto") else "fp16" if d.get("fp16") is True else None)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
                               "bf16", "fp16", "gradient_checkpointing") if k in d))
     _axolotl_liger_inert(r, name, d)
@@ -1059,7 +1129,7 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     loss = d.get("loss")
     component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
     if component in TORCHTUNE_LOSSES:
-        r.set("loss", TORCHTUNE_LOSSES[component], f"{name}: loss")
+        _loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     if d.get("optimizer_in_bwd") is not None:
         r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
     if d.get("enable_activation_offloading") is not None:

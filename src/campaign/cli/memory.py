@@ -77,8 +77,8 @@ def memory(
                               rich_help_panel=o.CARD),
     config: Annotated[list[Path] | None, typer.Option(
         "--config", help="Your training config, read for the workload (repeat for several): HF TrainingArguments "
-        "and TRL configs (JSON/YAML), adapter_config.json, axolotl or torchtune YAML, torchtitan TOML, DeepSpeed "
-        "JSON, accelerate config. An option "
+        "and TRL configs (JSON/YAML), adapter_config.json, axolotl, torchtune or LLaMA-Factory YAML, torchtitan "
+        "TOML, DeepSpeed JSON, accelerate config. An option "
         "given here wins; each value read is printed with its file and key.", rich_help_panel=CONFIGS)] = None,
     deepspeed: Annotated[Path | None, typer.Option(
         "--deepspeed", help="Your DeepSpeed ds_config.json: the ZeRO stage, precision, micro-batch and the sizes of "

@@ -124,6 +124,27 @@ GENERATION = ("generation by the trained model (GRPO, RLOO): the completions per
 KTO = "KTO: a KL batch beside each batch and a reference model are not modelled"
 # Keys that may change memory in a way the estimate does not model: named with what they do; the estimate is a
 # bound (an upper bound where the key can only lower the peak). Off values (false, none, 1...) change nothing.
+# LLaMA-Factory's train YAML (recipe_llamafactory.py): HF's TrainingArguments keys with LLaMA-Factory's own
+# (src/llamafactory/hparams/*.py at ff6d4d12: ModelArguments, DataArguments, FinetuningArguments, GeneratingArguments)
+NO_MEMORY["LLaMA-Factory"] = NO_MEMORY["TrainingArguments"] + (
+    "adapter_folder", "cache_dir", "use_fast_tokenizer", "split_special_tokens", "new_special_tokens_config",
+    "init_special_tokens", "model_revision", "low_cpu_mem_usage", "infer_backend", "offload_folder", "use_kv_cache",
+    "infer_dtype", "hf_hub_token", "ms_hub_token", "om_hub_token", "print_param_status", "quantization_device_map",
+    "export_*", "vllm_*", "sglang_*", "template", "dataset", "eval_dataset", "media_dir", "train_on_prompt",
+    "mask_history", "streaming", "buffer_size", "mix_strategy", "interleave_probs", "overwrite_cache",
+    "preprocessing_batch_size", "preprocessing_num_workers", "max_samples", "eval_num_beams",
+    "ignore_pad_token_for_loss", "val_size", "eval_on_each_dataset", "tool_format", "default_system",
+    "enable_thinking", "preserve_thinking", "tokenized_path", "lora_alpha", "lora_dropout", "use_rslora", "pissa_*",
+    "loraplus_*", "create_new_adapter", "pref_beta", "pref_ftx", "pref_bco_weight", "dpo_label_smoothing",
+    "simpo_gamma", "ld_alpha", "use_swanlab", "swanlab_*", "compute_accuracy", "disable_shuffling",
+    "early_stopping_steps", "plot_loss", "include_effective_tokens_per_second", "ray_*", "master_addr",
+    "master_port", "enable_torch_profiler", "profile*", "do_sample", "top_p", "top_k", "num_beams", "max_length",
+    "max_new_tokens", "repetition_penalty", "length_penalty", "skip_special_tokens", "predict_with_generate",
+    "sortish_sampler", "generation_*", "adapter_name_or_path", "data_shared_file_system",
+    # the settings of a method whose switch is named when on (finetuning_type, stage, use_galore, use_kt...)
+    "freeze_trainable_*", "freeze_extra_modules", "oft_*", "module_dropout", "galore_*", "apollo_*", "badam_*",
+    "eaft_alpha", "asft_alpha", "hyper_parallel_*", "megatron_bridge_args", "kt_*", "fp8_*", "reward_model*",
+    "ppo_*", "kto_*")
 NOT_MODELLED: dict[str, dict[str, str]] = {
     "TrainingArguments": {
         "torch_compile": COMPILE_BOUND,
@@ -220,13 +241,39 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     },
     "DeepSpeed": {},
 }
+NOT_MODELLED["LLaMA-Factory"] = {
+    **NOT_MODELLED["TrainingArguments"],
+    "enable_liger_kernel": "Liger's kernels (modelled on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
+    "use_unsloth": "unsloth's kernels and loader", "upcast_layernorm": "norm weights in fp32",
+    "upcast_lmhead_output": "an fp32 copy of the logits", "moe_aux_loss_coef": "router logits kept every layer",
+    "rope_scaling": "RoPE scaling (read the longer cutoff_len)", "shift_attn": "shifted short attention (S2-Attn)",
+    "mixture_of_depths": "mixture of depths", "use_v1_kernels": "LLaMA-Factory's v1 kernels",
+    "train_from_scratch": "a model built from its config in torch's default dtype",
+    "resize_vocab": "a resized vocabulary", "add_tokens": "added tokens (a resized vocabulary)",
+    "add_special_tokens": "added tokens (a resized vocabulary)",
+    "use_galore": "GaLore's low-rank optimizer states",
+    "use_apollo": "APOLLO's optimizer states",
+    "use_badam": "BAdam's block optimizer", "use_adam_mini": "Adam-mini's optimizer states",
+    "use_muon": "Muon's optimizer states", "use_llama_pro": "LLaMA Pro's expanded blocks",
+    "use_dft_loss": "a loss of its own", "use_eaft_loss": "a loss of its own",
+    "use_asft_loss": "ASFT's reference model", "use_mca": "Megatron-Core",
+    "use_megatron_bridge": "Megatron", "use_hyper_parallel": "HyperParallel",
+    "use_kt": "KTransformers (experts on the CPU)",
+    "fp8": "FP8 training", "ref_model_*": "the reference model's own settings",
+
+    "image_*": "a multimodal model's image inputs", "video_*": "a multimodal model's video inputs",
+    "crop_to_patches": "a multimodal model's image inputs", "use_audio_in_video": "audio inputs",
+    "audio_sampling_rate": "audio inputs", "freeze_vision_tower": "a multimodal model's towers",
+    "freeze_multi_modal_projector": "a multimodal model's towers", "freeze_language_model": "a multimodal model",
+    "neat_packing": "neat packing's attention mask",
+}
 # The sections whose keys are accounted one by one (others stand as one key: a torchtune component, a dataset list)
 SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training",
                           "parallelism", "experimental", "checkpoint", "activation_checkpoint", "float8", "mx",
                           "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (), "axolotl": (),
-            "peft": ()}
+            "peft": (), "LLaMA-Factory": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 # Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)
 FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})

@@ -1,6 +1,7 @@
 """The user's own training configuration as the workload: HF TrainingArguments (JSON or YAML, TRL's configs
-included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a DeepSpeed JSON and an accelerate
-config (FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from. Every key is accounted
+included), a PEFT adapter_config.json, an axolotl YAML, a torchtune recipe YAML, a torchtitan TOML
+(recipe_torchtitan.py), a LLaMA-Factory YAML (recipe_llamafactory.py), a DeepSpeed JSON and an accelerate config
+(FSDP, DeepSpeed, multi-GPU). Each value read says which file and key it came from. Every key is accounted
 for (recipe_keys.py): modelled, changing no memory, or named as not modelled, with what the estimate counts instead
 (DoRA, NVMe offload, an optimizer whose states are not modelled: the estimate then a bound, its verdict "not
 verified"); a key campaign does not know is named. A valid recipe is never refused whole: only a value its own tool
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from . import recipe_torchtitan
+from . import recipe_llamafactory, recipe_torchtitan
 from .recipe_keys import PEFT_DEFAULTS_SOURCE, ConfigKey, account, default_lora_targets
 from .workload import zero_elements
 
@@ -42,7 +43,8 @@ TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
 # torchtune's loss components -> Workload.loss (memory/loss.py); another component is named as not modelled
 TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
                     "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
-FORMATS = "TrainingArguments, adapter_config.json, axolotl, torchtune, torchtitan, DeepSpeed or accelerate"
+FORMATS = ("TrainingArguments, adapter_config.json, axolotl, torchtune, torchtitan, LLaMA-Factory, DeepSpeed or "
+           "accelerate")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class _Reader:
         self.used: set[str] = set()  # 'file: key' of each key that changed the workload
         self.unread: dict[str, dict[str, str]] = {}  # file -> key -> why: settings met and not modelled
         self.keys: list[ConfigKey] = []
+        self.deepspeed: str | None = None  # the --deepspeed file, which a recipe's deepspeed key may name
         self.ds_auto: list[str] = []  # 'file: bf16.enabled' of a ds_config's half precision left "auto"
         self.gpus, self.model_type, self.reference, self.causal = gpus, model_type, reference, causal
 
@@ -142,9 +145,10 @@ def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path 
     line's --reference (None: not given), for a preference config that does not say; `causal`: whether the model is a
     decoder (False: an encoder or encoder-decoder, whose loss the decoder's loss settings do not describe)."""
     r = _Reader(gpus, model_type, reference, causal)
+    r.deepspeed = None if deepspeed is None else str(deepspeed)
     for path in paths:
         _read(r, Path(path), load_config_file(path))
-    if deepspeed is not None:
+    if deepspeed is not None and r.deepspeed is not None:  # not read already as a recipe's deepspeed key
         doc = load_config_file(deepspeed)
         if not _is_deepspeed(doc):
             raise InputError(f"{deepspeed}: not a DeepSpeed config (no zero_optimization, no "
@@ -177,6 +181,8 @@ def _read(r: _Reader, path: Path, doc: dict[str, Any]) -> None:
         _torchtune(r, name, doc)
     elif recipe_torchtitan.is_torchtitan(doc):
         recipe_torchtitan.read(r, name, doc)
+    elif recipe_llamafactory.is_llamafactory(doc):
+        recipe_llamafactory.read(r, path, doc)
     elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
         _axolotl(r, path, doc)
     elif "per_device_train_batch_size" in doc or "output_dir" in doc or "gradient_accumulation_steps" in doc:

@@ -214,3 +214,66 @@ def test_t5_with_a_liger_recipe_on_the_command_line(cli, tmp_path):
     assert r.code == 0, r.err
     plain = cli("memory", str(t5), "--batch", "2", "--seq-len", "64", "--no-logits-held", "--json", "--no-solve")
     assert r.json()["required_bytes"] == plain.json()["required_bytes"]
+
+
+def test_attn_implementation_eager_is_the_eager_estimate(tmp_path, cli):
+    """transformers' eager attention materializes the scores: attn_implementation eager in a TrainingArguments or
+    axolotl file is --attention eager; sdpa and flash attention keep none."""
+    base = {"output_dir": "o", "per_device_train_batch_size": 2, "max_length": 1024}
+    eager = cli("memory", "gpt2", "--config", write(tmp_path, "e.json", base | {"attn_implementation": "eager"}),
+                "--json", "--no-solve").json()
+    flags = cli("memory", "gpt2", "--batch", "2", "--seq-len", "1024", "--no-logits-held", "--attention", "eager",
+                "--json", "--no-solve").json()
+    assert eager["required_bytes"] == flags["required_bytes"] and eager["status"] == "pass"
+    flash = cli("memory", "gpt2", "--config", write(tmp_path, "f.json", base | {"attn_implementation":
+                                                                                "flash_attention_2"}),
+                "--json", "--no-solve").json()
+    assert flash["required_bytes"] < eager["required_bytes"]
+    axolotl = write(tmp_path, "a.yml", {"base_model": "gpt2", "micro_batch_size": 2, "sequence_len": 1024,
+                                        "attn_implementation": "eager", "lora_model_dir": None})
+    cfg = workload_from_configs([axolotl])
+    assert cfg.options["attention"] == "eager"
+    assert {k.key: k.use for k in cfg.keys}["lora_model_dir"] == "off"  # empty: sets nothing
+
+
+def test_a_deepspeed_path_is_opened_from_the_working_folder_then_beside_the_file(tmp_path, monkeypatch):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "z3.json").write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    args = write(tmp_path / "configs", "args.json", {"output_dir": "o", "per_device_train_batch_size": 1,
+                                                     "deepspeed": "ds/z3.json"})
+    monkeypatch.chdir(tmp_path)  # as the HF Trainer opens it
+    assert workload_from_configs([args]).options["shard"] == "zero3"
+    monkeypatch.chdir(tmp_path / "configs")
+    missing = workload_from_configs([args])
+    assert "shard" not in missing.options
+    assert {k.key: k.use for k in missing.keys}["deepspeed"] == "not modelled"
+
+
+def test_deepspeed_derives_the_micro_batch_from_the_total(tmp_path):
+    """runtime/config.py: train_batch_size = micro-batch x accumulation x GPUs, any two giving the third."""
+    ds = write(tmp_path, "ds.json", {"train_batch_size": 8, "gradient_accumulation_steps": 1,
+                                     "zero_optimization": {"stage": 2}})
+    assert workload_from_configs([ds], gpus=2).options["batch"] == 4
+    acc = write(tmp_path, "acc.json", {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+                                       "zero_optimization": {"stage": 2}})
+    assert workload_from_configs([acc], gpus=4).options["grad_accumulation"] == 4
+    unknown = workload_from_configs([ds])  # the cards not given: named
+    assert "batch" not in unknown.options
+    assert {k.key: k.use for k in unknown.keys}["train_batch_size"] == "not modelled"
+
+
+def test_fms_alora_is_counted_as_its_lora(tmp_path):
+    doc = {"output_dir": "o", "per_device_train_batch_size": 4, "peft_method": "alora", "r": 32,
+           "target_modules": ["q_proj", "k_proj", "v_proj"]}
+    cfg = workload_from_configs([write(tmp_path, "alora.json", doc)])
+    lora = workload_from_configs([write(tmp_path, "lora.json", doc | {"peft_method": "lora"})])
+    assert cfg.options == lora.options and cfg.options["method"] == "lora" and cfg.options["lora_rank"] == 32
+
+
+def test_a_torchtune_recipe_without_max_seq_len_says_which_length_is_counted(tmp_path):
+    doc = {"model": {"_component_": "torchtune.models.llama3_1.lora_llama3_1_8b", "lora_rank": 8},
+           "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "path": "t", "max_seq_len": None},
+           "batch_size": 2}
+    cfg = workload_from_configs([write(tmp_path, "tt.yaml", doc)])
+    assert "seq_len" not in cfg.options and any("max_seq_len null" in n for n in cfg.notes)

@@ -72,3 +72,17 @@ def test_the_replay_makes_the_step_the_estimate_counts():
     est = estimate_memory(spec, w)
     replay = reserved.training_overhead(spec, w, est.phases)
     assert abs(replay.peak_allocated - est.peak_allocated_bytes) < 16 * 2**20
+
+
+def test_sub_group_size_0_steps_one_parameter_at_a_time():
+    """axolotl's zero3 configs give sub_group_size 0, which DeepSpeed accepts (ge=0): _create_fp16_sub_groups closes
+    a sub-group after every parameter, so the largest is the largest parameter's partition: the embedding (or the
+    head), V x H = 152064 x 3584, over the cards."""
+    from dataclasses import replace
+
+    spec = load_spec("qwen2.5-7b")
+    for gpus in (4, 8):
+        w = replace(_workload(gpus), zero_sub_group_size=0)
+        step = {i.name: i.bytes for p in estimate_memory(spec, w).phases if p.name == "optimizer step"
+                for i in p.items}
+        assert step["ZeRO fp32 gradient copy"] == 4 * -(-V * H // gpus)

@@ -96,7 +96,8 @@ def memory(
 ) -> None:
     """GPU memory per card for a training step or inference: breakdown, phases, card fit.
 
-    Exit 0 when it fits the --card (or without --card), 1 when it does not fit, 2 on bad input.
+    Exit 0 when it fits the --card (or without --card), 1 when it does not fit or a check is not verified (a recipe
+    key not modelled or unknown: the estimate is then a bound), 2 on bad input.
     """
     from ..memory.plan import plan_memory
     from ..models import load_spec

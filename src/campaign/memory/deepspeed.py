@@ -61,6 +61,16 @@ def _value(given: int | str | None, default: int, auto: float | None, key: str, 
     return int(given)
 
 
+def _sub_group_size(spec: ModelSpec, w: Workload, said: dict[str, str]) -> int:
+    """sub_group_size; 0 (which DeepSpeed accepts, ge=0, and axolotl's zero3 configs give) closes a sub-group after
+    every parameter (stage3.py _create_fp16_sub_groups: local size >= 0 at once): the largest sub-group is then the
+    largest parameter's partition."""
+    if w.zero_sub_group_size in (0, "0"):
+        said["sub_group_size"] = "0: a sub-group per parameter, the largest parameter's partition"
+        return max(1, _ceil_div(max(grp.numel for grp in spec.groups), w.gpus))
+    return _value(w.zero_sub_group_size, ZERO_SUB_GROUP_SIZE, None, "sub_group_size", said)
+
+
 def zero_settings(spec: ModelSpec, w: Workload) -> ZeroSettings | None:
     """The run's ZeRO settings, or None when the step is not a DeepSpeed ZeRO training step."""
     if not w.training or w.shard not in ("zero1", "zero2", "zero3"):
@@ -73,7 +83,7 @@ def zero_settings(spec: ModelSpec, w: Workload) -> ZeroSettings | None:
         reduce_bucket=_value(w.zero_reduce_bucket, ZERO_REDUCE_BUCKET, h * h, "reduce_bucket_size", said),
         overlap_comm=stage == 3 if w.zero_overlap_comm is None else w.zero_overlap_comm,
         contiguous_gradients=w.zero_contiguous_gradients,
-        sub_group_size=_value(w.zero_sub_group_size, ZERO_SUB_GROUP_SIZE, None, "sub_group_size", said),
+        sub_group_size=_sub_group_size(spec, w, said),
         prefetch_bucket=_value(w.zero_prefetch_bucket, ZERO3_PREFETCH_BUCKET, ZERO_AUTO_PREFETCH_SHARE * h * h,
                                "stage3_prefetch_bucket_size", said),
         max_live=_value(w.zero_max_live_params, ZERO3_MAX_LIVE_PARAMETERS, None, "stage3_max_live_parameters", said),

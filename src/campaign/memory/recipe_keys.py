@@ -56,7 +56,7 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "accelerator_config", "optim_args", "model_init_kwargs", "packing", "padding_free", "completion_only_loss",
         "assistant_only_loss", "model_name_or_path", "tokenizer_name_or_path", "trust_remote_code", "revision",
         "training_data_path", "validation_data_path", "response_template", "chat_template", "lora_alpha",
-        "lora_dropout", "lora_task_type", "task_type", "use_rslora", "use_flash_attn", "attn_implementation",
+        "lora_dropout", "lora_task_type", "task_type", "use_rslora", "use_flash_attn", "model_revision",
         "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "loss_type", "max_prompt_length",
         "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
         "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
@@ -311,6 +311,8 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
             out.append(ConfigKey(file, key, shown, "not modelled" if on else "off", not_modelled[name]))
         elif _match(key, no_memory) or _match(parts[-1], no_memory) or _match(parts[0], no_memory):
             out.append(ConfigKey(file, key, shown, "no memory"))
+        elif value is None or value == "":  # an empty key sets nothing (axolotl's lora_model_dir:)
+            out.append(ConfigKey(file, key, shown, "off", f"not a {tool} key campaign knows, and empty"))
         else:
             out.append(ConfigKey(file, key, shown, "unknown", f"not a {tool} key campaign knows: its effect on "
                                                             "memory is not modelled"))

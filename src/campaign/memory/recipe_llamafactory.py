@@ -67,7 +67,7 @@ def read(r: Any, path: Path, doc: dict[str, Any]) -> None:
         r.model = base.strip()
 
     # the DeepSpeed config first: whether it trains the model decides the dtype of a full fine-tune
-    _deepspeed(r, path, d, tc)
+    tc._deepspeed_key(r, path, d)
     pure = d.get("pure_bf16") is True
     half = "bf16" if d.get("bf16") is True or pure else "fp16" if d.get("fp16") is True else None
     r.use(name, *(k for k in ("bf16", "fp16", "pure_bf16") if k in d))
@@ -215,27 +215,3 @@ def _reference(r: Any, name: str, d: dict[str, Any], kind: str) -> None:
     elif kind == "full":
         r.set("reference", "copy", f"{where} (a frozen copy of the model)")
     r.use(name, *(k for k in ("pref_loss",) if k in d))
-
-
-def _deepspeed(r: Any, path: Path, d: dict[str, Any], tc: Any) -> None:
-    """`deepspeed`: a mapping, or a path LLaMA-Factory opens from the folder the command runs in (HF's
-    HfTrainerDeepSpeedConfig); found there, or beside the YAML, or as the file --deepspeed gives."""
-    name, value = tc._label(path), d.get("deepspeed")
-    if value is None or value == "":
-        return
-    r.use(name, "deepspeed")
-    if isinstance(value, dict):
-        tc._deepspeed(r, f"{name}: deepspeed", value)
-        return
-    if not isinstance(value, str):
-        raise InputError(f"{name}: deepspeed is {tc._short(value)}; give the path of a ds_config.json")
-    if r.deepspeed is not None and Path(value).name == Path(r.deepspeed).name:  # the file --deepspeed gives
-        tc._deepspeed(r, tc._label(Path(r.deepspeed)), tc.load_config_file(r.deepspeed))
-        r.deepspeed = None  # read: not again
-        return
-    for ds in (Path(value), path.parent / value):
-        if ds.is_file():
-            tc._deepspeed(r, tc._label(ds), tc.load_config_file(ds))
-            return
-    r.refuse(f"{name}: deepspeed", f"{value} (not found from this folder, where LLaMA-Factory opens it)",
-             "counted without DeepSpeed; give the file with --deepspeed")

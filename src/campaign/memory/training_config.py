@@ -285,6 +285,24 @@ def _liger_layers(r: _Reader, kernels: tuple[str, ...], where: str) -> bool:
     return False
 
 
+# transformers' attn_implementation: eager materializes the scores (--attention eager); the others are kernels
+# that keep none (SDPA's, flash attention's, flex attention's)
+EAGER, FLASH_STYLE = ("eager",), ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def _attention(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    """attn_implementation (TrainingArguments' model_init_kwargs, TRL's ModelConfig, axolotl): eager or a kernel;
+    a hub kernel ('kernels-community/...') or another name is named as not modelled."""
+    value = d.get("attn_implementation")
+    if value is None:
+        return
+    where = f"{name}: attn_implementation"
+    if value in EAGER or value in FLASH_STYLE:
+        r.set("attention", "eager" if value in EAGER else "sdpa", where)
+    else:
+        r.refuse(where, f"attention kernel {value!r}", "counted as SDPA's (no scores kept)")
+
+
 def _loss(r: _Reader, value: str, where: str, key: str) -> None:
     """--loss from the recipe (`key`: 'file: key' of the setting); a decoder's loss (chunked, fused, log-probs) on
     an encoder or encoder-decoder is named as not modelled, the model's own loss counted."""
@@ -449,6 +467,7 @@ def _training_arguments(r: _Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("gradient_checkpointing") is not None:
         r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
     _checkpointing_kwargs(r, name, d)
+    _attention(r, name, d)
     _args_peft(r, name, d)
     liger = _liger_config(r, name, d)
     generating = "num_generations" in d and not any(k in d for k in KTO)
@@ -546,6 +565,8 @@ def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     """LoRA settings carried by an argument file (fms-hf-tuning: peft_method, r, target_modules; TRL's ModelConfig:
     use_peft, lora_r, lora_target_modules, load_in_4bit/8bit), handed by those scripts to peft's LoraConfig."""
     method, use_peft = d.get("peft_method"), d.get("use_peft")
+    if str(method).lower() == "alora":  # fms-hf-tuning builds the same peft LoraConfig for activated LoRA
+        method = "lora"
     r.use(name, *(k for k in ("peft_method", "use_peft") if k in d))
     if method is not None and str(method).lower() not in ("lora", "none", ""):
         r.refuse(f"{name}: peft_method", f"{method!r}", "counted as --method's (full unless given; campaign reads "
@@ -594,20 +615,30 @@ def _default_targets(r: _Reader, where: str) -> None:
 
 
 def _deepspeed_key(r: _Reader, path: Path, d: dict[str, Any]) -> None:
-    """The `deepspeed` key of TrainingArguments or axolotl: the path of a ds_config (beside the file when relative),
-    or the config itself as a mapping; anything else is refused."""
-    value = d.get("deepspeed")
+    """The `deepspeed` key of TrainingArguments, axolotl or LLaMA-Factory: the config itself as a mapping, or the path
+    of a ds_config, which the HF Trainer opens from the folder the command runs in (HfTrainerDeepSpeedConfig); it is
+    looked for there, then beside the file, and is the --deepspeed file when that has its name. Not found, it is
+    named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe."""
+    name, value = _label(path), d.get("deepspeed")
     if value is None or value == "":
         return
-    r.use(_label(path), "deepspeed")
+    r.use(name, "deepspeed")
     if isinstance(value, dict):
-        _deepspeed(r, f"{_label(path)}: deepspeed", value)
-    elif isinstance(value, str):
-        ds = path.parent / value  # an absolute value replaces the folder
-        _deepspeed(r, _label(ds), load_config_file(ds))
-    else:
-        raise InputError(f"{_label(path)}: deepspeed is {_short(value)}; give the path of a ds_config.json or the "
-                         "DeepSpeed config as a mapping")
+        _deepspeed(r, f"{name}: deepspeed", value)
+        return
+    if not isinstance(value, str):
+        raise InputError(f"{name}: deepspeed is {_short(value)}; give the path of a ds_config.json or the DeepSpeed "
+                         "config as a mapping")
+    if r.deepspeed is not None and Path(value).name == Path(r.deepspeed).name:  # the file --deepspeed gives
+        _deepspeed(r, _label(Path(r.deepspeed)), load_config_file(r.deepspeed))
+        r.deepspeed = None  # read: not again
+        return
+    for ds in (Path(value), path.parent / value):  # an absolute value is itself both times
+        if ds.is_file():
+            _deepspeed(r, _label(ds), load_config_file(ds))
+            return
+    r.refuse(f"{name}: deepspeed", f"{value} (not found from this folder, where the HF Trainer opens it, nor beside "
+             f"{name})", "counted without DeepSpeed; give the file with --deepspeed")
 
 
 def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
@@ -758,6 +789,31 @@ def _offload_device(r: _Reader, device: Any, where: str, stage: int, kind: str) 
         r.refuse(where, f"offload to {device}", "counted on the card (an upper bound)")
 
 
+def _batch_sizes(r: _Reader, name: str, d: dict[str, Any]) -> None:
+    """DeepSpeed's three batch sizes, of which any two give the third (runtime/config.py
+    _set_batch_related_parameters: train_batch_size = micro-batch x gradient_accumulation_steps x GPUs; with the
+    total alone the accumulation is 1); a size the GPUs decide is read with --gpus, else noted."""
+    given = {k: d.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
+    total, micro, steps = (None if v in (None, "auto") else _int(v, f"{name}: {k}") for k, v in given.items())
+    if micro is not None:
+        r.set("batch", micro, f"{name}: train_micro_batch_size_per_gpu")
+    if total is None or (micro is not None and steps is not None):
+        return
+    if r.gpus is None:
+        r.refuse(f"{name}: train_batch_size", f"{total} over every card, from which DeepSpeed derives the "
+                 f"{'accumulation' if micro is not None else 'micro-batch'}", "give --gpus to read it; counted as "
+                 f"--{'grad-accumulation' if micro is not None else 'batch'} says")
+    elif micro is None:
+        r.use(name, "train_batch_size")
+        r.set("batch", max(1, total // (steps or 1) // r.gpus),
+              f"{name}: train_batch_size / ({'gradient_accumulation_steps' if steps else 'no accumulation'} x "
+              f"{r.gpus} cards)")
+    else:
+        r.use(name, "train_batch_size")
+        r.set("grad_accumulation", max(1, total // (micro * r.gpus)),
+              f"{name}: train_batch_size / (train_micro_batch_size_per_gpu x {r.gpus} cards)")
+
+
 def _auto_half(r: _Reader, name: str, half: str | None) -> None:
     """A ds_config's bf16/fp16 "enabled": "auto" is the Trainer's own bf16/fp16 (transformers' HfTrainerDeepSpeedConfig
     fills it): with it on, DeepSpeed trains a 16-bit model over fp32 master weights (mixed precision)."""
@@ -864,14 +920,7 @@ def _deepspeed(r: _Reader, name: str, d: dict[str, Any], *, whole: bool = True) 
         r.refuse(f"{name}: communication_data_type", f"gradients reduced in {d['communication_data_type']}",
                  "the reduce bucket counted in the 16-bit dtype (fp32 holds twice the bytes)")
     _accumulation(r, d, name)
-    if d.get("gradient_accumulation_steps") is None and d.get("train_batch_size") not in (None, "auto"):
-        r.notes.append(f"{name}: train_batch_size {d['train_batch_size']} without gradient_accumulation_steps: "
-                       "DeepSpeed derives the accumulation as train_batch_size / (micro-batch x GPUs); give "
-                       "--grad-accumulation with it (the summed gradients stay through the micro-batches)")
-    micro = d.get("train_micro_batch_size_per_gpu")
-    if micro not in (None, "auto"):
-        r.set("batch", _int(micro, f"{name}: train_micro_batch_size_per_gpu"),
-              f"{name}: train_micro_batch_size_per_gpu")
+    _batch_sizes(r, name, d)
     for key in ("bf16", "bfloat16", "fp16"):
         section = _section(d, key, name, 'DeepSpeed reads an object such as {"enabled": true}')
         if section.get("enabled") not in (None, False, "auto"):
@@ -1052,6 +1101,7 @@ def _axolotl(r: _Reader, path: Path, d: dict[str, Any]) -> None:
                 # model leaves them, HF's
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
+    _attention(r, name, d)
     _deepspeed_key(r, path, d)
     _auto_half(r, name, "bf16" if d.get("bf16") in (True, "auto") else "fp16" if d.get("fp16") is True else None)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
@@ -1110,6 +1160,10 @@ def _torchtune(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if tokenizer.get("max_seq_len") is not None:
         r.set("seq_len", _int(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
               f"{name}: tokenizer.max_seq_len")
+    else:  # torchtune truncates nothing: each batch pads to its longest sample
+        r.notes.append(f"{name}: tokenizer.max_seq_len {'null' if 'max_seq_len' in tokenizer else 'absent'}: "
+                       "torchtune truncates nothing (a batch is as long as its longest sample); the length counted "
+                       "is --seq-len's (2048 unless given): give your data's longest")
     if d.get("batch_size") is not None:
         r.set("batch", _int(d["batch_size"], f"{name}: batch_size"), f"{name}: batch_size")
     _torchtune_ac(r, d, name)

@@ -162,7 +162,7 @@ def _zero_options(name: str, w: dict) -> dict:
     data, never settled in silence."""
     if not w.get("ds_config"):
         return {}
-    options = deepspeed_options(w["ds_config"], f"{name}: ds_config")
+    options = deepspeed_options(w["ds_config"], f"{name}: ds_config", gpus=w.get("gpus"))
     # train_micro_batch_size_per_gpu is not compared: a launcher that feeds the engine itself (Lightning) writes it for
     # DeepSpeed's throughput log only; the entry's batch is the one the run fed
     for key in ("shard", "mixed_precision", "optimizer"):

@@ -191,12 +191,7 @@ def _lora(r: Any, name: str, d: dict[str, Any], tc: Any) -> None:
         names = target.split(",") if isinstance(target, str) else target
         r.set("lora_targets", tc._modules([str(t).strip() for t in names] if isinstance(names, list) else names,
                                           f"{name}: lora_target"), where)
-    if d.get("use_dora"):
-        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
-                 "counted as LoRA, which is low")
-    if d.get("additional_target"):
-        r.refuse(f"{name}: additional_target", f"fully trained modules {d['additional_target']}",
-                 "the adapters are counted without them, which is low")
+    tc._lora_extras(r, name, d, "additional_target")
     r.use(name, *(k for k in ("use_dora", "additional_target") if k in d))
 
 

@@ -574,13 +574,7 @@ def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
     if not (str(method).lower() == "lora" or use_peft is True):
         return
     key = "peft_method" if str(method).lower() == "lora" else "use_peft"
-    if d.get("use_dora"):
-        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
-                 "counted as LoRA, which is low")
-    for saved in ("modules_to_save", "lora_modules_to_save"):
-        if d.get(saved):
-            r.refuse(f"{name}: {saved}", f"fully trained modules {d[saved]}",
-                     "the adapters are counted without them, which is low")
+    _lora_extras(r, name, d, "modules_to_save", "lora_modules_to_save")
     four, eight = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
     r.set("method", "qlora" if four else "lora", f"{name}: {key}" + (" + load_in_4bit" if four else ""))
     if four or eight:  # trl/trainer/sft_trainer.py and dpo_trainer.py since 0.22 (TRL #3882, #3906)
@@ -599,6 +593,18 @@ def _args_peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
         r.set("lora_targets", _modules(d[targets], f"{name}: {targets}"), f"{name}: {targets}")
     else:
         _default_targets(r, f"{name}: {key}")
+
+
+def _lora_extras(r: _Reader, name: str, d: dict[str, Any], *saved: str) -> None:
+    """DoRA and fully trained modules beside LoRA (peft's modules_to_save, under each tool's name): named as not
+    modelled, the adapters counted without them (low)."""
+    if d.get("use_dora"):
+        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
+                 "counted as LoRA, which is low")
+    for key in saved:
+        if d.get(key):
+            r.refuse(f"{name}: {key}", f"fully trained modules {d[key]}",
+                     "the adapters are counted without them, which is low")
 
 
 def _default_targets(r: _Reader, where: str) -> None:
@@ -654,12 +660,7 @@ def _peft(r: _Reader, name: str, d: dict[str, Any]) -> None:
                 r.refuse(f"{name}: {key}", f"a setting of the {kind} adapter", "not read")
         r.account(name, "peft", d)
         return
-    if d.get("use_dora"):
-        r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
-                 "counted as LoRA, which is low")
-    if d.get("modules_to_save"):
-        r.refuse(f"{name}: modules_to_save", f"fully trained modules {d['modules_to_save']}",
-                 "the adapters are counted without them, which is low")
+    _lora_extras(r, name, d, "modules_to_save")
     r.set("method", "lora", f"{name}: peft_type")
     r.use(name, *(k for k in ("use_dora", "modules_to_save") if k in d))
     if d.get("r") is not None:
@@ -968,10 +969,10 @@ DEEPSPEED_KNOWN = (tuple(DEEPSPEED_NO_MEMORY) + tuple(DEEPSPEED_REFUSED) + tuple
     f"{s}.{k}" for s in ("bf16", "bfloat16", "fp16") for k in (*HALF_NO_MEMORY, "enabled")))
 
 
-def deepspeed_options(doc: dict[str, Any], name: str = "ds_config") -> dict[str, Any]:
+def deepspeed_options(doc: dict[str, Any], name: str = "ds_config", gpus: int | None = None) -> dict[str, Any]:
     """The make_workload keywords a DeepSpeed config held in memory sets, read as --deepspeed reads a file (the same
     refusals); `name` stands for the file in messages. benchmarks/memory_reference.py reads its entries' configs so."""
-    r = _Reader()
+    r = _Reader(gpus)
     _deepspeed(r, name, doc)
     unread = next(iter(r.unread.get(name, {}).items()), None)
     if unread is not None:  # a published row with a setting the estimate does not model is not compared

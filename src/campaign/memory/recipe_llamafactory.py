@@ -47,10 +47,9 @@ def is_llamafactory(doc: dict[str, Any]) -> bool:
     return "model_name_or_path" in doc and any(k in doc for k in MARKS)
 
 
-def read(r: Any, path: Path, doc: dict[str, Any]) -> None:
-    """Read a LLaMA-Factory train YAML into the reader `r` (training_config._Reader)."""
-    from . import training_config as tc
-
+def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
+    """Read a LLaMA-Factory train YAML into the reader `r` (training_config._Reader); `tc`: training_config, whose
+    readers of the HF keys this file shares, handed in by it (so neither module imports the other)."""
     name = tc._label(path)
     d = doc
     stage = str(d.get("stage", "sft"))

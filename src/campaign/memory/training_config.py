@@ -12,6 +12,7 @@ refuses too (a ZeRO stage 2.0, a misspelt zero_optimization key) is one line, ex
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +183,7 @@ def _read(r: _Reader, path: Path, doc: dict[str, Any]) -> None:
     elif recipe_torchtitan.is_torchtitan(doc):
         recipe_torchtitan.read(r, name, doc)
     elif recipe_llamafactory.is_llamafactory(doc):
-        recipe_llamafactory.read(r, path, doc)
+        recipe_llamafactory.read(r, path, doc, sys.modules[__name__])
     elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
         _axolotl(r, path, doc)
     elif "per_device_train_batch_size" in doc or "output_dir" in doc or "gradient_accumulation_steps" in doc:

@@ -123,6 +123,11 @@ def test_auto_is_the_trainer_s_bf16_and_a_master_it_leaves_off_is_named(tmp_path
     assert cfg.options["mixed_precision"] is True
     assert dict((o, w) for o, _, w in cfg.sources)["mixed_precision"] == \
         "args.json: bf16 (fills ds_auto.json: bf16.enabled auto)"
+    (tmp_path / "off.json").write_text(json.dumps({"output_dir": "o", "per_device_train_batch_size": 1,
+                                                   "bf16": False, "deepspeed": "ds_auto.json"}))
+    off = workload_from_configs([tmp_path / "off.json"])  # the Trainer's bf16 off fills "auto" with off
+    assert "mixed_precision" not in off.options
+    assert {k.key: k.use for k in off.keys if k.file == "ds_auto.json"}["bf16.enabled"] == "modelled"
     alone = workload_from_configs([tmp_path / "ds_auto.json"])
     assert "mixed_precision" not in alone.options
     assert {k.key: k.use for k in alone.keys}["bf16.enabled"] == "not modelled"

@@ -76,18 +76,16 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
         r.set("method", "full", f"{name}: finetuning_type")
         if pure:
             r.set("dtype", "bf16", f"{name}: pure_bf16 (no fp32 cast of the trainable parameters)")
-        elif "shard" in r.options and r.options["shard"] != "none":  # DeepSpeed's engine: 16-bit weights
-            tc._auto_half(r, name, half)
-        elif four_or_eight is None:
+        elif r.options.get("shard", "none") == "none":  # under DeepSpeed its engine keeps 16-bit weights
             r.set("dtype", "fp32", f"{name}: finetuning_type full ({FP32_CAST})")
             if half:
                 r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 weights)")
     elif kind == "lora":
         _lora(r, name, d, tc)
-        tc._auto_half(r, name, half)
     else:  # freeze, oft: named; the estimate keeps --method's
         r.refuse(f"{name}: finetuning_type", f"{kind} tuning", "counted as --method's (full unless given; campaign "
                  "reads full and lora)")
+    tc._auto_half(r, name, half)  # a ds_config's "auto" half precision is this file's
 
     # the batch, the length
     per = tc._int(d.get("per_device_train_batch_size", 8), f"{name}: per_device_train_batch_size")

@@ -80,6 +80,7 @@ class _Reader:
         self.keys: list[ConfigKey] = []
         self.deepspeed: str | None = None  # the --deepspeed file, which a recipe's deepspeed key may name
         self.ds_auto: list[str] = []  # 'file: bf16.enabled' of a ds_config's half precision left "auto"
+        self.ds_filled = False  # a Trainer's file (TrainingArguments, axolotl, LLaMA-Factory) fills that "auto"
         self.gpus, self.model_type, self.reference, self.causal = gpus, model_type, reference, causal
 
     def set(self, option: str, value: Any, where: str) -> None:
@@ -818,7 +819,8 @@ def _batch_sizes(r: _Reader, name: str, d: dict[str, Any]) -> None:
 
 def _auto_half(r: _Reader, name: str, half: str | None) -> None:
     """A ds_config's bf16/fp16 "enabled": "auto" is the Trainer's own bf16/fp16 (transformers' HfTrainerDeepSpeedConfig
-    fills it): with it on, DeepSpeed trains a 16-bit model over fp32 master weights (mixed precision)."""
+    fills it): with it on, DeepSpeed trains a 16-bit model over fp32 master weights (mixed precision); off, neither."""
+    r.ds_filled = r.ds_filled or bool(r.ds_auto)
     if r.ds_auto and half and "mixed_precision" not in r.options:
         r.set("mixed_precision", True, f"{name}: {half} (fills {r.ds_auto[0]} auto)")
 
@@ -828,7 +830,7 @@ def _settle(r: _Reader) -> None:
     bound): a ds_config's bf16 "auto" that no Trainer file fills (counted as --mixed-precision says), and DeepSpeed's
     bf16 master (zero_bf16_master, modelled for bf16 training on the card) read where bf16 is not on or the optimizer
     is offloaded to the CPU (fp32 master and states counted, an upper bound), rather than refusing the recipe."""
-    if r.ds_auto and "mixed_precision" not in r.options:
+    if r.ds_auto and not r.ds_filled:
         file, _, key = r.ds_auto[0].rpartition(": ")
         _restate(r, file, {key}, "auto: the HF Trainer fills it from its bf16/fp16, and no TrainingArguments file "
                  "given here says", "counted as --mixed-precision says (off unless given: no fp32 master, low where "

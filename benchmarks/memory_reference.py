@@ -16,7 +16,7 @@ from campaign.errors import CampaignError
 from campaign.memory import estimate_memory, make_workload
 from campaign.memory.constants import CUDA_CONTEXT_BYTES
 from campaign.memory.fit import kv_budget
-from campaign.memory.training_config import deepspeed_options
+from campaign.memory.recipe_deepspeed import deepspeed_options
 from campaign.models import load_spec
 from campaign.models.architectures import spec_from_config
 

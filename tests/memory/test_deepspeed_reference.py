@@ -1,4 +1,4 @@
-"""The ds_config of a published run read into its workload: `training_config.deepspeed_options` (a config held in
+"""The ds_config of a published run read into its workload: `recipe_deepspeed.deepspeed_options` (a config held in
 memory, read as `campaign memory --deepspeed FILE` reads a file) and benchmarks/memory_reference.py's entries that carry
 one. Each figure is a hand count from the config's values, the model's shapes and DeepSpeed's defaults."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from campaign.errors import CampaignError, InputError
 from campaign.memory import estimate_memory
-from campaign.memory.training_config import deepspeed_options, workload_from_configs
+from campaign.memory.recipe_deepspeed import deepspeed_options
+from campaign.memory.training_config import workload_from_configs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,8 @@ import pytest
 
 from campaign.errors import InputError
 from campaign.memory import estimate_memory, make_workload
-from campaign.memory.training_config import deepspeed_options, workload_from_configs
+from campaign.memory.recipe_deepspeed import deepspeed_options
+from campaign.memory.training_config import workload_from_configs
 from campaign.models import load_spec
 
 N = 4

@@ -116,7 +116,7 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
 # 0031bfb0, Llama 3.1 8B QLoRA, batch 2 x 2048 packed, chunked loss, RTX 4090: 10.65 GiB against 7.4)
 COMPILE_BOUND = ("torch.compile (fused kernels, fewer saved tensors): not modelled, the eager estimate is an upper "
                  "bound (measured 1.44x a compiled run's peak: torchtune's Llama 3.1 8B QLoRA README row)")
-# TRL's preference and RL trainers (training_config.py reads a pair trainer's batch and reference model)
+# TRL's preference and RL trainers (recipe_trainer.py reads a pair trainer's batch and reference model)
 REFERENCE_UNSAID = ("a preference trainer's: whether it runs a reference model the file does not say (DPO and IPO "
                     "do, ORPO, CPO and SimPO do not): give --reference copy (full), adapters-off (LoRA) or none")
 GENERATION = ("generation by the trained model (GRPO, RLOO): the completions per prompt, their KV cache and a "
@@ -148,7 +148,7 @@ NO_MEMORY["LLaMA-Factory"] = NO_MEMORY["TrainingArguments"] + (
 NOT_MODELLED: dict[str, dict[str, str]] = {
     "TrainingArguments": {
         "torch_compile": COMPILE_BOUND,
-        # use_liger_kernel is modelled when set (training_config.py: --loss fused, --liger-kernels rope,rms_norm,swiglu)
+        # use_liger_kernel is modelled when set (recipe_trainer.py: --loss fused, --liger-kernels rope,rms_norm,swiglu)
         "use_liger_kernel": "Liger's kernels (modelled when true or false)",
         "liger_kernel_config": "Liger's kernels chosen one by one: read for rope, rms_norm, swiglu, geglu and "
                                "fused_linear_cross_entropy; another kernel (cross_entropy on, layer_norm...) is not "
@@ -178,7 +178,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     "axolotl": {
         "torch_compile": COMPILE_BOUND,
         # liger_rope, liger_rms_norm, liger_glu_activation, liger_fused_linear_cross_entropy are modelled
-        # (training_config.py) for activations.LIGER_GLU's models: this is the rest, and those on another model
+        # (recipe_axolotl.py, recipe_trainer.py) for activations.LIGER_GLU's models: this is the rest, and those on
+        # another model
         "liger_*": "Liger's kernels (modelled: liger_rope, liger_rms_norm, liger_glu_activation, "
                    "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
         "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
@@ -291,7 +292,7 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
     """Each key of `doc` (a `tool` file named `file`) with its use: not modelled when `unread` names it (or a key
     inside it: a setting the reader met and does not model, with why), modelled when `used` holds it (or a section
     above it, or a key inside it), else by the tool's tables; `known`: more keys of the tool that change no memory
-    (DeepSpeed's own tables in training_config.py)."""
+    (DeepSpeed's own tables in recipe_deepspeed.py)."""
     out = []
     no_memory = NO_MEMORY.get(tool, ()) + tuple(known)
     not_modelled = NOT_MODELLED.get(tool, {})

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from . import recipe_deepspeed, recipe_read as rd
 
 LF = "LLaMA-Factory"
 # LLaMA-Factory's own keys that only its files hold (a TrainingArguments or TRL file has none of them)
@@ -47,10 +48,10 @@ def is_llamafactory(doc: dict[str, Any]) -> bool:
     return "model_name_or_path" in doc and any(k in doc for k in MARKS)
 
 
-def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
-    """Read a LLaMA-Factory train YAML into the reader `r` (training_config._Reader); `tc`: training_config, whose
-    readers of the HF keys this file shares, handed in by it (so neither module imports the other)."""
-    name = tc._label(path)
+def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
+    """Read a LLaMA-Factory train YAML into the reader `r`; the HF keys it shares with TrainingArguments are read as
+    recipe_read reads them."""
+    name = rd.label(path)
     d = doc
     stage = str(d.get("stage", "sft"))
     if stage not in STAGES:
@@ -66,7 +67,7 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
         r.model = base.strip()
 
     # the DeepSpeed config first: whether it trains the model decides the dtype of a full fine-tune
-    tc._deepspeed_key(r, path, d)
+    recipe_deepspeed.recipe_key(r, path, d)
     pure = d.get("pure_bf16") is True
     half = "bf16" if d.get("bf16") is True or pure else "fp16" if d.get("fp16") is True else None
     r.use(name, *(k for k in ("bf16", "fp16", "pure_bf16") if k in d))
@@ -81,19 +82,19 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
             if half:
                 r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 weights)")
     elif kind == "lora":
-        _lora(r, name, d, tc)
+        _lora(r, name, d)
     else:  # freeze, oft: named; the estimate keeps --method's
         r.refuse(f"{name}: finetuning_type", f"{kind} tuning", "counted as --method's (full unless given; campaign "
                  "reads full and lora)")
-    tc._auto_half(r, name, half)  # a ds_config's "auto" half precision is this file's
+    rd.auto_half(r, name, half)  # a ds_config's "auto" half precision is this file's
 
     # the batch, the length
-    per = tc._int(d.get("per_device_train_batch_size", 8), f"{name}: per_device_train_batch_size")
+    per = rd.whole(d.get("per_device_train_batch_size", 8), f"{name}: per_device_train_batch_size")
     pairs = stage == "dpo"
     where = f"{name}: per_device_train_batch_size" if "per_device_train_batch_size" in d else \
         f"{name} (no per_device_train_batch_size: HF's default 8)"
-    r.set("batch", 2 * per if pairs else per, where + (f" ({tc.PAIRS})" if pairs else ""))
-    cutoff = tc._int(d.get("cutoff_len", 2048), f"{name}: cutoff_len")
+    r.set("batch", 2 * per if pairs else per, where + (f" ({rd.PAIRS})" if pairs else ""))
+    cutoff = rd.whole(d.get("cutoff_len", 2048), f"{name}: cutoff_len")
     packed = d.get("packing") is True or (d.get("packing") is None and stage == "pt")
     length = cutoff if stage == "pt" else -(-cutoff // 8) * 8
     r.set("seq_len", length, (f"{name}: cutoff_len" if "cutoff_len" in d else f"{name} (no cutoff_len: "
@@ -103,7 +104,7 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
     if d.get("neat_packing") is True and d.get("flash_attn") not in ("fa2", "fa3"):
         r.refuse(f"{name}: neat_packing", "a [batch, 1, L, L] attention mask in the compute dtype",
                  "counted without the mask")
-    tc._accumulation(r, d, name)
+    rd.accumulation(r, d, name)
 
     # checkpointing and what it keeps
     on = d.get("disable_gradient_checkpointing") is not True or d.get("gradient_checkpointing") is True
@@ -116,7 +117,7 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
         r.use(name, "use_unsloth_gc")
 
     # the loss, the kernels, attention
-    r.set("logits_held", False, f"{name} ({tc.TRAINER_FREES_LOGITS})")
+    r.set("logits_held", False, f"{name} ({rd.TRAINER_FREES_LOGITS})")
     liger = d.get("enable_liger_kernel") is True
     if liger and r.model_type is not None and r.model_type not in LIGER_TYPES:
         r.notes.append(f"{name}: enable_liger_kernel: LLaMA-Factory applies Liger to {r.model_type} models not at "
@@ -125,8 +126,8 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
     elif liger:
         where = f"{name}: enable_liger_kernel"
         if stage in ("sft", "pt"):
-            tc._loss(r, "fused", where, where)
-        if tc._liger_layers(r, ("rope", "rms_norm", tc._glu(r)), where):
+            rd.loss(r, "fused", where, where)
+        if rd.liger_layers(r, ("rope", "rms_norm", rd.glu(r)), where):
             r.use(name, "enable_liger_kernel")
     elif "enable_liger_kernel" in d:
         r.use(name, "enable_liger_kernel")
@@ -142,7 +143,7 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
     else:
         r.use(name, *(k for k in ("flash_attn",) if k in d))
     if d.get("optim") is not None:
-        tc._optim(r, d["optim"], f"{name}: optim", tc.OPTIM)
+        rd.optim(r, d["optim"], f"{name}: optim", rd.OPTIM)
 
     # the trainer's other models
     if stage == "dpo":
@@ -159,17 +160,17 @@ def read(r: Any, path: Path, doc: dict[str, Any], tc: Any) -> None:
     r.account(name, LF, d)
 
 
-def _lora(r: Any, name: str, d: dict[str, Any], tc: Any) -> None:
+def _lora(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     bits, method = d.get("quantization_bit"), str(d.get("quantization_method", "bnb"))
     where = f"{name}: finetuning_type" if "finetuning_type" in d else f"{name} (no finetuning_type: lora)"
-    if bits is not None and method in ("bnb", "bitsandbytes") and tc._int(bits, f"{name}: quantization_bit") == 4:
+    if bits is not None and method in ("bnb", "bitsandbytes") and rd.whole(bits, f"{name}: quantization_bit") == 4:
         r.set("method", "qlora", f"{where} + quantization_bit 4")
         r.set("double_quant", d.get("double_quantization", True) is True, f"{name}: double_quantization"
               if "double_quantization" in d else f"{name} (double quantization on: LLaMA-Factory's default)")
         r.set("kbit_upcast", False, f"{name} (LLaMA-Factory never calls prepare_model_for_kbit_training: norms "
                                     "and embeddings in the load dtype)")
         r.use(name, *(k for k in ("quantization_bit", "quantization_method", "quantization_type") if k in d))
-    elif bits is not None and method in ("bnb", "bitsandbytes") and tc._int(bits, f"{name}: quantization_bit") == 8:
+    elif bits is not None and method in ("bnb", "bitsandbytes") and rd.whole(bits, f"{name}: quantization_bit") == 8:
         r.set("method", "lora", f"{where} + quantization_bit 8")
         r.set("dtype", "int8", f"{name}: quantization_bit 8 (bitsandbytes LLM.int8)")
         r.use(name, *(k for k in ("quantization_bit", "quantization_method") if k in d))
@@ -178,7 +179,7 @@ def _lora(r: Any, name: str, d: dict[str, Any], tc: Any) -> None:
             r.refuse(f"{name}: quantization_bit", f"{bits}-bit {method} quantization", "counted as a 16-bit LoRA "
                      "base (an upper bound)")
         r.set("method", "lora", where)
-    rank = tc._int(d.get("lora_rank", 8), f"{name}: lora_rank")
+    rank = rd.whole(d.get("lora_rank", 8), f"{name}: lora_rank")
     r.set("lora_rank", rank, f"{name}: lora_rank" if "lora_rank" in d else f"{name} (no lora_rank: 8)")
     target = d.get("lora_target", "all")
     where = f"{name}: lora_target" if "lora_target" in d else f"{name} (no lora_target: all)"
@@ -186,9 +187,9 @@ def _lora(r: Any, name: str, d: dict[str, Any], tc: Any) -> None:
         r.set("lora_targets", ("all-linear",), where + " (every linear layer but the head)")
     else:
         names = target.split(",") if isinstance(target, str) else target
-        r.set("lora_targets", tc._modules([str(t).strip() for t in names] if isinstance(names, list) else names,
+        r.set("lora_targets", rd.modules([str(t).strip() for t in names] if isinstance(names, list) else names,
                                           f"{name}: lora_target"), where)
-    tc._lora_extras(r, name, d, "additional_target")
+    rd.lora_extras(r, name, d, "additional_target")
     r.use(name, *(k for k in ("use_dora", "additional_target") if k in d))
 
 

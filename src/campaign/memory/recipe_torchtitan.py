@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError
+from . import recipe_read as rd
 
 # torchtitan's JobConfig defaults, the same from the TOML era's first releases (config_manager.py at 9dec370, Dec
 # 2024) to its last (config/job_config.py before 9810191b, Feb 2026)
@@ -33,8 +34,8 @@ def _table(doc: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     return value
 
 
-def read(r: Any, name: str, doc: dict[str, Any]) -> None:
-    """Read a torchtitan job file into the reader `r` (training_config._Reader)."""
+def read(r: rd.Reader, name: str, doc: dict[str, Any]) -> None:
+    """Read a torchtitan job file into the reader `r` (recipe_read.Reader)."""
     training = _table(doc, "training", name)
     parallel = _table(doc, "parallelism", name)
     experimental = _table(doc, "experimental", name)
@@ -89,7 +90,7 @@ def _positive(value: Any, where: str) -> int:
     return value
 
 
-def _precision(r: Any, name: str, training: dict[str, Any]) -> None:
+def _precision(r: rd.Reader, name: str, training: dict[str, Any]) -> None:
     """fp32 parameters (training.dtype, float32 by default) all-gathered and computed in mixed_precision_param
     (bfloat16 by default): --dtype fp32 --mixed-precision; bfloat16 parameters: --dtype bf16."""
     dtype = training.get("dtype", "float32")
@@ -107,7 +108,7 @@ def _precision(r: Any, name: str, training: dict[str, Any]) -> None:
     r.use(name, *(f"training.{k}" for k in ("mixed_precision_reduce",) if k in training))
 
 
-def _sharding(r: Any, name: str, training: dict[str, Any], degree: Any) -> None:
+def _sharding(r: rd.Reader, name: str, training: dict[str, Any], degree: Any) -> None:
     """FSDP2 over the data-parallel shard degree (-1: every card --gpus gives); another parallelism above 1 is left
     to the key's account, named as not modelled."""
     shard = degree("data_parallel_shard_degree")
@@ -144,7 +145,7 @@ def _sharding(r: Any, name: str, training: dict[str, Any], degree: Any) -> None:
         r.use(name, "training.enable_cpu_offload")
 
 
-def _checkpointing(r: Any, name: str, ac: dict[str, Any]) -> None:
+def _checkpointing(r: rd.Reader, name: str, ac: dict[str, Any]) -> None:
     """[activation_checkpoint]: mode none | full | selective (default) with selective_ac_option 'op' (per op) or a
     layer count K (every K-th layer; default '2'); memory_budget (the compiler's own choice) is left named."""
     mode = ac.get("mode", DEFAULTS["ac_mode"])
@@ -173,7 +174,7 @@ def _checkpointing(r: Any, name: str, ac: dict[str, Any]) -> None:
     r.use(name, "activation_checkpoint.mode")
 
 
-def _optimizer(r: Any, name: str, opt: dict[str, Any]) -> None:
+def _optimizer(r: rd.Reader, name: str, opt: dict[str, Any]) -> None:
     kind = opt.get("name", "AdamW")
     if kind not in ADAMW:
         r.refuse(f"{name}: optimizer.name", f"optimizer {kind!r}", "the estimate keeps --optimizer's (AdamW unless "

@@ -1,0 +1,107 @@
+"""An axolotl YAML (`axolotl train FILE`) as the workload: the adapter (LoRA, QLoRA), its rank and targets, the
+sequence length and micro-batch, preference training (`rl`), checkpointing, the load dtype, the optimizer, Liger's
+kernels and loss, attention, and a DeepSpeed config it names."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import recipe_deepspeed, recipe_read as rd
+
+# axolotl's `rl` trainers of chosen and rejected pairs -> whether each runs a reference model
+AXOLOTL_PAIRS = {"dpo": True, "ipo": True, "orpo": False, "simpo": False}
+
+
+AXOLOTL_LIGER = {"liger_rope": "rope", "liger_rms_norm": "rms_norm", "liger_glu_activation": "glu"}  # glu: rd.glu
+
+
+def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
+    name = rd.label(path)
+    r.set("logits_held", False, f"{name} (axolotl trains through the HF Trainer: {rd.TRAINER_FREES_LOGITS})")
+    r.model = str(d["base_model"])
+    adapter = str(d.get("adapter") or "").lower()
+    if adapter not in ("", "lora", "qlora"):
+        r.refuse(f"{name}: adapter", f"{adapter!r}", "counted as a full fine-tune (an upper bound; campaign reads "
+                 "lora and qlora)")
+    method = "qlora" if adapter == "qlora" or (adapter == "lora" and d.get("load_in_4bit")) else \
+        "lora" if adapter == "lora" else "full"
+    r.set("method", method, f"{name}: adapter" + (" + load_in_4bit" if d.get("load_in_4bit") else ""))
+    if d.get("load_in_8bit"):
+        r.set("dtype", "int8", f"{name}: load_in_8bit")
+    if d.get("lora_r") is not None:
+        r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
+    if d.get("lora_target_linear"):
+        r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
+    elif d.get("lora_target_modules") is not None:  # axolotl hands it to peft's LoraConfig as it is
+        r.set("lora_targets", rd.modules(d["lora_target_modules"], f"{name}: lora_target_modules"),
+              f"{name}: lora_target_modules")
+    if d.get("lora_modules_to_save"):
+        r.refuse(f"{name}: lora_modules_to_save", f"fully trained modules {d['lora_modules_to_save']}",
+                 "the adapters are counted without them, which is low")
+    if d.get("sequence_len") is not None:
+        r.set("seq_len", rd.whole(d["sequence_len"], f"{name}: sequence_len"), f"{name}: sequence_len")
+    rl = str(d.get("rl") or "").lower()
+    pairs = rl in AXOLOTL_PAIRS
+    if d.get("micro_batch_size") is not None:
+        per = rd.whole(d["micro_batch_size"], f"{name}: micro_batch_size")
+        r.set("batch", 2 * per if pairs else per, f"{name}: micro_batch_size" + (f" ({rd.PAIRS})" if pairs else ""))
+    if pairs:  # axolotl's DPO loads a reference model for a full fine-tune; with an adapter TRL disables it
+        reference = ("adapters-off" if method in ("lora", "qlora") else "copy") if AXOLOTL_PAIRS[rl] else "none"
+        r.set("reference", reference, f"{name}: rl")
+        if d.get("liger_fused_linear_cross_entropy") is not True:
+            rd.loss(r, "logps", f"{name}: rl ({rd.LOGPS})", f"{name}: rl")
+    if d.get("gradient_checkpointing") is not None:
+        r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
+    if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
+        if d.get("bf16") in (True, "auto"):
+            r.set("dtype", "bf16", f"{name}: bf16 (the model loaded in bf16)")
+        elif d.get("fp16") is True:
+            r.set("dtype", "fp16", f"{name}: fp16 (the model loaded in fp16)")
+    if d.get("optimizer") is not None:
+        rd.optim(r, d["optimizer"], f"{name}: optimizer", rd.OPTIM)
+    rd.accumulation(r, d, name)
+    if d.get("liger_fused_linear_cross_entropy") is True:
+        rd.loss(r, "fused", f"{name}: liger_fused_linear_cross_entropy", f"{name}: liger_fused_linear_cross_entropy")
+    elif d.get("liger_fused_linear_cross_entropy") is not None:
+        if not pairs:
+            r.set("loss", "full", f"{name}: liger_fused_linear_cross_entropy")
+        r.use(name, "liger_fused_linear_cross_entropy")
+    liger = {k: rd.glu(r) if kernel == "glu" else kernel for k, kernel in AXOLOTL_LIGER.items() if d.get(k) is not None}
+    if liger:
+        if rd.liger_layers(r, tuple(kernel for k, kernel in liger.items() if d[k] is True),
+                         " + ".join(f"{name}: {k}" for k in liger)):
+            r.use(name, *liger)
+            if d.get("liger_rms_norm") is True and r.model_type in ("qwen3", "qwen3_moe"):
+                # axolotl patches Liger's RMSNorm class before the model loads (LigerPlugin.pre_model_load), so
+                # Qwen3's q_norm/k_norm are Liger's too; campaign counts them as the Trainer's patch of a loaded
+                # model leaves them, HF's
+                r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
+                               "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
+    rd.attention(r, name, d)
+    recipe_deepspeed.recipe_key(r, path, d)
+    rd.auto_half(r, name, "bf16" if d.get("bf16") in (True, "auto") else "fp16" if d.get("fp16") is True else None)
+    r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
+                              "bf16", "fp16", "gradient_checkpointing") if k in d))
+    _axolotl_liger_inert(r, name, d)
+    r.account(name, "axolotl", d)
+
+
+LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
+
+
+def _axolotl_liger_inert(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """axolotl's LigerPlugin passes a liger_* key only where the model's apply_liger_kernel_to_<type> takes that
+    keyword: liger_layer_norm changes nothing on the RMSNorm models campaign models Liger for (no layer_norm keyword),
+    read as such. The plugins list is read when it holds LigerPlugin alone and its kernels are modelled."""
+    from .activations import LIGER_MODEL_TYPES
+
+    if r.model_type not in LIGER_MODEL_TYPES:
+        return
+    if d.get("plugins") == [LIGER_PLUGIN] and "liger_kernels" in r.options:
+        r.use(name, "plugins")
+    if d.get("liger_layer_norm") is not None:
+        r.use(name, "liger_layer_norm")
+        if d["liger_layer_norm"] is True:
+            r.notes.append(f"{name}: liger_layer_norm: Liger's apply_liger_kernel_to_{r.model_type} takes no "
+                           "layer_norm (the model's norms are RMSNorms): axolotl's plugin passes nothing, no memory "
+                           "changes")

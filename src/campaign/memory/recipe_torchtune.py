@@ -1,0 +1,172 @@
+"""A torchtune recipe YAML (`tune run RECIPE --config FILE`) as the workload: the model builder (full, lora_*,
+qlora_*), the adapters, the tokenizer's max_seq_len, the batch, checkpointing (every layer or selective), the dtype,
+the optimizer and its step in backward, the loss, activation offloading, and FSDP where the recipe is a distributed
+one (more than one card)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InputError
+from . import recipe_read as rd
+
+# torchtune's optimizer components
+TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam": ("adamw", "foreach"),
+                   "torch.optim.SGD": ("sgd", "foreach"),
+                   "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
+                   "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
+                   "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
+
+
+TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
+
+
+# torchtune's loss components -> Workload.loss (memory/loss.py); another component is named as not modelled
+TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+                    "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
+
+
+TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.backward()"
+
+
+def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    component = str(d["model"]["_component_"])
+    leaf = component.rsplit(".", 1)[-1]
+    method = "qlora" if leaf.startswith("qlora_") else "lora" if leaf.startswith("lora_") else "full"
+    r.set("method", method, f"{name}: model._component_")
+    r.set("logits_held", False, f"{name} ({TORCHTUNE_FREES_LOGITS})")
+    model = d["model"]
+    # torchtune runs on several cards only through its *_distributed recipes, which all shard with FSDP
+    # (recipes/*_distributed.py: training.shard_model, fully_shard on each layer and the root)
+    if r.gpus is not None and r.gpus > 1:
+        r.set("shard", "fsdp", f"{name} (over {r.gpus} cards: a torchtune distributed recipe, FSDP)")
+    if method != "full":
+        # the model is built under training.set_default_dtype(dtype): the LoRA weights in it too (no peft autocast);
+        # the QLoRA base is torchao's NF4Tensor, without peft's prepare_model_for_kbit_training
+        r.set("peft_autocast", False, f"{name} (torchtune builds the adapters in the recipe's dtype)")
+        if method == "qlora":
+            r.set("kbit_upcast", False, f"{name} (torchtune's QLoRA: no k-bit preparation, norms in the dtype)")
+        if model.get("lora_rank") is not None:
+            r.set("lora_rank", rd.whole(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
+        attn = _attn_modules(model.get("lora_attn_modules"), f"{name}: model.lora_attn_modules")
+        targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else []) + (
+            ["lm_head"] if model.get("apply_lora_to_output") else [])
+        names = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
+        if targets:
+            r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")
+    tokenizer = rd.section(d, "tokenizer", name, "torchtune reads a component (_component_: ..., max_seq_len: ...)")
+    if tokenizer.get("max_seq_len") is not None:
+        r.set("seq_len", rd.whole(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
+              f"{name}: tokenizer.max_seq_len")
+    else:  # torchtune truncates nothing: each batch pads to its longest sample
+        r.notes.append(f"{name}: tokenizer.max_seq_len {'null' if 'max_seq_len' in tokenizer else 'absent'}: "
+                       "torchtune truncates nothing (a batch is as long as its longest sample); the length counted "
+                       "is --seq-len's (2048 unless given): give your data's longest")
+    if d.get("batch_size") is not None:
+        r.set("batch", rd.whole(d["batch_size"], f"{name}: batch_size"), f"{name}: batch_size")
+    _torchtune_ac(r, d, name)
+    if d.get("dtype") in ("bf16", "fp32", "fp16"):
+        if method == "qlora":  # the compute dtype: the base is NF4 (torchtune's qlora_* builders, quantize_base)
+            r.use(name, "dtype")
+            r.notes.append(f"{name}: dtype {d['dtype']}: QLoRA's compute dtype; the base is stored in NF4")
+        else:
+            r.set("dtype", d["dtype"], f"{name}: dtype (torchtune trains in it: no fp32 master copy)")
+    optimizer = rd.section(d, "optimizer", name, "torchtune reads a component (_component_: torch.optim.AdamW, ...)")
+    if optimizer.get("_component_"):
+        table = TORCHTUNE_OPTIM
+        if optimizer.get("fused") is True and optimizer["_component_"] in ("torch.optim.AdamW", "torch.optim.Adam"):
+            table = {optimizer["_component_"]: ("adamw", "fused")}
+            r.use(name, "optimizer.fused")
+        elif optimizer.get("foreach") is False and optimizer["_component_"] in ("torch.optim.AdamW",
+                                                                               "torch.optim.Adam"):
+            table = {optimizer["_component_"]: ("adamw", "loop")}
+            r.use(name, "optimizer.foreach")
+        rd.optim(r, optimizer["_component_"], f"{name}: optimizer._component_", table)
+        r.use(name, *(f"optimizer.{k}" for k in ("fused", "foreach") if k in optimizer))
+    rd.accumulation(r, d, name)
+    loss = d.get("loss")
+    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    if component in TORCHTUNE_LOSSES:
+        rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
+    if d.get("optimizer_in_bwd") is not None:
+        r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
+    if d.get("enable_activation_offloading") is not None:
+        r.set("activation_offloading", d["enable_activation_offloading"] is True,
+              f"{name}: enable_activation_offloading")
+    # training.shard_model(cpu_offload=...): fully_shard(offload_policy=CPUOffloadPolicy()); only the *_distributed
+    # recipes read it, and they always shard with FSDP. Older recipes (lora_finetune_fsdp2.py, the first 405B QLoRA
+    # config) wrote it as a section, fsdp: {cpu_offload: ...}
+    nested = d.get("fsdp") if isinstance(d.get("fsdp"), dict) and set(d["fsdp"]) == {"cpu_offload"} else None
+    for key, present, value in (("fsdp_cpu_offload", "fsdp_cpu_offload" in d, d.get("fsdp_cpu_offload")),
+                                ("fsdp.cpu_offload", nested is not None, nested and nested["cpu_offload"])):
+        if value is True:
+            r.set("shard", "fsdp", f"{name}: {key} (a torchtune distributed recipe, FSDP)")
+            r.set("offload_params", "cpu", f"{name}: {key}")
+        elif present:
+            r.use(name, key)
+    _custom_sharded(r, name, d.get("custom_sharded_layers"))
+    rd.reshard(r, name, d.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward")
+    r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
+          "model.lora_attn_modules", "tokenizer.max_seq_len")
+    r.account(name, "torchtune", d)
+
+
+def _torchtune_ac(r: rd.Reader, d: dict[str, Any], name: str) -> None:
+    """Activation checkpointing of a torchtune recipe. Without ac_mode, enable_activation_checkpointing wraps every
+    layer. The distributed recipes also read ac_mode and ac_option, applied only with enable_activation_checkpointing
+    false (full_finetune_distributed.py _setup_model: "(not enable_activation_checkpointing) and (ac_mode is not None)";
+    with it true and an ac_mode, neither runs: no checkpointing). training.apply_selective_activation_checkpointing
+    (training/_activation_checkpointing.py) wraps every layer for ac_mode full; for selective the blocks counted from 1
+    whose count % int(ac_option) == 0 (0: all); any other mode, none. ac_option op is refused (torchtune's int('op')
+    raises): op-level checkpointing is torchtitan's."""
+    enable, mode = d.get("enable_activation_checkpointing"), d.get("ac_mode")
+    if mode is None:
+        if enable is not None:
+            r.set("grad_checkpointing", bool(enable), f"{name}: enable_activation_checkpointing")
+        r.use(name, "ac_option")  # read only with an ac_mode
+        return
+    r.use(name, "ac_mode", "ac_option", "enable_activation_checkpointing")
+    if enable:
+        r.set("grad_checkpointing", False, f"{name}: enable_activation_checkpointing with ac_mode (torchtune then "
+                                           "applies neither)")
+        return
+    if mode != "selective":
+        r.set("grad_checkpointing", mode == "full", f"{name}: ac_mode {rd.short(mode)}")
+        return
+    option = d.get("ac_option")
+    text = "" if isinstance(option, bool) else str(option).strip()
+    if not text.isdigit():
+        raise InputError(f"{name}: ac_option {rd.short(option)} with ac_mode selective must be a layer count (2: every "
+                         "second layer; torchtune takes int(ac_option)); op-level checkpointing is torchtitan's")
+    r.set("grad_checkpointing", True, f"{name}: ac_mode selective")
+    if int(text) > 1:
+        r.set("checkpoint_every", int(text), f"{name}: ac_option")
+
+
+def _custom_sharded(r: rd.Reader, name: str, value: Any) -> None:
+    """torchtune's custom_sharded_layers (the *_distributed recipes): each module it names becomes an FSDP unit of
+    its own (training.shard_model). ['tok_embeddings', 'output'] is modelled (--fsdp-embedding-units); another list
+    is left to the key's account, named as not modelled (the root estimate stays: an upper bound). A single-device
+    recipe (no FSDP) never reads it: off, changing no memory."""
+    if value in (None, [], ()):
+        if value is not None:
+            r.use(name, "custom_sharded_layers")
+        return
+    if r.options.get("shard") != "fsdp":
+        r.use(name, "custom_sharded_layers")
+        r.notes.append(f"{name}: custom_sharded_layers: read by torchtune's distributed recipes only (FSDP); one "
+                       "card: no effect")
+        return
+    if isinstance(value, list) and sorted(value) == ["output", "tok_embeddings"]:
+        r.set("fsdp_embedding_units", True, f"{name}: custom_sharded_layers")
+
+
+def _attn_modules(value: Any, where: str) -> list[str]:
+    """torchtune's lora_attn_modules: a list of q_proj, k_proj, v_proj, output_proj (List[LORA_ATTN_MODULES] in its
+    builders); a bare string or anything else is refused (the builders test `"q_proj" in lora_attn_modules`, which
+    on a string is a substring test)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(m, str) and m in TORCHTUNE_ATTN for m in value):
+        raise InputError(f"{where}: {rd.short(value)} is not a list of {', '.join(TORCHTUNE_ATTN)}; write e.g. "
+                         "[q_proj, v_proj]")
+    return value

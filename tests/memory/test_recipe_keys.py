@@ -31,10 +31,11 @@ def test_fms_hf_tuning_arguments_with_peft_keys_are_a_lora_run(cli):
     r = cli("memory", "gpt2", "--config", recipe, "--json", "--no-solve")
     assert r.code == 0, r.err
     got = r.json()
+    # no max_seq_length: fms-hf-tuning truncates to its default, 4096 tokens (tuning/config/configs.py)
     flags = cli("memory", "gpt2", "--method", "lora", "--lora-rank", "8", "--lora-targets", "c_attn,c_proj",
-                "--batch", "4", "--no-logits-held", "--json", "--no-solve").json()
+                "--batch", "4", "--seq-len", "4096", "--no-logits-held", "--json", "--no-solve").json()
     assert got["required_bytes"] == flags["required_bytes"]
-    full = cli("memory", "gpt2", "--batch", "4", "--no-logits-held", "--json", "--no-solve").json()
+    full = cli("memory", "gpt2", "--batch", "4", "--seq-len", "4096", "--no-logits-held", "--json", "--no-solve").json()
     assert got["required_bytes"] < full["required_bytes"]
     # gpt2: 12 layers, c_attn 768 -> 2304, c_proj 768 -> 768 (attention) and 3072 -> 768 (MLP, same name):
     # rank 8 x (in + out) each, fp32 adapters (peft's autocast on a bf16 base)
@@ -269,6 +270,17 @@ def test_fms_alora_is_counted_as_its_lora(tmp_path):
     cfg = workload_from_configs([write(tmp_path, "alora.json", doc)])
     lora = workload_from_configs([write(tmp_path, "lora.json", doc | {"peft_method": "lora"})])
     assert cfg.options == lora.options and cfg.options["method"] == "lora" and cfg.options["lora_rank"] == 32
+
+
+def test_an_fms_file_without_max_seq_length_counts_its_default_of_4096(tmp_path):
+    doc = {"output_dir": "o", "per_device_train_batch_size": 4, "training_data_path": "t.jsonl"}
+    cfg = workload_from_configs([write(tmp_path, "fms.json", doc)])
+    assert cfg.options["seq_len"] == 4096 and "fms-hf-tuning's default" in dict(
+        (o, w) for o, _, w in cfg.sources)["seq_len"]
+    given = workload_from_configs([write(tmp_path, "fms1k.json", doc | {"max_seq_length": 1024})])
+    assert given.options["seq_len"] == 1024
+    trl = workload_from_configs([write(tmp_path, "trl.json", {"output_dir": "o", "per_device_train_batch_size": 4})])
+    assert "seq_len" not in trl.options  # not an fms file: --seq-len's, with a note
 
 
 def test_a_torchtune_recipe_without_max_seq_len_says_which_length_is_counted(tmp_path):

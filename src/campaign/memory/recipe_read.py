@@ -321,6 +321,9 @@ def auto_half(r: Reader, name: str, half: str | None) -> None:
     r.ds_filled = r.ds_filled or bool(r.ds_auto)
     if r.ds_auto and half and "mixed_precision" not in r.options:
         r.set("mixed_precision", True, f"{name}: {half} (fills {r.ds_auto[0]} auto)")
+    fp16 = next((a for a in r.ds_auto if a.endswith("fp16.enabled")), None)
+    if half == "fp16" and fp16 and "dtype" not in r.options:  # DeepSpeed's fp16 engine casts the model to fp16
+        r.set("dtype", "fp16", f"{name}: fp16 (fills {fp16} auto: DeepSpeed casts the model to fp16)")
 
 
 def reshard(r: Reader, name: str, value: Any, key: str) -> None:

@@ -114,6 +114,13 @@ def _reference(r: rd.Reader, name: str, d: dict[str, Any], reference: str | None
         r.use(name, "beta")  # the command line says (--reference)
 
 
+# fms-hf-tuning's argument files (tuning/sft_trainer.py): keys only its DataArguments and PeftMethod hold, and its
+# default max_seq_length, to which it truncates (tuning/config/configs.py at d3c30a0: DEFAULT_CONTEXT_LENGTH, line 26)
+FMS_MARKS = ("training_data_path", "data_config_path", "peft_method")
+FMS_MAX_SEQ_LENGTH = 4096
+FMS_DEFAULT = "fms-hf-tuning's default of 4096 tokens, to which it truncates; shorter batches pad to their longest"
+
+
 def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     name = rd.label(path)
     r.set("logits_held", False, f"{name} ({rd.TRAINER_FREES_LOGITS})")
@@ -138,6 +145,8 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
         _reference(r, name, d, r.reference)
         if not liger.get("fused_linear_cross_entropy"):  # Liger's fused DPO loss: --loss fused, below
             rd.loss(r, "logps", f"{name} (beta, {rd.LOGPS})", f"{name}: beta")  # beta stays open: _reference
+    if "seq_len" not in r.options and any(k in d for k in FMS_MARKS):
+        r.set("seq_len", FMS_MAX_SEQ_LENGTH, f"{name} (no max_seq_length: {FMS_DEFAULT})")
     if "seq_len" not in r.options:  # TRL's defaults for it moved between trainers and versions
         r.notes.append(f"{name}: no max_length or max_seq_length: the length counted is --seq-len's (2048 unless "
                        "given); give the longest sequence your data packs or truncates to")

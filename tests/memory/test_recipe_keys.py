@@ -231,10 +231,10 @@ def test_attn_implementation_eager_is_the_eager_estimate(tmp_path, cli):
                 "--json", "--no-solve").json()
     assert flash["required_bytes"] < eager["required_bytes"]
     axolotl = write(tmp_path, "a.yml", {"base_model": "gpt2", "micro_batch_size": 2, "sequence_len": 1024,
-                                        "attn_implementation": "eager", "lora_model_dir": None})
+                                        "attn_implementation": "eager", "a_future_key": None})
     cfg = workload_from_configs([axolotl])
     assert cfg.options["attention"] == "eager"
-    assert {k.key: k.use for k in cfg.keys}["lora_model_dir"] == "off"  # empty: sets nothing
+    assert {k.key: k.use for k in cfg.keys}["a_future_key"] == "off"  # an unknown key left empty sets nothing
 
 
 def test_a_deepspeed_path_is_opened_from_the_working_folder_then_beside_the_file(tmp_path, monkeypatch):
@@ -289,3 +289,20 @@ def test_a_torchtune_recipe_without_max_seq_len_says_which_length_is_counted(tmp
            "batch_size": 2}
     cfg = workload_from_configs([write(tmp_path, "tt.yaml", doc)])
     assert "seq_len" not in cfg.options and any("max_seq_len null" in n for n in cfg.notes)
+
+
+def test_documented_axolotl_keys_are_accounted_not_unknown(tmp_path):
+    """Keys of axolotl's schema (src/axolotl/utils/schemas/config.py) that its published examples carry: those that
+    change no GPU memory are no memory; those that train fewer parameters or swap kernels are named as not modelled
+    (the estimate then an upper bound), never unknown."""
+    doc = {"base_model": "gpt2", "micro_batch_size": 1, "sequence_len": 256, "adapter": "lora",
+           "eot_tokens": ["<|eot|>"], "loss_watchdog_threshold": 5.0, "loss_watchdog_patience": 3,
+           "remove_unused_columns": False, "lora_model_dir": "prev", "unfrozen_parameters": ["^lm_head.weight$"],
+           "lora_mlp_kernel": True, "model_config": {"rope_theta": 1e6}}
+    uses = {k.key: k.use for k in workload_from_configs([write(tmp_path, "a.yml", doc)]).keys}
+    assert {k for k, u in uses.items() if u == "no memory"} >= {"eot_tokens", "loss_watchdog_threshold",
+                                                                 "loss_watchdog_patience", "remove_unused_columns",
+                                                                 "lora_model_dir"}
+    assert {k for k, u in uses.items() if u == "not modelled"} == {"unfrozen_parameters", "lora_mlp_kernel",
+                                                                    "model_config"}
+    assert "unknown" not in uses.values()

@@ -99,3 +99,20 @@ def test_resharding_and_the_global_batch_follow_the_files_degree(tmp_path):
     four = workload_from_configs([_write(tmp_path, '[job]\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 16\n'
                                                    '[parallelism]\ndata_parallel_shard_degree = 4\n')])
     assert (four.options["shard"], four.options["gpus"], four.options["grad_accumulation"]) == ("fsdp", 4, 2)
+
+
+def test_settings_torchtitan_reads_only_with_another_key_change_nothing_without_it(tmp_path):
+    """torchtitan's published 70B and 32B files (before 9810191b) carry [quantize.linear.float8] with no
+    model.converters, and selective_ac_option "op" under mode full: torchtitan applies neither (the converters list
+    is empty by default; the option is read with mode selective only). Both were named as not modelled or unknown,
+    which made a published recipe "not verified"; with the converter, or mode selective, they count."""
+    base = ('[job]\n[training]\nseq_len = 128\n[activation_checkpoint]\nmode = "full"\nselective_ac_option = "op"\n'
+            '[quantize.linear.float8]\nenable_fsdp_float8_all_gather = false\nfilter_fqns = ["output"]\n')
+    inert = workload_from_configs([_write(tmp_path, base)])
+    assert not inert.unmodelled and inert.options["grad_checkpointing"] is True
+    assert "checkpoint_ops" not in inert.options  # "op" not applied under mode full
+    converted = workload_from_configs([_write(tmp_path, base.replace("[job]\n", '[job]\n[model]\nconverters = '
+                                                                     '["quantize.linear.float8"]\n'))])
+    assert {k.key for k in converted.unmodelled} == {"model.converters", "quantize"}
+    selective = workload_from_configs([_write(tmp_path, base.replace('"full"', '"selective"'))])
+    assert selective.options["checkpoint_ops"] is True

@@ -60,7 +60,7 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "bnb_4bit_quant_type", "use_bnb_nested_quant", "bias", "loss_type", "max_prompt_length",
         "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
         "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
-        "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens",
+        "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens", "alora_invocation_string",
         # vLLM's settings beyond use_vllm (which is read or named): where it runs, how it is reached
         "vllm_mode", "vllm_tensor_parallel_size", "vllm_server_*", "vllm_model_impl", "vllm_guided_decoding_regex"),
     "axolotl": _COMMON + (
@@ -73,14 +73,15 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "cosine_min_lr_ratio", "hub_model_id", "tf32", "shuffle_merged_datasets", "default_system_message",
         "special_tokens", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout",
-        "rl_beta", "orpo_alpha", "simpo_gamma", "cpo_alpha", "dpo_use_weighting", "dpo_label_smoothing"),
+        "rl_beta", "orpo_alpha", "simpo_gamma", "cpo_alpha", "dpo_use_weighting", "dpo_label_smoothing",
+        "eot_tokens", "loss_watchdog_*", "remove_unused_columns", "lora_model_dir"),
     "torchtune": _COMMON + (
         "checkpointer", "shuffle", "max_steps_per_epoch", "log_every_n_steps", "log_peak_memory_stats",
         "metric_logger", "lr_scheduler", "device", "profiler", "save_adapter_weights_only", "clip_grad_norm",
         "tokenizer._component_", "tokenizer.path", "tokenizer.prompt_template", "tokenizer.merges_file",
         "model.lora_alpha", "model.lora_dropout", "optimizer.lr", "optimizer.weight_decay", "optimizer.betas",
         "optimizer.eps", "optimizer.amsgrad", "batch_size_val", "run_val_every_n_steps", "dataset_val",
-        "cudnn_deterministic_mode", "output_dir",
+        "cudnn_deterministic_mode", "output_dir", "low_cpu_ram",
         "dataset"),  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
     # torchtitan's job TOML (recipe_torchtitan.py), tables flattened to table.key
     "torchtitan": ("job.*", "profiling.*", "metrics.*", "checkpoint.*", "lr_scheduler.*", "comm.*",
@@ -190,6 +191,12 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "rl": "a preference or RL trainer (KTO, GRPO...; dpo, ipo, orpo and simpo are modelled)",
         "relora_steps": "ReLoRA", "lora_on_cpu": "LoRA on the CPU", "gpu_memory_limit": "a memory limit",
         "low_cpu_mem_usage": "loading", "sequence_parallel_degree": "sequence parallelism",
+        "model_config": "overrides of the model's config (the published config's shapes counted)",
+        "overrides_of_model_config": "overrides of the model's config (the published config's shapes counted)",
+        "unfrozen_parameters": "only the parameters it matches trained: counted as a full fine-tune, an upper bound",
+        "lora_mlp_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
+        "lora_qkv_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
+        "lora_o_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
     },
     "torchtune": {
         "compile": COMPILE_BOUND,
@@ -230,6 +237,7 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     "accelerate": {
         "dynamo_config": COMPILE_BOUND,
         "fsdp_config.fsdp_backward_prefetch": "FSDP backward prefetch (one more layer gathered)",
+        "fsdp_config.fsdp_backward_prefetch_policy": "FSDP backward prefetch (one more layer gathered)",
         "fsdp_config.fsdp_forward_prefetch": "FSDP forward prefetch", "fsdp_config.fsdp_version": "FSDP1 or FSDP2",
         "fsdp_config.fsdp_reshard_after_forward": "FSDP1's sharding strategy by name (read when true or false)",
         "fsdp_config.fsdp_offload_params": "parameters offloaded to the CPU (read with distributed_type FSDP)",

@@ -64,6 +64,10 @@ def read(r: rd.Reader, name: str, doc: dict[str, Any]) -> None:
         r.use(name, "model.norm_type")
     _sharding(r, name, training, degree)
     _checkpointing(r, name, _table(doc, "activation_checkpoint", name))
+    if "quantize" in doc and not _table(doc, "model", name).get("converters"):
+        # [quantize.*] configures a converter that only model.converters applies (its default: none;
+        # protocols/model_converter.py build_model_converters): without one it changes nothing
+        r.use(name, "quantize")
     _optimizer(r, name, _table(doc, "optimizer", name))
     accumulation = training.get("global_batch_size")
     if isinstance(accumulation, int) and accumulation > 0:
@@ -151,10 +155,10 @@ def _checkpointing(r: rd.Reader, name: str, ac: dict[str, Any]) -> None:
     mode = ac.get("mode", DEFAULTS["ac_mode"])
     where = f"{name}: activation_checkpoint.mode" if "mode" in ac else \
         f"{name} (no activation_checkpoint.mode: torchtitan's selective, every second layer)"
-    if mode == "none":
-        r.set("grad_checkpointing", False, where)
-    elif mode == "full":
-        r.set("grad_checkpointing", True, where)
+    if mode in ("none", "full"):
+        r.set("grad_checkpointing", mode == "full", where)
+        if "selective_ac_option" in ac:  # read with mode selective only (activation_checkpoint.py)
+            r.use(name, "activation_checkpoint.selective_ac_option")
     elif mode == "selective":
         r.set("grad_checkpointing", True, where)
         option = str(ac.get("selective_ac_option", DEFAULTS["ac_option"])).strip()

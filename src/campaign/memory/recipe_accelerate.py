@@ -19,25 +19,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("mixed_precision", True, f"{name}: mixed_precision")
     if kind == "FSDP":
         fsdp = rd.section(d, "fsdp_config", name, "accelerate reads a mapping of fsdp_* settings")
-        strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
-        shard = {"FULL_SHARD": "fsdp", "1": "fsdp", "SHARD_GRAD_OP": "zero2", "2": "zero2", "NO_SHARD": "none",
-                 "3": "none"}.get(strategy)
-        if shard is None:
-            r.refuse(f"{name}: fsdp_config.fsdp_sharding_strategy", f"{strategy} (sharding within a node)",
-                     "counted as FULL_SHARD over the cards (low where the node has fewer cards)")
-            shard = "fsdp"
-        r.set("shard", shard, f"{name}: fsdp_config.fsdp_sharding_strategy")
-        if str(fsdp.get("fsdp_offload_params", False)).lower() == "true":  # accelerate: CPUOffload(offload_params)
-            if shard != "fsdp":
-                r.refuse(f"{name}: fsdp_config.fsdp_offload_params", f"CPU offload with {strategy}",
-                         "counted without the offload (an upper bound on the card)")
-            else:
-                r.set("offload_params", "cpu", f"{name}: fsdp_config.fsdp_offload_params")
-        if strategy in ("SHARD_GRAD_OP", "2"):
-            r.notes.append(rd.SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp_config.fsdp_sharding_strategy"))
-        if fsdp.get("fsdp_activation_checkpointing"):
-            r.set("grad_checkpointing", True, f"{name}: fsdp_config.fsdp_activation_checkpointing")
-        rd.reshard(r, name, fsdp.get("fsdp_reshard_after_forward"), "fsdp_config.fsdp_reshard_after_forward")
+        fsdp_plugin(r, name, fsdp)
     elif kind == "DEEPSPEED":
         ds = rd.section(d, "deepspeed_config", name, "accelerate reads a mapping of zero_stage, offload_*_device...")
         file = ds.get("deepspeed_config_file")
@@ -64,7 +46,58 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
             where = f"{name}: deepspeed_config.gradient_accumulation_steps"
             r.set("grad_accumulation", rd.whole(steps, where), where)
     r.use(name, *(k for k in ("distributed_type", "num_processes", "mixed_precision") if k in d))
-    if kind == "FSDP":
-        r.use(name, *(f"fsdp_config.{k}" for k in ("fsdp_offload_params", "fsdp_sharding_strategy",
-                                                    "fsdp_activation_checkpointing") if k in fsdp))
     r.account(name, "accelerate", d)
+
+
+# FSDP's sharding strategies as accelerate, the HF Trainer and axolotl write them (torch's ShardingStrategy; accelerate
+# also takes its 1-based index) -> --shard; HYBRID_SHARD and _HYBRID_SHARD_ZERO2 shard within a node only
+STRATEGIES = {"FULL_SHARD": "fsdp", "1": "fsdp", "SHARD_GRAD_OP": "zero2", "2": "zero2", "NO_SHARD": "none",
+              "3": "none"}
+TRAINER_WORDS = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard")
+
+
+def fsdp_plugin(r: rd.Reader, name: str, fsdp: dict[str, Any], section: str = "fsdp_config") -> None:
+    """FSDP's settings as accelerate's fsdp_config writes them (fsdp_-prefixed), or axolotl's (with or without the
+    prefix, which axolotl strips: utils/schemas/validation.py check_fsdp_config_kwargs_prefix): the sharding strategy,
+    CPU offload of the parameters, FSDP's activation checkpointing, reshard_after_forward; version 2 is the FSDP
+    the estimate models (fully_shard per block); 1 (FSDP1's flat parameters) is left to the key's account."""
+    def key(k: str) -> str:
+        return next((f for f in (f"fsdp_{k}", k) if f in fsdp), f"fsdp_{k}")
+
+    strategy, offload = key("sharding_strategy"), key("offload_params")
+    _strategy(r, f"{name}: {section}.{strategy}", str(fsdp.get(strategy, "FULL_SHARD")),
+              str(fsdp.get(offload, False)).lower() == "true", f"{name}: {section}.{offload}")
+    checkpointing = key("activation_checkpointing")
+    if fsdp.get(checkpointing):
+        r.set("grad_checkpointing", True, f"{name}: {section}.{checkpointing}")
+    reshard = key("reshard_after_forward")
+    rd.reshard(r, name, fsdp.get(reshard), f"{section}.{reshard}")
+    version = next((f for f in ("fsdp_version", "version") if f in fsdp), None)
+    if version is not None and str(fsdp[version]) == "2":
+        r.use(name, f"{section}.{version}")
+    r.use(name, *(f"{section}.{k}" for k in (strategy, offload, checkpointing) if k in fsdp))
+
+
+def fsdp_trainer_option(r: rd.Reader, name: str, key: str, value: Any) -> None:
+    """The HF Trainer's `fsdp` (TrainingArguments: "full_shard auto_wrap offload"; axolotl: a list of the same
+    words): the strategy (full_shard unless another is named) and "offload" (CPUOffload(offload_params=True))."""
+    words = [str(w).lower() for w in (value if isinstance(value, list) else str(value).split())]
+    strategy = next((w for w in words if w in TRAINER_WORDS), "full_shard")
+    _strategy(r, f"{name}: {key}", strategy, "offload" in words, f"{name}: {key}")
+
+
+def _strategy(r: rd.Reader, where: str, strategy: str, offload: bool, offload_where: str) -> None:
+    """--shard from a strategy as written (either case), and --offload-params cpu where offload is on."""
+    shard = STRATEGIES.get(strategy.upper())
+    if shard is None:
+        r.refuse(where, f"{strategy} (sharding within a node)", "counted as FULL_SHARD over the cards (low where "
+                 "the node has fewer cards)")
+        shard = "fsdp"
+    r.set("shard", shard, where)
+    if offload and shard != "fsdp":
+        r.refuse(offload_where, f"CPU offload with {strategy}", "counted without the offload (an upper bound on the "
+                 "card)")
+    elif offload:
+        r.set("offload_params", "cpu", offload_where)
+    if shard == "zero2":
+        r.notes.append(rd.SHARD_GRAD_OP_NOTE.format(where=where))

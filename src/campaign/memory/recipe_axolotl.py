@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import recipe_deepspeed, recipe_read as rd
+from . import recipe_accelerate, recipe_deepspeed, recipe_read as rd
 
 # axolotl's `rl` trainers of chosen and rejected pairs -> whether each runs a reference model
 AXOLOTL_PAIRS = {"dpo": True, "ipo": True, "orpo": False, "simpo": False}
@@ -50,8 +50,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("reference", reference, f"{name}: rl")
         if d.get("liger_fused_linear_cross_entropy") is not True:
             rd.loss(r, "logps", f"{name}: rl ({rd.LOGPS})", f"{name}: rl")
-    if d.get("gradient_checkpointing") is not None:
-        r.set("grad_checkpointing", bool(d["gradient_checkpointing"]), f"{name}: gradient_checkpointing")
+    _checkpointing(r, name, d, method)
     if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
         if d.get("bf16") in (True, "auto"):
             r.set("dtype", "bf16", f"{name}: bf16 (the model loaded in bf16)")
@@ -78,10 +77,11 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
     rd.attention(r, name, d)
+    _fsdp(r, name, d)
     recipe_deepspeed.recipe_key(r, path, d)
     rd.auto_half(r, name, "bf16" if d.get("bf16") in (True, "auto") else "fp16" if d.get("fp16") is True else None)
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
-                              "bf16", "fp16", "gradient_checkpointing") if k in d))
+                              "bf16", "fp16") if k in d))
     _axolotl_liger_inert(r, name, d)
     r.account(name, "axolotl", d)
 
@@ -105,3 +105,46 @@ def _axolotl_liger_inert(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
             r.notes.append(f"{name}: liger_layer_norm: Liger's apply_liger_kernel_to_{r.model_type} takes no "
                            "layer_norm (the model's norms are RMSNorms): axolotl's plugin passes nothing, no memory "
                            "changes")
+
+
+def _checkpointing(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
+    """gradient_checkpointing (true, false, offload, offload_disk) and activation_offloading (true, legacy, disk,
+    hidden_states), as axolotl resolves them (utils/schemas/validation.py check_gradient_checkpointing_w_offload:
+    offload is checkpointing with activation_offloading; core/builders/base.py, loaders/model.py): hidden_states, and
+    any offloading of a full fine-tune, keeps the checkpointed layers and moves each one's input to the CPU (the
+    estimate's --activation-offloading); with an adapter, offloading replaces the recompute (TRL's OffloadActivations
+    over every saved tensor), which is named as not modelled and counted as the full fine-tune's path."""
+    ckpt, offload = d.get("gradient_checkpointing"), d.get("activation_offloading")
+    if ckpt in ("offload", "offload_disk"):
+        offload, key = ("disk" if ckpt == "offload_disk" else True), "gradient_checkpointing"
+    else:
+        key = "activation_offloading"
+    if ckpt is not None:
+        r.set("grad_checkpointing", bool(ckpt), f"{name}: gradient_checkpointing")
+    rd.checkpointing_kwargs(r, name, d)
+    if offload in (None, False):
+        r.use(name, *(k for k in ("activation_offloading",) if k in d))
+        return
+    where = f"{name}: {key}"
+    if offload == "disk":
+        r.refuse(where, "activations offloaded to disk", "counted as offloaded to the CPU (the card holds the same)")
+    elif method != "full" and offload != "hidden_states":
+        r.refuse(where, "TRL's activation offloading of every saved tensor in place of the recompute (axolotl's "
+                 "adapter path)", "counted as checkpointing with each layer's input on the CPU")
+    r.set("grad_checkpointing", True, where)
+    r.set("activation_offloading", True, where)
+
+
+def _fsdp(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """FSDP: fsdp_config turns it on (core/builders/base.py; the fsdp list is its deprecated form, the HF Trainer's
+    words), read as accelerate's plugin (recipe_accelerate.fsdp_plugin); fsdp_version 2 is the FSDP the estimate
+    models, 1 (axolotl's default) is left to the key's account."""
+    config = rd.section(d, "fsdp_config", name, "axolotl reads a mapping of FSDP settings (offload_params: true, ...)")
+    if d.get("fsdp"):
+        recipe_accelerate.fsdp_trainer_option(r, name, "fsdp", d["fsdp"])
+    elif "fsdp" in d:
+        r.use(name, "fsdp")
+    if config:
+        recipe_accelerate.fsdp_plugin(r, name, config)
+    if str(d.get("fsdp_version")) == "2" and (config or d.get("fsdp")):
+        r.use(name, "fsdp_version")

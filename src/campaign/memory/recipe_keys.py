@@ -37,6 +37,15 @@ class ConfigKey(Record):
 _COMMON = ("output_dir", "seed", "run_name", "project", "learning_rate", "lr", "weight_decay", "warmup_steps",
            "warmup_ratio", "num_train_epochs", "epochs", "max_steps", "logging_*", "log_*", "save_*", "eval_*",
            "report_to", "wandb_*", "hub_*", "push_to_hub", "resume_from_checkpoint", "dataset_*", "data_*")
+# FSDP's version (2, fully_shard per block, is what the estimate models) and backward prefetch
+FSDP1 = "FSDP1's flat parameters (read when 2: FSDP2, fully_shard per block, is what the estimate counts)"
+PREFETCH = "FSDP backward prefetch (one more layer gathered)"
+# axolotl's fsdp_config keys that change no memory on the card, as written with and without the fsdp_ prefix
+# (utils/schemas/fsdp.py; axolotl strips the prefix)
+AXOLOTL_FSDP_NO_MEMORY = tuple(f"fsdp_config.{p}{k}" for k in (
+    "sync_module_states", "cpu_ram_efficient_loading", "cpu_offload_pin_memory", "use_orig_params", "state_dict_type",
+    "final_state_dict_type", "auto_wrap_policy", "transformer_layer_cls_to_wrap", "min_num_params",
+    "limit_all_gathers") for p in ("", "fsdp_"))
 NO_MEMORY: dict[str, tuple[str, ...]] = {
     # transformers TrainingArguments, TRL's configs (SFTConfig, DPOConfig, ModelConfig), fms-hf-tuning's arguments
     "TrainingArguments": _COMMON + (
@@ -74,7 +83,7 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "special_tokens", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout",
         "rl_beta", "orpo_alpha", "simpo_gamma", "cpo_alpha", "dpo_use_weighting", "dpo_label_smoothing",
-        "eot_tokens", "loss_watchdog_*", "remove_unused_columns", "lora_model_dir"),
+        "eot_tokens", "loss_watchdog_*", "remove_unused_columns", "lora_model_dir") + AXOLOTL_FSDP_NO_MEMORY,
     "torchtune": _COMMON + (
         "checkpointer", "shuffle", "max_steps_per_epoch", "log_every_n_steps", "log_peak_memory_stats",
         "metric_logger", "lr_scheduler", "device", "profiler", "save_adapter_weights_only", "clip_grad_norm",
@@ -185,7 +194,12 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
                    "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
         "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
         "cut_cross_entropy": "Cut Cross-Entropy: no full logits",
-        "fsdp": "FSDP sharding", "fsdp_config": "FSDP settings", "gradient_checkpointing_kwargs": "checkpointing",
+        "fsdp": "FSDP sharding (read when set)", "fsdp_version": FSDP1,
+        **{f"fsdp_config.{p}{k}": why for k, why in (("version", FSDP1), ("backward_prefetch", PREFETCH),
+                                                     ("forward_prefetch", "FSDP forward prefetch"),
+                                                     ("mixed_precision_policy", "FSDP's own mixed precision"))
+           for p in ("", "fsdp_")},
+        "gradient_checkpointing_kwargs": "checkpointing",
         "lora_modules_to_save": "fully trained modules", "peft_layers_to_transform": "LoRA on some layers only",
         "activation_offloading": "activations offloaded to the CPU: an upper bound", "plugins": "axolotl plugins",
         "rl": "a preference or RL trainer (KTO, GRPO...; dpo, ipo, orpo and simpo are modelled)",
@@ -236,9 +250,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     },
     "accelerate": {
         "dynamo_config": COMPILE_BOUND,
-        "fsdp_config.fsdp_backward_prefetch": "FSDP backward prefetch (one more layer gathered)",
-        "fsdp_config.fsdp_backward_prefetch_policy": "FSDP backward prefetch (one more layer gathered)",
-        "fsdp_config.fsdp_forward_prefetch": "FSDP forward prefetch", "fsdp_config.fsdp_version": "FSDP1 or FSDP2",
+        "fsdp_config.fsdp_backward_prefetch": PREFETCH, "fsdp_config.fsdp_backward_prefetch_policy": PREFETCH,
+        "fsdp_config.fsdp_forward_prefetch": "FSDP forward prefetch", "fsdp_config.fsdp_version": FSDP1,
         "fsdp_config.fsdp_reshard_after_forward": "FSDP1's sharding strategy by name (read when true or false)",
         "fsdp_config.fsdp_offload_params": "parameters offloaded to the CPU (read with distributed_type FSDP)",
         "megatron_lm_config": "Megatron-LM parallelism", "parallelism_config": "parallelism",
@@ -281,7 +294,8 @@ SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", 
                           "parallelism", "experimental", "checkpoint", "activation_checkpoint", "float8", "mx",
                           "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
-            "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (), "axolotl": (),
+            "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (),
+            "axolotl": ("fsdp_config",),
             "peft": (), "LLaMA-Factory": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 # Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import recipe_deepspeed, recipe_read as rd
+from . import recipe_accelerate, recipe_deepspeed, recipe_read as rd
 
 # Keys of TRL's configs that name a trainer whose memory the file alone does not settle (GRPO, RLOO: generation by
 # the trained model; KTO: a KL batch beside each batch): named as not modelled (recipe_keys.NOT_MODELLED)
@@ -175,19 +175,8 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
             elif not (pairs or generating):  # theirs take the log-probabilities (logps), set above
                 r.set("loss", "full", where)
             rd.liger_layers(r, tuple(k for k in ("rope", "rms_norm", rd.glu(r)) if liger.get(k)), where)
-    fsdp = d.get("fsdp")
-    if isinstance(fsdp, list):
-        fsdp = " ".join(str(x) for x in fsdp)
-    if fsdp:
-        grad_op_offload = "offload" in str(fsdp) and "shard_grad_op" in str(fsdp)
-        if grad_op_offload:
-            r.refuse(f"{name}: fsdp", "CPU offload with shard_grad_op", "counted without the offload (an upper "
-                     "bound on the card)")
-        r.set("shard", "zero2" if "shard_grad_op" in str(fsdp) else "fsdp", f"{name}: fsdp")
-        if "offload" in str(fsdp) and not grad_op_offload:  # "full_shard offload": CPUOffload(offload_params=True)
-            r.set("offload_params", "cpu", f"{name}: fsdp")
-        if "shard_grad_op" in str(fsdp):
-            r.notes.append(rd.SHARD_GRAD_OP_NOTE.format(where=f"{name}: fsdp"))
+    if d.get("fsdp"):
+        recipe_accelerate.fsdp_trainer_option(r, name, "fsdp", d["fsdp"])
     elif "fsdp" in d:
         r.use(name, "fsdp")
     recipe_deepspeed.recipe_key(r, path, d)

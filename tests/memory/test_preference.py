@@ -10,6 +10,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import yaml
 
 from campaign import estimate_memory
 from campaign.errors import InputError
@@ -254,3 +255,30 @@ def test_a_k_bit_trl_recipe_says_what_newer_trl_does():
     cfg = _read("alignment_handbook_zephyr_dpo_qlora.yaml", reference="adapters-off", model_type="mistral")
     assert cfg.options["method"] == "qlora" and cfg.options["lora_rank"] == 128
     assert any("TRL 0.22" in n and "--no-kbit-upcast --no-peft-autocast" in n for n in cfg.notes)
+
+
+def test_torchtunes_dpo_recipe_runs_pairs_and_a_reference(tmp_path):
+    """torchtune's 8B_lora_dpo.yaml (verbatim, SOURCES.md): batch_size 4 pairs is 8 rows in one forward, the
+    reference the model with its adapters disabled (lora_dpo_*.py: disable_adapter); a full fine-tune's reference is
+    a frozen copy (full_dpo_distributed.py, ref_checkpointer); SimPO none. The recipes' log-probabilities (fp32
+    logits, a log_softmax over the whole vocabulary) are not TRL's row by row: the loss is named as not modelled."""
+    recipe = RECIPES / "torchtune_llama3_1_8B_lora_dpo.yaml"
+    cfg = workload_from_configs([recipe], gpus=2)
+    o = cfg.options
+    assert (o["batch"], o["reference"], o["loss"], o["method"], o["seq_len"]) == (8, "adapters-off", "logps",
+                                                                                 "lora", 1024)
+    assert [k.key for k in cfg.unmodelled] == ["loss"]
+    doc = yaml.safe_load(recipe.read_text())
+
+    def read(name, changed):
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(changed))
+        return workload_from_configs([path], gpus=2).options
+
+    full = read("full.yaml", dict(doc, model={"_component_": "torchtune.models.llama3_1.llama3_1_8b"},
+                                  ref_checkpointer={}))
+    assert full["reference"] == "copy"
+    simpo = read("simpo.yaml", dict(doc, loss={"_component_": "torchtune.modules.rlhf.loss.SimPOLoss"}))
+    assert simpo["reference"] == "none"
+    sft = read("sft.yaml", {k: v for k, v in doc.items() if k != "loss"})
+    assert sft["batch"] == 4 and "reference" not in sft

@@ -25,6 +25,12 @@ TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
                     "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
 
 
+# torchtune's preference losses (torchtune/rlhf/loss/dpo.py; torchtune.modules.rlhf.loss before 0.5) -> whether
+# the recipe runs a reference forward (SimPO is reference-free)
+DPO_LOSSES = {f"torchtune.{m}rlhf.loss.{k}": ref for m in ("", "modules.") for k, ref in (
+    ("DPOLoss", True), ("RSOLoss", True), ("IPOLoss", True), ("SimPOLoss", False))}
+PAIRS = ("x 2: torchtune's DPO recipes run chosen and rejected in one forward (concatenated_forward, "
+         "padded_collate_dpo)")
 TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.backward()"
 
 
@@ -61,8 +67,12 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         r.notes.append(f"{name}: tokenizer.max_seq_len {'null' if 'max_seq_len' in tokenizer else 'absent'}: "
                        "torchtune truncates nothing (a batch is as long as its longest sample); the length counted "
                        "is --seq-len's (2048 unless given): give your data's longest")
+    loss = d.get("loss")
+    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    pairs = component in DPO_LOSSES
     if d.get("batch_size") is not None:
-        r.set("batch", rd.whole(d["batch_size"], f"{name}: batch_size"), f"{name}: batch_size")
+        per = rd.whole(d["batch_size"], f"{name}: batch_size")
+        r.set("batch", 2 * per if pairs else per, f"{name}: batch_size" + (f" ({PAIRS})" if pairs else ""))
     _torchtune_ac(r, d, name)
     if d.get("dtype") in ("bf16", "fp32", "fp16"):
         if method == "qlora":  # the compute dtype: the base is NF4 (torchtune's qlora_* builders, quantize_base)
@@ -83,9 +93,9 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         rd.optim(r, optimizer["_component_"], f"{name}: optimizer._component_", table)
         r.use(name, *(f"optimizer.{k}" for k in ("fused", "foreach") if k in optimizer))
     rd.accumulation(r, d, name)
-    loss = d.get("loss")
-    component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
-    if component in TORCHTUNE_LOSSES:
+    if pairs:
+        _preference(r, name, component, method)
+    elif component in TORCHTUNE_LOSSES:
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     if d.get("optimizer_in_bwd") is not None:
         r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
@@ -108,6 +118,28 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",
           "model.lora_attn_modules", "tokenizer.max_seq_len")
     r.account(name, "torchtune", d)
+
+
+def _preference(r: rd.Reader, name: str, component: str, method: str) -> None:
+    """torchtune's DPO recipes (lora_dpo_single_device.py, lora_dpo_distributed.py, full_dpo_distributed.py at
+    bd2a0fc): the reference forward runs unless the loss is reference-free, on the trained model with its adapters
+    disabled (LoRA), or on a frozen copy sharded as the policy is (full). Their log-probabilities come from the
+    model's fp32 logits through a log_softmax over the whole vocabulary (rlhf.get_batch_log_probs), and the LoRA
+    recipes keep the reference's fp32 logits through backward: more than TRL's row-by-row log-probabilities, which
+    are what the estimate counts, so the loss is named as not modelled (the estimate low)."""
+    where = f"{name}: loss"
+    if DPO_LOSSES[component]:
+        r.set("reference", "adapters-off" if method != "full" else "copy",
+              f"{where} ({'the adapters disabled' if method != 'full' else 'a frozen copy, ref_checkpointer'}: "
+              "torchtune's DPO recipes)")
+        if method == "full":
+            r.use(name, "ref_checkpointer")
+    else:
+        r.set("reference", "none", f"{where} (a reference-free loss)")
+    rd.loss(r, "logps", where, where)
+    r.refuse(where, "torchtune's DPO log-probabilities (fp32 logits, a log_softmax over the whole vocabulary, the "
+             "reference's logits kept through backward: about 8 x b x s x V B more)", "counted as TRL's row-by-row "
+             "log-probabilities (--loss logps), which is low")
 
 
 def _torchtune_ac(r: rd.Reader, d: dict[str, Any], name: str) -> None:

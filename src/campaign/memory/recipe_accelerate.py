@@ -65,12 +65,14 @@ def fsdp_plugin(r: rd.Reader, name: str, fsdp: dict[str, Any], section: str = "f
         return next((f for f in (f"fsdp_{k}", k) if f in fsdp), f"fsdp_{k}")
 
     strategy, offload = key("sharding_strategy"), key("offload_params")
+    reshard = key("reshard_after_forward")
+    if strategy not in fsdp and isinstance(fsdp.get(reshard), str):  # accelerate's FSDP1 names it so (FULL_SHARD)
+        strategy = reshard
     _strategy(r, f"{name}: {section}.{strategy}", str(fsdp.get(strategy, "FULL_SHARD")),
               str(fsdp.get(offload, False)).lower() == "true", f"{name}: {section}.{offload}")
     checkpointing = key("activation_checkpointing")
     if fsdp.get(checkpointing):
         r.set("grad_checkpointing", True, f"{name}: {section}.{checkpointing}")
-    reshard = key("reshard_after_forward")
     rd.reshard(r, name, fsdp.get(reshard), f"{section}.{reshard}")
     version = next((f for f in ("fsdp_version", "version") if f in fsdp), None)
     if version is not None and str(fsdp[version]) == "2":

@@ -70,6 +70,8 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "max_completion_length", "temperature", "packing_strategy", "eos_token", "pad_token",
         "split_batches", "dispatch_batches", "num_proc", "neftune_noise_alpha", "embedding_size_multiple_of",
         "prompt_tuning_init", "prompt_tuning_init_text", "num_virtual_tokens", "alora_invocation_string",
+        # a TRL CLI file's (recipe_trl_cli.py): exported variables, the data
+        "env", "datasets", "streaming", "test_split_size",
         # vLLM's settings beyond use_vllm (which is read or named): where it runs, how it is reached
         "vllm_mode", "vllm_tensor_parallel_size", "vllm_server_*", "vllm_model_impl", "vllm_guided_decoding_regex"),
     "axolotl": _COMMON + (
@@ -175,6 +177,9 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "num_generations": GENERATION, "generation_batch_size": GENERATION, "steps_per_generation": GENERATION,
         "desirable_weight": KTO, "undesirable_weight": KTO,
         "use_vllm": "a vLLM engine beside the trained model",
+        "reward_funcs": "GRPO's reward functions: a reward model among them is not counted",
+        "reward_model_name_or_path": "a reward model on the card",
+        "accelerate_config": "an accelerate config (read when it is one of TRL's profiles or a file found)",
         "vllm_enable_sleep_mode": "vLLM's sleep mode, freeing its share during training: an upper bound",
         "vllm_gpu_memory_utilization": "a vLLM engine",
         "activation_offloading": "activations offloaded to the CPU: an upper bound",

@@ -59,7 +59,9 @@ def _generating(r: rd.Reader, name: str, d: dict[str, Any], liger: dict[str, boo
                        "moved between TRL versions): give --vllm-share for a colocated engine")
         return
     elif not vllm:
-        per = d.get("per_device_train_batch_size")
+        per, per_key = d.get("per_device_train_batch_size"), "per_device_train_batch_size"
+        if per is None and "batch" in r.options:  # a default the file's reader filled in (a TRL CLI file: HF's 8)
+            per, per_key = r.options["batch"], f"the batch ({r.sources['batch'][1]})"
         if per is None and d.get("generation_batch_size") is None:
             r.notes.append(f"{name}: no per_device_train_batch_size, so no count of the rollouts: give --batch and "
                            "--rollouts")
@@ -75,7 +77,7 @@ def _generating(r: rd.Reader, name: str, d: dict[str, Any], liger: dict[str, boo
                        None)
             steps = rd.whole(d[key], f"{name}: {key}") if key else 1
             per = rd.whole(per, f"{name}: per_device_train_batch_size")
-            r.set("rollouts", per * steps, f"{name}: per_device_train_batch_size x {key or 'steps_per_generation 1'}")
+            r.set("rollouts", per * steps, f"{name}: {per_key} x {key or 'steps_per_generation 1'}")
         r.use(name, *(k for k in ("use_vllm",) if k in d))
     beta = d.get("beta")
     if isinstance(beta, (int, float)) and not isinstance(beta, bool):
@@ -89,7 +91,7 @@ def _generating(r: rd.Reader, name: str, d: dict[str, Any], liger: dict[str, boo
     r.use(name, "num_generations", "temperature")
 
 
-def _pairs(d: dict[str, Any]) -> bool:
+def is_pairs(d: dict[str, Any]) -> bool:
     """A TRL pair-preference config (DPO, IPO, ORPO, CPO, SimPO): a `beta` without the keys of a generating trainer
     (GRPO, RLOO) or of KTO, whose batches are not pairs."""
     return "beta" in d and not any(k in d for k in GENERATING + KTO)
@@ -124,7 +126,7 @@ FMS_DEFAULT = "fms-hf-tuning's default of 4096 tokens, to which it truncates; sh
 def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     name = rd.label(path)
     r.set("logits_held", False, f"{name} ({rd.TRAINER_FREES_LOGITS})")
-    pairs = _pairs(d)
+    pairs = is_pairs(d)
     if "per_device_train_batch_size" in d:
         per = rd.whole(d["per_device_train_batch_size"], f"{name}: per_device_train_batch_size")
         r.set("batch", 2 * per if pairs else per,
@@ -152,12 +154,13 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                        "given); give the longest sequence your data packs or truncates to")
     half = "bf16" if d.get("bf16") else "fp16" if d.get("fp16") else None
     r.use(name, *(k for k in ("bf16", "fp16") if k in d))
-    loaded = rd.torch_dtype(d.get("torch_dtype"), f"{name}: torch_dtype")
-    r.use(name, *(k for k in ("torch_dtype",) if k in d))  # QLoRA: the compute dtype of its nf4 base
+    dtype_key = "dtype" if "dtype" in d and "torch_dtype" not in d else "torch_dtype"  # TRL ModelConfig's: dtype
+    loaded = rd.torch_dtype(d.get(dtype_key), f"{name}: {dtype_key}")
+    r.use(name, *(k for k in (dtype_key,) if k in d))  # QLoRA: the compute dtype of its nf4 base
     if loaded is not None and r.options.get("method") != "qlora":  # QLoRA: the compute dtype, the base nf4
         if loaded == "fp32" and half:
-            r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 model torch_dtype loads)")
-        r.set("dtype", loaded, f"{name}: torch_dtype (the model loaded in it)")
+            r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 model {dtype_key} loads)")
+        r.set("dtype", loaded, f"{name}: {dtype_key} (the model loaded in it)")
     if d.get("optim") is not None:
         rd.optim(r, d["optim"], f"{name}: optim", rd.OPTIM)
     rd.accumulation(r, d, name)

@@ -1,12 +1,13 @@
 """The user's own training configuration as the workload: HF TrainingArguments (JSON or YAML, TRL's configs included:
-recipe_trainer.py), a PEFT adapter_config.json (here), an axolotl YAML (recipe_axolotl.py), a torchtune recipe YAML
-(recipe_torchtune.py), a torchtitan TOML (recipe_torchtitan.py), a LLaMA-Factory YAML (recipe_llamafactory.py), a
-DeepSpeed JSON (recipe_deepspeed.py) and an accelerate config (recipe_accelerate.py). This module tells them apart
-and reads them in order into one recipe_read.Reader. Each value read says which file and key it came from. Every key
-is accounted for (recipe_keys.py): modelled, changing no memory, or named as not modelled, with what the estimate
-counts instead (DoRA, NVMe offload, an optimizer whose states are not modelled: the estimate then a bound, its
-verdict "not verified"); a key campaign does not know is named. A valid recipe is never refused whole: only a value
-its own tool refuses too (a ZeRO stage 2.0, a misspelt zero_optimization key) is one line, exit 2.
+recipe_trainer.py), TRL's CLI file (recipe_trl_cli.py), a PEFT adapter_config.json (here), an axolotl YAML
+(recipe_axolotl.py), a torchtune recipe YAML (recipe_torchtune.py), a torchtitan TOML (recipe_torchtitan.py), a
+LLaMA-Factory YAML (recipe_llamafactory.py), a DeepSpeed JSON (recipe_deepspeed.py) and an accelerate config
+(recipe_accelerate.py). This module tells them apart and reads them in order into one recipe_read.Reader. Each value
+read says which file and key it came from. Every key is accounted for (recipe_keys.py): modelled, changing no memory,
+or named as not modelled, with what the estimate counts instead (DoRA, NVMe offload, an optimizer whose states are
+not modelled: the estimate then a bound, its verdict "not verified"); a key campaign does not know is named. A valid
+recipe is never refused whole: only a value its own tool refuses too (a ZeRO stage 2.0, a misspelt zero_optimization
+key) is one line, exit 2.
 
 `workload_from_configs(paths)` returns the make_workload keywords, their sources, and the base model the files name
 (a PEFT config's base_model_name_or_path, axolotl's base_model), for `campaign memory --config FILE ...`.
@@ -28,11 +29,12 @@ from . import (
     recipe_torchtitan,
     recipe_torchtune,
     recipe_trainer,
+    recipe_trl_cli,
 )
 from .recipe_keys import ConfigKey
 
-FORMATS = ("TrainingArguments, adapter_config.json, axolotl, torchtune, torchtitan, LLaMA-Factory, DeepSpeed or "
-           "accelerate")
+FORMATS = ("TrainingArguments, a TRL CLI file, adapter_config.json, axolotl, torchtune, torchtitan, LLaMA-Factory, "
+           "DeepSpeed or accelerate")
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def _read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         recipe_llamafactory.read(r, path, doc)
     elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
         recipe_axolotl.read(r, path, doc)
+    elif recipe_trl_cli.is_trl_cli(doc):
+        recipe_trl_cli.read(r, path, doc)
     elif "per_device_train_batch_size" in doc or "output_dir" in doc or "gradient_accumulation_steps" in doc:
         recipe_trainer.read(r, path, doc)
     else:

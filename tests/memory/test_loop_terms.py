@@ -37,6 +37,58 @@ def test_chunked_loss_keeps_one_chunk_of_the_logits_gradients():
     assert phase(full, "forward") - phase(chunked, "forward") == TOKENS * V * (2 + 4 + 4) - TOKENS * V * (2 + 4 + 0.5)
 
 
+def _linear_cross_entropy(hidden, weight, targets, chunks=8):
+    """torchtune's LinearCrossEntropyLoss as its forward runs (cross_entropy_loss.py at bd2a0fc), written here: the
+    scored positions kept (index_select), then per chunk the projection, its fp32 upcast and cross_entropy."""
+    import torch
+    import torch.nn.functional as F
+
+    hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    keep = torch.where(targets != -100)[0]
+    hidden, targets = hidden.index_select(0, keep), targets.index_select(0, keep)
+    total = torch.tensor(0.0)
+    for h, t in zip(hidden.tensor_split(chunks), targets.tensor_split(chunks), strict=True):
+        logits = F.linear(h, weight)
+        total = total + F.cross_entropy(logits.float(), t, reduction="sum")
+    return total / keep.numel()
+
+
+def test_linear_cross_entropy_keeps_every_chunks_fp32_log_softmax_and_no_logits():
+    """What autograd keeps of torchtune's LinearCrossEntropyLoss, counted on the loss itself (saved_tensors_hooks,
+    each floating storage once; the weight and the per-chunk scalars excluded): every chunk's fp32 log_softmax output
+    (4 B x positions x V) and the scored positions' hidden states (their index_select copy, in the compute dtype), no
+    logits of any dtype; and the estimate's terms from the same shapes, against CEWithChunkedOutputLoss's, which
+    keeps the model's bf16 logits."""
+    import torch
+
+    n, h, vocab = 2 * 48, 64, 1000
+    hidden = torch.randn(2, 48, h, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(vocab, h, dtype=torch.bfloat16))
+    targets = torch.randint(0, vocab, (2, 48))
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if t.is_floating_point() and t.numel() > 1 and storage.data_ptr() != weight.untyped_storage().data_ptr():
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = _linear_cross_entropy(hidden, weight, targets)
+    assert sum(storages.values()) == n * vocab * 4 + n * h * 2
+    loss.backward()  # it runs
+    # the estimate for Llama 3.1 8B at 2 x 4096: the same terms from its shapes
+    kw = dict(method="lora", batch=2, seq_len=4096, logits_held=False)
+    linear = estimate_memory("llama-3.1-8b", make_workload(loss="linear", **kw))
+    chunked = estimate_memory("llama-3.1-8b", make_workload(loss="chunked", **kw))
+    assert items(linear)["linear loss: saved for backward"] == TOKENS * V * 4 + TOKENS * 4096 * 2
+    assert items(linear)["linear loss: logits gradients"] == items(chunked)["chunked loss: logits gradients"]
+    # forward at the loss: every chunk's log_softmax output + one chunk's bf16 projection and fp32 upcast + the
+    # hidden copy, against chunked's bf16 logits of every chunk + log_softmax outputs + one chunk's upcast
+    assert items(linear)["linear loss over the vocabulary"] == TOKENS * V * (4 + 6 / 8) + TOKENS * 4096 * 2
+    assert items(chunked)["chunked loss over the vocabulary"] == TOKENS * V * (2 + 4 + 4 / 8)
+
+
 def test_fused_linear_cross_entropy_keeps_no_vocabulary_sized_tensor():
     kw = dict(method="lora", batch=2, seq_len=4096, logits_held=False)
     fused = estimate_memory("llama-3.1-8b", make_workload(loss="fused", **kw))
@@ -105,6 +157,9 @@ def test_each_loop_key_of_a_planted_torchtune_recipe_moves_the_estimate_by_its_t
     base = run("base.yaml")
     chunked = run("chunked.yaml", loss={"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"})
     assert base["forward"] - chunked["forward"] == TOKENS * V * (4 - 0.5)  # the upcast copy, one chunk of it kept
+    linear = run("linear.yaml", loss={"_component_": "torchtune.modules.loss.LinearCrossEntropyLoss"})
+    # no bf16 logits (2 B) at all, one chunk's projection (2 / 8) and the scored positions' hidden copy (h x 2 B)
+    assert chunked["forward"] - linear["forward"] == TOKENS * V * (2 - 2 / 8) - TOKENS * 3072 * 2
     offload = run("offload.yaml", enable_activation_offloading=True)
     assert base["forward"] - offload["forward"] == 27 * TOKENS * 3072 * 2
     inbwd = run("inbwd.yaml", optimizer_in_bwd=True)

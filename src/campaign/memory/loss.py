@@ -6,6 +6,12 @@ what the forward allocates at the loss, what backward starts with, and the logit
   num_output_chunks, all of them made); the loss upcasts one chunk at a time (`logits.float()`) and runs
   cross_entropy on it, whose log_softmax saves its fp32 output: those are saved for every chunk. Backward runs
   chunk by chunk: one chunk's fp32 gradients (into and out of log_softmax) at a time.
+- linear: torchtune's LinearCrossEntropyLoss (torchtune/modules/loss/cross_entropy_loss.py at bd2a0fc,
+  num_output_chunks=8), the default loss of its current recipes. The model skips its output projection and returns
+  the hidden states; the loss keeps the positions it scores (index_select: a copy, saved for the projection's
+  backward) and runs the projection on one of 8 chunks at a time, upcasts that chunk's logits (`logits.float()`)
+  and takes cross_entropy, whose log_softmax saves its fp32 output: every chunk's is kept until backward, no
+  vocabulary-sized tensor of the compute dtype stays. Backward runs chunk by chunk, as chunked's.
 - fused: Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py, which TRL's and the HF
   Trainer's use_liger_kernel patch in): the LM head's matmul and the loss run chunk by chunk in forward, each
   chunk's logits (compute dtype, chunk_size = next power of 2 of ceil(b x s / ceil(V / h))) overwritten by their
@@ -31,7 +37,7 @@ from .states import deepspeed_casts
 from .terms import Term
 from .workload import Workload
 
-TORCHTUNE_LOSS_CHUNKS = 8  # CEWithChunkedOutputLoss(num_output_chunks=8), torchtune's default and recipes' value
+TORCHTUNE_LOSS_CHUNKS = 8  # num_output_chunks=8: CEWithChunkedOutputLoss's and LinearCrossEntropyLoss's default
 
 
 def logit_positions(w: Workload) -> int:
@@ -74,6 +80,13 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
         per = c + LOG_SOFTMAX_OUTPUT_BYTES + FP32_BYTES / n
         return Term(int(tokens * V * per), f"b x s x V x ({c:g} logits, every chunk + 4 fp32 log_softmax output, "
                                            f"every chunk + 4 / {n} one chunk's fp32 upcast) = {tokens} x {V} x {per:g}")
+    if w.loss == "linear":
+        per = LOG_SOFTMAX_OUTPUT_BYTES + (c + FP32_BYTES) / n
+        hidden = tokens * spec.hidden_size * c
+        return Term(int(tokens * V * per + hidden),
+                    f"b x s x V x (4 fp32 log_softmax output, every chunk + ({c:g} + 4) / {n} one chunk's projection "
+                    f"and its fp32 upcast) + the scored positions' hidden states b x s x h x {c:g} = {tokens} x {V} x "
+                    f"{per:g} + {int(hidden)}")
     tokens = logit_positions(w)  # the fused loss's hidden states: every position, or the completions' (GRPO)
     chunk = liger_chunk_tokens(spec, tokens)
     h = spec.hidden_size
@@ -93,6 +106,14 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
                      "the logits freed (--no-logits-held); every row's saved output freed as its backward runs")
         return saved, Term(int(tokens * V * 2 * c), f"every row's gradient, then stacked (unbind's backward): "
                                                     f"b x s x V x 2 x {c:g} B = {tokens} x {V} x {2 * c:g}")
+    if w.loss == "linear":
+        hidden = tokens * spec.hidden_size * c
+        saved = Term(int(tokens * V * LOG_SOFTMAX_OUTPUT_BYTES + hidden),
+                     f"b x s x V x 4 fp32 log_softmax output of every chunk + the scored positions' hidden states "
+                     f"b x s x h x {c:g} = {tokens} x {V} x 4 + {int(hidden)}")
+        grads = Term(int(tokens * V * LOGITS_GRAD_BYTES / n),
+                     f"one chunk's grads into and out of log_softmax: b x s x V x {LOGITS_GRAD_BYTES} B / {n} chunks")
+        return saved, grads
     if w.loss == "chunked":
         per = held + LOG_SOFTMAX_OUTPUT_BYTES
         saved = Term(int(tokens * V * per), f"b x s x V x ({held:g} logits held + 4 fp32 log_softmax output of every "

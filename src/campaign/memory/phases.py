@@ -335,6 +335,7 @@ def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: flo
 
 
 LOSS_SOURCE = {"chunked": "torchtune CEWithChunkedOutputLoss (8 chunks)",
+               "linear": "torchtune LinearCrossEntropyLoss (8 chunks, the projection in the loss)",
                "logps": "TRL selective_log_softmax (trl/trainer/utils.py), DPOTrainer._compute_loss",
                "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)"}
 

@@ -22,6 +22,7 @@ TORCHTUNE_ATTN = ("q_proj", "k_proj", "v_proj", "output_proj")
 
 # torchtune's loss components -> Workload.loss (memory/loss.py); another component is named as not modelled
 TORCHTUNE_LOSSES = {"torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
+                    "torchtune.modules.loss.LinearCrossEntropyLoss": "linear",
                     "torchtune.modules.loss.CrossEntropyLoss": "full", "torch.nn.CrossEntropyLoss": "full"}
 
 
@@ -95,6 +96,9 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     rd.accumulation(r, d, name)
     if pairs:
         _preference(r, name, component, method)
+    elif component in TORCHTUNE_LOSSES and isinstance(loss, dict) and loss.get("num_output_chunks", 8) != 8:
+        r.refuse(f"{name}: loss", f"{loss['num_output_chunks']!r} output chunks", "counted with torchtune's 8")
+        rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     elif component in TORCHTUNE_LOSSES:
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     if d.get("optimizer_in_bwd") is not None:

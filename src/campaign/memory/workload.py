@@ -17,7 +17,7 @@ SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
-LOSSES = ("full", "chunked", "fused", "logps")
+LOSSES = ("full", "chunked", "linear", "fused", "logps")
 REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
@@ -103,7 +103,9 @@ class Workload:
         "flag": "--loss", "group": "loop",
         "help": "The cross-entropy over the vocabulary: full (the whole logits, their fp32 upcast and gradients at "
                 "once; default) | chunked (torchtune's CEWithChunkedOutputLoss: upcast and gradients one of 8 chunks "
-                "at a time) | fused (Liger's fused linear cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
+                "at a time) | linear (torchtune's LinearCrossEntropyLoss: the output projection, its upcast and "
+                "gradients one chunk at a time, every chunk's fp32 log_softmax kept) | fused (Liger's fused linear "
+                "cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
                 "tensor kept) | logps (the sequences' log-probabilities of TRL's DPO, ORPO and GRPO: log_softmax row "
                 "by row in the logits' dtype, no fp32 copy)."})
     liger_kernels: str = field(default="", metadata={
@@ -453,7 +455,8 @@ def make_workload(**kwargs: Any) -> Workload:
                          "(4.46-4.48) or float-logits (4.45 and before)")
     if w.loss not in LOSSES:
         raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss), "
-                         "fused (Liger's fused linear cross-entropy) or logps (TRL's per-sequence log-probabilities)")
+                         "linear (torchtune's LinearCrossEntropyLoss), fused (Liger's fused linear cross-entropy) or "
+                         "logps (TRL's per-sequence log-probabilities)")
     liger = parse_liger_kernels(w.liger_kernels)
     if liger and w.mode != "train":
         raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")

@@ -146,6 +146,81 @@ def test_the_estimate_matches_a_tracked_dpo_step(reference, checkpointing, lora)
     assert estimate == pytest.approx(_measured_dpo_step(vocab, reference, checkpointing, lora), rel=0.01)
 
 
+def _measured_torchtune_dpo_step(vocab: int, reference: str, lora: bool) -> int:
+    """The peak live bytes of two DPO steps of ours written as torchtune's DPO recipes run them (bd2a0fc:
+    concatenated_forward, rlhf.get_batch_log_probs, the policy's logits deleted, then the reference forward under
+    no_grad, whose logits the LoRA recipes keep through backward) on a real tiny Llama in bf16; torchtune's model
+    returns its logits upcast to fp32 (TransformerDecoder.unembed: .float())."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from campaign.memory.tracker import StorageTracker
+
+    cfg = _cfg(vocab)
+    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    policy = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    ref = copy.deepcopy(policy).eval().requires_grad_(False) if reference == "copy" else None
+    if lora:
+        peft = pytest.importorskip("peft")
+        policy = peft.get_peft_model(policy, peft.LoraConfig(r=8, target_modules="all-linear"),
+                                     autocast_adapter_dtype=False)  # torchtune's adapters: the model's dtype
+    policy.train()
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-5, foreach=True)
+    ids = torch.cat([torch.randint(0, vocab, (PAIRS, S)), torch.randint(0, vocab, (PAIRS, S))])  # chosen, rejected
+    labels = ids[:, 1:].clone()
+    tracker = StorageTracker()
+    for t in [*policy.parameters(), *policy.buffers(), ids, labels, *(ref.parameters() if ref else ())]:
+        tracker.register(t, "weights")
+
+    def batch_logps(model):
+        logits = model(input_ids=ids, use_cache=False).logits.float()  # torchtune's unembed
+        return torch.gather(torch.log_softmax(logits[:, :-1, :] / 1.0, -1), 2, labels.unsqueeze(2)).squeeze(2).sum(-1)
+
+    kept = []
+    peaks = []
+    with tracker:
+        for _ in range(2):
+            tracker.phase("activations")
+            logps = batch_logps(policy)
+            with torch.no_grad():
+                if ref is not None:
+                    model = ref(input_ids=ids, use_cache=False).logits.float()
+                    ref_logps = torch.gather(torch.log_softmax(model[:, :-1, :] / 1.0, -1), 2,
+                                             labels.unsqueeze(2)).squeeze(2).sum(-1)
+                    del model  # full_dpo_distributed.py deletes the reference's logits
+                else:
+                    with policy.disable_adapter():
+                        ref_logits = policy(input_ids=ids, use_cache=False).logits.float()
+                    ref_logps = torch.gather(torch.log_softmax(ref_logits[:, :-1, :] / 1.0, -1), 2,
+                                             labels.unsqueeze(2)).squeeze(2).sum(-1)
+                    kept.append(ref_logits)  # the LoRA recipes keep them to the step's end
+            chosen, rejected = (logps - ref_logps).chunk(2)
+            loss = -torch.nn.functional.logsigmoid(0.1 * (chosen - rejected)).mean()
+            peaks.append(tracker.snapshot()[0])
+            tracker.phase("temporaries")
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            kept.clear()
+            peaks.append(tracker.snapshot()[0])
+    return max(peaks)
+
+
+@pytest.mark.parametrize("reference, lora", [("copy", False), ("adapters-off", True)])
+def test_the_estimate_matches_a_tracked_torchtune_dpo_step(reference, lora):
+    """torchtune's DPO log-probabilities (--loss logsoftmax): fp32 logits through one log_softmax, the reference's
+    logits kept through backward by the LoRA recipe. TRL's row-by-row count (--loss logps) is far below it."""
+    vocab = 32000
+    spec = spec_from_config(_cfg(vocab), name="tiny", source="test")
+    kw = dict(batch=2 * PAIRS, seq_len=S, reference=reference, logits_held=False,
+              method="lora" if lora else "full", lora_rank=8, peft_autocast=False)
+    estimate = estimate_memory(spec, make_workload(loss="logsoftmax", **kw)).peak_allocated_bytes
+    measured = _measured_torchtune_dpo_step(vocab, reference, lora)
+    assert estimate == pytest.approx(measured, rel=0.02)
+    assert estimate_memory(spec, make_workload(loss="logps", **kw)).peak_allocated_bytes < 0.8 * measured
+
+
 def test_the_cross_entropy_estimate_of_a_dpo_step_was_twice_the_loss():
     """Before: a DPO config read as supervised training, the loss counted as transformers' fp32 chain (and no
     reference). The logps loss counts what the step holds."""
@@ -260,14 +335,14 @@ def test_a_k_bit_trl_recipe_says_what_newer_trl_does():
 def test_torchtunes_dpo_recipe_runs_pairs_and_a_reference(tmp_path):
     """torchtune's 8B_lora_dpo.yaml (verbatim, SOURCES.md): batch_size 4 pairs is 8 rows in one forward, the
     reference the model with its adapters disabled (lora_dpo_*.py: disable_adapter); a full fine-tune's reference is
-    a frozen copy (full_dpo_distributed.py, ref_checkpointer); SimPO none. The recipes' log-probabilities (fp32
-    logits, a log_softmax over the whole vocabulary) are not TRL's row by row: the loss is named as not modelled."""
+    a frozen copy (full_dpo_distributed.py, ref_checkpointer); SimPO none. The recipes' log-probabilities are fp32
+    logits through one log_softmax over the whole vocabulary (--loss logsoftmax), not TRL's row by row."""
     recipe = RECIPES / "torchtune_llama3_1_8B_lora_dpo.yaml"
     cfg = workload_from_configs([recipe], gpus=2)
     o = cfg.options
-    assert (o["batch"], o["reference"], o["loss"], o["method"], o["seq_len"]) == (8, "adapters-off", "logps",
-                                                                                 "lora", 1024)
-    assert [k.key for k in cfg.unmodelled] == ["loss"]
+    assert (o["batch"], o["reference"], o["loss"], o["method"], o["seq_len"]) == (8, "adapters-off",
+                                                                                 "logsoftmax", "lora", 1024)
+    assert not cfg.unmodelled
     doc = yaml.safe_load(recipe.read_text())
 
     def read(name, changed):

@@ -6,6 +6,12 @@ what the forward allocates at the loss, what backward starts with, and the logit
   num_output_chunks, all of them made); the loss upcasts one chunk at a time (`logits.float()`) and runs
   cross_entropy on it, whose log_softmax saves its fp32 output: those are saved for every chunk. Backward runs
   chunk by chunk: one chunk's fp32 gradients (into and out of log_softmax) at a time.
+- logsoftmax: the sequences' log-probabilities as torchtune's DPO recipes take them (rlhf.get_batch_log_probs at
+  bd2a0fc): the model returns fp32 logits (its output projection upcast), divided by the temperature (a copy) and
+  passed through one log_softmax over the whole vocabulary, whose fp32 output is saved; the recipe then deletes the
+  logits. The reference forward (no grad) makes the same three tensors; the LoRA recipes keep its fp32 logits
+  through backward (lora_dpo_*.py never delete them), the full recipe deletes them. Backward holds the saved output
+  and the gradients into and out of log_softmax at once.
 - linear: torchtune's LinearCrossEntropyLoss (torchtune/modules/loss/cross_entropy_loss.py at bd2a0fc,
   num_output_chunks=8), the default loss of its current recipes. The model skips its output projection and returns
   the hidden states; the loss keeps the positions it scores (index_select: a copy, saved for the projection's
@@ -80,6 +86,13 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
         per = c + LOG_SOFTMAX_OUTPUT_BYTES + FP32_BYTES / n
         return Term(int(tokens * V * per), f"b x s x V x ({c:g} logits, every chunk + 4 fp32 log_softmax output, "
                                            f"every chunk + 4 / {n} one chunk's fp32 upcast) = {tokens} x {V} x {per:g}")
+    if w.loss == "logsoftmax":
+        if w.reference == "none":  # no reference forward: the policy's own peak, logits + their copy + the output
+            return Term(int(tokens * V * 3 * FP32_BYTES), f"b x s x V x (4 fp32 logits + 4 their /temperature copy + 4 "
+                                                          f"log_softmax output) = {tokens} x {V} x 12")
+        return Term(int(tokens * V * LOG_SOFTMAX_OUTPUT_BYTES), f"b x s x V x 4 fp32 log_softmax output, saved (the "
+                                                                f"logits deleted before the reference forward) = "
+                                                                f"{tokens} x {V} x 4")
     if w.loss == "linear":
         per = LOG_SOFTMAX_OUTPUT_BYTES + (c + FP32_BYTES) / n
         hidden = tokens * spec.hidden_size * c
@@ -106,6 +119,14 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
                      "the logits freed (--no-logits-held); every row's saved output freed as its backward runs")
         return saved, Term(int(tokens * V * 2 * c), f"every row's gradient, then stacked (unbind's backward): "
                                                     f"b x s x V x 2 x {c:g} B = {tokens} x {V} x {2 * c:g}")
+    if w.loss == "logsoftmax":
+        kept = w.reference == "adapters-off"  # torchtune's LoRA DPO recipes keep the reference's logits
+        saved = Term(int(tokens * V * (LOG_SOFTMAX_OUTPUT_BYTES + (FP32_BYTES if kept else 0))),
+                     f"b x s x V x (4 fp32 log_softmax output{' + 4 the reference forward fp32 logits' if kept else ''}"
+                     f") = {tokens} x {V} x {LOG_SOFTMAX_OUTPUT_BYTES + (FP32_BYTES if kept else 0)}")
+        return saved, Term(int(tokens * V * LOGITS_GRAD_BYTES), f"the grads into and out of log_softmax: b x s x V x "
+                                                               f"{LOGITS_GRAD_BYTES} B = {tokens} x {V} x "
+                                                               f"{LOGITS_GRAD_BYTES}")
     if w.loss == "linear":
         hidden = tokens * spec.hidden_size * c
         saved = Term(int(tokens * V * LOG_SOFTMAX_OUTPUT_BYTES + hidden),

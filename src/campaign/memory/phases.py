@@ -317,7 +317,13 @@ def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: flo
     too), and under FSDP or ZeRO-3 over several cards its blocks gathered one at a time, with the next prefetched.
     A copy or the LoRA model with its adapters disabled (TRL's use_adapter(model, None)): the same forward."""
     items = []
-    if w.loss != "fused":
+    if w.loss == "logsoftmax":  # torchtune's DPO: fp32 logits, their /temperature copy, log_softmax's output
+        items.append(Item("reference forward's logits (no grad)", int(tokens * V * 3 * FP32_BYTES),
+                          f"b x s x V x (4 fp32 logits + 4 their /temperature copy + 4 log_softmax output) = {tokens} "
+                          f"x {V} x 12; made after the trained model's log-probs", "logits",
+                          "torchtune rlhf.get_batch_log_probs under torch.no_grad() (lora_dpo_*.py, "
+                          "full_dpo_distributed.py)"))
+    elif w.loss != "fused":
         positions = logit_positions(w)
         row = positions // w.batch
         items.append(Item("reference forward's logits (no grad)", int((positions + row) * V * c),
@@ -336,6 +342,7 @@ def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: flo
 
 LOSS_SOURCE = {"chunked": "torchtune CEWithChunkedOutputLoss (8 chunks)",
                "linear": "torchtune LinearCrossEntropyLoss (8 chunks, the projection in the loss)",
+               "logsoftmax": "torchtune rlhf.get_batch_log_probs (its DPO recipes)",
                "logps": "TRL selective_log_softmax (trl/trainer/utils.py), DPOTrainer._compute_loss",
                "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)"}
 

@@ -128,9 +128,8 @@ def _preference(r: rd.Reader, name: str, component: str, method: str) -> None:
     """torchtune's DPO recipes (lora_dpo_single_device.py, lora_dpo_distributed.py, full_dpo_distributed.py at
     bd2a0fc): the reference forward runs unless the loss is reference-free, on the trained model with its adapters
     disabled (LoRA), or on a frozen copy sharded as the policy is (full). Their log-probabilities come from the
-    model's fp32 logits through a log_softmax over the whole vocabulary (rlhf.get_batch_log_probs), and the LoRA
-    recipes keep the reference's fp32 logits through backward: more than TRL's row-by-row log-probabilities, which
-    are what the estimate counts, so the loss is named as not modelled (the estimate low)."""
+    model's fp32 logits through one log_softmax over the whole vocabulary (rlhf.get_batch_log_probs: --loss
+    logsoftmax, memory/loss.py)."""
     where = f"{name}: loss"
     if DPO_LOSSES[component]:
         r.set("reference", "adapters-off" if method != "full" else "copy",
@@ -140,10 +139,7 @@ def _preference(r: rd.Reader, name: str, component: str, method: str) -> None:
             r.use(name, "ref_checkpointer")
     else:
         r.set("reference", "none", f"{where} (a reference-free loss)")
-    rd.loss(r, "logps", where, where)
-    r.refuse(where, "torchtune's DPO log-probabilities (fp32 logits, a log_softmax over the whole vocabulary, the "
-             "reference's logits kept through backward: about 8 x b x s x V B more)", "counted as TRL's row-by-row "
-             "log-probabilities (--loss logps), which is low")
+    rd.loss(r, "logsoftmax", f"{where} (torchtune's DPO: rlhf.get_batch_log_probs)", where)
 
 
 def _torchtune_ac(r: rd.Reader, d: dict[str, Any], name: str) -> None:

@@ -17,7 +17,7 @@ SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
-LOSSES = ("full", "chunked", "linear", "fused", "logps")
+LOSSES = ("full", "chunked", "linear", "fused", "logps", "logsoftmax")
 REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
@@ -107,7 +107,8 @@ class Workload:
                 "gradients one chunk at a time, every chunk's fp32 log_softmax kept) | fused (Liger's fused linear "
                 "cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
                 "tensor kept) | logps (the sequences' log-probabilities of TRL's DPO, ORPO and GRPO: log_softmax row "
-                "by row in the logits' dtype, no fp32 copy)."})
+                "by row in the logits' dtype, no fp32 copy) | logsoftmax (torchtune's DPO recipes: fp32 logits, one "
+                "log_softmax over them all; the LoRA recipes keep the reference's logits through backward)."})
     liger_kernels: str = field(default="", metadata={
         "flag": "--liger-kernels", "group": "loop",
         "help": "Liger's layer kernels, comma-separated: rms_norm (no fp32 copy of each norm's input kept), swiglu "
@@ -455,8 +456,8 @@ def make_workload(**kwargs: Any) -> Workload:
                          "(4.46-4.48) or float-logits (4.45 and before)")
     if w.loss not in LOSSES:
         raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss), "
-                         "linear (torchtune's LinearCrossEntropyLoss), fused (Liger's fused linear cross-entropy) or "
-                         "logps (TRL's per-sequence log-probabilities)")
+                         "linear (torchtune's LinearCrossEntropyLoss), fused (Liger's fused linear cross-entropy), "
+                         "logps (TRL's per-sequence log-probabilities) or logsoftmax (torchtune's DPO)")
     liger = parse_liger_kernels(w.liger_kernels)
     if liger and w.mode != "train":
         raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")

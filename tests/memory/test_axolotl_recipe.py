@@ -130,3 +130,14 @@ def test_accelerates_fsdp_version_is_read_by_the_same_reader(tmp_path):
     assert two.options["shard"] == "fsdp" and not two.unmodelled
     one = workload_from_configs([_write(tmp_path, acc | {"fsdp_config": {"fsdp_version": 1}}, "fsdp1.yaml")])
     assert {k.key for k in one.unmodelled} == {"fsdp_config.fsdp_version"}
+
+
+def test_lora_target_modules_beside_lora_target_linear_is_their_union(tmp_path):
+    """axolotl targets the union of both (loaders/adapter.py): linear layers' names add nothing to all-linear (every
+    Linear but lm_head), read; the head among them is named (counted without it, low)."""
+    base = {"base_model": "gpt2", "micro_batch_size": 1, "sequence_len": 256, "adapter": "lora",
+            "lora_target_linear": True}
+    same = workload_from_configs([_write(tmp_path, base | {"lora_target_modules": ["q_proj", "v_proj"]})])
+    assert same.options["lora_targets"] == ("all-linear",) and not same.unmodelled
+    head = workload_from_configs([_write(tmp_path, base | {"lora_target_modules": ["lm_head"]})])
+    assert {k.key for k in head.unmodelled} == {"lora_target_modules"}

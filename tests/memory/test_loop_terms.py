@@ -164,3 +164,30 @@ def test_each_loop_key_of_a_planted_torchtune_recipe_moves_the_estimate_by_its_t
     assert base["forward"] - offload["forward"] == 27 * TOKENS * 3072 * 2
     inbwd = run("inbwd.yaml", optimizer_in_bwd=True)
     assert base["optimizer step"] - inbwd["optimizer step"] == 2 * (3_212_749_824 - V * 3072)
+
+
+def test_bitsandbytes_32bit_adamw_keeps_fp32_states_on_a_bf16_model(tmp_path):
+    """bitsandbytes' 32-bit AdamW (PagedAdamW, AdamW32bit; TrainingArguments' paged_adamw_32bit) makes both states in
+    float32 whatever the parameter's dtype (Optimizer2State.init_state), where torch's AdamW makes them like the
+    parameter: on Llama 3.2 1B in bf16 (1,235,814,400 parameters, the head tied) 8 B a parameter against 4, and no
+    step temporary (a kernel per parameter, in place). torchtune's 7B_full_low_memory recipe names it."""
+    P = 1_235_814_400
+
+    def step(optimizer):
+        est = estimate_memory("llama-3.2-1b", make_workload(optimizer=optimizer, dtype="bf16", batch=1, seq_len=128,
+                                                            optimizer_impl="fused"))
+        return {i.name: i.bytes for p in est.phases if p.name == "optimizer step" for i in p.items}
+
+    assert step("adamw-32bit")["optimizer states"] == 8 * P
+    assert step("adamw")["optimizer states"] == 4 * P
+    recipe = tmp_path / "low.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model": {"_component_": "torchtune.models.mistral.mistral_7b"},
+        "tokenizer": {"_component_": "torchtune.models.mistral.mistral_tokenizer", "max_seq_len": 2048},
+        "optimizer": {"_component_": "bitsandbytes.optim.PagedAdamW", "lr": 5e-6}, "optimizer_in_bwd": True,
+        "batch_size": 2, "dtype": "bf16"}))
+    from campaign.memory.training_config import workload_from_configs
+
+    cfg = workload_from_configs([recipe])
+    assert cfg.options["optimizer"] == "adamw-32bit" and not cfg.unmodelled
+    assert any("paged states" in n for n in cfg.notes)

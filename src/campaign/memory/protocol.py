@@ -203,13 +203,14 @@ def _run_phases(torch: Any, transformers: Any, net: Any, ids: Any, inputs: dict[
 
 def _optimizer_factory(torch: Any, w: Workload, device: str) -> Callable[[list[Any]], Any]:
     """The optimizer the workload names; adamw-8bit needs bitsandbytes on a GPU (checked before any work)."""
-    if w.optimizer == "adamw-8bit":
+    if w.optimizer in ("adamw-8bit", "adamw-32bit"):
         try:
             import bitsandbytes as bnb  # type: ignore[import-not-found]
         except ImportError:
             bnb = None
         if bnb is None or device != "cuda":
-            raise InputError("adamw-8bit needs bitsandbytes on a CUDA device; install it on the card, or measure "
-                             "--optimizer adamw (and compare with campaign memory --optimizer adamw-8bit)")
-        return lambda params: bnb.optim.AdamW8bit(params, lr=1e-5)
+            raise InputError(f"{w.optimizer} needs bitsandbytes on a CUDA device; install it on the card, or measure "
+                             f"--optimizer adamw (and compare with campaign memory --optimizer {w.optimizer})")
+        kind = bnb.optim.AdamW8bit if w.optimizer == "adamw-8bit" else bnb.optim.AdamW32bit
+        return lambda params: kind(params, lr=1e-5)
     return lambda params: optimizer_for(torch, w, params)

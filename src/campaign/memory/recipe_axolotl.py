@@ -32,6 +32,15 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
     if d.get("lora_target_linear"):
         r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
+        # with lora_target_modules too axolotl targets the union (loaders/adapter.py), all-linear (every Linear but
+        # lm_head) holding any other linear layer's name: read, unless it names the head or the embeddings
+        extra = d.get("lora_target_modules")
+        names = [extra] if isinstance(extra, str) else extra if isinstance(extra, list) else []
+        if names and not {str(n) for n in names} & {"lm_head", "embed_tokens"}:
+            r.use(name, "lora_target_modules")
+        elif names:
+            r.refuse(f"{name}: lora_target_modules", "LoRA on the head or the embeddings beside every linear layer",
+                     "counted on the linear layers only, which is low")
     elif d.get("lora_target_modules") is not None:  # axolotl hands it to peft's LoraConfig as it is
         r.set("lora_targets", rd.modules(d["lora_target_modules"], f"{name}: lora_target_modules"),
               f"{name}: lora_target_modules")

@@ -16,7 +16,7 @@ OPTIM = {
     "adamw_torch": ("adamw", "foreach"), "adamw_hf": ("adamw", "foreach"), "adamw_torch_fused": ("adamw", "fused"),
     "adamw_apex_fused": ("adamw", "fused"), "adamw": ("adamw", "foreach"), "adam": ("adamw", "foreach"),
     "adamw_bnb_8bit": ("adamw-8bit", "foreach"), "adamw_8bit": ("adamw-8bit", "foreach"),
-    "paged_adamw_8bit": ("adamw-8bit", "foreach"), "paged_adamw_32bit": ("adamw", "foreach"),
+    "paged_adamw_8bit": ("adamw-8bit", "foreach"), "paged_adamw_32bit": ("adamw-32bit", "fused"),
     # torchao's AdamW8bit (torchao/optim/adam.py): blockwise 8-bit states, one fp32 scale per block of 256, as
     # bitsandbytes' (campaign's adamw-8bit)
     "adamw_torch_8bit": ("adamw-8bit", "foreach"),

@@ -13,6 +13,12 @@ from . import recipe_read as rd
 TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam": ("adamw", "foreach"),
                    "torch.optim.SGD": ("sgd", "foreach"),
                    "bitsandbytes.optim.PagedAdamW8bit": ("adamw-8bit", "foreach"),
+                   # bitsandbytes' 32-bit AdamW (optim_bits 32 by default): two fp32 states a parameter whatever its
+                   # dtype, stepped in place (paged: noted by rd.optim)
+                   "bitsandbytes.optim.PagedAdamW": ("adamw-32bit", "fused"),
+                   "bitsandbytes.optim.PagedAdamW32bit": ("adamw-32bit", "fused"),
+                   "bitsandbytes.optim.AdamW": ("adamw-32bit", "fused"),
+                   "bitsandbytes.optim.AdamW32bit": ("adamw-32bit", "fused"),
                    "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
                    "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach")}
 

@@ -132,6 +132,9 @@ def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> Term:
     s = state_bytes_per_element(w)
     if w.optimizer == "adamw":
         return Term(int(2 * s * trainable), f"AdamW: exp_avg + exp_avg_sq = 2 x {s:g} B x trainable params")
+    if w.optimizer == "adamw-32bit":  # bitsandbytes Optimizer2State.init_state: float32 state1 and state2
+        return Term(int(2 * FP32_BYTES * trainable), "32-bit AdamW (bitsandbytes): 2 fp32 states, whatever the "
+                                                     "parameters' dtype = 8 B x trainable params")
     if w.optimizer == "adamw-8bit":
         per = 2 * (1 + FP32_BYTES / BNB_8BIT_BLOCK)
         return Term(int(per * trainable), f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per "

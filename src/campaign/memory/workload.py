@@ -11,7 +11,7 @@ from .dtypes import HALF, QUANTIZED, WEIGHT_ONLY, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
-OPTIMIZERS = ("adamw", "adamw-8bit", "adafactor", "sgd", "none")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-32bit", "adafactor", "sgd", "none")
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
@@ -77,7 +77,8 @@ class Workload:
                     ("sequences", "--sequences", "Concurrent sequences (inference; same as --batch)."))})
     optimizer: str = field(default="adamw", metadata={
         "flag": "--optimizer", "group": "step", "cli_default": None,
-        "help": "adamw | adamw-8bit | adafactor | sgd | none."})
+        "help": "adamw | adamw-8bit | adamw-32bit (bitsandbytes' 32-bit AdamW, paged or not: fp32 states whatever "
+                "the parameters' dtype) | adafactor | sgd | none."})
     optimizer_impl: str = field(default="foreach", metadata={
         "flag": "--optimizer-impl", "group": "step",
         "help": "foreach (default) | fused | loop: foreach keeps a state-sized temporary in the step."})

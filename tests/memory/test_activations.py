@@ -16,19 +16,23 @@ from tests.conftest import tiny_llama
 B, S, V = 2, 32, 1000
 
 
-def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...], checkpointing: bool) -> int:
+def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...], checkpointing: bool, *,
+                 dtype: str = "bfloat16", peft_autocast: bool = True, autocast: bool = False) -> int:
+    """Bytes of the distinct storages one forward saves for backward. `dtype`: the weights' (a torch dtype's name);
+    `peft_autocast`: peft's autocast_adapter_dtype (fp32 adapters on a 16-bit base); `autocast`: the forward under
+    torch.autocast (bf16)."""
     torch = pytest.importorskip("torch")
     import transformers
 
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
     config._attn_implementation = attention
-    model = getattr(transformers, cfg["architectures"][0])(config).to(torch.bfloat16)
+    model = getattr(transformers, cfg["architectures"][0])(config).to(getattr(torch, dtype))
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=8, lora_dropout=0.0, target_modules=(
-            "all-linear" if targets == ("all-linear",) else list(targets))))
+            "all-linear" if targets == ("all-linear",) else list(targets))), autocast_adapter_dtype=peft_autocast)
     if checkpointing:
         enable_checkpointing(model)
     model.train()
@@ -42,7 +46,8 @@ def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...
         return t
 
     ids = torch.randint(0, cfg["vocab_size"], (B, S))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+    with amp, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(input_ids=ids, labels=ids, use_cache=False)
     return sum(saved.values())
 

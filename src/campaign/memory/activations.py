@@ -13,7 +13,7 @@ from ..models.families import falcon_shared_attention
 from ..models.spec import ModelSpec
 from . import encdec
 from .dtypes import ELEMENT_BYTES
-from .states import deepspeed_casts, lora_in_features
+from .states import deepspeed_casts, lora_in_features, lora_inputs
 from .terms import SavedActivations, Term
 from .workload import KeptBySpec, Workload, size_free_key
 
@@ -29,6 +29,13 @@ class LayerActivations:
     terms: tuple[tuple[str, float], ...]
 
 
+# The Linears LoRA may target, by the tensor they read (the adapters on one tensor share it where nothing casts it)
+ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", "key", "value", "q_a_proj",
+                   "kv_a_proj_with_mqa", "query_key_value")  # the attention norm's output
+MLA_LATENT_INPUT = ("q_b_proj", "kv_b_proj")  # each its own latent's norm output
+MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_4h")  # the MLP norm's output
+MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h")  # the activation's (or gate x up's) output
+
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
 
 
@@ -38,7 +45,8 @@ def layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
 
     Sources: transformers' Llama/Qwen/Mistral/Gemma modeling (RMSNorm upcast to fp32, SDPA saving q, k, v,
     output and logsumexp, the contiguous transpose before o_proj, SiLU-gated MLP), peft's LoRA forward
-    (input cast to the fp32 adapter dtype, lora_A output saved), and Korthikanti et al. 2022 (arXiv:2205.05198)
+    (lora_A keeps its input, a cast copy where the adapter dtype or autocast differs; lora_B lora_A's output:
+    states.lora_inputs), and Korthikanti et al. 2022 (arXiv:2205.05198)
     for the LayerNorm/GELU/dropout terms of GPT-2 and BERT.
     """
     return KEPT_LAYERS.get(spec, size_free_key(w), lambda: _layer_saved(spec, w))
@@ -52,16 +60,24 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     r = w.lora_rank
     terms: list[tuple[str, float]] = []
 
-    # peft casts each adapter's input to the adapter dtype (fp32); under autocast (--mixed-precision) the
-    # matmul then keeps a 16-bit copy instead. Each targeted module keeps its own copy, plus lora_A's output.
-    lora_in = c if w.mixed_precision else FP32
     # --mixed-precision is torch.autocast over fp32 weights (layer_norm and softmax then run in fp32), except under
     # DeepSpeed ZeRO, whose engine casts the module itself to the 16-bit dtype and runs no autocast (engine.py
     # _cast_module_mixed_precision, module.half() before it; accelerate leaves native AMP off under DeepSpeed)
     autocast = w.mixed_precision and not deepspeed_casts(w)
 
-    def lora(module: str) -> float:
-        return lora_in * (tg[module] + r) if module in tg else 0.0
+    adapters = lora_inputs(w)
+
+    # bitsandbytes < 0.43.2: each 4-bit linear keeps its input (counted below), which LoRA's adapters then share
+    bnb_kept = w.bnb_saves_input and not full and spec.moe is None and spec.mla is None
+
+    def lora(modules: tuple[str, ...], input_kept: bool = False) -> float:
+        """What the adapters on `modules`, Linears that read one tensor, keep per token (states.LoraInputs)."""
+        return adapters.saved([tg[m] for m in modules if m in tg], r, input_kept=input_kept)
+
+    def lora_label(where: str, input_kept: bool) -> str:
+        inputs = (f"{adapters.cast} casts" if adapters.copies
+                  else "inputs kept by the layer" if input_kept else "uncast inputs, each once")
+        return f"LoRA on {where} ({inputs}, lora_A outputs)"
 
     decoder = spec.mlp == "gated"
     liger = liger_kernels(spec, w)
@@ -154,12 +170,13 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             terms.append(("attention output, head-major copy (output projection input)", out_bytes))
     elif full and not math_sdpa:
         terms.append(("attention output (o_proj input)", out_bytes))
+    # o_proj's input is kept already where SDPA's output is it, or where the 4-bit linears keep theirs
+    o_kept = bnb_kept or (w.attention == "sdpa" and not math_sdpa and spec.model_type not in ("gpt_neox", "phi"))
     if o_name in tg:
-        terms.append(("LoRA on o_proj (fp32 cast, lora_A output)", lora(o_name)))
-    qkv_lora = sum(lora(m) for m in ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", "key", "value",
-                                      "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "query_key_value"))
+        terms.append((lora_label(o_name, o_kept), lora((o_name,), o_kept)))
+    qkv_lora = lora(ATTENTION_INPUT, bnb_kept) + sum(lora((m,)) for m in MLA_LATENT_INPUT)
     if qkv_lora:
-        terms.append(("LoRA on attention inputs (fp32 casts, lora_A outputs)", qkv_lora))
+        terms.append((lora_label("attention inputs", bnb_kept), qkv_lora))
 
     # MLP: dense or MoE, weighted by how many layers are which
     # GPT-2's gelu_new is written with elementwise ops, each keeping its input: x, tanh(.), 0.5x, 1 + tanh(.)
@@ -178,8 +195,11 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         # GPT-2/BERT: fc output (GELU input, + gelu_new's intermediates), GELU output (fc2 input)
         return c * inter * act_saves + (c * inter if full else 0.0)
 
-    mlp_lora = sum(lora(m) for m in ("gate_proj", "up_proj", "down_proj", "gate_up_proj", "c_fc", "fc1", "fc2",
-                                      "dense_h_to_4h", "dense_4h_to_h"))
+    # a parallel block with one norm (Phi-2, Falcon-7B) feeds its output to the attention and the MLP alike
+    one_norm = block.parallel and block.norms == 1 and any(m in tg for m in ATTENTION_INPUT)
+    # fc2 reads ReLU's output (OPT), which ReLU keeps for its backward; GELU keeps its input instead
+    relu_kept = not decoder and spec.activation == "relu"
+    mlp_lora = lora(MLP_INPUT, bnb_kept or one_norm) + lora(MLP_HIDDEN, bnb_kept or relu_kept)
     if spec.moe is not None:
         moe = spec.moe
         k, E = moe.experts_per_token, moe.num_experts
@@ -205,9 +225,9 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
                 else "MLP gate/up/activation/product")
         terms.append((name if decoder else "MLP fc output and GELU", dense_mlp(inter_size)))
     if mlp_lora:
-        terms.append(("LoRA on MLP inputs (fp32 casts, lora_A outputs)", mlp_lora))
+        terms.append((lora_label("MLP inputs", bnb_kept), mlp_lora))
 
-    if w.bnb_saves_input and not full and spec.moe is None and spec.mla is None:
+    if bnb_kept:
         # bitsandbytes < 0.43.2: MatMul4Bit keeps each 4-bit linear's input (ctx.tensors = (A, B), bitsandbytes#1270)
         # where a frozen 16-bit linear keeps none: the attention and MLP norms' outputs (q/k/v's and gate/up's or
         # fc's input), the MLP's last input (gate x up product, or the activation's output), and o_proj's input

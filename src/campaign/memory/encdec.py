@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..models.spec import ModelSpec
 from .dtypes import ELEMENT_BYTES
 from .kv import estimate_kv
-from .states import lora_in_features
+from .states import lora_in_features, lora_inputs
 from .terms import SavedActivations, Term
 from .workload import Workload
 
@@ -44,10 +44,11 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     full = w.base_trainable
     drop = spec.dropout > 0
     tg = lora_in_features(spec, w)
-    lora_in = c if w.mixed_precision else FP32
+    adapters = lora_inputs(w)
 
-    def lora(*modules: str) -> float:
-        return sum(lora_in * (tg[m] + w.lora_rank) for m in modules if m in tg)
+    def lora(*modules: str, input_kept: bool = False) -> float:
+        """What the adapters on `modules`, Linears that read one tensor, keep per token (states.LoraInputs)."""
+        return adapters.saved([tg[m] for m in modules if m in tg], w.lora_rank, input_kept=input_kept)
 
     # T5LayerNorm: fp32 upcast + rsqrt, the 16-bit input (the upcast is the input itself in fp32), and with
     # trainable weights the normalized tensor and the output (kept by the Linear after it)
@@ -60,8 +61,9 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
         ffn += inter_size + (c * inter_size if full else 0)  # dropout mask, and its output (wo's input)
     elif gated and full:
         ffn += c * inter_size                                # the product is wo's input
-    ffn += lora("wi", "wi_0", "wi_1", "wo")
-    attn_tok = 4 * c * inner + lora("q", "k", "v", "o")  # q, k, v, output (o's input)
+    # wo reads ReLU's output, which ReLU keeps for its backward (no dropout between them, no gate after it)
+    ffn += lora("wi", "wi_0", "wi_1") + lora("wo", input_kept=not gated and not drop and spec.activation == "relu")
+    attn_tok = 4 * c * inner + lora("q", "k", "v") + lora("o", input_kept=True)  # q, k, v, output (o's input)
     lse = FP32 * nh * _rows(s) * b                      # per attention call, per stack's own length
     bias = nh * s * s * c                               # each layer's contiguous copy of the position bias
 
@@ -69,8 +71,8 @@ def training_activations(spec: ModelSpec, w: Workload) -> SavedActivations:
     enc_layer = Te * enc_tok + lse + bias
     # decoder: three norms; self-attention as the encoder's; cross-attention keeps q and the output per decoder
     # token and its own K and V of the encoder output per encoder token
-    dec_tok = 3 * norm + attn_tok + 2 * c * inner + lora("q", "o") + 3 * h * mask + ffn
-    cross_kv = Te * (2 * c * inner + lora("k", "v"))
+    dec_tok = 3 * norm + attn_tok + 2 * c * inner + lora("q") + lora("o", input_kept=True) + 3 * h * mask + ffn
+    cross_kv = Te * (2 * c * inner + lora("k", "v", input_kept=True))  # they read the encoder output, kept once
     dec_layer = Td * dec_tok + cross_kv + 2 * lse + bias + sd * sd
     # once per step: token ids and position buckets (embedding backward, when they train), the embedding
     # dropouts' masks, the final norms and dropouts, the encoder output (every cross-attention K/V reads it), the

@@ -105,6 +105,42 @@ def adapter_dtype(w: Workload) -> str:
     return w.dtype
 
 
+@dataclass(frozen=True)
+class LoraInputs:
+    """How LoRA's adapters keep their inputs for backward: `element` bytes of what lora_A and lora_B keep, and whether
+    each adapter keeps a cast copy of its own input (`copies`) or the very tensor the base Linear read."""
+
+    element: float
+    copies: bool
+    cast: str  # what casts the copies, in words: 'fp32' (peft, to the adapter dtype) or 'autocast 16-bit'
+
+    def saved(self, in_features: list[int], rank: int, *, input_kept: bool) -> float:
+        """Bytes per token the adapters on Linears that read one tensor (`in_features` each: q, k and v read the
+        attention norm's output) keep: each one's copy of the input, or that input once unless the layer already
+        keeps it (SDPA keeps o_proj's); and each lora_A's output (`rank` features), kept by lora_B."""
+        if not in_features:
+            return 0.0
+        inputs = sum(in_features) if self.copies else (0 if input_kept else max(in_features))
+        return self.element * (inputs + rank * len(in_features))
+
+
+def lora_inputs(w: Workload) -> LoraInputs:
+    """What LoRA's forward keeps (peft tuners/lora/layer.py Linear.forward, read at 0.21.2): the base layer runs on
+    x, then x = self._cast_input_dtype(x, lora_A.weight.dtype), which casts only where the dtypes differ (else x
+    itself), and result + lora_B(lora_A(dropout(x))) * scaling, dropout 0 an nn.Identity (torchtune's LoRALinear:
+    lora_a(dropout(x)), no cast). lora_A keeps its input, lora_B lora_A's output. Under torch.autocast both matmuls
+    run in its 16-bit dtype, each on a copy of its own unless input and adapters are 16-bit already. Where nothing
+    casts, lora_A keeps x itself, shared by the adapters reading it: a new storage only where the layer keeps x for
+    nothing else, since a frozen Linear (a 16-bit one, bitsandbytes' 4-bit one since 0.43.2) keeps its weight, not
+    its input. A LoRA dropout above 0 (not modelled) would keep its output and mask besides."""
+    c = ELEMENT_BYTES[w.compute_dtype]
+    adapter = ELEMENT_BYTES[adapter_dtype(w)]
+    autocast = w.mixed_precision and not deepspeed_casts(w)
+    element = 2 if autocast else adapter  # autocast's bf16/fp16, else the adapters' own dtype
+    return LoraInputs(element, c != element or adapter != element,
+                      "autocast 16-bit" if autocast else adapter_dtype(w))
+
+
 def deepspeed_casts(w: Workload) -> bool:
     """DeepSpeed ZeRO with bf16/fp16 enabled (--mixed-precision): deepspeed.initialize casts the module's floating
     parameters to the 16-bit dtype (engine.py _cast_module_mixed_precision: p.data = p.data.to(param_dtype); older

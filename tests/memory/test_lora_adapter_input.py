@@ -128,3 +128,20 @@ def test_llama_3_1_8b_by_hand():
     saved = {a: training_activations(spec, make_workload(method="lora", batch=2, seq_len=2048, peft_autocast=a))[0]
              for a in (True, False)}
     assert saved[True] - saved[False] == 110_816 * 32 * 2 * 2048
+
+
+def test_qlora_adapters_without_peft_autocast_are_in_the_compute_dtype():
+    """torchtune builds its QLoRA adapters under the recipe's dtype and TRL 0.22 on casts a k-bit model's adapters
+    to bf16 (--no-peft-autocast, as the torchtune reader sets it): 2 B a weight; peft's default keeps them in fp32.
+    Llama 3.1 8B, rank 8 on q and v: 32 layers x 8 x ((4096 + 4096) + (4096 + 1024)) weights."""
+    from campaign.memory import estimate_memory, make_workload
+
+    weights = 32 * 8 * ((4096 + 4096) + (4096 + 1024))
+
+    def adapters(**kw):
+        w = make_workload(method="qlora", lora_rank=8, lora_targets=("q_proj", "v_proj"), batch=1, seq_len=256, **kw)
+        return next(i.bytes for p in estimate_memory("llama-3.1-8b", w).phases if p.name == "load" for i in p.items
+                    if i.name.startswith("LoRA adapter weights"))
+
+    assert adapters() == 4 * weights
+    assert adapters(peft_autocast=False, kbit_upcast=False) == 2 * weights

@@ -94,15 +94,16 @@ def trainable_params(spec: ModelSpec, w: Workload) -> int:
 
 
 def adapter_dtype(w: Workload) -> str:
-    """The dtype peft gives LoRA weights: fp32 on a 16-bit base since peft 0.12 (autocast_adapter_dtype=True,
-    peft#1706); the base weights' dtype before it or with autocast_adapter_dtype=False (--no-peft-autocast: lora
-    update_layer's self.to(weight.device, dtype=weight.dtype)); fp32 on a quantized base, whose storage is not a
-    floating dtype (memory/constants.py, ADAPTER_BYTES)."""
+    """The dtype of the LoRA weights: fp32 since peft 0.12 (autocast_adapter_dtype=True, peft#1706), on a 16-bit
+    base and on a quantized one, whose storage is not a floating dtype (memory/constants.py, ADAPTER_BYTES). Without
+    it (--no-peft-autocast) the base weights' dtype (lora update_layer's self.to(weight.device, dtype=weight.dtype));
+    on a quantized base the compute dtype: torchtune builds its QLoRA adapters under the recipe's dtype
+    (training.set_default_dtype), and TRL 0.22 on casts a k-bit model's adapters to bf16."""
     if deepspeed_casts(w):  # DeepSpeed casts every floating parameter to the 16-bit dtype, adapters included
         return "fp16" if w.dtype == "fp16" else "bf16"
-    if w.peft_autocast or w.dtype not in ("bf16", "fp16"):
+    if w.peft_autocast or w.dtype == "fp32":
         return "fp32"
-    return w.dtype
+    return w.dtype if w.dtype in ("bf16", "fp16") else w.compute_dtype
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,8 @@ class Workload:
     peft_autocast: bool = field(default=True, metadata={
         "flag": "--peft-autocast/--no-peft-autocast", "group": "legacy",
         "help": "peft's autocast_adapter_dtype (default on since peft 0.12: LoRA weights in fp32 on a bf16/fp16 "
-                "base); --no-peft-autocast: in the base's dtype, as peft before 0.12 or autocast_adapter_dtype=False."})
+                "base); --no-peft-autocast: in the base's dtype, as peft before 0.12 or autocast_adapter_dtype=False "
+                "(on a quantized base the compute dtype: torchtune's QLoRA, TRL 0.22 on)."})
     kbit_upcast: bool = field(default=True, metadata={
         "flag": "--kbit-upcast/--no-kbit-upcast", "group": "step",
         "help": "QLoRA on a bitsandbytes base (nf4, int8): peft's prepare_model_for_kbit_training, which TRL, axolotl "

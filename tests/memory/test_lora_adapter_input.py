@@ -145,3 +145,14 @@ def test_qlora_adapters_without_peft_autocast_are_in_the_compute_dtype():
 
     assert adapters() == 4 * weights
     assert adapters(peft_autocast=False, kbit_upcast=False) == 2 * weights
+
+
+def test_gpt2s_two_c_proj_linears_are_both_counted():
+    """GPT-2 names its attention output and its MLP output projection alike (attn.c_proj 768 -> 768, mlp.c_proj
+    3072 -> 768): a LoRA on c_proj targets both, and each adapter keeps its own input; the second was dropped."""
+    from campaign.memory import make_workload
+    from campaign.memory.states import lora_in_features
+    from campaign.models import load_spec
+
+    w = make_workload(method="lora", lora_targets=("c_attn", "c_proj"), batch=1, seq_len=64)
+    assert lora_in_features(load_spec("gpt2"), w) == {"c_attn": 768, "c_proj": 768, "mlp.c_proj": 3072}

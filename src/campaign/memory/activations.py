@@ -34,7 +34,7 @@ ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", 
                    "kv_a_proj_with_mqa", "query_key_value")  # the attention norm's output
 MLA_LATENT_INPUT = ("q_b_proj", "kv_b_proj")  # each its own latent's norm output
 MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_4h")  # the MLP norm's output
-MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h")  # the activation's (or gate x up's) output
+MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h", "mlp.c_proj")  # the activation's (or gate x up's) output
 
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
 

@@ -78,10 +78,14 @@ def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
 
 
 def lora_in_features(spec: ModelSpec, w: Workload) -> dict[str, int]:
-    """LoRA-targeted module name -> in_features, when adapters train (empty otherwise)."""
+    """LoRA-targeted module name -> in_features, when adapters train (empty otherwise). A second Linear of the same
+    name in a block (GPT-2's attn.c_proj and mlp.c_proj) goes by its path (mlp.c_proj)."""
     if not (w.training and w.adapters):
         return {}
-    return {g.module: g.shape[1] for g in lora_groups(spec, w)}
+    out: dict[str, int] = {}
+    for g in lora_groups(spec, w):
+        out[g.module if g.module not in out else g.name] = g.shape[1]
+    return out
 
 
 def trainable_params(spec: ModelSpec, w: Workload) -> int:

@@ -33,8 +33,11 @@ class LayerActivations:
 ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query", "key", "value", "q_a_proj",
                    "kv_a_proj_with_mqa", "query_key_value")  # the attention norm's output
 MLA_LATENT_INPUT = ("q_b_proj", "kv_b_proj")  # each its own latent's norm output
-MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_4h")  # the MLP norm's output
-MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h", "mlp.c_proj")  # the activation's (or gate x up's) output
+# the MLP norm's output (BERT's intermediate.dense: a second Linear named dense in a block goes by its path,
+# states.lora_in_features)
+MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_4h", "intermediate.dense")
+# the activation's (or gate x up's) output (GPT-2's mlp.c_proj, BERT's output.dense)
+MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h", "mlp.c_proj", "output.dense")
 
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
 

@@ -177,3 +177,29 @@ def test_berts_three_dense_linears_each_keep_their_lora_input():
     assert estimate(dense) - estimate(qkv) == by_hand
     measured = _saved_bytes(cfg, "sdpa", "lora", dense, False) - _saved_bytes(cfg, "sdpa", "lora", qkv, False)
     assert by_hand == pytest.approx(measured, rel=0.10)
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(model_type="opt", architectures=["OPTForCausalLM"], vocab_size=512, hidden_size=128, ffn_dim=512,
+         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=128,
+         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
+    dict(model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], vocab_size=512, hidden_size=128,
+         intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+         max_position_embeddings=512, residual_dropout=0.0, embedding_dropout=0.0, attention_dropout=0.0),
+], ids=["opt", "starcoder2"])
+def test_the_output_projections_of_opt_and_starcoder2_keep_their_lora_inputs(cfg):
+    """OPT's attention output is out_proj, StarCoder2's MLP output c_proj: both were missed. LoRA on every linear
+    beyond q, k, v adds, per token and layer, the attention output projection's fp32 copy (SDPA keeps its input
+    already: lora_A's copy of it all the same) and the two MLP projections' fp32 copies, each with lora_A's output:
+    (128 + 8) + (128 + 8) + (512 + 8), x 4 B; by hand, and as autograd keeps it."""
+    spec = spec_from_config(cfg, name="tiny", source="test")
+
+    def estimate(targets):
+        w = make_workload(mode="train", method="lora", batch=B, seq_len=S, lora_rank=8, lora_targets=targets)
+        return training_activations(spec, w)[0]
+
+    qkv = ("q_proj", "k_proj", "v_proj")
+    by_hand = B * S * 2 * 4 * ((128 + 8) + (128 + 8) + (512 + 8))
+    assert estimate(("all-linear",)) - estimate(qkv) == by_hand
+    measured = _saved_bytes(cfg, "sdpa", "lora", ("all-linear",), False) - _saved_bytes(cfg, "sdpa", "lora", qkv, False)
+    assert measured == by_hand

@@ -164,9 +164,8 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     # (b, s, heads, dim)-contiguous, so the transpose + contiguous before o_proj is free. Eager attention
     # keeps it only when o_proj trains. When q comes out of torch.cat (partial rotary: GPT-NeoX, Phi-2) it
     # is head-major, and so is the output: the contiguous copy before the output projection is a new tensor.
-    o_name = "o_proj" if decoder else {"gpt2": "c_proj", "gpt_bigcode": "c_proj"}.get(spec.model_type, "dense")
-    if spec.model_type in ("starcoder2",):
-        o_name = "o_proj"
+    o_name = "o_proj" if decoder else {"gpt2": "c_proj", "gpt_bigcode": "c_proj", "opt": "out_proj",
+                                       "starcoder2": "o_proj"}.get(spec.model_type, "dense")
     if w.attention == "sdpa" and not math_sdpa:
         terms.append(("attention output (= o_proj input) + logsumexp", out_bytes + FP32 * nh))
         if spec.model_type in ("gpt_neox", "phi") and full:
@@ -202,7 +201,9 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     one_norm = block.parallel and block.norms == 1 and any(m in tg for m in ATTENTION_INPUT)
     # fc2 reads ReLU's output (OPT), which ReLU keeps for its backward; GELU keeps its input instead
     relu_kept = not decoder and spec.activation == "relu"
-    mlp_lora = lora(MLP_INPUT, bnb_kept or one_norm) + lora(MLP_HIDDEN, bnb_kept or relu_kept)
+    # c_proj is the MLP's output projection where the attention's is named otherwise (StarCoder2's o_proj)
+    hidden = MLP_HIDDEN + (("c_proj",) if o_name != "c_proj" else ())
+    mlp_lora = lora(MLP_INPUT, bnb_kept or one_norm) + lora(hidden, bnb_kept or relu_kept)
     if spec.moe is not None:
         moe = spec.moe
         k, E = moe.experts_per_token, moe.num_experts

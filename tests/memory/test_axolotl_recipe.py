@@ -83,7 +83,10 @@ def test_fsdp1_and_other_strategies_are_named(tmp_path):
     base = {"base_model": "gpt2", "micro_batch_size": 1, "sequence_len": 256}
     one = workload_from_configs([_write(tmp_path, base | {"fsdp_version": 1, "fsdp_config": {
         "fsdp_offload_params": True}})], gpus=4)
-    assert {k.key for k in one.unmodelled} == {"fsdp_version"}  # FSDP1's flat parameters, counted as FSDP2's
+    # FSDP1 (written, or axolotl's default): counted as FSDP2, which shards and gathers the same bytes, and said so
+    assert not one.unmodelled and any("fsdp_version: FSDP1, counted as FSDP2" in n for n in one.notes)
+    default = workload_from_configs([_write(tmp_path, base | {"fsdp_config": {"offload_params": True}})], gpus=4)
+    assert any("FSDP1 (the default without fsdp_version)" in n for n in default.notes)
     grad_op = workload_from_configs([_write(tmp_path, base | {"fsdp": ["shard_grad_op", "auto_wrap"]})], gpus=4)
     assert grad_op.options["shard"] == "zero2" and any("SHARD_GRAD_OP" in n for n in grad_op.notes)
     hybrid = workload_from_configs([_write(tmp_path, base | {"fsdp_config": {
@@ -122,14 +125,15 @@ def test_checkpointing_offload_is_activation_offloading(tmp_path):
 
 def test_accelerates_fsdp_version_is_read_by_the_same_reader(tmp_path):
     """The reader is accelerate's too: TRL's accelerate_configs/fsdp2.yaml (fsdp_version 2) is the FSDP the estimate
-    models; version 1 is named."""
+    models; version 1 is counted as it, with a note."""
     acc = {"distributed_type": "FSDP", "num_processes": 8, "mixed_precision": "bf16",
            "fsdp_config": {"fsdp_version": 2, "fsdp_offload_params": False, "fsdp_reshard_after_forward": True,
                            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
     two = workload_from_configs([_write(tmp_path, acc, "fsdp2.yaml")])
     assert two.options["shard"] == "fsdp" and not two.unmodelled
     one = workload_from_configs([_write(tmp_path, acc | {"fsdp_config": {"fsdp_version": 1}}, "fsdp1.yaml")])
-    assert {k.key for k in one.unmodelled} == {"fsdp_config.fsdp_version"}
+    assert not one.unmodelled and any("FSDP1, counted as FSDP2" in n for n in one.notes)
+    assert not any("FSDP1" in n for n in two.notes)
 
 
 def test_lora_target_modules_beside_lora_target_linear_is_their_union(tmp_path):
@@ -141,3 +145,12 @@ def test_lora_target_modules_beside_lora_target_linear_is_their_union(tmp_path):
     assert same.options["lora_targets"] == ("all-linear",) and not same.unmodelled
     head = workload_from_configs([_write(tmp_path, base | {"lora_target_modules": ["lm_head"]})])
     assert {k.key for k in head.unmodelled} == {"lora_target_modules"}
+
+
+def test_fsdps_checkpointing_beside_the_trainers_off(tmp_path):
+    """axolotl's archived dbrx example: gradient_checkpointing false with fsdp_config activation_checkpointing true
+    (the HF Trainer refuses both on): FSDP checkpoints every layer. It was a conflict, exit 2."""
+    doc = {"base_model": "gpt2", "micro_batch_size": 1, "sequence_len": 256, "gradient_checkpointing": False,
+           "fsdp_config": {"fsdp_activation_checkpointing": True, "fsdp_version": 2}}
+    cfg = workload_from_configs([_write(tmp_path, doc)], gpus=2)
+    assert cfg.options["grad_checkpointing"] is True and any("FSDP checkpoints every layer" in n for n in cfg.notes)

@@ -147,3 +147,26 @@ def test_without_resharding_the_output_unit_is_not_gathered_twice():
     resharded = step_items(*_setup(gpus=4, shard="fsdp", fsdp_embedding_units=True))
     assert {i.name: i.bytes for i in resharded.head_unit} == items | {
         "output projection gathered for its backward": 1000 * 64 * 2}
+
+
+def test_torchtunes_fsdp_accumulation_keeps_sharded_gradients(tmp_path):
+    """The HF Trainer accumulates under no_sync, FSDP then keeping each gradient whole (bf16, Llama 3.2 1B:
+    2 x 1,235,814,400 B); torchtune's distributed recipes call no no_sync, so FSDP reduce-scatters every micro-batch
+    and the sum stays sharded: a quarter of it on 4 cards (--sync-each-batch, read from the recipe)."""
+    import yaml
+
+    from campaign.memory import estimate_memory, make_workload
+    from campaign.memory.training_config import workload_from_configs
+
+    def kept(sync):
+        est = estimate_memory("llama-3.2-1b", make_workload(shard="fsdp", gpus=4, grad_accumulation=4,
+                                                            sync_each_batch=sync, batch=1, seq_len=128))
+        return [i.bytes for p in est.phases if p.name == "forward" for i in p.items if i.category == "gradients"]
+
+    assert kept(False) == [2 * 1_235_814_400] and kept(True) == [2 * 1_235_814_400 // 4]
+    recipe = tmp_path / "tt.yaml"
+    recipe.write_text(yaml.safe_dump({"model": {"_component_": "torchtune.models.llama3_2.llama3_2_1b"},
+                                      "tokenizer": {"_component_": "t", "max_seq_len": 128}, "batch_size": 1,
+                                      "gradient_accumulation_steps": 4, "dtype": "bf16"}))
+    assert workload_from_configs([recipe], gpus=4).options["sync_each_batch"] is True
+    assert "sync_each_batch" not in workload_from_configs([recipe], gpus=1).options

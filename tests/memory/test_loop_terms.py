@@ -65,6 +65,13 @@ def test_linear_cross_entropy_keeps_every_chunks_fp32_log_softmax_and_no_logits(
     hidden = torch.randn(2, 48, h, dtype=torch.bfloat16, requires_grad=True)
     weight = torch.nn.Parameter(torch.randn(vocab, h, dtype=torch.bfloat16))
     targets = torch.randint(0, vocab, (2, 48))
+    def saved_by_the_loss(trains: bool) -> int:
+        weight.requires_grad_(trains)
+        storages.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            _linear_cross_entropy(hidden, weight, targets).backward()
+        return sum(storages.values())
+
     storages: dict[int, int] = {}
 
     def pack(t):
@@ -73,19 +80,20 @@ def test_linear_cross_entropy_keeps_every_chunks_fp32_log_softmax_and_no_logits(
             storages[storage.data_ptr()] = storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = _linear_cross_entropy(hidden, weight, targets)
-    assert sum(storages.values()) == n * vocab * 4 + n * h * 2
-    loss.backward()  # it runs
+    # the hidden copy is the projection's input, kept for its weight's gradient only: a frozen head keeps none
+    assert saved_by_the_loss(True) == n * vocab * 4 + n * h * 2
+    assert saved_by_the_loss(False) == n * vocab * 4
     # the estimate for Llama 3.1 8B at 2 x 4096: the same terms from its shapes
     kw = dict(method="lora", batch=2, seq_len=4096, logits_held=False)
     linear = estimate_memory("llama-3.1-8b", make_workload(loss="linear", **kw))
     chunked = estimate_memory("llama-3.1-8b", make_workload(loss="chunked", **kw))
-    assert items(linear)["linear loss: saved for backward"] == TOKENS * V * 4 + TOKENS * 4096 * 2
+    assert items(linear)["linear loss: saved for backward"] == TOKENS * V * 4  # LoRA: the head frozen
+    full = estimate_memory("llama-3.1-8b", make_workload(loss="linear", batch=2, seq_len=4096, logits_held=False))
+    assert items(full)["linear loss: saved for backward"] == TOKENS * V * 4 + TOKENS * 4096 * 2
     assert items(linear)["linear loss: logits gradients"] == items(chunked)["chunked loss: logits gradients"]
     # forward at the loss: every chunk's log_softmax output + one chunk's bf16 projection and fp32 upcast + the
     # hidden copy, against chunked's bf16 logits of every chunk + log_softmax outputs + one chunk's upcast
-    assert items(linear)["linear loss over the vocabulary"] == TOKENS * V * (4 + 6 / 8) + TOKENS * 4096 * 2
+    assert items(linear)["linear loss over the vocabulary"] == TOKENS * V * (4 + 6 / 8)
     assert items(chunked)["chunked loss over the vocabulary"] == TOKENS * V * (2 + 4 + 4 / 8)
 
 

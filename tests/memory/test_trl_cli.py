@@ -54,7 +54,7 @@ def test_accelerate_profiles_by_name(tmp_path):
     fsdp1 = workload_from_configs([_write(tmp_path, base | {"accelerate_config": "fsdp1"})])
     assert fsdp1.options["shard"] == "fsdp"  # fsdp_reshard_after_forward: FULL_SHARD, FSDP1's strategy by name
     assert {k.key for k in fsdp1.unmodelled if k.file == "fsdp1.yaml"} == {
-        "fsdp_config.fsdp_version", "fsdp_config.fsdp_backward_prefetch", "fsdp_config.fsdp_forward_prefetch"}
+        "fsdp_config.fsdp_backward_prefetch", "fsdp_config.fsdp_forward_prefetch"}
     missing = workload_from_configs([_write(tmp_path, base | {"accelerate_config": "zero9"})])
     assert "shard" not in missing.options and "accelerate_config" in {k.key for k in missing.unmodelled}
     own = _write(tmp_path, {"distributed_type": "DEEPSPEED", "deepspeed_config": {"zero_stage": 1}}, "mine.yaml")
@@ -70,3 +70,27 @@ def test_grpo_without_its_generation_settings_is_named(tmp_path):
                                                            "max_prompt_length": 256, "beta": 0.0})])
     assert given.options["completion_tokens"] == 256 and given.options["rollouts"] == 8  # 8 a card x 1 step
     assert not given.unmodelled
+
+
+def test_what_a_real_trl_cli_file_combines_reads_without_a_false_conflict(tmp_path):
+    """num_processes beside an accelerate file (the flag wins over the file's), 8-bit LoRA (no fp32 load), an
+    output_dir beside accelerate's flags (still a CLI file), the allocator setting exported by env, and FSDP's
+    activation checkpointing beside gradient_checkpointing: false (which the HF Trainer requires beside it)."""
+    acc = _write(tmp_path, {"distributed_type": "FSDP", "num_processes": 8, "mixed_precision": "bf16",
+                            "fsdp_config": {"fsdp_activation_checkpointing": True, "fsdp_version": 2}}, "acc.yaml")
+    doc = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "d", "output_dir": "out", "num_processes": 2,
+           "accelerate_config": str(acc), "gradient_checkpointing": False, "use_peft": True, "load_in_8bit": True,
+           "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
+    o = workload_from_configs([_write(tmp_path, doc)]).options
+    assert (o["gpus"], o["shard"], o["grad_checkpointing"], o["dtype"], o["expandable_segments"], o["batch"]) == \
+        (2, "fsdp", True, "int8", True, 8)
+    single = workload_from_configs([_write(tmp_path, {"model_name_or_path": "m", "dataset_name": "d",
+                                                      "accelerate_config": "single_gpu"})])
+    assert "gpus" not in single.options  # distributed_type NO: accelerate launches one process, whatever it says
+
+
+def test_grpos_beta_is_not_a_preference_pair(tmp_path):
+    doc = {"model_name_or_path": "m", "dataset_name": "d", "reward_funcs": ["accuracy_reward"], "beta": 0.04,
+           "per_device_train_batch_size": 4}
+    o = workload_from_configs([_write(tmp_path, doc)]).options
+    assert o["batch"] == 4 and "reference" not in o and o.get("loss") != "logps"

@@ -161,7 +161,7 @@ def frontier(spec: ModelSpec, workload: Workload, memory_bytes: int, card: str, 
             break
         rows.append((n, most, card_estimate(spec, resized(w, "batch", most), memory_bytes, **options).required_bytes))
     changes: list[tuple[str, str, dict[str, Any]]] = []
-    if workload.training and workload.optimizer == "adamw" and workload.method != "frozen":
+    if workload.training and workload.optimizer in ("adamw", "adamw-32bit") and workload.method != "frozen":
         changes.append(("8-bit AdamW (bitsandbytes)", "--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}))
     if workload.training and not workload.grad_checkpointing:
         changes.append(("gradient checkpointing", "--grad-checkpointing", {"grad_checkpointing": True}))

@@ -10,14 +10,16 @@ what the forward allocates at the loss, what backward starts with, and the logit
   bd2a0fc): the model returns fp32 logits (its output projection upcast), divided by the temperature (a copy) and
   passed through one log_softmax over the whole vocabulary, whose fp32 output is saved; the recipe then deletes the
   logits. The reference forward (no grad) makes the same three tensors; the LoRA recipes keep its fp32 logits
-  through backward (lora_dpo_*.py never delete them), the full recipe deletes them. Backward holds the saved output
-  and the gradients into and out of log_softmax at once.
+  through backward (lora_dpo_*.py never delete them), the full recipe deletes them, and takes chosen's and
+  rejected's log-probabilities in two calls (full_dpo_distributed.py concatenated_forward: half the copy and the
+  output at a time). Backward holds the saved output and the gradients into and out of log_softmax at once.
 - linear: torchtune's LinearCrossEntropyLoss (torchtune/modules/loss/cross_entropy_loss.py at bd2a0fc,
   num_output_chunks=8), the default loss of its current recipes. The model skips its output projection and returns
   the hidden states; the loss keeps the positions it scores (index_select: a copy, saved for the projection's
-  backward) and runs the projection on one of 8 chunks at a time, upcasts that chunk's logits (`logits.float()`)
-  and takes cross_entropy, whose log_softmax saves its fp32 output: every chunk's is kept until backward, no
-  vocabulary-sized tensor of the compute dtype stays. Backward runs chunk by chunk, as chunked's.
+  weight gradient, so only where the head trains) and runs the projection on one of 8 chunks at a time, upcasts
+  that chunk's logits (`logits.float()`) and takes cross_entropy, whose log_softmax saves its fp32 output: every
+  chunk's is kept until backward, no vocabulary-sized tensor of the compute dtype stays. Backward runs chunk by
+  chunk, as chunked's.
 - fused: Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py, which TRL's and the HF
   Trainer's use_liger_kernel patch in): the LM head's matmul and the loss run chunk by chunk in forward, each
   chunk's logits (compute dtype, chunk_size = next power of 2 of ceil(b x s / ceil(V / h))) overwritten by their
@@ -95,7 +97,7 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
                                                                 f"{tokens} x {V} x 4")
     if w.loss == "linear":
         per = LOG_SOFTMAX_OUTPUT_BYTES + (c + FP32_BYTES) / n
-        hidden = tokens * spec.hidden_size * c
+        hidden = tokens * spec.hidden_size * c if w.base_trainable else 0  # F.linear keeps it for the weight's grad
         return Term(int(tokens * V * per + hidden),
                     f"b x s x V x (4 fp32 log_softmax output, every chunk + ({c:g} + 4) / {n} one chunk's projection "
                     f"and its fp32 upcast) + the scored positions' hidden states b x s x h x {c:g} = {tokens} x {V} x "
@@ -128,7 +130,7 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
                                                                f"{LOGITS_GRAD_BYTES} B = {tokens} x {V} x "
                                                                f"{LOGITS_GRAD_BYTES}")
     if w.loss == "linear":
-        hidden = tokens * spec.hidden_size * c
+        hidden = tokens * spec.hidden_size * c if w.base_trainable else 0
         saved = Term(int(tokens * V * LOG_SOFTMAX_OUTPUT_BYTES + hidden),
                      f"b x s x V x 4 fp32 log_softmax output of every chunk + the scored positions' hidden states "
                      f"b x s x h x {c:g} = {tokens} x {V} x 4 + {int(hidden)}")

@@ -318,11 +318,15 @@ def _reference_forward(spec: ModelSpec, w: Workload, tokens: int, V: int, c: flo
     A copy or the LoRA model with its adapters disabled (TRL's use_adapter(model, None)): the same forward."""
     items = []
     if w.loss == "logsoftmax":  # torchtune's DPO: fp32 logits, their /temperature copy, log_softmax's output
-        items.append(Item("reference forward's logits (no grad)", int(tokens * V * 3 * FP32_BYTES),
-                          f"b x s x V x (4 fp32 logits + 4 their /temperature copy + 4 log_softmax output) = {tokens} "
-                          f"x {V} x 12; made after the trained model's log-probs", "logits",
-                          "torchtune rlhf.get_batch_log_probs under torch.no_grad() (lora_dpo_*.py, "
-                          "full_dpo_distributed.py)"))
+        # the LoRA recipes (adapters-off) take all rows' log-probs in one call, the full one (a frozen copy) chosen's
+        # and rejected's in two: half the copy and the output at a time
+        per = 3 * FP32_BYTES if w.reference == "adapters-off" else 2 * FP32_BYTES
+        items.append(Item("reference forward's logits (no grad)", int(tokens * V * per),
+                          f"b x s x V x (4 fp32 logits + {per - 4:g} their /temperature copy and log_softmax output"
+                          f"{'' if w.reference == 'adapters-off' else ', one half of the rows at a time'}) = {tokens} "
+                          f"x {V} x {per:g}; made after the trained model's log-probs", "logits",
+                          "torchtune rlhf.get_batch_log_probs under torch.no_grad() (lora_dpo_*.py: one call; "
+                          "full_dpo_distributed.py: chosen and rejected apart)"))
     elif w.loss != "fused":
         positions = logit_positions(w)
         row = positions // w.batch
@@ -447,7 +451,8 @@ def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
     # zero_grad() without set_to_none leaves the gradients allocated (zeroed) through the next forward and backward,
     # and gradient accumulation keeps the sum of the micro-batches' gradients through the next micro-batch's; DeepSpeed
     # ZeRO-3 holds its gradient partition in one flat buffer made at the optimizer's init
-    whole = w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1  # gradients held unsharded between micro-batches
+    # gradients held unsharded between micro-batches, unless reduce-scattered every one (--sync-each-batch)
+    whole = w.grad_accumulation > 1 and w.shard == "fsdp" and N > 1 and not w.sync_each_batch
     c = ELEMENT_BYTES[w.compute_dtype]
     kept: list[Item]
     if w.shard == "zero3" and off:

@@ -13,7 +13,9 @@ from . import recipe_deepspeed, recipe_read as rd
 def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     name = rd.label(path)
     kind = str(d.get("distributed_type", "NO")).upper()
-    if d.get("num_processes") is not None:
+    if d.get("num_processes") is not None and kind == "NO":  # accelerate launches one process, whatever it says
+        r.use(name, "num_processes")
+    elif d.get("num_processes") is not None:
         r.set("gpus", rd.whole(d["num_processes"], f"{name}: num_processes"), f"{name}: num_processes")
     if str(d.get("mixed_precision", "no")).lower() in ("bf16", "fp16"):
         r.set("mixed_precision", True, f"{name}: mixed_precision")
@@ -56,11 +58,15 @@ STRATEGIES = {"FULL_SHARD": "fsdp", "1": "fsdp", "SHARD_GRAD_OP": "zero2", "2": 
 TRAINER_WORDS = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard")
 
 
-def fsdp_plugin(r: rd.Reader, name: str, fsdp: dict[str, Any], section: str = "fsdp_config") -> None:
+def fsdp_plugin(r: rd.Reader, name: str, fsdp: dict[str, Any], section: str = "fsdp_config", *,
+                switch: str = "distributed_type", version: tuple[str, Any] | None = None) -> None:
     """FSDP's settings as accelerate's fsdp_config writes them (fsdp_-prefixed), or axolotl's (with or without the
     prefix, which axolotl strips: utils/schemas/validation.py check_fsdp_config_kwargs_prefix): the sharding strategy,
-    CPU offload of the parameters, FSDP's activation checkpointing, reshard_after_forward; version 2 is the FSDP
-    the estimate models (fully_shard per block); 1 (FSDP1's flat parameters) is left to the key's account."""
+    CPU offload of the parameters, FSDP's activation checkpointing, reshard_after_forward. Version 2 is the FSDP
+    the estimate models (fully_shard per block); 1, accelerate's and axolotl's default, is counted as it and said
+    so in a note: FSDP1 shards and gathers the same bytes per wrapped unit, in one flat parameter (its padding and
+    flat buffers not counted). `switch`: the key that turned FSDP on; `version`: (key, value) of a version written
+    outside the section (axolotl's top-level fsdp_version)."""
     def key(k: str) -> str:
         return next((f for f in (f"fsdp_{k}", k) if f in fsdp), f"fsdp_{k}")
 
@@ -68,15 +74,21 @@ def fsdp_plugin(r: rd.Reader, name: str, fsdp: dict[str, Any], section: str = "f
     reshard = key("reshard_after_forward")
     if strategy not in fsdp and isinstance(fsdp.get(reshard), str):  # accelerate's FSDP1 names it so (FULL_SHARD)
         strategy = reshard
-    _strategy(r, f"{name}: {section}.{strategy}", str(fsdp.get(strategy, "FULL_SHARD")),
+    where = f"{name}: {section}.{strategy}" if strategy in fsdp else f"{name} ({section}: no sharding strategy, " \
+        "FULL_SHARD)"
+    _strategy(r, where, str(fsdp.get(strategy, "FULL_SHARD")),
               str(fsdp.get(offload, False)).lower() == "true", f"{name}: {section}.{offload}")
     checkpointing = key("activation_checkpointing")
-    if fsdp.get(checkpointing):
-        r.set("grad_checkpointing", True, f"{name}: {section}.{checkpointing}")
+    if fsdp.get(checkpointing):  # on whatever the Trainer's own says (off beside it): rd.settle_checkpointing
+        r.fsdp_checkpointing = f"{name}: {section}.{checkpointing}"
     rd.reshard(r, name, fsdp.get(reshard), f"{section}.{reshard}")
-    version = next((f for f in ("fsdp_version", "version") if f in fsdp), None)
-    if version is not None and str(fsdp[version]) == "2":
-        r.use(name, f"{section}.{version}")
+    inside = next((f for f in ("fsdp_version", "version") if f in fsdp), None)
+    vkey, value = (f"{section}.{inside}", fsdp[inside]) if inside else version or (switch, None)
+    r.use(name, vkey)
+    if str(value) != "2":
+        r.notes.append(f"{name}: {vkey}: FSDP1" + (" (the default without fsdp_version)" if value is None else "") +
+                       ", counted as FSDP2's per-block sharding: the same bytes sharded and gathered per wrapped "
+                       "unit, FSDP1's flat-parameter padding not counted")
     r.use(name, *(f"{section}.{k}" for k in (strategy, offload, checkpointing) if k in fsdp))
 
 

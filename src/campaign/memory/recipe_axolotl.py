@@ -147,13 +147,15 @@ def _checkpointing(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> N
 def _fsdp(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     """FSDP: fsdp_config turns it on (core/builders/base.py; the fsdp list is its deprecated form, the HF Trainer's
     words), read as accelerate's plugin (recipe_accelerate.fsdp_plugin); fsdp_version 2 is the FSDP the estimate
-    models, 1 (axolotl's default) is left to the key's account."""
+    models, 1 (axolotl's default: utils/schemas/validation.py check_fsdp_version_in_fsdp_config) is named."""
     config = rd.section(d, "fsdp_config", name, "axolotl reads a mapping of FSDP settings (offload_params: true, ...)")
     if d.get("fsdp"):
         recipe_accelerate.fsdp_trainer_option(r, name, "fsdp", d["fsdp"])
     elif "fsdp" in d:
         r.use(name, "fsdp")
     if config:
-        recipe_accelerate.fsdp_plugin(r, name, config)
-    if str(d.get("fsdp_version")) == "2" and (config or d.get("fsdp")):
-        r.use(name, "fsdp_version")
+        switch = "fsdp" if d.get("fsdp") else f"fsdp_config.{next(iter(config))}"
+        version = ("fsdp_version", d["fsdp_version"]) if d.get("fsdp_version") is not None else None
+        recipe_accelerate.fsdp_plugin(r, name, config, switch=switch, version=version)
+    elif d.get("fsdp_version") is not None:
+        r.use(name, "fsdp_version")  # without fsdp_config axolotl turns no FSDP on

@@ -304,8 +304,6 @@ def read(r: rd.Reader, name: str, d: dict[str, Any], *, whole: bool = True) -> N
         section = rd.section(d, key, name, 'DeepSpeed reads an object such as {"enabled": true}')
         if section.get("enabled") not in (None, False, "auto"):
             r.set("mixed_precision", True, f"{name}: {key}.enabled")
-            if key == "fp16" and "dtype" not in r.options:  # the engine's 16-bit copy (engine.py module.half())
-                r.set("dtype", "fp16", f"{name}: fp16.enabled (DeepSpeed casts the model to fp16)")
         elif section.get("enabled") == "auto":  # the HF Trainer fills it from its own bf16/fp16 (rd.auto_half)
             r.ds_auto.append(f"{name}: {key}.enabled")
         if "enabled" in section:

@@ -39,6 +39,7 @@ class Reader:
         self.deepspeed: str | None = None  # the --deepspeed file, which a recipe's deepspeed key may name
         self.ds_auto: list[str] = []  # 'file: bf16.enabled' of a ds_config's half precision left "auto"
         self.ds_filled = False  # a Trainer's file (TrainingArguments, axolotl, LLaMA-Factory) fills that "auto"
+        self.fsdp_checkpointing: str | None = None  # 'file: key' of FSDP's own activation checkpointing, when on
         self.gpus, self.model_type, self.reference, self.causal = gpus, model_type, reference, causal
 
     def set(self, option: str, value: Any, where: str) -> None:
@@ -321,9 +322,19 @@ def auto_half(r: Reader, name: str, half: str | None) -> None:
     r.ds_filled = r.ds_filled or bool(r.ds_auto)
     if r.ds_auto and half and "mixed_precision" not in r.options:
         r.set("mixed_precision", True, f"{name}: {half} (fills {r.ds_auto[0]} auto)")
-    fp16 = next((a for a in r.ds_auto if a.endswith("fp16.enabled")), None)
-    if half == "fp16" and fp16 and "dtype" not in r.options:  # DeepSpeed's fp16 engine casts the model to fp16
-        r.set("dtype", "fp16", f"{name}: fp16 (fills {fp16} auto: DeepSpeed casts the model to fp16)")
+
+
+def settle_checkpointing(r: Reader) -> None:
+    """FSDP's activation checkpointing (accelerate's and axolotl's fsdp_config) wraps every layer whatever the
+    Trainer's gradient_checkpointing says, which the HF Trainer requires off beside it ("can't be set to True
+    simultaneously"): checkpointing is on, read after every file so that neither order conflicts."""
+    if r.fsdp_checkpointing is None:
+        return
+    if r.options.get("grad_checkpointing") is False:
+        r.notes.append(f"{r.fsdp_checkpointing}: FSDP checkpoints every layer; {r.sources['grad_checkpointing'][1]} "
+                       "off is the Trainer's own, which FSDP's replaces")
+        del r.options["grad_checkpointing"], r.sources["grad_checkpointing"]
+    r.set("grad_checkpointing", True, r.fsdp_checkpointing)
 
 
 def reshard(r: Reader, name: str, value: Any, key: str) -> None:

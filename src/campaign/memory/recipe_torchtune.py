@@ -123,6 +123,10 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
             r.set("offload_params", "cpu", f"{name}: {key}")
         elif present:
             r.use(name, key)
+    if r.options.get("shard") == "fsdp" and r.options.get("grad_accumulation", 1) > 1:
+        # the distributed recipes call no no_sync: FSDP reduce-scatters every micro-batch's gradients
+        r.set("sync_each_batch", True, f"{name}: gradient_accumulation_steps (torchtune's distributed recipes "
+                                       "reduce-scatter every micro-batch: no no_sync)")
     _custom_sharded(r, name, d.get("custom_sharded_layers"))
     rd.reshard(r, name, d.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward")
     r.use(name, "enable_activation_checkpointing", "model.apply_lora_to_mlp", "model.apply_lora_to_output",

@@ -94,7 +94,7 @@ def _generating(r: rd.Reader, name: str, d: dict[str, Any], liger: dict[str, boo
 def is_pairs(d: dict[str, Any]) -> bool:
     """A TRL pair-preference config (DPO, IPO, ORPO, CPO, SimPO): a `beta` without the keys of a generating trainer
     (GRPO, RLOO) or of KTO, whose batches are not pairs."""
-    return "beta" in d and not any(k in d for k in GENERATING + KTO)
+    return "beta" in d and not any(k in d for k in GENERATING + KTO + ("reward_funcs", "reward_model_name_or_path"))
 
 
 def _reference(r: rd.Reader, name: str, d: dict[str, Any], reference: str | None) -> None:

@@ -27,7 +27,9 @@ SOURCE = "TRL at f2cd577"
 # keys only a TRL CLI file holds beside model_name_or_path (ScriptArguments, DatasetMixtureConfig, accelerate flags)
 MARKS = ("dataset_name", "datasets", "dataset_mixture", "accelerate_config", "num_processes", "reward_funcs",
          "reward_model_name_or_path", "env")
-# keys that say which trainer runs it: DPO's (a pair trainer, recipe_trainer._pairs) or GRPO's
+# keys that only a TRL CLI file holds, output_dir or not: accelerate launch's flags, the exported environment, GRPO's
+LAUNCH = ("accelerate_config", "num_processes", "env", "reward_funcs", "reward_model_name_or_path")
+# keys that say which trainer runs it: DPO's (a pair trainer, recipe_trainer.is_pairs) or GRPO's
 GRPO = ("reward_funcs", "reward_model_name_or_path", "num_generations")
 # trl/accelerate_configs/<name>.yaml: each profile's settings (every one bf16 over 8 processes, none offloaded)
 _COMMON = {"compute_environment": "LOCAL_MACHINE", "debug": False, "machine_rank": 0, "main_training_function": "main",
@@ -62,15 +64,16 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def is_trl_cli(doc: dict[str, Any]) -> bool:
-    """A TRL CLI file: model_name_or_path beside a key only such files hold, and no output_dir (which a
-    TrainingArguments file must give)."""
-    return "model_name_or_path" in doc and "output_dir" not in doc and any(k in doc for k in MARKS)
+    """A TRL CLI file: model_name_or_path beside an `accelerate launch` flag or a key of TRL's scripts only, or
+    beside its dataset without the output_dir a TrainingArguments file gives."""
+    return "model_name_or_path" in doc and (any(k in doc for k in LAUNCH) or (
+        "output_dir" not in doc and any(k in doc for k in MARKS)))
 
 
 def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     name = rd.label(path)
     generating = any(k in doc for k in GRPO)
-    pairs = recipe_trainer.is_pairs(doc)
+    pairs = recipe_trainer.is_pairs(doc) and not generating  # GRPO's beta is its KL weight, not DPO's
     if "num_processes" in doc:
         r.set("gpus", rd.whole(doc["num_processes"], f"{name}: num_processes"), f"{name}: num_processes")
     if "gradient_checkpointing" not in doc:
@@ -80,14 +83,21 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
               + (f" pairs, {rd.PAIRS})" if pairs else ")"))
     if not generating and not any(k in doc for k in ("max_length", "max_seq_length")):
         r.set("seq_len", 1024, f"{name} (TRL's SFT and DPO default max_length: 1024, {SOURCE})")
-    four_bit = doc.get("load_in_4bit") is True and (doc.get("use_peft") is True)
+    kbit = doc.get("use_peft") is True and (doc.get("load_in_4bit") is True or doc.get("load_in_8bit") is True)
     half = "fp16" if doc.get("fp16") else "bf16" if doc.get("bf16", True) else None
-    if not four_bit and not any(k in doc for k in ("dtype", "torch_dtype")):
+    if not kbit and not any(k in doc for k in ("dtype", "torch_dtype")):
         r.set("dtype", "fp32", f"{name} (TRL's ModelConfig dtype: float32, {SOURCE})")
         if half:
             r.set("mixed_precision", True, f"{name} ({half}: " + (f"TRL's default, {SOURCE}" if half == "bf16"
                                                                    and "bf16" not in doc else "the file's") +
                   ", autocast over the fp32 weights)")
+    env = doc.get("env")
+    conf = str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")) if isinstance(env, dict) else ""
+    if "expandable_segments:true" in conf.replace(" ", "").lower():  # exported before the launch
+        r.set("expandable_segments", True, f"{name}: env.PYTORCH_CUDA_ALLOC_CONF")
+    elif isinstance(env, dict) and env:
+        r.notes.append(f"{name}: env: exported before the launch; campaign reads PYTORCH_CUDA_ALLOC_CONF's "
+                       "expandable_segments from it, nothing else")
     funcs = doc.get("reward_funcs")
     if isinstance(funcs, list) and all(isinstance(f, str) and "/" not in f for f in funcs):
         r.use(name, "reward_funcs")  # TRL's reward functions by name (accuracy_reward...): no model on the card
@@ -100,8 +110,8 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     if not generating and not pairs and r.reference is None:
         key = next((k for k in ("dataset_name", "datasets", "dataset_mixture") if k in doc), "model_name_or_path")
         r.refuse(f"{name}: {key}", "the trainer that runs it (trl sft, dpo or grpo: the command's word, not the "
-                 "file's)", "counted as trl sft; for trl dpo add beta to the file (or give --reference and twice "
-                 "the batch)")
+                 "file's)", "counted as trl sft (say so with --reference none); for trl dpo add beta to the file "
+                 "(or give --reference copy or adapters-off, and twice the batch)")
     profile = doc.get("accelerate_config")
     if isinstance(profile, str) and profile in PROFILES:
         settings = dict(PROFILES[profile])
@@ -112,7 +122,10 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     elif isinstance(profile, str) and profile:
         for file in (Path(profile), path.parent / profile):
             if file.is_file():
-                recipe_accelerate.read(r, file, rd.load_config_file(file))
+                settings = rd.load_config_file(file)
+                if "num_processes" in doc:  # an accelerate flag overrides the config file's value
+                    settings.pop("num_processes", None)
+                recipe_accelerate.read(r, file, settings)
                 r.use(name, "accelerate_config")
                 break
         else:

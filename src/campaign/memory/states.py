@@ -41,8 +41,11 @@ def weight_bytes(spec: ModelSpec, w: Workload) -> WeightBytes:
     quantized = overhead = dense = largest = 0
     names: list[str] = []
     amp_fp32 = w.mixed_precision and w.base_trainable and w.shard not in ("zero1", "zero2", "zero3")
-    # peft's prepare_model_for_kbit_training casts what the quantizer left 16-bit to fp32 (Workload.kbit_fp32)
+    # peft's prepare_model_for_kbit_training casts what the quantizer left 16-bit to fp32 (Workload.kbit_fp32); the
+    # DeepSpeed engine casts a model loaded in fp32 to its 16-bit dtype (deepspeed_casts; the fp32 master is ZeRO's)
     dense_dtype = "fp32" if amp_fp32 or w.kbit_fp32 else (w.dtype if w.dtype in ("fp32", "bf16", "fp16") else "bf16")
+    if deepspeed_casts(w) and dense_dtype == "fp32":
+        dense_dtype = "bf16"
     for g in spec.groups:
         if w.dtype in QUANTIZED and g.role == "linear" and g.in_blocks and not is_router(g):
             lb = linear_bytes(w.dtype, g.shape[0], g.shape[1], group_size=w.group_size,

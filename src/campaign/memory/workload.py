@@ -188,6 +188,11 @@ class Workload:
         "help": "Micro-batches per optimizer step (the Trainer's gradient_accumulation_steps); --batch is the "
                 "micro-batch. From the second on, the gradients summed so far stay allocated through forward and "
                 "backward."})
+    sync_each_batch: bool = field(default=False, metadata={
+        "flag": "--sync-each-batch/--no-sync-each-batch", "group": "allocator",
+        "help": "FSDP with --grad-accumulation: reduce-scatter the gradients every micro-batch, so they stay sharded "
+                "between micro-batches (accelerate's sync_each_batch; torchtune's recipes, which never call no_sync). "
+                "Off: the HF Trainer's no_sync keeps them whole until the last micro-batch."})
     softmax_saves_input: bool = field(default=False, metadata={
         "flag": "--softmax-saves-input", "group": "legacy",
         "help": "PyTorch before 1.11: softmax keeps its input for backward too (eager attention scores)."})

@@ -82,12 +82,11 @@ def _logps(torch, logits, labels):
     return torch.stack(rows).sum(-1)
 
 
-def _measured_dpo_step(vocab: int, reference: str, checkpointing: bool, lora: bool) -> int:
-    """The peak live bytes of two DPO steps of ours on a real tiny Llama (bf16, AdamW)."""
+def _dpo_models(vocab: int, reference: str, lora: bool, *, adapter_autocast: bool = True):
+    """torch, the trained model (a real tiny Llama in bf16, LoRA on every linear layer with `lora`) and its frozen
+    copy for --reference copy (else None)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from campaign.memory.tracker import StorageTracker
-
     cfg = _cfg(vocab)
     config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
     config._attn_implementation = "sdpa"
@@ -96,7 +95,16 @@ def _measured_dpo_step(vocab: int, reference: str, checkpointing: bool, lora: bo
     ref = copy.deepcopy(policy).eval().requires_grad_(False) if reference == "copy" else None
     if lora:
         peft = pytest.importorskip("peft")
-        policy = peft.get_peft_model(policy, peft.LoraConfig(r=8, target_modules="all-linear"))
+        policy = peft.get_peft_model(policy, peft.LoraConfig(r=8, target_modules="all-linear"),
+                                     autocast_adapter_dtype=adapter_autocast)
+    return torch, policy, ref
+
+
+def _measured_dpo_step(vocab: int, reference: str, checkpointing: bool, lora: bool) -> int:
+    """The peak live bytes of two DPO steps of ours on a real tiny Llama (bf16, AdamW)."""
+    from campaign.memory.tracker import StorageTracker
+
+    torch, policy, ref = _dpo_models(vocab, reference, lora)
     if checkpointing:
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.train()
@@ -152,20 +160,10 @@ def _measured_torchtune_dpo_step(vocab: int, reference: str, lora: bool) -> int:
     no_grad, whose logits the LoRA recipes keep through backward; the full recipe takes the log-probabilities of
     chosen and rejected in two calls and deletes the reference's logits) on a real tiny Llama in bf16; torchtune's
     model returns its logits upcast to fp32 (TransformerDecoder.unembed: .float())."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from campaign.memory.tracker import StorageTracker
 
-    cfg = _cfg(vocab)
-    config = transformers.AutoConfig.for_model("llama", **{k: v for k, v in cfg.items() if k != "model_type"})
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    policy = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
-    ref = copy.deepcopy(policy).eval().requires_grad_(False) if reference == "copy" else None
-    if lora:
-        peft = pytest.importorskip("peft")
-        policy = peft.get_peft_model(policy, peft.LoraConfig(r=8, target_modules="all-linear"),
-                                     autocast_adapter_dtype=False)  # torchtune's adapters: the model's dtype
+    # torchtune's adapters are built in the model's dtype: no peft autocast to fp32
+    torch, policy, ref = _dpo_models(vocab, reference, lora, adapter_autocast=False)
     policy.train()
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=1e-5, foreach=True)
     ids = torch.cat([torch.randint(0, vocab, (PAIRS, S)), torch.randint(0, vocab, (PAIRS, S))])  # chosen, rejected

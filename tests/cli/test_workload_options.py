@@ -56,8 +56,9 @@ def test_the_gaps_are_the_documented_ones():
     # --completion-tokens, --vllm-share, --offload-params, --checkpoint-every, --checkpoint-ops), --device-map and
     # --balance (generation)
     assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 31
-    # and the parallel group's --fsdp-embedding-units and --reshard-after-forward
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 41
+    # and the parallel group's --fsdp-embedding-units and --reshard-after-forward, the allocator group's
+    # --sync-each-batch
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 42
     assert options.MEASURE == options.EXPLAIN
 
 

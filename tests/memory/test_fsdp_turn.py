@@ -170,3 +170,26 @@ def test_torchtunes_fsdp_accumulation_keeps_sharded_gradients(tmp_path):
                                       "gradient_accumulation_steps": 4, "dtype": "bf16"}))
     assert workload_from_configs([recipe], gpus=4).options["sync_each_batch"] is True
     assert "sync_each_batch" not in workload_from_configs([recipe], gpus=1).options
+
+
+def test_the_trace_reduce_scatters_every_micro_batch_too(write_config):
+    """--sync-each-batch in the trace (FSDP2 over fake ranks, set_requires_gradient_sync on every micro-batch): the
+    forward of the second micro-batch holds the sharded sum, not the whole gradients, by what the formula counts."""
+    import pytest
+
+    from campaign.memory import estimate_memory, make_workload
+    from campaign.memory.trace import trace_memory
+    from campaign.models.architectures import spec_from_config
+    from tests.conftest import tiny_llama
+
+    path = write_config(tiny_llama(), "tiny")
+    spec = spec_from_config(tiny_llama(), name="tiny", source="test")
+
+    def forward(how, sync):
+        w = make_workload(batch=2, seq_len=32, gpus=4, shard="fsdp", grad_accumulation=2, sync_each_batch=sync)
+        est = trace_memory(str(path), w) if how == "trace" else estimate_memory(spec, w)
+        return next(p.bytes for p in est.phases if p.name == "forward")
+
+    traced = forward("trace", False) - forward("trace", True)
+    counted = forward("formula", False) - forward("formula", True)
+    assert traced > 0 and counted == pytest.approx(traced, rel=0.01)

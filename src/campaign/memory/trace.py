@@ -126,8 +126,9 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
                         # second on, the gradients summed so far are alive through its forward and backward
                         at = f"step {step + 1}" + (f", micro-batch {micro + 1}" if w.grad_accumulation > 1 else "")
                         if hasattr(net, "set_requires_gradient_sync"):  # FSDP2, as the Trainer runs it: the earlier
-                            # micro-batches under accelerator.no_sync keep whole gradients, the last reduce-scatters
-                            net.set_requires_gradient_sync(micro == w.grad_accumulation - 1)
+                            # micro-batches under accelerator.no_sync keep whole gradients, the last reduce-scatters;
+                            # every one with --sync-each-batch (torchtune)
+                            net.set_requires_gradient_sync(w.sync_each_batch or micro == w.grad_accumulation - 1)
                         tracker.phase("activations")
                         tell(f"forward ({at})")
                         with _autocast(torch, w):

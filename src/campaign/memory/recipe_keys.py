@@ -38,7 +38,8 @@ _COMMON = ("output_dir", "seed", "run_name", "project", "learning_rate", "lr", "
            "warmup_ratio", "num_train_epochs", "epochs", "max_steps", "logging_*", "log_*", "save_*", "eval_*",
            "report_to", "wandb_*", "hub_*", "push_to_hub", "resume_from_checkpoint", "dataset_*", "data_*")
 # FSDP's version (2, fully_shard per block, is what the estimate models) and backward prefetch
-FSDP1 = "FSDP1's flat parameters (read when 2: FSDP2, fully_shard per block, is what the estimate counts)"
+FSDP1 = ("FSDP's version (read where FSDP is on: 2 as modelled, 1 counted as FSDP2 with a note); here FSDP is "
+         "off")
 PREFETCH = "FSDP backward prefetch (one more layer gathered)"
 # axolotl's fsdp_config keys that change no memory on the card, as written with and without the fsdp_ prefix
 # (utils/schemas/fsdp.py; axolotl strips the prefix)

@@ -199,3 +199,23 @@ def test_bitsandbytes_32bit_adamw_keeps_fp32_states_on_a_bf16_model(tmp_path):
     cfg = workload_from_configs([recipe])
     assert cfg.options["optimizer"] == "adamw-32bit" and not cfg.unmodelled
     assert any("paged states" in n for n in cfg.notes)
+
+
+def test_torchao_4bit_adamw_keeps_half_a_byte_and_a_scale_per_state():
+    """torchao's AdamW4bit (TrainingArguments' adamw_torch_4bit, axolotl's optimizer: adamw_torch_4bit): each state is
+    4-bit codes packed two to a byte plus one fp32 scale per block of 128, 2 x (0.5 + 4 / 128) = 1.0625 B a
+    parameter. Counted on torchao's own state tensors, then on Llama 3.2 1B (1,235,814,400 parameters, bf16)."""
+    optim = pytest.importorskip("torchao.optim")
+    import torch
+
+    p = torch.nn.Parameter(torch.zeros(256, 4096, dtype=torch.bfloat16))
+    opt = optim.AdamW4bit([p])
+    states = [opt._new_buffer(p, True), opt._new_buffer(p, False)]  # what its step makes for exp_avg, exp_avg_sq
+    held = sum(s.codes.nbytes + s.scale.nbytes for s in states)
+    assert held == 2 * (p.numel() // 2 + p.numel() // 128 * 4)
+    P = 1_235_814_400
+    est = estimate_memory("llama-3.2-1b", make_workload(optimizer="adamw-4bit", batch=1, seq_len=128))
+    step = {i.name: i.bytes for ph in est.phases if ph.name == "optimizer step" for i in ph.items}
+    assert step["optimizer states"] == int(P * held / p.numel())
+    # the step dequantizes one tensor's two states at a time: the largest, the tied embedding 128256 x 2048
+    assert step["optimizer temporaries"] == 2 * 4 * 128256 * 2048

@@ -99,6 +99,7 @@ FP32_BYTES = 4
 # self.to(weight.device, dtype=weight.dtype)); a quantized base's storage is not floating: fp32.
 ADAPTER_BYTES = FP32_BYTES
 BNB_8BIT_BLOCK = 256         # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per 256
+TORCHAO_4BIT_BLOCK = 128     # torchao AdamW4bit: 4-bit states, one fp32 scale per block of 128 (subclass_4bit.py)
 NF4_BLOCK = 64               # bitsandbytes 4-bit: one absmax per 64 weights (QLoRA paper, Dettmers et al. 2023,
 NF4_DOUBLE_QUANT_BLOCK = 256  # sec. 3); double quantization: the absmax in 8 bits, one fp32 scale per 256 of them
 

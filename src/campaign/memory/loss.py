@@ -27,6 +27,13 @@ what the forward allocates at the loss, what backward starts with, and the logit
   When the LM head trains (full fine-tuning), forward also makes its weight's gradient,
   `grad_weight = torch.zeros_like(weight)` (V x h in the weight's dtype), summed chunk by chunk and held until the
   head's backward, which hands it on as the head's .grad: it is alive from the loss to the start of backward.
+- cce: Apple's Cut Cross-Entropy (cut_cross_entropy cce.py and cce_backward.py at 100a077, impl "cce", which
+  axolotl's CutCrossEntropyPlugin patches in): the LM head's matmul and the log-sum-exp run block by block in the
+  kernel, so no logits exist in memory. Forward keeps per position the fp32 log-sum-exp and, while it runs, the
+  target's logit, and per vocabulary row the fp32 average logit that orders the gradient filter (filter_eps "auto");
+  it saves the head's input (e) and weight (c). Backward allocates the hidden states' gradient
+  (zeros_like(e)), the head weight's gradient when the head trains (zeros_like(c), its .grad), and the vocabulary
+  order (int32 per row). With a frozen head the saved input is one tensor more than a frozen Linear keeps.
 - logps: the sequences' log-probabilities as TRL's preference and RL trainers take them (trl/trainer/utils.py
   selective_log_softmax, DPO's _compute_loss): 16-bit logits go through log_softmax one row (sequence) at a time,
   each row's output in the logits' dtype saved for backward, so forward holds the logits and every row's output (2 x
@@ -62,10 +69,11 @@ def liger_chunk_tokens(spec: ModelSpec, tokens: int) -> int:
     return min(tokens, 1 << max(0, (per - 1).bit_length()))
 
 
-def liger_grad_weight(spec: ModelSpec, w: Workload) -> Term:
-    """The LM head's weight gradient Liger's fused loss makes in forward when the head trains
-    (fused_linear_cross_entropy_forward: grad_weight = torch.zeros_like(weight) if weight.requires_grad; the bias
-    too, which causal LM heads lack): V x h in the weight's dtype, fp32 under autocast over fp32 weights."""
+def head_weight_grad(spec: ModelSpec, w: Workload) -> Term:
+    """The LM head's weight gradient a fused loss makes itself when the head trains (Liger's
+    fused_linear_cross_entropy_forward: grad_weight = torch.zeros_like(weight) if weight.requires_grad, in forward;
+    CCE's cce_backward_kernel: dc = torch.zeros_like(c), in backward; the bias too, which causal LM heads lack): V x h
+    in the weight's dtype, fp32 under autocast over fp32 weights."""
     if not w.base_trainable:
         return Term(0, "")
     b = FP32_BYTES if w.mixed_precision and not deepspeed_casts(w) else ELEMENT_BYTES[w.compute_dtype]
@@ -95,6 +103,10 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
         return Term(int(tokens * V * LOG_SOFTMAX_OUTPUT_BYTES), f"b x s x V x 4 fp32 log_softmax output, saved (the "
                                                                 f"logits deleted before the reference forward) = "
                                                                 f"{tokens} x {V} x 4")
+    if w.loss == "cce":
+        return Term(int(tokens * 2 * FP32_BYTES + V * FP32_BYTES),
+                    f"b x s x 8 (fp32 log-sum-exp and target logit) + V x 4 (fp32 average logit, the gradient "
+                    f"filter's order) = {tokens} x 8 + {V} x 4; no logits")
     if w.loss == "linear":
         per = LOG_SOFTMAX_OUTPUT_BYTES + (c + FP32_BYTES) / n
         hidden = tokens * spec.hidden_size * c if w.base_trainable else 0  # F.linear keeps it for the weight's grad
@@ -105,7 +117,7 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
     tokens = logit_positions(w)  # the fused loss's hidden states: every position, or the completions' (GRPO)
     chunk = liger_chunk_tokens(spec, tokens)
     h = spec.hidden_size
-    gw = liger_grad_weight(spec, w)
+    gw = head_weight_grad(spec, w)
     return Term(int(chunk * V * c + tokens * h * c) + gw.bytes,
                 f"one chunk's logits, {chunk} tokens x V x {c:g} B + the hidden states' gradient b x s x h x {c:g} B "
                 f"= {chunk} x {V} x {c:g} + {tokens} x {h} x {c:g}{gw.formula}")
@@ -137,6 +149,19 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
         grads = Term(int(tokens * V * LOGITS_GRAD_BYTES / n),
                      f"one chunk's grads into and out of log_softmax: b x s x V x {LOGITS_GRAD_BYTES} B / {n} chunks")
         return saved, grads
+    if w.loss == "cce":
+        h, hc = spec.hidden_size, ELEMENT_BYTES[w.compute_dtype]
+        # the head's input: kept by CCE's save_for_backward(e, ...); a trained head's Linear would keep it too (in
+        # the activations' final norm), a frozen one would not
+        e = 0 if w.base_trainable else tokens * h * hc
+        gw = head_weight_grad(spec, w)
+        saved = Term(int(tokens * FP32_BYTES + V * FP32_BYTES + e),
+                     "b x s x 4 fp32 log-sum-exp + V x 4 fp32 average logit" + (
+                         f" + the frozen head's input b x s x h x {hc:g} = {tokens} x {h} x {hc:g}" if e else ""))
+        grads = Term(int(tokens * h * hc + V * FP32_BYTES) + gw.bytes,
+                     f"the hidden states' gradient b x s x h x {hc:g} + the vocabulary order V x 4 = {tokens} x {h} "
+                     f"x {hc:g} + {V} x 4{gw.formula}")
+        return saved, grads
     if w.loss == "chunked":
         per = held + LOG_SOFTMAX_OUTPUT_BYTES
         saved = Term(int(tokens * V * per), f"b x s x V x ({held:g} logits held + 4 fp32 log_softmax output of every "
@@ -145,7 +170,7 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
                      f"one chunk's grads into and out of log_softmax: b x s x V x {LOGITS_GRAD_BYTES} B / {n} chunks")
         return saved, grads
     h = spec.hidden_size
-    gw = liger_grad_weight(spec, w)
+    gw = head_weight_grad(spec, w)
     tokens = logit_positions(w)
     return (Term(int(tokens * h * c) + gw.bytes,
                  f"the hidden states' gradient made in forward: b x s x h x {c:g} B{gw.formula}"),

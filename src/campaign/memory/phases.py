@@ -205,8 +205,9 @@ def training_phases(spec: ModelSpec, w: Workload) -> tuple[Phase, ...]:
         kept_term, grad_term = backward_loss(spec, w, c, held)
         bwd_start += [Item(f"{w.loss} loss: saved for backward", kept_term.bytes, kept_term.formula, "logits",
                            LOSS_SOURCE[w.loss])]
-        if grad_term.bytes:
-            bwd_start.append(Item(f"{w.loss} loss: logits gradients", grad_term.bytes, grad_term.formula, "logits",
+        if grad_term.bytes:  # CCE makes no logits: its gradients are the hidden states' and the head's
+            what = "hidden and head gradients" if w.loss == "cce" else "logits gradients"
+            bwd_start.append(Item(f"{w.loss} loss: {what}", grad_term.bytes, grad_term.formula, "logits",
                                   LOSS_SOURCE[w.loss]))
     elif lg:
         grad_per = LOGITS_GRAD_BYTES if causal else 2 * c
@@ -348,7 +349,8 @@ LOSS_SOURCE = {"chunked": "torchtune CEWithChunkedOutputLoss (8 chunks)",
                "linear": "torchtune LinearCrossEntropyLoss (8 chunks, the projection in the loss)",
                "logsoftmax": "torchtune rlhf.get_batch_log_probs (its DPO recipes)",
                "logps": "TRL selective_log_softmax (trl/trainer/utils.py), DPOTrainer._compute_loss",
-               "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)"}
+               "fused": "Liger fused_linear_cross_entropy (TRL / HF Trainer use_liger_kernel)",
+               "cce": "Cut Cross-Entropy (cut_cross_entropy cce.py, cce_backward.py; axolotl CutCrossEntropyPlugin)"}
 
 
 def _step_items(spec: ModelSpec, w: Workload) -> _StepItems:
@@ -773,6 +775,13 @@ def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int, *, flat: bool = Fal
             return Term(int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})")
         return Term(0, "")
 
+    if w.optimizer == "adamw-4bit":
+        # torchao's AdamW4bit steps one tensor at a time (torch.compile(single_param_adam)): its two states
+        # dequantized to fp32 (exp_avg_f32, exp_avg_sq_f32), which the quantizing copy_ back reads whole
+        largest = Pt if flat else _largest_trainable(spec, w)
+        return Term(int(2 * FP32_BYTES * largest), f"4-bit AdamW (torchao): the largest tensor's two states in fp32 "
+                                                   f"while it steps = 2 x 4 B x {largest:,} (read from its "
+                                                   f"single_param_adam; the compiled kernels are not measured)")
     if w.optimizer == "adafactor":
         # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
         if w.optimizer_impl == "foreach":

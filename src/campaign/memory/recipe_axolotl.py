@@ -85,6 +85,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                 # model leaves them, HF's
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
+    cce = _cce(r, name, d, method, pairs)
     rd.attention(r, name, d)
     _fsdp(r, name, d)
     recipe_deepspeed.recipe_key(r, path, d)
@@ -92,22 +93,75 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
                               "bf16", "fp16") if k in d))
     _axolotl_liger_inert(r, name, d)
+    _plugins(r, name, d, cce)
     r.account(name, "axolotl", d)
 
 
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
+CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
+CCE_HEAD_KEYS = ("cut_cross_entropy_accum_c_fp32", "cut_cross_entropy_c_grad_chunk_size")
+
+
+def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, pairs: bool) -> bool:
+    """Cut Cross-Entropy: the CutCrossEntropyPlugin in `plugins` patches the model's forward (cce_patch, impl cce)
+    unless `cut_cross_entropy: false` (its default is true: integrations/cut_cross_entropy/args.py); without the
+    plugin the key is left to the account. The patch runs only where the model gets labels, which TRL's preference
+    trainers do not pass: their log-probabilities stay as counted. The head-gradient keys (accumulated in fp32,
+    chunked) change nothing with a frozen head, which makes no head gradient; with a trained one they are named.
+    Whether the plugin was read (modelled, or off)."""
+    if CCE_PLUGIN not in _plugin_list(d):
+        return False
+    if d.get("cut_cross_entropy") is False:
+        r.use(name, "cut_cross_entropy", *(k for k in CCE_HEAD_KEYS if k in d))
+        return True
+    keys = [k for k in ("cut_cross_entropy",) if k in d]
+    if pairs:
+        r.notes.append(f"{name}: CutCrossEntropyPlugin: CCE's patch runs only when the model gets labels; axolotl's "
+                       f"{d['rl']} trainer (TRL) passes none, so its log-probabilities are counted as TRL takes them")
+        r.use(name, *keys, *(k for k in CCE_HEAD_KEYS if k in d))
+        return True
+    rd.loss(r, "cce", f"{name}: plugins[CutCrossEntropyPlugin]", f"{name}: plugins")
+    r.use(name, *keys)
+    head = [k for k in CCE_HEAD_KEYS if d.get(k) not in (None, False, 0)]
+    if method != "full":
+        r.use(name, *(k for k in CCE_HEAD_KEYS if k in d))
+        if head:
+            r.notes.append(f"{name}: {', '.join(head)}: the head does not train (an adapter), CCE makes no head "
+                           "gradient: no memory changes")
+    else:
+        r.use(name, *(k for k in CCE_HEAD_KEYS if k in d and k not in head))
+        for k in head:
+            r.refuse(f"{name}: {k}", "CCE's head gradient accumulated in fp32 (V x h x 4 B, or a chunk of it, beside "
+                     "the 16-bit gradient)", "counted in the weights' dtype, which is low")
+    return r.options.get("loss") == "cce"
+
+
+def _plugin_list(d: dict[str, Any]) -> list[str]:
+    plugins = d.get("plugins")
+    return [str(p) for p in plugins] if isinstance(plugins, list) else []
+
+
+def _plugins(r: rd.Reader, name: str, d: dict[str, Any], cce: bool) -> None:
+    """The plugins list is read when each plugin in it is modelled: LigerPlugin on a model whose Liger patches are
+    modelled, once its kernels or its fused loss were read; CutCrossEntropyPlugin when _cce read it (`cce`)."""
+    from .activations import LIGER_MODEL_TYPES
+
+    plugins = _plugin_list(d)
+    if not plugins:
+        return
+    liger = r.model_type in LIGER_MODEL_TYPES and ("liger_kernels" in r.options or r.options.get("loss") == "fused")
+    if all((p == LIGER_PLUGIN and liger) or (p == CCE_PLUGIN and cce) for p in plugins):
+        r.use(name, "plugins")
 
 
 def _axolotl_liger_inert(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     """axolotl's LigerPlugin passes a liger_* key only where the model's apply_liger_kernel_to_<type> takes that
     keyword: liger_layer_norm changes nothing on the RMSNorm models campaign models Liger for (no layer_norm keyword),
-    read as such. The plugins list is read when it holds LigerPlugin alone and its kernels are modelled."""
+    read as such."""
     from .activations import LIGER_MODEL_TYPES
 
     if r.model_type not in LIGER_MODEL_TYPES:
         return
-    if d.get("plugins") == [LIGER_PLUGIN] and "liger_kernels" in r.options:
-        r.use(name, "plugins")
     if d.get("liger_layer_norm") is not None:
         r.use(name, "liger_layer_norm")
         if d["liger_layer_norm"] is True:

@@ -199,7 +199,7 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "liger_*": "Liger's kernels (modelled: liger_rope, liger_rms_norm, liger_glu_activation, "
                    "liger_fused_linear_cross_entropy on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
         "unsloth_*": "unsloth's kernels (fused cross-entropy, LoRA MLP/QKV/O)",
-        "cut_cross_entropy": "Cut Cross-Entropy: no full logits",
+        "cut_cross_entropy": "Cut Cross-Entropy without axolotl's CutCrossEntropyPlugin in plugins (with it: modelled)",
         "fsdp": "FSDP sharding (read when set)", "fsdp_version": FSDP1,
         **{f"fsdp_config.{p}{k}": why for k, why in (("version", FSDP1), ("backward_prefetch", PREFETCH),
                                                      ("forward_prefetch", "FSDP forward prefetch"),

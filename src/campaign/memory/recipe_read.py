@@ -20,6 +20,8 @@ OPTIM = {
     # torchao's AdamW8bit (torchao/optim/adam.py): blockwise 8-bit states, one fp32 scale per block of 256, as
     # bitsandbytes' (campaign's adamw-8bit)
     "adamw_torch_8bit": ("adamw-8bit", "foreach"),
+    # torchao's AdamW4bit (torchao/optim/subclass_4bit.py): 4-bit codes, one fp32 scale per block of 128
+    "adamw_torch_4bit": ("adamw-4bit", "foreach"),
     "adafactor": ("adafactor", "foreach"), "sgd": ("sgd", "foreach"),
 }
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..models.spec import ModelSpec, ParamGroup
-from .constants import BNB_8BIT_BLOCK, FP32_BYTES
+from .constants import BNB_8BIT_BLOCK, FP32_BYTES, TORCHAO_4BIT_BLOCK
 from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
 from .terms import Term
 from .workload import Workload
@@ -183,6 +183,10 @@ def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> Term:
         per = 2 * (1 + FP32_BYTES / BNB_8BIT_BLOCK)
         return Term(int(per * trainable), f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per "
                                           f"{BNB_8BIT_BLOCK} = {per:.4f} B x trainable params")
+    if w.optimizer == "adamw-4bit":  # torchao OptimState4bit.zeros: codes n / 2 uint8, scale n / 128 fp32
+        per = 2 * (0.5 + FP32_BYTES / TORCHAO_4BIT_BLOCK)
+        return Term(int(per * trainable), f"4-bit AdamW (torchao): 2 states x (0.5 B + fp32 scale per "
+                                          f"{TORCHAO_4BIT_BLOCK}) = {per:.4f} B x trainable params")
     if w.optimizer == "sgd":
         return Term(int(s * trainable), f"SGD with momentum: 1 buffer x {s:g} B x trainable params")
     if w.optimizer == "adafactor":

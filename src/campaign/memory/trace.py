@@ -68,8 +68,9 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     except ImportError:
         raise MissingDependencyError("torch and transformers", "torch") from None
     w = workload
-    if w.optimizer in ("adamw-8bit", "adamw-32bit"):
-        raise InputError(f"{w.optimizer} cannot be traced (bitsandbytes kernels do not run on fake tensors); "
+    if w.optimizer in ("adamw-8bit", "adamw-32bit", "adamw-4bit"):
+        raise InputError(f"{w.optimizer} cannot be traced (bitsandbytes' and torchao's quantized states do not run "
+                         "on fake tensors); "
                          "use campaign memory, or trace with --optimizer adamw")
     if w.gpus > 1 and w.shard not in ("fsdp", "zero3"):
         what = {"none": "DDP (--shard none)", "tp": "tensor parallel"}.get(w.shard, w.shard)

@@ -11,13 +11,13 @@ from .dtypes import HALF, QUANTIZED, WEIGHT_ONLY, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
-OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-32bit", "adafactor", "sgd", "none")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-4bit", "adamw-32bit", "adafactor", "sgd", "none")
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
 KV_CACHES = ("static", "dynamic")
 HF_LOSSES = ("current", "shift-copy", "float-logits")
-LOSSES = ("full", "chunked", "linear", "fused", "logps", "logsoftmax")
+LOSSES = ("full", "chunked", "linear", "fused", "cce", "logps", "logsoftmax")
 REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
@@ -77,7 +77,8 @@ class Workload:
                     ("sequences", "--sequences", "Concurrent sequences (inference; same as --batch)."))})
     optimizer: str = field(default="adamw", metadata={
         "flag": "--optimizer", "group": "step", "cli_default": None,
-        "help": "adamw | adamw-8bit | adamw-32bit (bitsandbytes' 32-bit AdamW, paged or not: fp32 states whatever "
+        "help": "adamw | adamw-8bit | adamw-4bit (torchao's AdamW4bit: 4-bit states, an fp32 scale per 128) | "
+                "adamw-32bit (bitsandbytes' 32-bit AdamW, paged or not: fp32 states whatever "
                 "the parameters' dtype) | adafactor | sgd | none."})
     optimizer_impl: str = field(default="foreach", metadata={
         "flag": "--optimizer-impl", "group": "step",
@@ -107,7 +108,8 @@ class Workload:
                 "at a time) | linear (torchtune's LinearCrossEntropyLoss: the output projection, its upcast and "
                 "gradients one chunk at a time, every chunk's fp32 log_softmax kept) | fused (Liger's fused linear "
                 "cross-entropy, TRL use_liger_kernel: no vocabulary-sized "
-                "tensor kept) | logps (the sequences' log-probabilities of TRL's DPO, ORPO and GRPO: log_softmax row "
+                "tensor kept) | cce (Apple's Cut Cross-Entropy, axolotl's CutCrossEntropyPlugin: no logits in memory "
+                "at all) | logps (the sequences' log-probabilities of TRL's DPO, ORPO and GRPO: log_softmax row "
                 "by row in the logits' dtype, no fp32 copy) | logsoftmax (torchtune's DPO recipes: fp32 logits, one "
                 "log_softmax over them all; the LoRA recipes keep the reference's logits through backward)."})
     liger_kernels: str = field(default="", metadata={
@@ -464,7 +466,8 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.loss not in LOSSES:
         raise InputError(f"loss {w.loss!r} is unknown; choose full, chunked (torchtune's CEWithChunkedOutputLoss), "
                          "linear (torchtune's LinearCrossEntropyLoss), fused (Liger's fused linear cross-entropy), "
-                         "logps (TRL's per-sequence log-probabilities) or logsoftmax (torchtune's DPO)")
+                         "cce (Cut Cross-Entropy), logps (TRL's per-sequence log-probabilities) or logsoftmax "
+                         "(torchtune's DPO)")
     liger = parse_liger_kernels(w.liger_kernels)
     if liger and w.mode != "train":
         raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")
@@ -531,6 +534,10 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.reference == "adapters-off" and w.method not in ("lora", "qlora"):
         raise InputError(f"--reference adapters-off runs the reference as the LoRA model with its adapters disabled; "
                          f"with --method {w.method} give --reference copy (a frozen copy of the weights)")
+    if w.reference != "none" and w.loss == "cce":
+        raise InputError("--loss cce with --reference: Cut Cross-Entropy's patch runs only when the model is given "
+                         "labels, which a preference trainer's log-probabilities are not (TRL's DPO calls the model "
+                         "without them); give --loss logps")
     if isinstance(w.rollouts, bool) or not isinstance(w.rollouts, int) or w.rollouts < 0:
         raise InputError(f"rollouts must be a whole number of sequences (0: none), got {w.rollouts!r}")
     if w.rollouts and w.mode != "train":

@@ -51,14 +51,14 @@ def test_each_command_takes_the_options_of_its_groups(command, groups):
 
 
 def test_the_gaps_are_the_documented_ones():
-    # 5, --hf-loss, --peft-autocast, 11 DeepSpeed (--offload-optimizer and --zero-bf16-master among them), 11 of the
-    # loop (--loss, --liger-kernels, --optimizer-in-backward, --activation-offloading, --reference, --rollouts,
-    # --completion-tokens, --vllm-share, --offload-params, --checkpoint-every, --checkpoint-ops), --device-map and
-    # --balance (generation)
-    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 31
+    # 5, --hf-loss, --peft-autocast, 11 DeepSpeed (--offload-optimizer and --zero-bf16-master among them), 12 of the
+    # loop (--loss, --liger-kernels, --lora-kernels, --optimizer-in-backward, --activation-offloading, --reference,
+    # --rollouts, --completion-tokens, --vllm-share, --offload-params, --checkpoint-every, --checkpoint-ops),
+    # --device-map and --balance (generation)
+    assert len(_flags(options.MEMORY) - _flags(options.TRACE)) == 32
     # and the parallel group's --fsdp-embedding-units and --reshard-after-forward, the allocator group's
     # --sync-each-batch
-    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 42
+    assert len(_flags(options.MEMORY) - _flags(options.MEASURE)) == 43
     assert options.MEASURE == options.EXPLAIN
 
 

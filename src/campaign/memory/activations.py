@@ -39,6 +39,24 @@ MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_
 # the activation's (or gate x up's) output (GPT-2's mlp.c_proj, BERT's output.dense)
 MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h", "mlp.c_proj", "output.dense")
 
+# axolotl's LoRA kernels (monkeypatch/lora_kernels.py apply_lora_kernel_patches): the projections each patches, all
+# of which must carry LoRA and no bias
+LORA_KERNEL_PROJECTIONS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
+                           "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
+def lora_kernels_applied(spec: ModelSpec, w: Workload) -> frozenset[str]:
+    """The --lora-kernels axolotl applies to this model: on a dense Llama-like decoder (a gated MLP, no MoE or MLA),
+    each where every projection it patches carries LoRA and none has a bias (Qwen2's q/k/v do: that kernel is
+    skipped, as axolotl skips it). Dropout is the recipe's to check (axolotl patches nothing with lora_dropout > 0)."""
+    if not w.lora_kernels or spec.mlp != "gated" or spec.moe is not None or spec.mla is not None:
+        return frozenset()
+    targets = lora_in_features(spec, w)
+    biased = {g.module for g in spec.groups if g.role == "bias" and g.in_blocks}
+    return frozenset(k for k in w.lora_kernels.split(",")
+                     if all(m in targets and m not in biased for m in LORA_KERNEL_PROJECTIONS[k]))
+
+
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
 
 
@@ -83,6 +101,7 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         return f"LoRA on {where} ({inputs}, lora_A outputs)"
 
     decoder = spec.mlp == "gated"
+    kernels = lora_kernels_applied(spec, w)
     liger = liger_kernels(spec, w)
     drop = spec.dropout > 0 and w.training
     block = spec.block
@@ -174,10 +193,14 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         terms.append(("attention output (o_proj input)", out_bytes))
     # o_proj's input is kept already where SDPA's output is it, or where the 4-bit linears keep theirs
     o_kept = bnb_kept or (w.attention == "sdpa" and not math_sdpa and spec.model_type not in ("gpt_neox", "phi"))
-    if o_name in tg:
+    if "o" in kernels:  # LoRA_O saves its input alone: the attention output, which SDPA's backward keeps already
+        terms.append(("LoRA on o_proj (axolotl's LoRA_O: its input)", 0.0 if o_kept else out_bytes))
+    elif o_name in tg:
         terms.append((lora_label(o_name, o_kept), lora((o_name,), o_kept)))
     qkv_lora = lora(ATTENTION_INPUT, bnb_kept) + sum(lora((m,)) for m in MLA_LATENT_INPUT)
-    if qkv_lora:
+    if "qkv" in kernels:  # LoRA_QKV saves the layer's normalized input once, no cast copy, no lora_A output
+        terms.append(("LoRA on q/k/v (axolotl's LoRA_QKV: their shared input)", c * h))
+    elif qkv_lora:
         terms.append((lora_label("attention inputs", bnb_kept), qkv_lora))
 
     # MLP: dense or MoE, weighted by how many layers are which
@@ -224,6 +247,12 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
             frac * moe_bytes))
         if frac < 1:
             terms.append(("dense MLP layers", (1 - frac) * dense_bytes))
+    elif "mlp" in kernels:
+        # LoRA_MLP saves its input and the gate and up outputs (base + LoRA); the activation, the product and every
+        # lora_A output are recomputed or freed
+        terms.append(("MLP input (axolotl's LoRA_MLP)", c * h))  # two terms: tensors apart (reserved._tensors)
+        terms.append(("MLP gate and up outputs (axolotl's LoRA_MLP)", 2 * c * inter_size))
+        mlp_lora = 0.0
     else:
         name = (f"MLP gate/up (Liger {'GEGLU' if 'geglu' in glu else 'SwiGLU'})/product" if glu
                 else "MLP gate/up/activation/product")

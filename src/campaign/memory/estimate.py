@@ -173,6 +173,16 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     if w.training and spec.vocab_size >= 100_000 and w.method != "frozen" and w.loss == "full":
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
                      "cross-entropy (Liger, torchtune) removes most of it: --loss chunked or --loss fused")
+    if w.lora_kernels:
+        from .activations import LORA_KERNEL_PROJECTIONS, lora_kernels_applied
+
+        applied = lora_kernels_applied(spec, w)
+        skipped = [k for k in w.lora_kernels.split(",") if k not in applied]
+        if skipped:
+            notes.append(f"--lora-kernels {','.join(skipped)}: not applied, as axolotl skips it: "
+                         + ("the model is not a dense Llama-like decoder" if spec.mlp != "gated" or spec.moe or spec.mla
+                            else "; ".join(f"{k} needs LoRA without bias on {', '.join(LORA_KERNEL_PROJECTIONS[k])}"
+                                           for k in skipped)))
     if w.training and not w.grad_checkpointing and w.method != "frozen":
         notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
                      "(about a third more compute: each layer's forward runs twice)")

@@ -86,6 +86,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
     cce = _cce(r, name, d, method, pairs)
+    _lora_kernels(r, name, d, method)
     rd.attention(r, name, d)
     _fsdp(r, name, d)
     recipe_deepspeed.recipe_key(r, path, d)
@@ -134,6 +135,28 @@ def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, pairs: bool) -
             r.refuse(f"{name}: {k}", "CCE's head gradient accumulated in fp32 (V x h x 4 B, or a chunk of it, beside "
                      "the 16-bit gradient)", "counted in the weights' dtype, which is low")
     return r.options.get("loss") == "cce"
+
+
+AXOLOTL_LORA_KERNELS = {"lora_qkv_kernel": "qkv", "lora_o_kernel": "o", "lora_mlp_kernel": "mlp"}
+
+
+def _lora_kernels(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
+    """lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel: axolotl's fused LoRA functions (--lora-kernels), patched in
+    on a PEFT model whose adapters have no dropout (monkeypatch/lora_kernels.py apply_lora_kernel_patches: "requires
+    no dropout and no bias", lora_dropout's default 0); which layers they reach is the estimate's to say (each
+    kernel's projections must all carry LoRA)."""
+    on = [k for k in AXOLOTL_LORA_KERNELS if d.get(k) is True]
+    r.use(name, *(k for k in AXOLOTL_LORA_KERNELS if k in d and k not in on))
+    if not on:
+        return
+    dropout = d.get("lora_dropout") or 0
+    if method == "full" or dropout:
+        why = "no adapter" if method == "full" else f"lora_dropout {dropout}"
+        r.notes.append(f"{name}: {', '.join(on)}: {why}, axolotl patches no LoRA kernel: no memory changes")
+        r.use(name, *on)
+        return
+    r.set("lora_kernels", ",".join(AXOLOTL_LORA_KERNELS[k] for k in on), f"{name}: {' + '.join(on)}")
+    r.use(name, *on)
 
 
 def _plugin_list(d: dict[str, Any]) -> list[str]:

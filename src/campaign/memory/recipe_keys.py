@@ -214,9 +214,6 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "model_config": "overrides of the model's config (the published config's shapes counted)",
         "overrides_of_model_config": "overrides of the model's config (the published config's shapes counted)",
         "unfrozen_parameters": "only the parameters it matches trained: counted as a full fine-tune, an upper bound",
-        "lora_mlp_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
-        "lora_qkv_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
-        "lora_o_kernel": "axolotl's fused LoRA kernels (fewer saved tensors: an upper bound)",
     },
     "torchtune": {
         "compile": COMPILE_BOUND,

@@ -20,6 +20,7 @@ HF_LOSSES = ("current", "shift-copy", "float-logits")
 LOSSES = ("full", "chunked", "linear", "fused", "cce", "logps", "logsoftmax")
 REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
+LORA_KERNELS = ("qkv", "o", "mlp")  # axolotl's lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
 
 
@@ -118,6 +119,12 @@ class Workload:
                 "or, for Gemma, geglu (the MLP keeps gate and up only; Mixtral's and Qwen3-MoE's fused experts), "
                 "rope (nothing saved changes); Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE. TRL's "
                 "use_liger_kernel: --liger-kernels rope,rms_norm,swiglu --loss fused."})
+    lora_kernels: str = field(default="", metadata={
+        "flag": "--lora-kernels", "group": "loop",
+        "help": "axolotl's fused LoRA functions, comma-separated: qkv (lora_qkv_kernel: q, k and v's adapters keep "
+                "only their shared input), o (lora_o_kernel: o_proj's adapter keeps the attention output SDPA "
+                "keeps), mlp (lora_mlp_kernel: the MLP keeps its input, gate and up only). Each applies where all of "
+                "its projections carry LoRA and no bias, with lora_dropout 0, on Llama-like dense models."})
     optimizer_in_backward: bool = field(default=False, metadata={
         "flag": "--optimizer-in-backward", "group": "loop",
         "help": "Each parameter stepped as its gradient is made (torchtune's optimizer_in_bwd): the gradients are "
@@ -440,6 +447,18 @@ def parse_liger_kernels(text: Any) -> str:
     return ",".join(k for k in LIGER_KERNELS if k in names)
 
 
+def parse_lora_kernels(text: Any) -> str:
+    """--lora-kernels as a canonical comma list (qkv, o, mlp; "" for none), or a one-line refusal."""
+    if not isinstance(text, str):
+        raise InputError(f"lora-kernels must be a comma-separated list of {', '.join(LORA_KERNELS)}, got {text!r}")
+    names = {t.strip() for t in text.split(",") if t.strip()}
+    unknown = sorted(names - set(LORA_KERNELS))
+    if unknown:
+        raise InputError(f"--lora-kernels {','.join(unknown)} is not one of axolotl's LoRA kernels; choose among "
+                         f"{', '.join(LORA_KERNELS)} (lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel)")
+    return ",".join(k for k in LORA_KERNELS if k in names)
+
+
 def make_workload(**kwargs: Any) -> Workload:
     """Validate and normalize a Workload from loose values (CLI or notebook); one-line errors on bad input."""
     w = Workload(**{k: v for k, v in kwargs.items() if v is not None})
@@ -469,6 +488,13 @@ def make_workload(**kwargs: Any) -> Workload:
                          "cce (Cut Cross-Entropy), logps (TRL's per-sequence log-probabilities) or logsoftmax "
                          "(torchtune's DPO)")
     liger = parse_liger_kernels(w.liger_kernels)
+    lora_kernels = parse_lora_kernels(w.lora_kernels)
+    if lora_kernels and not (w.mode == "train" and w.method in ("lora", "qlora")):
+        raise InputError(f"--lora-kernels {lora_kernels} patches the forward of trained LoRA layers; give --method "
+                         "lora or qlora (training), or drop it")
+    if lora_kernels and w.bnb_saves_input:
+        raise InputError("--lora-kernels with --bnb-saves-input: axolotl's kernels run their own matmuls, no "
+                         "bitsandbytes MatMul4Bit keeps the inputs; drop --bnb-saves-input")
     if liger and w.mode != "train":
         raise InputError(f"--liger-kernels {liger} changes what training saves for backward; drop it for inference")
     if isinstance(w.checkpoint_every, bool) or not isinstance(w.checkpoint_every, int) or w.checkpoint_every <= 0:
@@ -673,6 +699,7 @@ def make_workload(**kwargs: Any) -> Workload:
                          "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; "
                          "give a number of elements")
     return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, liger_kernels=liger, grads_kept=grads_kept, grad_accumulation=accumulation,
+                   lora_targets=targets, liger_kernels=liger, lora_kernels=lora_kernels, grads_kept=grads_kept,
+                   grad_accumulation=accumulation,
                    bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
                    notes=tuple(notes))

@@ -204,7 +204,10 @@ def test_bitsandbytes_32bit_adamw_keeps_fp32_states_on_a_bf16_model(tmp_path):
 def test_torchao_4bit_adamw_keeps_half_a_byte_and_a_scale_per_state():
     """torchao's AdamW4bit (TrainingArguments' adamw_torch_4bit, axolotl's optimizer: adamw_torch_4bit): each state is
     4-bit codes packed two to a byte plus one fp32 scale per block of 128, 2 x (0.5 + 4 / 128) = 1.0625 B a
-    parameter. Counted on torchao's own state tensors, then on Llama 3.2 1B (1,235,814,400 parameters, bf16)."""
+    parameter. Counted on torchao's own state tensors, then on Llama 3.2 1B (1,235,814,400 parameters, bf16); the
+    tensors under 4096 elements torchao keeps unquantized (its norms: 2048 x 33) are counted at the same rate, 0.5 MB
+    low. The step's 25 B per element of the tensor stepping is what benchmarks/torchao_4bit_step.py counts in the
+    code inductor generates for it."""
     optim = pytest.importorskip("torchao.optim")
     import torch
 
@@ -217,5 +220,5 @@ def test_torchao_4bit_adamw_keeps_half_a_byte_and_a_scale_per_state():
     est = estimate_memory("llama-3.2-1b", make_workload(optimizer="adamw-4bit", batch=1, seq_len=128))
     step = {i.name: i.bytes for ph in est.phases if ph.name == "optimizer step" for i in ph.items}
     assert step["optimizer states"] == int(P * held / p.numel())
-    # the step dequantizes one tensor's two states at a time: the largest, the tied embedding 128256 x 2048
-    assert step["optimizer temporaries"] == 2 * 4 * 128256 * 2048
+    # one tensor steps at a time: the largest, the tied embedding 128256 x 2048
+    assert step["optimizer temporaries"] == 25 * 128256 * 2048

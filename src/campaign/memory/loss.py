@@ -29,11 +29,13 @@ what the forward allocates at the loss, what backward starts with, and the logit
   head's backward, which hands it on as the head's .grad: it is alive from the loss to the start of backward.
 - cce: Apple's Cut Cross-Entropy (cut_cross_entropy cce.py and cce_backward.py at 100a077, impl "cce", which
   axolotl's CutCrossEntropyPlugin patches in): the LM head's matmul and the log-sum-exp run block by block in the
-  kernel, so no logits exist in memory. Forward keeps per position the fp32 log-sum-exp and, while it runs, the
+  kernel, so no logits exist in memory. Forward keeps per position the fp32 log-sum-exp, the scored positions'
+  int64 offsets (utils._build_flat_valids: nonzero's int32 copy summed over its two columns) and, while it runs, the
   target's logit, and per vocabulary row the fp32 average logit that orders the gradient filter (filter_eps "auto");
-  it saves the head's input (e) and weight (c). Backward allocates the hidden states' gradient
-  (zeros_like(e)), the head weight's gradient when the head trains (zeros_like(c), its .grad), and the vocabulary
-  order (int32 per row). With a frozen head the saved input is one tensor more than a frozen Linear keeps.
+  it saves the head's input (e), its weight (c), the log-sum-exp, the offsets and the average logit. Backward
+  allocates the hidden states' gradient (zeros_like(e)), the head weight's gradient when the head trains
+  (zeros_like(c), its .grad), and the vocabulary order (int32 per row). With a frozen head the saved input is one
+  tensor more than a frozen Linear keeps. Both must be 16-bit (workload._check_cce).
 - logps: the sequences' log-probabilities as TRL's preference and RL trainers take them (trl/trainer/utils.py
   selective_log_softmax, DPO's _compute_loss): 16-bit logits go through log_softmax one row (sequence) at a time,
   each row's output in the logits' dtype saved for backward, so forward holds the logits and every row's output (2 x
@@ -52,6 +54,8 @@ from .states import deepspeed_casts
 from .terms import Term
 from .workload import Workload
 
+CCE_FORWARD_PER_TOKEN = 16  # CCE's forward: fp32 lse + fp32 target logit (neg_dot) + int64 valids
+CCE_SAVED_PER_TOKEN = 12  # saved for backward: lse and valids
 TORCHTUNE_LOSS_CHUNKS = 8  # num_output_chunks=8: CEWithChunkedOutputLoss's and LinearCrossEntropyLoss's default
 
 
@@ -104,9 +108,10 @@ def forward_loss(spec: ModelSpec, w: Workload, c: float) -> Term:
                                                                 f"logits deleted before the reference forward) = "
                                                                 f"{tokens} x {V} x 4")
     if w.loss == "cce":
-        return Term(int(tokens * 2 * FP32_BYTES + V * FP32_BYTES),
-                    f"b x s x 8 (fp32 log-sum-exp and target logit) + V x 4 (fp32 average logit, the gradient "
-                    f"filter's order) = {tokens} x 8 + {V} x 4; no logits")
+        return Term(int(tokens * CCE_FORWARD_PER_TOKEN + V * FP32_BYTES),
+                    f"b x s x {CCE_FORWARD_PER_TOKEN} (fp32 log-sum-exp and target logit, int64 position offsets) + "
+                    f"V x 4 (fp32 average logit, the gradient filter's order) = {tokens} x {CCE_FORWARD_PER_TOKEN} + "
+                    f"{V} x 4; no logits")
     if w.loss == "linear":
         per = LOG_SOFTMAX_OUTPUT_BYTES + (c + FP32_BYTES) / n
         hidden = tokens * spec.hidden_size * c if w.base_trainable else 0  # F.linear keeps it for the weight's grad
@@ -155,8 +160,9 @@ def backward_loss(spec: ModelSpec, w: Workload, c: float, held: float) -> tuple[
         # the activations' final norm), a frozen one would not
         e = 0 if w.base_trainable else tokens * h * hc
         gw = head_weight_grad(spec, w)
-        saved = Term(int(tokens * FP32_BYTES + V * FP32_BYTES + e),
-                     "b x s x 4 fp32 log-sum-exp + V x 4 fp32 average logit" + (
+        saved = Term(int(tokens * CCE_SAVED_PER_TOKEN + V * FP32_BYTES + e),
+                     f"b x s x {CCE_SAVED_PER_TOKEN} (fp32 log-sum-exp, int64 position offsets) + V x 4 fp32 average "
+                     "logit" + (
                          f" + the frozen head's input b x s x h x {hc:g} = {tokens} x {h} x {hc:g}" if e else ""))
         grads = Term(int(tokens * h * hc + V * FP32_BYTES) + gw.bytes,
                      f"the hidden states' gradient b x s x h x {hc:g} + the vocabulary order V x 4 = {tokens} x {h} "

@@ -26,6 +26,7 @@ from .constants import (
     LOG_SOFTMAX_OUTPUT_BYTES,
     LOGITS_GRAD_BYTES,
     SOFTCAP_SAVED_COPIES,
+    TORCHAO_4BIT_STEP_BYTES,
 )
 from .deepspeed import grad_bytes, head_params, setup_phase, zero3_step_numel, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
@@ -776,12 +777,13 @@ def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int, *, flat: bool = Fal
         return Term(0, "")
 
     if w.optimizer == "adamw-4bit":
-        # torchao's AdamW4bit steps one tensor at a time (torch.compile(single_param_adam)): its two states
-        # dequantized to fp32 (exp_avg_f32, exp_avg_sq_f32), which the quantizing copy_ back reads whole
+        # torchao's AdamW4bit steps one tensor at a time (torch.compile(single_param_adam)): its states dequantized
+        # and requantized (constants.TORCHAO_4BIT_STEP_BYTES)
         largest = Pt if flat else _largest_trainable(spec, w)
-        return Term(int(2 * FP32_BYTES * largest), f"4-bit AdamW (torchao): the largest tensor's two states in fp32 "
-                                                   f"while it steps = 2 x 4 B x {largest:,} (read from its "
-                                                   f"single_param_adam; the compiled kernels are not measured)")
+        b = TORCHAO_4BIT_STEP_BYTES
+        return Term(int(b * largest), f"4-bit AdamW (torchao), one tensor at a time: the largest's two states "
+                                      f"dequantized and requantized = {b} B x {largest:,} (inductor's buffers on the "
+                                      f"CPU; a GPU's fused kernels keep no more)")
     if w.optimizer == "adafactor":
         # torch.optim.Adafactor: var_estimate = row_var @ col_var per tensor (constants.ADAFACTOR_STEP_COPIES)
         if w.optimizer_impl == "foreach":

@@ -28,6 +28,12 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     r.set("method", method, f"{name}: adapter" + (" + load_in_4bit" if d.get("load_in_4bit") else ""))
     if d.get("load_in_8bit"):
         r.set("dtype", "int8", f"{name}: load_in_8bit")
+    if method in ("lora", "qlora") and (d.get("load_in_8bit") or d.get("load_in_4bit")):
+        # after prepare_model_for_kbit_training (skipped for QLoRA under FSDP) axolotl casts every norm and the
+        # embeddings and LM head back to the 16-bit dtype (loaders/model.py _configure_embedding_dtypes:
+        # should_convert for an adapter, and for Cut Cross-Entropy)
+        r.set("kbit_upcast", False, f"{name}: adapter (axolotl casts the norms, embeddings and LM head back to the "
+                                    "16-bit dtype after the k-bit preparation)")
     if d.get("lora_r") is not None:
         r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
     if d.get("lora_target_linear"):
@@ -85,7 +91,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                 # model leaves them, HF's
                 r.notes.append(f"{name}: liger_rms_norm: axolotl's Liger patch reaches Qwen3's q/k norms too; they "
                                "are counted as HF's (fp32 copies of q and k): the activations are an upper bound")
-    cce = _cce(r, name, d, method, pairs)
+    cce = _cce(r, name, d, method, bool(rl))
     _lora_kernels(r, name, d, method)
     rd.attention(r, name, d)
     _fsdp(r, name, d)
@@ -103,12 +109,13 @@ CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 CCE_HEAD_KEYS = ("cut_cross_entropy_accum_c_fp32", "cut_cross_entropy_c_grad_chunk_size")
 
 
-def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, pairs: bool) -> bool:
+def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, rl: bool) -> bool:
     """Cut Cross-Entropy: the CutCrossEntropyPlugin in `plugins` patches the model's forward (cce_patch, impl cce)
     unless `cut_cross_entropy: false` (its default is true: integrations/cut_cross_entropy/args.py); without the
-    plugin the key is left to the account. The patch runs only where the model gets labels, which TRL's preference
-    trainers do not pass: their log-probabilities stay as counted. The head-gradient keys (accumulated in fp32,
-    chunked) change nothing with a frozen head, which makes no head gradient; with a trained one they are named.
+    plugin the key is left to the account. The patch runs only where the model gets labels, which TRL's trainers
+    of `rl` (DPO, KTO, GRPO...) do not pass: their log-probabilities stay as counted. The head-gradient keys
+    (accumulated in fp32, chunked) change nothing with a frozen head, which makes no head gradient; with a trained
+    one they are named.
     Whether the plugin was read (modelled, or off)."""
     if CCE_PLUGIN not in _plugin_list(d):
         return False
@@ -116,7 +123,7 @@ def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, pairs: bool) -
         r.use(name, "cut_cross_entropy", *(k for k in CCE_HEAD_KEYS if k in d))
         return True
     keys = [k for k in ("cut_cross_entropy",) if k in d]
-    if pairs:
+    if rl:
         r.notes.append(f"{name}: CutCrossEntropyPlugin: CCE's patch runs only when the model gets labels; axolotl's "
                        f"{d['rl']} trainer (TRL) passes none, so its log-probabilities are counted as TRL takes them")
         r.use(name, *keys, *(k for k in CCE_HEAD_KEYS if k in d))

@@ -326,6 +326,23 @@ def auto_half(r: Reader, name: str, half: str | None) -> None:
         r.set("mixed_precision", True, f"{name}: {half} (fills {r.ds_auto[0]} auto)")
 
 
+def settle_optimizer(r: Reader) -> None:
+    """torchao's 4-bit AdamW under DeepSpeed ZeRO (a flat partition for it to quantize and step, not modelled): the
+    optimizer key is named as not modelled and the estimate keeps AdamW's states, read after every file so that the
+    order of the files does not matter."""
+    if r.options.get("optimizer") != "adamw-4bit" or r.options.get("shard") not in ("zero1", "zero2", "zero3"):
+        return
+    from dataclasses import replace
+
+    where = r.sources["optimizer"][1]
+    for option in ("optimizer", "optimizer_impl"):
+        r.options.pop(option, None)
+        r.sources.pop(option, None)
+    file, _, key = where.rpartition(": ")
+    why = "torchao's 4-bit AdamW on a DeepSpeed ZeRO partition, not modelled: counted as AdamW, an upper bound"
+    r.keys = [replace(k, use="not modelled", why=why) if (k.file, k.key) == (file, key) else k for k in r.keys]
+
+
 def settle_checkpointing(r: Reader) -> None:
     """FSDP's activation checkpointing (accelerate's and axolotl's fsdp_config) wraps every layer whatever the
     Trainer's gradient_checkpointing says, which the HF Trainer requires off beside it ("can't be set to True

@@ -77,6 +77,7 @@ def workload_from_configs(paths: Sequence[str | Path], *, deepspeed: str | Path 
         recipe_deepspeed.read(r, rd.label(Path(deepspeed)), doc)
     recipe_deepspeed.settle(r)
     rd.settle_checkpointing(r)
+    rd.settle_optimizer(r)
     sources = tuple((k, v, where) for k, (v, where) in r.sources.items())
     return TrainingConfig(dict(r.options), sources, r.model, tuple(r.notes), tuple(r.keys))
 

@@ -698,8 +698,29 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"{which.replace('_', '-')} 'auto': the HF Trainer fills only reduce_bucket_size, "
                          "stage3_prefetch_bucket_size and stage3_param_persistence_threshold from the hidden size; "
                          "give a number of elements")
-    return replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
-                   lora_targets=targets, liger_kernels=liger, lora_kernels=lora_kernels, grads_kept=grads_kept,
-                   grad_accumulation=accumulation,
-                   bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
-                   notes=tuple(notes))
+    out = replace(w, **zero, dtype=dtype, kv_dtype=kv, method=method, optimizer=optimizer, shard=shard,
+                  lora_targets=targets, liger_kernels=liger, lora_kernels=lora_kernels, grads_kept=grads_kept,
+                  grad_accumulation=accumulation, bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
+                  notes=tuple(notes))
+    _check_cce(out)
+    if out.optimizer == "adamw-4bit" and out.shard in ("zero1", "zero2", "zero3") and out.training:
+        raise InputError(f"--optimizer adamw-4bit with --shard {out.shard}: DeepSpeed hands torchao's optimizer one "
+                         "flat partition, whose quantized states and step campaign does not model; estimate with "
+                         "--optimizer adamw (an upper bound for the states) or without ZeRO")
+    return out
+
+
+def _check_cce(w: Workload) -> None:
+    """Cut Cross-Entropy's backward asserts a 16-bit head input and weight (cce_backward_kernel): a setup that gives
+    it fp32 ones fails there, so it is refused with the change that makes it run."""
+    if w.loss != "cce" or not w.training or w.method == "frozen":
+        return
+    if w.kbit_fp32:
+        raise InputError("--loss cce on a k-bit base prepared by prepare_model_for_kbit_training: its fp32 embeddings "
+                         "and LM head fail CCE's backward (bf16/fp16 only); add --no-kbit-upcast (axolotl casts them "
+                         "back to the 16-bit dtype)")
+    if w.compute_dtype == "fp32" or (w.mixed_precision and w.base_trainable
+                                     and w.shard not in ("zero1", "zero2", "zero3")):
+        raise InputError("--loss cce with fp32 weights or activations: CCE's backward takes a bf16/fp16 head and "
+                         "hidden states only; load the model in bf16 (--dtype bf16, no --mixed-precision), as axolotl "
+                         "does")

@@ -17,10 +17,11 @@ B, S, V = 2, 32, 1000
 
 
 def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...], checkpointing: bool, *,
-                 dtype: str = "bfloat16", peft_autocast: bool = True, autocast: bool = False) -> int:
+                 dtype: str = "bfloat16", peft_autocast: bool = True, autocast: bool = False,
+                 lora_dropout: float = 0.0) -> int:
     """Bytes of the distinct storages one forward saves for backward. `dtype`: the weights' (a torch dtype's name);
     `peft_autocast`: peft's autocast_adapter_dtype (fp32 adapters on a 16-bit base); `autocast`: the forward under
-    torch.autocast (bf16)."""
+    torch.autocast (bf16); `lora_dropout`: peft's."""
     torch = pytest.importorskip("torch")
     import transformers
 
@@ -31,7 +32,7 @@ def _saved_bytes(cfg: dict, attention: str, method: str, targets: tuple[str, ...
     if method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=8, lora_dropout=0.0, target_modules=(
+        model = get_peft_model(model, LoraConfig(r=8, lora_dropout=lora_dropout, target_modules=(
             "all-linear" if targets == ("all-linear",) else list(targets))), autocast_adapter_dtype=peft_autocast)
     if checkpointing:
         enable_checkpointing(model)

@@ -33,7 +33,7 @@ def test_the_published_70b_qlora_fsdp_example_is_sharded_and_offloaded(cli, tmp_
     assert cfg.options == {"logits_held": False, "method": "qlora", "lora_rank": 8, "lora_targets": ("all-linear",),
                            "seq_len": 512, "batch": 1, "grad_checkpointing": True, "optimizer": "adamw",
                            "optimizer_impl": "fused", "grad_accumulation": 4, "attention": "sdpa", "shard": "fsdp",
-                           "offload_params": "cpu", "kbit_upcast": False}
+                           "offload_params": "cpu", "kbit_upcast": False, "lora_dropout": 0.05}
     uses = {k.key: k.use for k in cfg.keys}
     assert uses["fsdp"] == uses["fsdp_config.fsdp_offload_params"] == uses["fsdp_config.fsdp_sharding_strategy"] == \
         "modelled"

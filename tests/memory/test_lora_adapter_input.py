@@ -203,3 +203,22 @@ def test_the_output_projections_of_opt_and_starcoder2_keep_their_lora_inputs(cfg
     assert estimate(("all-linear",)) - estimate(qkv) == by_hand
     measured = _saved_bytes(cfg, "sdpa", "lora", ("all-linear",), False) - _saved_bytes(cfg, "sdpa", "lora", qkv, False)
     assert measured == by_hand
+
+
+@pytest.mark.parametrize("peft_autocast, element", [(True, 4), (False, 2)])
+def test_lora_dropout_gives_each_adapter_its_own_input_and_a_mask(peft_autocast, element):
+    """peft's lora_A(dropout(x)): above 0 each adapter keeps dropout's output (a new tensor, of the fp32 cast where
+    one is made) and dropout keeps its mask. A GPU's native_dropout keeps a bool mask (1 B), which the estimate counts;
+    this CPU's dropout multiplies by a noise tensor of the input's dtype and keeps that. Layer 0's q, k and v read an
+    input that needs no gradient (the frozen embeddings'), so their dropout keeps no mask. Worked out per token: the
+    estimate's difference, with the CPU's mask bytes and layer 0's three masks, is what autograd saves."""
+    IN = 6 * H + MLP  # the seven adapters' input features: 544
+    measured = {p: _saved_bytes(tiny_llama(), "sdpa", "lora", ("all-linear",), False, peft_autocast=peft_autocast,
+                                lora_dropout=p) for p in (0.0, 0.05)}
+    estimate = {p: _estimate(peft_autocast=peft_autocast, lora_dropout=p) for p in (0.0, 0.05)}
+    # the estimate, per token and layer: dropout outputs and a 1-byte mask per feature, in place of the casts (fp32
+    # adapters: 4 x 544) or the three shared inputs (bf16: 2 x (64 + 64 + 160); o_proj's is SDPA's output)
+    before = element * IN if peft_autocast else element * (H + H + MLP)
+    assert estimate[0.05] - estimate[0.0] == TOKENS * L * (element * IN + IN - before)
+    cpu = TOKENS * L * (element * IN + element * IN - before) - TOKENS * element * 3 * H
+    assert measured[0.05] - measured[0.0] == cpu

@@ -33,7 +33,8 @@ def test_fms_hf_tuning_arguments_with_peft_keys_are_a_lora_run(cli):
     got = r.json()
     # no max_seq_length: fms-hf-tuning truncates to its default, 4096 tokens (tuning/config/configs.py)
     flags = cli("memory", "gpt2", "--method", "lora", "--lora-rank", "8", "--lora-targets", "c_attn,c_proj",
-                "--batch", "4", "--seq-len", "4096", "--no-logits-held", "--json", "--no-solve").json()
+                "--lora-dropout", "0.05", "--batch", "4", "--seq-len", "4096", "--no-logits-held", "--json",
+                "--no-solve").json()
     assert got["required_bytes"] == flags["required_bytes"]
     full = cli("memory", "gpt2", "--batch", "4", "--seq-len", "4096", "--no-logits-held", "--json", "--no-solve").json()
     assert got["required_bytes"] < full["required_bytes"]
@@ -44,7 +45,7 @@ def test_fms_hf_tuning_arguments_with_peft_keys_are_a_lora_run(cli):
     uses = {k["key"]: k["use"] for k in got["config_keys"]}
     assert set(uses) == set(json.loads(Path(recipe).read_text()))  # every key of the file, none left out
     assert {k for k, u in uses.items() if u == "modelled"} == {"per_device_train_batch_size", "peft_method", "r",
-                                                                "target_modules"}
+                                                                "target_modules", "lora_dropout"}
     assert set(uses.values()) == {"modelled", "no memory"}
     assert got["status"] == "pass" and got["checks"][0]["id"] == "memory.recipe"
 

@@ -48,8 +48,8 @@ LORA_KERNEL_PROJECTIONS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj"
 def lora_kernels_applied(spec: ModelSpec, w: Workload) -> frozenset[str]:
     """The --lora-kernels axolotl applies to this model: on a dense Llama-like decoder (a gated MLP, no MoE or MLA),
     each where every projection it patches carries LoRA and none has a bias (Qwen2's q/k/v do: that kernel is
-    skipped, as axolotl skips it). Dropout is the recipe's to check (axolotl patches nothing with lora_dropout > 0)."""
-    if not w.lora_kernels or spec.mlp != "gated" or spec.moe is not None or spec.mla is not None:
+    skipped, as axolotl skips it), and none with --lora-dropout above 0 (axolotl patches nothing then)."""
+    if not w.lora_kernels or spec.mlp != "gated" or spec.moe is not None or spec.mla is not None or w.lora_dropout:
         return frozenset()
     targets = lora_in_features(spec, w)
     biased = {g.module for g in spec.groups if g.role == "bias" and g.in_blocks}
@@ -96,7 +96,7 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         return adapters.saved([tg[m] for m in modules if m in tg], r, input_kept=input_kept)
 
     def lora_label(where: str, input_kept: bool) -> str:
-        inputs = (f"{adapters.cast} casts" if adapters.copies
+        inputs = ("dropout outputs and masks" if adapters.dropout else f"{adapters.cast} casts" if adapters.copies
                   else "inputs kept by the layer" if input_kept else "uncast inputs, each once")
         return f"LoRA on {where} ({inputs}, lora_A outputs)"
 

@@ -100,7 +100,8 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: 
         targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
         with warnings.catch_warnings():  # peft reads transformers' deprecated name; nothing the user can act on
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets, lora_dropout=0.0))
+            net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets,
+                                                               lora_dropout=w.lora_dropout))
     return net
 
 

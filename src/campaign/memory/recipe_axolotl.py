@@ -36,6 +36,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                                     "16-bit dtype after the k-bit preparation)")
     if d.get("lora_r") is not None:
         r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
+    rd.lora_dropout(r, name, d)
     if d.get("lora_target_linear"):
         r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
         # with lora_target_modules too axolotl targets the union (loaders/adapter.py), all-linear (every Linear but

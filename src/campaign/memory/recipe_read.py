@@ -289,9 +289,24 @@ def torch_dtype(value: Any, where: str) -> str | None:
     return TORCH_DTYPES[key]
 
 
+def lora_dropout(r: Reader, name: str, d: dict[str, Any], key: str = "lora_dropout", shown: str = "") -> None:
+    """peft's lora_dropout (torchtune's model.lora_dropout): --lora-dropout, each adapter's own dropped-out input and
+    mask above 0. An empty key sets nothing."""
+    value = d.get(key)
+    if value is None or value == "":
+        return
+    where = f"{name}: {shown or key}"
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {value!r} is not a dropout probability; give a number such as 0.05") from None
+    r.set("lora_dropout", p, where)
+
+
 def lora_extras(r: Reader, name: str, d: dict[str, Any], *saved: str) -> None:
     """DoRA and fully trained modules beside LoRA (peft's modules_to_save, under each tool's name): named as not
-    modelled, the adapters counted without them (low)."""
+    modelled, the adapters counted without them (low); and the adapters' dropout (lora_dropout)."""
+    lora_dropout(r, name, d)
     if d.get("use_dora"):
         r.refuse(f"{name}: use_dora", "DoRA (a magnitude vector per target, and the weight norm in the step)",
                  "counted as LoRA, which is low")

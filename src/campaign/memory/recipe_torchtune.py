@@ -61,6 +61,7 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
             r.set("kbit_upcast", False, f"{name} (torchtune's QLoRA: no k-bit preparation, norms in the dtype)")
         if model.get("lora_rank") is not None:
             r.set("lora_rank", rd.whole(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
+        rd.lora_dropout(r, name, model, shown="model.lora_dropout")
         attn = _attn_modules(model.get("lora_attn_modules"), f"{name}: model.lora_attn_modules")
         targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else []) + (
             ["lm_head"] if model.get("apply_lora_to_output") else [])

@@ -121,6 +121,7 @@ class LoraInputs:
     element: float
     copies: bool
     cast: str  # what casts the copies, in words: 'fp32' (peft, to the adapter dtype) or 'autocast 16-bit'
+    dropout: bool = False  # lora_dropout > 0: each adapter keeps its own dropped-out input and a 1-byte mask
 
     def saved(self, in_features: list[int], rank: int, *, input_kept: bool) -> float:
         """Bytes per token the adapters on Linears that read one tensor (`in_features` each: q, k and v read the
@@ -128,6 +129,8 @@ class LoraInputs:
         keeps it (SDPA keeps o_proj's); and each lora_A's output (`rank` features), kept by lora_B."""
         if not in_features:
             return 0.0
+        if self.dropout:  # lora_A keeps dropout's output (a new tensor per adapter), native_dropout a bool mask
+            return self.element * (sum(in_features) + rank * len(in_features)) + sum(in_features)
         inputs = sum(in_features) if self.copies else (0 if input_kept else max(in_features))
         return self.element * (inputs + rank * len(in_features))
 
@@ -140,13 +143,14 @@ def lora_inputs(w: Workload) -> LoraInputs:
     run in its 16-bit dtype, each on a copy of its own unless input and adapters are 16-bit already. Where nothing
     casts, lora_A keeps x itself, shared by the adapters reading it: a new storage only where the layer keeps x for
     nothing else, since a frozen Linear (a 16-bit one, bitsandbytes' 4-bit one since 0.43.2) keeps its weight, not
-    its input. A LoRA dropout above 0 (not modelled) would keep its output and mask besides."""
+    its input. A LoRA dropout above 0 gives each adapter its own input, dropout's output (of the cast copy where one
+    is made, which nothing keeps then), beside the bool mask CUDA's native_dropout keeps."""
     c = ELEMENT_BYTES[w.compute_dtype]
     adapter = ELEMENT_BYTES[adapter_dtype(w)]
     autocast = w.mixed_precision and not deepspeed_casts(w)
     element = 2 if autocast else adapter  # autocast's bf16/fp16, else the adapters' own dtype
     return LoraInputs(element, c != element or adapter != element,
-                      "autocast 16-bit" if autocast else adapter_dtype(w))
+                      "autocast 16-bit" if autocast else adapter_dtype(w), w.lora_dropout > 0)
 
 
 def deepspeed_casts(w: Workload) -> bool:

@@ -156,6 +156,10 @@ class Workload:
                 "the card (vllm_gpu_memory_utilization) beside the training, which is fitted to the rest. 0: none "
                 "(default)."})
     lora_rank: int = field(default=16, metadata={"flag": "--lora-rank", "group": "step", "help": "LoRA rank r."})
+    lora_dropout: float = field(default=0.0, metadata={
+        "flag": "--lora-dropout", "group": "step",
+        "help": "peft's lora_dropout: above 0 each adapter keeps its own dropped-out input and a 1-byte mask (a GPU's "
+                "native_dropout) instead of sharing the layer's input."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
         "help": "Comma-separated module names, or all-linear."})
@@ -564,6 +568,10 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError("--loss cce with --reference: Cut Cross-Entropy's patch runs only when the model is given "
                          "labels, which a preference trainer's log-probabilities are not (TRL's DPO calls the model "
                          "without them); give --loss logps")
+    if isinstance(w.lora_dropout, bool) or not isinstance(w.lora_dropout, (int, float)) or \
+            not 0 <= w.lora_dropout < 1:
+        raise InputError(f"lora-dropout must be a probability in [0, 1) (peft's lora_dropout, e.g. 0.05), got "
+                         f"{w.lora_dropout!r}")
     if isinstance(w.rollouts, bool) or not isinstance(w.rollouts, int) or w.rollouts < 0:
         raise InputError(f"rollouts must be a whole number of sequences (0: none), got {w.rollouts!r}")
     if w.rollouts and w.mode != "train":

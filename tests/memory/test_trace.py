@@ -298,3 +298,18 @@ def test_fragmentation_share_replaces_the_traced_replay(tiny_dir):
     assert flat.peak_reserved_bytes == flat.peak_allocated_bytes == replayed.peak_allocated_bytes
     # the replay packs small tensors into 2 MiB segments: it reserves at least one whole segment more than it uses
     assert replayed.peak_reserved_bytes > replayed.peak_allocated_bytes
+
+
+def test_lora_dropout_traced_as_a_gpu_runs_it_matches_the_estimate(tiny_dir):
+    """The trace runs the GPU's native_dropout (a bool mask): with peft's fp32 adapters, lora_dropout adds one byte
+    per input feature of each adapter, 6 x 64 + 160 = 544 a token and layer, where the cast copy becomes dropout's
+    output. Layer 0's q, k and v read an input that needs no gradient (the frozen embeddings'), whose dropout keeps no
+    mask: the trace counts 3 x 64 bytes a token fewer than the estimate, which counts every layer's."""
+    tokens = 4 * 64
+    kw = dict(method="lora", batch=4, seq_len=64)
+    traced = {p: {ph.name: ph.bytes for ph in trace_memory(str(tiny_dir), make_workload(lora_dropout=p, **kw)).phases}
+              for p in (0.0, 0.1)}
+    est = {p: {ph.name: ph.bytes for ph in estimate_memory(str(tiny_dir), make_workload(lora_dropout=p, **kw)).phases}
+           for p in (0.0, 0.1)}
+    assert est[0.1]["forward"] - est[0.0]["forward"] == tokens * 2 * 544
+    assert traced[0.1]["forward"] - traced[0.0]["forward"] == tokens * (2 * 544 - 3 * 64)

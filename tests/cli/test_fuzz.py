@@ -327,7 +327,7 @@ POSITIVE = {"--group-size", "--batch", "--seq-len", "--context", "--sequences", 
 NON_NEGATIVE = {"--rollouts"}
 # Fractions or rates: outside [0, 1] they mean nothing.
 FRACTIONS = {"--tolerance", "--near-threshold", "--threshold", "--confidence", "--overfit-drop", "--mfu",
-             "--recovery-margin", "--vllm-share"}
+             "--recovery-margin", "--vllm-share", "--lora-dropout"}
 
 
 def test_every_numeric_option_is_covered():

@@ -111,7 +111,7 @@ def test_the_published_qwen3_example_reads_the_plugin(cli, tmp_path):
     assert off["workload"]["loss"] == "full"
     # at the start of backward, from the workloads the two files give: Qwen3 32B's vocabulary 151,936 and width
     # 5,120, one sequence of 2,048 tokens, bf16 hidden states (axolotl casts the embeddings back to bf16)
-    a, b = (estimate_memory("Qwen/Qwen3-32B", make_workload(**workload_from_configs([f]).options))
+    a, b = (estimate_memory("Qwen/Qwen3-32B", make_workload(**workload_from_configs([f], model_type="qwen3").options))
             for f in (_write(tmp_path, doc), RECIPE))
     tokens, v, h = 2048, 151_936, 5120
     full = tokens * v * (4 + 8)  # fp32 log_softmax output + the logits' two fp32 gradients (logits freed)

@@ -1,9 +1,11 @@
 """axolotl's fused LoRA functions (`--lora-kernels qkv,o,mlp`; lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel). From
-axolotl's kernels/lora.py at f5ff7a9: LoRA_QKV saves its input X once (no cast copy, no lora_A output: the adapters
+axolotl's kernels/lora.py at 067b021c: LoRA_QKV saves its input X once (no cast copy, no lora_A output: the adapters
 run as X @ A.to(dtype)), LoRA_O its input (the attention output, which SDPA keeps), LoRA_MLP its input and the gate
-and up outputs; monkeypatch/lora_kernels.py applies each only where all of its projections carry LoRA without a bias,
-and none with lora_dropout > 0. Bytes per token and layer worked out here from Llama 3.1 8B's shapes (h 4096,
-intermediate 14336, rank 16, bf16 activations, fp32 adapters as peft makes them)."""
+and up outputs; with dropout each also keeps X_drop, dropout's output made outside the function (one per group, a
+shared bool mask). monkeypatch/lora_kernels.py applies each where all of its projections carry LoRA (bias, dropout
+and DoRA supported), and the config turns all three on for LoRA and QLoRA when no lora_*_kernel key is set. Bytes
+per token and layer worked out here from Llama 3.1 8B's shapes (h 4096, intermediate 14336, rank 16, bf16
+activations, fp32 adapters as peft makes them)."""
 from __future__ import annotations
 
 import pytest
@@ -49,12 +51,27 @@ def test_each_kernel_replaces_peft_s_saved_tensors_by_its_own():
 
 
 def test_a_kernel_whose_projections_do_not_all_carry_lora_is_skipped():
-    # Qwen2's q/k/v have biases: axolotl skips LoRA_QKV; LoRA_MLP needs gate, up and down all targeted
+    # Qwen2's biased q/k/v take the kernel (bias supported); an MoE block has no gate_proj of its own: its attention's
+    # kernels apply, the MLP's does not; LoRA_MLP needs gate, up and down all targeted
     qwen = terms("qkv,mlp", model="Qwen/Qwen2.5-7B")
-    assert not any("axolotl's LoRA_QKV" in n for n in qwen) and "MLP input (axolotl's LoRA_MLP)" in qwen
+    assert "LoRA on q/k/v (axolotl's LoRA_QKV: their shared input)" in qwen and "MLP input (axolotl's LoRA_MLP)" in qwen
+    moe = estimate_memory("mistralai/Mixtral-8x7B-Instruct-v0.1", make_workload(method="lora", lora_kernels="qkv,mlp",
+                                                                                 batch=1, seq_len=256))
+    assert any("--lora-kernels mlp: not applied" in n and "no gate_proj" in n for n in moe.notes)
+    assert not any("--lora-kernels qkv" in n for n in moe.notes)
     est = estimate_memory("llama-3.1-8b", make_workload(method="lora", lora_kernels="mlp",
                                                         lora_targets=("q_proj", "up_proj", "down_proj")))
     assert any("--lora-kernels mlp: not applied" in n and "gate_proj" in n for n in est.notes)
+
+
+def test_with_dropout_each_kernel_keeps_its_dropped_input_and_mask():
+    # X_drop (bf16) and its bool mask once per group: q/k/v's and gate/up's read h features, o_proj's h (4096 = 32
+    # heads x 128); peft's path instead keeps a dropout output and a mask per adapter (states.LoraInputs)
+    fused = terms("qkv,o,mlp", lora_dropout=0.05)
+    assert fused["LoRA on q/k/v (axolotl's LoRA_QKV: their shared input)"] == 2 * H + 3 * H
+    assert fused["LoRA on o_proj (axolotl's LoRA_O: its input)"] == 3 * H
+    assert fused["MLP input (axolotl's LoRA_MLP)"] == 2 * H + 3 * H
+    assert fused["MLP gate and up outputs (axolotl's LoRA_MLP)"] == 2 * 2 * INTER
 
 
 def test_bad_uses_are_refused():
@@ -84,8 +101,9 @@ def test_the_axolotl_keys(tmp_path):
     mlp_peft = 2 * (4 * H + 4 * R) + 4 * INTER + 4 * R + 3 * 2 * INTER
     acts = [{i.name: i.bytes for i in p.items}["activations"] for p in (off.phases[1], on.phases[1])]
     assert acts[0] - acts[1] == 32 * 4096 * (mlp_peft - (2 * H + 2 * 2 * INTER))
-    # axolotl patches nothing with dropout, nor without an adapter
-    for other in (dict(doc, lora_dropout=0.05), {k: v for k, v in doc.items() if k != "adapter"}):
-        cfg = workload_from_configs([_write(tmp_path, other)], model_type="llama")
-        assert "lora_kernels" not in cfg.options and not cfg.unmodelled
-        assert any("patches no LoRA kernel" in n for n in cfg.notes)
+    # no kernel key: axolotl turns all three on for LoRA (check_auto_enable_lora_kernels); not for an rl trainer, nor
+    # without an adapter
+    auto = {k: v for k, v in doc.items() if not k.endswith("_kernel")}
+    assert workload_from_configs([_write(tmp_path, auto)], model_type="llama").options["lora_kernels"] == "qkv,o,mlp"
+    for other in (dict(auto, rl="dpo"), {k: v for k, v in auto.items() if k != "adapter"}):
+        assert "lora_kernels" not in workload_from_configs([_write(tmp_path, other)], model_type="llama").options

@@ -55,11 +55,12 @@ def test_axolotl_qlora(tmp_path):
         "base_model": "mistralai/Mistral-7B-v0.1", "adapter": "qlora", "load_in_4bit": True, "lora_r": 16,
         "lora_target_linear": True, "sequence_len": 4096, "micro_batch_size": 2, "gradient_accumulation_steps": 4,
         "gradient_checkpointing": True, "bf16": "auto", "optimizer": "paged_adamw_8bit", "sample_packing": True})
-    cfg = workload_from_configs([path])
+    cfg = workload_from_configs([path], model_type="mistral")
+    # axolotl casts the norms, embeddings and head back to bf16, and turns its LoRA kernels on
     assert cfg.options == {"method": "qlora", "lora_rank": 16, "lora_targets": ("all-linear",), "seq_len": 4096,
                            "batch": 2, "grad_checkpointing": True, "optimizer": "adamw-8bit",
                            "optimizer_impl": "foreach", "grad_accumulation": 4, "logits_held": False,
-                           "kbit_upcast": False}  # axolotl casts the norms, embeddings and head back to bf16
+                           "kbit_upcast": False, "lora_kernels": "qkv,o,mlp"}
     assert cfg.model == "mistralai/Mistral-7B-v0.1"
 
 
@@ -167,3 +168,18 @@ def test_torchaos_8bit_adamw_reads_as_the_8bit_states(tmp_path):
     four = write(tmp_path, "b.json", {"output_dir": "o", "optim": "adamw_torch_4bit"})
     cfg = workload_from_configs([four])
     assert cfg.options["optimizer"] == "adamw-4bit" and not cfg.unmodelled
+
+
+def test_trl_and_fms_lora_without_lora_dropout_take_their_default(tmp_path):
+    """TRL's ModelConfig and fms-hf-tuning's LoraConfig default lora_dropout to 0.05 (peft's own LoraConfig to 0):
+    a file that turns LoRA on without the key runs with dropout, and the estimate says where the figure came from."""
+    trl = workload_from_configs([write(tmp_path, "t.json", {"output_dir": "o", "use_peft": True, "lora_r": 8,
+                                                           "lora_target_modules": ["q_proj", "v_proj"]})])
+    assert trl.options["lora_dropout"] == 0.05
+    assert any(k == "lora_dropout" and "default, 0.05" in where for k, _, where in trl.sources)
+    fms = workload_from_configs([write(tmp_path, "f.json", {"output_dir": "o", "peft_method": "lora", "r": 8,
+                                                           "target_modules": ["q_proj"], "lora_dropout": 0.0})])
+    assert fms.options["lora_dropout"] == 0.0
+    # no LoRA: the key changes nothing and is read as such
+    full = workload_from_configs([write(tmp_path, "n.json", {"output_dir": "o", "lora_dropout": 0.1})])
+    assert "lora_dropout" not in full.options and not full.unmodelled

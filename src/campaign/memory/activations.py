@@ -39,22 +39,21 @@ MLP_INPUT = ("gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "dense_h_to_
 # the activation's (or gate x up's) output (GPT-2's mlp.c_proj, BERT's output.dense)
 MLP_HIDDEN = ("down_proj", "fc2", "dense_4h_to_h", "mlp.c_proj", "output.dense")
 
-# axolotl's LoRA kernels (monkeypatch/lora_kernels.py apply_lora_kernel_patches): the projections each patches, all
-# of which must carry LoRA and no bias
+# axolotl's LoRA kernels (monkeypatch/lora_kernels.py apply_lora_kernel_patches at 067b021c): the projections each
+# patches, all of which must carry LoRA
 LORA_KERNEL_PROJECTIONS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj",),
                            "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
 def lora_kernels_applied(spec: ModelSpec, w: Workload) -> frozenset[str]:
-    """The --lora-kernels axolotl applies to this model: on a dense Llama-like decoder (a gated MLP, no MoE or MLA),
-    each where every projection it patches carries LoRA and none has a bias (Qwen2's q/k/v do: that kernel is
-    skipped, as axolotl skips it), and none with --lora-dropout above 0 (axolotl patches nothing then)."""
-    if not w.lora_kernels or spec.mlp != "gated" or spec.moe is not None or spec.mla is not None or w.lora_dropout:
+    """The --lora-kernels axolotl applies to this model: on a Llama-like decoder (a gated MLP, no MLA), each where
+    every projection it patches carries LoRA; the MLP's on a dense MLP only (an MoE block has no gate_proj of its
+    own). Bias, dropout and DoRA no longer stop them (axolotl at 067b021c)."""
+    if not w.lora_kernels or spec.mlp != "gated" or spec.mla is not None:
         return frozenset()
     targets = lora_in_features(spec, w)
-    biased = {g.module for g in spec.groups if g.role == "bias" and g.in_blocks}
     return frozenset(k for k in w.lora_kernels.split(",")
-                     if all(m in targets and m not in biased for m in LORA_KERNEL_PROJECTIONS[k]))
+                     if all(m in targets for m in LORA_KERNEL_PROJECTIONS[k]) and (k != "mlp" or spec.moe is None))
 
 
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only
@@ -193,13 +192,19 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
         terms.append(("attention output (o_proj input)", out_bytes))
     # o_proj's input is kept already where SDPA's output is it, or where the 4-bit linears keep theirs
     o_kept = bnb_kept or (w.attention == "sdpa" and not math_sdpa and spec.model_type not in ("gpt_neox", "phi"))
-    if "o" in kernels:  # LoRA_O saves its input alone: the attention output, which SDPA's backward keeps already
-        terms.append(("LoRA on o_proj (axolotl's LoRA_O: its input)", 0.0 if o_kept else out_bytes))
+    # with --lora-dropout each kernel also keeps dropout's output of its input (one for the group: a shared mask) and
+    # dropout's bool mask (kernels/lora.py: X_drop made outside the autograd function, saved beside X)
+    def dropped(features: float) -> float:
+        return (c + 1) * features if w.lora_dropout else 0.0
+
+    if "o" in kernels:  # LoRA_O saves its input: the attention output, which SDPA's backward keeps already
+        terms.append(("LoRA on o_proj (axolotl's LoRA_O: its input)", (0.0 if o_kept else out_bytes)
+                      + dropped(out_bytes / c)))
     elif o_name in tg:
         terms.append((lora_label(o_name, o_kept), lora((o_name,), o_kept)))
     qkv_lora = lora(ATTENTION_INPUT, bnb_kept) + sum(lora((m,)) for m in MLA_LATENT_INPUT)
     if "qkv" in kernels:  # LoRA_QKV saves the layer's normalized input once, no cast copy, no lora_A output
-        terms.append(("LoRA on q/k/v (axolotl's LoRA_QKV: their shared input)", c * h))
+        terms.append(("LoRA on q/k/v (axolotl's LoRA_QKV: their shared input)", c * h + dropped(h)))
     elif qkv_lora:
         terms.append((lora_label("attention inputs", bnb_kept), qkv_lora))
 
@@ -250,7 +255,7 @@ def _layer_saved(spec: ModelSpec, w: Workload) -> LayerActivations:
     elif "mlp" in kernels:
         # LoRA_MLP saves its input and the gate and up outputs (base + LoRA); the activation, the product and every
         # lora_A output are recomputed or freed
-        terms.append(("MLP input (axolotl's LoRA_MLP)", c * h))  # two terms: tensors apart (reserved._tensors)
+        terms.append(("MLP input (axolotl's LoRA_MLP)", c * h + dropped(h)))  # apart: reserved._tensors
         terms.append(("MLP gate and up outputs (axolotl's LoRA_MLP)", 2 * c * inter_size))
         mlp_lora = 0.0
     else:

@@ -180,11 +180,10 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         skipped = [k for k in w.lora_kernels.split(",") if k not in applied]
         if skipped:
             notes.append(f"--lora-kernels {','.join(skipped)}: not applied, as axolotl skips it: "
-                         + ("the model is not a dense Llama-like decoder" if spec.mlp != "gated" or spec.moe or spec.mla
-                            else f"--lora-dropout {w.lora_dropout:g} (axolotl patches with no dropout only)"
-                            if w.lora_dropout else "; ".join(
-                                f"{k} needs LoRA without bias on {', '.join(LORA_KERNEL_PROJECTIONS[k])}"
-                                for k in skipped)))
+                         + ("the model is not a Llama-like decoder" if spec.mlp != "gated" or spec.mla
+                            else "; ".join("mlp: an MoE block has no gate_proj of its own" if k == "mlp" and spec.moe
+                                           else f"{k} needs LoRA on {', '.join(LORA_KERNEL_PROJECTIONS[k])}"
+                                           for k in skipped)))
     if w.training and not w.grad_checkpointing and w.method != "frozen":
         notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
                      "(about a third more compute: each layer's forward runs twice)")

@@ -29,14 +29,11 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     if d.get("load_in_8bit"):
         r.set("dtype", "int8", f"{name}: load_in_8bit")
     if method in ("lora", "qlora") and (d.get("load_in_8bit") or d.get("load_in_4bit")):
-        # after prepare_model_for_kbit_training (skipped for QLoRA under FSDP) axolotl casts every norm and the
-        # embeddings and LM head back to the 16-bit dtype (loaders/model.py _configure_embedding_dtypes:
-        # should_convert for an adapter, and for Cut Cross-Entropy)
-        r.set("kbit_upcast", False, f"{name}: adapter (axolotl casts the norms, embeddings and LM head back to the "
-                                    "16-bit dtype after the k-bit preparation)")
+        _kbit_recast(r, name, d)
     if d.get("lora_r") is not None:
         r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
-    rd.lora_dropout(r, name, d)
+    if method != "full":
+        rd.lora_dropout(r, name, d)
     if d.get("lora_target_linear"):
         r.set("lora_targets", ("all-linear",), f"{name}: lora_target_linear")
         # with lora_target_modules too axolotl targets the union (loaders/adapter.py), all-linear (every Linear but
@@ -145,26 +142,54 @@ def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, rl: bool) -> b
     return r.options.get("loss") == "cce"
 
 
+# the model types whose norms have "norm" in their names and whose embeddings are embed_tokens and lm_head, which
+# axolotl casts back by name (loaders/model.py _convert_embedding_modules_dtype, loaders/utils.py
+# get_linear_embedding_layers)
+RECAST_BY_NAME = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                  "gemma3_text", "phi3", "olmo2")
+
+
+def _kbit_recast(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """After peft's prepare_model_for_kbit_training (skipped for QLoRA under FSDP) axolotl casts every module with
+    "norm" in its name and the embeddings and LM head back to the 16-bit dtype (loaders/model.py
+    _configure_embedding_dtypes at 067b021c: should_convert for an adapter, and for Cut Cross-Entropy): for the
+    Llama-like model types, whose names those are, no k-bit upcast is left (--no-kbit-upcast). fp32_norms keeps the
+    norms fp32 and embeddings_skip_upcast leaves the embeddings out of the cast back: named."""
+    if r.model_type not in RECAST_BY_NAME:
+        return  # GPT-2's ln_1/wpe, OPT's embed_positions... stay fp32: peft's upcast as counted
+    for key in ("fp32_norms", "embeddings_skip_upcast"):
+        if d.get(key):
+            r.refuse(f"{name}: {key}", "norms or embeddings kept in fp32 beside a 16-bit base",
+                     "counted with everything cast back to the 16-bit dtype, which is low")
+    r.set("kbit_upcast", False, f"{name}: adapter (axolotl casts the norms, embeddings and LM head back to the "
+                                "16-bit dtype after the k-bit preparation)")
+
+
 AXOLOTL_LORA_KERNELS = {"lora_qkv_kernel": "qkv", "lora_o_kernel": "o", "lora_mlp_kernel": "mlp"}
+KERNEL_KEYS = (*AXOLOTL_LORA_KERNELS, "lora_embedding_kernel")
 
 
 def _lora_kernels(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
     """lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel: axolotl's fused LoRA functions (--lora-kernels), patched in
-    on a PEFT model whose adapters have no dropout (monkeypatch/lora_kernels.py apply_lora_kernel_patches: "requires
-    no dropout and no bias", lora_dropout's default 0); which layers they reach is the estimate's to say (each
-    kernel's projections must all carry LoRA)."""
-    on = [k for k in AXOLOTL_LORA_KERNELS if d.get(k) is True]
-    r.use(name, *(k for k in AXOLOTL_LORA_KERNELS if k in d and k not in on))
-    if not on:
+    on a PEFT model (monkeypatch/lora_kernels.py apply_lora_kernel_patches at 067b021c: dropout, bias and DoRA
+    supported; which layers they reach is the estimate's to say). With an adapter and none of the lora_*_kernel keys
+    set, axolotl turns them all on (utils/schemas/config.py check_auto_enable_lora_kernels), except for an rl
+    trainer, 8-bit LoRA, remote code, and several cards under FSDP1. lora_embedding_kernel (the embeddings' LoRA)
+    changes no saved tensor campaign counts. Read for the Llama-like model types (RECAST_BY_NAME), whose q_proj...
+    layers they patch."""
+    r.use(name, *(k for k in KERNEL_KEYS if k in d))
+    if method == "full" or r.model_type not in RECAST_BY_NAME:  # the kernels patch Llama-like layers only
         return
-    dropout = d.get("lora_dropout") or 0
-    if method == "full" or dropout:
-        why = "no adapter" if method == "full" else f"lora_dropout {dropout}"
-        r.notes.append(f"{name}: {', '.join(on)}: {why}, axolotl patches no LoRA kernel: no memory changes")
-        r.use(name, *on)
+    if any(d.get(k) is not None for k in KERNEL_KEYS):
+        on = [k for k in AXOLOTL_LORA_KERNELS if d.get(k) is True]
+        if on:
+            r.set("lora_kernels", ",".join(AXOLOTL_LORA_KERNELS[k] for k in on), f"{name}: {' + '.join(on)}")
         return
-    r.set("lora_kernels", ",".join(AXOLOTL_LORA_KERNELS[k] for k in on), f"{name}: {' + '.join(on)}")
-    r.use(name, *on)
+    fsdp1 = d.get("fsdp_config") is not None and str(d.get("fsdp_version")) != "2" and (r.gpus or 1) > 1
+    if d.get("rl") or (method == "lora" and d.get("load_in_8bit")) or d.get("trust_remote_code") or fsdp1:
+        return
+    r.set("lora_kernels", "qkv,o,mlp", f"{name}: adapter (no lora_*_kernel key: axolotl turns its LoRA kernels on, "
+                                       "check_auto_enable_lora_kernels)")
 
 
 def _plugin_list(d: dict[str, Any]) -> list[str]:

@@ -207,6 +207,9 @@ def _args_peft(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         return
     key = "peft_method" if str(method).lower() == "lora" else "use_peft"
     rd.lora_extras(r, name, d, "modules_to_save", "lora_modules_to_save")
+    if d.get("lora_dropout") is None:  # TRL's ModelConfig and fms-hf-tuning's LoraConfig both default to 0.05
+        r.set("lora_dropout", 0.05, f"{name}: {key} (no lora_dropout: TRL's ModelConfig and fms-hf-tuning's "
+                                    "LoraConfig default, 0.05)")
     four, eight = d.get("load_in_4bit") is True, d.get("load_in_8bit") is True
     r.set("method", "qlora" if four else "lora", f"{name}: {key}" + (" + load_in_4bit" if four else ""))
     if four or eight:  # trl/trainer/sft_trainer.py and dpo_trainer.py since 0.22 (TRL #3882, #3906)

@@ -123,8 +123,9 @@ class Workload:
         "flag": "--lora-kernels", "group": "loop",
         "help": "axolotl's fused LoRA functions, comma-separated: qkv (lora_qkv_kernel: q, k and v's adapters keep "
                 "only their shared input), o (lora_o_kernel: o_proj's adapter keeps the attention output SDPA "
-                "keeps), mlp (lora_mlp_kernel: the MLP keeps its input, gate and up only). Each applies where all of "
-                "its projections carry LoRA and no bias, with lora_dropout 0, on Llama-like dense models."})
+                "keeps), mlp (lora_mlp_kernel: the MLP keeps its input, gate and up only); with --lora-dropout each "
+                "also keeps its dropped-out input and mask. Each applies where all of its projections carry LoRA, "
+                "on Llama-like models (mlp: dense ones). axolotl turns all three on for LoRA and QLoRA unless told."})
     optimizer_in_backward: bool = field(default=False, metadata={
         "flag": "--optimizer-in-backward", "group": "loop",
         "help": "Each parameter stepped as its gradient is made (torchtune's optimizer_in_bwd): the gradients are "
@@ -219,10 +220,11 @@ class Workload:
                 "(on a quantized base the compute dtype: torchtune's QLoRA, TRL 0.22 on)."})
     kbit_upcast: bool = field(default=True, metadata={
         "flag": "--kbit-upcast/--no-kbit-upcast", "group": "step",
-        "help": "QLoRA on a bitsandbytes base (nf4, int8): peft's prepare_model_for_kbit_training, which TRL, axolotl "
-                "and the HF QLoRA examples call (default): embeddings, LM head and norms cast to fp32, so the residual "
-                "stream (and without --mixed-precision the logits and the layers) run in fp32; --no-kbit-upcast: a "
-                "stack that does not call it (torchtune, fms-acceleration, FSDP/ZeRO-3 QLoRA)."})
+        "help": "QLoRA on a bitsandbytes base (nf4, int8): peft's prepare_model_for_kbit_training, which TRL before "
+                "0.22 and the HF QLoRA examples call (default): embeddings, LM head and norms cast to fp32, so the "
+                "residual stream (and without --mixed-precision the logits and the layers) run in fp32; "
+                "--no-kbit-upcast: a stack that does not call it or casts them back (torchtune, fms-acceleration, "
+                "axolotl on Llama-like models, FSDP/ZeRO-3 QLoRA)."})
     hf_loss: str = field(default="current", metadata={
         "flag": "--hf-loss", "group": "legacy",
         "help": "transformers' causal-LM loss path: current (4.49 on: the labels shifted, the fp32 upcast inside "
@@ -711,6 +713,10 @@ def make_workload(**kwargs: Any) -> Workload:
                   grad_accumulation=accumulation, bnb_saves_input=bnb_saves_input, kbit_upcast=kbit,
                   notes=tuple(notes))
     _check_cce(out)
+    if out.lora_kernels and out.kbit_fp32:
+        raise InputError(f"--lora-kernels {out.lora_kernels} on a k-bit base prepared by "
+                         "prepare_model_for_kbit_training: axolotl, which runs these kernels, casts its norms, "
+                         "embeddings and head back to 16 bits; add --no-kbit-upcast")
     if out.optimizer == "adamw-4bit" and out.shard in ("zero1", "zero2", "zero3") and out.training:
         raise InputError(f"--optimizer adamw-4bit with --shard {out.shard}: DeepSpeed hands torchao's optimizer one "
                          "flat partition, whose quantized states and step campaign does not model; estimate with "

@@ -206,7 +206,7 @@ def test_torchao_4bit_adamw_keeps_half_a_byte_and_a_scale_per_state():
     4-bit codes packed two to a byte plus one fp32 scale per block of 128, 2 x (0.5 + 4 / 128) = 1.0625 B a
     parameter. Counted on torchao's own state tensors, then on Llama 3.2 1B (1,235,814,400 parameters, bf16); the
     tensors under 4096 elements torchao keeps unquantized (its norms: 2048 x 33) are counted at the same rate, 0.5 MB
-    low. The step's 25 B per element of the tensor stepping is what benchmarks/torchao_4bit_step.py counts in the
+    low. The step's 25 B per element of the tensor stepping is what benchmarks/torchao_lowbit_step.py counts in the
     code inductor generates for it."""
     optim = pytest.importorskip("torchao.optim")
     import torch
@@ -222,3 +222,27 @@ def test_torchao_4bit_adamw_keeps_half_a_byte_and_a_scale_per_state():
     assert step["optimizer states"] == int(P * held / p.numel())
     # one tensor steps at a time: the largest, the tied embedding 128256 x 2048
     assert step["optimizer temporaries"] == 25 * 128256 * 2048
+
+
+def test_torchao_8bit_adamw_has_bitsandbytes_states_and_a_step_per_tensor():
+    """torchao's AdamW8bit (adamw_torch_8bit) keeps the states bitsandbytes' does (8-bit codes, an fp32 scale per 256:
+    counted on torchao's own state tensors) but steps one tensor at a time through a compiled function holding both
+    states in fp32: 8 B per element of the largest tensor (benchmarks/torchao_lowbit_step.py), where bitsandbytes'
+    fused kernel holds none."""
+    optim = pytest.importorskip("torchao.optim")
+    import torch
+
+    p = torch.nn.Parameter(torch.zeros(256, 4096, dtype=torch.bfloat16))
+    opt = optim.AdamW8bit([p])
+    states = [opt._new_buffer(p, True), opt._new_buffer(p, False)]
+    held = sum(s.codes.nbytes + s.scale.nbytes for s in states)
+    assert held == 2 * (p.numel() + p.numel() // 256 * 4)
+    P = 1_235_814_400
+
+    def step(optimizer):
+        est = estimate_memory("llama-3.2-1b", make_workload(optimizer=optimizer, batch=1, seq_len=128))
+        return {i.name: i.bytes for ph in est.phases if ph.name == "optimizer step" for i in ph.items}
+
+    ao, bnb = step("adamw-8bit-ao"), step("adamw-8bit")
+    assert ao["optimizer states"] == bnb["optimizer states"] == int(P * held / p.numel())
+    assert ao["optimizer temporaries"] == 8 * 128256 * 2048 and "optimizer temporaries" not in bnb

@@ -162,9 +162,10 @@ def test_accelerates_zero3_init_flag(tmp_path):
 
 def test_torchaos_8bit_adamw_reads_as_the_8bit_states(tmp_path):
     """TrainingArguments' optim adamw_torch_8bit is torchao's AdamW8bit: 8-bit states with one fp32 scale per block of
-    256, the bytes of bitsandbytes' (2 x (1 + 4 / 256) B a parameter); adamw_torch_4bit is torchao's AdamW4bit."""
+    256, the bytes of bitsandbytes' (2 x (1 + 4 / 256) B a parameter), with torchao's compiled step per tensor;
+    adamw_torch_4bit is torchao's AdamW4bit."""
     eight = write(tmp_path, "a.json", {"output_dir": "o", "optim": "adamw_torch_8bit"})
-    assert workload_from_configs([eight]).options["optimizer"] == "adamw-8bit"
+    assert workload_from_configs([eight]).options["optimizer"] == "adamw-8bit-ao"
     four = write(tmp_path, "b.json", {"output_dir": "o", "optim": "adamw_torch_4bit"})
     cfg = workload_from_configs([four])
     assert cfg.options["optimizer"] == "adamw-4bit" and not cfg.unmodelled

@@ -100,10 +100,11 @@ FP32_BYTES = 4
 ADAPTER_BYTES = FP32_BYTES
 BNB_8BIT_BLOCK = 256         # bitsandbytes 8-bit optimizers: blockwise quantization, one fp32 absmax per 256
 TORCHAO_4BIT_BLOCK = 128     # torchao AdamW4bit: 4-bit states, one fp32 scale per block of 128 (subclass_4bit.py)
-# torchao AdamW4bit's step (torch.compile(single_param_adam), one tensor at a time) as inductor compiles torchao 0.18
-# on the CPU: for each state an fp32 dequantized copy, int64 codes and packed uint8 codes, 2 x (4 + 8 + 0.5) B per
-# element of the tensor stepping (buffers of its output code); a GPU's fused kernels can only keep less
-TORCHAO_4BIT_STEP_BYTES = 25
+# torchao's low-bit AdamW steps (torch.compile(single_param_adam), one tensor at a time) as inductor compiles torchao
+# 0.18 on the CPU, in bytes per element of the tensor stepping (the buffers of its output code,
+# benchmarks/torchao_lowbit_step.py); a GPU's fused kernels can only keep less. AdamW4bit: for each state an fp32
+# dequantized copy, int64 codes and packed uint8 codes, 2 x (4 + 8 + 0.5); AdamW8bit: each state's fp32 copy, 2 x 4
+TORCHAO_STEP_BYTES = {"adamw-4bit": 25, "adamw-8bit-ao": 8}
 NF4_BLOCK = 64               # bitsandbytes 4-bit: one absmax per 64 weights (QLoRA paper, Dettmers et al. 2023,
 NF4_DOUBLE_QUANT_BLOCK = 256  # sec. 3); double quantization: the absmax in 8 bits, one fp32 scale per 256 of them
 

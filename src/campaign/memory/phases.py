@@ -26,7 +26,7 @@ from .constants import (
     LOG_SOFTMAX_OUTPUT_BYTES,
     LOGITS_GRAD_BYTES,
     SOFTCAP_SAVED_COPIES,
-    TORCHAO_4BIT_STEP_BYTES,
+    TORCHAO_STEP_BYTES,
 )
 from .deepspeed import grad_bytes, head_params, setup_phase, zero3_step_numel, zero_buffers
 from .dtypes import ELEMENT_BYTES, QUANTIZED, format_note
@@ -776,12 +776,12 @@ def _step_temporaries(spec: ModelSpec, w: Workload, Pt: int, *, flat: bool = Fal
             return Term(int(s * largest), f"for-loop AdamW: one temporary the size of the largest tensor ({largest:,})")
         return Term(0, "")
 
-    if w.optimizer == "adamw-4bit":
-        # torchao's AdamW4bit steps one tensor at a time (torch.compile(single_param_adam)): its states dequantized
-        # and requantized (constants.TORCHAO_4BIT_STEP_BYTES)
+    if w.optimizer in TORCHAO_STEP_BYTES:
+        # torchao's low-bit AdamW steps one tensor at a time (torch.compile(single_param_adam)): its states dequantized
+        # and requantized (constants.TORCHAO_STEP_BYTES)
         largest = Pt if flat else _largest_trainable(spec, w)
-        b = TORCHAO_4BIT_STEP_BYTES
-        return Term(int(b * largest), f"4-bit AdamW (torchao), one tensor at a time: the largest's two states "
+        b = TORCHAO_STEP_BYTES[w.optimizer]
+        return Term(int(b * largest), f"{w.optimizer} (torchao), one tensor at a time: the largest's two states "
                                       f"dequantized and requantized = {b} B x {largest:,} (inductor's buffers on the "
                                       f"CPU; a GPU's fused kernels keep no more)")
     if w.optimizer == "adafactor":

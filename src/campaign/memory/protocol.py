@@ -213,11 +213,12 @@ def _optimizer_factory(torch: Any, w: Workload, device: str) -> Callable[[list[A
                              f"--optimizer adamw (and compare with campaign memory --optimizer {w.optimizer})")
         kind = bnb.optim.AdamW8bit if w.optimizer == "adamw-8bit" else bnb.optim.AdamW32bit
         return lambda params: kind(params, lr=1e-5)
-    if w.optimizer == "adamw-4bit":
+    if w.optimizer in ("adamw-4bit", "adamw-8bit-ao"):
         try:
-            from torchao.optim import AdamW4bit  # type: ignore[import-not-found]
+            from torchao import optim as ao  # type: ignore[import-not-found]
         except ImportError:
-            raise InputError("adamw-4bit is torchao's AdamW4bit: pip install 'campaign[quant]' (torchao) on the "
-                             "card, or measure --optimizer adamw") from None
-        return lambda params: AdamW4bit(params, lr=1e-5)
+            raise InputError(f"{w.optimizer} is torchao's: pip install 'campaign[quant]' (torchao) on the card, or "
+                             "measure --optimizer adamw") from None
+        kind = ao.AdamW4bit if w.optimizer == "adamw-4bit" else ao.AdamW8bit
+        return lambda params: kind(params, lr=1e-5)
     return lambda params: optimizer_for(torch, w, params)

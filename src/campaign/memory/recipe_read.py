@@ -18,8 +18,8 @@ OPTIM = {
     "adamw_bnb_8bit": ("adamw-8bit", "foreach"), "adamw_8bit": ("adamw-8bit", "foreach"),
     "paged_adamw_8bit": ("adamw-8bit", "foreach"), "paged_adamw_32bit": ("adamw-32bit", "fused"),
     # torchao's AdamW8bit (torchao/optim/adam.py): blockwise 8-bit states, one fp32 scale per block of 256, as
-    # bitsandbytes' (campaign's adamw-8bit)
-    "adamw_torch_8bit": ("adamw-8bit", "foreach"),
+    # bitsandbytes', stepped by a compiled function per tensor
+    "adamw_torch_8bit": ("adamw-8bit-ao", "foreach"),
     # torchao's AdamW4bit (torchao/optim/subclass_4bit.py): 4-bit codes, one fp32 scale per block of 128
     "adamw_torch_4bit": ("adamw-4bit", "foreach"),
     "adafactor": ("adafactor", "foreach"), "sgd": ("sgd", "foreach"),
@@ -345,7 +345,8 @@ def settle_optimizer(r: Reader) -> None:
     """torchao's 4-bit AdamW under DeepSpeed ZeRO (a flat partition for it to quantize and step, not modelled): the
     optimizer key is named as not modelled and the estimate keeps AdamW's states, read after every file so that the
     order of the files does not matter."""
-    if r.options.get("optimizer") != "adamw-4bit" or r.options.get("shard") not in ("zero1", "zero2", "zero3"):
+    if r.options.get("optimizer") not in ("adamw-4bit", "adamw-8bit-ao") or \
+            r.options.get("shard") not in ("zero1", "zero2", "zero3"):
         return
     from dataclasses import replace
 
@@ -354,7 +355,7 @@ def settle_optimizer(r: Reader) -> None:
         r.options.pop(option, None)
         r.sources.pop(option, None)
     file, _, key = where.rpartition(": ")
-    why = "torchao's 4-bit AdamW on a DeepSpeed ZeRO partition, not modelled: counted as AdamW, an upper bound"
+    why = "torchao's low-bit AdamW on a DeepSpeed ZeRO partition, not modelled: counted as AdamW, an upper bound"
     r.keys = [replace(k, use="not modelled", why=why) if (k.file, k.key) == (file, key) else k for k in r.keys]
 
 

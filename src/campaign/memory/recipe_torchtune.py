@@ -20,7 +20,7 @@ TORCHTUNE_OPTIM = {"torch.optim.AdamW": ("adamw", "foreach"), "torch.optim.Adam"
                    "bitsandbytes.optim.AdamW": ("adamw-32bit", "fused"),
                    "bitsandbytes.optim.AdamW32bit": ("adamw-32bit", "fused"),
                    "bitsandbytes.optim.AdamW8bit": ("adamw-8bit", "foreach"),
-                   "torchao.optim.AdamW8bit": ("adamw-8bit", "foreach"),
+                   "torchao.optim.AdamW8bit": ("adamw-8bit-ao", "foreach"),
                    "torchao.optim.AdamW4bit": ("adamw-4bit", "foreach")}
 
 

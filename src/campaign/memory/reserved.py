@@ -28,7 +28,7 @@ from ..models.spec import ModelSpec
 from . import zero_replay
 from .activations import FP32, KEPT_LAYERS, layer_saved
 from .allocator import Allocator, CachingAllocator
-from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS, TORCHAO_4BIT_STEP_BYTES
+from .constants import DDP_BUCKET_CAP, DECODE_REPLAY_STEPS, TORCHAO_STEP_BYTES
 from .dtypes import ELEMENT_BYTES
 from .loss import logit_positions
 from .phases import KEPT_STEP_ITEMS, step_items
@@ -261,7 +261,7 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
         pos += len(tl)
     foreach_tmp = [s for s in split_bytes(step_tmp, in_order) if s >= 1]
     # for-loop: one tensor-sized temporary at a time (torchao's 4-bit AdamW, one compiled step per tensor, too)
-    per = TORCHAO_4BIT_STEP_BYTES if w.optimizer == "adamw-4bit" else state_bytes_per_element(w)
+    per = TORCHAO_STEP_BYTES.get(w.optimizer) or state_bytes_per_element(w)
     loop_tmp = [int(numel * per) for numel in in_order]
     return _StepSizes(trainable, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,
                       zero, zero_states, step_tmp, foreach_tmp, loop_tmp)
@@ -391,7 +391,7 @@ def _replay_step(r: Replay, spec: ModelSpec, w: Workload, plan: _StepSizes, toke
             continue
         if step == 0:
             take_each(state_sizes)
-        if step_tmp and w.optimizer_impl == "foreach" and w.optimizer != "adamw-4bit":
+        if step_tmp and w.optimizer_impl == "foreach" and w.optimizer not in TORCHAO_STEP_BYTES:
             temporaries = take_each(plan.foreach_tmp)
             if not last:
                 r.free(*temporaries)

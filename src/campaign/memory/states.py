@@ -183,9 +183,10 @@ def optimizer_bytes(spec: ModelSpec, w: Workload, trainable: int) -> Term:
     if w.optimizer == "adamw-32bit":  # bitsandbytes Optimizer2State.init_state: float32 state1 and state2
         return Term(int(2 * FP32_BYTES * trainable), "32-bit AdamW (bitsandbytes): 2 fp32 states, whatever the "
                                                      "parameters' dtype = 8 B x trainable params")
-    if w.optimizer == "adamw-8bit":
+    if w.optimizer in ("adamw-8bit", "adamw-8bit-ao"):  # torchao's AdamW8bit: the same blocks of 256 (subclass_8bit)
         per = 2 * (1 + FP32_BYTES / BNB_8BIT_BLOCK)
-        return Term(int(per * trainable), f"8-bit AdamW (bitsandbytes): 2 states x 1 B + fp32 absmax per "
+        who = "bitsandbytes" if w.optimizer == "adamw-8bit" else "torchao"
+        return Term(int(per * trainable), f"8-bit AdamW ({who}): 2 states x 1 B + fp32 scale per "
                                           f"{BNB_8BIT_BLOCK} = {per:.4f} B x trainable params")
     if w.optimizer == "adamw-4bit":  # torchao OptimState4bit.zeros: codes n / 2 uint8, scale n / 128 fp32
         per = 2 * (0.5 + FP32_BYTES / TORCHAO_4BIT_BLOCK)

@@ -68,7 +68,7 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     except ImportError:
         raise MissingDependencyError("torch and transformers", "torch") from None
     w = workload
-    if w.optimizer in ("adamw-8bit", "adamw-32bit", "adamw-4bit"):
+    if w.optimizer in ("adamw-8bit", "adamw-32bit", "adamw-8bit-ao", "adamw-4bit"):
         raise InputError(f"{w.optimizer} cannot be traced (bitsandbytes' and torchao's quantized states do not run "
                          "on fake tensors); "
                          "use campaign memory, or trace with --optimizer adamw")

@@ -11,7 +11,8 @@ from .dtypes import HALF, QUANTIZED, WEIGHT_ONLY, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
-OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-4bit", "adamw-32bit", "adafactor", "sgd", "none")
+OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-8bit-ao", "adamw-4bit", "adamw-32bit", "adafactor", "sgd", "none")
+TORCHAO_OPTIMIZERS = ("adamw-8bit-ao", "adamw-4bit")  # torchao's low-bit AdamW: one compiled step per tensor
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
@@ -78,7 +79,8 @@ class Workload:
                     ("sequences", "--sequences", "Concurrent sequences (inference; same as --batch)."))})
     optimizer: str = field(default="adamw", metadata={
         "flag": "--optimizer", "group": "step", "cli_default": None,
-        "help": "adamw | adamw-8bit | adamw-4bit (torchao's AdamW4bit: 4-bit states, an fp32 scale per 128) | "
+        "help": "adamw | adamw-8bit (bitsandbytes') | adamw-8bit-ao (torchao's AdamW8bit: the same states, a "
+                "compiled step per tensor) | adamw-4bit (torchao's AdamW4bit: 4-bit states, an fp32 scale per 128) | "
                 "adamw-32bit (bitsandbytes' 32-bit AdamW, paged or not: fp32 states whatever "
                 "the parameters' dtype) | adafactor | sgd | none."})
     optimizer_impl: str = field(default="foreach", metadata={
@@ -717,9 +719,9 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"--lora-kernels {out.lora_kernels} on a k-bit base prepared by "
                          "prepare_model_for_kbit_training: axolotl, which runs these kernels, casts its norms, "
                          "embeddings and head back to 16 bits; add --no-kbit-upcast")
-    if out.optimizer == "adamw-4bit" and out.shard in ("zero1", "zero2", "zero3") and out.training:
-        raise InputError(f"--optimizer adamw-4bit with --shard {out.shard}: DeepSpeed hands torchao's optimizer one "
-                         "flat partition, whose quantized states and step campaign does not model; estimate with "
+    if out.optimizer in TORCHAO_OPTIMIZERS and out.shard in ("zero1", "zero2", "zero3") and out.training:
+        raise InputError(f"--optimizer {out.optimizer} with --shard {out.shard}: DeepSpeed hands torchao's optimizer "
+                         "one flat partition, whose quantized states and step campaign does not model; estimate with "
                          "--optimizer adamw (an upper bound for the states) or without ZeRO")
     return out
 

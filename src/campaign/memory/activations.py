@@ -45,15 +45,25 @@ LORA_KERNEL_PROJECTIONS = {"qkv": ("q_proj", "k_proj", "v_proj"), "o": ("o_proj"
                            "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def lora_kernels_applied(spec: ModelSpec, w: Workload) -> frozenset[str]:
-    """The --lora-kernels axolotl applies to this model: on a Llama-like decoder (a gated MLP, no MLA), each where
-    every projection it patches carries LoRA; the MLP's on a dense MLP only (an MoE block has no gate_proj of its
-    own). Bias, dropout and DoRA no longer stop them (axolotl at 067b021c)."""
-    if not w.lora_kernels or spec.mlp != "gated" or spec.mla is not None:
-        return frozenset()
+def lora_kernels_skipped(spec: ModelSpec, w: Workload) -> dict[str, str]:
+    """The --lora-kernels axolotl does not apply to this model, each with why. It applies them on a Llama-like
+    decoder (a gated MLP, no MLA), each where every projection it patches carries LoRA; the MLP's on a dense MLP only
+    (an MoE block has no gate_proj of its own). Bias, dropout and DoRA no longer stop them (axolotl at 067b021c)."""
+    asked = [k for k in w.lora_kernels.split(",") if k]
+    if spec.mlp != "gated" or spec.mla is not None:
+        return {k: "the model is not a Llama-like decoder" for k in asked}
     targets = lora_in_features(spec, w)
-    return frozenset(k for k in w.lora_kernels.split(",")
-                     if all(m in targets for m in LORA_KERNEL_PROJECTIONS[k]) and (k != "mlp" or spec.moe is None))
+    skipped = {k: f"{k} needs LoRA on {', '.join(LORA_KERNEL_PROJECTIONS[k])}" for k in asked
+               if not all(m in targets for m in LORA_KERNEL_PROJECTIONS[k])}
+    if "mlp" in asked and spec.moe is not None:
+        skipped["mlp"] = "mlp: an MoE block has no gate_proj of its own"
+    return skipped
+
+
+def lora_kernels_applied(spec: ModelSpec, w: Workload) -> frozenset[str]:
+    """The --lora-kernels axolotl applies to this model (lora_kernels_skipped says which it does not, and why)."""
+    skipped = lora_kernels_skipped(spec, w)
+    return frozenset(k for k in w.lora_kernels.split(",") if k and k not in skipped)
 
 
 KEPT_LAYERS = KeptBySpec(64)  # layer_saved's answers: a card solve's probes differ in the batch and the length only

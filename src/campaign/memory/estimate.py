@@ -174,16 +174,12 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
                      "cross-entropy (Liger, torchtune) removes most of it: --loss chunked or --loss fused")
     if w.lora_kernels:
-        from .activations import LORA_KERNEL_PROJECTIONS, lora_kernels_applied
+        from .activations import lora_kernels_skipped
 
-        applied = lora_kernels_applied(spec, w)
-        skipped = [k for k in w.lora_kernels.split(",") if k not in applied]
+        skipped = lora_kernels_skipped(spec, w)
         if skipped:
             notes.append(f"--lora-kernels {','.join(skipped)}: not applied, as axolotl skips it: "
-                         + ("the model is not a Llama-like decoder" if spec.mlp != "gated" or spec.mla
-                            else "; ".join("mlp: an MoE block has no gate_proj of its own" if k == "mlp" and spec.moe
-                                           else f"{k} needs LoRA on {', '.join(LORA_KERNEL_PROJECTIONS[k])}"
-                                           for k in skipped)))
+                         + "; ".join(dict.fromkeys(skipped.values())))
     if w.training and not w.grad_checkpointing and w.method != "frozen":
         notes.append("--grad-checkpointing would keep one tensor per layer instead of all activations "
                      "(about a third more compute: each layer's forward runs twice)")

@@ -5,10 +5,12 @@ target modules and extras, FSDP2's reshard_after_forward. training_config.py say
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from .constants import TORCHAO_STEP_BYTES
 from .recipe_keys import PEFT_DEFAULTS_SOURCE, ConfigKey, account, default_lora_targets
 
 # TrainingArguments.optim / axolotl's optimizer -> (optimizer, implementation) of the estimate
@@ -342,13 +344,12 @@ def auto_half(r: Reader, name: str, half: str | None) -> None:
 
 
 def settle_optimizer(r: Reader) -> None:
-    """torchao's 4-bit AdamW under DeepSpeed ZeRO (a flat partition for it to quantize and step, not modelled): the
+    """torchao's low-bit AdamW under DeepSpeed ZeRO (a flat partition for it to quantize and step, not modelled): the
     optimizer key is named as not modelled and the estimate keeps AdamW's states, read after every file so that the
     order of the files does not matter."""
-    if r.options.get("optimizer") not in ("adamw-4bit", "adamw-8bit-ao") or \
-            r.options.get("shard") not in ("zero1", "zero2", "zero3"):
+    if r.options.get("optimizer") not in TORCHAO_STEP_BYTES or r.options.get("shard") not in ("zero1", "zero2",
+                                                                                              "zero3"):
         return
-    from dataclasses import replace
 
     where = r.sources["optimizer"][1]
     for option in ("optimizer", "optimizer_impl"):

@@ -260,7 +260,7 @@ def _work_out_step_sizes(spec: ModelSpec, w: Workload, zero: zero_replay.ZeroPla
         grads_by_layer.append([s for s in grad_sizes[pos:pos + len(tl)] if s >= 1])  # sizes of at least 1 B
         pos += len(tl)
     foreach_tmp = [s for s in split_bytes(step_tmp, in_order) if s >= 1]
-    # for-loop: one tensor-sized temporary at a time (torchao's 4-bit AdamW, one compiled step per tensor, too)
+    # for-loop: one tensor-sized temporary at a time (torchao's low-bit AdamW, one compiled step per tensor, too)
     per = TORCHAO_STEP_BYTES.get(w.optimizer) or state_bytes_per_element(w)
     loop_tmp = [int(numel * per) for numel in in_order]
     return _StepSizes(trainable, extra_layers, extra_rest, grads_by_layer, grad_sizes[pos:], state_sizes,

@@ -35,7 +35,7 @@ from .build import (
     torch_dtype,
     workload_class_and_config,
 )
-from .constants import CUDA_CONTEXT_BYTES
+from .constants import CUDA_CONTEXT_BYTES, TORCHAO_STEP_BYTES
 from .dtypes import ELEMENT_BYTES, QUANTIZED
 from .estimate import finish_estimate
 from .states import is_router, weight_bytes
@@ -68,7 +68,7 @@ def trace_memory(model: str | Path | ModelSpec, workload: Workload, *, reserve: 
     except ImportError:
         raise MissingDependencyError("torch and transformers", "torch") from None
     w = workload
-    if w.optimizer in ("adamw-8bit", "adamw-32bit", "adamw-8bit-ao", "adamw-4bit"):
+    if w.optimizer in ("adamw-8bit", "adamw-32bit", *TORCHAO_STEP_BYTES):
         raise InputError(f"{w.optimizer} cannot be traced (bitsandbytes' and torchao's quantized states do not run "
                          "on fake tensors); "
                          "use campaign memory, or trace with --optimizer adamw")

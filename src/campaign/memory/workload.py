@@ -7,12 +7,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ..errors import InputError
+from .constants import TORCHAO_STEP_BYTES
 from .dtypes import HALF, QUANTIZED, WEIGHT_ONLY, checkpoint_format, parse_dtype
 
 Mode = Literal["train", "infer"]
 METHODS = ("full", "lora", "qlora", "frozen")
 OPTIMIZERS = ("adamw", "adamw-8bit", "adamw-8bit-ao", "adamw-4bit", "adamw-32bit", "adafactor", "sgd", "none")
-TORCHAO_OPTIMIZERS = ("adamw-8bit-ao", "adamw-4bit")  # torchao's low-bit AdamW: one compiled step per tensor
 OPTIMIZER_IMPLS = ("foreach", "fused", "loop")
 SHARDS = ("none", "zero1", "zero2", "zero3", "fsdp", "tp")
 ATTENTION = ("sdpa", "eager")
@@ -440,11 +440,16 @@ def zero_elements(value: Any, name: str) -> int | str | None:
     return int(number)
 
 
+def _kernel_names(text: Any, flag: str, known: tuple[str, ...]) -> set[str]:
+    """The names of a comma list option (--liger-kernels, --lora-kernels), or a one-line refusal of a non-string."""
+    if not isinstance(text, str):
+        raise InputError(f"{flag} must be a comma-separated list of {', '.join(known)}, got {text!r}")
+    return {t.strip() for t in text.split(",") if t.strip()}
+
+
 def parse_liger_kernels(text: Any) -> str:
     """--liger-kernels as a canonical comma list (Liger's order, each once; "" for none), or a one-line refusal."""
-    if not isinstance(text, str):
-        raise InputError(f"liger-kernels must be a comma-separated list of {', '.join(LIGER_KERNELS)}, got {text!r}")
-    names = {t.strip() for t in text.split(",") if t.strip()}
+    names = _kernel_names(text, "liger-kernels", LIGER_KERNELS)
     if "fused_linear_cross_entropy" in names:
         raise InputError("--liger-kernels fused_linear_cross_entropy: Liger's fused cross-entropy is --loss fused; "
                          "drop it from --liger-kernels and add --loss fused")
@@ -457,9 +462,7 @@ def parse_liger_kernels(text: Any) -> str:
 
 def parse_lora_kernels(text: Any) -> str:
     """--lora-kernels as a canonical comma list (qkv, o, mlp; "" for none), or a one-line refusal."""
-    if not isinstance(text, str):
-        raise InputError(f"lora-kernels must be a comma-separated list of {', '.join(LORA_KERNELS)}, got {text!r}")
-    names = {t.strip() for t in text.split(",") if t.strip()}
+    names = _kernel_names(text, "lora-kernels", LORA_KERNELS)
     unknown = sorted(names - set(LORA_KERNELS))
     if unknown:
         raise InputError(f"--lora-kernels {','.join(unknown)} is not one of axolotl's LoRA kernels; choose among "
@@ -719,7 +722,7 @@ def make_workload(**kwargs: Any) -> Workload:
         raise InputError(f"--lora-kernels {out.lora_kernels} on a k-bit base prepared by "
                          "prepare_model_for_kbit_training: axolotl, which runs these kernels, casts its norms, "
                          "embeddings and head back to 16 bits; add --no-kbit-upcast")
-    if out.optimizer in TORCHAO_OPTIMIZERS and out.shard in ("zero1", "zero2", "zero3") and out.training:
+    if out.optimizer in TORCHAO_STEP_BYTES and out.shard in ("zero1", "zero2", "zero3") and out.training:
         raise InputError(f"--optimizer {out.optimizer} with --shard {out.shard}: DeepSpeed hands torchao's optimizer "
                          "one flat partition, whose quantized states and step campaign does not model; estimate with "
                          "--optimizer adamw (an upper bound for the states) or without ZeRO")

@@ -62,7 +62,7 @@ def workload_from(spec: Any, *, train: bool | None, batch: int | None = None, se
     (inference reads --context/--sequences first, training --seq-len/--batch, the other pair as a fallback; an
     inference context defaults to INFERENCE_CONTEXT); the weight format by memory.workload.weights_format's rule
     (spec: the model's ModelSpec, or None when nothing is known of its checkpoint); the optimizer (none for
-    inference); --lora-targets as a comma-separated list. Every other Workload field passes as given, and one not
+    inference); --lora-targets (target_list). Every other Workload field passes as given, and one not
     given (or None) takes the Workload dataclass's own default (memory/workload.py), never restated here."""
     from dataclasses import fields as dataclass_fields
 
@@ -89,7 +89,14 @@ def workload_from(spec: Any, *, train: bool | None, batch: int | None = None, se
                                        inference=inference)
     return make_workload(mode="infer" if inference else "train", dtype=dtype, group_size=group_size, batch=count,
                          seq_len=length, optimizer=optimizer or ("none" if inference else None),
-                         lora_targets=None if lora_targets is None else tuple(lora_targets.split(",")), **fields)
+                         lora_targets=None if lora_targets is None else target_list(lora_targets), **fields)
+
+
+def target_list(value: str) -> tuple[str, ...]:
+    """--lora-targets: comma-separated names, or one re:PATTERN whole (a regular expression may hold commas)."""
+    from ..memory.workload import LORA_REGEX
+
+    return (value,) if value.startswith(LORA_REGEX) else tuple(value.split(","))
 
 
 # The context of an inference workload when neither --context nor --seq-len is given (training: Workload.seq_len).

@@ -97,7 +97,11 @@ def instantiate(cls: Any, config: Any, dtype: Any, w: Workload, *, weights_dir: 
     if w.training and w.adapters:
         import peft
 
-        targets: Any = "all-linear" if "all-linear" in w.lora_targets else list(w.lora_targets)
+        from .states import lora_regex
+
+        pattern = lora_regex(w)  # peft takes one string as a regular expression over module paths
+        targets: Any = (pattern if pattern is not None else "all-linear" if "all-linear" in w.lora_targets
+                        else list(w.lora_targets))
         with warnings.catch_warnings():  # peft reads transformers' deprecated name; nothing the user can act on
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             net = peft.get_peft_model(net, peft.LoraConfig(r=w.lora_rank, target_modules=targets,

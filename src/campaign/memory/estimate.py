@@ -14,7 +14,7 @@ from .constants import CUDA_CONTEXT_BYTES, NCCL_BUFFSIZE, NCCL_CHANNELS, NCCL_CO
 from .dtypes import QUANTIZED
 from .parsing import parse_reserve
 from .phases import inference_phases, training_phases
-from .states import trainable_params
+from .states import regex_note, trainable_params
 from .workload import Workload
 
 _TRANSIENT = ("activations", "logits", "temporaries", "kv")
@@ -173,6 +173,9 @@ def _notes(spec: ModelSpec, w: Workload, peak: Phase) -> tuple[str, ...]:
     if w.training and spec.vocab_size >= 100_000 and w.method != "frozen" and w.loss == "full":
         notes.append(f"vocabulary of {spec.vocab_size:,}: the fp32 loss over logits is large; chunked or fused "
                      "cross-entropy (Liger, torchtune) removes most of it: --loss chunked or --loss fused")
+    regex = regex_note(spec, w)
+    if regex:
+        notes.append(regex)
     if w.lora_kernels:
         from .activations import lora_kernels_skipped
 

@@ -129,18 +129,29 @@ def short(value: Any) -> str:
 
 def modules(value: Any, where: str) -> tuple[str, ...]:
     """LoRA target module names as peft takes them (LoraConfig.target_modules, axolotl's lora_target_modules): a
-    list of names, or the one string 'all-linear'. Any other single string peft matches as a regular expression
-    against whole module paths (re.fullmatch on model.layers.0.self_attn.q_proj: peft/utils/other.py,
-    match_target_against_key), so 'q_proj' alone targets nothing: refused, as is anything but a list of names."""
+    list of names, the one string 'all-linear', or any other one string, which peft matches as a regular expression
+    against whole module paths (re.fullmatch on model.layers.0.self_attn.q_proj: peft/tuners/tuners_utils.py
+    check_target_module_exists), kept as workload.LORA_REGEX + the pattern. A bare name ('q_proj') as that one string
+    matches no dotted path, so peft stops: refused here, naming the file, as is anything else."""
+    import re
+
+    from .workload import LORA_REGEX
+
     if value == "all-linear":
         return ("all-linear",)
-    if isinstance(value, str):
+    if isinstance(value, str) and re.fullmatch(r"[\w-]+", value.strip()):
         raise InputError(f"{where}: {value!r} is one string, which peft matches as a regular expression against whole "
                          "module paths (model.layers.0.self_attn.q_proj), not as a module name; write the names as a "
                          "list ([q_proj, v_proj]) or all-linear")
+    if isinstance(value, str) and value.strip():
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise InputError(f"{where}: {value!r} is not a regular expression ({e}); fix the pattern") from None
+        return (LORA_REGEX + value,)
     if not isinstance(value, list) or not value or not all(isinstance(t, str) and t.strip() for t in value):
-        raise InputError(f"{where}: {short(value)} is not a list of module names; write e.g. [q_proj, v_proj] or "
-                         "all-linear")
+        raise InputError(f"{where}: {short(value)} is not a list of module names; write e.g. [q_proj, v_proj], "
+                         "all-linear or one regular expression")
     return tuple(t.strip() for t in value)
 
 

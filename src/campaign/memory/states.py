@@ -1,14 +1,16 @@
 """Persistent state: weights (with quantization metadata), trainable parameters, gradients, optimizer states."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..errors import InputError
 from ..models.spec import ModelSpec, ParamGroup
 from .constants import BNB_8BIT_BLOCK, FP32_BYTES, TORCHAO_4BIT_BLOCK
 from .dtypes import ELEMENT_BYTES, QUANTIZED, linear_bytes
 from .terms import Term
-from .workload import Workload
+from .workload import LORA_REGEX, Workload
 
 
 def is_router(g: ParamGroup) -> bool:
@@ -60,19 +62,99 @@ def weight_bytes(spec: ModelSpec, w: Workload) -> WeightBytes:
     return WeightBytes(quantized, overhead, dense, tuple(names), largest)
 
 
+# Where transformers puts the repeated blocks of the models campaign counts in closed form, by the class it builds:
+# the causal LM (Llama's model.layers, GPT-2's and Falcon's transformer.h, GPT-NeoX, OPT, BERT and RoBERTa), and the
+# language model inside a vision/audio wrapper (transformers >= 4.52 model.language_model.layers, older and Voxtral
+# language_model.model.layers, SmolVLM/Idefics3 model.text_model.layers). A pattern is tried under each: the user
+# wrote it against the one their model has.
+BLOCK_PATHS = ("model.layers.", "model.language_model.layers.", "language_model.model.layers.",
+               "model.text_model.layers.", "model.language_model.model.layers.", "transformer.h.", "gpt_neox.layers.",
+               "model.decoder.layers.", "encoder.layer.", "bert.encoder.layer.", "roberta.encoder.layer.")
+_STACK = re.compile(r"^(.*?\b(?:layers|h|layer|blocks|block))\.")
+
+
+def lora_regex(w: Workload) -> str | None:
+    """The regular expression of a target_modules given as one string, or None for a list of names."""
+    t = w.lora_targets
+    return t[0][len(LORA_REGEX):] if len(t) == 1 and t[0].startswith(LORA_REGEX) else None
+
+
+def _paths(g: ParamGroup, layer: int) -> tuple[str, ...]:
+    """The module paths peft reads for layer `layer`'s copy of `g`. A group counted in closed form is named inside
+    its block (self_attn.q_proj); one from the meta-device inventory (models/meta.py) by its whole path with the
+    layer index folded out and its .weight (model.visual.blocks.attn.qkv.weight): the index goes back after the
+    stack's name."""
+    if g.name.endswith(".weight"):
+        return (_STACK.sub(lambda m: f"{m.group(1)}.{layer}.", g.name[: -len(".weight")], count=1),)
+    return tuple(f"{p}{layer}.{g.name}" for p in BLOCK_PATHS)
+
+
+@lru_cache(maxsize=64)
+def _regex_layers(groups: tuple[ParamGroup, ...], pattern: str) -> tuple[tuple[ParamGroup, int], ...]:
+    compiled = re.compile(pattern)
+    out = []
+    for g in groups:
+        n = sum(1 for layer in range(g.count) if any(compiled.fullmatch(p) for p in _paths(g, layer)))
+        if n:
+            out.append((g, n))
+    return tuple(out)
+
+
+def regex_targets(spec: ModelSpec, pattern: str) -> tuple[tuple[ParamGroup, int], ...]:
+    """(each Linear group the pattern matches, in how many of its layers), as peft matches it: re.fullmatch against
+    every layer's module path (BLOCK_PATHS). Routed experts are not Linear modules in transformers 5 and routers
+    are never adapted, as with all-linear. A group's copies are taken as layers 0..count-1 (an MoE model's dense
+    and sparse layers are not told apart by index).
+
+    Raises:
+        InputError: the pattern is not a regular expression, or matches no Linear of the model (peft then stops:
+            'Target modules ... not found in the base model').
+    """
+    linears = tuple(g for g in spec.groups if g.role == "linear" and g.in_blocks and not is_router(g)
+                    and not g.expert)
+    try:
+        found = _regex_layers(linears, pattern)
+    except re.error as e:
+        raise InputError(f"LoRA target_modules '{pattern}' is not a regular expression ({e}); fix the pattern") \
+            from None
+    if not found:
+        example = _paths(linears[0], 0)[0] if linears else "model.layers.0.self_attn.q_proj"
+        raise InputError(f"LoRA target_modules '{pattern}' matches no Linear module of {spec.name} (peft stops with "
+                         f"'Target modules not found'); its paths look like {example}")
+    return found
+
+
+def regex_note(spec: ModelSpec, w: Workload) -> str | None:
+    """What a regex target_modules adapts, and where it adapts a module in some layers only: there the adapters'
+    weights, gradients and states are counted in those layers, their activations in every layer (an upper bound)."""
+    pattern = lora_regex(w)
+    if pattern is None or not (w.training and w.adapters):
+        return None
+    found = regex_targets(spec, pattern)
+    parts = [g.name if n == g.count else f"{g.name} ({n} of {g.count} layers)" for g, n in found]
+    partial = any(n < g.count for g, n in found)
+    return (f"LoRA targets from the regular expression '{pattern}': {', '.join(parts)}"
+            + ("; adapters on some layers only: their weights, gradients and states counted there, their activations"
+               " in every layer (an upper bound)" if partial else ""))
+
+
 def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
-    """The Linear groups LoRA adapts: 'all-linear' = every block Linear except MoE routers and routed experts."""
+    """The Linear groups LoRA adapts: 'all-linear' = every block Linear except MoE routers and routed experts; a
+    regular expression (workload.LORA_REGEX) each group it matches, counted in the layers it matches."""
+    pattern = lora_regex(w)
     linears = [g for g in spec.groups if g.role == "linear" and g.in_blocks and not is_router(g)]
-    if "all-linear" in w.lora_targets:
+    if pattern is not None:
+        chosen = [g if n == g.count else replace(g, count=n) for g, n in regex_targets(spec, pattern)]
+    elif "all-linear" in w.lora_targets:
         chosen = [g for g in linears if not g.expert]
     else:
         chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
-    known = {g.module for g in linears}
-    unknown = [t for t in w.lora_targets
-               if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
-    if unknown:
-        raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
-                         f"choose from {', '.join(sorted(known))} or all-linear")
+        known = {g.module for g in linears}
+        unknown = [t for t in w.lora_targets
+                   if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
+        if unknown:
+            raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
+                             f"choose from {', '.join(sorted(known))}, all-linear or re:PATTERN")
     smallest = min((min(g.shape) for g in chosen), default=0)
     if chosen and w.lora_rank > smallest:
         raise InputError(f"LoRA rank {w.lora_rank} is larger than the smallest targeted layer dimension ({smallest}); "

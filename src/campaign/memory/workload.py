@@ -23,6 +23,10 @@ REFERENCES = ("none", "copy", "adapters-off")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "geglu")  # Liger's keywords (geglu: Gemma's gated MLP)
 LORA_KERNELS = ("qkv", "o", "mlp")  # axolotl's lora_qkv_kernel, lora_o_kernel, lora_mlp_kernel
 DEVICE_MAPS = ("none", "auto", "balanced", "balanced_low_0")
+# peft's target_modules given as one string: a regular expression over whole module paths (re.fullmatch on
+# model.layers.0.self_attn.q_proj: peft/tuners/tuners_utils.py check_target_module_exists), kept as the one target
+# "re:PATTERN" (recipe_read.modules, --lora-targets re:PATTERN; states.regex_targets matches it)
+LORA_REGEX = "re:"
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,8 @@ class Workload:
                 "native_dropout) instead of sharing the layer's input."})
     lora_targets: tuple[str, ...] = field(default=("all-linear",), metadata={
         "flag": "--lora-targets", "group": "step", "cli_default": "all-linear", "cli_type": "str",
-        "help": "Comma-separated module names, or all-linear."})
+        "help": "Comma-separated module names, all-linear, or re:PATTERN: peft's target_modules as one string, a "
+                "regular expression matched against whole module paths (model.layers.0.self_attn.q_proj)."})
     gpus: int = field(default=1, metadata={"flag": "--gpus", "group": "parallel", "help": "Number of cards."})
     shard: str = field(default="none", metadata={
         "flag": "--shard", "group": "parallel", "help": "none (DDP) | zero1 | zero2 | zero3 | fsdp | tp (inference)."})

@@ -119,6 +119,9 @@ def test_accelerate_fsdp_config(tmp_path):
     ("fsdp.yaml", {"distributed_type": "FSDP", "fsdp_config": {"fsdp_offload_params": True,
                                                                "fsdp_sharding_strategy": "SHARD_GRAD_OP"}},
      "fsdp_config.fsdp_offload_params"),
+    # torchtune's mistral/7B_lora*.yaml and llama2/13B_lora.yaml: LoRA on the output projection was an exit 2
+    ("7B_lora.yaml", {"model": {"_component_": "torchtune.models.mistral.lora_mistral_7b", "lora_attn_modules":
+                                ["q_proj", "v_proj"], "apply_lora_to_output": True}}, "model.apply_lora_to_output"),
 ])
 def test_a_memory_key_that_cannot_be_honoured_is_named_not_refused(tmp_path, name, doc, key):
     """The file is read whole; the setting the estimate does not model is named with what is counted instead, and

@@ -63,8 +63,10 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
             r.set("lora_rank", rd.whole(model["lora_rank"], f"{name}: model.lora_rank"), f"{name}: model.lora_rank")
         rd.lora_dropout(r, name, model, shown="model.lora_dropout")
         attn = _attn_modules(model.get("lora_attn_modules"), f"{name}: model.lora_attn_modules")
-        targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else []) + (
-            ["lm_head"] if model.get("apply_lora_to_output") else [])
+        targets = attn + (["gate_proj", "up_proj", "down_proj"] if model.get("apply_lora_to_mlp") else [])
+        if model.get("apply_lora_to_output"):
+            r.refuse(f"{name}: model.apply_lora_to_output", "LoRA on the output projection (its adapter, its "
+                     "input and its vocabulary-wide output)", "counted without it, which is low")
         names = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_proj": "o_proj"}
         if targets:
             r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")

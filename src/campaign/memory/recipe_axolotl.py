@@ -1,6 +1,7 @@
 """An axolotl YAML (`axolotl train FILE`) as the workload: the adapter (LoRA, QLoRA), its rank and targets, the
 sequence length and micro-batch, preference training (`rl`), checkpointing, the load dtype, the optimizer, Liger's
-kernels and loss, attention, and a DeepSpeed config it names."""
+kernels and loss, attention, and a DeepSpeed config it names; the cards it names (dp_shard_size, Ray's workers) read
+against --gpus, and its plugins."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,6 +31,7 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
         r.set("dtype", "int8", f"{name}: load_in_8bit")
     if method in ("lora", "qlora") and (d.get("load_in_8bit") or d.get("load_in_4bit")):
         _kbit_recast(r, name, d)
+    _bnb_config(r, name, d)
     if d.get("lora_r") is not None:
         r.set("lora_rank", rd.whole(d["lora_r"], f"{name}: lora_r"), f"{name}: lora_r")
     if method != "full":
@@ -65,13 +67,15 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
             rd.loss(r, "logps", f"{name}: rl ({rd.LOGPS})", f"{name}: rl")
     _checkpointing(r, name, d, method)
     if method != "qlora" and not d.get("load_in_8bit"):  # the model is loaded in that dtype (QLoRA's base: nf4)
-        if d.get("bf16") in (True, "auto"):
-            r.set("dtype", "bf16", f"{name}: bf16 (the model loaded in bf16)")
-        elif d.get("fp16") is True:
-            r.set("dtype", "fp16", f"{name}: fp16 (the model loaded in fp16)")
+        loaded = _load_dtype(d)
+        if loaded is not None:
+            dtype, key = loaded
+            r.set("dtype", dtype, f"{name}: {key} (" + ("off, with no fp16, float16 or bfloat16: " if dtype == "fp32"
+                                                       else "") + f"the model loaded in {dtype})")
     if d.get("optimizer") is not None:
         rd.optim(r, d["optimizer"], f"{name}: optimizer", rd.OPTIM)
     rd.accumulation(r, d, name)
+    _batch_size(r, name, d)
     if d.get("liger_fused_linear_cross_entropy") is True:
         rd.loss(r, "fused", f"{name}: liger_fused_linear_cross_entropy", f"{name}: liger_fused_linear_cross_entropy")
     elif d.get("liger_fused_linear_cross_entropy") is not None:
@@ -94,12 +98,126 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     rd.attention(r, name, d)
     _fsdp(r, name, d)
     recipe_deepspeed.recipe_key(r, path, d)
-    rd.auto_half(r, name, "bf16" if d.get("bf16") in (True, "auto") else "fp16" if d.get("fp16") is True else None)
+    rd.auto_half(r, name, _trainer_half(d))
     r.use(name, *(k for k in ("base_model", "adapter", "load_in_4bit", "load_in_8bit", "lora_target_linear",
-                              "bf16", "fp16") if k in d))
+                              "bf16", "fp16", "bfloat16", "float16") if k in d))
     _axolotl_liger_inert(r, name, d)
     _plugins(r, name, d, cce)
+    _streaming(r, name, d)
+    _placement(r, name, d)
+    _accelerator_config(r, name, d)
     r.account(name, "axolotl", d)
+
+
+def _bf16(d: dict[str, Any]) -> Any:
+    """bf16 as axolotl resolves it (utils/config/__init__.py resolve_dtype at 067b021c): auto (the schema's default)
+    gives way to fp16: true, else is bf16 on a card that has it, the estimate's default."""
+    return False if d.get("bf16") == "auto" and d.get("fp16") else d.get("bf16")
+
+
+def _load_dtype(d: dict[str, Any]) -> tuple[str, str] | None:
+    """The dtype axolotl loads the model in (cfg.torch_dtype, resolve_dtype; loaders/model.py passes it as dtype) and
+    the key that says it: bf16 (true or auto) or bfloat16 (bf16 without AMP) -> bf16; else fp16 or float16 -> fp16;
+    else, bf16 written false or empty, fp32. None where nothing is said: bf16 auto, the estimate's default."""
+    if _bf16(d) in (True, "auto"):
+        return "bf16", "bf16"
+    for key, dtype in (("bfloat16", "bf16"), ("fp16", "fp16"), ("float16", "fp16")):
+        if d.get(key) is True:
+            return dtype, key
+    return ("fp32", "bf16") if "bf16" in d else None
+
+
+def _trainer_half(d: dict[str, Any]) -> str | None:
+    """The Trainer's bf16 or fp16 (core/builders/base.py: bf16 = cfg.bf16 or cfg.bfloat16, fp16 = cfg.fp16 and not
+    bf16), which fills a ds_config's "auto"."""
+    if _bf16(d) in (True, "auto") or d.get("bfloat16") is True:
+        return "bf16"
+    return "fp16" if d.get("fp16") is True else None
+
+
+def _batch_size(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """batch_size (deprecated: utils/schemas/training.py): normalize_config sets gradient_accumulation_steps to
+    batch_size // micro_batch_size only where it is empty, which the schema's default of 1 leaves it only when the
+    file writes it empty (null); elsewhere it changes no memory (recipe_keys' table)."""
+    size, micro = d.get("batch_size"), d.get("micro_batch_size") or 1
+    if "gradient_accumulation_steps" not in d or d["gradient_accumulation_steps"] is not None or not size:
+        return
+    steps = rd.whole(size, f"{name}: batch_size") // rd.whole(micro, f"{name}: micro_batch_size")
+    if steps >= 1:
+        r.set("grad_accumulation", steps, f"{name}: batch_size (over micro_batch_size {micro}: "
+                                          "gradient_accumulation_steps empty, utils/config normalize_config)")
+
+
+def _streaming(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """pretraining_dataset and streaming: a streamed dataset (utils/data/sft.py _prepare_streaming_dataset). Packed
+    (sample_packing), each row is a bin of micro_batch_size x sequence_len tokens and the micro-batch that one row
+    (utils/data/streaming.py wrap_streaming_dataset sets micro_batch_size 1); unpacked, rows of sequence_len at most.
+    The tokens the estimate counts either way, and SDPA's or flash attention's memory follows the tokens; eager
+    attention's scores follow the row's length squared, micro_batch_size times the estimate's: named there."""
+    keys = [k for k in ("pretraining_dataset", "streaming") if d.get(k)]
+    if not keys:
+        return
+    micro = d.get("micro_batch_size") or 1
+    if d.get("sample_packing") and r.options.get("attention") == "eager" and isinstance(micro, int) and micro > 1:
+        r.refuse(f"{name}: {keys[0]}", f"packed streamed rows of micro_batch_size x sequence_len tokens ({micro} x "
+                 f"{d.get('sequence_len')}), whose eager attention scores grow with the row squared",
+                 f"counted as {micro} rows of sequence_len, which is low")
+    else:
+        r.use(name, *keys)
+
+
+def _placement(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """Where the cards come from and the model goes, read against what the estimate counts:
+    - dp_shard_size (utils/schemas/config.py): FSDP's cards, modelled where they are --gpus's (FSDP on, or one card).
+    - use_ray: axolotl's Ray Train launch (cli/train.py: ray_num_workers workers of resources_per_worker, one GPU
+      each by default): the run's cards, modelled where they are --gpus's; without use_ray the ray keys do nothing.
+    - experimental_skip_move_to_device (utils/schemas/model.py, default true): false moves the whole model to each
+      card before FSDP shards it (loaders/model.py _apply_post_lora_load_setup), a load-time peak the estimate does
+      not count; without FSDP the Trainer moves it there anyway.
+    - model_quantization_config Mxfp4Config with dequantize true (loaders/model.py _set_quantization_config):
+      MXFP4 weights dequantized on load, the 16-bit model the estimate counts."""
+    cards = r.gpus or 1
+    fsdp = r.options.get("shard") == "fsdp"
+    shard = d.get("dp_shard_size")
+    if isinstance(shard, int) and not isinstance(shard, bool) and shard == cards and (fsdp or cards == 1):
+        r.use(name, "dp_shard_size")
+    ray = [k for k in ("ray_num_workers", "resources_per_worker") if k in d]
+    if not d.get("use_ray"):
+        r.use(name, *ray)
+    elif ray:
+        workers, per = d.get("ray_num_workers", 1), d.get("resources_per_worker")
+        if workers == cards and per in (None, {"GPU": 1}):
+            r.use(name, *ray)
+        else:
+            r.refuse(f"{name}: {ray[0]}", f"{workers} Ray workers of {per or {'GPU': 1}}",
+                     f"the estimate's {cards} card(s) of --gpus: give --gpus {workers} for one GPU a worker")
+    if d.get("experimental_skip_move_to_device") is False and fsdp:
+        r.refuse(f"{name}: experimental_skip_move_to_device", "the whole model moved to each card before FSDP shards "
+                 "it (axolotl's legacy placement)", "a load-time peak the training step's estimate does not count")
+    elif "experimental_skip_move_to_device" in d:
+        r.use(name, "experimental_skip_move_to_device")
+    quant, kwargs = d.get("model_quantization_config"), d.get("model_quantization_config_kwargs")
+    if quant == "Mxfp4Config" and isinstance(kwargs, dict) and kwargs.get("dequantize") is True:
+        r.use(name, "model_quantization_config", "model_quantization_config_kwargs")
+    elif quant is None and "model_quantization_config_kwargs" in d:
+        r.use(name, "model_quantization_config_kwargs")  # kwargs of no quantization config: unused
+
+
+def _accelerator_config(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """accelerator_config: transformers' AcceleratorConfig (core/builders/base.py _configure_accelerator_config).
+    gradient_accumulation_kwargs' sync_each_batch reduces the gradients every micro-batch (--sync-each-batch: under
+    FSDP they stay sharded between micro-batches); adjust_scheduler and sync_with_dataloader change no memory;
+    num_steps (the accumulation itself) is left named."""
+    config = d.get("accelerator_config")
+    kwargs = config.get("gradient_accumulation_kwargs") if isinstance(config, dict) else None
+    if not isinstance(kwargs, dict) or not set(kwargs) <= {"sync_each_batch", "adjust_scheduler",
+                                                           "sync_with_dataloader"}:
+        return
+    where = f"{name}: accelerator_config.gradient_accumulation_kwargs"
+    if kwargs.get("sync_each_batch") is not None:
+        r.set("sync_each_batch", bool(kwargs["sync_each_batch"]), f"{where} (sync_each_batch)")
+    else:
+        r.use(name, "accelerator_config.gradient_accumulation_kwargs")
 
 
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
@@ -140,6 +258,22 @@ def _cce(r: rd.Reader, name: str, d: dict[str, Any], method: str, rl: bool) -> b
             r.refuse(f"{name}: {k}", "CCE's head gradient accumulated in fp32 (V x h x 4 B, or a chunk of it, beside "
                      "the 16-bit gradient)", "counted in the weights' dtype, which is low")
     return r.options.get("loss") == "cce"
+
+
+# axolotl's BitsAndBytesConfig for QLoRA (loaders/model.py _set_quantization_config at 067b021c), which
+# bnb_config_kwargs updates: the values that are the NF4 with double quantization the estimate counts
+BNB_COUNTED = {"bnb_4bit_use_double_quant": True, "bnb_4bit_quant_type": "nf4", "load_in_4bit": True}
+
+
+def _bnb_config(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """bnb_config_kwargs: read where it leaves the 4-bit format the estimate counts (BNB_COUNTED), or where axolotl
+    does not use it (no adapter qlora with load_in_4bit); another setting (the quant storage, fp4...) is named."""
+    kwargs = d.get("bnb_config_kwargs")
+    if kwargs is None:
+        return
+    qlora = str(d.get("adapter") or "").lower() == "qlora" and d.get("load_in_4bit")
+    if not qlora or isinstance(kwargs, dict) and all(BNB_COUNTED.get(k, object()) == v for k, v in kwargs.items()):
+        r.use(name, "bnb_config_kwargs")
 
 
 # the model types whose norms have "norm" in their names and whose embeddings are embed_tokens and lm_head, which
@@ -197,17 +331,42 @@ def _plugin_list(d: dict[str, Any]) -> list[str]:
     return [str(p) for p in plugins] if isinstance(plugins, list) else []
 
 
+# plugins that change no GPU memory of the step: SwanLab's logging (integrations/swanlab/plugins.py: swanlab.init on
+# rank 0, callbacks that log the metrics, timings and the rl trainers' logged completions)
+INERT_PLUGINS = ("axolotl.integrations.swanlab.SwanLabPlugin",)
+# what the others do, to name them (integrations/*/plugin.py at 067b021c)
+PLUGINS = {
+    LIGER_PLUGIN: "Liger's kernels, modelled on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE once a "
+                  "liger_* key is read",
+    CCE_PLUGIN: "Cut Cross-Entropy, modelled for a decoder's causal-LM loss",
+    "axolotl.integrations.kernels.KernelsPlugin": "MoE experts kernels (ScatterMoE, SonicMoE), the kernels hub's "
+                                                  "layers",
+    "axolotl.integrations.expert_parallel.ExpertParallelPlugin": "expert parallelism (DeepEP)",
+    "axolotl.integrations.diffusion.DiffusionPlugin": "diffusion LM training",
+    "axolotl.integrations.llm_compressor.LLMCompressorPlugin": "llm-compressor's sparse fine-tuning",
+    "axolotl.integrations.spectrum.SpectrumPlugin": "Spectrum's choice of the trained layers",
+    "axolotl.integrations.kd.KDPlugin": "knowledge distillation (a teacher's logits)",
+}
+
+
 def _plugins(r: rd.Reader, name: str, d: dict[str, Any], cce: bool) -> None:
-    """The plugins list is read when each plugin in it is modelled: LigerPlugin on a model whose Liger patches are
-    modelled, once its kernels or its fused loss were read; CutCrossEntropyPlugin when _cce read it (`cce`)."""
+    """The plugins list is read when each plugin in it is modelled or changes no memory (INERT_PLUGINS): LigerPlugin
+    on a model whose Liger patches are modelled, once its kernels or its fused loss were read; CutCrossEntropyPlugin
+    when _cce read it (`cce`). Otherwise the plugins not modelled are named with what they do."""
     from .activations import LIGER_MODEL_TYPES
 
     plugins = _plugin_list(d)
     if not plugins:
         return
     liger = r.model_type in LIGER_MODEL_TYPES and ("liger_kernels" in r.options or r.options.get("loss") == "fused")
-    if all((p == LIGER_PLUGIN and liger) or (p == CCE_PLUGIN and cce) for p in plugins):
+    read = {LIGER_PLUGIN: liger, CCE_PLUGIN: cce}
+    left = [p for p in plugins if p not in INERT_PLUGINS and not read.get(p)]
+    if not left:
         r.use(name, "plugins")
+    else:
+        r.refuse(f"{name}: plugins", "axolotl plugins: " + "; ".join(
+            f"{p.rsplit('.', 1)[-1]}: {PLUGINS.get(p, 'unknown to campaign')}" for p in left),
+            "counted without them (read: CutCrossEntropyPlugin, LigerPlugin, SwanLabPlugin)")
 
 
 def _axolotl_liger_inert(r: rd.Reader, name: str, d: dict[str, Any]) -> None:

@@ -86,7 +86,47 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "special_tokens", "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model",
         "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor", "ddp_timeout",
         "rl_beta", "orpo_alpha", "simpo_gamma", "cpo_alpha", "dpo_use_weighting", "dpo_label_smoothing",
-        "eot_tokens", "loss_watchdog_*", "remove_unused_columns", "lora_model_dir") + AXOLOTL_FSDP_NO_MEMORY,
+        "eot_tokens", "loss_watchdog_*", "remove_unused_columns", "lora_model_dir",
+        # logging and tracking (utils/schemas/integrations.py; integrations/swanlab/args.py: SwanLabPlugin's, which
+        # logs from rank 0)
+        "use_wandb", "use_tensorboard", "use_otel_metrics", "otel_*", "use_swanlab", "swanlab_*",
+        # the learning-rate schedule (utils/schemas/training.py; jagged_restart_* restart the LR, and ReLoRA's merges
+        # with relora, which is named)
+        "cosine_constant_lr_ratio", "lr_quadratic_warmup", "jagged_restart_*",
+        # loading the tokenizer and the checkpoint (utils/schemas/model.py, config.py; revision_of_model, alias
+        # model_revision, in deprecated.py: which revision, the same shapes)
+        "tokenizer_use_fast", "tokenizer_legacy", "tokenizer_use_mistral_common", "hf_use_auth_token",
+        "revision_of_model", "model_revision",
+        # the data's order and filtering, and the CPU-side buffer of a streamed one (utils/data/streaming.py): no row
+        # longer than sequence_len, the tokens the estimate counts. pretrain_multipack_attn: whether packed
+        # sequences see each other (position ids or the mask), the same tensors
+        "min_sample_len", "sample_packing_sequentially", "curriculum_sampling", "streaming_multipack_buffer_size",
+        "pretrain_multipack_attn",
+        # run control: resuming, axolotl's own DDP flag (the model moved to the card, which the Trainer does anyway;
+        # find_unused_parameters), the Ray launcher (its workers read as the cards: recipe_axolotl.py _placement), eval
+        "auto_resume_from_checkpoints", "ddp", "ddp_find_unused_parameters", "use_ray", "ray_run_name",
+        "evaluation_strategy", "do_causal_lm_eval",
+        # batch_size (training.py): normalize_config derives the accumulation from it only where
+        # gradient_accumulation_steps is written empty (its default is 1), read there; micro_batch_size alone is the
+        # card's batch
+        "batch_size",
+        # the settings of a method whose switch is named when on (use_eaft, lisa_n_layers, relora, rl kto,
+        # reward_model, attn_implementation flex_attention: its compile's options); the optimizer states that ReLoRA
+        # prunes are zeroed in place
+        "eaft_alpha", "eaft_k", "lisa_step_interval", "lisa_layers_attribute", "relora_prune_ratio",
+        "relora_prune_method", "kto_desirable_weight", "kto_undesirable_weight", "center_rewards_coefficient",
+        "flex_attn_compile_kwargs",
+        # declared (deprecated.py) and read nowhere
+        "flash_attn_rms_norm",
+        # not axolotl's: its pydantic schema (AxolotlInputConfig, extra keys ignored) drops a key it does not declare
+        # before anything reads it (utils/config validate_config); torch_dtype is then resolve_dtype's, from bf16,
+        # bfloat16, fp16 and float16 (read)
+        "eta_min", "adam_eps", "torch_dtype", "base_model_ignore_patterns", "gptq_disable_exllama", "test_value",
+        "full_finetune",
+        # transformers' AcceleratorConfig (core/builders/base.py _configure_accelerator_config): the last batch's
+        # padding, the sampler's seed, the copy to the card
+        "accelerator_config.even_batches", "accelerator_config.use_seedable_sampler",
+        "accelerator_config.non_blocking", "accelerator_config.use_configured_state") + AXOLOTL_FSDP_NO_MEMORY,
     "torchtune": _COMMON + (
         "checkpointer", "shuffle", "max_steps_per_epoch", "log_every_n_steps", "log_peak_memory_stats",
         "metric_logger", "lr_scheduler", "device", "profiler", "save_adapter_weights_only", "clip_grad_norm",
@@ -94,7 +134,10 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "model.lora_alpha", "model.lora_dropout", "optimizer.lr", "optimizer.weight_decay", "optimizer.betas",
         "optimizer.eps", "optimizer.amsgrad", "batch_size_val", "run_val_every_n_steps", "dataset_val",
         "cudnn_deterministic_mode", "output_dir", "low_cpu_ram",
-        "dataset"),  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
+        "dataset",  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
+        # the inference configs (recipe_torchtune._inference): sampling, lm-eval's sample limit and chat template;
+        # a distillation recipe's teacher weights' files and the loss's mix (the teacher itself is named)
+        "temperature", "top_k", "limit", "apply_chat_template", "teacher_checkpointer", "kd_ratio"),
     # torchtitan's job TOML (recipe_torchtitan.py), tables flattened to table.key
     "torchtitan": ("job.*", "profiling.*", "metrics.*", "checkpoint.*", "lr_scheduler.*", "comm.*",
                    "memory_estimation.*", "fault_tolerance.*", "validation.*", "model.name", "model.flavor",
@@ -207,13 +250,79 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
            for p in ("", "fsdp_")},
         "gradient_checkpointing_kwargs": "checkpointing",
         "lora_modules_to_save": "fully trained modules", "peft_layers_to_transform": "LoRA on some layers only",
-        "activation_offloading": "activations offloaded to the CPU: an upper bound", "plugins": "axolotl plugins",
+        "activation_offloading": "activations offloaded to the CPU: an upper bound",
+        "plugins": "axolotl plugins (read: CutCrossEntropyPlugin, LigerPlugin, SwanLabPlugin)",
         "rl": "a preference or RL trainer (KTO, GRPO...; dpo, ipo, orpo and simpo are modelled)",
         "relora_steps": "ReLoRA", "lora_on_cpu": "LoRA on the CPU", "gpu_memory_limit": "a memory limit",
         "low_cpu_mem_usage": "loading", "sequence_parallel_degree": "sequence parallelism",
         "model_config": "overrides of the model's config (the published config's shapes counted)",
         "overrides_of_model_config": "overrides of the model's config (the published config's shapes counted)",
         "unfrozen_parameters": "only the parameters it matches trained: counted as a full fine-tune, an upper bound",
+        "torch_compile_mode": COMPILE_BOUND,
+        # kernels and layers swapped in (utils/schemas/model.py, config.py; loaders/patch_manager.py; the
+        # KernelsPlugin's integrations/kernels/args.py, which turns use_kernels on)
+        "use_kernels": "the kernels hub's layers swapped in (transformers' kernelize: MoE, norm, activation kernels)",
+        "experts_implementation": "the MoE experts' implementation (grouped_mm, scattermoe...: what they keep)",
+        "use_scattermoe": "ScatterMoE's experts kernel", "use_sonicmoe": "SonicMoE's experts kernel",
+        "expert_backend": "the MoE experts' kernel", "moe_*": "the MoE experts' kernels (KernelsPlugin's settings)",
+        "use_dsv4_kernels": "DeepSeek-V4's fused kernels", "dsv4_*": "DeepSeek-V4's fused kernels and weight formats",
+        "use_glm_dsa_kernels": "GLM's fused sparse attention",
+        "nvfp4_merge_aware*": "merge-aware fake-quantized NVFP4 experts",
+        "fused_attn_kernel": "a fused q/k RMSNorm + RoPE kernel (Qwen3, Gemma 4)",
+        "flash_attn_cross_entropy": "flash-attn's cross-entropy kernel in place of the model's loss",
+        "flash_attn_fuse_mlp": "a fused SwiGLU MLP (xformers)", "flash_optimum": "BetterTransformer's layers",
+        "tiled_mlp": "ALST's tiled MLP (the MLP a tile of the sequence at a time): an upper bound",
+        # the weights' format (utils/schemas/model.py, config.py, peft.py, quantization.py; loaders/model.py)
+        "quantize_moe_experts": "MoE expert weights quantized on load (bitsandbytes over the 3D expert parameters)",
+        "gptq": "a GPTQ 4-bit base: the 16-bit estimate is an upper bound",
+        "model_quantization_config": "a base loaded quantized (MXFP4, FP8; read: Mxfp4Config with dequantize true)",
+        "model_quantization_config_kwargs": "the base's quantization (read: Mxfp4Config with dequantize true)",
+        "use_onebitllms": "BitNet's 1.58-bit linears (onebitllms)",
+        "qat": "quantization-aware training (torchao's fake-quantized weights and activations)",
+        "fp8": "FP8 training (torchao's float8 linears keep other tensors)",
+        "fp8_enable_fsdp_float8_all_gather": "FSDP's parameters all-gathered in FP8",
+        "llmcompressor": "llm-compressor's sparse fine-tuning (sparsity masks)",
+        "bnb_config_kwargs": "bitsandbytes settings beside axolotl's (read: NF4 with double quantization)",
+        "resize_token_embeddings_to_32x": "the vocabulary resized to a multiple of 32 where tokens are added (up to "
+                                          "31 more rows of embeddings and head)",
+        # parallelism (utils/schemas/config.py; monkeypatch/accelerate/parallelism_config.py;
+        # integrations/expert_parallel/args.py): a degree of 1 is off (AT_DEFAULT)
+        "context_parallel_size": "context parallelism (each card a share of the sequence, ring attention)",
+        "tensor_parallel_size": "tensor parallelism (DeepSpeed AutoTP, transformers' tp_plan)",
+        "dp_replicate_size": "hybrid sharding (FSDP over a group of the cards, replicated across groups)",
+        "dp_shard_size": "FSDP over dp_shard_size cards (read where it is --gpus's)",
+        "expert_parallel_size": "expert parallelism (the experts sharded over the cards)",
+        "expert_parallel_*": "expert parallelism (DeepEP's buffers)",
+        "device_map": "transformers' device map of one process's model (axolotl's default: auto)",
+        # another head, model, data path or trainer
+        "reward_model": "a reward model (a sequence-classification head in place of the LM head)",
+        "process_reward_model": "a process reward model (a token-classification head in place of the LM head)",
+        "num_labels": "a classification head of num_labels outputs in place of the LM head",
+        "cls_model_config": "the model built from another config class (a multimodal checkpoint's text model...): "
+                            "the published config's shapes counted",
+        "reinit_weights": "a model built from its config (random weights) in torch's default dtype, fp32",
+        "freeze_mm_modules": "a multimodal model's towers frozen (the towers are not modelled)",
+        "gemma4_hybrid_attn_impl": "Gemma 4's global layers under SDPA (head_dim 512: which kernel runs, what it "
+                                   "keeps)",
+        "vllm": "vLLM's settings (the generation engine of an rl trainer)",
+        "processor_type": "a multimodal run (a processor's image or audio inputs, the towers' activations)",
+        "skip_prepare_dataset": "the dataset left unprepared: rows neither dropped nor truncated at sequence_len "
+                                "(the multimodal collator tokenizes each batch whole)",
+        "trl": "TRL's settings of the rl trainer (generations, vLLM, a reference model...)",
+        "ebft": "Energy-Based Fine-Tuning (generated samples, a frozen feature network)",
+        "diffusion": "diffusion LM training (masked-token noise, its own loss)",
+        "use_eaft": "EAFT's entropy-weighted loss (top-k entropies of the logits)",
+        "peft": "peft's LoftQ initialization (each base weight quantized at load, the adapters from the residual)",
+        "lora_target_parameters": "LoRA on parameters (MoE experts' weights): their adapters are not counted",
+        "relora": "ReLoRA (the adapters merged into the base at each restart)",
+        "relora_cpu_offload": "ReLoRA's merges on the CPU",
+        "lisa_n_layers": "LISA (a few layers trained at a time): counted as a full fine-tune, an upper bound",
+        "max_packed_sequence_len": "axolotl's removed packing length (its validator raises on a value)",
+        # accelerate's settings (read: gradient_accumulation_kwargs' sync_each_batch, recipe_axolotl.py)
+        "accelerator_config.gradient_accumulation_kwargs": "accelerate's accumulation settings (read: sync_each_batch, "
+                                                            "adjust_scheduler, sync_with_dataloader)",
+        "accelerator_config.split_batches": "the batch split across the cards",
+        "accelerator_config.dispatch_batches": "one process fetching every card's batch",
     },
     "torchtune": {
         "compile": COMPILE_BOUND,
@@ -226,6 +335,19 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "optimizer_in_bwd": "the optimizer step in backward (gradients freed layer by layer)",
         "enable_activation_offloading": "activations offloaded to the CPU: an upper bound",
         "loss": "the loss (chunked or fused cross-entropy)",
+        # knowledge distillation (recipes/knowledge_distillation_*.py at bd2a0fc7): a frozen teacher beside the
+        # student, its logits chunked through kd_loss
+        "teacher_model": "a teacher model on the card and its logits (knowledge distillation): counted without it, "
+                         "which is low",
+        "kd_loss": "the distillation loss over the teacher's and the student's logits",
+        # quantization-aware training (recipes/qat_*.py): torchao's fake-quantized weights and activations
+        "quantizer": "torchao's quantizer (QAT's fake-quantized weights and activations in training)",
+        # Llama 3.2 Vision's builders (models/llama3_2_vision): the towers, images and their tiles
+        "model.encoder_trainable": "a vision tower (not modelled)", "model.decoder_trainable": "a vision model's "
+        "text decoder trained or frozen (the towers are not modelled)", "model.fusion_trainable": "a vision "
+        "model's fusion layers (not modelled)", "model.image_size": "image inputs (not modelled)",
+        "tokenizer.image_size": "image inputs (not modelled)", "tokenizer.max_num_tiles": "image tiles (not "
+        "modelled)", "collate_fn": "a multimodal collator (image inputs, not modelled)",
     },
     "torchtitan": {
         "training.compile": COMPILE_BOUND, "compile.enable": COMPILE_BOUND,
@@ -298,11 +420,19 @@ SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", 
                           "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (),
-            "axolotl": ("fsdp_config",),
+            "axolotl": ("fsdp_config", "accelerator_config"),
             "peft": (), "LLaMA-Factory": ()}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 # Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)
 FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})
+# A not-modelled key at the tool's own default, which the estimate counts, is off too: a degree of parallelism of 1
+# (axolotl: utils/config normalize_config, monkeypatch/accelerate/parallelism_config.py), and axolotl's device_map auto,
+# its default for a run of one process (utils/config choose_device; under accelerate or several processes it sets
+# its own). Matched by type as well as value: 1 is not true.
+AT_DEFAULT: dict[str, dict[str, tuple[Any, ...]]] = {
+    "axolotl": {"context_parallel_size": (1,), "tensor_parallel_size": (1,), "dp_replicate_size": (1,),
+                "expert_parallel_size": (1,), "sequence_parallel_degree": (1,), "device_map": ("auto",)},
+}
 
 
 def _match(key: str, names: Iterable[str]) -> str | None:
@@ -321,6 +451,7 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
     out = []
     no_memory = NO_MEMORY.get(tool, ()) + tuple(known)
     not_modelled = NOT_MODELLED.get(tool, {})
+    defaults = AT_DEFAULT.get(tool, {})
     unread = unread or {}
     for key, value in _flatten(doc, SECTIONS.get(tool, ())):
         parts = key.split(".")
@@ -332,8 +463,9 @@ def account(file: str, tool: str, doc: dict[str, Any], used: frozenset[str],
         elif prefixes & used or any(u.startswith(key + ".") for u in used):
             out.append(ConfigKey(file, key, shown, "modelled"))
         elif (name := _match(key, not_modelled)) is not None:
+            at_default = any(type(value) is type(v) and value == v for v in defaults.get(key, ()))
             on = (value not in OFF and not (isinstance(value, dict) and value.get("enabled") is False)
-                  or key in FALSE_MATTERS and value is False)
+                  and not at_default or key in FALSE_MATTERS and value is False)
             out.append(ConfigKey(file, key, shown, "not modelled" if on else "off", not_modelled[name]))
         elif _match(key, no_memory) or _match(parts[-1], no_memory) or _match(parts[0], no_memory):
             out.append(ConfigKey(file, key, shown, "no memory"))

@@ -42,7 +42,60 @@ PAIRS = ("x 2: torchtune's DPO recipes run chosen and rejected in one forward (c
 TORCHTUNE_FREES_LOGITS = "torchtune's recipe deletes the logits before loss.backward()"
 
 
+# torchtune's own chat template around each message (Llama 3's <|start_header_id|>role<|end_header_id|> ... <|eot_id|>,
+# the begin-of-text and the assistant header after): at most this many tokens a message, a bound on what it adds
+TEMPLATE_TOKENS = 8
+
+
+def _inference(r: rd.Reader, name: str, d: dict[str, Any]) -> bool:
+    """torchtune's inference configs, which share the recipes' model and tokenizer sections: eleuther_eval's (tasks:
+    lm-eval scores batch_size sequences of up to max_seq_length tokens, default 8 and 4096: recipes/eleuther_eval.py)
+    and the generate recipes' (max_new_tokens: one prompt, its KV cache set up for the prompt's tokens plus
+    max_new_tokens: recipes/generate.py setup_caches(batch_size=1, decoder_max_seq_len=prompt.numel() +
+    max_new_tokens), dev/generate_v2.py). Read as inference (True); any other file is a training recipe (False)."""
+    if "tasks" in d:
+        r.set("train", False, f"{name}: tasks (torchtune's eleuther_eval recipe: inference)")
+        r.set("batch", rd.whole(d.get("batch_size", 8), f"{name}: batch_size"),
+              f"{name}: batch_size" if "batch_size" in d else f"{name} (no batch_size: eleuther_eval's 8)")
+        r.set("context", rd.whole(d.get("max_seq_length", 4096), f"{name}: max_seq_length"),
+              f"{name}: max_seq_length" if "max_seq_length" in d else f"{name} (no max_seq_length: 4096)")
+        r.refuse(f"{name}: tasks", "lm-eval's scoring, which keeps every position's logits and their log-softmax "
+                 "over the vocabulary (b x s x V each)", "counted as a prefill that keeps the last position's, which "
+                 "is low")
+    elif "max_new_tokens" in d:
+        r.set("train", False, f"{name}: max_new_tokens (torchtune's generate recipe: inference)")
+        r.set("batch", 1, f"{name} (torchtune's generate recipes run one prompt)")
+        new = rd.whole(d["max_new_tokens"], f"{name}: max_new_tokens")
+        prompt = d.get("prompt")
+        texts = [str(v) for v in prompt.values() if v is not None] if isinstance(prompt, dict) else []
+        # a token holds at least one character: the prompt's characters bound its tokens
+        bound = sum(len(t) for t in texts) + TEMPLATE_TOKENS * (len(texts) + 1)
+        r.set("context", new + bound, f"{name}: max_new_tokens + the prompt ({bound} tokens at most: its characters "
+                                      f"and {TEMPLATE_TOKENS} template tokens a message)")
+        r.use(name, "prompt")
+    else:
+        return False
+    if d.get("dtype") in ("bf16", "fp32", "fp16"):
+        r.set("dtype", d["dtype"], f"{name}: dtype")
+    if d.get("quantizer"):
+        r.refuse(f"{name}: quantizer", "torchao's quantization of the weights before inference",
+                 f"the {d.get('dtype', 'bf16')} weights counted, an upper bound")
+    if d.get("tensor_parallel_plan") and (r.gpus or 1) > 1:  # dev/generate_v2_distributed.py: the model split
+        r.set("shard", "tp", f"{name}: tensor_parallel_plan (over {r.gpus} cards)")
+    elif d.get("tensor_parallel_plan"):
+        r.refuse(f"{name}: tensor_parallel_plan", "tensor parallelism over the launch's processes",
+                 "counted on one card: give --gpus N")
+    if d.get("enable_kv_cache") is False:
+        r.refuse(f"{name}: enable_kv_cache", "no KV cache", "a KV cache counted, an upper bound")
+    r.use(name, "model._component_", "enable_kv_cache", "max_new_tokens", "batch_size", "max_seq_length", "dtype",
+          "tokenizer.max_seq_len")  # generate's prompt is truncated to it (counted: the prompt's bound)
+    r.account(name, "torchtune", d)
+    return True
+
+
 def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    if _inference(r, name, d):
+        return
     component = str(d["model"]["_component_"])
     leaf = component.rsplit(".", 1)[-1]
     method = "qlora" if leaf.startswith("qlora_") else "lora" if leaf.startswith("lora_") else "full"

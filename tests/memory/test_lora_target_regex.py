@@ -101,3 +101,20 @@ def test_a_recipes_broken_pattern_names_its_file_and_key(tmp_path, cli):
                                       "lora_target_modules": r"model.layers.(\d+.self_attn.q_proj"}))
     out = cli("memory", "llama-3.2-1b", "--config", str(recipe))
     assert out.code == 2 and "ax.yml: lora_target_modules:" in out.err and "not a regular expression" in out.err
+
+
+def test_a_listed_name_may_be_the_dotted_end_of_a_module_path_as_in_peft():
+    # peft's list: a module whose path equals a name or ends with '.' + name (llama-4's shared_expert.gate_proj)
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], hidden_size=64, intermediate_size=128,
+               moe_intermediate_size=32, shared_expert_intermediate_size=96, num_experts=4, num_experts_per_tok=2,
+               num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, vocab_size=1000,
+               max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="bfloat16")
+    config = transformers.AutoConfig.for_model("qwen2_moe", **{k: v for k, v in cfg.items() if k != "model_type"})
+    targets = ["shared_expert.gate_proj", "self_attn.q_proj", "v_proj"]
+    model = peft.get_peft_model(transformers.AutoModelForCausalLM.from_config(config),
+                                peft.LoraConfig(r=4, target_modules=targets))
+    by_peft = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    w = make_workload(method="lora", lora_rank=4, lora_targets=tuple(targets))
+    assert trainable_params(spec_from_config(cfg, name="tiny", source="test"), w) == by_peft

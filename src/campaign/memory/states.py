@@ -138,6 +138,12 @@ def regex_note(spec: ModelSpec, w: Workload) -> str | None:
                " in every layer (an upper bound)" if partial else ""))
 
 
+def _names(g: ParamGroup, target: str) -> bool:
+    """Whether a LoRA target name in a list names group `g`, as peft matches it (check_target_module_exists: the
+    module's path equals it or ends with '.' + it)."""
+    return target in (g.module, g.name) or g.name.endswith("." + target)
+
+
 def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
     """The Linear groups LoRA adapts: 'all-linear' = every block Linear except MoE routers and routed experts; a
     regular expression (workload.LORA_REGEX) each group it matches, counted in the layers it matches."""
@@ -147,11 +153,10 @@ def lora_groups(spec: ModelSpec, w: Workload) -> list[ParamGroup]:
         chosen = [g if n == g.count else replace(g, count=n) for g, n in regex_targets(spec, pattern)]
     elif "all-linear" in w.lora_targets:
         chosen = [g for g in linears if not g.expert]
-    else:
-        chosen = [g for g in linears if g.module in w.lora_targets or g.name in w.lora_targets]
+    else:  # peft's list: a name is a module's whole name or a dotted end of it (shared_expert.gate_proj)
+        chosen = [g for g in linears if any(_names(g, t) for t in w.lora_targets)]
         known = {g.module for g in linears}
-        unknown = [t for t in w.lora_targets
-                   if t != "all-linear" and t not in known and not any(g.name == t for g in linears)]
+        unknown = [t for t in w.lora_targets if t != "all-linear" and not any(_names(g, t) for g in linears)]
         if unknown:
             raise InputError(f"LoRA target {unknown[0]!r} is not a Linear module of {spec.name}; "
                              f"choose from {', '.join(sorted(known))}, all-linear or re:PATTERN")

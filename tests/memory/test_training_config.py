@@ -187,3 +187,17 @@ def test_trl_and_fms_lora_without_lora_dropout_take_their_default(tmp_path):
     # no LoRA: the key changes nothing and is read as such
     full = workload_from_configs([write(tmp_path, "n.json", {"output_dir": "o", "lora_dropout": 0.1})])
     assert "lora_dropout" not in full.options and not full.unmodelled
+
+
+def test_torchtunes_optimizer_in_backward_over_several_cards_is_named_not_refused(tmp_path):
+    """A torchtune recipe over several cards is FSDP; its optimizer_in_bwd (full_finetune_distributed supports it)
+    was an exit 2 naming --optimizer-in-backward and --shard, options the user never gave."""
+    doc = {"model": {"_component_": "torchtune.models.llama3_2.llama3_2_1b"}, "optimizer_in_bwd": True,
+           "optimizer": {"_component_": "torch.optim.AdamW", "fused": True}, "batch_size": 4}
+    cfg = workload_from_configs([write(tmp_path, "full.yaml", doc)], gpus=4)
+    assert cfg.options["shard"] == "fsdp" and "optimizer_in_backward" not in cfg.options
+    assert {k.key for k in cfg.unmodelled} == {"optimizer_in_bwd"}
+    est = estimate_memory(load_spec("llama-3.2-1b"), make_workload(**cfg.options))
+    assert est.peak_allocated_bytes > 0
+    one = workload_from_configs([write(tmp_path, "full.yaml", doc)])  # one card: modelled
+    assert one.options["optimizer_in_backward"] is True and not one.unmodelled

@@ -164,7 +164,11 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     elif component in TORCHTUNE_LOSSES:
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
-    if d.get("optimizer_in_bwd") is not None:
+    if d.get("optimizer_in_bwd") is True and r.options.get("shard") == "fsdp":
+        # full_finetune_distributed steps each sharded parameter in its post-accumulate-grad hook: not modelled
+        r.refuse(f"{name}: optimizer_in_bwd", "the optimizer step in backward under FSDP",
+                 "counted with the step after backward, an upper bound")
+    elif d.get("optimizer_in_bwd") is not None:
         r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
     if d.get("enable_activation_offloading") is not None:
         r.set("activation_offloading", d["enable_activation_offloading"] is True,

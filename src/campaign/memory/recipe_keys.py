@@ -201,6 +201,14 @@ NO_MEMORY["LLaMA-Factory"] = NO_MEMORY["TrainingArguments"] + (
     "freeze_trainable_*", "freeze_extra_modules", "oft_*", "module_dropout", "galore_*", "apollo_*", "badam_*",
     "eaft_alpha", "asft_alpha", "hyper_parallel_*", "megatron_bridge_args", "kt_*", "fp8_*", "reward_model*",
     "ppo_*", "kto_*")
+# LLaMA-Factory's v1 engine (recipe_llamafactory_v1.py; src/llamafactory/v1/config/*_args.py at ff6d4d12): the
+# schedule, logging, saving, the data files, the sampler of `llamafactory-cli chat`, the adapter's scale
+NO_MEMORY["LLaMA-Factory v1"] = (
+    "output_dir", "learning_rate", "num_train_epochs", "max_steps", "max_grad_norm", "seed", "full_determinism",
+    "resume_from_checkpoint", "save_*", "logging_steps", "lr_scheduler_config", "lr_scheduler_config.*",
+    "dist_timeout", "batching_workers", "train_dataset", "eval_dataset", "sample_backend", "max_new_tokens",
+    "trust_remote_code", "custom_chat_template", "peft_config.export_*", "peft_config.infer_dtype",
+    "peft_config.lora_alpha", "peft_config.use_rslora")
 NOT_MODELLED: dict[str, dict[str, str]] = {
     "TrainingArguments": {
         "torch_compile": COMPILE_BOUND,
@@ -349,6 +357,21 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "tokenizer.image_size": "image inputs (not modelled)", "tokenizer.max_num_tiles": "image tiles (not "
         "modelled)", "collate_fn": "a multimodal collator (image inputs, not modelled)",
     },
+    "LLaMA-Factory v1": {
+        "kernel_config.name": "LLaMA-Factory's kernels (auto: the fused RMSNorm, SwiGLU, RoPE and MoE kernels its "
+                              "registry applies on the device)",
+        "kernel_config.*": "LLaMA-Factory's kernels",
+        "quant_config.*": "a quantized base (bitsandbytes and others, v1's quantization plugin)",
+        "optim_config.*": "an optimizer plugin (the estimate keeps AdamW)",
+        "init_config.*": "the model built on the meta device or from its config",
+        "cp_size": "context parallelism (each card a share of the sequence)", "cp_mode": "context parallelism",
+        "dp_size": "the data-parallel cards (read as --gpus's)", "mp_replicate_size": "hybrid sharding",
+        "mp_shard_size": "FSDP over a group of the cards", "batching_strategy": "padding-free or dynamic batches",
+        "model_class": "a classification or multimodal head in place of the causal LM's",
+        "flash_attn": "an attention implementation", "pref_loss": "a preference trainer (DPO, ORPO, SimPO)",
+        "pref_beta": "a preference trainer (DPO, ORPO, SimPO)",
+        "peft_config.adapter_name_or_path": "adapters loaded from a folder (their shapes not read)",
+    },
     "torchtitan": {
         "training.compile": COMPILE_BOUND, "compile.enable": COMPILE_BOUND,
         "model.converters": "Float8 or MX training (converted linears keep other tensors)",
@@ -421,7 +444,9 @@ SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", 
             "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (),
             "axolotl": ("fsdp_config", "accelerator_config"),
-            "peft": (), "LLaMA-Factory": ()}
+            "peft": (), "LLaMA-Factory": (),
+            "LLaMA-Factory v1": ("peft_config", "dist_config", "kernel_config", "quant_config", "optim_config",
+                                 "lr_scheduler_config", "init_config")}
 OFF: tuple[Any, ...] = (None, False, 0, "", "none", "None", "no", "NO", "false", "False", [], {})
 # Keys whose false is the case the estimate does not settle (a ZeRO-3 model built whole by a script of its own)
 FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})
@@ -430,6 +455,8 @@ FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})
 # its default for a run of one process (utils/config choose_device; under accelerate or several processes it sets
 # its own). Matched by type as well as value: 1 is not true.
 AT_DEFAULT: dict[str, dict[str, tuple[Any, ...]]] = {
+    "LLaMA-Factory v1": {"cp_size": (1,), "mp_replicate_size": (1,), "batching_strategy": ("normal",),
+                         "cp_mode": ("ulysses",), "model_class": ("llm",)},
     "axolotl": {"context_parallel_size": (1,), "tensor_parallel_size": (1,), "dp_replicate_size": (1,),
                 "expert_parallel_size": (1,), "sequence_parallel_degree": (1,), "device_map": ("auto",)},
 }

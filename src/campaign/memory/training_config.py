@@ -25,6 +25,7 @@ from . import (
     recipe_axolotl,
     recipe_deepspeed,
     recipe_llamafactory,
+    recipe_llamafactory_v1,
     recipe_read as rd,
     recipe_torchtitan,
     recipe_torchtune,
@@ -33,8 +34,8 @@ from . import (
 )
 from .recipe_keys import ConfigKey
 
-FORMATS = ("TrainingArguments, a TRL CLI file, adapter_config.json, axolotl, torchtune, torchtitan, LLaMA-Factory, "
-           "DeepSpeed or accelerate")
+FORMATS = ("TrainingArguments, a TRL CLI file, adapter_config.json, axolotl, torchtune, torchtitan, LLaMA-Factory "
+           "(v0 and v1), DeepSpeed or accelerate")
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ def _read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         recipe_torchtitan.read(r, name, doc)
     elif recipe_llamafactory.is_llamafactory(doc):
         recipe_llamafactory.read(r, path, doc)
+    elif recipe_llamafactory_v1.is_v1(doc):
+        recipe_llamafactory_v1.read(r, path, doc)
     elif "base_model" in doc and ("micro_batch_size" in doc or "sequence_len" in doc or "adapter" in doc):
         recipe_axolotl.read(r, path, doc)
     elif recipe_trl_cli.is_trl_cli(doc):

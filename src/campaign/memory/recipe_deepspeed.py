@@ -20,9 +20,7 @@ def is_deepspeed(doc: dict[str, Any]) -> bool:
 
 def recipe_key(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     """The `deepspeed` key of TrainingArguments, axolotl or LLaMA-Factory: the config itself as a mapping, or the path
-    of a ds_config, which the HF Trainer opens from the folder the command runs in (HfTrainerDeepSpeedConfig); it is
-    looked for there, then beside the file, and is the --deepspeed file when that has its name. Not found, it is
-    named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe."""
+    of a ds_config, which the HF Trainer opens from the folder the command runs in (HfTrainerDeepSpeedConfig)."""
     name, value = rd.label(path), d.get("deepspeed")
     if value is None or value == "":
         return
@@ -33,16 +31,27 @@ def recipe_key(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     if not isinstance(value, str):
         raise InputError(f"{name}: deepspeed is {rd.short(value)}; give the path of a ds_config.json or the DeepSpeed "
                          "config as a mapping")
+    open_config(r, path, value, "deepspeed", "the HF Trainer")
+
+
+def open_config(r: rd.Reader, path: Path, value: str, key: str, opener: str) -> dict[str, Any] | None:
+    """Read the ds_config that key `key` of recipe `path` names (`value`, a path `opener` opens from the folder the
+    command runs in): looked for there, then beside the recipe, and is the --deepspeed file when that has its name.
+    Not found, it is named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe; the
+    config read is returned (None when not found)."""
     if r.deepspeed is not None and Path(value).name == Path(r.deepspeed).name:  # the file --deepspeed gives
-        read(r, rd.label(Path(r.deepspeed)), rd.load_config_file(r.deepspeed))
+        doc = rd.load_config_file(r.deepspeed)
+        read(r, rd.label(Path(r.deepspeed)), doc)
         r.deepspeed = None  # read: not again
-        return
+        return doc
     for ds in (Path(value), path.parent / value):  # an absolute value is itself both times
         if ds.is_file():
-            read(r, rd.label(ds), rd.load_config_file(ds))
-            return
-    r.refuse(f"{name}: deepspeed", f"{value} (not found from this folder, where the HF Trainer opens it, nor beside "
-             f"{name})", "counted without DeepSpeed; give the file with --deepspeed")
+            doc = rd.load_config_file(ds)
+            read(r, rd.label(ds), doc)
+            return doc
+    r.refuse(f"{rd.label(path)}: {key}", f"{value} (not found from this folder, where {opener} opens it, nor beside "
+             f"{rd.label(path)})", "counted without DeepSpeed; give the file with --deepspeed")
+    return None
 
 
 # zero_optimization keys (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig, fields and aliases) -> the workload

@@ -358,9 +358,7 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "modelled)", "collate_fn": "a multimodal collator (image inputs, not modelled)",
     },
     "LLaMA-Factory v1": {
-        "kernel_config.name": "LLaMA-Factory's kernels (auto: the fused RMSNorm, SwiGLU, RoPE and MoE kernels its "
-                              "registry applies on the device)",
-        "kernel_config.*": "LLaMA-Factory's kernels",
+        "kernel_config.*": "a setting of LLaMA-Factory's kernels",
         "quant_config.*": "a quantized base (bitsandbytes and others, v1's quantization plugin)",
         "optim_config.*": "an optimizer plugin (the estimate keeps AdamW)",
         "init_config.*": "the model built on the meta device or from its config",

@@ -14,6 +14,10 @@ LLaMA-Factory's own trainer, not HF's; what the estimate reads, each from its so
 - trainers/sft_trainer.py, core/base_trainer.py compute_log_probs: the model's logits upcast (logits.float()), the
   shifted copy made contiguous, F.cross_entropy over it (transformers' float-logits path); only the loss is kept.
 - core/base_trainer.py _init_optimizer: torch.optim.AdamW without an `optim_config`.
+- `dist_config: {name: deepspeed, config_file}`: the ds_config read as DeepSpeed's (accelerate's DeepSpeedPlugin
+  takes it), in bf16 unless it turns bf16 or fp16 off (plugins/model_plugins/deepspeed_utils.py).
+- `kernel_config.name` (plugins/model_plugins/kernels/): `auto` is the Ascend NPU kernels only, none on a CUDA card;
+  `liger_kernel` Liger's defaults on Qwen3's types, its fused loss swapped for Liger's cross_entropy in training.
 Every other key is accounted for (recipe_keys.py): changing no memory, or named as not modelled.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from . import recipe_read as rd
 
 V1 = "LLaMA-Factory v1"
@@ -53,8 +58,11 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     r.set("logits_held", False, f"{name} (v1's trainer keeps the loss only)")
     peft = _section(d, "peft_config", name)
     dist = _section(d, "dist_config", name)
-    fsdp = dist.get("name") == "fsdp2"
+    fsdp, deepspeed = dist.get("name") == "fsdp2", dist.get("name") == "deepspeed"
     bf16 = d.get("bf16", True) is not False
+    if deepspeed:  # read first: its stage and precision decide how the model trains
+        _deepspeed(r, path, dist)
+    _kernels(r, name, _section(d, "kernel_config", name))
     kind = peft.get("name")
     if kind == "lora":
         r.set("method", "lora", f"{name}: peft_config.name")
@@ -84,8 +92,9 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                  "counted as a full fine-tune, an upper bound")
     if kind != "lora":  # model_engine.py: a full fine-tune in fp32, bf16 only as FSDP2's compute dtype
         r.set("dtype", "fp32", f"{name} (v1 casts a fully tuned model to fp32)")
-        r.set("mixed_precision", fsdp and bf16, f"{name}: bf16 (" + ("FSDP2's bf16 compute over fp32 shards)" if fsdp
-                                                                    else "no autocast without FSDP2: fp32)"))
+        if not deepspeed:  # DeepSpeed's engine casts it to bf16 over an fp32 master (its config decides)
+            r.set("mixed_precision", fsdp and bf16, f"{name}: bf16 (" + (
+                "FSDP2's bf16 compute over fp32 shards)" if fsdp else "no autocast without FSDP2: fp32)"))
         r.use(name, "bf16")
     if fsdp:
         if (r.gpus or 1) > 1:
@@ -95,11 +104,8 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
             r.set("offload_params", "cpu", f"{name}: dist_config.offload_params")
         r.use(name, "dist_config.name", "dist_config.offload_params", "dist_config.pin_memory",
               "dist_config.dcp_path")
-    elif dist:
+    elif dist and not deepspeed:
         r.refuse(f"{name}: dist_config.name", f"the {dist.get('name')!r} engine", "counted as one replica a card")
-        if dist.get("config_file"):
-            r.refuse(f"{name}: dist_config.config_file", "DeepSpeed's config (v1's plugin)",
-                     "counted without ZeRO")
     micro = r.options["batch"]
     cards = r.gpus or 1
     total = d.get("global_batch_size")
@@ -125,6 +131,81 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
                  "not the file's)", "counted as sft (say so with --reference none); for dpo give --reference "
                  "adapters-off (LoRA) or copy, --loss logps and twice the batch")
     r.account(name, V1, d)
+
+
+def _deepspeed(r: rd.Reader, path: Path, dist: dict[str, Any]) -> None:
+    """`dist_config: {name: deepspeed, config_file: ...}`: the ds_config read as DeepSpeed's (a path opened from the
+    folder the command runs in), its precision as v1 infers it (plugins/model_plugins/deepspeed_utils.py
+    infer_deepspeed_mixed_precision: bf16 unless its bf16 or fp16 says false; fp16 on is refused by v1)."""
+    from . import recipe_deepspeed
+
+    name = rd.label(path)
+    value = dist.get("config_file")
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{name}: dist_config.config_file is {rd.short(value)}; LLaMA-Factory v1 needs the path of a "
+                         "DeepSpeed config there (examples/deepspeed/ds_z3_config.json)")
+    r.use(name, "dist_config.name", "dist_config.config_file")
+    doc = recipe_deepspeed.open_config(r, path, value.strip(), "dist_config.config_file", "LLaMA-Factory v1")
+    if doc is None:
+        return
+
+    def enabled(key: str) -> Any:
+        section = doc.get(key)
+        value = section.get("enabled", "auto") if isinstance(section, dict) else "auto"
+        return {"true": True, "false": False}.get(value.lower(), value) if isinstance(value, str) else value
+
+    if enabled("fp16") is True:
+        raise InputError(f"{value}: fp16.enabled is true; LLaMA-Factory v1 refuses fp16 under DeepSpeed (bf16 or "
+                         "none only): set it to false or auto")
+    half = enabled("bf16") is not False and enabled("fp16") is not False
+    r.ds_filled = True  # v1 fills every "auto" itself
+    if half and "mixed_precision" not in r.options:
+        r.set("mixed_precision", True, f"{name}: dist_config.config_file (v1 trains bf16 under DeepSpeed unless its "
+                                       "config turns bf16 or fp16 off)")
+
+
+# plugins/model_plugins/kernels/liger_kernel_ops.py: the model types v1 applies Liger to (others: a warning only)
+V1_LIGER_TYPES = ("qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+
+
+def _kernels(r: rd.Reader, name: str, kernel: dict[str, Any]) -> None:
+    """`kernel_config.name`, a comma list (kernels/interface.py apply_kernels): `auto` applies the Ascend NPU kernels
+    only (_AUTO_KERNELS), none on a CUDA card; `liger_kernel` Liger's apply function of the model's type with its
+    defaults, where training forces Liger's unfused cross_entropy in place of the fused loss
+    (require_logits: v1's trainer computes its loss from the logits); any other kernel is named."""
+    if not kernel:
+        return
+    names = kernel.get("name")
+    if not isinstance(names, str) or not [n for n in names.split(",") if n.strip()]:
+        raise InputError(f"{name}: kernel_config.name is {rd.short(names)}; LLaMA-Factory v1 reads kernel names "
+                         "separated by commas (auto, liger_kernel)")
+    r.use(name, "kernel_config.name")
+    for kernel_name in (n.strip() for n in names.split(",") if n.strip()):
+        if kernel_name == "auto":
+            r.notes.append(f"{name}: kernel_config.name auto: v1's automatic kernels are Ascend NPU kernels only "
+                           "(kernels/interface.py _AUTO_KERNELS); on a CUDA or ROCm card none applies")
+        elif kernel_name == "liger_kernel":
+            _liger(r, name, kernel)
+        else:
+            r.refuse(f"{name}: kernel_config.name", f"v1's {kernel_name!r} kernel", "counted without it")
+
+
+def _liger(r: rd.Reader, name: str, kernel: dict[str, Any]) -> None:
+    if r.model_type not in V1_LIGER_TYPES:
+        r.notes.append(f"{name}: kernel_config.name liger_kernel: v1 applies Liger to {', '.join(V1_LIGER_TYPES)} "
+                       f"only; {r.model_type or 'this model'} trains without it")
+        return
+    # Liger's defaults (its apply function's signature); v1 reads no use_kernels from the file, only require_logits
+    layers = ("rope", "rms_norm", "swiglu")
+    rd.liger_layers(r, layers, f"{name}: kernel_config.name (Liger's {', '.join(layers)})")
+    if kernel.get("require_logits", True) is not False:
+        r.refuse(f"{name}: kernel_config.name", "Liger's cross_entropy, which training swaps in for its fused loss "
+                 "(require_logits) and which computes the logits' gradient in their place",
+                 "counted with torch's cross-entropy over the fp32 logits, an upper bound")
+    else:
+        r.refuse(f"{name}: kernel_config.require_logits", "Liger's fused linear cross-entropy forward, which v1's "
+                 "trainer (it computes its loss from the logits) does not reach", "counted with the logits, as v1 "
+                 "computes them")
 
 
 __all__ = ["V1", "is_v1", "read"]

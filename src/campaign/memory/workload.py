@@ -690,7 +690,9 @@ def make_workload(**kwargs: Any) -> Workload:
     if w.mixed_precision and dtype in QUANTIZED:
         notes.append("mixed precision applies to trainable weights only; the quantized base stays as it is")
     if w.mixed_precision and dtype == "fp32":
-        notes.append("mixed precision: fp32 weights with 16-bit autocast compute")
+        notes.append("mixed precision: the DeepSpeed engine casts the fp32 load to 16-bit and keeps an fp32 master"
+                     if w.shard in ("zero1", "zero2", "zero3") else
+                     "mixed precision: fp32 weights with 16-bit autocast compute")
     if mode == "train" and w.shard == "tp":
         raise InputError("shard 'tp' (tensor parallel) is for inference; for training use zero1, zero2, zero3 or fsdp")
     if w.balance not in ("transformers", "accelerate"):

@@ -307,3 +307,19 @@ def test_documented_axolotl_keys_are_accounted_not_unknown(tmp_path):
     assert {k for k, u in uses.items() if u == "not modelled"} == {"unfrozen_parameters", "model_config"}
     assert uses["lora_mlp_kernel"] == "modelled"  # --lora-kernels (test_lora_kernels.py)
     assert "unknown" not in uses.values()
+
+
+def test_a_torchtune_builder_given_its_own_shape_is_named_not_unknown(tmp_path):
+    # llama2/1B_qat_single_device.yaml at bd2a0fc7: torchtune.models.llama2.llama2 with its sizes; the model counted
+    # is the command line's, so the sizes are named, and a dropout of 0 is off
+    doc = {"model": {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 32000, "num_layers": 22,
+                     "num_heads": 32, "num_kv_heads": 4, "embed_dim": 2048, "max_seq_len": 2048, "attn_dropout": 0.0,
+                     "norm_eps": 1e-5},
+           "tokenizer": {"_component_": "torchtune.models.llama2.llama2_tokenizer", "max_seq_len": 512},
+           "batch_size": 2}
+    path = tmp_path / "qat.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    keys = {k.key: k.use for k in workload_from_configs([path]).keys}
+    assert keys["model.num_layers"] == keys["model.embed_dim"] == "not modelled"
+    assert keys["model.attn_dropout"] == "off" and keys["model.norm_eps"] == "no memory"
+    assert "unknown" not in keys.values()

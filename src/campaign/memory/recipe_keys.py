@@ -137,7 +137,20 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         "dataset",  # packed or not: the estimate counts every sequence at max_seq_len, which packing fills
         # the inference configs (recipe_torchtune._inference): sampling, lm-eval's sample limit and chat template;
         # a distillation recipe's teacher weights' files and the loss's mix (the teacher itself is named)
-        "temperature", "top_k", "limit", "apply_chat_template", "teacher_checkpointer", "kd_ratio"),
+        "temperature", "top_k", "limit", "apply_chat_template", "teacher_checkpointer", "kd_ratio",
+        # the GRPO recipe's (recipes/dev/grpo_full_finetune_distributed.py): the path its checkpointers interpolate,
+        # the run's name, its step count and repeats over one trajectory, the reward functions (on the host)
+        "base_model_path", "name", "num_steps", "ppo_epochs", "reward_functions", "save_every_n_epochs",
+        # the PPO recipe's (recipes/ppo_full_finetune_single_device.py): its models' checkpoint files, the sampling
+        # and the rewards' shaping, all on the host (the models themselves are read or named)
+        "value_checkpointer", "reward_checkpointer", "min_response_length", "penalise_no_eos", "reward_penalty",
+        "stop_token_ids", "whiten_rewards", "gamma", "lmbda", "kl_coeff", "debug_logging_enabled",
+        "debug_num_samples_per_step",
+        # the tokenizer's files; the multi-dataset recipe's list of sources; a key no recipe at bd2a0fc reads
+        # (memory_efficient_fsdp_wrap); how the generate recipe loads its sharded state dict and builds its masks
+        # (FlexAttention, which keeps no scores, as SDPA)
+        "tokenizer.vocab_path", "tokenizer.merges_path", "datasets", "memory_efficient_fsdp_wrap",
+        "use_distributed_state_dict", "use_flex", "model.norm_eps"),
     # torchtitan's job TOML (recipe_torchtitan.py), tables flattened to table.key
     "torchtitan": ("job.*", "profiling.*", "metrics.*", "checkpoint.*", "lr_scheduler.*", "comm.*",
                    "memory_estimation.*", "fault_tolerance.*", "validation.*", "model.name", "model.flavor",
@@ -348,6 +361,20 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "teacher_model": "a teacher model on the card and its logits (knowledge distillation): counted without it, "
                          "which is low",
         "kd_loss": "the distillation loss over the teacher's and the student's logits",
+        # the async GRPO recipe (recipes/dev/async_grpo_full_finetune_distributed.py): Ray actors on cards of their
+        # own, the training worker's settings nested under training (counted: the top-level model alone)
+        "orchestration": "async GRPO's Ray actors (vLLM inference, reference and training workers on cards of their "
+                         "own): not modelled, counted as the model alone",
+        "inference": "async GRPO's vLLM inference workers (cards of their own)",
+        "postprocessing": "async GRPO's reference-model workers (cards of their own)",
+        "training": "async GRPO's training workers (their batch, checkpointing, optimizer and loss: not read)",
+        "dataloader": "the multi-dataset recipe's loader (its collate_fn of image tiles: image inputs, not modelled)",
+        # a builder's own arguments (torchtune.models.llama2.llama2 with its sizes): the model counted is the command
+        # line's, whose shape campaign cannot match against them
+        **{f"model.{k}": "the builder's shape (the model counted is the one on the command line: give one of this "
+                         "shape)" for k in ("vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim",
+                                            "intermediate_dim", "max_seq_len")},
+        "model.attn_dropout": "attention dropout (its masks kept for backward)",
         # quantization-aware training (recipes/qat_*.py): torchao's fake-quantized weights and activations
         "quantizer": "torchao's quantizer (QAT's fake-quantized weights and activations in training)",
         # Llama 3.2 Vision's builders (models/llama3_2_vision): the towers, images and their tiles

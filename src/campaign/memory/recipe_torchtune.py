@@ -93,15 +93,22 @@ def _inference(r: rd.Reader, name: str, d: dict[str, Any]) -> bool:
     return True
 
 
+def is_torchtune(doc: dict[str, Any]) -> bool:
+    """A torchtune recipe: its model as a component (the PPO recipe's policy_model)."""
+    return any(isinstance(doc.get(k), dict) and "_component_" in doc[k] for k in ("model", "policy_model"))
+
+
 def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     if _inference(r, name, d):
         return
-    component = str(d["model"]["_component_"])
+    ppo = "model" not in d  # the PPO recipe's policy_model (is_torchtune)
+    model_key = "policy_model" if ppo else "model"
+    model = d[model_key]
+    component = str(model["_component_"])
     leaf = component.rsplit(".", 1)[-1]
     method = "qlora" if leaf.startswith("qlora_") else "lora" if leaf.startswith("lora_") else "full"
-    r.set("method", method, f"{name}: model._component_")
+    r.set("method", method, f"{name}: {model_key}._component_")
     r.set("logits_held", False, f"{name} ({TORCHTUNE_FREES_LOGITS})")
-    model = d["model"]
     # torchtune runs on several cards only through its *_distributed recipes, which all shard with FSDP
     # (recipes/*_distributed.py: training.shard_model, fully_shard on each layer and the root)
     if r.gpus is not None and r.gpus > 1:
@@ -124,7 +131,10 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         if targets:
             r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")
     tokenizer = rd.section(d, "tokenizer", name, "torchtune reads a component (_component_: ..., max_seq_len: ...)")
-    if tokenizer.get("max_seq_len") is not None:
+    grpo = "grpo_samples" in d  # the RL recipes' length is the prompt's and the completion's (_grpo, _ppo)
+    if grpo or ppo:
+        pass
+    elif tokenizer.get("max_seq_len") is not None:
         r.set("seq_len", rd.whole(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
               f"{name}: tokenizer.max_seq_len")
     else:  # torchtune truncates nothing: each batch pads to its longest sample
@@ -134,7 +144,11 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     loss = d.get("loss")
     component = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
     pairs = component in DPO_LOSSES
-    if d.get("batch_size") is not None:
+    if grpo:
+        _grpo(r, name, d, method)
+    elif ppo:
+        _ppo(r, name, d)
+    elif d.get("batch_size") is not None:
         per = rd.whole(d["batch_size"], f"{name}: batch_size")
         r.set("batch", 2 * per if pairs else per, f"{name}: batch_size" + (f" ({PAIRS})" if pairs else ""))
     _torchtune_ac(r, d, name)
@@ -159,6 +173,8 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     rd.accumulation(r, d, name)
     if pairs:
         _preference(r, name, component, method)
+    elif grpo or ppo:
+        pass  # _grpo and _ppo read their loss
     elif component in TORCHTUNE_LOSSES and isinstance(loss, dict) and loss.get("num_output_chunks", 8) != 8:
         r.refuse(f"{name}: loss", f"{loss['num_output_chunks']!r} output chunks", "counted with torchtune's 8")
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
@@ -169,7 +185,8 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         r.refuse(f"{name}: optimizer_in_bwd", "the optimizer step in backward under FSDP",
                  "counted with the step after backward, an upper bound")
     elif d.get("optimizer_in_bwd") is not None:
-        r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd")
+        r.set("optimizer_in_backward", d["optimizer_in_bwd"] is True, f"{name}: optimizer_in_bwd" + (
+            " (the policy's; the value model's too, not counted)" if ppo else ""))
     if d.get("enable_activation_offloading") is not None:
         r.set("activation_offloading", d["enable_activation_offloading"] is True,
               f"{name}: enable_activation_offloading")
@@ -211,6 +228,83 @@ def _preference(r: rd.Reader, name: str, component: str, method: str) -> None:
     else:
         r.set("reference", "none", f"{where} (a reference-free loss)")
     rd.loss(r, "logsoftmax", f"{where} (torchtune's DPO: rlhf.get_batch_log_probs)", where)
+
+
+def _grpo(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
+    """torchtune's synchronous GRPO recipe (recipes/dev/grpo_full_finetune_distributed.py at bd2a0fc): each card
+    generates grpo_samples completions of max_generated_tokens for each of its batch_size prompts (without grad, with
+    the policy itself), scores them with the policy and a frozen reference (ref_checkpointer, sharded as the policy),
+    then trains on all batch_size x grpo_samples sequences in one forward, their log-probabilities taken row by row
+    from the logits (rlhf.batched_logits_to_logprobs, chunk_size 1). The policy is sharded with
+    reshard_after_forward=False. What the estimate counts differently is named with its direction."""
+    samples = rd.whole(d["grpo_samples"], f"{name}: grpo_samples")
+    prompts = rd.whole(d.get("batch_size", 1), f"{name}: batch_size")
+    if method != "full":
+        r.refuse(f"{name}: model._component_", "adapters in torchtune's GRPO recipe (it trains a full model)",
+                 "counted as its builder says")
+    rollouts = prompts * samples
+    r.set("rollouts", rollouts, f"{name}: batch_size x grpo_samples (generated on each card before the step)")
+    r.set("batch", rollouts, f"{name}: batch_size x grpo_samples (grpo_step trains on them in one forward)")
+    _rl_generation(r, name, d)
+    r.set("reference", "copy", f"{name}: ref_checkpointer (a frozen copy of the policy, sharded as it is)")
+    if r.options.get("shard") == "fsdp":
+        r.set("reshard_after_forward", False, f"{name} (the GRPO recipe shards the policy with "
+                                              "reshard_after_forward=False)")
+    forward = d.get("forward_batch_size", prompts)
+    if rd.whole(forward, f"{name}: forward_batch_size") < prompts:
+        r.refuse(f"{name}: forward_batch_size", f"generation {forward} prompt(s) x {samples} at a time",
+                 f"all {rollouts} sequences generated at once, an upper bound")
+    r.use(name, "batch_size", "grpo_samples", "forward_batch_size", "ref_checkpointer")
+
+
+def _rl_generation(r: rd.Reader, name: str, d: dict[str, Any]) -> int:
+    """The completion of torchtune's RL recipes: max_generated_tokens after a prompt the tokenizer truncates to its
+    max_seq_len (the length is their sum), generated into torchtune's cache set up for both at once."""
+    if d.get("max_generated_tokens") is None:
+        raise InputError(f"{name}: no max_generated_tokens; torchtune's RL recipes need it (the completion's length): "
+                         "add it")
+    completion = rd.whole(d["max_generated_tokens"], f"{name}: max_generated_tokens")
+    r.set("completion_tokens", completion, f"{name}: max_generated_tokens")
+    tokenizer = rd.section(d, "tokenizer", name, "torchtune reads a component (_component_: ..., max_seq_len: ...)")
+    if tokenizer.get("max_seq_len") is not None:
+        prompt = rd.whole(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len")
+        r.set("seq_len", prompt + completion, f"{name}: tokenizer.max_seq_len + max_generated_tokens")
+    else:
+        r.notes.append(f"{name}: tokenizer.max_seq_len null: the prompts are as long as the data's; --seq-len is the "
+                       f"longest prompt + {completion} generated tokens (give it)")
+    r.refuse(f"{name}: max_generated_tokens", "torchtune's generate into a cache allocated for the prompt and every "
+             "generated token at once (local_kv_cache)", "counted as a cache that grows token by token (its last "
+             "step holds the same bytes): low at the prefill by the completion's share of the cache")
+    rd.loss(r, "logps", f"{name}: loss (rlhf.batched_logits_to_logprobs: log_softmax row by row)", f"{name}: loss")
+    r.refuse(f"{name}: loss", "the RL loss over the logits of the whole sequence, prompt included (the model returns "
+             "them all; the prompt's are sliced off as a view)", "counted over the completion's logits only, as TRL's "
+             "logits_to_keep: low by the prompt's share of the logits")
+    return completion
+
+
+def _ppo(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
+    """torchtune's PPO recipe (recipes/ppo_full_finetune_single_device.py at bd2a0fc): the policy generates
+    forward_batch_size prompts' completions at a time (its cache set up for that many), a frozen copy of it
+    (ref_policy_checkpointer) scores them, and it trains on ppo_batch_size / gradient_accumulation_steps sequences a
+    backward. Its two other models, built from reward_and_value_model (a frozen reward model and a trained value
+    model with its own gradients and optimizer states), are named: counted without them, which is low."""
+    forward = rd.whole(d.get("forward_batch_size", 1), f"{name}: forward_batch_size")
+    ppo_batch = rd.whole(d.get("ppo_batch_size", 1), f"{name}: ppo_batch_size")
+    steps = rd.whole(d.get("gradient_accumulation_steps", 1), f"{name}: gradient_accumulation_steps")
+    micro = max(1, ppo_batch // steps)
+    r.set("batch", micro, f"{name}: ppo_batch_size / gradient_accumulation_steps (a backward's sequences)")
+    r.set("rollouts", max(forward, micro), f"{name}: forward_batch_size (the cache's batch in generation)")
+    if micro > forward:
+        r.refuse(f"{name}: forward_batch_size", f"generation {forward} sequences at a time", f"counted as {micro}, "
+                 "the backward's, an upper bound")
+    _rl_generation(r, name, d)
+    r.set("reference", "copy", f"{name}: ref_policy_checkpointer (a frozen copy of the policy)")
+    r.refuse(f"{name}: reward_and_value_model", "PPO's reward model (frozen) and value model (trained: its gradients "
+             "and optimizer states), both built from this component", "counted without them, which is low")
+    r.use(name, "policy_model._component_", "batch_size", "forward_batch_size", "ppo_batch_size",
+          "ref_policy_checkpointer", "enable_kv_cache")
+    if d.get("enable_kv_cache") is False:
+        r.refuse(f"{name}: enable_kv_cache", "generation without a KV cache", "a KV cache counted, an upper bound")
 
 
 def _torchtune_ac(r: rd.Reader, d: dict[str, Any], name: str) -> None:

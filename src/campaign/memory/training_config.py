@@ -91,7 +91,7 @@ def _read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         recipe_deepspeed.read(r, name, doc)
     elif "distributed_type" in doc:
         recipe_accelerate.read(r, path, doc)
-    elif isinstance(doc.get("model"), dict) and "_component_" in doc["model"]:
+    elif recipe_torchtune.is_torchtune(doc):
         recipe_torchtune.read(r, name, doc)
     elif recipe_torchtitan.is_torchtitan(doc):
         recipe_torchtitan.read(r, name, doc)

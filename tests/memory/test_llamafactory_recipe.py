@@ -170,3 +170,34 @@ def test_a_trainingarguments_file_is_still_read_as_one(tmp_path):
                                 "model_name_or_path": "Qwen/Qwen3-4B"}))
     cfg = workload_from_configs([path])
     assert cfg.options["seq_len"] == 512 and "method" not in cfg.options
+
+
+def test_the_trainers_fsdp_shards_fp32_trainable_weights_with_bf16_compute(tmp_path, cli):
+    # examples/extras/fp8/llama3_fp8_fsdp_sft.yaml at ff6d4d12 passes the HF Trainer's fsdp: [full_shard, auto_wrap]
+    path = edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None, fsdp=["full_shard", "auto_wrap"],
+                  fsdp_transformer_layer_cls_to_wrap="Qwen3DecoderLayer")
+    cfg = workload_from_configs([Path(path)], gpus=4)
+    assert (cfg.options["shard"], cfg.options["dtype"], cfg.options["mixed_precision"]) == ("fsdp", "fp32", True)
+    assert not any(k.use == "unknown" for k in cfg.keys)
+    d = run(cli, "--config", path, "--gpus", "4").json()
+    # adapter.py casts the trainable parameters to fp32 unless ZeRO-3; FSDP shards them over the 4 cards
+    assert item(d, "weights (fp32, AMP master)", "optimizer step") == 4 * P // 4
+    offload = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None,
+                                                 fsdp="full_shard auto_wrap offload"))], gpus=4)
+    assert offload.options["offload_params"] == "cpu"
+
+
+def test_megatron_and_quantized_oft_keys_are_named_not_unknown(tmp_path):
+    # examples/megatron/qwen3_moe_full.yaml (USE_MCA=1) and examples/extras/qoft/*_bnb_npu.yaml at ff6d4d12
+    mca = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None,
+                                             tensor_model_parallel_size=1, pipeline_model_parallel_size=4,
+                                             expert_model_parallel_size=2, recompute_granularity="full",
+                                             use_distributed_optimizer=True, sequence_parallel=False))])
+    keys = {k.key: k.use for k in mca.keys}
+    assert keys["tensor_model_parallel_size"] == keys["sequence_parallel"] == "off"  # a degree of 1, false
+    assert keys["pipeline_model_parallel_size"] == keys["recompute_granularity"] == "not modelled"
+    qoft = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_lora_sft.yaml", finetuning_type="oft",
+                                              quantization_bit=4, quantization_method="bnb",
+                                              double_quantization=False))])
+    keys = {k.key: k.use for k in qoft.keys}
+    assert keys["quantization_bit"] == keys["double_quantization"] == keys["finetuning_type"] == "not modelled"

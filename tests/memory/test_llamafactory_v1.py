@@ -174,3 +174,14 @@ def test_liger_kernel_on_qwen3_is_liger_layers_with_its_cross_entropy_named(cli,
     # v1 applies Liger to Qwen3's types only: on a Llama nothing changes, and it says so
     llama = workload_from_configs([path], model_type="llama", reference="none")
     assert "liger_kernels" not in llama.options and any("trains without it" in n for n in llama.notes)
+
+
+def test_the_freeze_plugin_and_its_settings_are_named(tmp_path):
+    # examples/v1/train_freeze/train_freeze_sft.yaml at ff6d4d12
+    doc = LORA_SFT | {"peft_config": {"name": "freeze", "freeze_trainable_layers": 2,
+                                      "freeze_trainable_modules": "all"}, "dist_config": None}
+    cfg = workload_from_configs([_write(tmp_path, doc)], reference="none")
+    named = {k.key for k in cfg.unmodelled}
+    assert {"peft_config.name", "peft_config.freeze_trainable_layers", "peft_config.freeze_trainable_modules"} <= named
+    assert cfg.options["dtype"] == "fp32"  # counted as v1's full fine-tune, an upper bound
+    assert not any(k.use == "unknown" for k in cfg.keys)

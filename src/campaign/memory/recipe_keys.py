@@ -50,6 +50,9 @@ AXOLOTL_FSDP_NO_MEMORY = tuple(f"fsdp_config.{p}{k}" for k in (
 NO_MEMORY: dict[str, tuple[str, ...]] = {
     # transformers TrainingArguments, TRL's configs (SFTConfig, DPOConfig, ModelConfig), fms-hf-tuning's arguments
     "TrainingArguments": _COMMON + (
+        # the deprecated spelling of fsdp_config's transformer_layer_cls_to_wrap: FSDP units a decoder layer each,
+        # as the estimate counts them
+        "fsdp_transformer_layer_cls_to_wrap",
         "overwrite_output_dir", "do_train", "do_eval", "do_predict", "evaluation_strategy",
         "per_device_eval_batch_size", "per_gpu_eval_batch_size", "adam_beta1", "adam_beta2", "adam_epsilon",
         "max_grad_norm", "lr_scheduler_type",
@@ -196,6 +199,8 @@ KTO = "KTO: a KL batch beside each batch and a reference model are not modelled"
 # LLaMA-Factory's train YAML (recipe_llamafactory.py): HF's TrainingArguments keys with LLaMA-Factory's own
 # (src/llamafactory/hparams/*.py at ff6d4d12: ModelArguments, DataArguments, FinetuningArguments, GeneratingArguments)
 NO_MEMORY["LLaMA-Factory"] = NO_MEMORY["TrainingArguments"] + (
+    # Megatron Bridge's loss averaging, its checkpoint's path and its export at the end
+    "calculate_per_token_loss", "megatron_pretrained_checkpoint", "export_hf_on_finish",
     "adapter_folder", "cache_dir", "use_fast_tokenizer", "split_special_tokens", "new_special_tokens_config",
     "init_special_tokens", "model_revision", "low_cpu_mem_usage", "infer_backend", "offload_folder", "use_kv_cache",
     "infer_dtype", "hf_hub_token", "ms_hub_token", "om_hub_token", "print_param_status", "quantization_device_map",
@@ -436,8 +441,27 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
     },
     "DeepSpeed": {},
 }
+# Megatron's arguments (LLaMA-Factory's Megatron trainers: mca, launched with USE_MCA=1, mcore_adapter's
+# TrainingArguments; and Megatron Bridge, hparams/megatron_bridge_args.py): their parallelism, fusions, precision and
+# recomputation, each a memory model of its own
+MCA = ("Megatron's {} (LLaMA-Factory's Megatron trainers: mca with USE_MCA=1, Megatron Bridge): not modelled, "
+       "counted as the HF Trainer's run")
 NOT_MODELLED["LLaMA-Factory"] = {
     **NOT_MODELLED["TrainingArguments"],
+    **{k: MCA.format(what) for k, what in (
+        ("tensor_model_parallel_size", "tensor parallelism"), ("pipeline_model_parallel_size", "pipeline stages"),
+        ("expert_model_parallel_size", "expert parallelism"), ("context_parallel_size", "context parallelism"),
+        ("virtual_pipeline_model_parallel_size", "interleaved pipeline stages"),
+        ("sequence_parallel", "sequence parallelism"), ("use_distributed_optimizer", "distributed optimizer"),
+        ("overlap_param_gather", "overlapped parameter gather"), ("overlap_grad_reduce", "overlapped reduce"),
+        ("bias_activation_fusion", "fused bias and activation"), ("apply_rope_fusion", "fused RoPE"),
+        ("moe_grouped_gemm", "grouped-GEMM experts"), ("moe_token_dispatcher_type", "token dispatcher"),
+        ("recompute_granularity", "recomputation"), ("recompute_method", "recomputation"),
+        ("recompute_num_layers", "recomputation"), ("masked_softmax_fusion", "fused softmax"),
+        ("cross_entropy_loss_fusion", "fused cross-entropy"), ("use_packed_sequences", "packed sequences"),
+        ("mixed_precision", "precision recipe"), ("extra_config", "extra configuration"),
+        ("account_for_embedding_in_pipeline_split", "pipeline split"),
+        ("account_for_loss_in_pipeline_split", "pipeline split"))},
     "enable_liger_kernel": "Liger's kernels (modelled on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
     "use_unsloth": "unsloth's kernels and loader", "upcast_layernorm": "norm weights in fp32",
     "upcast_lmhead_output": "an fp32 copy of the logits", "moe_aux_loss_coef": "router logits kept every layer",
@@ -480,6 +504,8 @@ FALSE_MATTERS = frozenset({"deepspeed_config.zero3_init_flag"})
 # its default for a run of one process (utils/config choose_device; under accelerate or several processes it sets
 # its own). Matched by type as well as value: 1 is not true.
 AT_DEFAULT: dict[str, dict[str, tuple[Any, ...]]] = {
+    "LLaMA-Factory": {f"{k}_model_parallel_size": (1,) for k in ("tensor", "pipeline", "expert")} | {
+        "context_parallel_size": (1,)},
     "LLaMA-Factory v1": {"cp_size": (1,), "mp_replicate_size": (1,), "batching_strategy": ("normal",),
                          "cp_mode": ("ulysses",), "model_class": ("llm",)},
     "axolotl": {"context_parallel_size": (1,), "tensor_parallel_size": (1,), "dp_replicate_size": (1,),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from . import recipe_deepspeed, recipe_read as rd
+from . import recipe_accelerate, recipe_deepspeed, recipe_read as rd
 
 LF = "LLaMA-Factory"
 # LLaMA-Factory's own keys that only its files hold (a TrainingArguments or TRL file has none of them)
@@ -66,8 +66,11 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     if isinstance(base, str) and base.strip():
         r.model = base.strip()
 
-    # the DeepSpeed config first: whether it trains the model decides the dtype of a full fine-tune
+    # the DeepSpeed config (or the HF Trainer's fsdp) first: whether it trains the model decides the dtype of a full
+    # fine-tune
     recipe_deepspeed.recipe_key(r, path, d)
+    if d.get("fsdp"):
+        recipe_accelerate.fsdp_trainer_option(r, name, "fsdp", d["fsdp"])
     pure = d.get("pure_bf16") is True
     half = "bf16" if d.get("bf16") is True or pure else "fp16" if d.get("fp16") is True else None
     r.use(name, *(k for k in ("bf16", "fp16", "pure_bf16") if k in d))
@@ -77,7 +80,7 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         r.set("method", "full", f"{name}: finetuning_type")
         if pure:
             r.set("dtype", "bf16", f"{name}: pure_bf16 (no fp32 cast of the trainable parameters)")
-        elif r.options.get("shard", "none") == "none":  # under DeepSpeed its engine keeps 16-bit weights
+        elif r.options.get("shard", "none") in ("none", "fsdp"):  # under DeepSpeed its engine keeps 16-bit weights
             r.set("dtype", "fp32", f"{name}: finetuning_type full ({FP32_CAST})")
             if half:
                 r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 weights)")
@@ -86,6 +89,9 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     else:  # freeze, oft: named; the estimate keeps --method's
         r.refuse(f"{name}: finetuning_type", f"{kind} tuning", "counted as --method's (full unless given; campaign "
                  "reads full and lora)")
+        for key in ("quantization_bit", "quantization_method", "double_quantization", "quantization_type"):
+            if key in d:  # OFT's quantized base (QOFT): part of the method not modelled
+                r.refuse(f"{name}: {key}", f"the quantized base of {kind} tuning", "counted as --dtype's")
     rd.auto_half(r, name, half)  # a ds_config's "auto" half precision is this file's
 
     # the batch, the length

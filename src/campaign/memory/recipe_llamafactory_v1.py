@@ -90,6 +90,9 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     elif peft:
         r.refuse(f"{name}: peft_config.name", f"the {kind!r} tuning plugin",
                  "counted as a full fine-tune, an upper bound")
+        for key in (k for k in peft if k != "name"):  # the plugin's own settings (freeze_trainable_layers...)
+            r.refuse(f"{name}: peft_config.{key}", f"a setting of the {kind!r} tuning plugin", "counted as a full "
+                     "fine-tune, an upper bound")
     if kind != "lora":  # model_engine.py: a full fine-tune in fp32, bf16 only as FSDP2's compute dtype
         r.set("dtype", "fp32", f"{name} (v1 casts a fully tuned model to fp32)")
         if not deepspeed:  # DeepSpeed's engine casts it to bf16 over an fp32 master (its config decides)

@@ -185,6 +185,12 @@ def test_the_trainers_fsdp_shards_fp32_trainable_weights_with_bf16_compute(tmp_p
     offload = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None,
                                                  fsdp="full_shard auto_wrap offload"))], gpus=4)
     assert offload.options["offload_params"] == "cpu"
+    # SHARD_GRAD_OP (counted as zero2) keeps the fp32 cast: fp32 master and Adam states over the cards
+    grad_op = edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None, fsdp="shard_grad_op auto_wrap")
+    cfg = workload_from_configs([Path(grad_op)], gpus=4)
+    assert (cfg.options["shard"], cfg.options["dtype"], cfg.options["mixed_precision"]) == ("zero2", "fp32", True)
+    assert item(run(cli, "--config", grad_op, "--gpus", "4").json(), "optimizer states", "optimizer step") == \
+        8 * P // 4
 
 
 def test_megatron_and_quantized_oft_keys_are_named_not_unknown(tmp_path):
@@ -192,10 +198,13 @@ def test_megatron_and_quantized_oft_keys_are_named_not_unknown(tmp_path):
     mca = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_full_sft.yaml", deepspeed=None,
                                              tensor_model_parallel_size=1, pipeline_model_parallel_size=4,
                                              expert_model_parallel_size=2, recompute_granularity="full",
-                                             use_distributed_optimizer=True, sequence_parallel=False))])
+                                             use_distributed_optimizer=True, sequence_parallel=False,
+                                             export_hf_on_finish=False, mixed_precision="bf16_mixed"))])
     keys = {k.key: k.use for k in mca.keys}
     assert keys["tensor_model_parallel_size"] == keys["sequence_parallel"] == "off"  # a degree of 1, false
     assert keys["pipeline_model_parallel_size"] == keys["recompute_granularity"] == "not modelled"
+    # Megatron Bridge's own (USE_MEGATRON_BRIDGE=1): its precision recipe named, an export turned off is off
+    assert keys["mixed_precision"] == "not modelled" and keys["export_hf_on_finish"] == "off"
     qoft = workload_from_configs([Path(edited(tmp_path, "llamafactory_qwen3_lora_sft.yaml", finetuning_type="oft",
                                               quantization_bit=4, quantization_method="bnb",
                                               double_quantization=False))])

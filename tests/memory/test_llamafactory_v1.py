@@ -185,3 +185,27 @@ def test_the_freeze_plugin_and_its_settings_are_named(tmp_path):
     assert {"peft_config.name", "peft_config.freeze_trainable_layers", "peft_config.freeze_trainable_modules"} <= named
     assert cfg.options["dtype"] == "fp32"  # counted as v1's full fine-tune, an upper bound
     assert not any(k.use == "unknown" for k in cfg.keys)
+
+
+def test_the_ds_config_is_read_as_v1_hands_it_to_deepspeed(cli, tmp_path, monkeypatch):
+    # infer_deepspeed_mixed_precision reads "false" as false (no bf16: fp32 weights, no master), and v1's dataloader
+    # feeds micro_batch_size whatever train_micro_batch_size_per_gpu says
+    out = _deepspeed_run(cli, tmp_path, monkeypatch, DS_Z3 | {"bf16": {"enabled": "false"},
+                                                              "train_micro_batch_size_per_gpu": 4})
+    assert out.code == 0, out.err
+    d = json.loads(out.out)
+    assert d["workload"]["mixed_precision"] is False and d["workload"]["batch"] == 1
+    assert _step(d)["weights"] == 4 * P // 4
+
+
+def test_liger_with_require_logits_false_is_refused_as_training_fails(cli, tmp_path):
+    doc = {"model": "Qwen/Qwen3-0.6B", "kernel_config": {"name": "liger_kernel", "require_logits": False}}
+    out = cli("memory", "qwen3-0.6b", "--config", str(_write(tmp_path, doc)), "--reference", "none")
+    assert out.code == 2 and "require_logits" in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_the_fsdpturbo_engines_expert_parallel_settings_are_named(tmp_path):
+    # examples/v1/train_full/train_full_qwen3_moe_fsdpturbo_ep_fsdp.yaml at ff6d4d12 (its dist_config)
+    doc = LORA_SFT | {"dist_config": {"name": "fsdpturbo", "ep_size": 8, "ep_dispatcher": "alltoall"}}
+    keys = {k.key: k.use for k in workload_from_configs([_write(tmp_path, doc)], gpus=8, reference="none").keys}
+    assert keys["dist_config.ep_size"] == keys["dist_config.ep_dispatcher"] == "not modelled"

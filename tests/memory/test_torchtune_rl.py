@@ -28,15 +28,16 @@ GRPO = {"name": "grpo_llama3b", "output_dir": "/tmp/checkpoints/${name}",
         "device": "cuda", "enable_activation_checkpointing": True, "compile": False, "dtype": "bf16",
         "log_every_n_steps": 1, "log_peak_memory_stats": True, "log_level": "INFO"}
 
-# recipes/configs/llama2/1B_full_ppo_low_memory_single_device.yaml (the reward and value model's arguments shortened)
+# recipes/configs/llama2/1B_full_ppo_low_memory_single_device.yaml (its checkpointers' file lists shortened)
+SHAPE = {"vocab_size": 32000, "num_layers": 22, "num_heads": 32, "num_kv_heads": 4, "embed_dim": 2048,
+         "max_seq_len": 2048, "intermediate_dim": 5632, "attn_dropout": 0.0, "norm_eps": 1e-5}
 PPO = {"output_dir": "/tmp/torchtune/llama2_1B/full_ppo_low_memory",
        "tokenizer": {"_component_": "torchtune.models.llama2.llama2_tokenizer", "path": "/tmp/tokenizer.model",
                      "max_seq_len": 512},
        "dataset": {"_component_": "torchtune.datasets.text_completion_dataset", "column": "prompt"},
-       "policy_model": {"_component_": "torchtune.models.llama2.llama2", "vocab_size": 32000, "num_layers": 22,
-                        "max_seq_len": 2048},
+       "policy_model": {"_component_": "torchtune.models.llama2.llama2", **SHAPE},
        "reward_and_value_model": {"_component_": "torchtune.models.llama2.llama2_classifier", "num_classes": 1,
-                                  "num_layers": 22, "max_seq_len": 2048},
+                                  **SHAPE},
        "checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer"},
        "ref_policy_checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer"},
        "value_checkpointer": {"_component_": "torchtune.training.FullModelHFCheckpointer"},
@@ -99,8 +100,12 @@ def test_the_ppo_recipe_reads_its_policy_and_names_its_other_models(tmp_path):
     assert o["method"] == "full" and o["reference"] == "copy"  # ref_policy_checkpointer: a frozen policy
     assert (o["batch"], o["rollouts"], o["completion_tokens"], o["seq_len"]) == (16, 16, 58, 512 + 58)
     assert o["optimizer_in_backward"] is True and o["grad_checkpointing"] is True
-    assert {k.key for k in cfg.unmodelled} == {"reward_and_value_model", "loss", "max_generated_tokens"}
-    assert not any(k.use == "unknown" for k in cfg.keys)
+    # the policy's own builder shape is named too (the model counted is the command line's), its dropout 0 off
+    shape = {f"policy_model.{k}" for k in SHAPE if k not in ("attn_dropout", "norm_eps")}
+    assert {k.key for k in cfg.unmodelled} == {"reward_and_value_model", "loss", "max_generated_tokens"} | shape
+    keys = {k.key: k.use for k in cfg.keys}
+    assert keys["policy_model.attn_dropout"] == "off" and keys["policy_model._component_"] == "modelled"
+    assert "unknown" not in keys.values()
 
 
 def test_ppo_backward_batches_come_from_ppo_batch_size_over_the_accumulation(tmp_path):
@@ -119,3 +124,10 @@ def test_an_sft_recipe_is_unchanged(tmp_path):
            "enable_activation_checkpointing": True, "dtype": "bf16"}
     o = _read(tmp_path, sft).options
     assert (o["batch"], o["seq_len"]) == (4, 1024) and "rollouts" not in o and "reference" not in o
+
+
+def test_grpo_without_forward_batch_size_is_refused_as_torchtune_refuses_it(cli, tmp_path):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in GRPO.items() if k != "forward_batch_size"}))
+    out = cli("memory", "llama-3.2-1b", "--config", str(path), "--gpus", "8")
+    assert out.code == 2 and "forward_batch_size" in out.err and len(out.err.strip().splitlines()) == 1

@@ -102,8 +102,8 @@ def _weights_items(spec: ModelSpec, w: Workload) -> list[Item]:
         cast = deepspeed_casts(w) and dt == "fp32"  # the DeepSpeed engine casts an fp32 load to its 16-bit dtype
         dt = "bf16" if cast else dt
         label = "weights (fp32, AMP master)" if amp else "weights"
-        items.append(Item(label, _div(wb.total, n), f"params x {ELEMENT_BYTES[dt]:g} B ({dt}"
-                          f"{', cast by the DeepSpeed engine' if cast else ''}) = "
+        items.append(Item(label, _div(wb.total, n), f"params x {ELEMENT_BYTES[dt]:g} B ("
+                          f"{'16-bit: ZeRO casts the fp32 load' if cast else dt}) = "
                           f"{spec.inventory_params:,} x {ELEMENT_BYTES[dt]:g}{split}", "weights", "config inventory"))
     for what, nbytes in spec.buffers:  # registered buffers the model keeps beside its parameters (not sharded)
         items.append(Item("buffers", nbytes, what, "weights", "transformers module buffers"))

@@ -5,6 +5,7 @@ decide (`settle`: a bf16 "auto" no Trainer fills, a bf16 master without bf16 tra
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +35,28 @@ def recipe_key(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
     open_config(r, path, value, "deepspeed", "the HF Trainer")
 
 
-def open_config(r: rd.Reader, path: Path, value: str, key: str, opener: str) -> dict[str, Any] | None:
+def open_config(r: rd.Reader, path: Path, value: str, key: str, opener: str,
+                launcher: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None) -> None:
     """Read the ds_config that key `key` of recipe `path` names (`value`, a path `opener` opens from the folder the
     command runs in): looked for there, then beside the recipe, and is the --deepspeed file when that has its name.
-    Not found, it is named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe; the
-    config read is returned (None when not found)."""
+    Not found, it is named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe.
+    `launcher(name, doc)`: the config as the launcher hands it to DeepSpeed (its "auto" values filled), read in place
+    of the file's, whose keys are accounted as written."""
+    found = None
     if r.deepspeed is not None and Path(value).name == Path(r.deepspeed).name:  # the file --deepspeed gives
-        doc = rd.load_config_file(r.deepspeed)
-        read(r, rd.label(Path(r.deepspeed)), doc)
-        r.deepspeed = None  # read: not again
-        return doc
-    for ds in (Path(value), path.parent / value):  # an absolute value is itself both times
-        if ds.is_file():
-            doc = rd.load_config_file(ds)
-            read(r, rd.label(ds), doc)
-            return doc
-    r.refuse(f"{rd.label(path)}: {key}", f"{value} (not found from this folder, where {opener} opens it, nor beside "
-             f"{rd.label(path)})", "counted without DeepSpeed; give the file with --deepspeed")
-    return None
+        found, r.deepspeed = Path(r.deepspeed), None  # read: not again
+    else:
+        found = next((ds for ds in (Path(value), path.parent / value) if ds.is_file()), None)  # absolute: itself
+    if found is None:
+        r.refuse(f"{rd.label(path)}: {key}", f"{value} (not found from this folder, where {opener} opens it, nor "
+                 f"beside {rd.label(path)})", "counted without DeepSpeed; give the file with --deepspeed")
+        return
+    name, doc = rd.label(found), rd.load_config_file(found)
+    if launcher is None:
+        read(r, name, doc)
+        return
+    read(r, name, launcher(name, doc), whole=False)
+    r.account(name, "DeepSpeed", doc, DEEPSPEED_KNOWN)
 
 
 # zero_optimization keys (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig, fields and aliases) -> the workload

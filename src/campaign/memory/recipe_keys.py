@@ -153,7 +153,7 @@ NO_MEMORY: dict[str, tuple[str, ...]] = {
         # (memory_efficient_fsdp_wrap); how the generate recipe loads its sharded state dict and builds its masks
         # (FlexAttention, which keeps no scores, as SDPA)
         "tokenizer.vocab_path", "tokenizer.merges_path", "datasets", "memory_efficient_fsdp_wrap",
-        "use_distributed_state_dict", "use_flex", "model.norm_eps"),
+        "use_distributed_state_dict", "use_flex", "model.norm_eps", "policy_model.norm_eps"),
     # torchtitan's job TOML (recipe_torchtitan.py), tables flattened to table.key
     "torchtitan": ("job.*", "profiling.*", "metrics.*", "checkpoint.*", "lr_scheduler.*", "comm.*",
                    "memory_estimation.*", "fault_tolerance.*", "validation.*", "model.name", "model.flavor",
@@ -199,8 +199,6 @@ KTO = "KTO: a KL batch beside each batch and a reference model are not modelled"
 # LLaMA-Factory's train YAML (recipe_llamafactory.py): HF's TrainingArguments keys with LLaMA-Factory's own
 # (src/llamafactory/hparams/*.py at ff6d4d12: ModelArguments, DataArguments, FinetuningArguments, GeneratingArguments)
 NO_MEMORY["LLaMA-Factory"] = NO_MEMORY["TrainingArguments"] + (
-    # Megatron Bridge's loss averaging, its checkpoint's path and its export at the end
-    "calculate_per_token_loss", "megatron_pretrained_checkpoint", "export_hf_on_finish",
     "adapter_folder", "cache_dir", "use_fast_tokenizer", "split_special_tokens", "new_special_tokens_config",
     "init_special_tokens", "model_revision", "low_cpu_mem_usage", "infer_backend", "offload_folder", "use_kv_cache",
     "infer_dtype", "hf_hub_token", "ms_hub_token", "om_hub_token", "print_param_status", "quantization_device_map",
@@ -376,10 +374,11 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "dataloader": "the multi-dataset recipe's loader (its collate_fn of image tiles: image inputs, not modelled)",
         # a builder's own arguments (torchtune.models.llama2.llama2 with its sizes): the model counted is the command
         # line's, whose shape campaign cannot match against them
-        **{f"model.{k}": "the builder's shape (the model counted is the one on the command line: give one of this "
-                         "shape)" for k in ("vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim",
-                                            "intermediate_dim", "max_seq_len")},
-        "model.attn_dropout": "attention dropout (its masks kept for backward)",
+        **{f"{m}.{k}": "the builder's shape (the model counted is the one on the command line: give one of this "
+                       "shape)" for m in ("model", "policy_model") for k in (
+                           "vocab_size", "num_layers", "num_heads", "num_kv_heads", "embed_dim", "intermediate_dim",
+                           "max_seq_len")},
+        **{f"{m}.attn_dropout": "attention dropout (its masks kept for backward)" for m in ("model", "policy_model")},
         # quantization-aware training (recipes/qat_*.py): torchao's fake-quantized weights and activations
         "quantizer": "torchao's quantizer (QAT's fake-quantized weights and activations in training)",
         # Llama 3.2 Vision's builders (models/llama3_2_vision): the towers, images and their tiles
@@ -396,7 +395,10 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
         "init_config.*": "the model built on the meta device or from its config",
         "cp_size": "context parallelism (each card a share of the sequence)", "cp_mode": "context parallelism",
         "dp_size": "the data-parallel cards (read as --gpus's)", "mp_replicate_size": "hybrid sharding",
-        "mp_shard_size": "FSDP over a group of the cards", "batching_strategy": "padding-free or dynamic batches",
+        "mp_shard_size": "FSDP over a group of the cards",
+        "dist_config.ep_size": "expert parallelism (the fsdpturbo engine)",
+        "dist_config.ep_dispatcher": "expert parallelism's token dispatcher (the fsdpturbo engine)",
+        "batching_strategy": "padding-free or dynamic batches",
         "model_class": "a classification or multimodal head in place of the causal LM's",
         "flash_attn": "an attention implementation", "pref_loss": "a preference trainer (DPO, ORPO, SimPO)",
         "pref_beta": "a preference trainer (DPO, ORPO, SimPO)",
@@ -444,8 +446,8 @@ NOT_MODELLED: dict[str, dict[str, str]] = {
 # Megatron's arguments (LLaMA-Factory's Megatron trainers: mca, launched with USE_MCA=1, mcore_adapter's
 # TrainingArguments; and Megatron Bridge, hparams/megatron_bridge_args.py): their parallelism, fusions, precision and
 # recomputation, each a memory model of its own
-MCA = ("Megatron's {} (LLaMA-Factory's Megatron trainers: mca with USE_MCA=1, Megatron Bridge): not modelled, "
-       "counted as the HF Trainer's run")
+MCA = ("Megatron's {} (LLaMA-Factory's Megatron trainers: mca with USE_MCA=1, Megatron Bridge with "
+       "USE_MEGATRON_BRIDGE=1): not modelled, counted as the HF Trainer's run")
 NOT_MODELLED["LLaMA-Factory"] = {
     **NOT_MODELLED["TrainingArguments"],
     **{k: MCA.format(what) for k, what in (
@@ -461,7 +463,8 @@ NOT_MODELLED["LLaMA-Factory"] = {
         ("cross_entropy_loss_fusion", "fused cross-entropy"), ("use_packed_sequences", "packed sequences"),
         ("mixed_precision", "precision recipe"), ("extra_config", "extra configuration"),
         ("account_for_embedding_in_pipeline_split", "pipeline split"),
-        ("account_for_loss_in_pipeline_split", "pipeline split"))},
+        ("account_for_loss_in_pipeline_split", "pipeline split"), ("calculate_per_token_loss", "loss averaging"),
+        ("megatron_pretrained_checkpoint", "checkpoint"), ("export_hf_on_finish", "export"))},
     "enable_liger_kernel": "Liger's kernels (modelled on Llama, Mistral, Qwen2/3, Gemma 1-3, Mixtral, Qwen3-MoE)",
     "use_unsloth": "unsloth's kernels and loader", "upcast_layernorm": "norm weights in fp32",
     "upcast_lmhead_output": "an fp32 copy of the logits", "moe_aux_loss_coef": "router logits kept every layer",
@@ -490,7 +493,8 @@ NOT_MODELLED["LLaMA-Factory"] = {
 SECTIONS = {"torchtitan": ("job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training",
                           "parallelism", "experimental", "checkpoint", "activation_checkpoint", "float8", "mx",
                           "compile", "comm", "memory_estimation", "fault_tolerance", "validation"),
-            "torchtune": ("model", "tokenizer", "optimizer"), "accelerate": ("fsdp_config", "deepspeed_config"),
+            "torchtune": ("model", "policy_model", "tokenizer", "optimizer"),
+            "accelerate": ("fsdp_config", "deepspeed_config"),
             "DeepSpeed": ("zero_optimization", "bf16", "bfloat16", "fp16"), "TrainingArguments": (),
             "axolotl": ("fsdp_config", "accelerator_config"),
             "peft": (), "LLaMA-Factory": (),

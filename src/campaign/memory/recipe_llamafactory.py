@@ -69,6 +69,7 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
     # the DeepSpeed config (or the HF Trainer's fsdp) first: whether it trains the model decides the dtype of a full
     # fine-tune
     recipe_deepspeed.recipe_key(r, path, d)
+    deepspeed = r.options.get("shard", "none") != "none"  # ZeRO from the ds_config (or a file read before)
     if d.get("fsdp"):
         recipe_accelerate.fsdp_trainer_option(r, name, "fsdp", d["fsdp"])
     pure = d.get("pure_bf16") is True
@@ -80,7 +81,7 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         r.set("method", "full", f"{name}: finetuning_type")
         if pure:
             r.set("dtype", "bf16", f"{name}: pure_bf16 (no fp32 cast of the trainable parameters)")
-        elif r.options.get("shard", "none") in ("none", "fsdp"):  # under DeepSpeed its engine keeps 16-bit weights
+        elif not deepspeed or r.options.get("shard") == "fsdp":  # DeepSpeed's engine keeps 16-bit weights
             r.set("dtype", "fp32", f"{name}: finetuning_type full ({FP32_CAST})")
             if half:
                 r.set("mixed_precision", True, f"{name}: {half} (autocast over the fp32 weights)")
@@ -90,7 +91,7 @@ def read(r: rd.Reader, path: Path, doc: dict[str, Any]) -> None:
         r.refuse(f"{name}: finetuning_type", f"{kind} tuning", "counted as --method's (full unless given; campaign "
                  "reads full and lora)")
         for key in ("quantization_bit", "quantization_method", "double_quantization", "quantization_type"):
-            if key in d:  # OFT's quantized base (QOFT): part of the method not modelled
+            if key in d and four_or_eight is not None:  # OFT's quantized base (QOFT): part of the method
                 r.refuse(f"{name}: {key}", f"the quantized base of {kind} tuning", "counted as --dtype's")
     rd.auto_half(r, name, half)  # a ds_config's "auto" half precision is this file's
 

@@ -137,9 +137,10 @@ def read(r: rd.Reader, path: Path, d: dict[str, Any]) -> None:
 
 
 def _deepspeed(r: rd.Reader, path: Path, dist: dict[str, Any]) -> None:
-    """`dist_config: {name: deepspeed, config_file: ...}`: the ds_config read as DeepSpeed's (a path opened from the
-    folder the command runs in), its precision as v1 infers it (plugins/model_plugins/deepspeed_utils.py
-    infer_deepspeed_mixed_precision: bf16 unless its bf16 or fp16 says false; fp16 on is refused by v1)."""
+    """`dist_config: {name: deepspeed, config_file: ...}`: the ds_config read as DeepSpeed receives it from v1
+    (plugins/trainer_plugins/distributed/deepspeed.py, plugins/model_plugins/deepspeed_utils.py): bf16 unless its bf16
+    or fp16 says false (infer_deepspeed_mixed_precision, which refuses fp16 on and reads "true"/"false" strings), the
+    micro-batch v1's own (its dataloader feeds micro_batch_size; the ds value is filled only where "auto")."""
     from . import recipe_deepspeed
 
     name = rd.label(path)
@@ -148,23 +149,27 @@ def _deepspeed(r: rd.Reader, path: Path, dist: dict[str, Any]) -> None:
         raise InputError(f"{name}: dist_config.config_file is {rd.short(value)}; LLaMA-Factory v1 needs the path of a "
                          "DeepSpeed config there (examples/deepspeed/ds_z3_config.json)")
     r.use(name, "dist_config.name", "dist_config.config_file")
-    doc = recipe_deepspeed.open_config(r, path, value.strip(), "dist_config.config_file", "LLaMA-Factory v1")
-    if doc is None:
-        return
 
-    def enabled(key: str) -> Any:
-        section = doc.get(key)
-        value = section.get("enabled", "auto") if isinstance(section, dict) else "auto"
-        return {"true": True, "false": False}.get(value.lower(), value) if isinstance(value, str) else value
+    def launched(ds_name: str, doc: dict[str, Any]) -> dict[str, Any]:
+        def enabled(key: str) -> Any:
+            section = doc.get(key)
+            on = section.get("enabled", "auto") if isinstance(section, dict) else "auto"
+            return {"true": True, "false": False}.get(on.lower(), on) if isinstance(on, str) else on
 
-    if enabled("fp16") is True:
-        raise InputError(f"{value}: fp16.enabled is true; LLaMA-Factory v1 refuses fp16 under DeepSpeed (bf16 or "
-                         "none only): set it to false or auto")
-    half = enabled("bf16") is not False and enabled("fp16") is not False
-    r.ds_filled = True  # v1 fills every "auto" itself
-    if half and "mixed_precision" not in r.options:
-        r.set("mixed_precision", True, f"{name}: dist_config.config_file (v1 trains bf16 under DeepSpeed unless its "
-                                       "config turns bf16 or fp16 off)")
+        if enabled("fp16") is True:
+            raise InputError(f"{ds_name}: fp16.enabled is true; LLaMA-Factory v1 refuses fp16 under DeepSpeed (bf16 or "
+                             "none only): set it to false or auto")
+        bf16 = enabled("bf16") is not False and enabled("fp16") is not False
+        view = {k: v for k, v in doc.items() if k not in ("train_micro_batch_size_per_gpu", "train_batch_size")}
+        for key in ("fp16", "bf16"):
+            section = doc.get(key)
+            view[key] = {**(section if isinstance(section, dict) else {}), "enabled": bf16 and key == "bf16"}
+        r.use(ds_name, "train_micro_batch_size_per_gpu", "train_batch_size", "fp16.enabled", "bf16.enabled")
+        r.notes.append(f"{ds_name}: read as v1 hands it to DeepSpeed: {'bf16' if bf16 else 'no mixed precision'} "
+                       "(infer_deepspeed_mixed_precision), the micro-batch v1's micro_batch_size")
+        return view
+
+    recipe_deepspeed.open_config(r, path, value.strip(), "dist_config.config_file", "LLaMA-Factory v1", launched)
 
 
 # plugins/model_plugins/kernels/liger_kernel_ops.py: the model types v1 applies Liger to (others: a warning only)
@@ -182,7 +187,8 @@ def _kernels(r: rd.Reader, name: str, kernel: dict[str, Any]) -> None:
     if not isinstance(names, str) or not [n for n in names.split(",") if n.strip()]:
         raise InputError(f"{name}: kernel_config.name is {rd.short(names)}; LLaMA-Factory v1 reads kernel names "
                          "separated by commas (auto, liger_kernel)")
-    r.use(name, "kernel_config.name")
+    r.use(name, "kernel_config.name", *(["kernel_config.require_logits"] if kernel.get("require_logits") is not False
+                                        else []))
     for kernel_name in (n.strip() for n in names.split(",") if n.strip()):
         if kernel_name == "auto":
             r.notes.append(f"{name}: kernel_config.name auto: v1's automatic kernels are Ascend NPU kernels only "
@@ -205,10 +211,9 @@ def _liger(r: rd.Reader, name: str, kernel: dict[str, Any]) -> None:
         r.refuse(f"{name}: kernel_config.name", "Liger's cross_entropy, which training swaps in for its fused loss "
                  "(require_logits) and which computes the logits' gradient in their place",
                  "counted with torch's cross-entropy over the fp32 logits, an upper bound")
-    else:
-        r.refuse(f"{name}: kernel_config.require_logits", "Liger's fused linear cross-entropy forward, which v1's "
-                 "trainer (it computes its loss from the logits) does not reach", "counted with the logits, as v1 "
-                 "computes them")
+    else:  # Liger's forward then skips the logits (training, labels passed) and compute_log_probs fails on them
+        raise InputError(f"{name}: kernel_config.require_logits false: Liger's fused loss then returns no logits in "
+                         "training and v1's trainer fails on logits.float(); remove require_logits")
 
 
 __all__ = ["V1", "is_v1", "read"]

@@ -250,7 +250,10 @@ def _grpo(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
     if r.options.get("shard") == "fsdp":
         r.set("reshard_after_forward", False, f"{name} (the GRPO recipe shards the policy with "
                                               "reshard_after_forward=False)")
-    forward = d.get("forward_batch_size", prompts)
+    if d.get("forward_batch_size") is None:  # the recipe reads cfg.forward_batch_size
+        raise InputError(f"{name}: grpo_samples without forward_batch_size; torchtune's GRPO recipe needs it (the "
+                         "prompts generated at a time): add it")
+    forward = d["forward_batch_size"]
     if rd.whole(forward, f"{name}: forward_batch_size") < prompts:
         r.refuse(f"{name}: forward_batch_size", f"generation {forward} prompt(s) x {samples} at a time",
                  f"all {rollouts} sequences generated at once, an upper bound")
@@ -272,13 +275,18 @@ def _rl_generation(r: rd.Reader, name: str, d: dict[str, Any]) -> int:
     else:
         r.notes.append(f"{name}: tokenizer.max_seq_len null: the prompts are as long as the data's; --seq-len is the "
                        f"longest prompt + {completion} generated tokens (give it)")
-    r.refuse(f"{name}: max_generated_tokens", "torchtune's generate into a cache allocated for the prompt and every "
-             "generated token at once (local_kv_cache)", "counted as a cache that grows token by token (its last "
-             "step holds the same bytes): low at the prefill by the completion's share of the cache")
-    rd.loss(r, "logps", f"{name}: loss (rlhf.batched_logits_to_logprobs: log_softmax row by row)", f"{name}: loss")
-    r.refuse(f"{name}: loss", "the RL loss over the logits of the whole sequence, prompt included (the model returns "
-             "them all; the prompt's are sliced off as a view)", "counted over the completion's logits only, as TRL's "
-             "logits_to_keep: low by the prompt's share of the logits")
+    # torchtune's logits are fp32 over every position (modules/transformer.py unembed: self.output(h).float()); its
+    # generate scores the whole prompt at the prefill (generation/_generation.py generate_next_token:
+    # model(x, ...)[:, -1])
+    r.refuse(f"{name}: max_generated_tokens", "torchtune's generation: a cache allocated for the prompt and every "
+             "generated token at once (local_kv_cache), the prefill's fp32 logits over every prompt position, and "
+             "the trajectory scored by the policy and the reference with fp32 logits over every position", "counted "
+             "as a cache that grows token by token and the last position's logits, which is low")
+    rd.loss(r, "logps", f"{name}: loss (the completion's log-probabilities)", f"{name}: loss")
+    r.refuse(f"{name}: loss", "the RL loss over torchtune's fp32 logits of the whole sequence, prompt included "
+             "(unembed upcasts them: 4 B a position and vocabulary entry), and the log_softmax of the completion's",
+             "counted as TRL's logps over the completion's 16-bit logits only, which is low (by up to the whole "
+             "sequence's fp32 logits)")
     return completion
 
 
@@ -304,7 +312,8 @@ def _ppo(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     r.use(name, "policy_model._component_", "batch_size", "forward_batch_size", "ppo_batch_size",
           "ref_policy_checkpointer", "enable_kv_cache")
     if d.get("enable_kv_cache") is False:
-        r.refuse(f"{name}: enable_kv_cache", "generation without a KV cache", "a KV cache counted, an upper bound")
+        r.refuse(f"{name}: enable_kv_cache", "generation without a KV cache (each step a forward over the whole "
+                 "sequence, its fp32 logits at every position)", "a KV cache counted, which may be low")
 
 
 def _torchtune_ac(r: rd.Reader, d: dict[str, Any], name: str) -> None:

@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT / "examples" / "data" / "seeds.csv"
 
 
-def _run_with_stderr_on_a_terminal(*args: str) -> tuple[int, str, str]:
-    """`campaign ARGS` in a fresh process whose stderr is a pseudo-terminal and stdout a pipe: (code, out, err)."""
+def _run_with_stderr_on_a_terminal(*args: str, command: tuple[str, ...] = ("-m", "campaign")) -> tuple[int, str, str]:
+    """`campaign ARGS` (or `python COMMAND ARGS`) in a fresh process whose stderr is a pseudo-terminal and stdout a
+    pipe: (code, out, err)."""
     pytest.importorskip("numpy")
     main, follower = os.openpty()
     err: list[bytes] = []
@@ -33,7 +34,7 @@ def _run_with_stderr_on_a_terminal(*args: str) -> tuple[int, str, str]:
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        r = subprocess.run([sys.executable, "-m", "campaign", *args], stdout=subprocess.PIPE, stderr=follower,
+        r = subprocess.run([sys.executable, *command, *args], stdout=subprocess.PIPE, stderr=follower,
                            timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "120"})
     finally:
         os.close(follower)
@@ -58,6 +59,43 @@ def test_no_spinner_when_stderr_is_not_a_terminal():
                        env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
+
+
+SLOW = """
+import sys, time
+from campaign.cli.render import progress_after
+with progress_after("reading a big model", after=0.2, enabled=sys.argv[2] == "on"):
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_slow_work_shows_its_spinner_after_a_while_and_fast_work_none():
+    code, _, err = _run_with_stderr_on_a_terminal("1.5", "on", command=("-c", SLOW))
+    assert code == 0 and "reading a big model" in err
+    code, _, err = _run_with_stderr_on_a_terminal("0", "on", command=("-c", SLOW))
+    assert code == 0 and err == ""  # done before the spinner was due: nothing printed
+    code, _, err = _run_with_stderr_on_a_terminal("1.5", "off", command=("-c", SLOW))
+    assert code == 0 and err == ""  # --json turns it off
+
+
+def test_the_model_is_read_under_that_spinner(monkeypatch):
+    from campaign.cli import common
+
+    seen = []
+
+    class Spy:
+        def __init__(self, label, *, after=1.0, enabled=True):
+            seen.append((label, enabled))
+
+        def __enter__(self):
+            return None
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr("campaign.cli.render.progress_after", Spy)
+    assert common.load_model("llama-3.2-1b", as_json=True).name
+    assert seen == [("reading llama-3.2-1b", False)]
 
 
 def test_progress_reporter_is_a_no_op_when_not_enabled(monkeypatch):

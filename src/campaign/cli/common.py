@@ -39,6 +39,16 @@ CudaContext = Annotated[str | None, typer.Option("--cuda-context", help="Memory 
                                                  rich_help_panel=OVERHEADS)]
 
 
+def load_model(model: str, *, revision: str | None = None, as_json: bool = False) -> Any:
+    """The model's spec (models.load_spec), with a spinner on a terminal once reading it takes over a second (a
+    multimodal model's towers are built on the meta device; a Hub read)."""
+    from ..models import load_spec
+    from .render import progress_after
+
+    with progress_after(f"reading {model}", enabled=not as_json):
+        return load_spec(model, revision=revision)
+
+
 def overheads(fragmentation: str | None, cuda_context: str | None) -> dict[str, Any]:
     """estimate_memory's overrides from --fragmentation / --cuda-context (only those given): fragmentation and
     context_bytes, keywords of every memory call."""

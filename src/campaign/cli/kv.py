@@ -44,11 +44,11 @@ def kv(
 ) -> None:
     """KV cache size; with --card, the longest context and the most sequences that fit after the weights."""
     from ..memory.plan import plan_kv
-    from ..models import load_spec
     from .render.memory import kv as render_kv
 
     # with --card, the same full inference estimate as campaign memory --infer, so both commands agree on what fits
-    est = plan_kv(load_spec(model, revision=revision), seq_len=context, batch=sequences, dtype=kv_dtype,
+    spec = o.load_model(model, revision=revision, as_json=as_json)
+    est = plan_kv(spec, seq_len=context, batch=sequences, dtype=kv_dtype,
                   static=static, max_seq_len=max_context, max_batch=max_sequences, block_size=block_size, tp=tp,
                   card=card, weights_dtype=weights_dtype, reserve=reserve, expandable_segments=expandable_segments,
                   **o.overheads(fragmentation, cuda_context))

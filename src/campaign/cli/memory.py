@@ -100,14 +100,13 @@ def memory(
     key not modelled or unknown: the estimate is then a bound), 2 on bad input.
     """
     from ..memory.plan import plan_memory
-    from ..models import load_spec
     from .render.memory import plan as render_plan
 
     if edge and not card:
         from ..errors import InputError
 
         raise InputError("--frontier needs --card: the edge of what fits is one card's; give --card NAME")
-    spec = load_spec(model, revision=revision)
+    spec = o.load_model(model, revision=revision, as_json=as_json)
     recipe: tuple = ()
     if config or deepspeed is not None:
         workload, recipe = from_config(workload, config or [], given=_given(ctx), quiet=as_json, deepspeed=deepspeed,

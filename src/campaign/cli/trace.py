@@ -39,11 +39,10 @@ def trace(
         return trace_setup(model, workload, card=card, reserve=reserve, as_json=as_json,
                            fragmentation=fragmentation)
     from ..memory.plan import plan_memory
-    from ..models import load_spec
     from .render import progress_reporter
     from .render.memory import plan as render_plan
 
-    spec = load_spec(model, revision=revision)
+    spec = o.load_model(model, revision=revision, as_json=as_json)
     w = o.workload_from(spec, **workload)
     # the verdict per card, as memory gives it (no largest batch or context: each would need more traces)
     with progress_reporter("tracing", enabled=not as_json) as tell:

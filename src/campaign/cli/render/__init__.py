@@ -68,6 +68,44 @@ def progress_reporter(label: str, *, enabled: bool = True) -> Iterator[Callable[
         yield lambda phase: bar.update(task, description=f"{label}: {phase}")
 
 
+@contextmanager
+def progress_after(label: str, *, after: float = 1.0, enabled: bool = True) -> Iterator[None]:
+    """A spinner naming slow work on stderr, shown only once the work has run `after` seconds: a fast run prints
+    (and imports) nothing more. On a terminal only, and not when disabled (a command's --json)."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    import threading
+
+    lock = threading.Lock()
+    shown: list[Any] = []
+    done = threading.Event()
+
+    def start() -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with lock:
+            if done.is_set():
+                return
+            bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                           console=Console(stderr=True), transient=True)
+            bar.add_task(label)
+            bar.start()
+            shown.append(bar)
+
+    timer = threading.Timer(after, start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        with lock:
+            done.set()
+            for bar in shown:
+                bar.stop()
+
+
 def escape(text: Any) -> str:
     """User text (file names, labels, ids, guards) shown literally, so '[refund]' is not read as rich markup."""
     from rich.markup import escape as rich_escape

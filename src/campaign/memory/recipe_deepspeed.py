@@ -42,7 +42,7 @@ def open_config(r: rd.Reader, path: Path, value: str, key: str, opener: str,
     Not found, it is named as not modelled (the estimate without DeepSpeed), never a refusal of the recipe.
     `launcher(name, doc)`: the config as the launcher hands it to DeepSpeed (its "auto" values filled), read in place
     of the file's, whose keys are accounted as written."""
-    found = None
+    found: Path | None
     if r.deepspeed is not None and Path(value).name == Path(r.deepspeed).name:  # the file --deepspeed gives
         found, r.deepspeed = Path(r.deepspeed), None  # read: not again
     else:

@@ -131,13 +131,12 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
         if targets:
             r.set("lora_targets", tuple(names.get(t, t) for t in targets), f"{name}: model.lora_attn_modules")
     tokenizer = rd.section(d, "tokenizer", name, "torchtune reads a component (_component_: ..., max_seq_len: ...)")
-    grpo = "grpo_samples" in d  # the RL recipes' length is the prompt's and the completion's (_grpo, _ppo)
-    if grpo or ppo:
-        pass
-    elif tokenizer.get("max_seq_len") is not None:
+    grpo = "grpo_samples" in d
+    rl = grpo or ppo  # the RL recipes read their length, batch and loss themselves (_grpo, _ppo)
+    if not rl and tokenizer.get("max_seq_len") is not None:
         r.set("seq_len", rd.whole(tokenizer["max_seq_len"], f"{name}: tokenizer.max_seq_len"),
               f"{name}: tokenizer.max_seq_len")
-    else:  # torchtune truncates nothing: each batch pads to its longest sample
+    elif not rl:  # torchtune truncates nothing: each batch pads to its longest sample
         r.notes.append(f"{name}: tokenizer.max_seq_len {'null' if 'max_seq_len' in tokenizer else 'absent'}: "
                        "torchtune truncates nothing (a batch is as long as its longest sample); the length counted "
                        "is --seq-len's (2048 unless given): give your data's longest")
@@ -173,12 +172,9 @@ def read(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     rd.accumulation(r, d, name)
     if pairs:
         _preference(r, name, component, method)
-    elif grpo or ppo:
-        pass  # _grpo and _ppo read their loss
-    elif component in TORCHTUNE_LOSSES and isinstance(loss, dict) and loss.get("num_output_chunks", 8) != 8:
-        r.refuse(f"{name}: loss", f"{loss['num_output_chunks']!r} output chunks", "counted with torchtune's 8")
-        rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
-    elif component in TORCHTUNE_LOSSES:
+    elif component in TORCHTUNE_LOSSES and not rl:
+        if isinstance(loss, dict) and loss.get("num_output_chunks", 8) != 8:
+            r.refuse(f"{name}: loss", f"{loss['num_output_chunks']!r} output chunks", "counted with torchtune's 8")
         rd.loss(r, TORCHTUNE_LOSSES[component], f"{name}: loss", f"{name}: loss")
     if d.get("optimizer_in_bwd") is True and r.options.get("shard") == "fsdp":
         # full_finetune_distributed steps each sharded parameter in its post-accumulate-grad hook: not modelled
@@ -260,7 +256,7 @@ def _grpo(r: rd.Reader, name: str, d: dict[str, Any], method: str) -> None:
     r.use(name, "batch_size", "grpo_samples", "forward_batch_size", "ref_checkpointer")
 
 
-def _rl_generation(r: rd.Reader, name: str, d: dict[str, Any]) -> int:
+def _rl_generation(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
     """The completion of torchtune's RL recipes: max_generated_tokens after a prompt the tokenizer truncates to its
     max_seq_len (the length is their sum), generated into torchtune's cache set up for both at once."""
     if d.get("max_generated_tokens") is None:
@@ -287,7 +283,6 @@ def _rl_generation(r: rd.Reader, name: str, d: dict[str, Any]) -> int:
              "(unembed upcasts them: 4 B a position and vocabulary entry), and the log_softmax of the completion's",
              "counted as TRL's logps over the completion's 16-bit logits only, which is low (by up to the whole "
              "sequence's fp32 logits)")
-    return completion
 
 
 def _ppo(r: rd.Reader, name: str, d: dict[str, Any]) -> None:
